@@ -1,0 +1,36 @@
+"""durable: durable execution for long-running Python programs, journaled in PostgreSQL.
+
+Decorate the long process with `@workflow`, each unit of work with `@step` (or
+`@transaction` when it writes the application's database), and run it inside
+`with Engine(...):`. Each step's output is journaled once; after a crash the workflow is
+re-invoked with its saved inputs and completed steps return their journaled outputs.
+"""
+
+from __future__ import annotations
+
+from durable._decorators import step, transaction, workflow
+from durable._engine import Engine, WorkflowHandle
+from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
+from durable._protocol import RetryPolicy
+from durable._registry import Registry, default_registry
+from durable.serialization import JSONSerializer, PickleSerializer, Serializer
+
+__all__ = [
+    "Engine",
+    "JSONSerializer",
+    "PickleSerializer",
+    "Registry",
+    "RetryPolicy",
+    "Serializer",
+    "StepKind",
+    "StepRecord",
+    "WorkflowHandle",
+    "WorkflowInfo",
+    "WorkflowStatus",
+    "default_registry",
+    "step",
+    "transaction",
+    "workflow",
+]
+
+__version__ = "0.1.0"

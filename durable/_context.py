@@ -1,0 +1,32 @@
+"""Context variables: which engine is active and which workflow run is executing.
+
+ContextVars (not thread-locals or globals) keep concurrent runs in one process apart, and
+carry over to asyncio tasks when async support arrives.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from durable._protocol import Journal
+
+if TYPE_CHECKING:
+    from durable._engine import Engine
+
+
+@dataclass
+class RunContext:
+    """The state of one executing workflow run."""
+
+    engine: Engine
+    workflow_id: str
+    name: str
+    epoch: int
+    journal: Journal
+    in_step: bool = False
+
+
+current_engine: ContextVar[Engine | None] = ContextVar("durable_engine", default=None)
+current_run: ContextVar[RunContext | None] = ContextVar("durable_run", default=None)

@@ -1,0 +1,267 @@
+"""@workflow, @step and @transaction: validate at decoration time, register, wrap.
+
+Decorators do no I/O. They check the function and the options at once (so a typo fails at
+import, not an hour into a run), register a definition, and return a wrapper that asks the
+executor what to do when it is called.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+
+from durable import _executor
+from durable._models import StepKind
+from durable._protocol import RetryPolicy
+from durable._registry import Durability, Registry, StepDef, WorkflowDef, default_registry
+from durable.errors import DefinitionError
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_WORKFLOW_ATTR = "__durable_workflow__"
+_STEP_ATTR = "__durable_step__"
+_DURABILITY = ("sync", "async", "exit")
+_ISOLATION = ("READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE")
+
+
+def default_name(fn: Callable[..., Any]) -> str:
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
+def _check_function(fn: object, decorator: str) -> Callable[..., Any]:
+    if not callable(fn):
+        raise DefinitionError(
+            f"@{decorator} must decorate a function, got {type(fn).__qualname__}: "
+            f"write @durable.{decorator}() above a def"
+        )
+    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        raise DefinitionError(
+            f"@{decorator} on async function {getattr(fn, '__qualname__', fn)!r}: async "
+            "workflows and steps are not supported yet; use a plain def"
+        )
+    if inspect.isgeneratorfunction(fn):
+        raise DefinitionError(
+            f"@{decorator} on generator function {getattr(fn, '__qualname__', fn)!r}: a "
+            "generator's output cannot be journaled; return a list instead"
+        )
+    if hasattr(fn, _WORKFLOW_ATTR) or hasattr(fn, _STEP_ATTR):
+        raise DefinitionError(
+            f"{getattr(fn, '__qualname__', fn)!r} is already decorated by durable: "
+            "use one of @workflow, @step or @transaction per function"
+        )
+    return fn  # type: ignore[return-value]
+
+
+def _check_name(name: str | None) -> None:
+    if name is not None and (not isinstance(name, str) or not name.strip()):
+        raise DefinitionError(f"name={name!r}: a name must be a non-empty string")
+
+
+def _retry_policy(
+    retries: int,
+    initial_delay: float,
+    backoff: float,
+    max_delay: float,
+    jitter: float,
+    retry_on: tuple[type[BaseException], ...] | type[BaseException],
+) -> RetryPolicy:
+    if not isinstance(retries, int) or isinstance(retries, bool) or retries < 0:
+        raise DefinitionError(f"retries={retries!r}: use a whole number >= 0")
+    for label, value in (
+        ("initial_delay", initial_delay),
+        ("max_delay", max_delay),
+    ):
+        if not isinstance(value, int | float) or value < 0:
+            raise DefinitionError(f"{label}={value!r}: use a number of seconds >= 0")
+    if not isinstance(backoff, int | float) or backoff < 1:
+        raise DefinitionError(f"backoff={backoff!r}: use a multiplier >= 1")
+    if not isinstance(jitter, int | float) or not 0 <= jitter <= 1:
+        raise DefinitionError(f"jitter={jitter!r}: use a fraction between 0 and 1")
+    types = retry_on if isinstance(retry_on, tuple) else (retry_on,)
+    for t in types:
+        if not (isinstance(t, type) and issubclass(t, BaseException)):
+            raise DefinitionError(f"retry_on={retry_on!r}: give exception classes")
+    return RetryPolicy(
+        retries=retries,
+        initial_delay=float(initial_delay),
+        backoff=float(backoff),
+        max_delay=float(max_delay),
+        jitter=float(jitter),
+        retry_on=types,
+    )
+
+
+# -- @workflow --------------------------------------------------------------------------------
+
+
+@overload
+def workflow(fn: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def workflow(
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    durability: Durability | None = None,
+    registry: Registry | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def workflow(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    version: str | None = None,
+    durability: Durability | None = None,
+    registry: Registry | None = None,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Make a function a durable workflow: its inputs, steps and outcome are journaled.
+
+    Call it inside `with engine:` (it runs durably in the caller's thread) or start it with
+    `engine.start(fn, ...)`. `name` defaults to `module.qualname`; it is what the journal
+    stores, so renaming a function without `name=` strands its running workflows.
+    """
+    _check_name(name)
+    if version is not None and (not isinstance(version, str) or not version):
+        raise DefinitionError(f"version={version!r}: a version must be a non-empty string")
+    if durability is not None and durability not in _DURABILITY:
+        raise DefinitionError(f"durability={durability!r}: use one of {', '.join(_DURABILITY)}")
+    reg = registry if registry is not None else default_registry
+
+    def decorate(f: Callable[P, R]) -> Callable[P, R]:
+        func = _check_function(f, "workflow")
+        defn = WorkflowDef(
+            name=name or default_name(func), fn=func, version=version, durability=durability
+        )
+        reg.add_workflow(defn)
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            return _executor.call_workflow(defn, args, kwargs)  # type: ignore[no-any-return]
+
+        setattr(wrapper, _WORKFLOW_ATTR, defn)
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
+
+
+def workflow_def(fn: object) -> WorkflowDef:
+    """The definition behind a decorated workflow function."""
+    defn = getattr(fn, _WORKFLOW_ATTR, None)
+    if not isinstance(defn, WorkflowDef):
+        raise DefinitionError(
+            f"{getattr(fn, '__qualname__', fn)!r} is not a workflow: decorate it with "
+            "@durable.workflow()"
+        )
+    return defn
+
+
+# -- @step ------------------------------------------------------------------------------------
+
+
+@overload
+def step(fn: Callable[P, R], /) -> Callable[P, R]: ...
+@overload
+def step(
+    *,
+    name: str | None = None,
+    retries: int = 0,
+    initial_delay: float = 0.1,
+    backoff: float = 2.0,
+    max_delay: float = 30.0,
+    jitter: float = 0.1,
+    retry_on: tuple[type[BaseException], ...] | type[BaseException] = Exception,
+    registry: Registry | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
+def step(
+    fn: Callable[P, R] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    retries: int = 0,
+    initial_delay: float = 0.1,
+    backoff: float = 2.0,
+    max_delay: float = 30.0,
+    jitter: float = 0.1,
+    retry_on: tuple[type[BaseException], ...] | type[BaseException] = Exception,
+    registry: Registry | None = None,
+) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
+    """Make a function a journaled step: inside a workflow its output is recorded once and
+    replayed on resume. Outside a workflow it is an ordinary call.
+
+    Steps run at least once: a crash after the step's work but before its record commits
+    re-runs it on resume, so a step that changes the outside world should be idempotent
+    (or an effect).
+    """
+    _check_name(name)
+    policy = _retry_policy(retries, initial_delay, backoff, max_delay, jitter, retry_on)
+    reg = registry if registry is not None else default_registry
+
+    def decorate(f: Callable[P, R]) -> Callable[P, R]:
+        func = _check_function(f, "step")
+        defn = StepDef(name=name or default_name(func), fn=func, retry=policy)
+        reg.add_step(defn)
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            return _executor.call_step(defn, args, kwargs)  # type: ignore[no-any-return]
+
+        setattr(wrapper, _STEP_ATTR, defn)
+        return wrapper
+
+    return decorate(fn) if fn is not None else decorate
+
+
+# -- @transaction -----------------------------------------------------------------------------
+
+
+def transaction(
+    *,
+    name: str | None = None,
+    isolation_level: str | None = None,
+    registry: Registry | None = None,
+) -> Callable[[Callable[Concatenate[Connection, P], R]], Callable[P, R]]:
+    """Make a function a transactional step: it receives a SQLAlchemy Connection as its
+    first argument, and its writes commit in the same transaction as its journal row.
+
+    So the application's write happens exactly once: a crash before the commit leaves
+    neither the write nor the record (the step runs again); after it, both (it replays).
+    """
+    _check_name(name)
+    if isolation_level is not None and isolation_level.upper() not in _ISOLATION:
+        raise DefinitionError(
+            f"isolation_level={isolation_level!r}: use one of {', '.join(_ISOLATION)}"
+        )
+    reg = registry if registry is not None else default_registry
+
+    def decorate(f: Callable[Concatenate[Connection, P], R]) -> Callable[P, R]:
+        func = _check_function(f, "transaction")
+        params = list(inspect.signature(func).parameters.values())
+        if not params or params[0].kind not in (
+            inspect.Parameter.POSITIONAL_ONLY,
+            inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        ):
+            raise DefinitionError(
+                f"@transaction function {func.__qualname__!r} must take the SQLAlchemy "
+                "connection as its first positional parameter: def f(conn, ...)"
+            )
+        defn = StepDef(
+            name=name or default_name(func),
+            fn=func,
+            kind=StepKind.TRANSACTION,
+            isolation_level=isolation_level.upper() if isolation_level else None,
+        )
+        reg.add_step(defn)
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            return _executor.call_transaction(defn, args, kwargs)  # type: ignore[no-any-return]
+
+        setattr(wrapper, _STEP_ATTR, defn)
+        return wrapper
+
+    return decorate

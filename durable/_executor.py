@@ -1,0 +1,342 @@
+"""One attempt at a workflow: replay what the journal holds, execute the rest, finish.
+
+The decisions come from `_protocol`; this module does the I/O around them through the
+engine's SystemDB. Every write carries the run's epoch, so once another worker has claimed
+the workflow, this run's writes match no row and it stops with StaleOwnerError.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import sqlalchemy.exc
+
+from durable._context import RunContext, current_engine, current_run
+from durable._models import StepKind, StepRecord
+from durable._protocol import Journal, child_workflow_id, encode_error, rebuild_error
+from durable._registry import StepDef, WorkflowDef
+from durable.errors import (
+    NoEngineError,
+    SerializationError,
+    StaleOwnerError,
+)
+from durable.serialization import dumps_checked
+
+if TYPE_CHECKING:
+    from durable._engine import Engine
+
+logger = logging.getLogger("durable.executor")
+
+
+def _now() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+# -- entry points used by the decorators -------------------------------------------------------
+
+
+def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    run = current_run.get()
+    if run is not None and not run.in_step:
+        return call_child(run, defn, args, kwargs)
+    engine = run.engine if run is not None else current_engine.get()
+    if engine is None:
+        raise NoEngineError(
+            f"workflow {defn.name!r} was called with no active engine: wrap the call in "
+            "`with durable.Engine(...) as engine:` or use engine.start(fn, ...)"
+        )
+    return engine.run_direct(defn, args, kwargs)
+
+
+def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    run = current_run.get()
+    if run is None or run.in_step:
+        return defn.fn(*args, **kwargs)
+    seq, record = run.journal.next_call(defn.name)
+    if record is not None:
+        return replay(run, record)
+    engine = run.engine
+    engine.crash_point("before_step")
+    started = _now()
+    attempt = 0
+    while True:
+        attempt += 1
+        run.in_step = True
+        try:
+            value = defn.fn(*args, **kwargs)
+        except Exception as exc:
+            run.in_step = False
+            if defn.retry.should_retry(exc, attempt):
+                delay = defn.retry.delay(attempt)
+                logger.info(
+                    "step %s of %s failed (attempt %d), retrying in %.2f s: %r",
+                    defn.name,
+                    run.workflow_id,
+                    attempt,
+                    delay,
+                    exc,
+                )
+                time.sleep(delay)
+                continue
+            record_step(run, seq, defn.name, defn.kind, None, encode_error(exc), attempt, started)
+            raise
+        finally:
+            run.in_step = False
+        break
+    output = dumps_checked(
+        engine.serializer, value, f"the output of step {defn.name!r}", engine.max_payload_bytes
+    )
+    engine.crash_point("before_step_record")
+    record_step(run, seq, defn.name, defn.kind, output, None, attempt, started)
+    engine.crash_point("after_step_record")
+    return value
+
+
+def call_transaction(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    run = current_run.get()
+    if run is None or run.in_step:
+        engine = run.engine if run is not None else current_engine.get()
+        if engine is None:
+            raise NoEngineError(
+                f"transaction {defn.name!r} needs a database connection: call it inside "
+                "`with durable.Engine(...):`"
+            )
+        with engine.app_connection(defn.isolation_level) as conn, conn.begin():
+            return defn.fn(conn, *args, **kwargs)
+    seq, record = run.journal.next_call(defn.name)
+    if record is not None:
+        return replay(run, record)
+    return execute_transaction(run, seq, defn, args, kwargs)
+
+
+# -- replay ------------------------------------------------------------------------------------
+
+
+def replay(run: RunContext, record: StepRecord) -> Any:
+    """Return (or raise) what a journaled step returned (or raised) the first time."""
+    if record.error is not None:
+        raise rebuild_error(record.step_name, record.error)
+    if record.output is None:
+        return None
+    return run.engine.serializer.loads(record.output)
+
+
+def record_step(
+    run: RunContext,
+    seq: int,
+    name: str,
+    kind: StepKind,
+    output: str | None,
+    error: str | None,
+    attempts: int,
+    started: dt.datetime | None,
+    child_id: str | None = None,
+) -> None:
+    count = run.engine.db.execute(
+        "record_step",
+        {
+            "workflow_id": run.workflow_id,
+            "epoch": run.epoch,
+            "step_seq": seq,
+            "step_name": name,
+            "kind": kind.value,
+            "output": output,
+            "error": error,
+            "attempts": attempts,
+            "child_workflow_id": child_id,
+            "started_at": started,
+        },
+    )
+    if count == 0:
+        raise StaleOwnerError(run.workflow_id, run.epoch)
+
+
+# -- @transaction ------------------------------------------------------------------------------
+
+
+def execute_transaction(
+    run: RunContext, seq: int, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    engine = run.engine
+    started = _now()
+    separate = not engine.app_is_system_db
+    params: dict[str, Any] = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "step_seq": seq,
+        "step_name": defn.name,
+        "kind": StepKind.TRANSACTION.value,
+        "error": None,
+        "attempts": 1,
+        "child_workflow_id": None,
+        "started_at": started,
+    }
+    try:
+        with engine.app_connection(defn.isolation_level) as conn, conn.begin():
+            if separate and not run.journal.is_fresh:
+                # The app database may hold this step's record although the system journal
+                # does not (a crash between the two commits): adopt it.
+                found = conn.exec_driver_sql(
+                    engine.app_statement("app_get_transaction"),
+                    {"workflow_id": run.workflow_id, "step_seq": seq},
+                ).first()
+                if found is not None:
+                    if found.step_name != defn.name:
+                        from durable.errors import NondeterminismError
+
+                        raise NondeterminismError(run.workflow_id, seq, found.step_name, defn.name)
+                    params["output"] = found.output
+                    record_step(
+                        run, seq, defn.name, StepKind.TRANSACTION, found.output, None, 1, started
+                    )
+                    return replay(run, StepRecord.from_row({**params, "output": found.output}))
+            run.in_step = True
+            try:
+                value = defn.fn(conn, *args, **kwargs)
+            finally:
+                run.in_step = False
+            output = dumps_checked(
+                engine.serializer,
+                value,
+                f"the output of transaction {defn.name!r}",
+                engine.max_payload_bytes,
+            )
+            params["output"] = output
+            if separate:
+                conn.exec_driver_sql(engine.app_statement("app_record_transaction"), params)
+            else:
+                result = conn.exec_driver_sql(engine.db.statement("record_step"), params)
+                engine.db.counters.statements += 1
+                if result.rowcount == 0:
+                    raise StaleOwnerError(run.workflow_id, run.epoch)
+            engine.crash_point("before_transaction_commit")
+    except sqlalchemy.exc.IntegrityError as exc:
+        if separate and "transaction_outputs" in str(exc.orig.__class__.__name__ + str(exc)):
+            # Another owner recorded this position first: our writes rolled back with it.
+            raise StaleOwnerError(run.workflow_id, run.epoch) from exc
+        _record_transaction_error(run, seq, defn, exc, started)
+        raise
+    except (StaleOwnerError, SerializationError):
+        raise
+    except Exception as exc:
+        _record_transaction_error(run, seq, defn, exc, started)
+        raise
+    engine.crash_point("after_transaction_commit")
+    if separate:
+        record_step(run, seq, defn.name, StepKind.TRANSACTION, params["output"], None, 1, started)
+    return value
+
+
+def _record_transaction_error(
+    run: RunContext, seq: int, defn: StepDef, exc: BaseException, started: dt.datetime
+) -> None:
+    # The user's transaction rolled back; the failure itself is journaled so a replay raises
+    # the same error instead of running the transaction again.
+    record_step(run, seq, defn.name, StepKind.TRANSACTION, None, encode_error(exc), 1, started)
+
+
+# -- child workflows ---------------------------------------------------------------------------
+
+
+def call_child(
+    run: RunContext, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """A workflow called from a workflow: a child with a deterministic id, whose outcome is
+    journaled as one step of the parent."""
+    seq, record = run.journal.next_call(defn.name)
+    if record is not None:
+        return replay(run, record)
+    child_id = child_workflow_id(run.workflow_id, seq)
+    started = _now()
+    engine = run.engine
+    try:
+        value = engine.run_here(defn, child_id, args, kwargs, parent=(run.workflow_id, seq))
+    except StaleOwnerError:
+        raise
+    except Exception as exc:
+        record_step(
+            run, seq, defn.name, StepKind.CHILD, None, encode_error(exc), 1, started, child_id
+        )
+        raise
+    output = dumps_checked(
+        engine.serializer,
+        value,
+        f"the output of child workflow {defn.name!r}",
+        engine.max_payload_bytes,
+    )
+    record_step(run, seq, defn.name, StepKind.CHILD, output, None, 1, started, child_id)
+    return value
+
+
+# -- one run -----------------------------------------------------------------------------------
+
+
+def execute_run(
+    engine: Engine,
+    defn: WorkflowDef,
+    workflow_id: str,
+    epoch: int,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    journal: Journal,
+) -> Any:
+    """Run the workflow function under this claim and write its outcome.
+
+    Returns the function's value or raises its exception (after recording it). A
+    StaleOwnerError, or a BaseException such as KeyboardInterrupt or a suspension, leaves
+    the workflow's status alone: its owner (or recovery) decides what happens next.
+    """
+    ctx = RunContext(engine, workflow_id, defn.name, epoch, journal)
+    run_token = current_run.set(ctx)
+    engine_token = current_engine.set(engine)
+    try:
+        try:
+            value = defn.fn(*args, **kwargs)
+        except StaleOwnerError:
+            logger.warning("workflow %s: lost ownership (epoch %d), stopping", workflow_id, epoch)
+            raise
+        except Exception as exc:
+            finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc))
+            raise
+        try:
+            output = dumps_checked(
+                engine.serializer,
+                value,
+                f"the output of workflow {defn.name!r}",
+                engine.max_payload_bytes,
+            )
+        except SerializationError as exc:
+            finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc))
+            raise
+        engine.crash_point("before_workflow_finish")
+        finish(engine, workflow_id, epoch, "SUCCESS", output, None)
+        return value
+    finally:
+        current_run.reset(run_token)
+        current_engine.reset(engine_token)
+
+
+def finish(
+    engine: Engine,
+    workflow_id: str,
+    epoch: int,
+    status: str,
+    output: str | None,
+    error: str | None,
+) -> None:
+    count = engine.db.execute(
+        "finish_workflow",
+        {
+            "workflow_id": workflow_id,
+            "epoch": epoch,
+            "status": status,
+            "output": output,
+            "error": error,
+        },
+    )
+    if count == 0:
+        raise StaleOwnerError(workflow_id, epoch)

@@ -1,0 +1,79 @@
+"""The explicit registry that decorators fill and engines read.
+
+A registry maps names to definitions. It is the only mutable state durable keeps outside
+an engine; `default_registry` exists so that plain `@durable.workflow()` works, and code
+that wants isolation (tests, plugins) passes its own `Registry` to decorators and engines.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from durable._models import StepKind
+from durable._protocol import RetryPolicy
+from durable.errors import DuplicateNameError
+
+Durability = Literal["sync", "async", "exit"]
+
+
+@dataclass(frozen=True)
+class WorkflowDef:
+    """A registered workflow: its stored name, optional version and the function."""
+
+    name: str
+    fn: Callable[..., Any]
+    version: str | None = None
+    durability: Durability | None = None
+
+
+@dataclass(frozen=True)
+class StepDef:
+    """A registered step: its journaled name, its kind and how it is retried."""
+
+    name: str
+    fn: Callable[..., Any]
+    kind: StepKind = StepKind.STEP
+    retry: RetryPolicy = RetryPolicy()
+    isolation_level: str | None = None
+
+
+class Registry:
+    """Workflows and steps by name. Registering a taken name raises DuplicateNameError."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._workflows: dict[tuple[str, str | None], WorkflowDef] = {}
+        self._steps: dict[str, StepDef] = {}
+
+    def add_workflow(self, defn: WorkflowDef) -> None:
+        with self._lock:
+            key = (defn.name, defn.version)
+            if key in self._workflows and self._workflows[key].fn is not defn.fn:
+                label = defn.name if defn.version is None else f"{defn.name}@{defn.version}"
+                raise DuplicateNameError("workflow", label)
+            self._workflows[key] = defn
+
+    def add_step(self, defn: StepDef) -> None:
+        with self._lock:
+            existing = self._steps.get(defn.name)
+            if existing is not None and existing.fn is not defn.fn:
+                raise DuplicateNameError("step", defn.name)
+            self._steps[defn.name] = defn
+
+    def get_workflow(self, name: str, version: str | None = None) -> WorkflowDef | None:
+        return self._workflows.get((name, version))
+
+    def workflows(self) -> list[WorkflowDef]:
+        return list(self._workflows.values())
+
+    def workflow_names(self) -> list[str]:
+        return sorted({name for name, _ in self._workflows})
+
+    def steps(self) -> list[StepDef]:
+        return list(self._steps.values())
+
+
+default_registry = Registry()

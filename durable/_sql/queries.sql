@@ -1,0 +1,159 @@
+-- Every statement durable runs. Each starts with `-- <name> --` and a one-line purpose.
+-- {schema} is replaced by the quoted schema name once, when the engine starts; every value
+-- is a bind parameter.
+
+-- insert_workflow --
+-- Create a workflow already owned by this run (epoch 1); nothing is returned if the id exists.
+INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
+    durability, parent_id, parent_step_seq, owner, epoch, lease_expires_at)
+VALUES (%(workflow_id)s, %(name)s, %(version)s, 'RUNNING', %(inputs)s, %(serializer)s,
+    %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(owner)s, 1,
+    {schema}.current_time() + make_interval(secs => %(lease_seconds)s))
+ON CONFLICT (workflow_id) DO NOTHING
+RETURNING epoch
+
+-- insert_workflow_pending --
+-- Create a runnable workflow that no one owns yet (a worker will claim it).
+INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
+    durability, parent_id, parent_step_seq)
+VALUES (%(workflow_id)s, %(name)s, %(version)s, 'PENDING', %(inputs)s, %(serializer)s,
+    %(durability)s, %(parent_id)s, %(parent_step_seq)s)
+ON CONFLICT (workflow_id) DO NOTHING
+RETURNING epoch
+
+-- get_workflow --
+-- One workflow row.
+SELECT workflow_id, name, version, status, inputs, output, error, serializer, durability,
+    parent_id, parent_step_seq, owner, epoch, lease_expires_at, recovery_attempts,
+    created_at, updated_at, finished_at
+FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
+
+-- get_workflow_status --
+-- The status, output and error of one workflow, for result polling.
+SELECT status, output, error, serializer FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s
+
+-- list_workflows --
+-- Workflows, newest first, optionally filtered by status and name.
+SELECT workflow_id, name, version, status, inputs, output, error, serializer, durability,
+    parent_id, parent_step_seq, owner, epoch, lease_expires_at, recovery_attempts,
+    created_at, updated_at, finished_at
+FROM {schema}.workflows
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+ORDER BY created_at DESC, workflow_id
+LIMIT %(limit)s
+
+-- load_journal --
+-- Every recorded step of a workflow, read once when a run resumes.
+SELECT step_seq, step_name, kind, output, error, attempts, child_workflow_id,
+    started_at, finished_at
+FROM {schema}.steps WHERE workflow_id = %(workflow_id)s ORDER BY step_seq
+
+-- record_step --
+-- Journal one step, only while this run's epoch owns the workflow (one statement, one commit).
+INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+    child_workflow_id, started_at)
+SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
+    %(attempts)s, %(child_workflow_id)s, %(started_at)s
+FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+FOR SHARE
+
+-- finish_workflow --
+-- Write a run's outcome and release ownership, only while this run's epoch owns it.
+UPDATE {schema}.workflows
+SET status = %(status)s, output = %(output)s, error = %(error)s, owner = NULL,
+    lease_expires_at = NULL, finished_at = {schema}.current_time(),
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+
+-- claim_workflow --
+-- Take one runnable workflow (new, released, or with an expired lease); bumps the epoch.
+UPDATE {schema}.workflows AS w
+SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+                  THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
+    owner = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+                 THEN NULL ELSE %(owner)s END,
+    lease_expires_at = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+                 THEN NULL
+                 ELSE {schema}.current_time() + make_interval(secs => %(lease_seconds)s) END,
+    recovery_attempts = w.recovery_attempts + (CASE WHEN w.status = 'RUNNING' THEN 1 ELSE 0 END),
+    epoch = w.epoch + 1,
+    updated_at = {schema}.current_time()
+FROM (
+    SELECT workflow_id FROM {schema}.workflows
+    WHERE workflow_id = %(workflow_id)s
+      AND (status = 'PENDING'
+           OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
+    FOR UPDATE SKIP LOCKED
+) AS c
+WHERE w.workflow_id = c.workflow_id
+RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
+    w.epoch
+
+-- claim_batch --
+-- Take up to `limit` runnable workflows this executor can run; each claim bumps the epoch.
+UPDATE {schema}.workflows AS w
+SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+                  THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
+    owner = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+                 THEN NULL ELSE %(owner)s END,
+    lease_expires_at = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+                 THEN NULL
+                 ELSE {schema}.current_time() + make_interval(secs => %(lease_seconds)s) END,
+    recovery_attempts = w.recovery_attempts + (CASE WHEN w.status = 'RUNNING' THEN 1 ELSE 0 END),
+    epoch = w.epoch + 1,
+    updated_at = {schema}.current_time()
+FROM (
+    SELECT workflow_id FROM {schema}.workflows
+    WHERE (status = 'PENDING'
+           OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
+      AND name = ANY(%(names)s)
+    ORDER BY created_at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS c
+WHERE w.workflow_id = c.workflow_id
+RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
+    w.epoch
+
+-- renew_leases --
+-- Extend the lease of every workflow this executor runs (the heartbeat).
+UPDATE {schema}.workflows
+SET lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s)
+WHERE owner = %(owner)s AND status = 'RUNNING'
+
+-- release_owned --
+-- Hand every workflow this executor still owns back to the pool (clean shutdown).
+UPDATE {schema}.workflows
+SET status = 'PENDING', owner = NULL, lease_expires_at = NULL,
+    updated_at = {schema}.current_time()
+WHERE owner = %(owner)s AND status = 'RUNNING'
+
+-- upsert_executor --
+-- Register this executor (or refresh its heartbeat).
+INSERT INTO {schema}.executors (executor_id, hostname, pid, started_at, heartbeat_at,
+    capabilities)
+VALUES (%(executor_id)s, %(hostname)s, %(pid)s, {schema}.current_time(),
+    {schema}.current_time(), %(capabilities)s)
+ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = {schema}.current_time()
+
+-- heartbeat_executor --
+-- Refresh this executor's heartbeat.
+UPDATE {schema}.executors SET heartbeat_at = {schema}.current_time()
+WHERE executor_id = %(executor_id)s
+
+-- delete_executor --
+-- Forget this executor (clean shutdown).
+DELETE FROM {schema}.executors WHERE executor_id = %(executor_id)s
+
+-- app_record_transaction --
+-- Journal a @transaction step in the application's database, inside the user's transaction.
+INSERT INTO {schema}.transaction_outputs (workflow_id, step_seq, step_name, output, error)
+VALUES (%(workflow_id)s, %(step_seq)s, %(step_name)s, %(output)s, %(error)s)
+
+-- app_get_transaction --
+-- A @transaction step's journal row in the application's database (replay).
+SELECT step_name, output, error FROM {schema}.transaction_outputs
+WHERE workflow_id = %(workflow_id)s AND step_seq = %(step_seq)s

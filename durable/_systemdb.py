@@ -1,0 +1,181 @@
+"""The only module that executes SQL against the system database.
+
+Statements live in `_sql/queries.sql`. They are rendered once per engine, with the schema
+name quoted by `psycopg.sql.Identifier`, into bytes that psycopg prepares after a few uses.
+Connections are autocommit: each journal write is one statement and therefore one commit,
+with no BEGIN/COMMIT round trips and no pre-ping. Database errors are translated here, by
+SQLSTATE, into durable's typed errors.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any, LiteralString, cast
+
+import psycopg
+from psycopg import sql
+from psycopg.rows import dict_row
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from durable import _migrate
+from durable.errors import DatabaseUnavailableError
+
+logger = logging.getLogger("durable.systemdb")
+
+Row = dict[str, Any]
+
+
+def parse_queries(text: str) -> dict[str, str]:
+    """Split queries.sql into {name: statement}; `-- name --` lines start a statement."""
+    queries: dict[str, str] = {}
+    name: str | None = None
+    lines: list[str] = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("-- ") and stripped.endswith(" --") and len(stripped) > 6:
+            if name is not None:
+                queries[name] = "\n".join(lines).strip()
+            name = stripped[3:-3].strip()
+            lines = []
+        elif name is not None and not stripped.startswith("--"):
+            lines.append(line)
+    if name is not None:
+        queries[name] = "\n".join(lines).strip()
+    return queries
+
+
+def load_queries() -> dict[str, str]:
+    text = resources.files("durable._sql").joinpath("queries.sql").read_text("utf-8")
+    return parse_queries(text)
+
+
+@dataclass
+class Counters:
+    """Statements this SystemDB sent, for tests and benchmarks."""
+
+    statements: int = 0
+
+
+class SystemDB:
+    """A connection pool to the system database plus the named statements."""
+
+    def __init__(self, url: str, schema: str, *, min_size: int = 1, max_size: int = 10) -> None:
+        self.url = url
+        self.schema = schema
+        self.counters = Counters()
+        self._lock = threading.Lock()
+        self._pool = ConnectionPool(
+            url,
+            min_size=min_size,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            open=False,
+            name="durable",
+        )
+        self._raw = load_queries()
+        self._queries: dict[str, bytes] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def open(self, timeout: float = 15.0) -> None:
+        try:
+            self._pool.open(wait=True, timeout=timeout)
+        except PoolTimeout as exc:
+            self._pool.close()
+            raise DatabaseUnavailableError(
+                f"cannot connect to the system database at {redact(self.url)} within "
+                f"{timeout} s: check the URL and that PostgreSQL is running"
+            ) from exc
+        with self._pool.connection() as conn:
+            ident = sql.Identifier(self.schema)
+            for name, text in self._raw.items():
+                composed = sql.SQL(cast(LiteralString, text)).format(schema=ident)
+                self._queries[name] = composed.as_bytes(conn)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    def migrate(self) -> list[int]:
+        with self._pool.connection() as conn:
+            return _migrate.migrate(cast("psycopg.Connection[object]", conn), self.schema)
+
+    def check_schema(self) -> None:
+        with self._pool.connection() as conn:
+            _migrate.check(cast("psycopg.Connection[object]", conn), self.schema)
+
+    def statement(self, name: str) -> str:
+        """The rendered text of a named statement (used inside the app's transaction)."""
+        return self._queries[name].decode("utf-8")
+
+    # -- execution ---------------------------------------------------------------------------
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._pool.connection() as conn:
+            yield conn
+
+    def execute(self, name: str, params: dict[str, Any]) -> int:
+        """Run a statement, return its row count (0 means a fence refused the write)."""
+        query = self._queries[name]
+        with self._pool.connection() as conn:
+            cur = conn.execute(query, params)
+            self.counters.statements += 1
+            return cur.rowcount
+
+    def fetch_one(self, name: str, params: dict[str, Any]) -> Row | None:
+        query = self._queries[name]
+        with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(query, params)
+            self.counters.statements += 1
+            return cur.fetchone()
+
+    def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
+        query = self._queries[name]
+        with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(query, params)
+            self.counters.statements += 1
+            return cur.fetchall()
+
+    def execute_many_in_transaction(self, ops: Sequence[tuple[str, dict[str, Any]]]) -> list[int]:
+        """Run several statements in one transaction; returns each row count."""
+        counts: list[int] = []
+        with self._pool.connection() as conn, conn.transaction():
+            for name, params in ops:
+                cur = conn.execute(self._queries[name], params)
+                self.counters.statements += 1
+                counts.append(cur.rowcount)
+        return counts
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "<unparseable url>"
+    info.pop("password", None)
+    return psycopg.conninfo.make_conninfo("", **{k: str(v) for k, v in info.items()})
+
+
+def same_database(url_a: str, url_b: str) -> bool:
+    """Whether two URLs name the same database on the same server."""
+
+    def key(url: str) -> tuple[str, str, str]:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+        host = str(info.get("host") or "localhost")
+        if host in ("127.0.0.1", "::1"):
+            host = "localhost"
+        return host, str(info.get("port") or "5432"), str(info.get("dbname") or "")
+
+    return key(url_a) == key(url_b)
+
+
+def executor_identity() -> tuple[str, int]:
+    return socket.gethostname(), os.getpid()

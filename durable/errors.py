@@ -1,0 +1,225 @@
+"""Every public exception of durable.
+
+The tree::
+
+    DurableError
+    ├── ConfigurationError
+    │   ├── NoEngineError
+    │   ├── EngineNotRunningError
+    │   ├── DuplicateNameError
+    │   ├── DefinitionError
+    │   ├── UnknownWorkflowError
+    │   ├── EmbeddedServerError
+    │   └── DatabaseUnavailableError
+    ├── SerializationError
+    │   └── PayloadTooLargeError
+    ├── WorkflowConflictError
+    ├── WorkflowNotFoundError
+    ├── NondeterminismError
+    ├── StaleOwnerError
+    ├── StepError
+    ├── WorkflowFailedError
+    ├── WorkflowCancelledError
+    ├── ResultTimeoutError (also a TimeoutError)
+    └── MigrationError
+
+Each class's docstring is its default message and ends with the fix; the context of a
+particular failure is kept in attributes so that callers never parse messages.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class DurableError(Exception):
+    """Base class of every durable error."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class ConfigurationError(DurableError):
+    """durable is not set up correctly: see the message for the setting to change."""
+
+
+class NoEngineError(ConfigurationError):
+    """No engine is active: start one with `with durable.Engine(...):` before calling a workflow."""
+
+
+class EngineNotRunningError(ConfigurationError):
+    """The engine is not running: use `with engine:` (or `engine.launch()`) before this call."""
+
+
+class DuplicateNameError(ConfigurationError):
+    """Two definitions share one name in a registry: give one of them `name=` explicitly."""
+
+    def __init__(self, kind: str, name: str) -> None:
+        self.kind = kind
+        self.name = name
+        super().__init__(
+            f"a {kind} named {name!r} is already registered: pass name='...' to the decorator "
+            "to register it under another name, or use a separate durable.Registry()"
+        )
+
+
+class DefinitionError(ConfigurationError):
+    """A decorator was used with invalid options: fix the decorator arguments."""
+
+
+class UnknownWorkflowError(ConfigurationError):
+    """No workflow of that name (and version) is registered in this process: import the
+    module that defines it, or run it on a worker that has it."""
+
+    def __init__(self, name: str, version: str | None = None) -> None:
+        self.name = name
+        self.version = version
+        label = name if version is None else f"{name} (version {version})"
+        super().__init__(
+            f"workflow {label} is not registered in this process: import the module that "
+            "defines it before starting the engine, or leave it for a worker that has it"
+        )
+
+
+class EmbeddedServerError(ConfigurationError):
+    """The embedded PostgreSQL server could not be started: install it with
+    `pip install 'durable-pg[embedded]'`, or pass a database URL / set DURABLE_DATABASE_URL."""
+
+
+class DatabaseUnavailableError(ConfigurationError):
+    """The database cannot be reached: check the URL and that PostgreSQL is running."""
+
+
+class SerializationError(DurableError):
+    """A value cannot be serialized: pass JSON-compatible values (dict, list, str, int, float,
+    bool, None, datetime, Decimal, UUID, dataclasses) or configure another Serializer."""
+
+    def __init__(self, message: str | None = None, *, what: str = "", type_name: str = "") -> None:
+        self.what = what
+        self.type_name = type_name
+        super().__init__(message)
+
+
+class PayloadTooLargeError(SerializationError):
+    """A serialized value exceeds the engine's max_payload_bytes: store large data elsewhere
+    and journal a reference to it, or raise Engine(max_payload_bytes=...)."""
+
+    def __init__(self, what: str, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"{what} serializes to {size} bytes, over the limit of {limit} bytes: store large "
+            "data elsewhere and journal a reference, or raise Engine(max_payload_bytes=...)",
+            what=what,
+        )
+
+
+class WorkflowConflictError(DurableError):
+    """A workflow with this ID already exists and runs a different function: choose another
+    workflow_id (IDs are idempotency keys)."""
+
+    def __init__(self, workflow_id: str, existing: str, requested: str) -> None:
+        self.workflow_id = workflow_id
+        self.existing = existing
+        self.requested = requested
+        super().__init__(
+            f"workflow id {workflow_id!r} already belongs to {existing!r}, not {requested!r}: "
+            "choose another workflow_id (IDs are idempotency keys)"
+        )
+
+
+class WorkflowNotFoundError(DurableError):
+    """No workflow has this ID: check the ID (`durable workflows list` shows them)."""
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+        super().__init__(
+            f"no workflow with id {workflow_id!r}: check the id (`durable workflows list`)"
+        )
+
+
+class NondeterminismError(DurableError):
+    """Replay met a different step than the journal recorded: the workflow code changed under
+    a running workflow. Restore the old code (or register it with version=) to finish it."""
+
+    def __init__(self, workflow_id: str, step_seq: int, recorded: str, current: str) -> None:
+        self.workflow_id = workflow_id
+        self.step_seq = step_seq
+        self.recorded = recorded
+        self.current = current
+        super().__init__(
+            f"workflow {workflow_id!r} step {step_seq}: the journal recorded {recorded!r} but "
+            f"the code now calls {current!r}; the journal is left untouched. Restore the code "
+            "that started this workflow (or register the new code under a new version=)"
+        )
+
+
+class StaleOwnerError(DurableError):
+    """This process no longer owns the workflow (its lease expired and another worker took
+    over): nothing was recorded; the new owner finishes the workflow."""
+
+    def __init__(self, workflow_id: str, epoch: int) -> None:
+        self.workflow_id = workflow_id
+        self.epoch = epoch
+        super().__init__(
+            f"workflow {workflow_id!r}: this process's claim (epoch {epoch}) is stale, another "
+            "worker owns it now; nothing was recorded and the new owner finishes it. Raise "
+            "Engine(lease_seconds=...) if steps block the heartbeat for longer than the lease"
+        )
+
+
+class StepError(DurableError):
+    """A journaled step failed; its recorded error is re-raised on replay."""
+
+    def __init__(
+        self, step_name: str, error_type: str, error_message: str, traceback: str = ""
+    ) -> None:
+        self.step_name = step_name
+        self.error_type = error_type
+        self.error_message = error_message
+        self.traceback = traceback
+        super().__init__(f"step {step_name!r} failed with {error_type}: {error_message}")
+
+
+class WorkflowFailedError(DurableError):
+    """The workflow ended with an error: see error_type, error_message and traceback."""
+
+    def __init__(
+        self, workflow_id: str, error_type: str, error_message: str, traceback: str = ""
+    ) -> None:
+        self.workflow_id = workflow_id
+        self.error_type = error_type
+        self.error_message = error_message
+        self.traceback = traceback
+        super().__init__(f"workflow {workflow_id!r} failed with {error_type}: {error_message}")
+
+
+class WorkflowCancelledError(DurableError):
+    """The workflow was cancelled: it will not run again unless resumed."""
+
+    def __init__(self, workflow_id: str) -> None:
+        self.workflow_id = workflow_id
+        super().__init__(f"workflow {workflow_id!r} was cancelled")
+
+
+class ResultTimeoutError(DurableError, TimeoutError):
+    """The workflow did not finish within the timeout: it keeps running; call result() again
+    later or retrieve it with engine.retrieve(workflow_id)."""
+
+    def __init__(self, workflow_id: str, timeout: float) -> None:
+        self.workflow_id = workflow_id
+        self.timeout = timeout
+        super().__init__(
+            f"workflow {workflow_id!r} did not finish within {timeout} s; it keeps running: "
+            "call result() again later"
+        )
+
+
+class MigrationError(DurableError):
+    """The durable schema is missing or newer than this library: run `durable migrate`, or
+    upgrade durable-pg."""
+
+
+def describe(value: Any) -> str:
+    """Short type name used in error messages."""
+    return type(value).__qualname__
