@@ -1,0 +1,109 @@
+"""A small app for crash tests: every step call is recorded in the `world` table.
+
+The `world` table is written through its own autocommit connection, outside durable, so it
+shows what really happened (including step runs whose journal write never committed).
+
+Usage: python -m tests.apps.counter_app (run|recover) DATABASE_URL WORKFLOW_ID [N_STEPS]
+Crash points are armed with DURABLE_CRASH_POINTS (see Engine.crash_point).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+
+import psycopg
+from sqlalchemy import Connection, text
+
+import durable
+
+registry = durable.Registry()
+WORLD_DDL = """
+CREATE TABLE IF NOT EXISTS world (id bigserial PRIMARY KEY, workflow_id text, what text);
+CREATE TABLE IF NOT EXISTS refunds (id bigserial PRIMARY KEY, order_id text, cents int);
+"""
+
+
+class World:
+    url: str = ""
+
+    @classmethod
+    def record(cls, workflow_id: str, what: str) -> None:
+        with psycopg.connect(cls.url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO world (workflow_id, what) VALUES (%s, %s)", [workflow_id, what]
+            )
+
+
+@durable.step(registry=registry, name="counter.step")
+def count_step(workflow_id: str, label: str) -> str:
+    World.record(workflow_id, label)
+    return label.upper()
+
+
+@durable.transaction(registry=registry, name="counter.refund")
+def record_refund(conn: Connection, workflow_id: str, order_id: str, cents: int) -> int:
+    World.record(workflow_id, f"refund-attempt:{order_id}")
+    conn.execute(
+        text("INSERT INTO refunds (order_id, cents) VALUES (:o, :c)"), {"o": order_id, "c": cents}
+    )
+    return cents
+
+
+@durable.workflow(registry=registry, name="counter.three_steps")
+def three_steps(workflow_id: str) -> list[str]:
+    return [count_step(workflow_id, f"s{i}") for i in (1, 2, 3)]
+
+
+@durable.workflow(registry=registry, name="counter.refunds")
+def refunds(workflow_id: str, orders: list[list[object]]) -> int:
+    total = 0
+    for order_id, cents in orders:
+        total += record_refund(workflow_id, str(order_id), int(str(cents)))
+        count_step(workflow_id, f"after:{order_id}")
+    return total
+
+
+@durable.workflow(registry=registry, name="counter.many")
+def many(workflow_id: str, n: int) -> int:
+    for i in range(n):
+        count_step(workflow_id, f"s{i}")
+    return n
+
+
+def setup(url: str) -> None:
+    World.url = url
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(WORLD_DDL)
+
+
+def main(argv: list[str]) -> int:
+    mode, url, workflow_id = argv[0], argv[1], argv[2]
+    which = argv[3] if len(argv) > 3 else "three"
+    setup(url)
+    with durable.Engine(url, registry=registry, lease_seconds=1.0) as engine:
+        if mode == "run":
+            if which == "three":
+                handle = engine.start(three_steps, workflow_id, workflow_id=workflow_id)
+            elif which == "refunds":
+                orders = [["o1", 10], ["o2", 25], ["o3", 40]]
+                handle = engine.start(refunds, workflow_id, orders, workflow_id=workflow_id)
+            else:
+                handle = engine.start(many, workflow_id, int(which), workflow_id=workflow_id)
+            print(json.dumps(handle.result(timeout=60)))
+            return 0
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            handles = engine.recover()
+            for h in handles:
+                if h.workflow_id == workflow_id:
+                    print(json.dumps(h.result(timeout=60)))
+                    return 0
+            time.sleep(0.1)
+        print("nothing to recover", file=sys.stderr)
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
