@@ -55,7 +55,7 @@ def _check_function(fn: object, decorator: str) -> Callable[..., Any]:
             f"{getattr(fn, '__qualname__', fn)!r} is already decorated by durable: "
             "use one of @workflow, @step or @transaction per function"
         )
-    return fn  # type: ignore[return-value]
+    return fn
 
 
 def _check_name(name: str | None) -> None:

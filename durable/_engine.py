@@ -30,7 +30,9 @@ from durable._systemdb import SystemDB, executor_identity, same_database
 from durable.errors import (
     ConfigurationError,
     EngineNotRunningError,
+    PayloadTooLargeError,
     ResultTimeoutError,
+    SerializationError,
     StaleOwnerError,
     UnknownWorkflowError,
     WorkflowCancelledError,
@@ -121,7 +123,7 @@ class WorkflowHandle:
                 self._future.result(timeout=timeout)
             except concurrent.futures.TimeoutError:
                 raise ResultTimeoutError(self._workflow_id, timeout or 0.0) from None
-            except Exception:  # noqa: BLE001 - the outcome is read from the database below
+            except Exception:
                 pass
         delay = _POLL_MIN
         while True:
@@ -162,6 +164,7 @@ class Engine:
       max_workers: threads that run started workflows (default 8).
       durability: default durability mode (only "sync" is implemented in this version).
       executor_id: stable id of this process (default: a new UUID per engine).
+      connect_timeout: seconds to wait for the database at launch (default 15).
     """
 
     def __init__(
@@ -179,6 +182,7 @@ class Engine:
         max_workers: int = 8,
         durability: Durability = "sync",
         executor_id: str | None = None,
+        connect_timeout: float = 15.0,
     ) -> None:
         if not isinstance(schema, str) or not schema:
             raise ConfigurationError(f"schema={schema!r}: give a non-empty schema name")
@@ -198,8 +202,14 @@ class Engine:
         self.migrate_on_launch = migrate
         self._app_database_url = app_database_url
         self.serializer: Serializer = serializer if serializer is not None else JSONSerializer()
-        self.serializer_name = "pickle" if isinstance(self.serializer, PickleSerializer) else (
-            "json" if isinstance(self.serializer, JSONSerializer) else type(self.serializer).__name__
+        self.serializer_name = (
+            "pickle"
+            if isinstance(self.serializer, PickleSerializer)
+            else (
+                "json"
+                if isinstance(self.serializer, JSONSerializer)
+                else type(self.serializer).__name__
+            )
         )
         self.max_payload_bytes = max_payload_bytes
         self.lease_seconds = float(lease_seconds)
@@ -207,6 +217,7 @@ class Engine:
         self.max_workers = max_workers
         self.durability = durability
         self.executor_id = executor_id or str(uuid.uuid4())
+        self.connect_timeout = connect_timeout
         self._db: SystemDB | None = None
         self._app_engine: sqlalchemy.Engine | None = None
         self.app_is_system_db = True
@@ -246,7 +257,7 @@ class Engine:
         if self._db is not None:
             return
         db = SystemDB(self.database_url, self.schema, max_size=max(4, self.max_workers + 2))
-        db.open()
+        db.open(timeout=self.connect_timeout)
         try:
             if self.migrate_on_launch:
                 db.migrate()
@@ -295,7 +306,7 @@ class Engine:
                 # making another worker wait for the lease to expire.
                 self._db.execute("release_owned", {"owner": self.executor_id})
             self._db.execute("delete_executor", {"executor_id": self.executor_id})
-        except Exception:  # noqa: BLE001 - shutting down; the lease covers what we miss
+        except Exception:
             logger.warning("could not release workflows at shutdown", exc_info=True)
         if self._app_engine is not None:
             self._app_engine.dispose()
@@ -327,13 +338,14 @@ class Engine:
             if db is None:
                 return
             try:
-                db.execute("renew_leases", {"owner": self.executor_id,
-                                            "lease_seconds": self.lease_seconds})
+                db.execute(
+                    "renew_leases", {"owner": self.executor_id, "lease_seconds": self.lease_seconds}
+                )
                 db.execute("heartbeat_executor", {"executor_id": self.executor_id})
                 if failing:
                     logger.info("heartbeat restored")
                 failing = False
-            except Exception:  # noqa: BLE001 - keep beating; log once per outage
+            except Exception:
                 if not failing:
                     logger.warning("heartbeat failed; retrying", exc_info=True)
                 failing = True
@@ -359,10 +371,8 @@ class Engine:
             with self._app_engine.begin() as conn:
                 raw = conn.connection.driver_connection
                 assert raw is not None
-                rendered = sql.SQL(text).format(schema=sql.Identifier(self.schema))  # type: ignore[arg-type]
-                conn.exec_driver_sql(
-                    "SELECT pg_advisory_xact_lock(%(k)s)", {"k": 0x64757261}
-                )
+                rendered = sql.SQL(text).format(schema=sql.Identifier(self.schema))
+                conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%(k)s)", {"k": 0x64757261})
                 conn.exec_driver_sql(rendered.as_string(raw))
 
     @contextmanager
@@ -405,13 +415,30 @@ class Engine:
 
     # -- starting and running ----------------------------------------------------------------
 
-    def _encode_inputs(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
-        return dumps_checked(
-            self.serializer,
-            {"args": list(args), "kwargs": dict(kwargs)},
-            f"the inputs of workflow {defn.name!r}",
-            self.max_payload_bytes,
-        )
+    def _encode_inputs(
+        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> str:
+        try:
+            return dumps_checked(
+                self.serializer,
+                {"args": list(args), "kwargs": dict(kwargs)},
+                f"the inputs of workflow {defn.name!r}",
+                self.max_payload_bytes,
+            )
+        except PayloadTooLargeError:
+            raise
+        except SerializationError:
+            # Name the argument that failed, so the message points at the caller's mistake.
+            labelled = [(f"argument {i}", v) for i, v in enumerate(args)]
+            labelled += [(f"argument {k!r}", v) for k, v in kwargs.items()]
+            for label, value in labelled:
+                dumps_checked(
+                    self.serializer,
+                    value,
+                    f"{label} of workflow {defn.name!r} (the inputs of workflow {defn.name!r})",
+                    self.max_payload_bytes,
+                )
+            raise
 
     def _decode_inputs(self, text: str) -> tuple[list[Any], dict[str, Any]]:
         data = self.serializer.loads(text)
@@ -447,9 +474,7 @@ class Engine:
             raise WorkflowConflictError(workflow_id, info.name, defn.name)
         return info
 
-    def start(
-        self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
-    ) -> WorkflowHandle:
+    def start(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
         """Start `fn(*args, **kwargs)` as a workflow in this engine's threads.
 
         Pass `workflow_id=` (popped from kwargs) to choose the id: ids are idempotency keys,
@@ -476,7 +501,9 @@ class Engine:
         inputs = self._encode_inputs(defn, args, kwargs)
         epoch = self._insert(defn, workflow_id, inputs, parent)
         if epoch is not None:
-            future = self._submit(defn, workflow_id, epoch, list(args), dict(kwargs), Journal(workflow_id))
+            future = self._submit(
+                defn, workflow_id, epoch, list(args), dict(kwargs), Journal(workflow_id)
+            )
         else:
             info = self._existing(defn, workflow_id)
             future = None
@@ -562,9 +589,7 @@ class Engine:
         journal = Journal.from_records(row["workflow_id"], records)
         return defn, int(row["epoch"]), args, kwargs, journal
 
-    def run_direct(
-        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
-    ) -> Any:
+    def run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A workflow called as a function inside `with engine:`: run it in this thread."""
         return self.run_here(defn, str(uuid.uuid4()), args, kwargs, parent=None)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import zlib
 from importlib import resources
-from typing import LiteralString, cast
+from typing import cast
 
 import psycopg
 from psycopg import sql
@@ -42,7 +42,7 @@ def latest_version() -> int:
 
 def render(text: str, schema: str) -> sql.Composed:
     """Substitute the quoted schema name into a migration's text."""
-    return sql.SQL(cast(LiteralString, text)).format(schema=sql.Identifier(schema))
+    return sql.SQL(text).format(schema=sql.Identifier(schema))
 
 
 def migrate(conn: psycopg.Connection[object], schema: str) -> list[int]:
@@ -80,9 +80,7 @@ def check(conn: psycopg.Connection[object], schema: str) -> None:
     """Raise MigrationError unless `schema` is exactly at the version this library ships."""
     try:
         row = conn.execute(
-            sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(
-                sql.Identifier(schema)
-            )
+            sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(sql.Identifier(schema))
         ).fetchone()
     except psycopg.errors.UndefinedTable as exc:
         raise MigrationError(

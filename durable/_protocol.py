@@ -85,7 +85,7 @@ def rebuild_error(step_name: str, text: str) -> BaseException:
         if isinstance(cls, type) and issubclass(cls, Exception):
             try:
                 rebuilt = cls(message)
-            except Exception:  # noqa: BLE001 - odd constructors fall back to StepError
+            except Exception:
                 pass
             else:
                 rebuilt.__cause__ = StepError(step_name, error_type, message, trace)

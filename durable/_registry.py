@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from durable._models import StepKind
@@ -36,7 +36,7 @@ class StepDef:
     name: str
     fn: Callable[..., Any]
     kind: StepKind = StepKind.STEP
-    retry: RetryPolicy = RetryPolicy()
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
     isolation_level: str | None = None
 
 

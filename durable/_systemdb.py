@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, LiteralString, cast
+from typing import Any, cast
 
 import psycopg
 from psycopg import sql
@@ -96,7 +96,7 @@ class SystemDB:
         with self._pool.connection() as conn:
             ident = sql.Identifier(self.schema)
             for name, text in self._raw.items():
-                composed = sql.SQL(cast(LiteralString, text)).format(schema=ident)
+                composed = sql.SQL(text).format(schema=ident)
                 self._queries[name] = composed.as_bytes(conn)
 
     def close(self) -> None:

@@ -62,12 +62,12 @@ def _reachable(url: str, timeout: int = 3) -> bool:
 
 def _docker_answers() -> bool:
     try:
-        import docker  # type: ignore[import-not-found,unused-ignore]
+        import docker  # type: ignore[import-not-found,import-untyped,unused-ignore]
 
         client = docker.from_env(timeout=3)
         client.ping()
         return True
-    except Exception:  # noqa: BLE001 - any failure means "no docker"
+    except Exception:
         return False
 
 
@@ -97,7 +97,7 @@ def find_postgres() -> PostgresSource:
         data_dir = Path(tempfile.mkdtemp(prefix="durable-test-pg-"))
         data_dir.chmod(0o755)
         url = _embedded.ensure_server(data_dir)
-    except Exception as exc:  # noqa: BLE001 - fall through to the skip message
+    except Exception as exc:
         raise NoPostgresError(f"{HOW_TO_GET_ONE} (embedded server: {exc})") from exc
     source = PostgresSource(url, "embedded")
     source._cleanup.append(lambda: _embedded.stop_server(data_dir))
@@ -153,18 +153,14 @@ class TemplateDatabases:
         name = psycopg.conninfo.conninfo_to_dict(url).get("dbname")
         with self._admin() as conn:
             conn.execute(
-                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                    sql.Identifier(str(name))
-                )
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(str(name)))
             )
 
     def close(self) -> None:
         with self._admin() as conn:
             for name in [*self._created, self.template]:
                 conn.execute(
-                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
-                        sql.Identifier(name)
-                    )
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
                 )
         self._created.clear()
 

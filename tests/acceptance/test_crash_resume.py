@@ -13,7 +13,9 @@ import pytest
 APP = "tests.apps.counter_app"
 
 
-def run_app(env: dict[str, str], *args: str, crash: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_app(
+    env: dict[str, str], *args: str, crash: str | None = None
+) -> subprocess.CompletedProcess[str]:
     child_env = dict(env)
     if crash:
         child_env["DURABLE_CRASH_POINTS"] = crash
@@ -36,7 +38,9 @@ def world(url: str, workflow_id: str) -> list[str]:
 
 def refunds(url: str) -> list[tuple[str, int]]:
     with psycopg.connect(url) as conn:
-        return [(r[0], r[1]) for r in conn.execute("SELECT order_id, cents FROM refunds ORDER BY id")]
+        return [
+            (r[0], r[1]) for r in conn.execute("SELECT order_id, cents FROM refunds ORDER BY id")
+        ]
 
 
 def journal(url: str, workflow_id: str) -> list[tuple[int, str]]:
@@ -103,9 +107,7 @@ def test_transaction_row_and_journal_commit_together(
     database_url: str, subprocess_env: dict[str, str], when: str
 ) -> None:
     # Kill at the second refund: o1 is committed; o2 is in flight.
-    crashed = run_app(
-        subprocess_env, "run", database_url, "wf-t", "refunds", crash=f"{when}:2"
-    )
+    crashed = run_app(subprocess_env, "run", database_url, "wf-t", "refunds", crash=f"{when}:2")
     assert crashed.returncode == -signal.SIGKILL
     kinds = [k for _, k in journal(database_url, "wf-t")]
     if when == "before_transaction_commit":

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import psycopg
 import pytest
 
 import durable
@@ -27,7 +26,7 @@ def make_app() -> tuple[durable.Registry, dict[str, int], object, object]:
 
 
 def test_start_and_result(database_url: str) -> None:
-    reg, calls, _add, total = make_app()
+    reg, _calls, _add, total = make_app()
     with durable.Engine(database_url, registry=reg) as engine:
         handle = engine.start(total, [1, 2, 3], workflow_id="wf-1")
         assert handle.result(timeout=10) == 6
@@ -54,5 +53,5 @@ def test_same_id_returns_existing(database_url: str) -> None:
 def test_no_engine() -> None:
     _reg, _calls, add, total = make_app()
     assert add(1, 2) == 3  # type: ignore[operator]
-    with pytest.raises(errors.NoEngineError, match="durable.Engine"):
+    with pytest.raises(errors.NoEngineError, match=r"durable\.Engine"):
         total([1])  # type: ignore[operator]

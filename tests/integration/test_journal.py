@@ -1,0 +1,289 @@
+"""The journal: statement counts, replay, retries, errors and the stored workflow."""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as dt
+import decimal
+import uuid
+from typing import Any
+
+import psycopg
+import pytest
+from sqlalchemy import Connection, text
+
+import durable
+from durable import errors
+
+
+def expire(url: str, workflow_id: str) -> None:
+    """Make a finished workflow look interrupted: owned by a dead executor, lease expired."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE durable.workflows SET status = 'RUNNING', owner = 'dead', output = NULL,"
+            " lease_expires_at = now() - interval '1 second' WHERE workflow_id = %s",
+            [workflow_id],
+        )
+
+
+def snapshot(url: str, workflow_id: str) -> tuple[Any, ...]:
+    with psycopg.connect(url) as conn:
+        wf = conn.execute(
+            "SELECT name, status, inputs, output, error, epoch FROM durable.workflows"
+            " WHERE workflow_id = %s",
+            [workflow_id],
+        ).fetchone()
+        steps = conn.execute(
+            "SELECT step_seq, step_name, output, error, attempts FROM durable.steps"
+            " WHERE workflow_id = %s ORDER BY step_seq",
+            [workflow_id],
+        ).fetchall()
+    return wf, steps
+
+
+def app() -> tuple[durable.Registry, Any, Any, list[int]]:
+    reg = durable.Registry()
+    runs: list[int] = []
+
+    @durable.step(registry=reg, name="inc")
+    def inc(i: int) -> int:
+        runs.append(i)
+        return i + 1
+
+    @durable.workflow(registry=reg, name="loop")
+    def loop(n: int) -> int:
+        total = 0
+        for i in range(n):
+            total += inc(i)
+        return total
+
+    return reg, inc, loop, runs
+
+
+@pytest.mark.parametrize("n", [10, 100])
+def test_fresh_run_issues_one_statement_per_step(database_url: str, n: int) -> None:
+    reg, _inc, loop, _runs = app()
+    with durable.Engine(database_url, registry=reg) as engine:
+        loop(3)  # warm the pool and prepared statements
+        before = engine.db.counters.statements
+        assert loop(n) == sum(range(1, n + 1))
+        used = engine.db.counters.statements - before
+    # insert workflow + one per step + finish
+    assert used <= n + 2
+
+
+def test_replay_issues_constant_statements(database_url: str) -> None:
+    reg, _inc, loop, runs = app()
+    used = {}
+    with durable.Engine(database_url, registry=reg) as engine:
+        for n in (10, 100):
+            engine.start(loop, n, workflow_id=f"r{n}").result(timeout=30)
+            expire(database_url, f"r{n}")
+            runs.clear()
+            before = engine.db.counters.statements
+            (handle,) = engine.recover()
+            assert handle.result(timeout=30) == sum(range(1, n + 1))
+            used[n] = engine.db.counters.statements - before
+            assert runs == []  # nothing re-ran
+    # claim + journal read + finish, plus the result poll: the same for 10 and 100 steps
+    assert used[10] == used[100] <= 5
+
+
+def test_nondeterminism_leaves_journal_intact(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.step(registry=reg, name="a")
+    def a() -> int:
+        return 1
+
+    @durable.step(registry=reg, name="b")
+    def b() -> int:
+        return 2
+
+    flag = {"new_code": False}
+
+    @durable.workflow(registry=reg, name="changing")
+    def changing() -> int:
+        return (b() if flag["new_code"] else a()) + a()
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        engine.start(changing, workflow_id="nd").result(timeout=10)
+        expire(database_url, "nd")
+        _, steps_before = snapshot(database_url, "nd")
+        flag["new_code"] = True
+        (handle,) = engine.recover()
+        with pytest.raises(errors.WorkflowFailedError) as info:
+            handle.result(timeout=10)
+        assert info.value.error_type == "durable.errors.NondeterminismError"
+        assert "'a'" in info.value.error_message and "'b'" in info.value.error_message
+        _, steps_after = snapshot(database_url, "nd")
+        assert steps_after == steps_before
+
+
+def test_retries_record_attempts_and_errors_replay(database_url: str) -> None:
+    reg = durable.Registry()
+    attempts: list[int] = []
+
+    @durable.step(registry=reg, name="flaky", retries=3, initial_delay=0.01, jitter=0)
+    def flaky() -> str:
+        attempts.append(1)
+        if len(attempts) < 3:
+            raise ConnectionError("vendor down")
+        return "ok"
+
+    @durable.step(registry=reg, name="broken", retries=1, initial_delay=0, retry_on=KeyError)
+    def broken() -> None:
+        attempts.append(2)
+        raise ValueError("bad order")
+
+    @durable.workflow(registry=reg, name="retrying")
+    def retrying() -> str:
+        first = flaky()
+        try:
+            broken()
+        except ValueError as exc:
+            return f"{first}/{exc}"
+        return "unreachable"
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(retrying, workflow_id="rt").result(timeout=10) == "ok/bad order"
+        steps = engine.steps("rt")
+        assert [s.attempts for s in steps] == [3, 1]  # ValueError is not in retry_on
+        assert steps[1].error is not None and "bad order" in steps[1].error
+        expire(database_url, "rt")
+        attempts.clear()
+        (handle,) = engine.recover()
+        # The recorded ValueError is re-raised on replay, nothing runs again.
+        assert handle.result(timeout=10) == "ok/bad order"
+        assert attempts == []
+
+
+def test_step_error_of_custom_type_replays_as_step_error(database_url: str) -> None:
+    reg = durable.Registry()
+
+    class VendorError(Exception):
+        pass
+
+    seen: list[BaseException] = []
+
+    @durable.step(registry=reg, name="fails")
+    def fails() -> None:
+        raise VendorError("card declined")
+
+    @durable.workflow(registry=reg, name="catches")
+    def catches() -> str:
+        try:
+            fails()
+        except Exception as exc:
+            seen.append(exc)
+            return type(exc).__name__
+        return ""
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(catches, workflow_id="ce").result(timeout=10) == "VendorError"
+        expire(database_url, "ce")
+        (handle,) = engine.recover()
+        assert handle.result(timeout=10) == "StepError"
+        err = seen[-1]
+        assert isinstance(err, errors.StepError)
+        assert err.error_type.endswith("VendorError") and err.error_message == "card declined"
+
+
+def test_workflow_failure_is_stored(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="boom")
+    def boom() -> None:
+        raise RuntimeError("nope")
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        handle = engine.start(boom, workflow_id="boom")
+        with pytest.raises(errors.WorkflowFailedError, match="nope"):
+            handle.result(timeout=10)
+        assert handle.status() == durable.WorkflowStatus.ERROR
+        with pytest.raises(RuntimeError, match="nope"):
+            boom()  # type: ignore[func-returns-value]
+
+
+def test_serializer_round_trips_rich_values(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @dataclasses.dataclass
+    class Order:
+        id: str
+        cents: int
+
+    value = {
+        "when": dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=dt.UTC),
+        "day": dt.date(2026, 1, 2),
+        "amount": decimal.Decimal("12.50"),
+        "id": uuid.UUID(int=7),
+        "order": Order("o1", 10),
+    }
+
+    @durable.step(registry=reg, name="rich")
+    def rich() -> dict[str, Any]:
+        return value
+
+    @durable.workflow(registry=reg, name="rich_wf")
+    def rich_wf() -> dict[str, Any]:
+        return rich()
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        got = engine.start(rich_wf, workflow_id="rich").result(timeout=10)
+    assert got["when"] == value["when"] and got["amount"] == decimal.Decimal("12.50")
+    assert got["id"] == uuid.UUID(int=7) and got["day"] == dt.date(2026, 1, 2)
+    assert got["order"] == {"id": "o1", "cents": 10}
+
+
+def test_child_workflows_have_deterministic_ids(database_url: str) -> None:
+    reg, _inc, loop, runs = app()
+
+    @durable.workflow(registry=reg, name="parent")
+    def parent() -> int:
+        a = loop(2)
+        handle = durable_engine.start(loop, 3)
+        return a + handle.result(timeout=10)
+
+    with durable.Engine(database_url, registry=reg) as durable_engine:
+        assert durable_engine.start(parent, workflow_id="p").result(timeout=20) == 3 + 6
+        children = sorted(
+            (w.workflow_id, w.parent_id) for w in durable_engine.list_workflows(name="loop")
+        )
+        assert children == [("p:child:0", "p"), ("p:child:1", "p")]
+        kinds = [s.kind for s in durable_engine.steps("p")]
+        assert kinds == ["child", "child"]
+        expire(database_url, "p")
+        runs.clear()
+        (handle,) = durable_engine.recover()
+        assert handle.result(timeout=20) == 9
+        assert runs == []
+
+
+def test_transaction_in_separate_app_database(database_url: str, bare_database_url: str) -> None:
+    reg = durable.Registry()
+    with psycopg.connect(bare_database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE payouts (id serial PRIMARY KEY, who text)")
+
+    @durable.transaction(registry=reg, name="payout")
+    def payout(conn: Connection, who: str) -> int:
+        row = conn.execute(text("INSERT INTO payouts (who) VALUES (:w) RETURNING id"), {"w": who})
+        return int(row.scalar_one())
+
+    @durable.workflow(registry=reg, name="payouts")
+    def payouts() -> list[int]:
+        return [payout("ann"), payout("bob")]
+
+    with durable.Engine(database_url, registry=reg, app_database_url=bare_database_url) as engine:
+        assert engine.start(payouts, workflow_id="po").result(timeout=10) == [1, 2]
+        # Simulate a crash after the app commit of step 1 but before the system journal row.
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("DELETE FROM durable.steps WHERE workflow_id = 'po' AND step_seq = 1")
+        expire(database_url, "po")
+        (handle,) = engine.recover()
+        assert handle.result(timeout=10) == [1, 2]
+    with psycopg.connect(bare_database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM payouts").fetchone() == (2,)
+        assert conn.execute(
+            "SELECT count(*) FROM durable.transaction_outputs WHERE workflow_id = 'po'"
+        ).fetchone() == (2,)
