@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import durable
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_workflows_list_and_show(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.step(registry=reg, name="double")
+    def double(x: int) -> int:
+        return 2 * x
+
+    @durable.workflow(registry=reg, name="doubler")
+    def doubler(x: int) -> int:
+        return double(double(x))
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        engine.start(doubler, 3, workflow_id="d-1").result(timeout=10)
+
+    listed = cli("workflows", "list", "--database-url", database_url, "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)
+    assert [(r["workflow_id"], r["status"]) for r in rows] == [("d-1", "SUCCESS")]
+
+    shown = cli("workflows", "show", "d-1", "--database-url", database_url, "--json")
+    data = json.loads(shown.stdout)
+    assert [s["output"] for s in data["steps"]] == ["6", "12"]
+    assert data["output"] == "12"
+
+    table = cli("workflows", "show", "d-1", "--database-url", database_url)
+    assert "double" in table.stdout and "SUCCESS" in table.stdout
+
+    missing = cli("workflows", "show", "nope", "--database-url", database_url)
+    assert missing.returncode == 1
+    assert "workflows list" in missing.stderr

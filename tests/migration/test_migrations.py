@@ -1,0 +1,79 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+
+import psycopg
+import pytest
+
+from durable import _migrate
+
+
+def schema_shape(url: str) -> list[tuple[str, ...]]:
+    with psycopg.connect(url) as conn:
+        cols = conn.execute(
+            "SELECT table_name, column_name, data_type, coalesce(column_default, ''),"
+            " is_nullable FROM information_schema.columns WHERE table_schema = 'durable'"
+            " ORDER BY table_name, column_name"
+        ).fetchall()
+        cons = conn.execute(
+            "SELECT conrelid::regclass::text, pg_get_constraintdef(oid) FROM pg_constraint"
+            " WHERE connamespace = 'durable'::regnamespace ORDER BY 1, 2"
+        ).fetchall()
+        idx = conn.execute(
+            "SELECT indexdef FROM pg_indexes WHERE schemaname = 'durable' ORDER BY 1"
+        ).fetchall()
+    return [tuple(map(str, r)) for r in [*cols, *cons, *idx]]
+
+
+def test_concurrent_migrators_are_safe(bare_database_url: str) -> None:
+    errors: list[BaseException] = []
+    applied: list[list[int]] = []
+    barrier = threading.Barrier(4)
+
+    def run() -> None:
+        try:
+            with psycopg.connect(bare_database_url, autocommit=True) as conn:
+                barrier.wait()
+                applied.append(_migrate.migrate(conn, "durable"))
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    # Exactly one migrator applied each version; the others found nothing to do.
+    assert sorted(applied, key=len) == [[], [], [], [v for v, _, _ in _migrate.available()]]
+
+
+def test_fresh_equals_template_and_rerun_is_noop(bare_database_url: str, database_url: str) -> None:
+    with psycopg.connect(bare_database_url, autocommit=True) as conn:
+        assert _migrate.migrate(conn, "durable")
+        assert _migrate.migrate(conn, "durable") == []
+        _migrate.check(conn, "durable")
+    assert schema_shape(bare_database_url) == schema_shape(database_url)
+
+
+def test_cli_migrate(bare_database_url: str) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "durable.cli", "migrate", "--database-url", bare_database_url],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "applied migrations" in out.stdout
+    with psycopg.connect(bare_database_url, autocommit=True) as conn:
+        _migrate.check(conn, "durable")
+
+
+def test_check_rejects_newer_schema(database_url: str) -> None:
+    from durable.errors import MigrationError
+
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO durable.schema_migrations (version, name) VALUES (9999, 'x')")
+        with pytest.raises(MigrationError, match="upgrade durable-pg"):
+            _migrate.check(conn, "durable")

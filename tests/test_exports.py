@@ -1,0 +1,40 @@
+from __future__ import annotations
+
+import durable
+
+PUBLIC = {
+    "Engine",
+    "JSONSerializer",
+    "PickleSerializer",
+    "Registry",
+    "RetryPolicy",
+    "Serializer",
+    "StepKind",
+    "StepRecord",
+    "WorkflowHandle",
+    "WorkflowInfo",
+    "WorkflowStatus",
+    "default_registry",
+    "step",
+    "transaction",
+    "workflow",
+}
+# Names that must not come back without a decision.
+REMOVED: set[str] = set()
+
+
+def test_public_surface_is_pinned() -> None:
+    assert set(durable.__all__) == PUBLIC
+    for name in PUBLIC:
+        assert hasattr(durable, name), name
+    assert not (REMOVED & set(dir(durable)))
+
+
+def test_every_public_error_lives_in_errors() -> None:
+    from durable import errors
+
+    assert all(
+        issubclass(getattr(errors, n), errors.DurableError)
+        for n in dir(errors)
+        if n.endswith("Error") and isinstance(getattr(errors, n), type)
+    )
