@@ -29,6 +29,7 @@ from durable._registry import Durability, Registry, WorkflowDef, default_registr
 from durable._systemdb import SystemDB, executor_identity, same_database
 from durable.errors import (
     ConfigurationError,
+    DatabaseUnavailableError,
     EngineNotRunningError,
     PayloadTooLargeError,
     ResultTimeoutError,
@@ -165,6 +166,9 @@ class Engine:
       durability: default durability mode (only "sync" is implemented in this version).
       executor_id: stable id of this process (default: a new UUID per engine).
       connect_timeout: seconds to wait for the database at launch (default 15).
+      worker: also run the recovery/execution loop in a background thread (default False).
+      poll_interval: seconds between claims when no notification arrives (default 1).
+      grace_seconds: at shutdown, how long running workflows may finish (default 30).
     """
 
     def __init__(
@@ -183,6 +187,9 @@ class Engine:
         durability: Durability = "sync",
         executor_id: str | None = None,
         connect_timeout: float = 15.0,
+        worker: bool = False,
+        poll_interval: float = 1.0,
+        grace_seconds: float = 30.0,
     ) -> None:
         if not isinstance(schema, str) or not schema:
             raise ConfigurationError(f"schema={schema!r}: give a non-empty schema name")
@@ -229,6 +236,13 @@ class Engine:
         self._crash_counts: dict[str, int] = {}
         self._futures: set[concurrent.futures.Future[Any]] = set()
         self._futures_lock = threading.Lock()
+        self._interrupted: set[tuple[str, int]] = set()
+        self._slot_freed = threading.Event()
+        self.worker = worker
+        self.poll_interval = poll_interval
+        self.grace_seconds = grace_seconds
+        self._worker_thread: threading.Thread | None = None
+        self._worker_stop = threading.Event()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -288,11 +302,24 @@ class Engine:
             target=self._heartbeat_loop, name="durable-heartbeat", daemon=True
         )
         self._heartbeat.start()
+        if self.worker:
+            self._worker_stop = threading.Event()
+            self._worker_thread = threading.Thread(
+                target=self.run_worker,
+                args=(self._worker_stop,),
+                name="durable-worker",
+                daemon=True,
+            )
+            self._worker_thread.start()
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop: wait for running workflows (if `wait`), release what is still owned."""
         if self._db is None:
             return
+        if self._worker_thread is not None:
+            self._worker_stop.set()
+            self._worker_thread.join()
+            self._worker_thread = None
         if self._pool is not None:
             self._pool.shutdown(wait=wait, cancel_futures=not wait)
             self._pool = None
@@ -544,12 +571,25 @@ class Engine:
                 )
             except StaleOwnerError:
                 return None
+            except DatabaseUnavailableError:
+                logger.warning("workflow %s interrupted by a database outage", workflow_id)
+                with self._futures_lock:
+                    self._interrupted.add((workflow_id, epoch))
+                raise
             except Exception:
                 logger.debug("workflow %s failed", workflow_id, exc_info=True)
                 raise
 
         future = pool.submit(task)
+        with self._futures_lock:
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
         return future
+
+    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._futures_lock:
+            self._futures.discard(future)
+        self._slot_freed.set()
 
     def _submit_claim(self, workflow_id: str) -> concurrent.futures.Future[Any] | None:
         claimed = self._claim(workflow_id)
@@ -653,30 +693,106 @@ class Engine:
 
     def recover(self, limit: int = 100) -> list[WorkflowHandle]:
         """Claim up to `limit` interrupted or runnable workflows this registry can run, and
-        run them in this engine's threads. Returns their handles."""
+        run them in this engine's threads. Returns their handles.
+
+        Only workflows whose (name, version) this registry has are claimed, so a worker
+        never runs a workflow with the wrong code; others wait for a worker that has it.
+        """
+        if self._pool is None:
+            raise EngineNotRunningError()
+        defs = self.registry.workflows()
         rows = self.db.fetch_all(
             "claim_batch",
             {
                 "owner": self.executor_id,
                 "lease_seconds": self.lease_seconds,
                 "max_attempts": self.max_recovery_attempts,
-                "names": self.registry.workflow_names(),
+                "names": [d.name for d in defs],
+                "versions": [d.version or "" for d in defs],
                 "limit": limit,
             },
         )
-        handles = []
+        runnable = []
         for row in rows:
             if row["status"] != WorkflowStatus.RUNNING:
                 logger.error(
-                    "workflow %s exceeded %d recovery attempts; it is left for an operator",
+                    "workflow %s crashed its worker %d times; it is left as %s for an "
+                    "operator (`durable workflows resume` retries it)",
                     row["workflow_id"],
                     self.max_recovery_attempts,
+                    row["status"],
                 )
                 continue
-            defn, epoch, args, kwargs, journal = self._prepare(row)
-            future = self._submit(defn, row["workflow_id"], epoch, args, kwargs, journal)
-            handles.append(WorkflowHandle(self, row["workflow_id"], future))
+            runnable.append(row)
+        if not runnable:
+            return []
+        journals: dict[str, list[StepRecord]] = {r["workflow_id"]: [] for r in runnable}
+        for step_row in self.db.fetch_all(
+            "load_journals", {"workflow_ids": list(journals)}
+        ):
+            journals[step_row["workflow_id"]].append(StepRecord.from_row(step_row))
+        handles = []
+        for row in runnable:
+            workflow_id = row["workflow_id"]
+            defn = self.registry.get_workflow(row["name"], row["version"])
+            assert defn is not None  # the claim filtered on what the registry has
+            args, kwargs = self._decode_inputs(row["inputs"])
+            journal = Journal.from_records(workflow_id, journals[workflow_id])
+            future = self._submit(defn, workflow_id, int(row["epoch"]), args, kwargs, journal)
+            handles.append(WorkflowHandle(self, workflow_id, future))
         return handles
+
+    def release_interrupted(self) -> int:
+        """Hand back workflows whose run was cut off by a database outage; returns how many
+        are still waiting (the database may still be down)."""
+        with self._futures_lock:
+            pending = list(self._interrupted)
+        for workflow_id, epoch in pending:
+            try:
+                self.db.execute("release_workflow", {"workflow_id": workflow_id, "epoch": epoch})
+            except DatabaseUnavailableError:
+                break
+            with self._futures_lock:
+                self._interrupted.discard((workflow_id, epoch))
+        with self._futures_lock:
+            return len(self._interrupted)
+
+    def running_count(self) -> int:
+        with self._futures_lock:
+            return len(self._futures)
+
+    def notify_work(self, payload: str = "") -> None:
+        """Wake idle workers (they also poll, so a lost notification only delays)."""
+        try:
+            self.db.execute("notify_work", {"channel": self.notify_channel, "payload": payload})
+        except DatabaseUnavailableError:
+            pass
+
+    @property
+    def notify_channel(self) -> str:
+        return f"{self.schema}_work"
+
+    def run_worker(
+        self,
+        stop: threading.Event | None = None,
+        *,
+        poll_interval: float | None = None,
+        grace_seconds: float | None = None,
+    ) -> None:
+        """Run the recovery and execution loop until `stop` is set (blocks).
+
+        Claims interrupted and runnable workflows whenever a slot is free, wakes on
+        LISTEN/NOTIFY and polls as a fallback. When stopped it claims nothing more, lets
+        running workflows finish for up to `grace_seconds`, then releases the rest so that
+        another worker takes them at once.
+        """
+        from durable._recovery import Worker
+
+        Worker(
+            self,
+            poll_interval=self.poll_interval if poll_interval is None else poll_interval,
+            grace_seconds=self.grace_seconds if grace_seconds is None else grace_seconds,
+        ).run(stop or threading.Event())
 
     # -- reading -----------------------------------------------------------------------------
 

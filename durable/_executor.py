@@ -19,7 +19,9 @@ from durable._context import RunContext, current_engine, current_run
 from durable._models import StepKind, StepRecord
 from durable._protocol import Journal, child_workflow_id, encode_error, rebuild_error
 from durable._registry import StepDef, WorkflowDef
+from durable._systemdb import is_unique_violation
 from durable.errors import (
+    DatabaseUnavailableError,
     NoEngineError,
     SerializationError,
     StaleOwnerError,
@@ -215,12 +217,17 @@ def execute_transaction(
                     raise StaleOwnerError(run.workflow_id, run.epoch)
             engine.crash_point("before_transaction_commit")
     except sqlalchemy.exc.IntegrityError as exc:
-        if separate and "transaction_outputs" in str(exc.orig.__class__.__name__ + str(exc)):
+        if separate and is_unique_violation(exc.orig, "transaction_outputs_pkey"):
             # Another owner recorded this position first: our writes rolled back with it.
             raise StaleOwnerError(run.workflow_id, run.epoch) from exc
         _record_transaction_error(run, seq, defn, exc, started)
         raise
-    except (StaleOwnerError, SerializationError):
+    except (StaleOwnerError, SerializationError, DatabaseUnavailableError):
+        raise
+    except sqlalchemy.exc.OperationalError as exc:
+        if not separate:
+            raise DatabaseUnavailableError(f"lost the database in a transaction: {exc}") from exc
+        _record_transaction_error(run, seq, defn, exc, started)
         raise
     except Exception as exc:
         _record_transaction_error(run, seq, defn, exc, started)
@@ -255,7 +262,7 @@ def call_child(
     engine = run.engine
     try:
         value = engine.run_here(defn, child_id, args, kwargs, parent=(run.workflow_id, seq))
-    except StaleOwnerError:
+    except (StaleOwnerError, DatabaseUnavailableError):
         raise
     except Exception as exc:
         record_step(
@@ -298,6 +305,9 @@ def execute_run(
             value = defn.fn(*args, **kwargs)
         except StaleOwnerError:
             logger.warning("workflow %s: lost ownership (epoch %d), stopping", workflow_id, epoch)
+            raise
+        except DatabaseUnavailableError:
+            # Interrupted, not failed: the worker hands it back once the database answers.
             raise
         except Exception as exc:
             finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc))

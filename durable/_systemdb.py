@@ -121,24 +121,43 @@ class SystemDB:
         with self._pool.connection() as conn:
             yield conn
 
+    @contextmanager
+    def _translate(self, name: str) -> Iterator[None]:
+        # Connection loss is not the caller's bug: it becomes DatabaseUnavailableError, which
+        # the executor treats as "interrupted, retry later", never as a workflow failure.
+        try:
+            yield
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise DatabaseUnavailableError(
+                f"lost the system database while running {name!r}: {exc}"
+            ) from exc
+
     def execute(self, name: str, params: dict[str, Any]) -> int:
         """Run a statement, return its row count (0 means a fence refused the write)."""
         query = self._queries[name]
-        with self._pool.connection() as conn:
+        with self._translate(name), self._pool.connection() as conn:
             cur = conn.execute(query, params)
             self.counters.statements += 1
             return cur.rowcount
 
     def fetch_one(self, name: str, params: dict[str, Any]) -> Row | None:
         query = self._queries[name]
-        with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with (
+            self._translate(name),
+            self._pool.connection() as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
             cur.execute(query, params)
             self.counters.statements += 1
             return cur.fetchone()
 
     def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
         query = self._queries[name]
-        with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cur:
+        with (
+            self._translate(name),
+            self._pool.connection() as conn,
+            conn.cursor(row_factory=dict_row) as cur,
+        ):
             cur.execute(query, params)
             self.counters.statements += 1
             return cur.fetchall()
@@ -146,12 +165,18 @@ class SystemDB:
     def execute_many_in_transaction(self, ops: Sequence[tuple[str, dict[str, Any]]]) -> list[int]:
         """Run several statements in one transaction; returns each row count."""
         counts: list[int] = []
-        with self._pool.connection() as conn, conn.transaction():
+        with self._translate(ops[0][0]), self._pool.connection() as conn, conn.transaction():
             for name, params in ops:
                 cur = conn.execute(self._queries[name], params)
                 self.counters.statements += 1
                 counts.append(cur.rowcount)
         return counts
+
+    def listen_connection(self, channel: str) -> psycopg.Connection[Any]:
+        """A dedicated autocommit connection LISTENing on `channel` (not from the pool)."""
+        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        return conn
 
 
 def redact(url: str) -> str:
@@ -179,3 +204,11 @@ def same_database(url_a: str, url_b: str) -> bool:
 
 def executor_identity() -> tuple[str, int]:
     return socket.gethostname(), os.getpid()
+
+
+def is_unique_violation(exc: BaseException | None, constraint: str) -> bool:
+    """Whether `exc` is a unique violation of `constraint` (by SQLSTATE, not message)."""
+    return (
+        isinstance(exc, psycopg.errors.UniqueViolation)
+        and exc.diag.constraint_name == constraint
+    )

@@ -50,6 +50,76 @@ SELECT step_seq, step_name, kind, output, error, attempts, child_workflow_id,
     started_at, finished_at
 FROM {schema}.steps WHERE workflow_id = %(workflow_id)s ORDER BY step_seq
 
+-- load_journals --
+-- The journals of a batch of claimed workflows, in one query.
+SELECT workflow_id, step_seq, step_name, kind, output, error, attempts, child_workflow_id,
+    started_at, finished_at
+FROM {schema}.steps WHERE workflow_id = ANY(%(workflow_ids)s::text[])
+ORDER BY workflow_id, step_seq
+
+-- release_workflow --
+-- Give one workflow back to the pool (this run could not finish it), if this epoch owns it.
+UPDATE {schema}.workflows
+SET status = 'PENDING', owner = NULL, lease_expires_at = NULL,
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+
+-- cancel_workflow --
+-- Cancel a workflow that has not finished; bumping the epoch fences its current runner.
+UPDATE {schema}.workflows
+SET status = 'CANCELLED', owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
+    finished_at = {schema}.current_time(), updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s
+  AND status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
+RETURNING workflow_id
+
+-- resume_workflow --
+-- Make a stopped workflow runnable again (cancelled, failed, or out of recovery attempts).
+UPDATE {schema}.workflows
+SET status = 'PENDING', owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
+    recovery_attempts = 0, output = NULL, error = NULL, finished_at = NULL,
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s
+  AND status IN ('CANCELLED', 'ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'PENDING')
+RETURNING workflow_id
+
+-- fork_workflow --
+-- A new workflow with another's inputs, runnable by any worker that has its code.
+INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
+    durability)
+SELECT %(new_id)s, name, version, 'PENDING', inputs, serializer, durability
+FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
+RETURNING workflow_id
+
+-- fork_steps --
+-- Copy a workflow's journal before a position into a fork.
+INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+    child_workflow_id, started_at, finished_at)
+SELECT %(new_id)s, step_seq, step_name, kind, output, error, attempts, child_workflow_id,
+    started_at, finished_at
+FROM {schema}.steps WHERE workflow_id = %(workflow_id)s AND step_seq < %(before_seq)s
+
+-- notify_work --
+-- Wake idle workers: there is runnable work (NOTIFY is sent by the client, after its write).
+SELECT pg_notify(%(channel)s, %(payload)s)
+
+-- list_executors --
+-- Every registered executor, with its heartbeat age and the workflows it owns.
+SELECT e.executor_id, e.hostname, e.pid, e.started_at, e.heartbeat_at, e.capabilities,
+    ({schema}.current_time() - e.heartbeat_at) AS heartbeat_age,
+    (SELECT count(*) FROM {schema}.workflows w
+     WHERE w.owner = e.executor_id AND w.status = 'RUNNING') AS running
+FROM {schema}.executors e ORDER BY e.started_at
+
+-- waiting_for_worker --
+-- Runnable workflows that no live executor has the code for.
+SELECT w.workflow_id, w.name, w.version FROM {schema}.workflows w
+WHERE w.status = 'PENDING' AND NOT EXISTS (
+    SELECT 1 FROM {schema}.executors e, jsonb_array_elements(e.capabilities) AS c
+    WHERE e.heartbeat_at > {schema}.current_time() - make_interval(secs => %(stale_seconds)s)
+      AND c ->> 0 = w.name AND coalesce(c ->> 1, '') = coalesce(w.version, ''))
+ORDER BY w.created_at LIMIT %(limit)s
+
 -- record_step --
 -- Journal one step, only while this run's epoch owns the workflow (one statement, one commit).
 INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
@@ -109,7 +179,8 @@ FROM (
     SELECT workflow_id FROM {schema}.workflows
     WHERE (status = 'PENDING'
            OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
-      AND name = ANY(%(names)s)
+      AND (name, coalesce(version, '')) IN (
+          SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
     ORDER BY created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED

@@ -1,0 +1,632 @@
+"""How much a durable step costs compared with the floor: one INSERT and one commit.
+
+A sync `@durable.step` journals its output with one autocommit INSERT, so the least it
+can cost is one round trip and one commit. This benchmark measures, in one run, on the
+same database and the same kind of connection (psycopg, autocommit, default prepare
+threshold, same URL):
+
+  floor        one bare psycopg `INSERT` of the same payload into a table of a similar
+               shape (workflow_id text, seq int, name text, output text, primary key
+               (workflow_id, seq)), autocommit: one round trip, one commit;
+  durable      a workflow of N steps called directly inside `with engine:`, minus the
+               time of an empty workflow measured in the same round, divided by N;
+  round trip   a bare `SELECT 1`, for context (a round trip with no durable commit).
+
+Rounds interleave floor and durable (ABBA order, so drift cancels) after warm-up rounds
+that are not recorded; the table shows medians over the rounds with the quartiles.
+
+It also counts the statements durable sent per step (`engine.db.counters.statements`)
+and the commits per step seen by the server: `pg_stat_database.xact_commit` of the
+database, read by an observer connected to a different database, before and after a
+session whose connections are then closed. A backend flushes its statistics when it
+exits, before it leaves pg_stat_activity, so once the session's backends are gone the
+counter is complete. Each count is the difference between a session of 10 + N operations
+and one of 10 (which cancels connection and engine start-up and psycopg's one-time
+statement preparation), and the floor calibrates it: if
+the floor does not come out at 1 commit per INSERT, the numbers are reported as
+unreliable instead of being printed.
+
+The benchmark creates a scratch database (`durable_bench_<pid>_<hex>`) from the admin URL
+and drops it at the end. With --no-scratch it works in the given database instead, inside
+a schema of its own (`durable_bench_<pid>_<hex>`) that it drops at the end.
+
+Run: python -m benchmarks.step_overhead [--steps 200] [--rounds 7] [--json PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import psycopg.conninfo
+from psycopg import sql
+from rich.console import Console
+from rich.table import Table
+
+import durable
+
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "step_overhead.json"
+TARGET_RATIO = 1.25
+STEP_NAME = "bench.step"
+WORKFLOW_NAME = "bench.workflow"
+# Filler that makes one step's JSON output about 100 bytes, like a small real result.
+_PAD = "x" * 64
+
+Workflow = Callable[[int], int]
+
+
+# -- the workload -------------------------------------------------------------------------------
+
+
+def step_output(i: int) -> dict[str, Any]:
+    return {"i": i, "ok": True, "pad": _PAD}
+
+
+def make_app() -> tuple[durable.Registry, Workflow]:
+    """A dedicated registry holding the benchmark's workflow and step."""
+    registry = durable.Registry()
+
+    @durable.step(name=STEP_NAME, registry=registry)
+    def bench_step(i: int) -> dict[str, Any]:
+        return step_output(i)
+
+    @durable.workflow(name=WORKFLOW_NAME, registry=registry)
+    def bench_workflow(n: int) -> int:
+        for i in range(n):
+            bench_step(i)
+        return n
+
+    return registry, bench_workflow
+
+
+def floor_payload() -> str:
+    """The text the floor inserts: what durable stores for a step output."""
+    return durable.JSONSerializer().dumps(step_output(0))
+
+
+# -- statistics ---------------------------------------------------------------------------------
+
+
+def summarize(samples: Sequence[float]) -> dict[str, Any]:
+    ordered = sorted(samples)
+    if len(ordered) >= 2:
+        p25, p50, p75 = statistics.quantiles(ordered, n=4, method="inclusive")
+    else:
+        p25 = p50 = p75 = ordered[0]
+    return {
+        "median": p50,
+        "p25": p25,
+        "p75": p75,
+        "min": ordered[0],
+        "max": ordered[-1],
+        "samples": list(samples),
+    }
+
+
+# -- connections --------------------------------------------------------------------------------
+
+
+def with_params(url: str, **params: str) -> str:
+    """`url` with some connection parameters replaced (libpq URL or key=value string)."""
+    return psycopg.conninfo.make_conninfo(url, **params)
+
+
+def dbname_of(url: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    return str(info.get("dbname") or info.get("user") or "")
+
+
+def redact(url: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info.pop("password", None)
+    return psycopg.conninfo.make_conninfo("", **{k: str(v) for k, v in info.items()})
+
+
+def connect(url: str) -> psycopg.Connection[Any]:
+    return psycopg.connect(url, autocommit=True)
+
+
+def elapsed_us(start_ns: int) -> float:
+    return (time.perf_counter_ns() - start_ns) / 1000.0
+
+
+class Target:
+    """Where the benchmark writes: a scratch database, or its own schema in a given one."""
+
+    def __init__(self, url: str, scratch: bool) -> None:
+        token = f"{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        self.name = f"durable_bench_{token}"
+        self.scratch = scratch
+        self.admin_url = url
+        self.app_name = self.name
+        if scratch:
+            self.dbname = self.name
+            self.schema = "durable"
+        else:
+            self.dbname = dbname_of(url)
+            self.schema = self.name
+        base = with_params(url, dbname=self.dbname) if scratch else url
+        # Every connection of the measured code carries this application_name, so the
+        # commit counter can wait for exactly those backends to exit.
+        self.url = with_params(base, application_name=self.app_name)
+        self.floor_table = sql.Identifier(self.schema, "floor_steps")
+
+    def create(self) -> None:
+        if self.scratch:
+            with connect(self.admin_url) as conn:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(self.dbname)))
+        with connect(self.url) as conn:
+            conn.execute(
+                sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(self.schema))
+            )
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE {} (workflow_id text NOT NULL, seq integer NOT NULL,"
+                    " name text NOT NULL, output text, PRIMARY KEY (workflow_id, seq))"
+                ).format(self.floor_table)
+            )
+
+    def drop(self) -> None:
+        if self.scratch:
+            with connect(self.admin_url) as conn:
+                conn.execute(
+                    sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                        sql.Identifier(self.dbname)
+                    )
+                )
+        else:
+            with connect(self.url) as conn:
+                conn.execute(
+                    sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(self.schema))
+                )
+
+    def engine(self, registry: durable.Registry) -> durable.Engine:
+        return durable.Engine(self.url, registry=registry, schema=self.schema)
+
+    def floor_insert(self, conn: psycopg.Connection[Any]) -> bytes:
+        return (
+            sql.SQL("INSERT INTO {} (workflow_id, seq, name, output) VALUES (%s, %s, %s, %s)")
+            .format(self.floor_table)
+            .as_bytes(conn)
+        )
+
+    def observer_url(self) -> str | None:
+        """A URL of another database on the server, whose sessions do not count here."""
+        candidates = [self.admin_url] if self.scratch else []
+        candidates += [with_params(self.admin_url, dbname=d) for d in ("postgres", "template1")]
+        for url in candidates:
+            if dbname_of(url) == self.dbname:
+                continue
+            try:
+                with connect(url) as conn:
+                    conn.execute("SELECT 1")
+            except psycopg.Error:
+                continue
+            return url
+        return None
+
+
+def server_info(url: str) -> dict[str, Any]:
+    with connect(url) as conn:
+        row = conn.execute(
+            "SELECT version(), current_setting('fsync'), current_setting('synchronous_commit'),"
+            " current_setting('wal_sync_method'), current_setting('autovacuum')"
+        ).fetchone()
+        assert row is not None
+        return {
+            "version": row[0],
+            "fsync": row[1],
+            "synchronous_commit": row[2],
+            "wal_sync_method": row[3],
+            "autovacuum": row[4],
+            "host": conn.info.host,
+            "port": conn.info.port,
+        }
+
+
+# -- timed batches ------------------------------------------------------------------------------
+
+
+def time_floor(conn: psycopg.Connection[Any], insert: bytes, n: int, payload: str) -> float:
+    """µs per INSERT + commit, over n single-statement autocommit INSERTs."""
+    workflow_id = str(uuid.uuid4())
+    gc.collect()
+    start = time.perf_counter_ns()
+    for i in range(n):
+        conn.execute(insert, (workflow_id, i, STEP_NAME, payload))
+    return elapsed_us(start) / n
+
+
+def time_round_trip(conn: psycopg.Connection[Any], n: int) -> float:
+    """µs per bare `SELECT 1` (a round trip and a read-only commit)."""
+    gc.collect()
+    start = time.perf_counter_ns()
+    for _ in range(n):
+        conn.execute("SELECT 1")
+    return elapsed_us(start) / n
+
+
+def time_workflow(wf: Workflow, n: int) -> float:
+    start = time.perf_counter_ns()
+    result = wf(n)
+    took = elapsed_us(start)
+    if result != n:
+        raise RuntimeError(f"the benchmark workflow returned {result!r}, expected {n}")
+    return took
+
+
+def time_durable(
+    engine: durable.Engine, wf: Workflow, n: int, empty_runs: int
+) -> tuple[float, float, int, int]:
+    """One round: (µs per step, µs per empty workflow, statements of the N-step workflow,
+    statements of an empty one). Empty workflows are timed before and after the full one."""
+    counters = engine.db.counters
+    gc.collect()
+    empties: list[float] = []
+    empty_statements = 0
+    full = 0.0
+    full_statements = 0
+    for k in range(empty_runs + 1):
+        before = counters.statements
+        if k == (empty_runs + 1) // 2:
+            full = time_workflow(wf, n)
+            full_statements = counters.statements - before
+        else:
+            empties.append(time_workflow(wf, 0))
+            empty_statements = counters.statements - before
+    empty = statistics.median(empties)
+    return (full - empty) / n, empty, full_statements, empty_statements
+
+
+# -- server-side commit counts ------------------------------------------------------------------
+
+
+class CommitCounter:
+    """Reads pg_stat_database.xact_commit of the target database from another database."""
+
+    def __init__(self, target: Target, observer_url: str, timeout: float = 15.0) -> None:
+        self.target = target
+        self.observer_url = observer_url
+        self.timeout = timeout
+
+    def read(self) -> int:
+        with connect(self.observer_url) as conn:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity"
+                    " WHERE application_name = %s AND pid <> pg_backend_pid()",
+                    [self.target.app_name],
+                ).fetchone()
+                if row is not None and row[0] == 0:
+                    break
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the benchmark's backends did not exit")
+                time.sleep(0.01)
+            # A new transaction, so a new statistics snapshot.
+            row = conn.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = %s",
+                [self.target.dbname],
+            ).fetchone()
+            if row is None:
+                raise RuntimeError(f"no pg_stat_database row for {self.target.dbname!r}")
+            return int(row[0])
+
+    def delta(self, session: Callable[[], None]) -> int:
+        """Commits in the target database by `session`, which must close its connections."""
+        before = self.read()
+        session()
+        return self.read() - before
+
+
+def count_commits(
+    target: Target, registry: durable.Registry, wf: Workflow, n: int, payload: str
+) -> dict[str, Any]:
+    observer = target.observer_url()
+    if observer is None:
+        return {
+            "reliable": False,
+            "floor_per_insert": None,
+            "durable_per_step": None,
+            "note": "no other database to observe from: the observer's own commits would count",
+        }
+    counter = CommitCounter(target, observer)
+    # Both sessions of a pair run at least `base` operations, so each prepares its
+    # statements (psycopg does it on the 5th execution, one extra read-only transaction)
+    # and the difference is the n operations alone.
+    base = 10
+
+    def floor_session(k: int) -> Callable[[], None]:
+        def run() -> None:
+            with connect(target.url) as conn:
+                insert = target.floor_insert(conn)
+                workflow_id = str(uuid.uuid4())
+                for i in range(k):
+                    conn.execute(insert, (workflow_id, i, STEP_NAME, payload))
+
+        return run
+
+    def durable_session(k: int) -> Callable[[], None]:
+        def run() -> None:
+            with target.engine(registry):
+                wf(k)
+
+        return run
+
+    try:
+        floor_n = counter.delta(floor_session(base + n))
+        floor_0 = counter.delta(floor_session(base))
+        durable_n = counter.delta(durable_session(base + n))
+        durable_0 = counter.delta(durable_session(base))
+    except (TimeoutError, RuntimeError, psycopg.Error) as exc:
+        return {
+            "reliable": False,
+            "floor_per_insert": None,
+            "durable_per_step": None,
+            "note": f"could not read the commit counter: {exc}",
+        }
+    floor_per = (floor_n - floor_0) / n
+    durable_per = (durable_n - durable_0) / n
+    raw = {
+        "base": base,
+        "floor_base_plus_n": floor_n,
+        "floor_base": floor_0,
+        "durable_base_plus_n": durable_n,
+        "durable_base": durable_0,
+    }
+    # The floor is exactly one commit per INSERT; if the counter says otherwise, something
+    # else committed in the database (autovacuum, other clients) or the stats lagged.
+    if abs((floor_n - floor_0) - n) > 0.02 * n:
+        return {
+            "reliable": False,
+            "floor_per_insert": None,
+            "durable_per_step": None,
+            "raw": raw,
+            "note": (
+                f"unreliable: the floor came out at {floor_per:.3f} commits per INSERT "
+                "(expected 1); other activity in the database or lagging statistics"
+            ),
+        }
+    return {
+        "reliable": True,
+        "floor_per_insert": floor_per,
+        "durable_per_step": durable_per,
+        "raw": raw,
+        "note": "pg_stat_database.xact_commit deltas, calibrated by the floor",
+    }
+
+
+# -- the run ------------------------------------------------------------------------------------
+
+
+@contextmanager
+def prepared_target(url: str, scratch: bool) -> Iterator[Target]:
+    target = Target(url, scratch)
+    target.create()
+    try:
+        yield target
+    finally:
+        target.drop()
+
+
+def measure(
+    target: Target, steps: int, rounds: int, warmup: int, empty_runs: int
+) -> dict[str, Any]:
+    registry, wf = make_app()
+    payload = floor_payload()
+    floor: list[float] = []
+    step: list[float] = []
+    empty: list[float] = []
+    round_trip: list[float] = []
+    ratios: list[float] = []
+    statements: list[float] = []
+    empty_statements: list[float] = []
+    with target.engine(registry) as engine, connect(target.url) as conn:
+        insert = target.floor_insert(conn)
+        for r in range(warmup + rounds):
+            # ABBA: alternate which side goes first, so slow drift affects both alike.
+            if r % 2 == 0:
+                f = time_floor(conn, insert, steps, payload)
+                d, e, s, es = time_durable(engine, wf, steps, empty_runs)
+            else:
+                d, e, s, es = time_durable(engine, wf, steps, empty_runs)
+                f = time_floor(conn, insert, steps, payload)
+            rt = time_round_trip(conn, steps)
+            if r < warmup:
+                continue
+            floor.append(f)
+            step.append(d)
+            empty.append(e)
+            round_trip.append(rt)
+            ratios.append(d / f)
+            statements.append(s)
+            empty_statements.append(es)
+    stmt_per_empty = statistics.median(empty_statements)
+    stmt_per_step = (statistics.median(statements) - stmt_per_empty) / steps
+    floor_s = summarize(floor)
+    step_s = summarize(step)
+    return {
+        "floor_us": floor_s,
+        "durable_step_us": step_s,
+        "empty_workflow_us": summarize(empty),
+        "round_trip_us": summarize(round_trip),
+        "ratio": {
+            "of_medians": step_s["median"] / floor_s["median"],
+            "paired": summarize(ratios),
+        },
+        "statements_per_step": stmt_per_step,
+        "statements_per_empty_workflow": stmt_per_empty,
+        "payload_bytes": len(payload.encode()),
+        "commits": count_commits(target, registry, wf, steps, payload),
+    }
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.step_overhead",
+        description="Per-step cost of a durable sync step versus one INSERT + commit.",
+    )
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("DURABLE_DATABASE_URL") or DEFAULT_URL,
+        help="admin URL; a scratch database is created from it and dropped at the end "
+        "(default: DURABLE_DATABASE_URL or %(default)s)",
+    )
+    parser.add_argument(
+        "--no-scratch",
+        action="store_true",
+        help="use --database-url itself instead of a scratch database, in a schema of the "
+        "benchmark's own that is dropped at the end",
+    )
+    parser.add_argument("--steps", type=int, default=200, help="steps per workflow (200)")
+    parser.add_argument("--rounds", type=int, default=7, help="measured rounds (7)")
+    parser.add_argument("--warmup", type=int, default=1, help="unrecorded rounds first (1)")
+    parser.add_argument(
+        "--empty-runs", type=int, default=5, help="empty workflows timed per round (5)"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=DEFAULT_JSON, help="results file (default: %(default)s)"
+    )
+    parser.add_argument("--plot", type=Path, default=None, help="PNG of the rounds (matplotlib)")
+    args = parser.parse_args(argv)
+    for name in ("steps", "rounds", "empty_runs"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    if args.warmup < 0:
+        parser.error("--warmup must be >= 0")
+    return args
+
+
+def print_report(results: dict[str, Any], console: Console) -> None:
+    floor_median = results["floor_us"]["median"]
+    steps = results["config"]["steps"]
+    table = Table(
+        title=f"durable step overhead ({results['config']['rounds']} rounds of {steps} ops, "
+        f"{results['payload_bytes']}-byte payload)"
+    )
+    table.add_column("what")
+    table.add_column("median µs per op", justify="right")
+    table.add_column("p25", justify="right")
+    table.add_column("p75", justify="right")
+    table.add_column("ratio to floor", justify="right")
+    rows = [
+        ("floor: INSERT + commit", "floor_us"),
+        ("durable @step (sync)", "durable_step_us"),
+        ("empty workflow (per workflow)", "empty_workflow_us"),
+        ("round trip: SELECT 1", "round_trip_us"),
+    ]
+    for label, key in rows:
+        s = results[key]
+        table.add_row(
+            label,
+            f"{s['median']:.1f}",
+            f"{s['p25']:.1f}",
+            f"{s['p75']:.1f}",
+            f"{s['median'] / floor_median:.2f}",
+        )
+    console.print(table)
+    ratio = results["ratio"]
+    paired = ratio["paired"]
+    verdict = "meets" if ratio["of_medians"] <= TARGET_RATIO else "misses"
+    console.print(
+        f"ratio durable step / floor: {ratio['of_medians']:.3f} (per-round ratios: median "
+        f"{paired['median']:.3f}, IQR {paired['p25']:.3f}-{paired['p75']:.3f}, range "
+        f"{paired['min']:.3f}-{paired['max']:.3f}); {verdict} the target {TARGET_RATIO}"
+    )
+    per_step = results["statements_per_step"]
+    per_empty = results["statements_per_empty_workflow"]
+    console.print(
+        f"statements per step: {per_step:.2f} (engine.db.counters.statements); "
+        f"per empty workflow: {per_empty}"
+    )
+    commits = results["commits"]
+    if commits["reliable"]:
+        console.print(
+            f"server-side commits per step: {commits['durable_per_step']:.3f} (floor: "
+            f"{commits['floor_per_insert']:.3f} per INSERT; {commits['note']})"
+        )
+    else:
+        console.print(f"server-side commits per step: not reported ({commits['note']})")
+    server = results["server"]
+    console.print(
+        f"server: {server['version'].split(' on ')[0]}, fsync={server['fsync']}, "
+        f"synchronous_commit={server['synchronous_commit']}, via {server['host']}:{server['port']}"
+    )
+
+
+def write_plot(results: dict[str, Any], path: Path, console: Console) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        console.print(
+            "matplotlib is not installed (pip install 'durable-pg[bench]'): no plot written",
+            markup=False,
+        )
+        return
+    labels = ["floor", "durable step"]
+    data = [results["floor_us"]["samples"], results["durable_step_us"]["samples"]]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    ax.boxplot(data)
+    ax.set_xticks([1, 2], labels)
+    ax.set_ylabel("µs per op")
+    ax.set_title(f"durable step vs INSERT + commit (ratio {results['ratio']['of_medians']:.2f})")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+    console.print(f"plot written to {path}")
+
+
+def main(argv: Sequence[str] | None = None, console: Console | None = None) -> dict[str, Any]:
+    """Run the benchmark, print the table, write the JSON; returns the results."""
+    args = parse_args(argv)
+    console = console or Console()
+    with prepared_target(args.database_url, scratch=not args.no_scratch) as target:
+        server = server_info(target.url)
+        results = measure(target, args.steps, args.rounds, args.warmup, args.empty_runs)
+    results = {
+        "benchmark": "step_overhead",
+        "config": {
+            "steps": args.steps,
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+            "empty_runs": args.empty_runs,
+            "database": redact(args.database_url),
+            "scratch": not args.no_scratch,
+        },
+        "server": server,
+        "client": {
+            "python": platform.python_version(),
+            "psycopg": psycopg.__version__,
+            "psycopg_impl": psycopg.pq.__impl__,
+            "durable": durable.__version__,
+        },
+        **results,
+        "target_ratio": TARGET_RATIO,
+        "meets_target": results["ratio"]["of_medians"] <= TARGET_RATIO,
+    }
+    print_report(results, console)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n", "utf-8")
+    console.print(f"results written to {args.json}")
+    if args.plot is not None:
+        write_plot(results, args.plot, console)
+    return results
+
+
+if __name__ == "__main__":
+    main()

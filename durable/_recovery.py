@@ -1,0 +1,134 @@
+"""The worker loop: recover interrupted workflows from any executor, run runnable ones.
+
+Recovery is a claim like any other: a workflow whose owner stopped renewing its lease (the
+process died, or is paused, or lost its network) is claimed with FOR UPDATE SKIP LOCKED,
+which bumps its epoch so the old owner's writes are refused, and it is re-invoked with its
+saved inputs. Journaled steps replay; the first unjournaled one runs for real. Workers
+find work by LISTEN/NOTIFY and fall back to polling, so a lost notification only delays.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+
+from durable.errors import DatabaseUnavailableError
+
+if TYPE_CHECKING:
+    from durable._engine import Engine
+
+logger = logging.getLogger("durable.worker")
+
+_BACKOFF_MAX = 10.0
+
+
+class Worker:
+    """Claims and runs workflows for one engine until stopped."""
+
+    def __init__(self, engine: Engine, *, poll_interval: float, grace_seconds: float) -> None:
+        self.engine = engine
+        self.poll_interval = poll_interval
+        self.grace_seconds = grace_seconds
+        self._wake = threading.Event()
+        self._listener: threading.Thread | None = None
+
+    def run(self, stop: threading.Event) -> None:
+        engine = self.engine
+        self._listener = threading.Thread(
+            target=self._listen, args=(stop,), name="durable-listen", daemon=True
+        )
+        self._listener.start()
+        logger.info(
+            "worker %s started: %d slots, lease %.1f s",
+            engine.executor_id,
+            engine.max_workers,
+            engine.lease_seconds,
+        )
+        backoff = 0.0
+        outage_logged = False
+        while not stop.is_set():
+            try:
+                if engine.release_interrupted():
+                    raise DatabaseUnavailableError("interrupted workflows still held")
+                free = engine.max_workers - engine.running_count()
+                claimed = engine.recover(limit=free) if free > 0 else []
+                if outage_logged:
+                    logger.info("database is back; worker resumed")
+                outage_logged = False
+                backoff = 0.0
+            except DatabaseUnavailableError as exc:
+                if not outage_logged:
+                    logger.warning("database unavailable, retrying with backoff: %s", exc)
+                    outage_logged = True
+                backoff = min(_BACKOFF_MAX, max(0.2, backoff * 2))
+                stop.wait(backoff)
+                continue
+            if claimed and len(claimed) >= free:
+                # Full: wait for a slot to free up (or stop).
+                engine._slot_freed.clear()
+                while (
+                    not stop.is_set()
+                    and engine.running_count() >= engine.max_workers
+                    and not engine._slot_freed.wait(self.poll_interval)
+                ):
+                    pass
+                continue
+            if claimed:
+                continue  # there may be more
+            self._wake.clear()
+            self._wait(stop)
+        self._drain()
+
+    def _wait(self, stop: threading.Event) -> None:
+        deadline = time.monotonic() + self.poll_interval
+        while not stop.is_set() and time.monotonic() < deadline:
+            if self._wake.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
+                return
+
+    def _drain(self) -> None:
+        """Stop claiming; give running workflows the grace period; release the rest."""
+        engine = self.engine
+        deadline = time.monotonic() + self.grace_seconds
+        while engine.running_count() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = engine.running_count()
+        if left:
+            logger.warning("%d workflows still running after the grace period", left)
+        try:
+            engine.db.execute("release_owned", {"owner": engine.executor_id})
+            engine.notify_work("released")
+        except DatabaseUnavailableError:
+            logger.warning("could not release workflows; their leases will expire")
+        logger.info("worker %s stopped", engine.executor_id)
+
+    def _listen(self, stop: threading.Event) -> None:
+        """Keep a LISTEN connection open; set the wake event on each notification."""
+        engine = self.engine
+        backoff = 0.0
+        failing = False
+        while not stop.is_set():
+            conn: psycopg.Connection[Any] | None = None
+            try:
+                conn = engine.db.listen_connection(engine.notify_channel)
+                if failing:
+                    logger.info("LISTEN restored")
+                failing, backoff = False, 0.0
+                while not stop.is_set():
+                    for _notify in conn.notifies(timeout=0.2):
+                        self._wake.set()
+            except (psycopg.Error, OSError) as exc:
+                if not failing:
+                    logger.warning("LISTEN connection lost, reconnecting: %s", exc)
+                failing = True
+                backoff = min(_BACKOFF_MAX, max(0.2, backoff * 2))
+                stop.wait(backoff)
+            finally:
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except psycopg.Error:
+                        pass
