@@ -550,6 +550,34 @@ class Engine:
             )
         return WorkflowHandle(self, workflow_id, future)
 
+    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
+        """Record `fn(*args, **kwargs)` as runnable for any worker (`durable worker`), without
+        running it here. `workflow_id=` works as in start(): an existing id is returned."""
+        workflow_id = kwargs.pop("workflow_id", None)
+        if workflow_id is not None and not isinstance(workflow_id, str):
+            raise ConfigurationError(f"workflow_id={workflow_id!r}: give a string")
+        defn = workflow_def(fn)
+        workflow_id = workflow_id or str(uuid.uuid4())
+        inputs = self._encode_inputs(defn, args, kwargs)
+        row = self.db.fetch_one(
+            "insert_workflow_pending",
+            {
+                "workflow_id": workflow_id,
+                "name": defn.name,
+                "version": defn.version,
+                "inputs": inputs,
+                "serializer": self.serializer_name,
+                "durability": defn.durability or self.durability,
+                "parent_id": None,
+                "parent_step_seq": None,
+            },
+        )
+        if row is None:
+            self._existing(defn, workflow_id)
+        else:
+            self.notify_work(workflow_id)
+        return WorkflowHandle(self, workflow_id)
+
     def _submit(
         self,
         defn: WorkflowDef,
@@ -727,9 +755,7 @@ class Engine:
         if not runnable:
             return []
         journals: dict[str, list[StepRecord]] = {r["workflow_id"]: [] for r in runnable}
-        for step_row in self.db.fetch_all(
-            "load_journals", {"workflow_ids": list(journals)}
-        ):
+        for step_row in self.db.fetch_all("load_journals", {"workflow_ids": list(journals)}):
             journals[step_row["workflow_id"]].append(StepRecord.from_row(step_row))
         handles = []
         for row in runnable:

@@ -209,6 +209,5 @@ def executor_identity() -> tuple[str, int]:
 def is_unique_violation(exc: BaseException | None, constraint: str) -> bool:
     """Whether `exc` is a unique violation of `constraint` (by SQLSTATE, not message)."""
     return (
-        isinstance(exc, psycopg.errors.UniqueViolation)
-        and exc.diag.constraint_name == constraint
+        isinstance(exc, psycopg.errors.UniqueViolation) and exc.diag.constraint_name == constraint
     )

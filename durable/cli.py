@@ -12,13 +12,16 @@ import os
 import sys
 from collections.abc import Callable
 from functools import wraps
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 from rich.console import Console
 from rich.table import Table
 
 from durable._models import StepRecord, WorkflowInfo, WorkflowStatus
+
+if TYPE_CHECKING:
+    from durable._engine import Engine
 from durable._protocol import decode_error
 from durable._systemdb import SystemDB
 from durable.errors import DurableError, WorkflowNotFoundError
@@ -211,6 +214,220 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
             ms = f"{(s.finished_at - s.started_at).total_seconds() * 1000:.1f}"
         table.add_row(str(s.step_seq), s.step_name, s.kind.value, outcome, str(s.attempts), ms)
     console.print(table)
+
+
+def _change(db: SystemDB, statement: str, workflow_id: str) -> bool:
+    row = db.fetch_one(statement, {"workflow_id": workflow_id})
+    if row is None and db.fetch_one("get_workflow", {"workflow_id": workflow_id}) is None:
+        raise WorkflowNotFoundError(workflow_id)
+    return row is not None
+
+
+@workflows.command("cancel")
+@click.argument("workflow_id")
+@url_option
+@schema_option
+@_handle_errors
+def cancel(workflow_id: str, database_url: str | None, schema: str) -> None:
+    """Cancel a workflow; its runner stops at its next step (it is fenced out)."""
+    db = _open(database_url, schema)
+    try:
+        if not _change(db, "cancel_workflow", workflow_id):
+            click.echo(f"error: workflow {workflow_id!r} has already finished", err=True)
+            sys.exit(1)
+    finally:
+        db.close()
+    click.echo(f"cancelled {workflow_id}")
+
+
+@workflows.command("resume")
+@click.argument("workflow_id")
+@url_option
+@schema_option
+@_handle_errors
+def resume(workflow_id: str, database_url: str | None, schema: str) -> None:
+    """Make a cancelled, failed or given-up workflow runnable again by any worker."""
+    db = _open(database_url, schema)
+    try:
+        if not _change(db, "resume_workflow", workflow_id):
+            click.echo(
+                f"error: workflow {workflow_id!r} is running or succeeded; nothing to resume",
+                err=True,
+            )
+            sys.exit(1)
+        db.execute("notify_work", {"channel": f"{schema}_work", "payload": workflow_id})
+    finally:
+        db.close()
+    click.echo(f"resumed {workflow_id}: a worker will pick it up")
+
+
+@workflows.command("fork")
+@click.argument("workflow_id")
+@click.option(
+    "--from-step",
+    "from_step",
+    type=click.IntRange(0),
+    required=True,
+    help="Reuse the outputs of steps before this position; run the rest anew.",
+)
+@click.option("--new-id", default=None, help="Id of the fork (default: a new UUID).")
+@url_option
+@schema_option
+@_handle_errors
+def fork(
+    workflow_id: str, from_step: int, new_id: str | None, database_url: str | None, schema: str
+) -> None:
+    """Start a new workflow with the same inputs, reusing the journal before a step."""
+    import uuid
+
+    new_id = new_id or str(uuid.uuid4())
+    db = _open(database_url, schema)
+    try:
+        params = {"workflow_id": workflow_id, "new_id": new_id, "before_seq": from_step}
+        counts = db.execute_many_in_transaction([("fork_workflow", params), ("fork_steps", params)])
+        if counts[0] == 0:
+            raise WorkflowNotFoundError(workflow_id)
+        db.execute("notify_work", {"channel": f"{schema}_work", "payload": new_id})
+    finally:
+        db.close()
+    click.echo(new_id)
+
+
+@main.group()
+def executors() -> None:
+    """Inspect executors (worker processes and engines)."""
+
+
+@executors.command("list")
+@url_option
+@schema_option
+@json_option
+@_handle_errors
+def executors_list(database_url: str | None, schema: str, as_json: bool) -> None:
+    """List executors with their heartbeat age and running workflows."""
+    db = _open(database_url, schema)
+    try:
+        rows = db.fetch_all("list_executors", {})
+        waiting = db.fetch_all("waiting_for_worker", {"stale_seconds": 120, "limit": 100})
+    finally:
+        db.close()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "executors": [
+                        {
+                            "executor_id": r["executor_id"],
+                            "hostname": r["hostname"],
+                            "pid": r["pid"],
+                            "heartbeat_age_seconds": r["heartbeat_age"].total_seconds(),
+                            "running": r["running"],
+                        }
+                        for r in rows
+                    ],
+                    "waiting_for_worker": [w["workflow_id"] for w in waiting],
+                },
+                indent=2,
+            )
+        )
+        return
+    table = Table("executor", "host", "pid", "heartbeat age (s)", "running")
+    for r in rows:
+        table.add_row(
+            r["executor_id"],
+            r["hostname"],
+            str(r["pid"]),
+            f"{r['heartbeat_age'].total_seconds():.1f}",
+            str(r["running"]),
+        )
+    console = _console()
+    console.print(table)
+    if waiting:
+        console.print(
+            f"{len(waiting)} workflow(s) waiting for a worker that has their code: "
+            + ", ".join(f"{w['workflow_id']} ({w['name']})" for w in waiting[:10])
+        )
+
+
+def _load_app(
+    app: str,
+    database_url: str | None,
+    concurrency: int | None,
+    lease: float | None,
+    poll: float | None,
+) -> Engine:
+    import importlib
+
+    from durable._engine import Engine
+    from durable._registry import Registry, default_registry
+
+    module_name, _, attr = app.partition(":")
+    sys.path.insert(0, os.getcwd())
+    module = importlib.import_module(module_name)
+    if attr:
+        engine = getattr(module, attr)
+        if not isinstance(engine, Engine):
+            raise click.UsageError(f"{app} is not a durable.Engine")
+        if concurrency is not None:
+            engine.max_workers = concurrency
+        if lease is not None:
+            engine.lease_seconds = lease
+        if poll is not None:
+            engine.poll_interval = poll
+        return engine
+    registry = getattr(module, "registry", None)
+    if not isinstance(registry, Registry):
+        registry = default_registry
+    return Engine(
+        database_url,
+        registry=registry,
+        max_workers=concurrency or 8,
+        lease_seconds=lease or 30.0,
+        poll_interval=poll or 1.0,
+    )
+
+
+@main.command()
+@click.option("--app", required=True, help="Module defining the workflows, or module:engine.")
+@click.option(
+    "--concurrency", type=click.IntRange(1), default=None, help="Workflows run at once (default 8)."
+)
+@click.option("--lease-seconds", type=click.FloatRange(min=0.1), default=None)
+@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=None)
+@click.option("--grace-seconds", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@url_option
+@_handle_errors
+def worker(
+    app: str,
+    concurrency: int | None,
+    lease_seconds: float | None,
+    poll_interval: float | None,
+    grace_seconds: float,
+    database_url: str | None,
+) -> None:
+    """Run the recovery daemon and workflow executor until SIGTERM or SIGINT."""
+    import logging
+    import signal
+    import threading
+
+    logging.basicConfig(
+        level=os.environ.get("DURABLE_LOG_LEVEL", "INFO"),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    engine = _load_app(app, database_url, concurrency, lease_seconds, poll_interval)
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        logging.getLogger("durable.worker").info("signal %d: shutting down", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    engine.launch()
+    try:
+        engine.run_worker(stop, grace_seconds=grace_seconds)
+    finally:
+        engine.shutdown(wait=True)
 
 
 @main.group()

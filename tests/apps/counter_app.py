@@ -10,6 +10,7 @@ Crash points are armed with DURABLE_CRASH_POINTS (see Engine.crash_point).
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 
@@ -20,8 +21,10 @@ import durable
 
 registry = durable.Registry()
 WORLD_DDL = """
-CREATE TABLE IF NOT EXISTS world (id bigserial PRIMARY KEY, workflow_id text, what text);
+CREATE TABLE IF NOT EXISTS world (id bigserial PRIMARY KEY, workflow_id text, what text,
+    pid int);
 CREATE TABLE IF NOT EXISTS refunds (id bigserial PRIMARY KEY, order_id text, cents int);
+CREATE TABLE IF NOT EXISTS marks (workflow_id text, i int, UNIQUE (workflow_id, i));
 """
 
 
@@ -30,9 +33,11 @@ class World:
 
     @classmethod
     def record(cls, workflow_id: str, what: str) -> None:
-        with psycopg.connect(cls.url, autocommit=True) as conn:
+        url = cls.url or os.environ["DURABLE_DATABASE_URL"]
+        with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(
-                "INSERT INTO world (workflow_id, what) VALUES (%s, %s)", [workflow_id, what]
+                "INSERT INTO world (workflow_id, what, pid) VALUES (%s, %s, %s)",
+                [workflow_id, what, os.getpid()],
             )
 
 
@@ -62,6 +67,40 @@ def refunds(workflow_id: str, orders: list[list[object]]) -> int:
     for order_id, cents in orders:
         total += record_refund(workflow_id, str(order_id), int(str(cents)))
         count_step(workflow_id, f"after:{order_id}")
+    return total
+
+
+@durable.step(registry=registry, name="counter.slow_step")
+def slow_step(workflow_id: str, label: str, seconds: float) -> str:
+    time.sleep(seconds)
+    World.record(workflow_id, label)
+    return label
+
+
+@durable.workflow(registry=registry, name="counter.slow")
+def slow(workflow_id: str, n: int, seconds: float) -> list[str]:
+    return [slow_step(workflow_id, f"s{i}", seconds) for i in range(n)]
+
+
+@durable.transaction(registry=registry, name="counter.mark")
+def mark(conn: Connection, workflow_id: str, i: int) -> int:
+    # UNIQUE (workflow_id, i): a transaction step that ran twice would fail here.
+    conn.execute(
+        text("INSERT INTO marks (workflow_id, i) VALUES (:w, :i)"), {"w": workflow_id, "i": i}
+    )
+    return i
+
+
+@durable.step(registry=registry, name="counter.pure")
+def pure(i: int) -> int:
+    return i * i
+
+
+@durable.workflow(registry=registry, name="counter.load")
+def load(workflow_id: str, n: int) -> int:
+    total = 0
+    for i in range(n):
+        total += mark(workflow_id, i) if i % 2 == 0 else pure(i)
     return total
 
 

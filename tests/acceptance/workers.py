@@ -1,0 +1,105 @@
+"""Helpers to run `durable worker` processes against a test database."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+
+import psycopg
+
+import durable
+from tests.apps import counter_app
+
+APP = "tests.apps.counter_app"
+
+
+def start_worker(
+    env: dict[str, str],
+    url: str,
+    *,
+    crash: str | None = None,
+    lease: float = 1.0,
+    concurrency: int = 4,
+    log: str | None = None,
+) -> subprocess.Popen[bytes]:
+    child_env = dict(env)
+    child_env["DURABLE_DATABASE_URL"] = url
+    child_env["DURABLE_LOG_LEVEL"] = "WARNING"
+    if crash:
+        child_env["DURABLE_CRASH_POINTS"] = crash
+    out = open(log, "wb") if log else subprocess.DEVNULL
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "durable.cli",
+            "worker",
+            "--app",
+            APP,
+            "--lease-seconds",
+            str(lease),
+            "--poll-interval",
+            "0.1",
+            "--concurrency",
+            str(concurrency),
+            "--grace-seconds",
+            "5",
+        ],
+        env=child_env,
+        stdout=out,
+        stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
+    )
+
+
+def stop_worker(proc: subprocess.Popen[bytes], timeout: float = 30) -> int:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
+
+
+@contextlib.contextmanager
+def client(url: str) -> Iterator[durable.Engine]:
+    counter_app.setup(url)
+    with durable.Engine(url, registry=counter_app.registry, max_workers=1) as engine:
+        yield engine
+
+
+def wait_for(predicate: object, timeout: float = 60, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def world(url: str, workflow_id: str | None = None) -> list[tuple[str, str, int]]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT workflow_id, what, pid FROM world"
+            " WHERE %(w)s::text IS NULL OR workflow_id = %(w)s::text ORDER BY id",
+            {"w": workflow_id},
+        ).fetchall()
+    return [(r[0], r[1], r[2]) for r in rows]
+
+
+def scalar(url: str, query: str, *params: object) -> object:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(query, list(params)).fetchone()
+    return None if row is None else row[0]
+
+
+def env_pid(proc: subprocess.Popen[bytes]) -> int:
+    return proc.pid
+
+
+__all__ = ["client", "os", "scalar", "start_worker", "stop_worker", "wait_for", "world"]
