@@ -29,7 +29,7 @@ def start_worker(
 ) -> subprocess.Popen[bytes]:
     child_env = dict(env)
     child_env["DURABLE_DATABASE_URL"] = url
-    child_env["DURABLE_LOG_LEVEL"] = "WARNING"
+    child_env["DURABLE_LOG_LEVEL"] = env.get("DURABLE_LOG_LEVEL", "WARNING")
     if crash:
         child_env["DURABLE_CRASH_POINTS"] = crash
     out = open(log, "wb") if log else subprocess.DEVNULL

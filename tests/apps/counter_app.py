@@ -70,7 +70,15 @@ def refunds(workflow_id: str, orders: list[list[object]]) -> int:
     return total
 
 
-@durable.step(registry=registry, name="counter.slow_step")
+# Retries transient failures of its own connection (e.g. while PostgreSQL restarts).
+@durable.step(
+    registry=registry,
+    name="counter.slow_step",
+    retries=30,
+    initial_delay=0.2,
+    max_delay=1.0,
+    retry_on=psycopg.OperationalError,
+)
 def slow_step(workflow_id: str, label: str, seconds: float) -> str:
     time.sleep(seconds)
     World.record(workflow_id, label)

@@ -1,0 +1,79 @@
+"""The step-overhead benchmark runs end to end at tiny sizes (no timing assertions)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from rich.console import Console
+
+from benchmarks import step_overhead
+from durable.testing import TemplateDatabases
+
+TINY = ["--steps", "5", "--rounds", "2", "--empty-runs", "2"]
+
+
+def run(argv: list[str]) -> dict[str, Any]:
+    return step_overhead.main(argv, console=Console(quiet=True))
+
+
+def check_results(results: dict[str, Any], path: Path) -> None:
+    assert json.loads(path.read_text("utf-8")) == json.loads(json.dumps(results))
+    for key in ("floor_us", "durable_step_us", "empty_workflow_us", "round_trip_us"):
+        summary = results[key]
+        assert len(summary["samples"]) == 2
+        assert all(s > 0 for s in summary["samples"]), key
+        assert 0 < summary["min"] <= summary["p25"] <= summary["median"] <= summary["p75"]
+    assert results["ratio"]["of_medians"] > 0
+    assert results["statements_per_step"] == 1
+    assert results["statements_per_empty_workflow"] == 2
+    commits = results["commits"]
+    if commits["reliable"]:
+        assert commits["floor_per_insert"] == 1
+        assert commits["durable_per_step"] > 0
+    else:
+        assert commits["durable_per_step"] is None
+        assert commits["note"]
+
+
+def databases(url: str) -> set[str]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT datname FROM pg_database WHERE datname LIKE 'durable_bench_%'"
+        ).fetchall()
+    return {str(r[0]) for r in rows}
+
+
+def test_scratch_database(pg_databases: TemplateDatabases, tmp_path: Path) -> None:
+    """The default mode creates its own database from the admin URL and drops it."""
+    before = databases(pg_databases.admin_url)
+    out = tmp_path / "results.json"
+    results = run(
+        [
+            *TINY,
+            "--database-url",
+            pg_databases.admin_url,
+            "--json",
+            str(out),
+            "--plot",
+            str(tmp_path / "plot.png"),
+        ]
+    )
+    check_results(results, out)
+    assert results["config"]["scratch"] is True
+    assert databases(pg_databases.admin_url) == before
+
+
+def test_no_scratch(database_url: str, tmp_path: Path) -> None:
+    """--no-scratch works inside a schema of its own in the given database and drops it."""
+    out = tmp_path / "results.json"
+    results = run([*TINY, "--database-url", database_url, "--no-scratch", "--json", str(out)])
+    check_results(results, out)
+    assert results["config"]["scratch"] is False
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        left = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'durable_bench_%'"
+        ).fetchall()
+    assert left == []
