@@ -41,6 +41,7 @@ import json
 import os
 import platform
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -270,8 +271,9 @@ def time_workflow(wf: Workflow, n: int) -> float:
 def time_durable(
     engine: durable.Engine, wf: Workflow, n: int, empty_runs: int
 ) -> tuple[float, float, int, int]:
-    """One round: (µs per step, µs per empty workflow, statements of the N-step workflow,
-    statements of an empty one). Empty workflows are timed before and after the full one."""
+    """One round: (µs of the N-step workflow, µs of an empty workflow, statements of the
+    N-step workflow, statements of an empty one). The empty workflow is timed before and
+    after the full one; its median is what the round subtracts."""
     counters = engine.db.counters
     gc.collect()
     empties: list[float] = []
@@ -287,7 +289,7 @@ def time_durable(
             empties.append(time_workflow(wf, 0))
             empty_statements = counters.statements - before
     empty = statistics.median(empties)
-    return (full - empty) / n, empty, full_statements, empty_statements
+    return full, empty, full_statements, empty_statements
 
 
 # -- server-side commit counts ------------------------------------------------------------------
@@ -414,11 +416,15 @@ def count_commits(
 @contextmanager
 def prepared_target(url: str, scratch: bool) -> Iterator[Target]:
     target = Target(url, scratch)
-    target.create()
     try:
+        target.create()
         yield target
     finally:
-        target.drop()
+        try:
+            target.drop()
+        except psycopg.Error as exc:
+            what = "database" if scratch else "schema"
+            print(f"could not drop the benchmark's {what} {target.name}: {exc}", file=sys.stderr)
 
 
 def measure(
@@ -429,6 +435,7 @@ def measure(
     floor: list[float] = []
     step: list[float] = []
     empty: list[float] = []
+    full: list[float] = []
     round_trip: list[float] = []
     ratios: list[float] = []
     statements: list[float] = []
@@ -439,16 +446,18 @@ def measure(
             # ABBA: alternate which side goes first, so slow drift affects both alike.
             if r % 2 == 0:
                 f = time_floor(conn, insert, steps, payload)
-                d, e, s, es = time_durable(engine, wf, steps, empty_runs)
+                w, e, s, es = time_durable(engine, wf, steps, empty_runs)
             else:
-                d, e, s, es = time_durable(engine, wf, steps, empty_runs)
+                w, e, s, es = time_durable(engine, wf, steps, empty_runs)
                 f = time_floor(conn, insert, steps, payload)
             rt = time_round_trip(conn, steps)
+            d = (w - e) / steps
             if r < warmup:
                 continue
             floor.append(f)
             step.append(d)
             empty.append(e)
+            full.append(w)
             round_trip.append(rt)
             ratios.append(d / f)
             statements.append(s)
@@ -461,6 +470,7 @@ def measure(
         "floor_us": floor_s,
         "durable_step_us": step_s,
         "empty_workflow_us": summarize(empty),
+        "full_workflow_us": summarize(full),
         "round_trip_us": summarize(round_trip),
         "ratio": {
             "of_medians": step_s["median"] / floor_s["median"],
@@ -568,10 +578,10 @@ def print_report(results: dict[str, Any], console: Console) -> None:
 
 def write_plot(results: dict[str, Any], path: Path, console: Console) -> None:
     try:
-        import matplotlib
+        import matplotlib  # type: ignore[import-not-found,unused-ignore]
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
         console.print(
             "matplotlib is not installed (pip install 'durable-pg[bench]'): no plot written",
@@ -607,6 +617,7 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> d
             "empty_runs": args.empty_runs,
             "database": redact(args.database_url),
             "scratch": not args.no_scratch,
+            "scratch_name": target.name,
         },
         "server": server,
         "client": {

@@ -54,7 +54,9 @@ class Worker:
             try:
                 if engine.release_interrupted():
                     raise DatabaseUnavailableError("interrupted workflows still held")
-                free = engine.max_workers - engine.running_count()
+                # Keep one batch queued behind the running ones so threads never idle
+                # waiting for the next claim; queued claims are covered by the heartbeat.
+                free = 2 * engine.max_workers - engine.running_count()
                 claimed = engine.recover(limit=free) if free > 0 else []
                 if outage_logged:
                     logger.info("database is back; worker resumed")
@@ -72,7 +74,7 @@ class Worker:
                 engine._slot_freed.clear()
                 while (
                     not stop.is_set()
-                    and engine.running_count() >= engine.max_workers
+                    and engine.running_count() >= 2 * engine.max_workers
                     and not engine._slot_freed.wait(self.poll_interval)
                 ):
                     pass

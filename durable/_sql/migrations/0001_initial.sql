@@ -62,8 +62,9 @@ CREATE TABLE {schema}.workflows (
     CHECK ((status = 'RUNNING') = (owner IS NOT NULL))
 );
 
--- Recovery scans runnable work and expired leases; finished rows are not indexed here.
-CREATE INDEX workflows_runnable_idx ON {schema}.workflows (lease_expires_at)
+-- Claims walk runnable work oldest first (PENDING, or RUNNING with an expired lease);
+-- finished rows are not in this index, so it stays as small as the live work.
+CREATE INDEX workflows_runnable_idx ON {schema}.workflows (created_at)
     WHERE status IN ('PENDING', 'RUNNING');
 CREATE INDEX workflows_status_created_idx ON {schema}.workflows (status, created_at);
 CREATE INDEX workflows_parent_idx ON {schema}.workflows (parent_id) WHERE parent_id IS NOT NULL;

@@ -1,0 +1,171 @@
+"""How fast one worker recovers interrupted workflows.
+
+Sets up N workflows of 10 journaled steps each that look exactly like the aftermath of a
+crash (status RUNNING, owned by a dead executor, lease expired, every step recorded but
+the outcome never written), then starts one worker and times until all N are SUCCESS.
+Each recovery is a claim (batched, FOR UPDATE SKIP LOCKED), a journal read (batched), a
+replay of 10 steps from the journal and one fenced status write.
+
+    python -m benchmarks.recovery --n 1000 --n 10000
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from rich.console import Console
+from rich.table import Table
+
+import durable
+
+ADMIN_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
+STEPS = 10
+
+registry = durable.Registry()
+
+
+@durable.step(registry=registry, name="bench.step")
+def bench_step(i: int) -> int:
+    return i
+
+
+@durable.workflow(registry=registry, name="bench.ten_steps")
+def ten_steps(n: int) -> int:
+    return sum(bench_step(i) for i in range(n))
+
+
+def _with_db(url: str, name: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    info["dbname"] = name
+    return psycopg.conninfo.make_conninfo("", **{k: str(v) for k, v in info.items()})
+
+
+def make_interrupted(url: str, n: int) -> None:
+    """N crashed workflows: every step journaled, outcome never written, lease expired."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            """
+            INSERT INTO durable.workflows (workflow_id, name, status, inputs, owner, epoch,
+                lease_expires_at)
+            SELECT 'wf-' || g, 'bench.ten_steps', 'RUNNING',
+                '{"args":[10],"kwargs":{}}', 'dead-executor', 1, now() - interval '1 minute'
+            FROM generate_series(1, %(n)s) AS g
+            """,
+            {"n": n},
+        )
+        conn.execute(
+            """
+            INSERT INTO durable.steps (workflow_id, step_seq, step_name, kind, output)
+            SELECT 'wf-' || g, s, 'bench.step', 'step', s::text
+            FROM generate_series(1, %(n)s) AS g, generate_series(0, %(steps)s - 1) AS s
+            """,
+            {"n": n, "steps": STEPS},
+        )
+        conn.execute("VACUUM ANALYZE durable.workflows")
+        conn.execute("VACUUM ANALYZE durable.steps")
+
+
+def recover_all(url: str, n: int, concurrency: int) -> float:
+    engine = durable.Engine(url, registry=registry, max_workers=concurrency, poll_interval=0.05)
+    with engine:
+        stop = threading.Event()
+        start = time.perf_counter()
+        thread = threading.Thread(target=engine.run_worker, args=(stop,), daemon=True)
+        thread.start()
+        with psycopg.connect(url, autocommit=True) as conn:
+            while True:
+                row = conn.execute(
+                    "SELECT count(*) FROM durable.workflows WHERE status = 'SUCCESS'"
+                ).fetchone()
+                if row is not None and row[0] >= n:
+                    break
+                time.sleep(0.01)
+        elapsed = time.perf_counter() - start
+        stop.set()
+        thread.join()
+    return elapsed
+
+
+def run(admin_url: str, sizes: list[int], rounds: int, concurrency: int) -> list[dict[str, Any]]:
+    results = []
+    for n in sizes:
+        times = []
+        for _ in range(rounds):
+            name = f"durable_bench_recovery_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+            with psycopg.connect(admin_url, autocommit=True) as conn:
+                conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            url = _with_db(admin_url, name)
+            try:
+                with durable.Engine(url, registry=registry):
+                    pass  # migrate
+                make_interrupted(url, n)
+                times.append(recover_all(url, n, concurrency))
+            finally:
+                with psycopg.connect(admin_url, autocommit=True) as conn:
+                    conn.execute(
+                        sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(
+                            sql.Identifier(name)
+                        )
+                    )
+        median = statistics.median(times)
+        results.append(
+            {
+                "workflows": n,
+                "steps_per_workflow": STEPS,
+                "rounds": rounds,
+                "median_seconds": median,
+                "min_seconds": min(times),
+                "max_seconds": max(times),
+                "per_workflow_ms": median / n * 1000,
+                "workflows_per_second": n / median,
+            }
+        )
+    return results
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--database-url",
+        default=os.environ.get("DURABLE_BENCH_ADMIN_URL", ADMIN_DEFAULT),
+        help="admin URL; a scratch database is created and dropped per round",
+    )
+    parser.add_argument("--n", type=int, action="append", help="workflows (repeatable)")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--json", default="benchmarks/results/recovery.json")
+    args = parser.parse_args(argv)
+    sizes = args.n or [1000, 10000]
+    results = run(args.database_url, sizes, args.rounds, args.concurrency)
+    table = Table(title=f"recovery of interrupted {STEPS}-step workflows, one worker")
+    for col in ("workflows", "median s", "min s", "max s", "ms / workflow", "workflows / s"):
+        table.add_column(col, justify="right")
+    for r in results:
+        table.add_row(
+            str(r["workflows"]),
+            f"{r['median_seconds']:.2f}",
+            f"{r['min_seconds']:.2f}",
+            f"{r['max_seconds']:.2f}",
+            f"{r['per_workflow_ms']:.3f}",
+            f"{r['workflows_per_second']:.0f}",
+        )
+    Console().print(table)
+    if args.json:
+        path = Path(args.json)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()
