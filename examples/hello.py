@@ -12,19 +12,21 @@ import sys
 import durable
 
 
-@durable.step()
+# Explicit names keep the journal valid whether this file runs as a script (__main__) or
+# is imported by `durable worker --app examples.hello`.
+@durable.step(name="hello.greet")
 def greet(name: str) -> str:
     print(f"  step 1: greeting {name}")
     return f"Hello, {name}"
 
 
-@durable.step(retries=3)
+@durable.step(name="hello.shout", retries=3)
 def shout(text: str) -> str:
     print("  step 2: shouting")
     return text.upper() + "!"
 
 
-@durable.step()
+@durable.step(name="hello.sign")
 def sign(text: str) -> str:
     print("  step 3: signing")
     return f"{text} -- durable"

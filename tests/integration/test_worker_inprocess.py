@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import durable
+from durable import errors
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def make_app() -> tuple[durable.Registry, object, list[int], threading.Event]:
+    reg = durable.Registry()
+    runs: list[int] = []
+    gate = threading.Event()
+
+    @durable.step(registry=reg, name="tick")
+    def tick(i: int) -> int:
+        runs.append(i)
+        if i == 2:
+            gate.wait(10)
+        return i
+
+    @durable.workflow(registry=reg, name="ticker", version="v1")
+    def ticker(n: int) -> int:
+        return sum(tick(i) for i in range(n))
+
+    return reg, ticker, runs, gate
+
+
+def test_worker_runs_submitted_workflows(database_url: str) -> None:
+    reg, ticker, _runs, gate = make_app()
+    gate.set()
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        handles = [engine.submit(ticker, 4, workflow_id=f"t{i}") for i in range(5)]
+        assert [h.result(timeout=20) for h in handles] == [6] * 5
+
+
+def test_other_version_waits_for_a_worker(database_url: str) -> None:
+    reg, ticker, _runs, gate = make_app()
+    other = durable.Registry()
+
+    @durable.workflow(registry=other, name="ticker", version="v2")
+    def ticker_v2(n: int) -> int:
+        return -1
+
+    gate.set()
+    with durable.Engine(database_url, registry=reg) as client:
+        handle = client.submit(ticker, 3, workflow_id="needs-v1")
+    with durable.Engine(database_url, registry=other, worker=True, poll_interval=0.05) as w2:
+        time.sleep(0.5)
+        assert w2.retrieve("needs-v1").status() == "PENDING"  # never run by the wrong code
+        listed = cli("executors", "list", "--database-url", database_url, "--json")
+        assert "needs-v1" in listed.stdout
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as w1:
+        assert w1.retrieve(handle.workflow_id).result(timeout=20) == 3
+
+
+def test_cancel_fences_the_runner_and_fork_reuses_steps(database_url: str) -> None:
+    reg, ticker, runs, gate = make_app()
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        handle = engine.submit(ticker, 5, workflow_id="c1")
+        deadline = time.monotonic() + 10
+        while 2 not in runs and time.monotonic() < deadline:
+            time.sleep(0.01)
+        out = cli("workflows", "cancel", "c1", "--database-url", database_url)
+        assert out.returncode == 0, out.stderr
+        gate.set()
+        with pytest.raises(errors.WorkflowCancelledError):
+            handle.result(timeout=10)
+        time.sleep(0.3)
+        # The runner was fenced out at its next write: step 2 was not recorded.
+        assert [s.step_seq for s in engine.steps("c1")] == [0, 1]
+        assert engine.retrieve("c1").status() == "CANCELLED"
+
+        again = cli("workflows", "cancel", "c1", "--database-url", database_url)
+        assert again.returncode == 1 and "already finished" in again.stderr
+
+        runs.clear()
+        forked = cli(
+            "workflows",
+            "fork",
+            "c1",
+            "--from-step",
+            "1",
+            "--new-id",
+            "c1-fork",
+            "--database-url",
+            database_url,
+        )
+        assert forked.returncode == 0, forked.stderr
+        assert engine.retrieve("c1-fork").result(timeout=20) == 10
+        assert runs == [1, 2, 3, 4]  # step 0 came from the journal
+
+        resumed = cli("workflows", "resume", "c1", "--database-url", database_url)
+        assert resumed.returncode == 0, resumed.stderr
+        assert engine.retrieve("c1").result(timeout=20) == 10
