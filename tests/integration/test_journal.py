@@ -287,3 +287,34 @@ def test_transaction_in_separate_app_database(database_url: str, bare_database_u
         assert conn.execute(
             "SELECT count(*) FROM durable.transaction_outputs WHERE workflow_id = 'po'"
         ).fetchone() == (2,)
+
+
+def test_stale_owner_transaction_rolls_back_its_app_write(database_url: str) -> None:
+    reg = durable.Registry()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE ledger (id serial PRIMARY KEY, what text)")
+
+    @durable.transaction(registry=reg, name="write_ledger")
+    def write_ledger(conn: Connection, what: str) -> str:
+        conn.execute(text("INSERT INTO ledger (what) VALUES (:w)"), {"w": what})
+        # Meanwhile another worker claims the workflow (this run's lease expired).
+        with psycopg.connect(database_url, autocommit=True) as other:
+            other.execute(
+                "UPDATE durable.workflows SET epoch = epoch + 1, owner = 'other-worker'"
+                " WHERE status = 'RUNNING'"
+            )
+        return what
+
+    @durable.workflow(registry=reg, name="zombie_tx")
+    def zombie_tx() -> str:
+        return write_ledger("refund o1")
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        with pytest.raises(errors.StaleOwnerError):
+            zombie_tx()
+        (info,) = engine.list_workflows()
+        assert engine.steps(info.workflow_id) == []
+        assert info.status == "RUNNING" and info.owner == "other-worker"
+    with psycopg.connect(database_url) as conn:
+        # The zombie's app write rolled back with its journal row.
+        assert conn.execute("SELECT count(*) FROM ledger").fetchone() == (0,)
