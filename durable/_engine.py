@@ -478,22 +478,25 @@ class Engine:
         inputs: str,
         parent: tuple[str, int] | None,
     ) -> int | None:
-        row = self.db.fetch_one(
-            "insert_workflow",
-            {
-                "workflow_id": workflow_id,
-                "name": defn.name,
-                "version": defn.version,
-                "inputs": inputs,
-                "serializer": self.serializer_name,
-                "durability": defn.durability or self.durability,
-                "parent_id": parent[0] if parent else None,
-                "parent_step_seq": parent[1] if parent else None,
-                "owner": self.executor_id,
-                "lease_seconds": self.lease_seconds,
-            },
-        )
+        params = self._workflow_params(defn, workflow_id, inputs, parent)
+        params["owner"] = self.executor_id
+        params["lease_seconds"] = self.lease_seconds
+        row = self.db.fetch_one("insert_workflow", params)
         return None if row is None else int(row["epoch"])
+
+    def _workflow_params(
+        self, defn: WorkflowDef, workflow_id: str, inputs: str, parent: tuple[str, int] | None
+    ) -> dict[str, Any]:
+        return {
+            "workflow_id": workflow_id,
+            "name": defn.name,
+            "version": defn.version,
+            "inputs": inputs,
+            "serializer": self.serializer_name,
+            "durability": defn.durability or self.durability,
+            "parent_id": parent[0] if parent else None,
+            "parent_step_seq": parent[1] if parent else None,
+        }
 
     def _existing(self, defn: WorkflowDef, workflow_id: str) -> WorkflowInfo:
         info = self.get_workflow(workflow_id)
@@ -560,17 +563,7 @@ class Engine:
         workflow_id = workflow_id or str(uuid.uuid4())
         inputs = self._encode_inputs(defn, args, kwargs)
         row = self.db.fetch_one(
-            "insert_workflow_pending",
-            {
-                "workflow_id": workflow_id,
-                "name": defn.name,
-                "version": defn.version,
-                "inputs": inputs,
-                "serializer": self.serializer_name,
-                "durability": defn.durability or self.durability,
-                "parent_id": None,
-                "parent_step_seq": None,
-            },
+            "insert_workflow_pending", self._workflow_params(defn, workflow_id, inputs, None)
         )
         if row is None:
             self._existing(defn, workflow_id)
@@ -630,18 +623,25 @@ class Engine:
         self, workflow_id: str
     ) -> tuple[WorkflowDef, int, list[Any], dict[str, Any], Journal] | None:
         """Claim one runnable workflow and load its journal, or None if someone holds it."""
-        row = self.db.fetch_one(
-            "claim_workflow",
+        rows = self._claim_rows(workflow_id, 1)
+        if not rows or rows[0]["status"] != WorkflowStatus.RUNNING:
+            return None
+        return self._prepare(rows[0])
+
+    def _claim_rows(self, workflow_id: str | None, limit: int) -> list[dict[str, Any]]:
+        defs = self.registry.workflows()
+        return self.db.fetch_all(
+            "claim_batch",
             {
                 "workflow_id": workflow_id,
                 "owner": self.executor_id,
                 "lease_seconds": self.lease_seconds,
                 "max_attempts": self.max_recovery_attempts,
+                "names": [d.name for d in defs],
+                "versions": [d.version or "" for d in defs],
+                "limit": limit,
             },
         )
-        if row is None or row["status"] != WorkflowStatus.RUNNING:
-            return None
-        return self._prepare(row)
 
     def _prepare(
         self, row: dict[str, Any]
@@ -728,18 +728,7 @@ class Engine:
         """
         if self._pool is None:
             raise EngineNotRunningError()
-        defs = self.registry.workflows()
-        rows = self.db.fetch_all(
-            "claim_batch",
-            {
-                "owner": self.executor_id,
-                "lease_seconds": self.lease_seconds,
-                "max_attempts": self.max_recovery_attempts,
-                "names": [d.name for d in defs],
-                "versions": [d.version or "" for d in defs],
-                "limit": limit,
-            },
-        )
+        rows = self._claim_rows(None, limit)
         runnable = []
         for row in rows:
             if row["status"] != WorkflowStatus.RUNNING:

@@ -140,26 +140,23 @@ class SystemDB:
             self.counters.statements += 1
             return cur.rowcount
 
-    def fetch_one(self, name: str, params: dict[str, Any]) -> Row | None:
-        query = self._queries[name]
+    @contextmanager
+    def _run(self, name: str, params: dict[str, Any]) -> Iterator[psycopg.Cursor[Row]]:
         with (
             self._translate(name),
             self._pool.connection() as conn,
             conn.cursor(row_factory=dict_row) as cur,
         ):
-            cur.execute(query, params)
+            cur.execute(self._queries[name], params)
             self.counters.statements += 1
+            yield cur
+
+    def fetch_one(self, name: str, params: dict[str, Any]) -> Row | None:
+        with self._run(name, params) as cur:
             return cur.fetchone()
 
     def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
-        query = self._queries[name]
-        with (
-            self._translate(name),
-            self._pool.connection() as conn,
-            conn.cursor(row_factory=dict_row) as cur,
-        ):
-            cur.execute(query, params)
-            self.counters.statements += 1
+        with self._run(name, params) as cur:
             return cur.fetchall()
 
     def execute_many_in_transaction(self, ops: Sequence[tuple[str, dict[str, Any]]]) -> list[int]:

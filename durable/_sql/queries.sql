@@ -138,32 +138,9 @@ SET status = %(status)s, output = %(output)s, error = %(error)s, owner = NULL,
     updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
 
--- claim_workflow --
--- Take one runnable workflow (new, released, or with an expired lease); bumps the epoch.
-UPDATE {schema}.workflows AS w
-SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
-                  THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
-    owner = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
-                 THEN NULL ELSE %(owner)s END,
-    lease_expires_at = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
-                 THEN NULL
-                 ELSE {schema}.current_time() + make_interval(secs => %(lease_seconds)s) END,
-    recovery_attempts = w.recovery_attempts + (CASE WHEN w.status = 'RUNNING' THEN 1 ELSE 0 END),
-    epoch = w.epoch + 1,
-    updated_at = {schema}.current_time()
-FROM (
-    SELECT workflow_id FROM {schema}.workflows
-    WHERE workflow_id = %(workflow_id)s
-      AND (status = 'PENDING'
-           OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
-    FOR UPDATE SKIP LOCKED
-) AS c
-WHERE w.workflow_id = c.workflow_id
-RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch
-
 -- claim_batch --
--- Take up to `limit` runnable workflows this executor can run; each claim bumps the epoch.
+-- Take up to `limit` runnable workflows this executor can run (new, released, or with an
+-- expired lease), optionally one given id; each claim bumps the epoch.
 UPDATE {schema}.workflows AS w
 SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
                   THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
@@ -179,6 +156,7 @@ FROM (
     SELECT workflow_id FROM {schema}.workflows
     WHERE (status = 'PENDING'
            OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
+      AND (%(workflow_id)s::text IS NULL OR workflow_id = %(workflow_id)s::text)
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
     ORDER BY created_at

@@ -100,8 +100,12 @@ def test_max_recovery_attempts_then_resume(
             time.sleep(0.6)
         # With max_recovery_attempts=2 (below), the next claim gives up on it.
         engine.max_recovery_attempts = 2
-        engine.recover()
-        assert handle.status() == "MAX_RECOVERY_ATTEMPTS_EXCEEDED"
+        # (recover() only sees it once the last worker's lease has expired)
+        wait_for(
+            lambda: engine.recover() == [] and handle.status() == "MAX_RECOVERY_ATTEMPTS_EXCEEDED",
+            timeout=30,
+            what="the workflow to be given up",
+        )
         out = subprocess.run(
             [
                 sys.executable,
