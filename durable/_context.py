@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from durable._protocol import Journal
 
@@ -26,6 +26,9 @@ class RunContext:
     epoch: int
     journal: Journal
     in_step: bool = False
+    # The system-database connection this run writes through, checked out once per run:
+    # a pool checkout per step costs about as much as the step's own client-side work.
+    conn: Any = None
 
 
 current_engine: ContextVar[Engine | None] = ContextVar("durable_engine", default=None)

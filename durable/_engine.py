@@ -270,7 +270,7 @@ class Engine:
         """Connect, migrate (or check the schema), register this executor, start threads."""
         if self._db is not None:
             return
-        db = SystemDB(self.database_url, self.schema, max_size=max(4, self.max_workers + 2))
+        db = SystemDB(self.database_url, self.schema, max_size=self.max_workers + 4)
         db.open(timeout=self.connect_timeout)
         try:
             if self.migrate_on_launch:

@@ -138,21 +138,23 @@ def record_step(
     started: dt.datetime | None,
     child_id: str | None = None,
 ) -> None:
-    count = run.engine.db.execute(
-        "record_step",
-        {
-            "workflow_id": run.workflow_id,
-            "epoch": run.epoch,
-            "step_seq": seq,
-            "step_name": name,
-            "kind": kind.value,
-            "output": output,
-            "error": error,
-            "attempts": attempts,
-            "child_workflow_id": child_id,
-            "started_at": started,
-        },
-    )
+    params = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "step_seq": seq,
+        "step_name": name,
+        "kind": kind.value,
+        "output": output,
+        "error": error,
+        "attempts": attempts,
+        "child_workflow_id": child_id,
+        "started_at": started,
+    }
+    db = run.engine.db
+    if run.conn is not None:
+        count = db.execute_on(run.conn, "record_step", params)
+    else:
+        count = db.execute("record_step", params)
     if count == 0:
         raise StaleOwnerError(run.workflow_id, run.epoch)
 
@@ -297,7 +299,26 @@ def execute_run(
     StaleOwnerError, or a BaseException such as KeyboardInterrupt or a suspension, leaves
     the workflow's status alone: its owner (or recovery) decides what happens next.
     """
-    ctx = RunContext(engine, workflow_id, defn.name, epoch, journal)
+    outer = current_run.get()
+    if outer is not None and outer.conn is not None:
+        # A child called inline shares its parent's connection (one per thread, so nested
+        # runs cannot exhaust the pool).
+        return _execute_run(engine, defn, workflow_id, epoch, args, kwargs, journal, outer.conn)
+    with engine.db.connection() as conn:
+        return _execute_run(engine, defn, workflow_id, epoch, args, kwargs, journal, conn)
+
+
+def _execute_run(
+    engine: Engine,
+    defn: WorkflowDef,
+    workflow_id: str,
+    epoch: int,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    journal: Journal,
+    conn: Any,
+) -> Any:
+    ctx = RunContext(engine, workflow_id, defn.name, epoch, journal, conn=conn)
     run_token = current_run.set(ctx)
     engine_token = current_engine.set(engine)
     try:
@@ -310,7 +331,7 @@ def execute_run(
             # Interrupted, not failed: the worker hands it back once the database answers.
             raise
         except Exception as exc:
-            finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc))
+            finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc), conn)
             raise
         try:
             output = dumps_checked(
@@ -320,10 +341,10 @@ def execute_run(
                 engine.max_payload_bytes,
             )
         except SerializationError as exc:
-            finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc))
+            finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc), conn)
             raise
         engine.crash_point("before_workflow_finish")
-        finish(engine, workflow_id, epoch, "SUCCESS", output, None)
+        finish(engine, workflow_id, epoch, "SUCCESS", output, None, conn)
         return value
     finally:
         current_run.reset(run_token)
@@ -337,16 +358,18 @@ def finish(
     status: str,
     output: str | None,
     error: str | None,
+    conn: Any = None,
 ) -> None:
-    count = engine.db.execute(
-        "finish_workflow",
-        {
-            "workflow_id": workflow_id,
-            "epoch": epoch,
-            "status": status,
-            "output": output,
-            "error": error,
-        },
-    )
+    params = {
+        "workflow_id": workflow_id,
+        "epoch": epoch,
+        "status": status,
+        "output": output,
+        "error": error,
+    }
+    if conn is not None:
+        count = engine.db.execute_on(conn, "finish_workflow", params)
+    else:
+        count = engine.db.execute("finish_workflow", params)
     if count == 0:
         raise StaleOwnerError(workflow_id, epoch)

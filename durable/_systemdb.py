@@ -132,6 +132,13 @@ class SystemDB:
                 f"lost the system database while running {name!r}: {exc}"
             ) from exc
 
+    def execute_on(self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> int:
+        """Like execute(), on a connection the caller holds (a run's own connection)."""
+        with self._translate(name):
+            cur = conn.execute(self._queries[name], params)
+            self.counters.statements += 1
+            return cur.rowcount
+
     def execute(self, name: str, params: dict[str, Any]) -> int:
         """Run a statement, return its row count (0 means a fence refused the write)."""
         query = self._queries[name]
