@@ -128,3 +128,23 @@ def test_max_recovery_attempts_then_resume(
             assert handle.result(timeout=60) == ["S1", "S2", "S3"]
         finally:
             stop_worker(worker)
+
+
+def test_sigterm_releases_leases_for_an_immediate_takeover(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    with client(database_url) as engine:
+        handle = engine.submit(counter_app.slow, "g", 8, 0.3, workflow_id="g")
+        # A 60 s lease: without the release at shutdown, a takeover would wait a minute.
+        first = start_worker(subprocess_env, database_url, lease=60.0, grace=0.1)
+        wait_for(lambda: len(world(database_url, "g")) >= 1, what="the first step")
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=30) == 0  # clean exit
+        assert handle.status() == "PENDING"  # released, not left RUNNING under a lease
+        started = time.monotonic()
+        second = start_worker(subprocess_env, database_url, lease=60.0)
+        try:
+            assert handle.result(timeout=30) == [f"s{i}" for i in range(8)]
+        finally:
+            stop_worker(second)
+        assert time.monotonic() - started < 30

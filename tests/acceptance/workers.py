@@ -26,6 +26,7 @@ def start_worker(
     lease: float = 1.0,
     concurrency: int = 4,
     log: str | None = None,
+    grace: float = 5.0,
 ) -> subprocess.Popen[bytes]:
     child_env = dict(env)
     child_env["DURABLE_DATABASE_URL"] = url
@@ -48,7 +49,7 @@ def start_worker(
             "--concurrency",
             str(concurrency),
             "--grace-seconds",
-            "5",
+            str(grace),
         ],
         env=child_env,
         stdout=out,

