@@ -8,7 +8,7 @@ re-invoked with its saved inputs and completed steps return their journaled outp
 
 from __future__ import annotations
 
-from durable._decorators import step, transaction, workflow
+from durable._decorators import effect, step, transaction, workflow
 from durable._engine import Engine, WorkflowHandle
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
 from durable._protocol import RetryPolicy
@@ -28,6 +28,7 @@ __all__ = [
     "WorkflowInfo",
     "WorkflowStatus",
     "default_registry",
+    "effect",
     "step",
     "transaction",
     "workflow",

@@ -15,7 +15,14 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 from durable import _executor
 from durable._models import StepKind
 from durable._protocol import RetryPolicy
-from durable._registry import Durability, Registry, StepDef, WorkflowDef, default_registry
+from durable._registry import (
+    Durability,
+    EffectOptions,
+    Registry,
+    StepDef,
+    WorkflowDef,
+    default_registry,
+)
 from durable.errors import DefinitionError
 
 if TYPE_CHECKING:
@@ -260,6 +267,75 @@ def transaction(
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             return _executor.call_transaction(defn, args, kwargs)  # type: ignore[no-any-return]
+
+        setattr(wrapper, _STEP_ATTR, defn)
+        return wrapper
+
+    return decorate
+
+
+# -- @effect ----------------------------------------------------------------------------------
+
+
+def effect(
+    *,
+    reconcile: Callable[..., Any] | None = None,
+    idempotent: bool = False,
+    key: Callable[..., str] | None = None,
+    name: str | None = None,
+    retries: int = 0,
+    initial_delay: float = 0.1,
+    backoff: float = 2.0,
+    max_delay: float = 30.0,
+    jitter: float = 0.1,
+    retry_on: tuple[type[BaseException], ...] | type[BaseException] = Exception,
+    registry: Registry | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Make a function an effect: a step that changes the outside world, run exactly once.
+
+    The engine commits an intent row before the call, marks it pending right before the
+    call and applied with the result in the step's journal transaction. The function gets
+    `idempotency_key=<workflow_id>:<position>` (derived from the work, stable across
+    replays) and must pass it to the vendor. After a crash between the call and its record,
+    `reconcile(idempotency_key, *args, **kwargs)` asks the vendor what happened; without a
+    reconcile function the effect must be `idempotent=True` (the vendor deduplicates keys).
+    """
+    _check_name(name)
+    if reconcile is None and not idempotent:
+        raise DefinitionError(
+            "an effect needs reconcile=<function> (to ask the outside world what happened to "
+            "a key after a crash) or idempotent=True (the outside world deduplicates keys); "
+            "without either a resumed run could not tell whether the call already happened"
+        )
+    if reconcile is not None and not callable(reconcile):
+        raise DefinitionError(f"reconcile={reconcile!r}: give a function (key, *args) -> result")
+    if key is not None and not callable(key):
+        raise DefinitionError(f"key={key!r}: give a function of the call's arguments")
+    policy = _retry_policy(retries, initial_delay, backoff, max_delay, jitter, retry_on)
+    reg = registry if registry is not None else default_registry
+
+    def decorate(f: Callable[P, R]) -> Callable[P, R]:
+        func = _check_function(f, "effect")
+        params = inspect.signature(func).parameters
+        if "idempotency_key" not in params and not any(
+            p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
+        ):
+            raise DefinitionError(
+                f"effect {func.__qualname__!r} must accept an `idempotency_key` keyword "
+                "argument and pass it to the outside world: def f(..., *, idempotency_key)"
+            )
+        defn = StepDef(
+            name=name or default_name(func),
+            fn=func,
+            kind=StepKind.EFFECT,
+            retry=policy,
+            effect=EffectOptions(reconcile=reconcile, idempotent=idempotent, key=key),
+        )
+        reg.add_step(defn)
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            return _executor.call_effect(defn, args, kwargs)  # type: ignore[no-any-return]
 
         setattr(wrapper, _STEP_ATTR, defn)
         return wrapper

@@ -79,6 +79,11 @@ _PORT_RANGE = (20000, 32767)
 _BIN_DIRS = {"18": "pginstall18", "16": "pginstall"}
 # pg_ctl pastes -D and -l into a /bin/sh command line inside double quotes.
 _SHELL_UNSAFE = frozenset('"$`\\\n')
+# A server killed with SIGKILL leaves postmaster.pid and shared memory behind for as long as
+# its processes take to notice and exit (or to be reaped): PostgreSQL refuses to start until
+# then, so a start that fails with these in the log is retried for a little while.
+_LEFTOVER_SIGNS = ('lock file "postmaster.pid" already exists', "pre-existing shared memory")
+_LEFTOVER_WAIT = 15.0
 _NOT_READY = "the database system is"  # "... starting up", "... shutting down", "... in recovery"
 
 _State = Literal["ours", "starting", "other", "down"]
@@ -195,6 +200,12 @@ def _server_user(data_dir: Path) -> pwd.struct_passwd | None:
 
     with contextlib.suppress(FileNotFoundError):
         owner = data_dir.stat().st_uid
+        if owner == 0 and (data_dir / "PG_VERSION").exists():
+            raise EmbeddedServerError(
+                f"the data directory {data_dir} belongs to root, and PostgreSQL refuses to run "
+                "as root: `chown -R postgres: <dir>` it (or to another unprivileged user), or "
+                "set DURABLE_DATA_DIR to a new directory"
+            )
         if owner != 0 and (data_dir / "PG_VERSION").exists():
             try:
                 return pwd.getpwuid(owner)
@@ -235,7 +246,8 @@ def _run(cmd: list[str], user: pwd.struct_passwd | None, timeout: float = 120) -
     """Run a PostgreSQL program (as `user` if given); return its output, raise on failure."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        # C messages: _NOT_READY is matched on the server's English text.
+        # The C locale: initdb then sets lc_messages=C, and _NOT_READY and _LEFTOVER_SIGNS
+        # match the server's English text.
         "LC_ALL": "C",
         "LANG": "C",
         "HOME": user.pw_dir if user is not None else os.environ.get("HOME", "/"),
@@ -422,12 +434,22 @@ def _initdb(data_dir: Path, user: pwd.struct_passwd | None) -> None:
         raise
 
 
-def _log_tail(log: Path, lines: int = 40) -> str:
+def _log_size(log: Path) -> int:
     try:
-        text = log.read_text(errors="replace")
+        return log.stat().st_size
+    except OSError:
+        return 0
+
+
+def _log_tail(log: Path, since: int = 0, lines: int = 40) -> str:
+    """The last `lines` lines written after byte `since`: this attempt's, not old runs'."""
+    try:
+        with log.open("rb") as f:
+            f.seek(since)
+            text = f.read().decode(errors="replace")
     except OSError:
         return "(no server log)"
-    return "\n".join(text.splitlines()[-lines:])
+    return "\n".join(text.splitlines()[-lines:]) or "(nothing logged)"
 
 
 def _start(data_dir: Path, port: int, user: pwd.struct_passwd | None) -> None:
@@ -466,22 +488,35 @@ def _start(data_dir: Path, port: int, user: pwd.struct_passwd | None) -> None:
         "-t",
         str(_START_TIMEOUT),
     ]
-    try:
-        _run(cmd, user, timeout=_START_TIMEOUT + 30)
-    except EmbeddedServerError as exc:
-        tail = _log_tail(log)
-        hint = ""
-        if "Address already in use" in tail:
-            hint = (
-                f"\nport {port} is taken by another program: stop it, or delete "
-                f"{data_dir / _PORT_FILE} to pick a new port (the URL will change)"
-            )
-        raise EmbeddedServerError(f"{exc}\nserver log ({log}):\n{tail}{hint}") from exc
+    deadline = time.monotonic() + _LEFTOVER_WAIT
+    while True:
+        since = _log_size(log)
+        try:
+            _run(cmd, user, timeout=_START_TIMEOUT + 30)
+            break
+        except EmbeddedServerError as exc:
+            tail = _log_tail(log, since)
+            leftover = any(sign in tail for sign in _LEFTOVER_SIGNS)
+            if leftover and time.monotonic() < deadline:
+                time.sleep(0.5)  # a killed server's processes are still on their way out
+                continue
+            hint = ""
+            if "Address already in use" in tail:
+                hint = (
+                    f"\nport {port} is taken by another program: stop it, or delete "
+                    f"{data_dir / _PORT_FILE} to pick a new port (the URL will change)"
+                )
+            elif leftover:
+                hint = (
+                    "\nif no server of this data directory is running any more, delete "
+                    f"{data_dir / 'postmaster.pid'} and try again"
+                )
+            raise EmbeddedServerError(f"{exc}\nserver log ({log}):\n{tail}{hint}") from exc
     state = _settle(port, data_dir)
     if state != "ours":
         raise EmbeddedServerError(
             f"the embedded server started but port {port} answers as {state!r}\n"
-            f"server log ({log}):\n{_log_tail(log)}"
+            f"server log ({log}):\n{_log_tail(log, since)}"
         )
 
 
@@ -531,8 +566,8 @@ def ensure_server(data_dir: Path | None = None) -> str:
     except Timeout:
         raise EmbeddedServerError(
             f"timed out after {_LOCK_TIMEOUT:.0f} s waiting for {_lock_path(data_dir)}, held "
-            "by another process starting the server: see its server.log, or remove the lock "
-            "file if no such process exists"
+            "by another process starting the server: see its server.log (the lock is an "
+            "flock, released the moment that process exits)"
         ) from None
 
 

@@ -8,6 +8,7 @@ the workflow, this run's writes match no row and it stops with StaleOwnerError.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
 import time
 from collections.abc import Mapping, Sequence
@@ -22,6 +23,8 @@ from durable._registry import StepDef, WorkflowDef
 from durable._systemdb import is_unique_violation
 from durable.errors import (
     DatabaseUnavailableError,
+    EffectOutsideWorkflowError,
+    IdempotencyKeyReusedError,
     NoEngineError,
     SerializationError,
     StaleOwnerError,
@@ -373,3 +376,155 @@ def finish(
         count = engine.db.execute("finish_workflow", params)
     if count == 0:
         raise StaleOwnerError(workflow_id, epoch)
+
+
+# -- @effect -----------------------------------------------------------------------------------
+
+
+def call_effect(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Run an effect exactly once per workflow position (or per user key), write-ahead."""
+    run = current_run.get()
+    if run is None or run.in_step:
+        if "idempotency_key" not in kwargs:
+            raise EffectOutsideWorkflowError(
+                f"effect {defn.name!r} was called outside a workflow without a key: call it "
+                "from a workflow, or pass idempotency_key=... yourself"
+            )
+        return defn.fn(*args, **kwargs)
+    seq, record = run.journal.next_call(defn.name)
+    if record is not None:
+        return replay(run, record)
+    assert defn.effect is not None
+    options = defn.effect
+    engine = run.engine
+    params_text = dumps_checked(
+        engine.serializer,
+        {"args": list(args), "kwargs": dict(kwargs)},
+        f"the parameters of effect {defn.name!r}",
+        engine.max_payload_bytes,
+    )
+    fingerprint = hashlib.sha256(params_text.encode("utf-8")).hexdigest()
+    user_part = options.key(*args, **kwargs) if options.key is not None else None
+    key = f"{run.workflow_id}:{seq}" if user_part is None else f"{run.workflow_id}:{user_part}"
+    started = _now()
+    ids = {"workflow_id": run.workflow_id, "idempotency_key": key}
+    existing = None
+    if not run.journal.is_fresh or user_part is not None:
+        existing = engine.db.fetch_one("get_effect", ids)
+    if existing is None:
+        written = engine.db.execute_on(
+            run.conn,
+            "effect_intent",
+            {
+                **ids,
+                "epoch": run.epoch,
+                "step_seq": seq,
+                "effect_name": defn.name,
+                "params_fingerprint": fingerprint,
+            },
+        )
+        if written == 0:
+            existing = engine.db.fetch_one("get_effect", ids)
+            if existing is None:
+                raise StaleOwnerError(run.workflow_id, run.epoch)
+        engine.crash_point("effect_after_intent")
+    if existing is not None:
+        if existing["params_fingerprint"] != fingerprint:
+            raise IdempotencyKeyReusedError(key, existing["params_fingerprint"], fingerprint)
+        if existing["status"] == "applied":
+            # The same key already moved the world (e.g. an earlier position with this key).
+            record_step(run, seq, defn.name, StepKind.EFFECT, existing["result"], None, 1, started)
+            return _loads(engine, existing["result"])
+        if existing["status"] == "failed":
+            record_step(run, seq, defn.name, StepKind.EFFECT, None, existing["error"], 1, started)
+            raise rebuild_error(defn.name, existing["error"])
+        if existing["status"] == "pending" and options.reconcile is not None:
+            # The process died after the call started: ask the outside world, don't guess.
+            found = options.reconcile(key, *args, **kwargs)
+            if found is not None:
+                result = dumps_checked(
+                    engine.serializer,
+                    found,
+                    f"the reconciled result of effect {defn.name!r}",
+                    engine.max_payload_bytes,
+                )
+                _settle(run, seq, defn, key, "applied", result, None, started, True)
+                return found
+            logger.info("effect %s key %s: never landed, calling again", defn.name, key)
+    attempt = 0
+    while True:
+        attempt += 1
+        if engine.db.execute_on(run.conn, "effect_pending", {**ids, "epoch": run.epoch}) == 0:
+            raise StaleOwnerError(run.workflow_id, run.epoch)
+        engine.crash_point("effect_after_pending")
+        run.in_step = True
+        try:
+            value = defn.fn(*args, **kwargs, idempotency_key=key)
+        except Exception as exc:
+            run.in_step = False
+            if defn.retry.should_retry(exc, attempt):
+                time.sleep(defn.retry.delay(attempt))
+                continue
+            _settle(run, seq, defn, key, "failed", None, encode_error(exc), started, False)
+            raise
+        finally:
+            run.in_step = False
+        break
+    engine.crash_point("effect_after_call")
+    result = dumps_checked(
+        engine.serializer, value, f"the result of effect {defn.name!r}", engine.max_payload_bytes
+    )
+    _settle(run, seq, defn, key, "applied", result, None, started, False)
+    engine.crash_point("effect_after_applied")
+    return value
+
+
+def _loads(engine: Engine, text: str | None) -> Any:
+    return None if text is None else engine.serializer.loads(text)
+
+
+def _settle(
+    run: RunContext,
+    seq: int,
+    defn: StepDef,
+    key: str,
+    status: str,
+    result: str | None,
+    error: str | None,
+    started: dt.datetime,
+    reconciled: bool,
+) -> None:
+    """The effect's outcome and its journal row, in one transaction, fenced by epoch."""
+    ok = run.engine.db.all_or_nothing(
+        run.conn,
+        [
+            (
+                "effect_settle",
+                {
+                    "workflow_id": run.workflow_id,
+                    "idempotency_key": key,
+                    "status": status,
+                    "result": result,
+                    "error": error,
+                    "reconciled": reconciled,
+                },
+            ),
+            (
+                "record_step",
+                {
+                    "workflow_id": run.workflow_id,
+                    "epoch": run.epoch,
+                    "step_seq": seq,
+                    "step_name": defn.name,
+                    "kind": StepKind.EFFECT.value,
+                    "output": result,
+                    "error": error,
+                    "attempts": 1,
+                    "child_workflow_id": None,
+                    "started_at": started,
+                },
+            ),
+        ],
+    )
+    if not ok:
+        raise StaleOwnerError(run.workflow_id, run.epoch)

@@ -38,6 +38,24 @@ class StepDef:
     kind: StepKind = StepKind.STEP
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     isolation_level: str | None = None
+    effect: EffectOptions | None = None
+
+
+@dataclass(frozen=True)
+class EffectOptions:
+    """What makes an effect safe to resume.
+
+    reconcile: asks the outside world what happened to a key; returns the recorded result,
+        or None if the call never landed (then it is called again with the same key).
+    idempotent: the outside world deduplicates keys, so calling again with the same key is
+        safe (needed when there is no reconcile function).
+    key: optional function of the call's arguments giving the user part of the key; the key
+        is then <workflow_id>:<user part> instead of <workflow_id>:<step position>.
+    """
+
+    reconcile: Callable[..., Any] | None = None
+    idempotent: bool = False
+    key: Callable[..., str] | None = None
 
 
 class Registry:

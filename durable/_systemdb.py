@@ -176,6 +176,26 @@ class SystemDB:
                 counts.append(cur.rowcount)
         return counts
 
+    def all_or_nothing(
+        self, conn: psycopg.Connection[Any], ops: Sequence[tuple[str, dict[str, Any]]]
+    ) -> bool:
+        """Run `ops` in one transaction on `conn`; if any writes no row (a fence refused it),
+        roll all of them back and return False."""
+
+        class _Refused(Exception):
+            pass
+
+        try:
+            with self._translate(ops[0][0]), conn.transaction():
+                for name, params in ops:
+                    cur = conn.execute(self._queries[name], params)
+                    self.counters.statements += 1
+                    if cur.rowcount == 0:
+                        raise _Refused
+        except _Refused:
+            return False
+        return True
+
     def listen_connection(self, channel: str) -> psycopg.Connection[Any]:
         """A dedicated autocommit connection LISTENing on `channel` (not from the pool)."""
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)

@@ -17,6 +17,8 @@ The tree::
     ├── WorkflowNotFoundError
     ├── NondeterminismError
     ├── StaleOwnerError
+    ├── IdempotencyKeyReusedError
+    ├── EffectOutsideWorkflowError
     ├── StepError
     ├── WorkflowFailedError
     ├── WorkflowCancelledError
@@ -166,6 +168,26 @@ class StaleOwnerError(DurableError):
             "worker owns it now; nothing was recorded and the new owner finishes it. Raise "
             "Engine(lease_seconds=...) if steps block the heartbeat for longer than the lease"
         )
+
+
+class IdempotencyKeyReusedError(DurableError):
+    """An idempotency key was reused with different parameters: the call was refused, as a
+    payment vendor would refuse it. Give each distinct action its own key."""
+
+    def __init__(self, key: str, recorded: str, current: str) -> None:
+        self.key = key
+        self.recorded_fingerprint = recorded
+        self.current_fingerprint = current
+        super().__init__(
+            f"idempotency key {key!r} was first used with other parameters (fingerprint "
+            f"{recorded[:12]}…, now {current[:12]}…): nothing was called. Give each distinct "
+            "action its own key (the effect's key= function), or pass the original parameters"
+        )
+
+
+class EffectOutsideWorkflowError(DurableError):
+    """An effect was called outside a workflow without an idempotency key: call it from a
+    workflow (the key is derived from the work), or pass idempotency_key=... yourself."""
 
 
 class StepError(DurableError):

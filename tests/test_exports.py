@@ -15,6 +15,7 @@ PUBLIC = {
     "WorkflowInfo",
     "WorkflowStatus",
     "default_registry",
+    "effect",
     "step",
     "transaction",
     "workflow",

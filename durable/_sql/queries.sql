@@ -206,3 +206,44 @@ VALUES (%(workflow_id)s, %(step_seq)s, %(step_name)s, %(output)s, %(error)s)
 -- A @transaction step's journal row in the application's database (replay).
 SELECT step_name, output, error FROM {schema}.transaction_outputs
 WHERE workflow_id = %(workflow_id)s AND step_seq = %(step_seq)s
+
+-- effect_intent --
+-- Write an effect's intent ahead of the call, only while this run owns the workflow.
+INSERT INTO {schema}.effects (workflow_id, step_seq, effect_name, idempotency_key, status,
+    params_fingerprint)
+SELECT workflow_id, %(step_seq)s, %(effect_name)s, %(idempotency_key)s, 'intent',
+    %(params_fingerprint)s
+FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+FOR SHARE
+ON CONFLICT DO NOTHING
+
+-- get_effect --
+-- An effect's ledger row by its key (resume, and keys shared between positions).
+SELECT workflow_id, step_seq, effect_name, idempotency_key, status, params_fingerprint,
+    result, error, attempts, reconciled, created_at, updated_at
+FROM {schema}.effects
+WHERE workflow_id = %(workflow_id)s AND idempotency_key = %(idempotency_key)s
+
+-- effect_pending --
+-- Mark an effect's call as started, only while this run owns the workflow.
+UPDATE {schema}.effects AS e
+SET status = 'pending', attempts = e.attempts + 1, updated_at = {schema}.current_time()
+FROM {schema}.workflows AS w
+WHERE e.workflow_id = %(workflow_id)s AND e.idempotency_key = %(idempotency_key)s
+  AND w.workflow_id = e.workflow_id AND w.epoch = %(epoch)s AND w.status = 'RUNNING'
+  AND e.status IN ('intent', 'pending')
+
+-- effect_settle --
+-- Record an effect's outcome (applied or failed); runs in the journal row's transaction.
+UPDATE {schema}.effects
+SET status = %(status)s, result = %(result)s, error = %(error)s,
+    reconciled = %(reconciled)s, updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND idempotency_key = %(idempotency_key)s
+  AND status IN ('intent', 'pending')
+
+-- list_effects --
+-- The effect ledger of one workflow, in call order.
+SELECT workflow_id, step_seq, effect_name, idempotency_key, status, params_fingerprint,
+    result, error, attempts, reconciled, created_at, updated_at
+FROM {schema}.effects WHERE workflow_id = %(workflow_id)s ORDER BY step_seq

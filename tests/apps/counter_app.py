@@ -18,6 +18,7 @@ import psycopg
 from sqlalchemy import Connection, text
 
 import durable
+from tests.apps import vendor
 
 registry = durable.Registry()
 WORLD_DDL = """
@@ -112,6 +113,28 @@ def load(workflow_id: str, n: int) -> int:
     return total
 
 
+def lookup_refund(idempotency_key: str, order_id: str, cents: int) -> dict[str, object] | None:
+    return vendor.lookup(idempotency_key)
+
+
+# A vendor that does NOT deduplicate keys: only reconciliation keeps a resume from paying twice.
+@durable.effect(registry=registry, name="counter.refund_reconciled", reconcile=lookup_refund)
+def refund_reconciled(order_id: str, cents: int, *, idempotency_key: str) -> dict[str, object]:
+    return vendor.refund(order_id, cents, idempotency_key, dedup=False)
+
+
+# A vendor that deduplicates keys: re-calling with the same key is harmless.
+@durable.effect(registry=registry, name="counter.refund_idempotent", idempotent=True)
+def refund_idempotent(order_id: str, cents: int, *, idempotency_key: str) -> dict[str, object]:
+    return vendor.refund(order_id, cents, idempotency_key, dedup=True)
+
+
+@durable.workflow(registry=registry, name="counter.pay")
+def pay(mode: str, amounts: list[int]) -> int:
+    effect = refund_reconciled if mode == "reconcile" else refund_idempotent
+    return sum(int(str(effect(f"o{i}", c)["cents"])) for i, c in enumerate(amounts, 1))
+
+
 @durable.workflow(registry=registry, name="counter.many")
 def many(workflow_id: str, n: int) -> int:
     for i in range(n):
@@ -121,6 +144,7 @@ def many(workflow_id: str, n: int) -> int:
 
 def setup(url: str) -> None:
     World.url = url
+    vendor.setup(url)
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(WORLD_DDL)
 

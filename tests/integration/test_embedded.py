@@ -10,6 +10,8 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -44,10 +46,18 @@ def new_data_dir() -> Iterator[Callable[[str], Path]]:
         return base / name
 
     yield make
+    failures = []
     for path in made:
-        _embedded.stop_server(path)
+        try:
+            _embedded.stop_server(path)
+        except Exception as exc:  # stop the others, then report
+            failures.append(exc)
+            for pid in _postmasters(path) if Path("/proc").is_dir() else []:
+                os.kill(pid, signal.SIGKILL)
     for base in bases:
         shutil.rmtree(base, ignore_errors=True)
+    if failures:
+        raise failures[0]
 
 
 @pytest.fixture
@@ -162,7 +172,7 @@ def test_foreign_directory_is_refused(data_dir: Path) -> None:
 
 
 @pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="root only")
-def test_root_unreachable_directory_is_a_clear_error(tmp_path: Path) -> None:
+def test_root_unreachable_directory_is_a_clear_error() -> None:
     hidden = Path(tempfile.mkdtemp(prefix="durable-emb-hidden-", dir="/tmp"))  # 0700, root's
     try:
         with pytest.raises(EmbeddedServerError, match="DURABLE_DATA_DIR"):
@@ -217,3 +227,27 @@ def test_engine_uses_embedded_by_default(data_dir: Path, monkeypatch: pytest.Mon
     with durable.Engine(registry=reg) as engine:
         assert engine.start(emb, workflow_id="e1").result(timeout=30) == 2
     assert _embedded.server_url(data_dir) is not None  # the server outlives the engine
+
+
+def test_start_failure_quotes_the_server_log(data_dir: Path) -> None:
+    url = _embedded.ensure_server(data_dir)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    assert _embedded.stop_server(data_dir)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
+        squatter.bind(("127.0.0.1", port))  # bound, not listening: connects are refused
+        with pytest.raises(EmbeddedServerError) as info:
+            _embedded.ensure_server(data_dir)
+    message = str(info.value)
+    assert "server log" in message
+    assert "Address already in use" in message
+    assert "durable-port" in message  # the hint: how to pick another port
+    assert _embedded.ensure_server(data_dir) == url  # the port is free again
+
+
+def test_restarts_after_the_server_was_killed(data_dir: Path) -> None:
+    url = _embedded.ensure_server(data_dir)
+    pid = int((data_dir / "postmaster.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)  # leaves postmaster.pid and its children behind
+    assert _embedded.server_url(data_dir) is None  # the stale pid file is not believed
+    assert _embedded.ensure_server(data_dir) == url
+    _select_one(url)

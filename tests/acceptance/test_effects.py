@@ -1,0 +1,99 @@
+"""The effect ledger under SIGKILL at each edge of the write-ahead sequence.
+
+The vendor's own table records every payment that really moved; each cell checks that
+every refund moved exactly once: with reconciliation against a vendor that does not
+deduplicate keys, and with a vendor that does (idempotent=True)."""
+
+from __future__ import annotations
+
+import signal
+
+import psycopg
+import pytest
+
+import durable
+from durable import errors
+from tests.acceptance.workers import client, start_worker, stop_worker
+from tests.apps import counter_app, vendor
+
+AMOUNTS = [10, 25, 40, 5]
+POINTS = [
+    "effect_after_intent",
+    "effect_after_pending",
+    "effect_after_call",
+    "effect_after_applied",
+]
+
+
+def ledger(url: str) -> list[tuple[str, str, bool]]:
+    with psycopg.connect(url) as conn:
+        return [
+            (r[0], r[1], r[2])
+            for r in conn.execute(
+                "SELECT idempotency_key, status, reconciled FROM durable.effects ORDER BY step_seq"
+            )
+        ]
+
+
+@pytest.mark.parametrize("mode", ["reconcile", "idempotent"])
+@pytest.mark.parametrize("point", POINTS)
+def test_refunds_move_exactly_once(
+    database_url: str, subprocess_env: dict[str, str], mode: str, point: str
+) -> None:
+    with client(database_url) as engine:
+        handle = engine.submit(counter_app.pay, mode, AMOUNTS, workflow_id="run-4711")
+        # Die at the third refund (40), at this edge of the write-ahead sequence.
+        first = start_worker(subprocess_env, database_url, crash=f"{point}:3")
+        assert first.wait(timeout=60) == -signal.SIGKILL
+        second = start_worker(subprocess_env, database_url)
+        try:
+            assert handle.result(timeout=60) == 80
+        finally:
+            stop_worker(second)
+    assert vendor.moved(database_url) == AMOUNTS  # [10, 25, 40, 5]: nothing twice
+    rows = ledger(database_url)
+    assert [k for k, _, _ in rows] == [f"run-4711:{i}" for i in range(4)]
+    assert all(status == "applied" for _, status, _ in rows)
+    # Only a crash after the vendor took the money, with a reconcile function, adopts the
+    # vendor's receipt instead of calling again.
+    reconciled = [k for k, _, r in rows if r]
+    assert reconciled == (
+        ["run-4711:2"] if (mode, point) == ("reconcile", "effect_after_call") else []
+    )
+
+
+def test_bad_effect_declarations_and_key_reuse(database_url: str) -> None:
+    reg = durable.Registry()
+    with pytest.raises(errors.DefinitionError, match="idempotent=True"):
+
+        @durable.effect(registry=reg)
+        def neither(*, idempotency_key: str) -> None: ...
+
+    with pytest.raises(errors.DefinitionError, match="idempotency_key"):
+
+        @durable.effect(registry=reg, idempotent=True)
+        def no_key_param(x: int) -> None: ...
+
+    calls: list[tuple[str, int]] = []
+
+    @durable.effect(registry=reg, name="charge", idempotent=True, key=lambda order, cents: order)
+    def charge(order: str, cents: int, *, idempotency_key: str) -> int:
+        calls.append((idempotency_key, cents))
+        return cents
+
+    @durable.workflow(registry=reg, name="charges")
+    def charges(second: int) -> int:
+        return charge("order-8812", 40) + charge("order-8812", second)
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        # The same key with the same parameters is the same action: called once.
+        assert engine.start(charges, 40, workflow_id="k1").result(timeout=10) == 80
+        assert calls == [("k1:order-8812", 40)]
+        # The same key with other parameters is refused before anything is called.
+        with pytest.raises(errors.WorkflowFailedError) as info:
+            engine.start(charges, 99, workflow_id="k2").result(timeout=10)
+        assert info.value.error_type == "durable.errors.IdempotencyKeyReusedError"
+        assert calls == [("k1:order-8812", 40), ("k2:order-8812", 40)]
+    with pytest.raises(errors.EffectOutsideWorkflowError, match="idempotency_key"):
+        charge("order-1", 5)
+    assert charge("order-1", 5, idempotency_key="manual-1") == 5
