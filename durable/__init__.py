@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from durable._decorators import effect, step, transaction, workflow
 from durable._engine import Engine, WorkflowHandle
+from durable._executor import compensate
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
 from durable._protocol import RetryPolicy
 from durable._registry import Registry, default_registry
@@ -27,6 +28,7 @@ __all__ = [
     "WorkflowHandle",
     "WorkflowInfo",
     "WorkflowStatus",
+    "compensate",
     "default_registry",
     "effect",
     "step",

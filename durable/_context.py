@@ -6,8 +6,9 @@ carry over to asyncio tasks when async support arrives.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from durable._protocol import Journal
@@ -29,6 +30,11 @@ class RunContext:
     # The system-database connection this run writes through, checked out once per run:
     # a pool checkout per step costs about as much as the step's own client-side work.
     conn: Any = None
+    # Undo actions of applied effects, in the order they were registered (a saga). Rebuilt
+    # deterministically on replay, because replayed effects register them again.
+    compensations: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = field(
+        default_factory=list
+    )
 
 
 current_engine: ContextVar[Engine | None] = ContextVar("durable_engine", default=None)

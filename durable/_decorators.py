@@ -337,7 +337,21 @@ def effect(
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
             return _executor.call_effect(defn, args, kwargs)  # type: ignore[no-any-return]
 
+        def compensation(undo: Callable[..., Any]) -> Callable[..., Any]:
+            """Register `undo` (itself an @effect) to run with this effect's arguments if the
+            workflow fails after this effect was applied."""
+            if not isinstance(getattr(undo, _STEP_ATTR, None), StepDef) or (
+                getattr(undo, _STEP_ATTR).kind is not StepKind.EFFECT
+            ):
+                raise DefinitionError(
+                    "a compensation must itself be an @durable.effect (it changes the outside "
+                    "world, so it needs its own idempotency key)"
+                )
+            reg.set_compensation(defn.name, undo)
+            return undo
+
         setattr(wrapper, _STEP_ATTR, defn)
+        setattr(wrapper, "compensation", compensation)  # noqa: B010
         return wrapper
 
     return decorate

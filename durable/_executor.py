@@ -11,7 +11,7 @@ import datetime as dt
 import hashlib
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy.exc
@@ -334,7 +334,10 @@ def _execute_run(
             # Interrupted, not failed: the worker hands it back once the database answers.
             raise
         except Exception as exc:
-            finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc), conn)
+            if ctx.compensations:
+                _run_compensations(engine, ctx, exc)
+            else:
+                finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc), conn)
             raise
         try:
             output = dumps_checked(
@@ -393,7 +396,34 @@ def call_effect(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -
         return defn.fn(*args, **kwargs)
     seq, record = run.journal.next_call(defn.name)
     if record is not None:
-        return replay(run, record)
+        value = replay(run, record)
+        _register_compensation(run, defn, args, kwargs)
+        return value
+    value = _call_effect(run, seq, defn, args, kwargs)
+    _register_compensation(run, defn, args, kwargs)
+    return value
+
+
+def _register_compensation(
+    run: RunContext, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    undo = run.engine.registry.compensation(defn.name)
+    if undo is not None:
+        run.compensations.append((undo, tuple(args), dict(kwargs)))
+
+
+def compensate(undo: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Register an undo (an @effect) for what the workflow just did; it runs, in reverse
+    order with the others, if the workflow fails."""
+    run = current_run.get()
+    if run is None:
+        raise NoEngineError("durable.compensate() is only meaningful inside a workflow")
+    run.compensations.append((undo, args, kwargs))
+
+
+def _call_effect(
+    run: RunContext, seq: int, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
     assert defn.effect is not None
     options = defn.effect
     engine = run.engine
@@ -528,3 +558,42 @@ def _settle(
     )
     if not ok:
         raise StaleOwnerError(run.workflow_id, run.epoch)
+
+
+def _run_compensations(engine: Engine, ctx: RunContext, failure: Exception) -> None:
+    """Undo applied effects in reverse order, each an effect with its own key.
+
+    A crash here is safe: on recovery the workflow replays to the same failure, the
+    compensations already applied replay from the journal, and the rest run.
+    """
+    failed_step: str | None = None
+    error: Exception | None = None
+    for undo, args, kwargs in reversed(ctx.compensations):
+        try:
+            undo(*args, **kwargs)
+        except (StaleOwnerError, DatabaseUnavailableError):
+            raise
+        except Exception as exc:
+            failed_step = getattr(getattr(undo, "__durable_step__", None), "name", repr(undo))
+            error = exc
+            break
+    ctx.compensations.clear()
+    conn = ctx.conn
+    if error is None:
+        finish(engine, ctx.workflow_id, ctx.epoch, "COMPENSATED", None, encode_error(failure), conn)
+    else:
+        import json
+
+        detail = json.loads(encode_error(error))
+        detail["message"] = f"compensation {failed_step!r} failed: {detail['message']}"
+        detail["failed_compensation"] = failed_step
+        detail["original_error"] = json.loads(encode_error(failure))
+        finish(
+            engine,
+            ctx.workflow_id,
+            ctx.epoch,
+            "COMPENSATION_FAILED",
+            None,
+            json.dumps(detail),
+            conn,
+        )

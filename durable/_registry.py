@@ -65,6 +65,7 @@ class Registry:
         self._lock = threading.Lock()
         self._workflows: dict[tuple[str, str | None], WorkflowDef] = {}
         self._steps: dict[str, StepDef] = {}
+        self._compensations: dict[str, Callable[..., Any]] = {}
 
     def add_workflow(self, defn: WorkflowDef) -> None:
         with self._lock:
@@ -80,6 +81,15 @@ class Registry:
             if existing is not None and existing.fn is not defn.fn:
                 raise DuplicateNameError("step", defn.name)
             self._steps[defn.name] = defn
+
+    def set_compensation(self, effect_name: str, undo: Callable[..., Any]) -> None:
+        with self._lock:
+            if effect_name in self._compensations and self._compensations[effect_name] is not undo:
+                raise DuplicateNameError("compensation for effect", effect_name)
+            self._compensations[effect_name] = undo
+
+    def compensation(self, effect_name: str) -> Callable[..., Any] | None:
+        return self._compensations.get(effect_name)
 
     def get_workflow(self, name: str, version: str | None = None) -> WorkflowDef | None:
         return self._workflows.get((name, version))

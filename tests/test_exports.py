@@ -14,6 +14,7 @@ PUBLIC = {
     "WorkflowHandle",
     "WorkflowInfo",
     "WorkflowStatus",
+    "compensate",
     "default_registry",
     "effect",
     "step",

@@ -97,3 +97,32 @@ def test_bad_effect_declarations_and_key_reuse(database_url: str) -> None:
     with pytest.raises(errors.EffectOutsideWorkflowError, match="idempotency_key"):
         charge("order-1", 5)
     assert charge("order-1", 5, idempotency_key="manual-1") == 5
+
+
+@pytest.mark.parametrize("crash", [None, "effect_after_call:3"])
+def test_saga_compensates_each_applied_effect_once(
+    database_url: str, subprocess_env: dict[str, str], crash: str | None
+) -> None:
+    with client(database_url) as engine:
+        handle = engine.submit(counter_app.trip, workflow_id="trip-1")
+        if crash:
+            # Dies right after the vendor undid the hotel, before that undo was recorded.
+            first = start_worker(subprocess_env, database_url, crash=crash)
+            assert first.wait(timeout=60) == -signal.SIGKILL
+            assert vendor.moved(database_url) == [10, 25, -25]
+        worker = start_worker(subprocess_env, database_url)
+        try:
+            with pytest.raises(errors.WorkflowFailedError, match="card declined"):
+                handle.result(timeout=60)
+        finally:
+            stop_worker(worker)
+        assert handle.status() == "COMPENSATED"
+    # Booked flight and hotel; the card failed; hotel then flight undone, each exactly once.
+    assert vendor.moved(database_url) == [10, 25, -25, -10]
+    assert [s for _, s, _ in ledger(database_url)] == [
+        "applied",
+        "applied",
+        "failed",
+        "applied",
+        "applied",
+    ]

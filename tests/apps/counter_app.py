@@ -135,6 +135,32 @@ def pay(mode: str, amounts: list[int]) -> int:
     return sum(int(str(effect(f"o{i}", c)["cents"])) for i, c in enumerate(amounts, 1))
 
 
+@durable.effect(registry=registry, name="counter.book", idempotent=True)
+def book(item: str, cents: int, *, idempotency_key: str) -> dict[str, object]:
+    return vendor.refund(item, cents, idempotency_key, dedup=True)
+
+
+@durable.effect(registry=registry, name="counter.unbook", idempotent=True)
+def unbook(item: str, cents: int, *, idempotency_key: str) -> dict[str, object]:
+    return vendor.refund(item, -cents, idempotency_key, dedup=True)
+
+
+book.compensation(unbook)  # type: ignore[attr-defined]
+
+
+@durable.effect(registry=registry, name="counter.charge_card", idempotent=True)
+def charge_card(cents: int, *, idempotency_key: str) -> None:
+    raise ValueError("card declined")
+
+
+@durable.workflow(registry=registry, name="counter.trip")
+def trip() -> str:
+    book("flight", 10)
+    book("hotel", 25)
+    charge_card(35)
+    return "booked"
+
+
 @durable.workflow(registry=registry, name="counter.many")
 def many(workflow_id: str, n: int) -> int:
     for i in range(n):
