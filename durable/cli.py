@@ -168,6 +168,7 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
         if row is None:
             raise WorkflowNotFoundError(workflow_id)
         steps = [StepRecord.from_row(r) for r in db.fetch_all("load_journal", row)]
+        effects = db.fetch_all("list_effects", row)
     finally:
         db.close()
     info = WorkflowInfo.from_row(row)
@@ -189,6 +190,20 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
                     "finished_at": s.finished_at.isoformat() if s.finished_at else None,
                 }
                 for s in steps
+            ],
+            "effects": [
+                {
+                    "step_seq": e["step_seq"],
+                    "effect_name": e["effect_name"],
+                    "idempotency_key": e["idempotency_key"],
+                    "status": e["status"],
+                    "params_fingerprint": e["params_fingerprint"],
+                    "result": e["result"],
+                    "error": json.loads(e["error"]) if e["error"] else None,
+                    "attempts": e["attempts"],
+                    "reconciled": e["reconciled"],
+                }
+                for e in effects
             ],
         }
         click.echo(json.dumps(data, indent=2))
@@ -214,6 +229,21 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
             ms = f"{(s.finished_at - s.started_at).total_seconds() * 1000:.1f}"
         table.add_row(str(s.step_seq), s.step_name, s.kind.value, outcome, str(s.attempts), ms)
     console.print(table)
+    if effects:
+        ledger = Table(
+            "#", "effect", "idempotency key", "status", "params", "result", title="effects"
+        )
+        for e in effects:
+            status = e["status"] + (" (reconciled)" if e["reconciled"] else "")
+            ledger.add_row(
+                str(e["step_seq"]),
+                e["effect_name"],
+                e["idempotency_key"],
+                status,
+                e["params_fingerprint"][:12],
+                _short(e["result"] or e["error"], 40),
+            )
+        console.print(ledger)
 
 
 def _change(db: SystemDB, statement: str, workflow_id: str) -> bool:

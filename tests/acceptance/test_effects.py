@@ -126,3 +126,31 @@ def test_saga_compensates_each_applied_effect_once(
         "applied",
         "applied",
     ]
+
+
+def test_workflows_show_lists_the_effect_ledger(database_url: str) -> None:
+    import json
+    import subprocess
+    import sys
+
+    reg = durable.Registry()
+
+    @durable.effect(registry=reg, name="send", idempotent=True)
+    def send(to: str, *, idempotency_key: str) -> str:
+        return f"sent:{to}"
+
+    @durable.workflow(registry=reg, name="mailer")
+    def mailer() -> str:
+        return send("ann")
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        engine.start(mailer, workflow_id="m1").result(timeout=10)
+    base = [sys.executable, "-m", "durable.cli", "workflows", "show", "m1"]
+    out = subprocess.run(
+        [*base, "--database-url", database_url, "--json"], capture_output=True, text=True
+    )
+    (effect,) = json.loads(out.stdout)["effects"]
+    assert (effect["idempotency_key"], effect["status"]) == ("m1:0", "applied")
+    assert json.loads(effect["result"]) == "sent:ann" and len(effect["params_fingerprint"]) == 64
+    table = subprocess.run([*base, "--database-url", database_url], capture_output=True, text=True)
+    assert "m1:0" in table.stdout and "applied" in table.stdout
