@@ -14,9 +14,11 @@ from durable._executor import compensate
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
 from durable._protocol import RetryPolicy
 from durable._registry import Registry, default_registry
+from durable._waits import Decision, approval
 from durable.serialization import JSONSerializer, PickleSerializer, Serializer
 
 __all__ = [
+    "Decision",
     "Engine",
     "JSONSerializer",
     "PickleSerializer",
@@ -28,6 +30,7 @@ __all__ = [
     "WorkflowHandle",
     "WorkflowInfo",
     "WorkflowStatus",
+    "approval",
     "compensate",
     "default_registry",
     "effect",

@@ -28,6 +28,7 @@ from durable._protocol import Journal, child_workflow_id, decode_error, rebuild_
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
 from durable._systemdb import SystemDB, executor_identity, same_database
 from durable.errors import (
+    ApprovalConflictError,
     ConfigurationError,
     DatabaseUnavailableError,
     EngineNotRunningError,
@@ -35,11 +36,13 @@ from durable.errors import (
     ResultTimeoutError,
     SerializationError,
     StaleOwnerError,
+    UnknownApprovalError,
     UnknownWorkflowError,
     WorkflowCancelledError,
     WorkflowConflictError,
     WorkflowFailedError,
     WorkflowNotFoundError,
+    WorkflowSuspended,
 )
 from durable.serialization import JSONSerializer, PickleSerializer, Serializer, dumps_checked
 
@@ -590,7 +593,7 @@ class Engine:
                 return context.run(
                     _executor.execute_run, self, defn, workflow_id, epoch, args, kwargs, journal
                 )
-            except StaleOwnerError:
+            except (StaleOwnerError, WorkflowSuspended):
                 return None
             except DatabaseUnavailableError:
                 logger.warning("workflow %s interrupted by a database outage", workflow_id)
@@ -674,16 +677,19 @@ class Engine:
         epoch = self._insert(defn, workflow_id, inputs, parent)
         if epoch is not None:
             context = contextvars.copy_context()
-            return context.run(
-                _executor.execute_run,
-                self,
-                defn,
-                workflow_id,
-                epoch,
-                args,
-                kwargs,
-                Journal(workflow_id),
-            )
+            try:
+                return context.run(
+                    _executor.execute_run,
+                    self,
+                    defn,
+                    workflow_id,
+                    epoch,
+                    args,
+                    kwargs,
+                    Journal(workflow_id),
+                )
+            except WorkflowSuspended:
+                pass  # waits without holding anything; resumed below once it is runnable
         self._existing(defn, workflow_id)
         delay = _POLL_MIN
         while True:
@@ -694,9 +700,20 @@ class Engine:
             if claimed is not None:
                 cdefn, cepoch, cargs, ckwargs, journal = claimed
                 context = contextvars.copy_context()
-                return context.run(
-                    _executor.execute_run, self, cdefn, workflow_id, cepoch, cargs, ckwargs, journal
-                )
+                try:
+                    return context.run(
+                        _executor.execute_run,
+                        self,
+                        cdefn,
+                        workflow_id,
+                        cepoch,
+                        cargs,
+                        ckwargs,
+                        journal,
+                    )
+                except WorkflowSuspended:
+                    delay = _POLL_MIN
+                    continue
             time.sleep(delay)
             delay = min(_POLL_MAX, delay * 2)
 
@@ -808,6 +825,53 @@ class Engine:
             poll_interval=self.poll_interval if poll_interval is None else poll_interval,
             grace_seconds=self.grace_seconds if grace_seconds is None else grace_seconds,
         ).run(stop or threading.Event())
+
+    # -- approvals ---------------------------------------------------------------------------
+
+    def decide(
+        self,
+        workflow_id: str,
+        name: str,
+        approve: bool,
+        *,
+        comment: str | None = None,
+        decided_by: str | None = None,
+    ) -> None:
+        """Decide an approval gate. The first decision wins: repeating it is harmless, the
+        opposite decision raises ApprovalConflictError, an unknown gate UnknownApprovalError."""
+        status = "approved" if approve else "denied"
+        row = self.db.fetch_one(
+            "decide_approval",
+            {
+                "workflow_id": workflow_id,
+                "name": name,
+                "status": status,
+                "comment": comment,
+                "decided_by": decided_by,
+            },
+        )
+        if row is not None and row["decided"]:
+            self.notify_work(workflow_id)
+            return
+        existing = self.db.fetch_one("get_approval", {"workflow_id": workflow_id, "name": name})
+        if existing is None:
+            raise UnknownApprovalError(workflow_id, name)
+        if existing["status"] != status:
+            raise ApprovalConflictError(workflow_id, name, existing["status"])
+
+    def list_approvals(
+        self, workflow_id: str | None = None, *, waiting_only: bool = True, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Approval gates (waiting ones by default), as dicts of their stored columns."""
+        return self.db.fetch_all(
+            "list_approvals",
+            {"workflow_id": workflow_id, "waiting_only": waiting_only, "limit": limit},
+        )
+
+    def expire_approvals(self) -> int:
+        """Decide timed-out gates by their default and wake their workflows (the worker
+        calls this on every round)."""
+        return self.db.execute("expire_approvals", {})
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -54,6 +54,7 @@ class Worker:
             try:
                 if engine.release_interrupted():
                     raise DatabaseUnavailableError("interrupted workflows still held")
+                engine.expire_approvals()
                 # Keep one batch queued behind the running ones so threads never idle
                 # waiting for the next claim; queued claims are covered by the heartbeat.
                 free = 2 * engine.max_workers - engine.running_count()

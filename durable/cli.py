@@ -461,6 +461,124 @@ def worker(
 
 
 @main.group()
+def approvals() -> None:
+    """List and decide human approval gates."""
+
+
+@approvals.command("list")
+@url_option
+@schema_option
+@click.option("--all", "show_all", is_flag=True, help="Include decided gates.")
+@json_option
+@_handle_errors
+def approvals_list(database_url: str | None, schema: str, show_all: bool, as_json: bool) -> None:
+    """Gates waiting for a decision (the workflows hold no worker while they wait)."""
+    db = _open(database_url, schema)
+    try:
+        rows = db.fetch_all(
+            "list_approvals", {"workflow_id": None, "waiting_only": not show_all, "limit": 500}
+        )
+    finally:
+        db.close()
+    if as_json:
+        click.echo(
+            json.dumps(
+                [
+                    {
+                        "workflow_id": r["workflow_id"],
+                        "name": r["name"],
+                        "status": r["status"],
+                        "payload": r["payload"],
+                        "comment": r["comment"],
+                        "decided_by": r["decided_by"],
+                    }
+                    for r in rows
+                ],
+                indent=2,
+            )
+        )
+        return
+    table = Table("workflow", "gate", "status", "payload", "requested", "expires")
+    for r in rows:
+        table.add_row(
+            r["workflow_id"],
+            r["name"],
+            r["status"],
+            _short(r["payload"], 50),
+            r["requested_at"].strftime("%Y-%m-%d %H:%M:%S"),
+            r["expires_at"].strftime("%Y-%m-%d %H:%M:%S") if r["expires_at"] else "",
+        )
+    _console().print(table)
+
+
+def _decide(
+    workflow_id: str,
+    name: str,
+    approve: bool,
+    comment: str | None,
+    by: str | None,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    from durable._engine import Engine
+    from durable._registry import Registry
+
+    engine = Engine(
+        _resolve_url(database_url), registry=Registry(), schema=schema, migrate=False, max_workers=1
+    )
+    engine.launch()
+    try:
+        engine.decide(workflow_id, name, approve, comment=comment, decided_by=by)
+    finally:
+        engine.shutdown()
+
+
+_who = click.option("--by", default=lambda: os.environ.get("USER"), help="Who decides.")
+
+
+@approvals.command("approve")
+@click.argument("workflow_id")
+@click.argument("name")
+@click.option("--comment", default=None)
+@_who
+@url_option
+@schema_option
+@_handle_errors
+def approve(
+    workflow_id: str,
+    name: str,
+    comment: str | None,
+    by: str | None,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Approve a gate: its workflow resumes on any worker."""
+    _decide(workflow_id, name, True, comment, by, database_url, schema)
+    click.echo(f"approved {name} of {workflow_id}")
+
+
+@approvals.command("deny")
+@click.argument("workflow_id")
+@click.argument("name")
+@click.option("--comment", default=None)
+@_who
+@url_option
+@schema_option
+@_handle_errors
+def deny(
+    workflow_id: str,
+    name: str,
+    comment: str | None,
+    by: str | None,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Deny a gate: its workflow resumes and sees the denial."""
+    _decide(workflow_id, name, False, comment, by, database_url, schema)
+    click.echo(f"denied {name} of {workflow_id}")
+
+
+@main.group()
 def db() -> None:
     """Manage the embedded PostgreSQL server."""
 

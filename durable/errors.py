@@ -19,11 +19,16 @@ The tree::
     ├── StaleOwnerError
     ├── IdempotencyKeyReusedError
     ├── EffectOutsideWorkflowError
+    ├── UnknownApprovalError
+    ├── ApprovalConflictError
     ├── StepError
     ├── WorkflowFailedError
     ├── WorkflowCancelledError
     ├── ResultTimeoutError (also a TimeoutError)
     └── MigrationError
+
+WorkflowSuspended derives from BaseException (not DurableError): it is control flow that
+unwinds a workflow while it waits, and a broad `except Exception` must not swallow it.
 
 Each class's docstring is its default message and ends with the fix; the context of a
 particular failure is kept in attributes so that callers never parse messages.
@@ -188,6 +193,36 @@ class IdempotencyKeyReusedError(DurableError):
 class EffectOutsideWorkflowError(DurableError):
     """An effect was called outside a workflow without an idempotency key: call it from a
     workflow (the key is derived from the work), or pass idempotency_key=... yourself."""
+
+
+class UnknownApprovalError(DurableError):
+    """No such approval gate: check the workflow id and gate name (`durable approvals list`)."""
+
+    def __init__(self, workflow_id: str, name: str) -> None:
+        self.workflow_id = workflow_id
+        self.name = name
+        super().__init__(
+            f"workflow {workflow_id!r} has no approval gate named {name!r}: check the id and "
+            "name with `durable approvals list`"
+        )
+
+
+class ApprovalConflictError(DurableError):
+    """The gate was already decided the other way: the first decision wins. Start a new
+    workflow (or fork this one) to decide again."""
+
+    def __init__(self, workflow_id: str, name: str, status: str) -> None:
+        self.workflow_id = workflow_id
+        self.name = name
+        self.status = status
+        super().__init__(
+            f"approval {name!r} of workflow {workflow_id!r} was already decided ({status}); "
+            "the first decision wins: fork the workflow to decide again"
+        )
+
+
+class WorkflowSuspended(BaseException):
+    """Unwinds a workflow that waits (for a decision, a message, a time) without a process."""
 
 
 class StepError(DurableError):

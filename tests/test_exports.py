@@ -3,6 +3,7 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "Decision",
     "Engine",
     "JSONSerializer",
     "PickleSerializer",
@@ -14,6 +15,7 @@ PUBLIC = {
     "WorkflowHandle",
     "WorkflowInfo",
     "WorkflowStatus",
+    "approval",
     "compensate",
     "default_registry",
     "effect",

@@ -247,3 +247,66 @@ WHERE workflow_id = %(workflow_id)s AND idempotency_key = %(idempotency_key)s
 SELECT workflow_id, step_seq, effect_name, idempotency_key, status, params_fingerprint,
     result, error, attempts, reconciled, created_at, updated_at
 FROM {schema}.effects WHERE workflow_id = %(workflow_id)s ORDER BY step_seq
+
+-- approval_request --
+-- Ask for a decision, only while this run owns the workflow.
+INSERT INTO {schema}.approvals (workflow_id, name, step_seq, status, payload,
+    default_approved, expires_at)
+SELECT workflow_id, %(name)s, %(step_seq)s, 'waiting', %(payload)s, %(default_approved)s,
+    {schema}.current_time() + make_interval(secs => %(timeout_seconds)s)
+FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+FOR SHARE
+ON CONFLICT DO NOTHING
+
+-- get_approval --
+-- One gate.
+SELECT workflow_id, name, step_seq, status, payload, default_approved, comment, decided_by,
+    requested_at, expires_at, decided_at
+FROM {schema}.approvals WHERE workflow_id = %(workflow_id)s AND name = %(name)s
+
+-- suspend_for_approval --
+-- Park the workflow without a process until the gate is decided (unless it already is).
+UPDATE {schema}.workflows
+SET status = 'SUSPENDED', owner = NULL, lease_expires_at = NULL,
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+  AND NOT EXISTS (
+      SELECT 1 FROM {schema}.approvals
+      WHERE workflow_id = %(workflow_id)s AND name = %(name)s AND status <> 'waiting')
+
+-- decide_approval --
+-- The first decision wins; it wakes the suspended workflow in the same statement.
+WITH decided AS (
+    UPDATE {schema}.approvals
+    SET status = %(status)s, comment = %(comment)s, decided_by = %(decided_by)s,
+        decided_at = {schema}.current_time()
+    WHERE workflow_id = %(workflow_id)s AND name = %(name)s AND status = 'waiting'
+    RETURNING workflow_id
+), woken AS (
+    UPDATE {schema}.workflows SET status = 'PENDING', updated_at = {schema}.current_time()
+    WHERE workflow_id IN (SELECT workflow_id FROM decided) AND status = 'SUSPENDED'
+    RETURNING workflow_id
+)
+SELECT (SELECT count(*) FROM decided) AS decided, (SELECT count(*) FROM woken) AS woken
+
+-- expire_approvals --
+-- Decide gates whose timeout passed by their default, and wake their workflows.
+WITH expired AS (
+    UPDATE {schema}.approvals
+    SET status = 'timed_out', decided_at = {schema}.current_time()
+    WHERE status = 'waiting' AND expires_at < {schema}.current_time()
+    RETURNING workflow_id
+)
+UPDATE {schema}.workflows SET status = 'PENDING', updated_at = {schema}.current_time()
+WHERE workflow_id IN (SELECT workflow_id FROM expired) AND status = 'SUSPENDED'
+
+-- list_approvals --
+-- Gates, waiting ones first, optionally of one workflow.
+SELECT workflow_id, name, step_seq, status, payload, default_approved, comment, decided_by,
+    requested_at, expires_at, decided_at
+FROM {schema}.approvals
+WHERE (%(workflow_id)s::text IS NULL OR workflow_id = %(workflow_id)s::text)
+  AND (%(waiting_only)s = false OR status = 'waiting')
+ORDER BY (status = 'waiting') DESC, requested_at
+LIMIT %(limit)s

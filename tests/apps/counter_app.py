@@ -161,6 +161,18 @@ def trip() -> str:
     return "booked"
 
 
+@durable.workflow(registry=registry, name="counter.big_refund")
+def big_refund(cents: int, timeout: float | None) -> str:
+    count_step("big", "before-gate")
+    decision = durable.approval(
+        "refund-over-limit", payload={"cents": cents}, timeout=timeout, default=False
+    )
+    if not decision.approved:
+        return f"not refunded ({'timed out' if decision.timed_out else decision.comment})"
+    refund_idempotent("big", cents)
+    return f"refunded {cents} ({decision.comment})"
+
+
 @durable.workflow(registry=registry, name="counter.many")
 def many(workflow_id: str, n: int) -> int:
     for i in range(n):
