@@ -32,6 +32,7 @@ class RunContext:
     conn: Any = None
     # Undo actions of applied effects, in the order they were registered (a saga). Rebuilt
     # deterministically on replay, because replayed effects register them again.
+    approvals_asked: dict[str, int] = field(default_factory=dict)
     compensations: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = field(
         default_factory=list
     )

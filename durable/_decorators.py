@@ -282,6 +282,7 @@ def effect(
     reconcile: Callable[..., Any] | None = None,
     idempotent: bool = False,
     key: Callable[..., str] | None = None,
+    requires_approval: bool = False,
     name: str | None = None,
     retries: int = 0,
     initial_delay: float = 0.1,
@@ -299,6 +300,8 @@ def effect(
     replays) and must pass it to the vendor. After a crash between the call and its record,
     `reconcile(idempotency_key, *args, **kwargs)` asks the vendor what happened; without a
     reconcile function the effect must be `idempotent=True` (the vendor deduplicates keys).
+    With `requires_approval=True` each call first waits at an approval gate named
+    `<effect name>#<n>` (the n-th call in the workflow); a denial raises ApprovalDeniedError.
     """
     _check_name(name)
     if reconcile is None and not idempotent:
@@ -329,7 +332,12 @@ def effect(
             fn=func,
             kind=StepKind.EFFECT,
             retry=policy,
-            effect=EffectOptions(reconcile=reconcile, idempotent=idempotent, key=key),
+            effect=EffectOptions(
+                reconcile=reconcile,
+                idempotent=idempotent,
+                key=key,
+                requires_approval=requires_approval,
+            ),
         )
         reg.add_step(defn)
 

@@ -22,6 +22,7 @@ from durable._protocol import Journal, child_workflow_id, encode_error, rebuild_
 from durable._registry import StepDef, WorkflowDef
 from durable._systemdb import is_unique_violation
 from durable.errors import (
+    ApprovalDeniedError,
     DatabaseUnavailableError,
     EffectOutsideWorkflowError,
     IdempotencyKeyReusedError,
@@ -394,6 +395,16 @@ def call_effect(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -
                 "from a workflow, or pass idempotency_key=... yourself"
             )
         return defn.fn(*args, **kwargs)
+    assert defn.effect is not None
+    if defn.effect.requires_approval:
+        from durable._waits import approval
+
+        # The n-th call of this effect in the workflow: the same on every replay.
+        nth = run.approvals_asked.get(defn.name, 0)
+        run.approvals_asked[defn.name] = nth + 1
+        decision = approval(f"{defn.name}#{nth}", payload={"args": list(args)})
+        if not decision.approved:
+            raise ApprovalDeniedError(defn.name, decision.comment)
     seq, record = run.journal.next_call(defn.name)
     if record is not None:
         value = replay(run, record)

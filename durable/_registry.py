@@ -56,6 +56,7 @@ class EffectOptions:
     reconcile: Callable[..., Any] | None = None
     idempotent: bool = False
     key: Callable[..., str] | None = None
+    requires_approval: bool = False
 
 
 class Registry:

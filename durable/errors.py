@@ -21,6 +21,7 @@ The tree::
     ├── EffectOutsideWorkflowError
     ├── UnknownApprovalError
     ├── ApprovalConflictError
+    ├── ApprovalDeniedError
     ├── StepError
     ├── WorkflowFailedError
     ├── WorkflowCancelledError
@@ -218,6 +219,19 @@ class ApprovalConflictError(DurableError):
         super().__init__(
             f"approval {name!r} of workflow {workflow_id!r} was already decided ({status}); "
             "the first decision wins: fork the workflow to decide again"
+        )
+
+
+class ApprovalDeniedError(DurableError):
+    """An effect that requires approval was denied (or its gate timed out): it was not
+    called. Handle the error in the workflow, or ask again in a new workflow."""
+
+    def __init__(self, effect_name: str, comment: str | None) -> None:
+        self.effect_name = effect_name
+        self.comment = comment
+        super().__init__(
+            f"effect {effect_name!r} was not approved ({comment or 'no comment'}); it was not "
+            "called"
         )
 
 

@@ -91,3 +91,37 @@ def test_gate_timeout_decides_by_default(database_url: str) -> None:
         (gate,) = engine.list_approvals("gate-2", waiting_only=False)
         assert gate["status"] == "timed_out"
     assert vendor.moved(database_url) == []
+
+
+def test_effect_that_requires_approval(database_url: str) -> None:
+
+    reg = durable.Registry()
+    calls: list[str] = []
+
+    @durable.effect(registry=reg, name="wire", idempotent=True, requires_approval=True)
+    def wire(to: str, *, idempotency_key: str) -> str:
+        calls.append(to)
+        return f"wired:{to}"
+
+    @durable.workflow(registry=reg, name="wires")
+    def wires() -> list[str]:
+        out = [wire("ann")]
+        try:
+            out.append(wire("bob"))
+        except errors.ApprovalDeniedError as exc:
+            out.append(f"denied:{exc.comment}")
+        return out
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        handle = engine.submit(wires, workflow_id="w1")
+
+        def gate_waiting(name: str) -> bool:
+            return any(g["name"] == name for g in engine.list_approvals("w1"))
+
+        wait_for(lambda: gate_waiting("wire#0"), what="the first gate")
+        assert calls == []  # nothing is wired before a person approves
+        engine.decide("w1", "wire#0", True)
+        wait_for(lambda: gate_waiting("wire#1"), what="the second gate")
+        engine.decide("w1", "wire#1", False, comment="not bob")
+        assert handle.result(timeout=20) == ["wired:ann", "denied:not bob"]
+    assert calls == ["ann"]
