@@ -33,6 +33,9 @@ class RunContext:
     # Undo actions of applied effects, in the order they were registered (a saga). Rebuilt
     # deterministically on replay, because replayed effects register them again.
     approvals_asked: dict[str, int] = field(default_factory=dict)
+    # Durability mode of this run and, in "exit" mode, the step records not yet written.
+    mode: str = "sync"
+    pending: list[dict[str, Any]] = field(default_factory=list)
     compensations: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = field(
         default_factory=list
     )

@@ -49,6 +49,8 @@ from durable.serialization import JSONSerializer, PickleSerializer, Serializer, 
 if TYPE_CHECKING:
     import sqlalchemy
 
+    from durable._durability import AsyncWriter
+
 logger = logging.getLogger("durable.engine")
 
 P = ParamSpec("P")
@@ -166,7 +168,8 @@ class Engine:
       lease_seconds: how long a claim lasts without a heartbeat (default 30).
       max_recovery_attempts: crashes of its worker a workflow survives (default 10).
       max_workers: threads that run started workflows (default 8).
-      durability: default durability mode (only "sync" is implemented in this version).
+      durability: default durability mode: "sync" (default), "async" or "exit"; see
+        docs/discussions.md for what a crash can cost in each.
       executor_id: stable id of this process (default: a new UUID per engine).
       connect_timeout: seconds to wait for the database at launch (default 15).
       worker: also run the recovery/execution loop in a background thread (default False).
@@ -202,10 +205,8 @@ class Engine:
             raise ConfigurationError(f"max_payload_bytes={max_payload_bytes!r}: use > 0")
         if max_workers < 1:
             raise ConfigurationError(f"max_workers={max_workers!r}: use at least 1")
-        if durability != "sync":
-            raise ConfigurationError(
-                f"durability={durability!r}: only 'sync' is available in this version"
-            )
+        if durability not in ("sync", "async", "exit"):
+            raise ConfigurationError(f"durability={durability!r}: use 'sync', 'async' or 'exit'")
         self._database_url = database_url
         self.registry = registry if registry is not None else default_registry
         self.schema = schema
@@ -246,6 +247,7 @@ class Engine:
         self.grace_seconds = grace_seconds
         self._worker_thread: threading.Thread | None = None
         self._worker_stop = threading.Event()
+        self.writer: AsyncWriter | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -296,6 +298,9 @@ class Engine:
             db.close()
             raise
         self._db = db
+        from durable._durability import AsyncWriter
+
+        self.writer = AsyncWriter(db)
         self._setup_app_database()
         self._stop.clear()
         self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -326,6 +331,10 @@ class Engine:
         if self._pool is not None:
             self._pool.shutdown(wait=wait, cancel_futures=not wait)
             self._pool = None
+        if self.writer is not None:
+            if wait:
+                self.writer.stop()  # a clean shutdown writes everything still queued
+            self.writer = None
         self._stop.set()
         if self._heartbeat is not None:
             self._heartbeat.join(timeout=5)
@@ -773,6 +782,12 @@ class Engine:
             future = self._submit(defn, workflow_id, int(row["epoch"]), args, kwargs, journal)
             handles.append(WorkflowHandle(self, workflow_id, future))
         return handles
+
+    def flush(self) -> None:
+        """Write every step record still queued by async-mode workflows. (Exit-mode
+        records are written by their run at its next barrier or when it ends.)"""
+        if self.writer is not None:
+            self.writer.flush()
 
     def release_interrupted(self) -> int:
         """Hand back workflows whose run was cut off by a database outage; returns how many

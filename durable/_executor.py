@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import sqlalchemy.exc
 
 from durable._context import RunContext, current_engine, current_run
+from durable._durability import flush_run
 from durable._models import StepKind, StepRecord
 from durable._protocol import Journal, child_workflow_id, encode_error, rebuild_error
 from durable._registry import StepDef, WorkflowDef
@@ -88,7 +89,9 @@ def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
                 )
                 time.sleep(delay)
                 continue
-            record_step(run, seq, defn.name, defn.kind, None, encode_error(exc), attempt, started)
+            record_step(
+                run, seq, defn.name, defn.kind, None, encode_error(exc), attempt, started, lazy=True
+            )
             raise
         finally:
             run.in_step = False
@@ -97,7 +100,7 @@ def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
         engine.serializer, value, f"the output of step {defn.name!r}", engine.max_payload_bytes
     )
     engine.crash_point("before_step_record")
-    record_step(run, seq, defn.name, defn.kind, output, None, attempt, started)
+    record_step(run, seq, defn.name, defn.kind, output, None, attempt, started, lazy=True)
     engine.crash_point("after_step_record")
     return value
 
@@ -141,7 +144,11 @@ def record_step(
     attempts: int,
     started: dt.datetime | None,
     child_id: str | None = None,
+    *,
+    lazy: bool = False,
 ) -> None:
+    """Journal one step. `lazy` (plain steps only) lets the run's durability mode defer the
+    write; every other record is a barrier and first writes what the run still holds."""
     params = {
         "workflow_id": run.workflow_id,
         "epoch": run.epoch,
@@ -154,6 +161,15 @@ def record_step(
         "child_workflow_id": child_id,
         "started_at": started,
     }
+    if lazy and run.mode != "sync":
+        if run.mode == "exit":
+            run.pending.append(params)
+        else:
+            writer = run.engine.writer
+            assert writer is not None
+            writer.put(params)
+        return
+    flush_run(run)
     db = run.engine.db
     if run.conn is not None:
         count = db.execute_on(run.conn, "record_step", params)
@@ -170,6 +186,7 @@ def execute_transaction(
     run: RunContext, seq: int, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Any:
     engine = run.engine
+    flush_run(run)  # barrier: what the run still holds is written before the transaction
     started = _now()
     separate = not engine.app_is_system_db
     params: dict[str, Any] = {
@@ -264,6 +281,7 @@ def call_child(
     if record is not None:
         return replay(run, record)
     child_id = child_workflow_id(run.workflow_id, seq)
+    flush_run(run)
     started = _now()
     engine = run.engine
     try:
@@ -322,7 +340,15 @@ def _execute_run(
     journal: Journal,
     conn: Any,
 ) -> Any:
-    ctx = RunContext(engine, workflow_id, defn.name, epoch, journal, conn=conn)
+    ctx = RunContext(
+        engine,
+        workflow_id,
+        defn.name,
+        epoch,
+        journal,
+        conn=conn,
+        mode=defn.durability or engine.durability,
+    )
     run_token = current_run.set(ctx)
     engine_token = current_engine.set(engine)
     try:
@@ -338,7 +364,7 @@ def _execute_run(
             if ctx.compensations:
                 _run_compensations(engine, ctx, exc)
             else:
-                finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc), conn)
+                finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc), conn, ctx)
             raise
         try:
             output = dumps_checked(
@@ -348,10 +374,10 @@ def _execute_run(
                 engine.max_payload_bytes,
             )
         except SerializationError as exc:
-            finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc), conn)
+            finish(engine, workflow_id, epoch, "ERROR", None, encode_error(exc), conn, ctx)
             raise
         engine.crash_point("before_workflow_finish")
-        finish(engine, workflow_id, epoch, "SUCCESS", output, None, conn)
+        finish(engine, workflow_id, epoch, "SUCCESS", output, None, conn, ctx)
         return value
     finally:
         current_run.reset(run_token)
@@ -366,7 +392,10 @@ def finish(
     output: str | None,
     error: str | None,
     conn: Any = None,
+    run: RunContext | None = None,
 ) -> None:
+    if run is not None:
+        flush_run(run)
     params = {
         "workflow_id": workflow_id,
         "epoch": epoch,
@@ -438,6 +467,7 @@ def _call_effect(
     assert defn.effect is not None
     options = defn.effect
     engine = run.engine
+    flush_run(run)  # barrier: an effect's intent is never written before earlier steps
     params_text = dumps_checked(
         engine.serializer,
         {"args": list(args), "kwargs": dict(kwargs)},
@@ -591,7 +621,16 @@ def _run_compensations(engine: Engine, ctx: RunContext, failure: Exception) -> N
     ctx.compensations.clear()
     conn = ctx.conn
     if error is None:
-        finish(engine, ctx.workflow_id, ctx.epoch, "COMPENSATED", None, encode_error(failure), conn)
+        finish(
+            engine,
+            ctx.workflow_id,
+            ctx.epoch,
+            "COMPENSATED",
+            None,
+            encode_error(failure),
+            conn,
+            ctx,
+        )
     else:
         import json
 
@@ -607,4 +646,5 @@ def _run_compensations(engine: Engine, ctx: RunContext, failure: Exception) -> N
             None,
             json.dumps(detail),
             conn,
+            ctx,
         )

@@ -196,6 +196,33 @@ class SystemDB:
             return False
         return True
 
+    def write_steps(
+        self, conn: psycopg.Connection[Any] | None, rows: Sequence[dict[str, Any]]
+    ) -> list[str]:
+        """Journal many step records in one statement; returns the workflow id of each row
+        written (rows of runs that lost ownership are refused by the fence)."""
+        params = {
+            "workflow_ids": [r["workflow_id"] for r in rows],
+            "epochs": [r["epoch"] for r in rows],
+            "seqs": [r["step_seq"] for r in rows],
+            "names": [r["step_name"] for r in rows],
+            "kinds": [r["kind"] for r in rows],
+            "outputs": [r["output"] for r in rows],
+            "errors": [r["error"] for r in rows],
+            "attempts": [r["attempts"] for r in rows],
+            "started": [r["started_at"] for r in rows],
+        }
+        query = self._queries["record_steps"]
+        with self._translate("record_steps"):
+            if conn is not None:
+                cur = conn.execute(query, params)
+                self.counters.statements += 1
+                return [str(r[0]) for r in cur.fetchall()]
+            with self._pool.connection() as pooled:
+                cur = pooled.execute(query, params)
+                self.counters.statements += 1
+                return [str(r[0]) for r in cur.fetchall()]
+
     def listen_connection(self, channel: str) -> psycopg.Connection[Any]:
         """A dedicated autocommit connection LISTENing on `channel` (not from the pool)."""
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)

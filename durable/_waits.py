@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from durable._context import current_run
+from durable._durability import flush_run
 from durable._executor import record_step
 from durable._models import StepKind
 from durable.errors import NoEngineError, StaleOwnerError, WorkflowSuspended
@@ -65,6 +66,7 @@ def approval(
     if record is not None:
         assert record.output is not None
         return Decision(**engine.serializer.loads(record.output))
+    flush_run(run)  # barrier: suspending writes what the run still holds
     ids = {"workflow_id": run.workflow_id, "name": name}
     row = engine.db.fetch_one("get_approval", ids)
     if row is None:

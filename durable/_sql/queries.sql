@@ -310,3 +310,20 @@ WHERE (%(workflow_id)s::text IS NULL OR workflow_id = %(workflow_id)s::text)
   AND (%(waiting_only)s = false OR status = 'waiting')
 ORDER BY (status = 'waiting') DESC, requested_at
 LIMIT %(limit)s
+
+-- record_steps --
+-- Journal many steps (of one or many workflows) in one statement; each row is fenced by its
+-- own run's epoch, and RETURNING tells which runs' rows were refused.
+INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+    started_at)
+SELECT w.workflow_id, u.step_seq, u.step_name, u.kind, u.output, u.error, u.attempts,
+    u.started_at
+FROM unnest(%(workflow_ids)s::text[], %(epochs)s::bigint[], %(seqs)s::int[],
+            %(names)s::text[], %(kinds)s::text[], %(outputs)s::text[], %(errors)s::text[],
+            %(attempts)s::int[], %(started)s::timestamptz[])
+     AS u (workflow_id, epoch, step_seq, step_name, kind, output, error, attempts, started_at)
+JOIN {schema}.workflows AS w
+  ON w.workflow_id = u.workflow_id AND w.epoch = u.epoch AND w.status = 'RUNNING'
+ORDER BY u.workflow_id, u.step_seq
+FOR SHARE OF w
+RETURNING workflow_id
