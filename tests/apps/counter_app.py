@@ -173,6 +173,40 @@ def big_refund(cents: int, timeout: float | None) -> str:
     return f"refunded {cents} ({decision.comment})"
 
 
+EFFECTS_AT = (10, 25, 40)
+
+
+@durable.step(registry=registry, name="counter.pure_step")
+def pure_step(workflow_id: str, i: int) -> int:
+    World.record(workflow_id, f"p{i}")
+    return i
+
+
+def _fifty(workflow_id: str) -> int:
+    total = 0
+    for i in range(50):
+        if i in EFFECTS_AT:
+            total += int(str(refund_idempotent(f"e{i}", i)["cents"]))
+        else:
+            total += pure_step(workflow_id, i)
+    return total
+
+
+@durable.workflow(registry=registry, name="counter.fifty_sync", durability="sync")
+def fifty_sync(workflow_id: str) -> int:
+    return _fifty(workflow_id)
+
+
+@durable.workflow(registry=registry, name="counter.fifty_async", durability="async")
+def fifty_async(workflow_id: str) -> int:
+    return _fifty(workflow_id)
+
+
+@durable.workflow(registry=registry, name="counter.fifty_exit", durability="exit")
+def fifty_exit(workflow_id: str) -> int:
+    return _fifty(workflow_id)
+
+
 @durable.workflow(registry=registry, name="counter.many")
 def many(workflow_id: str, n: int) -> int:
     for i in range(n):

@@ -1,0 +1,90 @@
+"""Durability modes: how many writes each makes, and that barriers write what is held."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+import pytest
+
+import durable
+
+
+def app(mode: str | None) -> tuple[durable.Registry, Any, list[str]]:
+    reg = durable.Registry()
+    seen: list[str] = []
+
+    @durable.step(registry=reg, name="pure")
+    def pure(i: int) -> int:
+        return i
+
+    @durable.effect(registry=reg, name="send", idempotent=True)
+    def send(i: int, *, idempotency_key: str) -> int:
+        seen.append(idempotency_key)
+        return i
+
+    @durable.workflow(registry=reg, name="mixed", durability=mode)  # type: ignore[arg-type]
+    def mixed(n: int, effect_at: int) -> int:
+        total = 0
+        for i in range(n):
+            total += send(i) if i == effect_at else pure(i)
+        return total
+
+    return reg, mixed, seen
+
+
+def journal(url: str, workflow_id: str) -> list[tuple[int, str]]:
+    with psycopg.connect(url) as conn:
+        return [
+            (r[0], r[1])
+            for r in conn.execute(
+                "SELECT step_seq, kind FROM durable.steps WHERE workflow_id = %s ORDER BY 1",
+                [workflow_id],
+            )
+        ]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "exit"])
+def test_every_mode_journals_everything_by_the_end(database_url: str, mode: str) -> None:
+    reg, mixed, seen = app(mode)
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(mixed, 50, 25, workflow_id="m").result(timeout=30) == sum(range(50))
+        info = engine.get_workflow("m")
+        assert info.durability == mode
+    assert [s for s, _ in journal(database_url, "m")] == list(range(50))
+    assert seen == ["m:25"]
+
+
+def test_exit_mode_writes_at_barriers_only(database_url: str) -> None:
+    reg, mixed, _seen = app("exit")
+    with durable.Engine(database_url, registry=reg) as engine:
+        mixed(3, -1)  # warm up
+        before = engine.db.counters.statements
+        mixed(100, 50)
+        used = engine.db.counters.statements - before
+    # insert workflow; batch before the effect; effect intent, pending, settle+record (2);
+    # batch of the rest; finish: a constant, not one per step.
+    assert used <= 10
+
+
+def test_async_mode_batches_and_flushes(database_url: str) -> None:
+    reg, mixed, _seen = app("async")
+    with durable.Engine(database_url, registry=reg) as engine:
+        mixed(3, -1)
+        engine.flush()
+        before = engine.db.counters.statements
+        mixed(200, -1)
+        engine.flush()
+        used = engine.db.counters.statements - before
+    assert used < 200 / 2  # many records share one statement and one commit
+
+
+def test_engine_default_mode_and_bad_mode(database_url: str) -> None:
+    from durable import errors
+
+    with pytest.raises(errors.ConfigurationError, match="'sync', 'async' or 'exit'"):
+        durable.Engine(database_url, durability="sometimes")  # type: ignore[arg-type]
+    reg, mixed, _ = app(None)
+    with durable.Engine(database_url, registry=reg, durability="exit") as engine:
+        engine.start(mixed, 5, -1, workflow_id="d").result(timeout=10)
+        assert engine.get_workflow("d").durability == "exit"
