@@ -1,0 +1,415 @@
+"""Checkpoint overhead per durability mode, against the floor and against peers.
+
+Measured in ONE run on the same PostgreSQL, per step (total time of an N-step run / N),
+medians over rounds with the interquartile range:
+
+- floor: a bare psycopg INSERT + COMMIT of the same payload; and a plain Python call;
+- durable in sync, async and exit modes, for several payload sizes and workflow lengths;
+- DBOS Transact (its own system database on the same server) and LangGraph with
+  langgraph-checkpoint-postgres in its sync / async / exit durability, when installed
+  (`pip install -e '.[bench]'`); a missing peer is skipped with a message.
+
+Commits per step are counted server-side (pg_stat_database.xact_commit of the database
+each system writes to, read after its backends went idle so their stats are flushed).
+
+    python -m benchmarks.checkpoint_overhead            # full run
+    python -m benchmarks.checkpoint_overhead --quick    # small sizes
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from rich.console import Console
+from rich.table import Table
+
+import durable
+
+ADMIN_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def _with_db(url: str, name: str) -> str:
+    """A postgresql:// URL for database `name` on the server `url` points at (peers such as
+    DBOS accept only URLs, not key=value strings)."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    user = info.get("user") or "postgres"
+    password = f":{info['password']}" if info.get("password") else ""
+    host = info.get("host") or "127.0.0.1"
+    port = info.get("port") or 5432
+    return f"postgresql://{user}{password}@{host}:{port}/{name}"
+
+
+@contextlib.contextmanager
+def scratch_db(admin: str, tag: str) -> Iterator[str]:
+    name = f"durable_bench_{tag}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+    try:
+        yield _with_db(admin, name)
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute(
+                sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name))
+            )
+
+
+def commits(admin: str, url: str) -> int:
+    """xact_commit of the database `url` names, once its backends' stats are flushed."""
+    time.sleep(1.2)  # backends flush pending stats within a second of going idle
+    dbname = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [dbname]
+        ).fetchone()
+    return int(row[0]) if row else 0
+
+
+def timed(run: Callable[[], Any], steps: int, rounds: int) -> list[float]:
+    run()  # warm-up
+    out = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        run()
+        out.append((time.perf_counter() - start) / steps * 1e6)
+    return out
+
+
+# -- systems ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def bench_floor(url: str, payload: str, steps: int) -> Iterator[Callable[[], None]]:
+    conn = psycopg.connect(url, autocommit=True)
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS floor (workflow_id text, seq int, output text,"
+        " PRIMARY KEY (workflow_id, seq))"
+    )
+
+    def run() -> None:
+        wid = uuid.uuid4().hex
+        for i in range(steps):
+            conn.execute("INSERT INTO floor VALUES (%s, %s, %s)", [wid, i, payload])
+
+    try:
+        yield run
+    finally:
+        conn.close()
+
+
+def bench_durable(engine: durable.Engine, wf: Any, payload: str, steps: int) -> Callable[[], None]:
+    def run() -> None:
+        wf(steps, payload)
+        engine.flush()
+
+    return run
+
+
+def make_durable_app() -> tuple[durable.Registry, dict[str, Any]]:
+    reg = durable.Registry()
+
+    @durable.step(registry=reg, name="bench.echo")
+    def echo(payload: str) -> str:
+        return payload
+
+    wfs = {}
+    for mode in ("sync", "async", "exit"):
+
+        def body(steps: int, payload: str) -> int:
+            for _ in range(steps):
+                echo(payload)
+            return steps
+
+        body.__qualname__ = f"bench_{mode}"
+        wfs[mode] = durable.workflow(
+            registry=reg,
+            name=f"bench.{mode}",
+            durability=mode,  # type: ignore[arg-type]
+        )(body)
+    return reg, wfs
+
+
+def bench_dbos(url: str, payload: str, steps: int) -> tuple[Callable[[], None], Callable[[], None]]:
+    from dbos import DBOS
+
+    DBOS(config={"name": "durable-bench", "system_database_url": url, "log_level": "WARNING"})
+
+    @DBOS.step()
+    def echo(p: str) -> str:
+        return p
+
+    @DBOS.workflow()
+    def wf(n: int, p: str) -> int:
+        for _ in range(n):
+            echo(p)
+        return n
+
+    DBOS.launch()
+    return (lambda: wf(steps, payload)), DBOS.destroy
+
+
+def bench_langgraph(
+    url: str, payload: str, steps: int, mode: str
+) -> tuple[Callable[[], None], Any]:
+    from typing import TypedDict
+
+    from langgraph.checkpoint.postgres import PostgresSaver
+    from langgraph.graph import END, START, StateGraph
+
+    class State(TypedDict):
+        i: int
+        n: int
+        payload: str
+
+    def node(state: State) -> dict[str, Any]:
+        return {"i": state["i"] + 1, "payload": state["payload"]}
+
+    graph = StateGraph(State)
+    graph.add_node("step", node)
+    graph.add_edge(START, "step")
+    graph.add_conditional_edges("step", lambda s: "step" if s["i"] < s["n"] else END)
+    cm = PostgresSaver.from_conn_string(url)
+    saver = cm.__enter__()
+    saver.setup()
+    app = graph.compile(checkpointer=saver)
+
+    def run() -> None:
+        app.invoke(
+            {"i": 0, "n": steps, "payload": payload},
+            config={"configurable": {"thread_id": uuid.uuid4().hex}, "recursion_limit": steps + 10},
+            durability=mode,  # type: ignore[arg-type]
+        )
+
+    return run, cm
+
+
+def plain_calls(payload: str, steps: int) -> Callable[[], None]:
+    """The same step function called without durability."""
+
+    def echo(p: str) -> str:
+        return p
+
+    def run() -> None:
+        for _ in range(steps):
+            echo(payload)
+
+    return run
+
+
+# -- driver -------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--database-url", default=os.environ.get("DURABLE_BENCH_ADMIN_URL", ADMIN_DEFAULT)
+    )
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--no-peers", action="store_true")
+    parser.add_argument("--json", default="benchmarks/results/checkpoint_overhead.json")
+    parser.add_argument("--plot", default="benchmarks/results/checkpoint_overhead.png")
+    args = parser.parse_args(argv)
+    admin = args.database_url
+    if args.quick:
+        cases = [("100 B", 100, 10)]
+        lengths = [5, 10]
+    else:
+        cases = [("100 B", 100, 100), ("10 KB", 10_000, 100), ("1 MB", 1_000_000, 10)]
+        lengths = [10, 100, 1000]
+    rows: list[dict[str, Any]] = []
+
+    def add(
+        system: str,
+        mode: str,
+        label: str,
+        steps: int,
+        samples: list[float],
+        per_step_commits: float | None,
+        statements: float | None = None,
+    ) -> None:
+        q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
+        rows.append(
+            {
+                "system": system,
+                "mode": mode,
+                "payload": label,
+                "steps": steps,
+                "median_us": statistics.median(samples),
+                "p25_us": q[0],
+                "p75_us": q[2],
+                "commits_per_step": per_step_commits,
+                "statements_per_step": statements,
+            }
+        )
+
+    for label, size, steps in cases:
+        payload = "x" * size
+        with scratch_db(admin, "floor") as url, bench_floor(url, payload, steps) as run:
+            before = commits(admin, url)
+            run()
+            c = (commits(admin, url) - before) / steps
+            add("floor", "INSERT+COMMIT", label, steps, timed(run, steps, args.rounds), c, 1.0)
+        add(
+            "floor",
+            "plain call",
+            label,
+            steps,
+            timed(plain_calls(payload, steps), steps, args.rounds),
+            0.0,
+            0.0,
+        )
+        reg, wfs = make_durable_app()
+        with scratch_db(admin, "durable") as url:
+            with durable.Engine(url, registry=reg, max_payload_bytes=5_000_000) as engine:
+                for mode, wf in wfs.items():
+                    run = bench_durable(engine, wf, payload, steps)
+                    s0 = engine.db.counters.statements
+                    before = commits(admin, url)
+                    run()
+                    c = (commits(admin, url) - before) / steps
+                    st = (engine.db.counters.statements - s0) / steps
+                    add("durable", mode, label, steps, timed(run, steps, args.rounds), c, st)
+        if not args.no_peers:
+            try:
+                import dbos  # noqa: F401
+
+                with scratch_db(admin, "dbos") as url:
+                    run, stop = bench_dbos(url, payload, steps)
+                    try:
+                        before = commits(admin, url)
+                        run()
+                        c = (commits(admin, url) - before) / steps
+                        add("DBOS", "default", label, steps, timed(run, steps, args.rounds), c)
+                    finally:
+                        stop()
+            except ImportError:
+                print("DBOS skipped: pip install -e '.[bench]'")
+            try:
+                import langgraph.checkpoint.postgres  # noqa: F401
+
+                for mode in ("sync", "async", "exit"):
+                    with scratch_db(admin, "lg") as url:
+                        run, cm = bench_langgraph(url, payload, steps, mode)
+                        try:
+                            before = commits(admin, url)
+                            run()
+                            c = (commits(admin, url) - before) / steps
+                            add("LangGraph", mode, label, steps, timed(run, steps, args.rounds), c)
+                        finally:
+                            cm.__exit__(None, None, None)
+            except ImportError:
+                print("LangGraph skipped: pip install -e '.[bench]'")
+
+    # Flat cost per step: durable sync and exit across workflow lengths (100 B).
+    reg, wfs = make_durable_app()
+    with scratch_db(admin, "scale") as url, durable.Engine(url, registry=reg) as engine:
+        for mode in ("sync", "exit"):
+            for n in lengths:
+                run = bench_durable(engine, wfs[mode], "x" * 100, n)
+                add(
+                    "durable",
+                    f"{mode} (length)",
+                    "100 B",
+                    n,
+                    timed(run, n, max(2, args.rounds // 2)),
+                    None,
+                )
+
+    floors = {
+        (r["payload"], r["steps"]): r["median_us"]
+        for r in rows
+        if r["system"] == "floor" and r["mode"] == "INSERT+COMMIT"
+    }
+    dbos_cost = {r["payload"]: r["median_us"] for r in rows if r["system"] == "DBOS"}
+    sync_cost = {
+        r["payload"]: r["median_us"]
+        for r in rows
+        if r["system"] == "durable" and r["mode"] == "sync"
+    }
+    table = Table(title="checkpoint overhead per step (median of rounds; one server, one run)")
+    for col in (
+        "system",
+        "mode",
+        "payload",
+        "steps",
+        "µs/step",
+        "p25-p75",
+        "x floor",
+        "DBOS x",
+        "commits/step",
+    ):
+        table.add_column(col, justify="right")
+    for r in rows:
+        floor = floors.get((r["payload"], r["steps"]))
+        r["ratio_to_floor"] = r["median_us"] / floor if floor else None
+        r["dbos_ratio"] = (
+            dbos_cost[r["payload"]] / r["median_us"]
+            if r["payload"] in dbos_cost and r["system"] == "durable"
+            else None
+        )
+        table.add_row(
+            r["system"],
+            r["mode"],
+            r["payload"],
+            str(r["steps"]),
+            f"{r['median_us']:.1f}",
+            f"{r['p25_us']:.0f}-{r['p75_us']:.0f}",
+            f"{r['ratio_to_floor']:.2f}" if r["ratio_to_floor"] else "",
+            f"{r['dbos_ratio']:.1f}" if r["dbos_ratio"] else "",
+            "" if r["commits_per_step"] is None else f"{r['commits_per_step']:.3f}",
+        )
+    Console(width=140).print(table)
+    for label, cost in sync_cost.items():
+        if label in dbos_cost:
+            print(f"{label}: DBOS per-step cost is {dbos_cost[label] / cost:.1f}x durable sync")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(rows, indent=2))
+    if args.plot:
+        try:
+            import matplotlib
+            import matplotlib.ticker
+
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+        except ImportError:
+            print("no plot: pip install -e '.[bench]' for matplotlib")
+        else:
+            main_rows = [r for r in rows if "length" not in r["mode"] and r["mode"] != "plain call"]
+            labels = [label for label, _, _ in cases]
+            systems = list(dict.fromkeys(f"{r['system']} {r['mode']}" for r in main_rows))
+            fig, axes = plt.subplots(1, len(labels), figsize=(5 * len(labels), 4.5), squeeze=False)
+            for ax, label in zip(axes[0], labels, strict=True):
+                data = {
+                    f"{r['system']} {r['mode']}": r["median_us"]
+                    for r in main_rows
+                    if r["payload"] == label
+                }
+                names = [s for s in systems if s in data]
+                ax.barh(names, [data[n] for n in names])
+                ax.set_xscale("log")
+                ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+                ax.set_title(f"payload {label}")
+                ax.set_xlabel("µs per step (log)")
+            fig.suptitle("checkpoint overhead per step: lower is better")
+            fig.tight_layout()
+            Path(args.plot).parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(args.plot, dpi=110)
+            print(f"plot written to {args.plot}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
