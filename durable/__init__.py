@@ -14,7 +14,7 @@ from durable._executor import compensate
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
 from durable._protocol import RetryPolicy
 from durable._registry import Registry, default_registry
-from durable._waits import Decision, approval
+from durable._waits import Decision, approval, recv, sleep
 from durable.serialization import JSONSerializer, PickleSerializer, Serializer
 
 __all__ = [
@@ -34,6 +34,8 @@ __all__ = [
     "compensate",
     "default_registry",
     "effect",
+    "recv",
+    "sleep",
     "step",
     "transaction",
     "workflow",

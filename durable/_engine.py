@@ -641,6 +641,8 @@ class Engine:
         return self._prepare(rows[0])
 
     def _claim_rows(self, workflow_id: str | None, limit: int) -> list[dict[str, Any]]:
+        # Sleepers whose time has come become claimable here, by whoever claims next.
+        self.db.execute("wake_due", {})
         defs = self.registry.workflows()
         return self.db.fetch_all(
             "claim_batch",
@@ -873,6 +875,28 @@ class Engine:
             raise UnknownApprovalError(workflow_id, name)
         if existing["status"] != status:
             raise ApprovalConflictError(workflow_id, name, existing["status"])
+
+    def send(
+        self,
+        workflow_id: str,
+        message: Any,
+        topic: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Send a message to a workflow (from anywhere); it wakes if it waits in recv().
+        Sending twice with the same idempotency_key delivers once."""
+        self.get_workflow(workflow_id)  # WorkflowNotFoundError before anything is stored
+        payload = dumps_checked(self.serializer, message, "the message", self.max_payload_bytes)
+        self.db.execute(
+            "send_message",
+            {
+                "workflow_id": workflow_id,
+                "message_id": idempotency_key or str(uuid.uuid4()),
+                "topic": topic or "",
+                "payload": payload,
+            },
+        )
+        self.notify_work(workflow_id)
 
     def list_approvals(
         self, workflow_id: str | None = None, *, waiting_only: bool = True, limit: int = 100

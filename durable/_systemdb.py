@@ -196,6 +196,16 @@ class SystemDB:
             return False
         return True
 
+    def query(self, name: str) -> bytes:
+        return self._queries[name]
+
+    @contextmanager
+    def cursor_on(self, conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:
+        """A cursor on a run's own connection, with errors translated."""
+        with self._translate("cursor"), conn.cursor() as cur:
+            yield cur
+            self.counters.statements += 1
+
     def write_steps(
         self, conn: psycopg.Connection[Any] | None, rows: Sequence[dict[str, Any]]
     ) -> list[str]:

@@ -18,7 +18,7 @@ from durable._context import current_run
 from durable._durability import flush_run
 from durable._executor import record_step
 from durable._models import StepKind
-from durable.errors import NoEngineError, StaleOwnerError, WorkflowSuspended
+from durable.errors import InvalidWaitError, NoEngineError, StaleOwnerError, WorkflowSuspended
 from durable.serialization import dumps_checked
 
 
@@ -105,3 +105,114 @@ def _journal(run: Any, seq: int, name: str, decision: Decision) -> Decision:
     output = run.engine.serializer.dumps(asdict(decision))
     record_step(run, seq, f"approval:{name}", StepKind.APPROVAL, output, None, 1, None)
     return decision
+
+
+# -- durable sleep and messages ----------------------------------------------------------------
+
+_SLEEP_IN_PLACE = 1.0  # seconds: shorter waits sleep in the thread instead of suspending
+
+
+def _now_utc() -> dt.datetime:
+    return dt.datetime.now(dt.UTC)
+
+
+def _seconds(value: float | dt.timedelta, what: str) -> float:
+    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+    if seconds < 0 or seconds != seconds:  # negative or NaN
+        raise InvalidWaitError(
+            f"{what}={value!r}: give a duration of zero or more seconds (a number or a "
+            "datetime.timedelta)"
+        )
+    return seconds
+
+
+def _deadline(run: Any, label: str, seconds: float) -> dt.datetime:
+    """Journal (or replay) the time a wait ends, so a resume never waits again for the part
+    already waited."""
+    seq, record = run.journal.next_call(label)
+    if record is not None:
+        assert record.output is not None
+        return dt.datetime.fromisoformat(run.engine.serializer.loads(record.output))
+    wake_at = _now_utc() + dt.timedelta(seconds=seconds)
+    output = run.engine.serializer.dumps(wake_at.isoformat())
+    record_step(run, seq, label, StepKind.SLEEP, output, None, 1, None)
+    return wake_at
+
+
+def _suspend(run: Any, wake_at: dt.datetime | None, topic: str | None) -> bool:
+    """Park the workflow; False if a message it waits for arrived meanwhile."""
+    flush_run(run)
+    suspended = run.engine.db.execute_on(
+        run.conn,
+        "suspend_until",
+        {"workflow_id": run.workflow_id, "epoch": run.epoch, "wake_at": wake_at, "topic": topic},
+    )
+    if suspended:
+        raise WorkflowSuspended(run.workflow_id)
+    if topic is None:
+        raise StaleOwnerError(run.workflow_id, run.epoch)
+    return False
+
+
+def sleep(seconds: float | dt.timedelta) -> None:
+    """Sleep durably: the wake-up time is journaled first; a long sleep suspends the workflow
+    (no worker slot, no thread) and any worker resumes it when it is due, even after every
+    worker restarted. A resumed workflow only sleeps what is left."""
+    duration = _seconds(seconds, "seconds")
+    run = current_run.get()
+    if run is None or run.in_step:
+        raise NoEngineError("durable.sleep() must be called from a workflow (not a step)")
+    wake_at = _deadline(run, "sleep", duration)
+    remaining = (wake_at - _now_utc()).total_seconds()
+    if remaining <= 0:
+        return
+    if remaining <= _SLEEP_IN_PLACE:
+        import time
+
+        time.sleep(remaining)
+        return
+    _suspend(run, wake_at, None)
+
+
+def recv(topic: str | None = None, timeout: float | dt.timedelta | None = None) -> Any:
+    """Receive the oldest message sent to this workflow on `topic`, or None on timeout.
+
+    The message is consumed in the same statement that journals this step, so it is
+    consumed exactly once, across crashes. While nothing is there the workflow suspends."""
+    run = current_run.get()
+    if run is None or run.in_step:
+        raise NoEngineError("durable.recv() must be called from a workflow (not a step)")
+    topic_key = topic or ""
+    deadline = (
+        None
+        if timeout is None
+        else _deadline(run, f"recv-deadline:{topic_key}", _seconds(timeout, "timeout"))
+    )
+    label = f"recv:{topic_key}"
+    seq, record = run.journal.next_call(label)
+    if record is not None:
+        return None if record.output is None else run.engine.serializer.loads(record.output)
+    engine = run.engine
+    flush_run(run)
+    while True:
+        row = None
+        with engine.db.cursor_on(run.conn) as cur:
+            cur.execute(
+                engine.db.query("consume_message"),
+                {
+                    "workflow_id": run.workflow_id,
+                    "epoch": run.epoch,
+                    "topic": topic_key,
+                    "step_seq": seq,
+                    "step_name": label,
+                },
+            )
+            row = cur.fetchone()
+        if row is not None:
+            engine.crash_point("after_recv")
+            return engine.serializer.loads(row[0])
+        if deadline is not None and _now_utc() >= deadline:
+            record_step(run, seq, label, StepKind.RECV, None, None, 1, None)
+            return None
+        if not _suspend(run, deadline, topic_key):
+            continue  # a message arrived between the check and the suspend

@@ -22,6 +22,7 @@ The tree::
     ├── UnknownApprovalError
     ├── ApprovalConflictError
     ├── ApprovalDeniedError
+    ├── InvalidWaitError
     ├── StepError
     ├── WorkflowFailedError
     ├── WorkflowCancelledError
@@ -233,6 +234,10 @@ class ApprovalDeniedError(DurableError):
             f"effect {effect_name!r} was not approved ({comment or 'no comment'}); it was not "
             "called"
         )
+
+
+class InvalidWaitError(DurableError):
+    """A wait was given an impossible duration: use zero or more seconds."""
 
 
 class WorkflowSuspended(BaseException):

@@ -19,6 +19,8 @@ PUBLIC = {
     "compensate",
     "default_registry",
     "effect",
+    "recv",
+    "sleep",
     "step",
     "transaction",
     "workflow",

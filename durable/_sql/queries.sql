@@ -327,3 +327,54 @@ JOIN {schema}.workflows AS w
 ORDER BY u.workflow_id, u.step_seq
 FOR SHARE OF w
 RETURNING workflow_id
+
+-- suspend_until --
+-- Park the workflow until wake_at (NULL: until woken), unless a message it waits for is here.
+UPDATE {schema}.workflows
+SET status = 'SUSPENDED', owner = NULL, lease_expires_at = NULL, wake_at = %(wake_at)s,
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+  AND (%(topic)s::text IS NULL OR NOT EXISTS (
+      SELECT 1 FROM {schema}.messages
+      WHERE workflow_id = %(workflow_id)s AND topic = %(topic)s::text AND consumed_at IS NULL))
+
+-- wake_due --
+-- Make sleeping workflows whose time has come runnable again.
+UPDATE {schema}.workflows
+SET status = 'PENDING', wake_at = NULL, updated_at = {schema}.current_time()
+WHERE status = 'SUSPENDED' AND wake_at <= {schema}.current_time()
+
+-- send_message --
+-- Deliver a message once per message id, and wake the workflow if it is waiting.
+WITH delivered AS (
+    INSERT INTO {schema}.messages (workflow_id, message_id, topic, payload)
+    VALUES (%(workflow_id)s, %(message_id)s, %(topic)s, %(payload)s)
+    ON CONFLICT DO NOTHING
+    RETURNING workflow_id
+)
+UPDATE {schema}.workflows SET status = 'PENDING', wake_at = NULL,
+    updated_at = {schema}.current_time()
+WHERE workflow_id IN (SELECT workflow_id FROM delivered) AND status = 'SUSPENDED'
+
+-- consume_message --
+-- Consume the oldest message of a topic and journal it as this step, in one statement.
+WITH picked AS (
+    SELECT workflow_id, message_id FROM {schema}.messages
+    WHERE workflow_id = %(workflow_id)s AND topic = %(topic)s AND consumed_at IS NULL
+    ORDER BY created_at, message_id
+    LIMIT 1
+    FOR UPDATE
+), owner AS (
+    SELECT workflow_id FROM {schema}.workflows
+    WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+    FOR SHARE
+), consumed AS (
+    UPDATE {schema}.messages AS m
+    SET consumed_at = {schema}.current_time(), consumed_seq = %(step_seq)s
+    FROM picked, owner
+    WHERE m.workflow_id = picked.workflow_id AND m.message_id = picked.message_id
+    RETURNING m.workflow_id, m.payload
+)
+INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
+SELECT workflow_id, %(step_seq)s, %(step_name)s, 'recv', payload FROM consumed
+RETURNING output

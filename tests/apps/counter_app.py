@@ -23,7 +23,7 @@ from tests.apps import vendor
 registry = durable.Registry()
 WORLD_DDL = """
 CREATE TABLE IF NOT EXISTS world (id bigserial PRIMARY KEY, workflow_id text, what text,
-    pid int);
+    pid int, at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS refunds (id bigserial PRIMARY KEY, order_id text, cents int);
 CREATE TABLE IF NOT EXISTS marks (workflow_id text, i int, UNIQUE (workflow_id, i));
 """
@@ -205,6 +205,23 @@ def fifty_async(workflow_id: str) -> int:
 @durable.workflow(registry=registry, name="counter.fifty_exit", durability="exit")
 def fifty_exit(workflow_id: str) -> int:
     return _fifty(workflow_id)
+
+
+@durable.workflow(registry=registry, name="counter.napper")
+def napper(workflow_id: str, seconds: float) -> str:
+    count_step(workflow_id, "before")
+    durable.sleep(seconds)
+    return count_step(workflow_id, "after")
+
+
+@durable.workflow(registry=registry, name="counter.receiver")
+def receiver(workflow_id: str, n: int) -> list[object]:
+    got = []
+    for _ in range(n):
+        message = durable.recv("orders", timeout=30)
+        count_step(workflow_id, f"got:{message}")
+        got.append(message)
+    return got
 
 
 @durable.workflow(registry=registry, name="counter.many")
