@@ -14,7 +14,7 @@ from durable._executor import compensate
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
 from durable._protocol import RetryPolicy
 from durable._registry import Registry, default_registry
-from durable._waits import Decision, approval, recv, sleep
+from durable._waits import Decision, approval, recv, set_event, sleep
 from durable.serialization import JSONSerializer, PickleSerializer, Serializer
 
 __all__ = [
@@ -35,6 +35,7 @@ __all__ = [
     "default_registry",
     "effect",
     "recv",
+    "set_event",
     "sleep",
     "step",
     "transaction",

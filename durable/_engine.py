@@ -898,6 +898,20 @@ class Engine:
         )
         self.notify_work(workflow_id)
 
+    def get_event(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
+        """The latest value a workflow published under `key`, waiting up to `timeout`
+        seconds for it to appear; None if it did not."""
+        deadline = time.monotonic() + timeout
+        delay = _POLL_MIN
+        while True:
+            row = self.db.fetch_one("get_event", {"workflow_id": workflow_id, "key": key})
+            if row is not None:
+                return self.serializer.loads(row["value"])
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(_POLL_MAX, delay * 2)
+
     def list_approvals(
         self, workflow_id: str | None = None, *, waiting_only: bool = True, limit: int = 100
     ) -> list[dict[str, Any]]:

@@ -216,3 +216,33 @@ def recv(topic: str | None = None, timeout: float | dt.timedelta | None = None) 
             return None
         if not _suspend(run, deadline, topic_key):
             continue  # a message arrived between the check and the suspend
+
+
+def set_event(key: str, value: Any) -> None:
+    """Publish `value` under `key` for readers outside the workflow (engine.get_event)."""
+    run = current_run.get()
+    if run is None or run.in_step:
+        raise NoEngineError("durable.set_event() must be called from a workflow (not a step)")
+    label = f"event:{key}"
+    seq, record = run.journal.next_call(label)
+    if record is not None:
+        return
+    engine = run.engine
+    text = dumps_checked(
+        engine.serializer, value, f"the value of event {key!r}", engine.max_payload_bytes
+    )
+    flush_run(run)
+    written = engine.db.execute_on(
+        run.conn,
+        "set_event",
+        {
+            "workflow_id": run.workflow_id,
+            "epoch": run.epoch,
+            "step_seq": seq,
+            "step_name": label,
+            "key": key,
+            "value": text,
+        },
+    )
+    if written == 0:
+        raise StaleOwnerError(run.workflow_id, run.epoch)

@@ -460,6 +460,45 @@ def worker(
         engine.shutdown(wait=True)
 
 
+@main.command()
+@click.argument("workflow_id")
+@click.argument("message")
+@click.option("--topic", default=None)
+@click.option("--key", "idempotency_key", default=None, help="Idempotency key: deliver once.")
+@url_option
+@schema_option
+@_handle_errors
+def send(
+    workflow_id: str,
+    message: str,
+    topic: str | None,
+    idempotency_key: str | None,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Send MESSAGE (JSON, or else a string) to a workflow waiting in durable.recv()."""
+    from durable._engine import Engine
+    from durable._registry import Registry
+
+    try:
+        value: Any = json.loads(message)
+    except json.JSONDecodeError:
+        value = message
+    engine = Engine(
+        _resolve_url(database_url),
+        registry=Registry(),
+        schema=schema,
+        migrate=False,
+        max_workers=1,
+    )
+    engine.launch()
+    try:
+        engine.send(workflow_id, value, topic=topic, idempotency_key=idempotency_key)
+    finally:
+        engine.shutdown()
+    click.echo(f"sent to {workflow_id}")
+
+
 @main.group()
 def approvals() -> None:
     """List and decide human approval gates."""

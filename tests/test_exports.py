@@ -20,6 +20,7 @@ PUBLIC = {
     "default_registry",
     "effect",
     "recv",
+    "set_event",
     "sleep",
     "step",
     "transaction",

@@ -378,3 +378,22 @@ WITH picked AS (
 INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
 SELECT workflow_id, %(step_seq)s, %(step_name)s, 'recv', payload FROM consumed
 RETURNING output
+
+-- set_event --
+-- Publish an event and journal it as this step in one statement, fenced by epoch.
+WITH journaled AS (
+    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
+    SELECT workflow_id, %(step_seq)s, %(step_name)s, 'event', %(value)s
+    FROM {schema}.workflows
+    WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+    FOR SHARE
+    RETURNING workflow_id
+)
+INSERT INTO {schema}.events (workflow_id, key, value, step_seq)
+SELECT workflow_id, %(key)s, %(value)s, %(step_seq)s FROM journaled
+ON CONFLICT (workflow_id, key) DO UPDATE
+SET value = excluded.value, step_seq = excluded.step_seq, updated_at = {schema}.current_time()
+
+-- get_event --
+-- The latest value of a workflow's event.
+SELECT value FROM {schema}.events WHERE workflow_id = %(workflow_id)s AND key = %(key)s

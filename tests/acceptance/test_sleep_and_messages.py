@@ -95,3 +95,46 @@ def test_recv_timeout_and_bad_input(database_url: str) -> None:
         with pytest.raises(errors.WorkflowNotFoundError, match="workflows list"):
             engine.send("nobody", "hi")
         assert scalar(database_url, "SELECT count(*) FROM durable.messages") == 0
+
+
+def test_events_and_cli_send(database_url: str, subprocess_env: dict[str, str]) -> None:
+    import json
+    import subprocess
+    import sys
+
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="publisher")
+    def publisher() -> object:
+        durable.set_event("stage", "waiting")
+        message = durable.recv()
+        durable.set_event("stage", f"got {message['n']}")
+        return message
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        handle = engine.submit(publisher, workflow_id="pub")
+        assert engine.get_event("pub", "stage", timeout=10) == "waiting"
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "durable.cli",
+                "send",
+                "pub",
+                json.dumps({"n": 7}),
+                "--key",
+                "once",
+                "--database-url",
+                database_url,
+            ],
+            capture_output=True,
+            text=True,
+            env=subprocess_env,
+            timeout=60,
+        )
+        assert out.returncode == 0, out.stderr
+        assert handle.result(timeout=20) == {"n": 7}
+        assert engine.get_event("pub", "stage") == "got 7"
+        assert engine.get_event("pub", "missing", timeout=0.1) is None
+        kinds = [s.kind for s in engine.steps("pub")]
+        assert kinds == ["event", "recv", "event"]
