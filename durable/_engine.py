@@ -18,13 +18,13 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Literal, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from durable import _executor
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_def
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
-from durable._protocol import Journal, child_workflow_id, decode_error, rebuild_error
+from durable._protocol import Journal, child_workflow_id, decode_error
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
 from durable._systemdb import SystemDB, executor_identity, same_database
 from durable.errors import (
@@ -966,9 +966,3 @@ class Engine:
             StepRecord.from_row(r)
             for r in self.db.fetch_all("load_journal", {"workflow_id": workflow_id})
         ]
-
-    def step_error(self, record: StepRecord) -> BaseException | None:
-        return None if record.error is None else rebuild_error(record.step_name, record.error)
-
-
-DurabilityMode = Literal["sync", "async", "exit"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from functools import wraps
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -477,25 +478,12 @@ def send(
     schema: str,
 ) -> None:
     """Send MESSAGE (JSON, or else a string) to a workflow waiting in durable.recv()."""
-    from durable._engine import Engine
-    from durable._registry import Registry
-
     try:
         value: Any = json.loads(message)
     except json.JSONDecodeError:
         value = message
-    engine = Engine(
-        _resolve_url(database_url),
-        registry=Registry(),
-        schema=schema,
-        migrate=False,
-        max_workers=1,
-    )
-    engine.launch()
-    try:
+    with _client_engine(database_url, schema) as engine:
         engine.send(workflow_id, value, topic=topic, idempotency_key=idempotency_key)
-    finally:
-        engine.shutdown()
     click.echo(f"sent to {workflow_id}")
 
 
@@ -550,71 +538,58 @@ def approvals_list(database_url: str | None, schema: str, show_all: bool, as_jso
     _console().print(table)
 
 
-def _decide(
-    workflow_id: str,
-    name: str,
-    approve: bool,
-    comment: str | None,
-    by: str | None,
-    database_url: str | None,
-    schema: str,
-) -> None:
+@contextmanager
+def _client_engine(database_url: str | None, schema: str) -> Iterator[Engine]:
+    """A short-lived engine with no workflows, for commands that act on stored ones."""
     from durable._engine import Engine
     from durable._registry import Registry
 
     engine = Engine(
-        _resolve_url(database_url), registry=Registry(), schema=schema, migrate=False, max_workers=1
+        _resolve_url(database_url),
+        registry=Registry(),
+        schema=schema,
+        migrate=False,
+        max_workers=1,
     )
     engine.launch()
     try:
-        engine.decide(workflow_id, name, approve, comment=comment, decided_by=by)
+        yield engine
     finally:
         engine.shutdown()
 
 
-_who = click.option("--by", default=lambda: os.environ.get("USER"), help="Who decides.")
+def _decision_command(approve: bool) -> click.Command:
+    verb = "approve" if approve else "deny"
+
+    @click.argument("workflow_id")
+    @click.argument("name")
+    @click.option("--comment", default=None)
+    @click.option("--by", default=lambda: os.environ.get("USER"), help="Who decides.")
+    @url_option
+    @schema_option
+    @_handle_errors
+    def command(
+        workflow_id: str,
+        name: str,
+        comment: str | None,
+        by: str | None,
+        database_url: str | None,
+        schema: str,
+    ) -> None:
+        with _client_engine(database_url, schema) as engine:
+            engine.decide(workflow_id, name, approve, comment=comment, decided_by=by)
+        click.echo(f"{'approved' if approve else 'denied'} {name} of {workflow_id}")
+
+    command.__doc__ = (
+        "Approve a gate: its workflow resumes on any worker."
+        if approve
+        else "Deny a gate: its workflow resumes and sees the denial."
+    )
+    return approvals.command(verb)(command)
 
 
-@approvals.command("approve")
-@click.argument("workflow_id")
-@click.argument("name")
-@click.option("--comment", default=None)
-@_who
-@url_option
-@schema_option
-@_handle_errors
-def approve(
-    workflow_id: str,
-    name: str,
-    comment: str | None,
-    by: str | None,
-    database_url: str | None,
-    schema: str,
-) -> None:
-    """Approve a gate: its workflow resumes on any worker."""
-    _decide(workflow_id, name, True, comment, by, database_url, schema)
-    click.echo(f"approved {name} of {workflow_id}")
-
-
-@approvals.command("deny")
-@click.argument("workflow_id")
-@click.argument("name")
-@click.option("--comment", default=None)
-@_who
-@url_option
-@schema_option
-@_handle_errors
-def deny(
-    workflow_id: str,
-    name: str,
-    comment: str | None,
-    by: str | None,
-    database_url: str | None,
-    schema: str,
-) -> None:
-    """Deny a gate: its workflow resumes and sees the denial."""
-    _decide(workflow_id, name, False, comment, by, database_url, schema)
-    click.echo(f"denied {name} of {workflow_id}")
+approve = _decision_command(True)
+deny = _decision_command(False)
 
 
 @main.group()

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import signal
 import subprocess
 import sys
@@ -97,10 +96,3 @@ def scalar(url: str, query: str, *params: object) -> object:
     with psycopg.connect(url) as conn:
         row = conn.execute(query, list(params)).fetchone()
     return None if row is None else row[0]
-
-
-def env_pid(proc: subprocess.Popen[bytes]) -> int:
-    return proc.pid
-
-
-__all__ = ["client", "os", "scalar", "start_worker", "stop_worker", "wait_for", "world"]
