@@ -234,7 +234,12 @@ def test_start_failure_quotes_the_server_log(data_dir: Path) -> None:
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     assert _embedded.stop_server(data_dir)
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as squatter:
-        squatter.bind(("127.0.0.1", port))  # bound, not listening: connects are refused
+        # SO_REUSEADDR: the stopped server's port may still have connections in TIME_WAIT.
+        # A listener squats the port for sure (PostgreSQL's bind then fails); it never
+        # answers, so the liveness check times out instead of mistaking it for our server.
+        squatter.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        squatter.bind(("127.0.0.1", port))
+        squatter.listen(1)
         with pytest.raises(EmbeddedServerError) as info:
             _embedded.ensure_server(data_dir)
     message = str(info.value)
