@@ -8,18 +8,22 @@ re-invoked with its saved inputs and completed steps return their journaled outp
 
 from __future__ import annotations
 
+from durable._clock import Clock, FakeClock, SystemClock
 from durable._decorators import effect, step, transaction, workflow
 from durable._engine import Engine, WorkflowHandle
 from durable._executor import compensate
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
 from durable._protocol import RetryPolicy
 from durable._registry import Registry, default_registry
+from durable._schedules import scheduled
 from durable._waits import Decision, approval, recv, set_event, sleep
 from durable.serialization import JSONSerializer, PickleSerializer, Serializer
 
 __all__ = [
+    "Clock",
     "Decision",
     "Engine",
+    "FakeClock",
     "JSONSerializer",
     "PickleSerializer",
     "Registry",
@@ -27,6 +31,7 @@ __all__ = [
     "Serializer",
     "StepKind",
     "StepRecord",
+    "SystemClock",
     "WorkflowHandle",
     "WorkflowInfo",
     "WorkflowStatus",
@@ -35,6 +40,7 @@ __all__ = [
     "default_registry",
     "effect",
     "recv",
+    "scheduled",
     "set_event",
     "sleep",
     "step",

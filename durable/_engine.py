@@ -21,6 +21,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from durable import _executor
+from durable._clock import Clock, clock_from_env
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_def
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
@@ -37,6 +38,7 @@ from durable.errors import (
     SerializationError,
     StaleOwnerError,
     UnknownApprovalError,
+    UnknownScheduleError,
     UnknownWorkflowError,
     WorkflowCancelledError,
     WorkflowConflictError,
@@ -175,6 +177,8 @@ class Engine:
       worker: also run the recovery/execution loop in a background thread (default False).
       poll_interval: seconds between claims when no notification arrives (default 1).
       grace_seconds: at shutdown, how long running workflows may finish (default 30).
+      clock: where time is read (default the system clock, or the shared FakeClock file
+        named by DURABLE_FAKE_CLOCK); tests pass a durable.testing.FakeClock.
     """
 
     def __init__(
@@ -196,6 +200,7 @@ class Engine:
         worker: bool = False,
         poll_interval: float = 1.0,
         grace_seconds: float = 30.0,
+        clock: Clock | None = None,
     ) -> None:
         if not isinstance(schema, str) or not schema:
             raise ConfigurationError(f"schema={schema!r}: give a non-empty schema name")
@@ -208,6 +213,7 @@ class Engine:
         if durability not in ("sync", "async", "exit"):
             raise ConfigurationError(f"durability={durability!r}: use 'sync', 'async' or 'exit'")
         self._database_url = database_url
+        self.clock: Clock = clock if clock is not None else clock_from_env()
         self.registry = registry if registry is not None else default_registry
         self.schema = schema
         self.migrate_on_launch = migrate
@@ -275,7 +281,9 @@ class Engine:
         """Connect, migrate (or check the schema), register this executor, start threads."""
         if self._db is not None:
             return
-        db = SystemDB(self.database_url, self.schema, max_size=self.max_workers + 4)
+        db = SystemDB(
+            self.database_url, self.schema, max_size=self.max_workers + 4, clock=self.clock
+        )
         db.open(timeout=self.connect_timeout)
         try:
             if self.migrate_on_launch:
@@ -294,6 +302,8 @@ class Engine:
                     ),
                 },
             )
+            for schedule in self.registry.schedules():
+                db.execute("upsert_schedule", schedule.row())
         except BaseException:
             db.close()
             raise
@@ -925,6 +935,45 @@ class Engine:
         """Decide timed-out gates by their default and wake their workflows (the worker
         calls this on every round)."""
         return self.db.execute("expire_approvals", {})
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        catch_up: int = 0,
+    ) -> None:
+        """Store (or update) a cron schedule of workflow `fn`, which is called with each tick.
+
+        Any worker that has the workflow fires it, each tick exactly once. Invalid cron or
+        timezone raise InvalidScheduleError and nothing is stored."""
+        from durable._schedules import Schedule
+
+        defn = workflow_def(fn)
+        schedule = Schedule.build(name, defn.name, defn.version, cron, timezone, catch_up)
+        self.db.execute("upsert_schedule", schedule.row())
+
+    def list_schedules(self) -> list[dict[str, Any]]:
+        """Stored schedules, as dicts of their columns."""
+        return self.db.fetch_all("list_schedules", {})
+
+    def pause_schedule(self, name: str, paused: bool = True) -> None:
+        """Stop (or, with paused=False, restart) firing a schedule. On restart, ticks missed
+        while paused follow the schedule's missed-tick policy."""
+        row = self.db.fetch_one("set_schedule_paused", {"schedule_name": name, "paused": paused})
+        if row is None:
+            raise UnknownScheduleError(name)
+
+    def fire_schedules(self) -> int:
+        """Start the due ticks of the schedules this registry can run (workers call this
+        every round); returns how many workflows were started."""
+        from durable._schedules import fire
+
+        return fire(self)
 
     # -- reading -----------------------------------------------------------------------------
 

@@ -39,10 +39,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("durable.executor")
 
 
-def _now() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
-
-
 # -- entry points used by the decorators -------------------------------------------------------
 
 
@@ -68,7 +64,7 @@ def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
         return replay(run, record)
     engine = run.engine
     engine.crash_point("before_step")
-    started = _now()
+    started = run.engine.clock.now()
     attempt = 0
     while True:
         attempt += 1
@@ -187,7 +183,7 @@ def execute_transaction(
 ) -> Any:
     engine = run.engine
     flush_run(run)  # barrier: what the run still holds is written before the transaction
-    started = _now()
+    started = run.engine.clock.now()
     separate = not engine.app_is_system_db
     params: dict[str, Any] = {
         "workflow_id": run.workflow_id,
@@ -282,7 +278,7 @@ def call_child(
         return replay(run, record)
     child_id = child_workflow_id(run.workflow_id, seq)
     flush_run(run)
-    started = _now()
+    started = run.engine.clock.now()
     engine = run.engine
     try:
         value = engine.run_here(defn, child_id, args, kwargs, parent=(run.workflow_id, seq))
@@ -477,7 +473,7 @@ def _call_effect(
     fingerprint = hashlib.sha256(params_text.encode("utf-8")).hexdigest()
     user_part = options.key(*args, **kwargs) if options.key is not None else None
     key = f"{run.workflow_id}:{seq}" if user_part is None else f"{run.workflow_id}:{user_part}"
-    started = _now()
+    started = run.engine.clock.now()
     ids = {"workflow_id": run.workflow_id, "idempotency_key": key}
     existing = None
     if not run.journal.is_fresh or user_part is not None:

@@ -55,6 +55,7 @@ class Worker:
                 if engine.release_interrupted():
                     raise DatabaseUnavailableError("interrupted workflows still held")
                 engine.expire_approvals()
+                engine.fire_schedules()
                 # Keep one batch queued behind the running ones so threads never idle
                 # waiting for the next claim; queued claims are covered by the heartbeat.
                 free = 2 * engine.max_workers - engine.running_count()

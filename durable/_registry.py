@@ -67,6 +67,7 @@ class Registry:
         self._workflows: dict[tuple[str, str | None], WorkflowDef] = {}
         self._steps: dict[str, StepDef] = {}
         self._compensations: dict[str, Callable[..., Any]] = {}
+        self._schedules: dict[str, Any] = {}
 
     def add_workflow(self, defn: WorkflowDef) -> None:
         with self._lock:
@@ -100,6 +101,17 @@ class Registry:
 
     def workflow_names(self) -> list[str]:
         return sorted({name for name, _ in self._workflows})
+
+    def add_schedule(self, schedule: Any) -> None:
+        """Register a durable.scheduled() schedule (a _schedules.Schedule)."""
+        with self._lock:
+            existing = self._schedules.get(schedule.name)
+            if existing is not None and existing != schedule:
+                raise DuplicateNameError("schedule", schedule.name)
+            self._schedules[schedule.name] = schedule
+
+    def schedules(self) -> list[Any]:
+        return list(self._schedules.values())
 
     def steps(self) -> list[StepDef]:
         return list(self._steps.values())

@@ -17,7 +17,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 from psycopg import sql
@@ -26,6 +26,9 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from durable import _migrate
 from durable.errors import DatabaseUnavailableError
+
+if TYPE_CHECKING:
+    from durable._clock import Clock
 
 logger = logging.getLogger("durable.systemdb")
 
@@ -66,8 +69,19 @@ class Counters:
 class SystemDB:
     """A connection pool to the system database plus the named statements."""
 
-    def __init__(self, url: str, schema: str, *, min_size: int = 1, max_size: int = 10) -> None:
+    def __init__(
+        self,
+        url: str,
+        schema: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        clock: Clock | None = None,
+    ) -> None:
         self.url = url
+        # A fake clock is handed to SQL on every checkout (see _clock.py); the real one
+        # costs nothing.
+        self._fake_clock = clock if clock is not None and not clock.is_system else None
         self.schema = schema
         self.counters = Counters()
         self._lock = threading.Lock()
@@ -118,7 +132,18 @@ class SystemDB:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._pool.connection() as conn:
+        with self._pool.connection() as conn:  # checkout
+            if self._fake_clock is not None:
+                conn.execute(
+                    "SELECT set_config('durable.fake_now', %s, false)",
+                    [self._fake_clock.now().isoformat()],
+                )
+            yield conn
+
+    @contextmanager
+    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
+        """A connection inside one transaction (committed on success), errors translated."""
+        with self._translate("transaction"), self.connection() as conn, conn.transaction():
             yield conn
 
     @contextmanager
@@ -142,7 +167,7 @@ class SystemDB:
     def execute(self, name: str, params: dict[str, Any]) -> int:
         """Run a statement, return its row count (0 means a fence refused the write)."""
         query = self._queries[name]
-        with self._translate(name), self._pool.connection() as conn:
+        with self._translate(name), self.connection() as conn:
             cur = conn.execute(query, params)
             self.counters.statements += 1
             return cur.rowcount
@@ -151,7 +176,7 @@ class SystemDB:
     def _run(self, name: str, params: dict[str, Any]) -> Iterator[psycopg.Cursor[Row]]:
         with (
             self._translate(name),
-            self._pool.connection() as conn,
+            self.connection() as conn,
             conn.cursor(row_factory=dict_row) as cur,
         ):
             cur.execute(self._queries[name], params)
@@ -169,7 +194,7 @@ class SystemDB:
     def execute_many_in_transaction(self, ops: Sequence[tuple[str, dict[str, Any]]]) -> list[int]:
         """Run several statements in one transaction; returns each row count."""
         counts: list[int] = []
-        with self._translate(ops[0][0]), self._pool.connection() as conn, conn.transaction():
+        with self._translate(ops[0][0]), self.connection() as conn, conn.transaction():
             for name, params in ops:
                 cur = conn.execute(self._queries[name], params)
                 self.counters.statements += 1
@@ -228,7 +253,7 @@ class SystemDB:
                 cur = conn.execute(query, params)
                 self.counters.statements += 1
                 return [str(r[0]) for r in cur.fetchall()]
-            with self._pool.connection() as pooled:
+            with self.connection() as pooled:
                 cur = pooled.execute(query, params)
                 self.counters.statements += 1
                 return [str(r[0]) for r in cur.fetchall()]

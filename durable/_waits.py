@@ -14,7 +14,7 @@ import datetime as dt
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from durable._context import current_run
+from durable._context import RunContext, current_run
 from durable._durability import flush_run
 from durable._executor import record_step
 from durable._models import StepKind
@@ -101,7 +101,7 @@ def approval(
     raise StaleOwnerError(run.workflow_id, run.epoch)
 
 
-def _journal(run: Any, seq: int, name: str, decision: Decision) -> Decision:
+def _journal(run: RunContext, seq: int, name: str, decision: Decision) -> Decision:
     output = run.engine.serializer.dumps(asdict(decision))
     record_step(run, seq, f"approval:{name}", StepKind.APPROVAL, output, None, 1, None)
     return decision
@@ -110,10 +110,6 @@ def _journal(run: Any, seq: int, name: str, decision: Decision) -> Decision:
 # -- durable sleep and messages ----------------------------------------------------------------
 
 _SLEEP_IN_PLACE = 1.0  # seconds: shorter waits sleep in the thread instead of suspending
-
-
-def _now_utc() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 def _seconds(value: float | dt.timedelta, what: str) -> float:
@@ -126,20 +122,20 @@ def _seconds(value: float | dt.timedelta, what: str) -> float:
     return seconds
 
 
-def _deadline(run: Any, label: str, seconds: float) -> dt.datetime:
+def _deadline(run: RunContext, label: str, seconds: float) -> dt.datetime:
     """Journal (or replay) the time a wait ends, so a resume never waits again for the part
     already waited."""
     seq, record = run.journal.next_call(label)
     if record is not None:
         assert record.output is not None
         return dt.datetime.fromisoformat(run.engine.serializer.loads(record.output))
-    wake_at = _now_utc() + dt.timedelta(seconds=seconds)
+    wake_at = run.engine.clock.now() + dt.timedelta(seconds=seconds)
     output = run.engine.serializer.dumps(wake_at.isoformat())
     record_step(run, seq, label, StepKind.SLEEP, output, None, 1, None)
     return wake_at
 
 
-def _suspend(run: Any, wake_at: dt.datetime | None, topic: str | None) -> bool:
+def _suspend(run: RunContext, wake_at: dt.datetime | None, topic: str | None) -> bool:
     """Park the workflow; False if a message it waits for arrived meanwhile."""
     flush_run(run)
     suspended = run.engine.db.execute_on(
@@ -163,10 +159,10 @@ def sleep(seconds: float | dt.timedelta) -> None:
     if run is None or run.in_step:
         raise NoEngineError("durable.sleep() must be called from a workflow (not a step)")
     wake_at = _deadline(run, "sleep", duration)
-    remaining = (wake_at - _now_utc()).total_seconds()
+    remaining = (wake_at - run.engine.clock.now()).total_seconds()
     if remaining <= 0:
         return
-    if remaining <= _SLEEP_IN_PLACE:
+    if remaining <= _SLEEP_IN_PLACE and run.engine.clock.is_system:
         import time
 
         time.sleep(remaining)
@@ -211,7 +207,7 @@ def recv(topic: str | None = None, timeout: float | dt.timedelta | None = None) 
         if row is not None:
             engine.crash_point("after_recv")
             return engine.serializer.loads(row[0])
-        if deadline is not None and _now_utc() >= deadline:
+        if deadline is not None and run.engine.clock.now() >= deadline:
             record_step(run, seq, label, StepKind.RECV, None, None, 1, None)
             return None
         if not _suspend(run, deadline, topic_key):

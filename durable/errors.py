@@ -240,6 +240,21 @@ class InvalidWaitError(DurableError):
     """A wait was given an impossible duration: use zero or more seconds."""
 
 
+class InvalidScheduleError(ConfigurationError):
+    """A schedule was declared with an invalid cron expression, timezone or policy; nothing
+    was stored."""
+
+
+class UnknownScheduleError(DurableError):
+    """No schedule of that name is stored: `durable schedules list` shows them."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(
+            f"no schedule named {name!r}: `durable schedules list` shows the stored ones"
+        )
+
+
 class WorkflowSuspended(BaseException):
     """Unwinds a workflow that waits (for a decision, a message, a time) without a process."""
 

@@ -3,8 +3,10 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "Clock",
     "Decision",
     "Engine",
+    "FakeClock",
     "JSONSerializer",
     "PickleSerializer",
     "Registry",
@@ -12,6 +14,7 @@ PUBLIC = {
     "Serializer",
     "StepKind",
     "StepRecord",
+    "SystemClock",
     "WorkflowHandle",
     "WorkflowInfo",
     "WorkflowStatus",
@@ -20,6 +23,7 @@ PUBLIC = {
     "default_registry",
     "effect",
     "recv",
+    "scheduled",
     "set_event",
     "sleep",
     "step",

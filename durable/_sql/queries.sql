@@ -397,3 +397,44 @@ SET value = excluded.value, step_seq = excluded.step_seq, updated_at = {schema}.
 -- get_event --
 -- The latest value of a workflow's event.
 SELECT value FROM {schema}.events WHERE workflow_id = %(workflow_id)s AND key = %(key)s
+
+-- upsert_schedule --
+-- Store a schedule, or update its definition; its pause state and last tick are kept.
+INSERT INTO {schema}.schedules (schedule_name, workflow_name, workflow_version, cron,
+    timezone, catch_up)
+VALUES (%(schedule_name)s, %(workflow_name)s, %(workflow_version)s, %(cron)s, %(timezone)s,
+    %(catch_up)s)
+ON CONFLICT (schedule_name) DO UPDATE
+SET workflow_name = excluded.workflow_name, workflow_version = excluded.workflow_version,
+    cron = excluded.cron, timezone = excluded.timezone, catch_up = excluded.catch_up,
+    updated_at = {schema}.current_time()
+
+-- due_schedules --
+-- Unpaused schedules of workflows this executor can run.
+SELECT schedule_name, workflow_name, workflow_version FROM {schema}.schedules
+WHERE NOT paused AND (workflow_name, coalesce(workflow_version, '')) IN (
+    SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+ORDER BY schedule_name
+
+-- lock_schedule --
+-- Take one schedule to fire it (skipped if another worker holds it), inside a transaction.
+SELECT cron, timezone, catch_up, last_tick FROM {schema}.schedules
+WHERE schedule_name = %(schedule_name)s AND NOT paused
+FOR UPDATE SKIP LOCKED
+
+-- set_schedule_mark --
+-- Record the latest tick fired or skipped.
+UPDATE {schema}.schedules SET last_tick = %(last_tick)s, updated_at = {schema}.current_time()
+WHERE schedule_name = %(schedule_name)s
+
+-- list_schedules --
+-- Every stored schedule.
+SELECT schedule_name, workflow_name, workflow_version, cron, timezone, catch_up, paused,
+    last_tick, created_at, updated_at
+FROM {schema}.schedules ORDER BY schedule_name
+
+-- set_schedule_paused --
+-- Pause or resume a schedule.
+UPDATE {schema}.schedules SET paused = %(paused)s, updated_at = {schema}.current_time()
+WHERE schedule_name = %(schedule_name)s
+RETURNING schedule_name

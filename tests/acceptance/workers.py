@@ -26,8 +26,11 @@ def start_worker(
     concurrency: int = 4,
     log: str | None = None,
     grace: float = 5.0,
+    clock_file: str | None = None,
 ) -> subprocess.Popen[bytes]:
     child_env = dict(env)
+    if clock_file:
+        child_env["DURABLE_FAKE_CLOCK"] = clock_file  # the test's FakeClock(path=...)
     child_env["DURABLE_DATABASE_URL"] = url
     child_env["DURABLE_LOG_LEVEL"] = env.get("DURABLE_LOG_LEVEL", "WARNING")
     if crash:

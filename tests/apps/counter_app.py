@@ -214,6 +214,13 @@ def napper(workflow_id: str, seconds: float) -> str:
     return count_step(workflow_id, "after")
 
 
+@durable.workflow(registry=registry, name="counter.ticker")
+def ticker(tick: object) -> str:
+    """Run by a schedule: records the tick it was started for."""
+    World.record("ticker", str(tick))
+    return str(tick)
+
+
 @durable.workflow(registry=registry, name="counter.receiver")
 def receiver(workflow_id: str, n: int) -> list[object]:
     got = []

@@ -1,0 +1,187 @@
+"""Cron schedules: each tick starts one workflow, exactly once, however many workers run.
+
+A schedule is a row in `{schema}.schedules`. Every worker round fires the schedules whose
+workflow this worker has: under the schedule's row lock (FOR UPDATE SKIP LOCKED, so
+workers never wait for each other) it lists the ticks due since `last_tick`, inserts one
+workflow per tick with the id `schedule:<name>:<tick in UTC>` (the primary key makes a
+second insert of the same tick a no-op), and moves `last_tick` on. After downtime, the
+missed-tick policy decides: `catch_up=0` runs only the latest due tick and skips the
+others; `catch_up=N` also runs up to N missed ticks before it. Time comes from the
+engine's clock, so a month of ticks can be tested in seconds.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import zoneinfo
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from croniter import croniter
+
+from durable._decorators import workflow_def
+from durable._registry import Registry, default_registry
+from durable.errors import InvalidScheduleError
+
+if TYPE_CHECKING:
+    from durable._engine import Engine
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A validated cron schedule of one workflow."""
+
+    name: str
+    workflow_name: str
+    workflow_version: str | None
+    cron: str
+    timezone: str
+    catch_up: int
+
+    @staticmethod
+    def build(
+        name: str,
+        workflow_name: str,
+        workflow_version: str | None,
+        cron: str,
+        timezone: str,
+        catch_up: int,
+    ) -> Schedule:
+        """Validate everything before anything is stored."""
+        if not isinstance(cron, str) or not croniter.is_valid(cron):
+            raise InvalidScheduleError(
+                f"cron={cron!r} is not a valid cron expression: use five fields "
+                "'minute hour day month weekday' (e.g. '*/5 * * * *'), or six with seconds "
+                "last (e.g. '* * * * * */10')"
+            )
+        try:
+            zoneinfo.ZoneInfo(timezone)
+        except (zoneinfo.ZoneInfoNotFoundError, ValueError, TypeError):
+            raise InvalidScheduleError(
+                f"timezone={timezone!r} is not a known IANA timezone: use a name such as "
+                "'UTC' or 'Europe/Berlin' (zoneinfo.available_timezones() lists them)"
+            ) from None
+        if not isinstance(catch_up, int) or isinstance(catch_up, bool) or catch_up < 0:
+            raise InvalidScheduleError(
+                f"catch_up={catch_up!r}: give how many missed ticks to run after downtime "
+                "(0 skips them)"
+            )
+        if not name:
+            raise InvalidScheduleError("a schedule needs a non-empty name")
+        return Schedule(name, workflow_name, workflow_version, cron, timezone, catch_up)
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "schedule_name": self.name,
+            "workflow_name": self.workflow_name,
+            "workflow_version": self.workflow_version,
+            "cron": self.cron,
+            "timezone": self.timezone,
+            "catch_up": self.catch_up,
+        }
+
+
+def scheduled(
+    cron: str,
+    *,
+    timezone: str = "UTC",
+    catch_up: int = 0,
+    name: str | None = None,
+    registry: Registry | None = None,
+) -> Callable[[F], F]:
+    """Run a workflow on a cron schedule; it is called with the tick (an aware datetime).
+
+    Put it above @durable.workflow. Workers store the schedule when they start and fire
+    each tick exactly once; `catch_up` is the missed-tick policy after downtime (0: skip
+    missed ticks, N: run at most N of them). Bad cron or timezone raise
+    InvalidScheduleError here, at import time.
+    """
+
+    def decorate(fn: F) -> F:
+        defn = workflow_def(fn)
+        schedule = Schedule.build(
+            name or defn.name, defn.name, defn.version, cron, timezone, catch_up
+        )
+        (registry if registry is not None else default_registry).add_schedule(schedule)
+        return fn
+
+    return decorate
+
+
+def due_ticks(
+    schedule: dict[str, Any], now: dt.datetime
+) -> tuple[list[dt.datetime], dt.datetime | None]:
+    """The ticks to run now, oldest first, and the new last_tick (None: nothing changes).
+
+    With no last_tick yet (a new schedule) nothing runs: the latest tick becomes the mark,
+    so a schedule starts with the next tick rather than back-filling the past.
+    """
+    tz = zoneinfo.ZoneInfo(schedule["timezone"])
+    last = schedule["last_tick"]
+    # get_prev() is strictly before its start, so start one second on and drop the future.
+    it = croniter(schedule["cron"], now.astimezone(tz) + dt.timedelta(seconds=1))
+    wanted = 1 + int(schedule["catch_up"])
+    ticks: list[dt.datetime] = []
+    while len(ticks) < wanted:
+        tick = it.get_prev(dt.datetime)
+        if tick > now:
+            continue
+        if last is not None and tick <= last:
+            break
+        ticks.append(tick)
+        if last is None:
+            break
+    if not ticks:
+        return [], None
+    ticks.reverse()
+    if last is None:
+        return [], ticks[-1]
+    return ticks, ticks[-1]
+
+
+def tick_workflow_id(schedule_name: str, tick: dt.datetime) -> str:
+    return f"schedule:{schedule_name}:{tick.astimezone(dt.UTC).isoformat()}"
+
+
+def fire(engine: Engine) -> int:
+    """Start the due ticks of every schedule this engine's registry can run; returns how
+    many workflows were started. Safe to call from any number of workers at once."""
+    defs = engine.registry.workflows()
+    names = [d.name for d in defs]
+    versions = [d.version or "" for d in defs]
+    candidates = engine.db.fetch_all("due_schedules", {"names": names, "versions": versions})
+    started = 0
+    now = engine.clock.now()
+    for candidate in candidates:
+        with engine.db.transaction() as conn:
+            with engine.db.cursor_on(conn) as cur:
+                cur.execute(
+                    engine.db.query("lock_schedule"),
+                    {"schedule_name": candidate["schedule_name"]},
+                )
+                locked = cur.fetchone()
+            if locked is None:
+                continue  # another worker is firing it right now
+            schedule = dict(zip(("cron", "timezone", "catch_up", "last_tick"), locked, strict=True))
+            ticks, mark = due_ticks(schedule, now)
+            defn = engine.registry.get_workflow(
+                candidate["workflow_name"], candidate["workflow_version"]
+            )
+            assert defn is not None  # due_schedules filtered on what the registry has
+            for tick in ticks:
+                workflow_id = tick_workflow_id(candidate["schedule_name"], tick)
+                inputs = engine._encode_inputs(defn, [tick], {})
+                params = engine._workflow_params(defn, workflow_id, inputs, None)
+                started += engine.db.execute_on(conn, "insert_workflow_pending", params)
+            if mark is not None:
+                engine.db.execute_on(
+                    conn,
+                    "set_schedule_mark",
+                    {"schedule_name": candidate["schedule_name"], "last_tick": mark},
+                )
+    if started:
+        engine.notify_work("schedule")
+    return started
