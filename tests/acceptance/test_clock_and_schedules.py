@@ -19,6 +19,19 @@ from tests.acceptance.workers import client, scalar, start_worker, stop_worker, 
 from tests.apps import counter_app
 
 
+def cli(env: dict[str, str], url: str, *args: str) -> str:
+    """Run `durable ARGS` in a fresh process; returns its stdout."""
+    out = subprocess.run(
+        [sys.executable, "-m", "durable.cli", *args],
+        env={**env, "DURABLE_DATABASE_URL": url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
 def test_day_long_sleep_survives_sigkill_and_wakes_once_on_time(
     database_url: str, subprocess_env: dict[str, str], tmp_path: Path
 ) -> None:
@@ -66,14 +79,7 @@ def test_three_workers_run_each_tick_exactly_once(
                 return [r[0] for r in rows]
 
             wait_for(lambda: len(ticks()) >= 7, what="seven ticks")
-            out = subprocess.run(
-                [sys.executable, "-m", "durable.cli", "schedules", "pause", "every-second"],
-                env={**subprocess_env, "DURABLE_DATABASE_URL": database_url},
-                capture_output=True,
-                text=True,
-                timeout=60,
-            )
-            assert out.returncode == 0, out.stderr
+            cli(subprocess_env, database_url, "schedules", "pause", "every-second")
             time.sleep(1.5)  # ticks started before the pause finish
             wait_for(
                 lambda: (
@@ -99,15 +105,7 @@ def test_three_workers_run_each_tick_exactly_once(
     assert len(window) == 5
     pids = scalar(database_url, "SELECT count(DISTINCT pid) FROM world WHERE workflow_id='ticker'")
     assert isinstance(pids, int) and pids >= 1
-    listed = subprocess.run(
-        [sys.executable, "-m", "durable.cli", "schedules", "list", "--json"],
-        env={**subprocess_env, "DURABLE_DATABASE_URL": database_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert listed.returncode == 0, listed.stderr
-    (row,) = json.loads(listed.stdout)
+    (row,) = json.loads(cli(subprocess_env, database_url, "schedules", "list", "--json"))
     assert row["schedule_name"] == "every-second" and row["paused"] is True
 
 
