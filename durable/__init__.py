@@ -14,6 +14,7 @@ from durable._engine import Engine, WorkflowHandle
 from durable._executor import compensate
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
 from durable._protocol import RetryPolicy
+from durable._queues import Queue
 from durable._registry import Registry, default_registry
 from durable._schedules import scheduled
 from durable._waits import Decision, approval, recv, set_event, sleep
@@ -26,6 +27,7 @@ __all__ = [
     "FakeClock",
     "JSONSerializer",
     "PickleSerializer",
+    "Queue",
     "Registry",
     "RetryPolicy",
     "Serializer",

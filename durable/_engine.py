@@ -27,13 +27,15 @@ from durable._decorators import workflow_def
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
 from durable._protocol import Journal, child_workflow_id, decode_error
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
-from durable._systemdb import SystemDB, executor_identity, same_database
+from durable._systemdb import SystemDB, executor_identity, is_unique_violation, same_database
 from durable.errors import (
     ApprovalConflictError,
     ConfigurationError,
     DatabaseUnavailableError,
     EngineNotRunningError,
+    InvalidWaitError,
     PayloadTooLargeError,
+    QueueDedupError,
     ResultTimeoutError,
     SerializationError,
     StaleOwnerError,
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     import sqlalchemy
 
     from durable._durability import AsyncWriter
+    from durable._queues import Queue
 
 logger = logging.getLogger("durable.engine")
 
@@ -593,6 +596,87 @@ class Engine:
             self.notify_work(workflow_id)
         return WorkflowHandle(self, workflow_id)
 
+    def enqueue(
+        self, queue: Queue, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> WorkflowHandle:
+        """Put `fn(*args, **kwargs)` on `queue`; a worker starts it when the queue's limits
+        allow. Popped from kwargs: `workflow_id=` (an existing id returns its handle),
+        `dedup_key=` (QueueDedupError while another entry with it is queued or unfinished),
+        `priority=` (lower first; queues declared with priority=True) and `delay=` (seconds
+        before it may start). Inside a workflow the entry is journaled as a child, so a
+        replay does not enqueue it again."""
+        from durable._queues import Queue
+
+        if not isinstance(queue, Queue):
+            raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
+        workflow_id = kwargs.pop("workflow_id", None)
+        dedup_key = kwargs.pop("dedup_key", None)
+        priority = kwargs.pop("priority", None)
+        delay = kwargs.pop("delay", None)
+        if workflow_id is not None and not isinstance(workflow_id, str):
+            raise ConfigurationError(f"workflow_id={workflow_id!r}: give a string")
+        if dedup_key is not None and (not isinstance(dedup_key, str) or not dedup_key):
+            raise ConfigurationError(f"dedup_key={dedup_key!r}: give a non-empty string")
+        if priority is not None:
+            if not queue.priority:
+                raise ConfigurationError(
+                    f"priority={priority!r} given, but queue {queue.name!r} orders by age: "
+                    f"declare it with durable.Queue({queue.name!r}, priority=True)"
+                )
+            if not isinstance(priority, int) or isinstance(priority, bool):
+                raise ConfigurationError(f"priority={priority!r}: give an integer (lower first)")
+        if delay is not None and (
+            not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0
+        ):
+            raise InvalidWaitError(f"delay={delay!r}: give zero or more seconds")
+        defn = workflow_def(fn)
+        run = current_run.get()
+        parent: tuple[str, int] | None = None
+        if run is not None and not run.in_step:
+            seq, record = run.journal.next_call(defn.name)
+            if record is not None:
+                assert record.child_workflow_id is not None
+                return WorkflowHandle(self, record.child_workflow_id)
+            parent = (run.workflow_id, seq)
+            workflow_id = workflow_id or child_workflow_id(run.workflow_id, seq)
+        workflow_id = workflow_id or str(uuid.uuid4())
+        inputs = self._encode_inputs(defn, args, kwargs)
+        params = self._workflow_params(defn, workflow_id, inputs, parent)
+        params.update(
+            queue_name=queue.name,
+            priority=priority or 0,
+            dedup_key=dedup_key,
+            delay_seconds=float(delay or 0.0),
+        )
+        try:
+            row = self.db.fetch_one("enqueue_workflow", params)
+        except Exception as exc:
+            if not is_unique_violation(exc, "workflows_dedup_idx"):
+                raise
+            holder = self.db.fetch_one(
+                "find_dedup", {"queue_name": queue.name, "dedup_key": dedup_key}
+            )
+            raise QueueDedupError(
+                queue.name, str(dedup_key), None if holder is None else holder["workflow_id"]
+            ) from None
+        if row is None:
+            self._existing(defn, workflow_id)
+        else:
+            self.notify_work(workflow_id)
+        if run is not None and parent is not None:
+            _executor.record_step(
+                run,
+                parent[1],
+                defn.name,
+                StepKind.CHILD,
+                self.serializer.dumps(workflow_id),
+                None,
+                1,
+                None,
+                workflow_id,
+            )
+        return WorkflowHandle(self, workflow_id)
+
     def _submit(
         self,
         defn: WorkflowDef,
@@ -766,7 +850,24 @@ class Engine:
         """
         if self._pool is None:
             raise EngineNotRunningError()
-        rows = self._claim_rows(None, limit)
+        return self._start_claimed(self._claim_rows(None, limit))
+
+    def recover_queues(self, limit: int) -> list[WorkflowHandle]:
+        """Dequeue and start up to `limit` entries from the queues of this registry, as
+        far as each queue's limits allow (workers call this every round)."""
+        from durable._queues import dequeue
+
+        if self._pool is None:
+            raise EngineNotRunningError()
+        handles: list[WorkflowHandle] = []
+        for queue in self.registry.queues():
+            if len(handles) >= limit:
+                break
+            handles += self._start_claimed(dequeue(self, queue, limit - len(handles)))
+        return handles
+
+    def _start_claimed(self, rows: list[dict[str, Any]]) -> list[WorkflowHandle]:
+        """Load the journals of claimed rows in one query and run them in this engine."""
         runnable = []
         for row in rows:
             if row["status"] != WorkflowStatus.RUNNING:

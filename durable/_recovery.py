@@ -60,6 +60,11 @@ class Worker:
                 # waiting for the next claim; queued claims are covered by the heartbeat.
                 free = 2 * engine.max_workers - engine.running_count()
                 claimed = engine.recover(limit=free) if free > 0 else []
+                # Queue entries hold their queue's slot from the moment they are dequeued,
+                # so take only what can start now, never a backlog.
+                room = engine.max_workers - engine.running_count()
+                if room > 0:
+                    claimed += engine.recover_queues(limit=room)
                 if outage_logged:
                     logger.info("database is back; worker resumed")
                 outage_logged = False

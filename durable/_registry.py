@@ -68,6 +68,7 @@ class Registry:
         self._steps: dict[str, StepDef] = {}
         self._compensations: dict[str, Callable[..., Any]] = {}
         self._schedules: dict[str, Any] = {}
+        self._queues: dict[str, Any] = {}
 
     def add_workflow(self, defn: WorkflowDef) -> None:
         with self._lock:
@@ -112,6 +113,17 @@ class Registry:
 
     def schedules(self) -> list[Any]:
         return list(self._schedules.values())
+
+    def add_queue(self, queue: Any) -> None:
+        """Register a durable.Queue; two different queues may not share a name."""
+        with self._lock:
+            existing = self._queues.get(queue.name)
+            if existing is not None and existing is not queue:
+                raise DuplicateNameError("queue", queue.name)
+            self._queues[queue.name] = queue
+
+    def queues(self) -> list[Any]:
+        return list(self._queues.values())
 
     def steps(self) -> list[StepDef]:
         return list(self._steps.values())

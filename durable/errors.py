@@ -23,6 +23,7 @@ The tree::
     ├── ApprovalConflictError
     ├── ApprovalDeniedError
     ├── InvalidWaitError
+    ├── QueueDedupError
     ├── StepError
     ├── WorkflowFailedError
     ├── WorkflowCancelledError
@@ -252,6 +253,21 @@ class UnknownScheduleError(DurableError):
         self.name = name
         super().__init__(
             f"no schedule named {name!r}: `durable schedules list` shows the stored ones"
+        )
+
+
+class QueueDedupError(DurableError):
+    """Another entry with this dedup key is queued or unfinished on the queue: wait for it
+    (its handle is `engine.retrieve(err.workflow_id)`), or enqueue with another key."""
+
+    def __init__(self, queue: str, dedup_key: str, workflow_id: str | None) -> None:
+        self.queue = queue
+        self.dedup_key = dedup_key
+        self.workflow_id = workflow_id
+        super().__init__(
+            f"queue {queue!r} already holds dedup_key={dedup_key!r} (workflow "
+            f"{workflow_id!r}, queued or unfinished): wait for it with "
+            "engine.retrieve(err.workflow_id).result(), or use another key"
         )
 
 

@@ -9,6 +9,7 @@ PUBLIC = {
     "FakeClock",
     "JSONSerializer",
     "PickleSerializer",
+    "Queue",
     "Registry",
     "RetryPolicy",
     "Serializer",

@@ -438,3 +438,65 @@ FROM {schema}.schedules ORDER BY schedule_name
 UPDATE {schema}.schedules SET paused = %(paused)s, updated_at = {schema}.current_time()
 WHERE schedule_name = %(schedule_name)s
 RETURNING schedule_name
+
+-- enqueue_workflow --
+-- Put a workflow on a queue; nothing is returned if the id exists (a dedup key that is
+-- already queued or unfinished raises a unique violation of workflows_dedup_idx).
+INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
+    durability, parent_id, parent_step_seq, queue_name, priority, dedup_key, available_at)
+VALUES (%(workflow_id)s, %(name)s, %(version)s, 'ENQUEUED', %(inputs)s, %(serializer)s,
+    %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(queue_name)s, %(priority)s,
+    %(dedup_key)s,
+    CASE WHEN %(delay_seconds)s::float8 > 0
+         THEN {schema}.current_time() + make_interval(secs => %(delay_seconds)s::float8) END)
+ON CONFLICT (workflow_id) DO NOTHING
+RETURNING epoch
+
+-- find_dedup --
+-- The queued or unfinished workflow holding a dedup key.
+SELECT workflow_id FROM {schema}.workflows
+WHERE queue_name = %(queue_name)s AND dedup_key = %(dedup_key)s
+  AND status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
+
+-- lock_queue --
+-- Serialize dequeuing of one queue (inside the dequeue's transaction); false: another
+-- worker is dequeuing it right now, so this one skips it this round.
+SELECT pg_try_advisory_xact_lock(hashtextextended(%(lock_key)s, 0)) AS locked
+
+-- dequeue --
+-- Take as many entries as the queue's limits allow, oldest (or lowest priority) first,
+-- and start them owned by this executor. NULL limits are unlimited.
+WITH allowed AS (
+    SELECT greatest(0, least(
+        %(limit)s,
+        coalesce(%(concurrency)s - (
+            SELECT count(*) FROM {schema}.workflows
+            WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
+              AND status IN ('PENDING', 'RUNNING', 'SUSPENDED')), %(limit)s),
+        coalesce(%(worker_concurrency)s - (
+            SELECT count(*) FROM {schema}.workflows
+            WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
+              AND status = 'RUNNING' AND owner = %(owner)s), %(limit)s),
+        coalesce(%(rate_count)s - (
+            SELECT count(*) FROM {schema}.workflows
+            WHERE queue_name = %(queue_name)s AND dequeued_at > {schema}.current_time()
+                  - make_interval(secs => %(rate_period)s::float8)), %(limit)s)
+    )) AS n
+), picked AS (
+    SELECT workflow_id FROM {schema}.workflows
+    WHERE status = 'ENQUEUED' AND queue_name = %(queue_name)s
+      AND (available_at IS NULL OR available_at <= {schema}.current_time())
+      AND (name, coalesce(version, '')) IN (
+          SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+    ORDER BY CASE WHEN %(by_priority)s THEN priority ELSE 0 END, created_at, workflow_id
+    LIMIT (SELECT n FROM allowed)
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE {schema}.workflows AS w
+SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
+    lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s),
+    dequeued_at = {schema}.current_time(), updated_at = {schema}.current_time()
+FROM picked
+WHERE w.workflow_id = picked.workflow_id
+RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
+    w.epoch

@@ -26,6 +26,8 @@ CREATE TABLE IF NOT EXISTS world (id bigserial PRIMARY KEY, workflow_id text, wh
     pid int, at timestamptz NOT NULL DEFAULT clock_timestamp());
 CREATE TABLE IF NOT EXISTS refunds (id bigserial PRIMARY KEY, order_id text, cents int);
 CREATE TABLE IF NOT EXISTS marks (workflow_id text, i int, UNIQUE (workflow_id, i));
+CREATE TABLE IF NOT EXISTS queue_runs (id bigserial PRIMARY KEY, workflow_id text,
+    pid int, started_at timestamptz NOT NULL, finished_at timestamptz);
 """
 
 
@@ -236,6 +238,33 @@ def many(workflow_id: str, n: int) -> int:
     for i in range(n):
         count_step(workflow_id, f"s{i}")
     return n
+
+
+# Declared in code like workflows: every worker importing this app dequeues from them.
+limited = durable.Queue("counter.limited", concurrency=2, registry=registry)
+throttled = durable.Queue("counter.throttled", rate_limit=(3, 2.0), registry=registry)
+ranked = durable.Queue("counter.ranked", concurrency=1, priority=True, registry=registry)
+
+
+@durable.step(registry=registry, name="counter.occupy")
+def occupy(workflow_id: str, seconds: float) -> str:
+    """Record, in the world, when this entry ran (the database's clock, for every process)."""
+    url = World.url or os.environ["DURABLE_DATABASE_URL"]
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "INSERT INTO queue_runs (workflow_id, pid, started_at)"
+            " VALUES (%s, %s, clock_timestamp()) RETURNING id",
+            [workflow_id, os.getpid()],
+        ).fetchone()
+        assert row is not None
+        time.sleep(seconds)
+        conn.execute("UPDATE queue_runs SET finished_at = clock_timestamp() WHERE id = %s", row)
+    return workflow_id
+
+
+@durable.workflow(registry=registry, name="counter.queued")
+def queued(workflow_id: str, seconds: float) -> str:
+    return occupy(workflow_id, seconds)
 
 
 def setup(url: str) -> None:

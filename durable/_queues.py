@@ -1,0 +1,120 @@
+"""Queues: workflows that wait for a slot, with limits that hold across every worker.
+
+`durable.Queue("emails", concurrency=10, worker_concurrency=2, rate_limit=(100, 60))`
+declares a queue in code; every worker that imports it dequeues from it. An entry is a
+workflows row in status ENQUEUED. A worker dequeues in one transaction: it takes the
+queue's advisory lock (`pg_try_advisory_xact_lock`; a worker that does not get it skips
+the queue this round instead of waiting), then one statement counts what the limits still
+allow and takes that many entries with FOR UPDATE SKIP LOCKED, starting them owned by
+itself. The lock is what makes the counts true: two workers cannot both see one free slot.
+
+A dequeued entry keeps its queue name until it finishes, so it holds its slot while it
+runs, sleeps or is recovered after a crash. The rate limit counts dequeues within the
+period, finished or not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from durable._context import current_engine
+from durable._registry import Registry, default_registry
+from durable.errors import ConfigurationError, NoEngineError
+
+if TYPE_CHECKING:
+    from durable._engine import Engine, WorkflowHandle
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _positive(name: str, value: object) -> None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+        raise ConfigurationError(f"{name}={value!r}: give a whole number of at least 1, or None")
+
+
+@dataclass(frozen=True, eq=False)
+class Queue:
+    """A named queue of workflows, declared once at import time (like a workflow).
+
+    concurrency: most entries dequeued and unfinished at once, across all workers.
+    worker_concurrency: most entries one worker process runs at once.
+    rate_limit: (count, period_seconds): most dequeues in any period.
+    priority: order by the priority given at enqueue (lower first), then age.
+    """
+
+    name: str
+    concurrency: int | None = None
+    worker_concurrency: int | None = None
+    rate_limit: tuple[int, float] | None = None
+    priority: bool = False
+    registry: Registry | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise ConfigurationError(f"Queue name {self.name!r}: give a non-empty string")
+        _positive("concurrency", self.concurrency)
+        _positive("worker_concurrency", self.worker_concurrency)
+        if self.rate_limit is not None:
+            ok = (
+                isinstance(self.rate_limit, tuple)
+                and len(self.rate_limit) == 2
+                and isinstance(self.rate_limit[0], int)
+                and self.rate_limit[0] >= 1
+                and isinstance(self.rate_limit[1], int | float)
+                and self.rate_limit[1] > 0
+            )
+            if not ok:
+                raise ConfigurationError(
+                    f"rate_limit={self.rate_limit!r}: give (count, period_seconds), e.g. "
+                    "(100, 60) for at most 100 starts a minute"
+                )
+        (self.registry if self.registry is not None else default_registry).add_queue(self)
+
+    def enqueue(
+        self,
+        fn: Callable[P, R],
+        /,
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> WorkflowHandle:
+        """Queue `fn(*args, **kwargs)` on the current engine (`with engine:`); see
+        Engine.enqueue for `workflow_id=`, `dedup_key=`, `priority=` and `delay=`."""
+        engine = current_engine.get()
+        if engine is None:
+            raise NoEngineError()
+        return engine.enqueue(self, fn, *args, **kwargs)
+
+    def dequeue_params(self, engine: Engine, limit: int) -> dict[str, Any]:
+        defs = engine.registry.workflows()
+        count, period = self.rate_limit if self.rate_limit is not None else (None, 0.0)
+        return {
+            "queue_name": self.name,
+            "lock_key": f"{engine.schema}.queue:{self.name}",
+            "limit": limit,
+            "concurrency": self.concurrency,
+            "worker_concurrency": self.worker_concurrency,
+            "rate_count": count,
+            "rate_period": float(period),
+            "by_priority": self.priority,
+            "owner": engine.executor_id,
+            "lease_seconds": engine.lease_seconds,
+            "names": [d.name for d in defs],
+            "versions": [d.version or "" for d in defs],
+        }
+
+
+def dequeue(engine: Engine, queue: Queue, limit: int) -> list[dict[str, Any]]:
+    """Take up to `limit` entries of `queue` that its limits allow, owned by this engine.
+    Returns the claimed rows (empty if another worker holds the queue's lock)."""
+    params = queue.dequeue_params(engine, limit)
+    with engine.db.transaction() as conn, engine.db.cursor_on(conn) as cur:
+        cur.execute(engine.db.query("lock_queue"), params)
+        locked = cur.fetchone()
+        if not locked or not locked[0]:
+            return []
+        cur.execute(engine.db.query("dequeue"), params)
+        names = [c.name for c in cur.description or []]
+        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]
