@@ -103,3 +103,32 @@ def test_cancel_fences_the_runner_and_fork_reuses_steps(database_url: str) -> No
         resumed = cli("workflows", "resume", "c1", "--database-url", database_url)
         assert resumed.returncode == 0, resumed.stderr
         assert engine.retrieve("c1").result(timeout=20) == 10
+
+
+def test_enqueue_inside_a_workflow_is_journaled_and_not_repeated_on_replay(
+    database_url: str,
+) -> None:
+    reg = durable.Registry()
+    queue = durable.Queue("children", concurrency=1, registry=reg)
+
+    @durable.workflow(registry=reg, name="child")
+    def child(x: int) -> int:
+        return x * 2
+
+    @durable.workflow(registry=reg, name="parent")
+    def parent() -> str:
+        handle = queue.enqueue(child, 21)
+        durable.recv("go", timeout=60)  # suspends: the body runs again from the top
+        return handle.workflow_id
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        handle = engine.start(parent, workflow_id="p")
+        deadline = time.monotonic() + 20
+        while handle.status() != "SUSPENDED" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        engine.send("p", "now", topic="go")
+        child_id = handle.result(timeout=20)
+        assert engine.retrieve(child_id).result(timeout=20) == 42
+        children = engine.list_workflows(name="child")
+        assert [c.workflow_id for c in children] == [child_id]  # queued once, not per replay
+        assert engine.steps("p")[0].kind == "child"
