@@ -6,6 +6,7 @@ carry over to asyncio tasks when async support arrives.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
@@ -39,6 +40,12 @@ class RunContext:
     compensations: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = field(
         default_factory=list
     )
+    # When the workflow times out (from its first start), and why it was asked to stop if
+    # it was when claimed. `stopping` is set while compensations of a cancel run, so that
+    # they are not interrupted in turn.
+    deadline: dt.datetime | None = None
+    cancel_reason: str | None = None
+    stopping: bool = False
 
 
 current_engine: ContextVar[Engine | None] = ContextVar("durable_engine", default=None)

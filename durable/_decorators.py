@@ -7,6 +7,7 @@ executor what to do when it is called.
 
 from __future__ import annotations
 
+import datetime as dt
 import functools
 import inspect
 from collections.abc import Callable
@@ -115,6 +116,7 @@ def workflow(
     name: str | None = None,
     version: str | None = None,
     durability: Durability | None = None,
+    timeout: float | dt.timedelta | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def workflow(
@@ -124,6 +126,7 @@ def workflow(
     name: str | None = None,
     version: str | None = None,
     durability: Durability | None = None,
+    timeout: float | dt.timedelta | None = None,
     registry: Registry | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a durable workflow: its inputs, steps and outcome are journaled.
@@ -131,8 +134,19 @@ def workflow(
     Call it inside `with engine:` (it runs durably in the caller's thread) or start it with
     `engine.start(fn, ...)`. `name` defaults to `module.qualname`; it is what the journal
     stores, so renaming a function without `name=` strands its running workflows.
+    `timeout` (seconds or a timedelta) counts from the first start, across crashes and
+    waits; past it the workflow is cancelled at its next step or wait (WorkflowTimeoutError).
     """
     _check_name(name)
+    timeout_seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
+    if timeout_seconds is not None and (
+        not isinstance(timeout_seconds, int | float)
+        or isinstance(timeout_seconds, bool)
+        or not timeout_seconds > 0
+    ):
+        raise DefinitionError(
+            f"timeout={timeout!r}: give a positive number of seconds or a datetime.timedelta"
+        )
     if version is not None and (not isinstance(version, str) or not version):
         raise DefinitionError(f"version={version!r}: a version must be a non-empty string")
     if durability is not None and durability not in _DURABILITY:
@@ -142,7 +156,11 @@ def workflow(
     def decorate(f: Callable[P, R]) -> Callable[P, R]:
         func = _check_function(f, "workflow")
         defn = WorkflowDef(
-            name=name or default_name(func), fn=func, version=version, durability=durability
+            name=name or default_name(func),
+            fn=func,
+            version=version,
+            durability=durability,
+            timeout=None if timeout_seconds is None else float(timeout_seconds),
         )
         reg.add_workflow(defn)
 

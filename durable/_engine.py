@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
+import datetime as dt
 import json
 import logging
 import os
@@ -18,7 +19,7 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar
 
 from durable import _executor
 from durable._clock import Clock, clock_from_env
@@ -47,6 +48,7 @@ from durable.errors import (
     WorkflowFailedError,
     WorkflowNotFoundError,
     WorkflowSuspended,
+    WorkflowTimeoutError,
 )
 from durable.serialization import JSONSerializer, PickleSerializer, Serializer, dumps_checked
 
@@ -92,6 +94,19 @@ def _libpq_url(url: str) -> str:
     if url.startswith("postgresql+"):
         return "postgresql://" + url.split("://", 1)[1]
     return url
+
+
+class Claimed(NamedTuple):
+    """A run this engine may execute: the arguments of _executor.execute_run, in order."""
+
+    defn: WorkflowDef
+    workflow_id: str
+    epoch: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    journal: Journal
+    deadline: dt.datetime | None
+    cancel_reason: str | None
 
 
 class WorkflowHandle:
@@ -257,6 +272,10 @@ class Engine:
         self._worker_thread: threading.Thread | None = None
         self._worker_stop = threading.Event()
         self.writer: AsyncWriter | None = None
+        # workflow_id -> reason, for the runs this executor owns that were asked to stop;
+        # replaced whole by the heartbeat thread, read (one dict lookup) at each new step.
+        self.cancel_requests: dict[str, str] = {}
+        self.cancel_poll_interval = min(0.5, self.lease_seconds / 3)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -385,11 +404,17 @@ class Engine:
     def _heartbeat_loop(self) -> None:
         interval = self.lease_seconds / 3
         failing = False
-        while not self._stop.wait(interval):
+        next_renewal = time.monotonic() + interval
+        while not self._stop.wait(self.cancel_poll_interval):
             db = self._db
             if db is None:
                 return
             try:
+                rows = db.fetch_all("owned_cancel_requests", {"owner": self.executor_id})
+                self.cancel_requests = {r["workflow_id"]: r["cancel_reason"] for r in rows}
+                if time.monotonic() < next_renewal:
+                    continue
+                next_renewal = time.monotonic() + interval
                 db.execute(
                     "renew_leases", {"owner": self.executor_id, "lease_seconds": self.lease_seconds}
                 )
@@ -502,12 +527,13 @@ class Engine:
         workflow_id: str,
         inputs: str,
         parent: tuple[str, int] | None,
-    ) -> int | None:
+    ) -> tuple[int, dt.datetime | None] | None:
+        """Create the workflow owned by this run: (epoch, deadline), or None if it exists."""
         params = self._workflow_params(defn, workflow_id, inputs, parent)
         params["owner"] = self.executor_id
         params["lease_seconds"] = self.lease_seconds
         row = self.db.fetch_one("insert_workflow", params)
-        return None if row is None else int(row["epoch"])
+        return None if row is None else (int(row["epoch"]), row["deadline_at"])
 
     def _workflow_params(
         self, defn: WorkflowDef, workflow_id: str, inputs: str, parent: tuple[str, int] | None
@@ -521,6 +547,7 @@ class Engine:
             "durability": defn.durability or self.durability,
             "parent_id": parent[0] if parent else None,
             "parent_step_seq": parent[1] if parent else None,
+            "timeout_seconds": defn.timeout,
         }
 
     def _existing(self, defn: WorkflowDef, workflow_id: str) -> WorkflowInfo:
@@ -554,10 +581,19 @@ class Engine:
             workflow_id = workflow_id or child_workflow_id(run.workflow_id, seq)
         workflow_id = workflow_id or str(uuid.uuid4())
         inputs = self._encode_inputs(defn, args, kwargs)
-        epoch = self._insert(defn, workflow_id, inputs, parent)
-        if epoch is not None:
+        created = self._insert(defn, workflow_id, inputs, parent)
+        if created is not None:
             future = self._submit(
-                defn, workflow_id, epoch, list(args), dict(kwargs), Journal(workflow_id)
+                Claimed(
+                    defn,
+                    workflow_id,
+                    created[0],
+                    list(args),
+                    dict(kwargs),
+                    Journal(workflow_id),
+                    created[1],
+                    None,
+                )
             )
         else:
             info = self._existing(defn, workflow_id)
@@ -677,26 +713,17 @@ class Engine:
             )
         return WorkflowHandle(self, workflow_id)
 
-    def _submit(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        epoch: int,
-        args: list[Any],
-        kwargs: dict[str, Any],
-        journal: Journal,
-    ) -> concurrent.futures.Future[Any]:
+    def _submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]:
         pool = self._pool
         if pool is None:
             raise EngineNotRunningError()
         context = contextvars.Context()
+        workflow_id, epoch = claimed.workflow_id, claimed.epoch
 
         def task() -> Any:
             try:
-                return context.run(
-                    _executor.execute_run, self, defn, workflow_id, epoch, args, kwargs, journal
-                )
-            except (StaleOwnerError, WorkflowSuspended):
+                return context.run(_executor.execute_run, self, *claimed)
+            except (StaleOwnerError, WorkflowSuspended, WorkflowCancelledError):
                 return None
             except DatabaseUnavailableError:
                 logger.warning("workflow %s interrupted by a database outage", workflow_id)
@@ -722,12 +749,9 @@ class Engine:
         claimed = self._claim(workflow_id)
         if claimed is None:
             return None
-        defn, epoch, args, kwargs, journal = claimed
-        return self._submit(defn, workflow_id, epoch, args, kwargs, journal)
+        return self._submit(claimed)
 
-    def _claim(
-        self, workflow_id: str
-    ) -> tuple[WorkflowDef, int, list[Any], dict[str, Any], Journal] | None:
+    def _claim(self, workflow_id: str) -> Claimed | None:
         """Claim one runnable workflow and load its journal, or None if someone holds it."""
         rows = self._claim_rows(workflow_id, 1)
         if not rows or rows[0]["status"] != WorkflowStatus.RUNNING:
@@ -751,9 +775,7 @@ class Engine:
             },
         )
 
-    def _prepare(
-        self, row: dict[str, Any]
-    ) -> tuple[WorkflowDef, int, list[Any], dict[str, Any], Journal]:
+    def _prepare(self, row: dict[str, Any]) -> Claimed:
         defn = self.registry.get_workflow(row["name"], row["version"])
         if defn is None:
             raise UnknownWorkflowError(row["name"], row["version"])
@@ -763,7 +785,16 @@ class Engine:
             for r in self.db.fetch_all("load_journal", {"workflow_id": row["workflow_id"]})
         ]
         journal = Journal.from_records(row["workflow_id"], records)
-        return defn, int(row["epoch"]), args, kwargs, journal
+        return Claimed(
+            defn,
+            row["workflow_id"],
+            int(row["epoch"]),
+            args,
+            kwargs,
+            journal,
+            row["deadline_at"],
+            row["cancel_reason"],
+        )
 
     def run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A workflow called as a function inside `with engine:`: run it in this thread."""
@@ -779,8 +810,8 @@ class Engine:
     ) -> Any:
         """Run (or resume, or wait for) workflow `workflow_id` in the calling thread."""
         inputs = self._encode_inputs(defn, args, kwargs)
-        epoch = self._insert(defn, workflow_id, inputs, parent)
-        if epoch is not None:
+        created = self._insert(defn, workflow_id, inputs, parent)
+        if created is not None:
             context = contextvars.copy_context()
             try:
                 return context.run(
@@ -788,10 +819,11 @@ class Engine:
                     self,
                     defn,
                     workflow_id,
-                    epoch,
+                    created[0],
                     args,
                     kwargs,
                     Journal(workflow_id),
+                    created[1],
                 )
             except WorkflowSuspended:
                 pass  # waits without holding anything; resumed below once it is runnable
@@ -803,19 +835,9 @@ class Engine:
                 return self.outcome(workflow_id, info.status, info.output, info.error)
             claimed = self._claim(workflow_id)
             if claimed is not None:
-                cdefn, cepoch, cargs, ckwargs, journal = claimed
                 context = contextvars.copy_context()
                 try:
-                    return context.run(
-                        _executor.execute_run,
-                        self,
-                        cdefn,
-                        workflow_id,
-                        cepoch,
-                        cargs,
-                        ckwargs,
-                        journal,
-                    )
+                    return context.run(_executor.execute_run, self, *claimed)
                 except WorkflowSuspended:
                     delay = _POLL_MIN
                     continue
@@ -829,11 +851,45 @@ class Engine:
         if status == WorkflowStatus.SUCCESS:
             return None if output is None else self.serializer.loads(output)
         if status == WorkflowStatus.CANCELLED:
-            raise WorkflowCancelledError(workflow_id)
+            row = self.db.fetch_one("get_cancel_request", {"workflow_id": workflow_id}) or {}
+            if error is not None and decode_error(error)[0].endswith("WorkflowTimeoutError"):
+                raise WorkflowTimeoutError(workflow_id, row.get("timeout_seconds"))
+            raise WorkflowCancelledError(workflow_id, row.get("cancel_reason"))
         if error is not None:
             error_type, message, trace = decode_error(error)
             raise WorkflowFailedError(workflow_id, error_type, message, trace)
         raise WorkflowFailedError(workflow_id, status.value, f"ended as {status.value}")
+
+    def cancel(self, workflow_id: str, reason: str = "cancelled") -> WorkflowStatus:
+        """Cancel a workflow and every workflow it started (its descendants).
+
+        Cooperative: a running workflow stops at its next step or wait (the step in flight
+        finishes and is journaled), runs its compensations in reverse and ends CANCELLED. A
+        started workflow that is not running (suspended, waiting for a worker) is made
+        runnable so that a worker does the same; one that never started is CANCELLED at
+        once. A cancelled workflow is never recovered. Returns the workflow's status after
+        the request (RUNNING or PENDING while it stops; already-finished ones unchanged).
+        """
+        from durable._protocol import encode_error
+
+        rows = self.db.fetch_all(
+            "cancel_workflow",
+            {
+                "workflow_id": workflow_id,
+                "reason": reason,
+                "error": encode_error(WorkflowCancelledError(workflow_id, reason)),
+            },
+        )
+        asked = {r["workflow_id"]: r["status"] for r in rows}
+        running = [wid for wid, status in asked.items() if status == WorkflowStatus.RUNNING]
+        if running:
+            # Seen at once by runs in this process; others see it at their next poll.
+            self.cancel_requests = {**self.cancel_requests, **dict.fromkeys(running, reason)}
+        if any(status == WorkflowStatus.PENDING for status in asked.values()):
+            self.notify_work(workflow_id)
+        if workflow_id in asked:
+            return WorkflowStatus(asked[workflow_id])
+        return self.get_workflow(workflow_id).status  # WorkflowNotFoundError if none
 
     def resume(self, workflow_id: str) -> WorkflowHandle:
         """Run an interrupted workflow here if nobody holds its lease; returns its handle."""
@@ -892,8 +948,17 @@ class Engine:
             assert defn is not None  # the claim filtered on what the registry has
             args, kwargs = self._decode_inputs(row["inputs"])
             journal = Journal.from_records(workflow_id, journals[workflow_id])
-            future = self._submit(defn, workflow_id, int(row["epoch"]), args, kwargs, journal)
-            handles.append(WorkflowHandle(self, workflow_id, future))
+            claimed = Claimed(
+                defn,
+                workflow_id,
+                int(row["epoch"]),
+                args,
+                kwargs,
+                journal,
+                row["deadline_at"],
+                row["cancel_reason"],
+            )
+            handles.append(WorkflowHandle(self, workflow_id, self._submit(claimed)))
         return handles
 
     def flush(self) -> None:

@@ -30,6 +30,9 @@ from durable.errors import (
     NoEngineError,
     SerializationError,
     StaleOwnerError,
+    WorkflowCancelledError,
+    WorkflowInterrupted,
+    WorkflowTimeoutError,
 )
 from durable.serialization import dumps_checked
 
@@ -62,6 +65,7 @@ def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
     seq, record = run.journal.next_call(defn.name)
     if record is not None:
         return replay(run, record)
+    check_interrupt(run)
     engine = run.engine
     engine.crash_point("before_step")
     started = run.engine.clock.now()
@@ -115,7 +119,30 @@ def call_transaction(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, An
     seq, record = run.journal.next_call(defn.name)
     if record is not None:
         return replay(run, record)
+    check_interrupt(run)
     return execute_transaction(run, seq, defn, args, kwargs)
+
+
+# -- stopping ----------------------------------------------------------------------------------
+
+
+def check_interrupt(run: RunContext) -> None:
+    """Stop here if the workflow was cancelled or is past its timeout.
+
+    Called before every new (unjournaled) step or wait, so cancellation is seen at the next
+    boundary; replayed calls never stop, so a resumed run reaches the same point first. The
+    cancel request is a dict lookup (the engine polls for requests); the timeout a clock read.
+    """
+    if run.stopping:
+        return
+    reason = run.engine.cancel_requests.get(run.workflow_id, run.cancel_reason)
+    if reason is not None:
+        raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
+    if run.deadline is not None and run.engine.clock.now() >= run.deadline:
+        raise WorkflowInterrupted(run.workflow_id, TIMEOUT_REASON, True)
+
+
+TIMEOUT_REASON = "timeout"
 
 
 # -- replay ------------------------------------------------------------------------------------
@@ -276,6 +303,7 @@ def call_child(
     seq, record = run.journal.next_call(defn.name)
     if record is not None:
         return replay(run, record)
+    check_interrupt(run)
     child_id = child_workflow_id(run.workflow_id, seq)
     flush_run(run)
     started = run.engine.clock.now()
@@ -283,6 +311,14 @@ def call_child(
     try:
         value = engine.run_here(defn, child_id, args, kwargs, parent=(run.workflow_id, seq))
     except (StaleOwnerError, DatabaseUnavailableError):
+        raise
+    except WorkflowCancelledError as exc:
+        # Cancelled with its parent: the parent stops too, without journaling the child's
+        # outcome, so a resume of the parent runs the child again.
+        _raise_if_asked_to_stop(run)
+        record_step(
+            run, seq, defn.name, StepKind.CHILD, None, encode_error(exc), 1, started, child_id
+        )
         raise
     except Exception as exc:
         record_step(
@@ -299,6 +335,14 @@ def call_child(
     return value
 
 
+def _raise_if_asked_to_stop(run: RunContext) -> None:
+    """Read this run's cancel request from the database now (not waiting for the poll)."""
+    row = run.engine.db.fetch_one("get_cancel_request", {"workflow_id": run.workflow_id})
+    if row is not None and row["cancel_reason"] is not None:
+        run.cancel_reason = row["cancel_reason"]
+        check_interrupt(run)
+
+
 # -- one run -----------------------------------------------------------------------------------
 
 
@@ -310,6 +354,8 @@ def execute_run(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     journal: Journal,
+    deadline: dt.datetime | None = None,
+    cancel_reason: str | None = None,
 ) -> Any:
     """Run the workflow function under this claim and write its outcome.
 
@@ -321,9 +367,14 @@ def execute_run(
     if outer is not None and outer.conn is not None:
         # A child called inline shares its parent's connection (one per thread, so nested
         # runs cannot exhaust the pool).
-        return _execute_run(engine, defn, workflow_id, epoch, args, kwargs, journal, outer.conn)
+        conn = outer.conn
+        return _execute_run(
+            engine, defn, workflow_id, epoch, args, kwargs, journal, conn, deadline, cancel_reason
+        )
     with engine.db.connection() as conn:
-        return _execute_run(engine, defn, workflow_id, epoch, args, kwargs, journal, conn)
+        return _execute_run(
+            engine, defn, workflow_id, epoch, args, kwargs, journal, conn, deadline, cancel_reason
+        )
 
 
 def _execute_run(
@@ -335,6 +386,8 @@ def _execute_run(
     kwargs: Mapping[str, Any],
     journal: Journal,
     conn: Any,
+    deadline: dt.datetime | None,
+    cancel_reason: str | None,
 ) -> Any:
     ctx = RunContext(
         engine,
@@ -344,6 +397,8 @@ def _execute_run(
         journal,
         conn=conn,
         mode=defn.durability or engine.durability,
+        deadline=deadline,
+        cancel_reason=cancel_reason,
     )
     run_token = current_run.set(ctx)
     engine_token = current_engine.set(engine)
@@ -356,6 +411,8 @@ def _execute_run(
         except DatabaseUnavailableError:
             # Interrupted, not failed: the worker hands it back once the database answers.
             raise
+        except WorkflowInterrupted as stop:
+            raise _stop(engine, ctx, defn, stop) from None
         except Exception as exc:
             if ctx.compensations:
                 _run_compensations(engine, ctx, exc)
@@ -378,6 +435,30 @@ def _execute_run(
     finally:
         current_run.reset(run_token)
         current_engine.reset(engine_token)
+
+
+def _stop(
+    engine: Engine, ctx: RunContext, defn: WorkflowDef, stop: WorkflowInterrupted
+) -> WorkflowCancelledError:
+    """Finish a run that was asked to stop: cancel its descendants, undo what it did (its
+    compensations, in reverse), then record CANCELLED. Returns the error for the caller."""
+    error: WorkflowCancelledError = (
+        WorkflowTimeoutError(ctx.workflow_id, defn.timeout)
+        if stop.timed_out
+        else WorkflowCancelledError(ctx.workflow_id, stop.reason)
+    )
+    ctx.stopping = True
+    text = encode_error(error)
+    # Children still running stop too (a timeout is a cancel of the whole tree).
+    engine.db.fetch_all(
+        "cancel_workflow", {"workflow_id": ctx.workflow_id, "reason": stop.reason, "error": text}
+    )
+    if ctx.compensations:
+        _run_compensations(engine, ctx, error, final_status="CANCELLED")
+    else:
+        finish(engine, ctx.workflow_id, ctx.epoch, "CANCELLED", None, text, ctx.conn, ctx)
+    logger.info("workflow %s stopped: %s", ctx.workflow_id, stop.reason)
+    return error
 
 
 def finish(
@@ -435,6 +516,7 @@ def call_effect(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -
         value = replay(run, record)
         _register_compensation(run, defn, args, kwargs)
         return value
+    check_interrupt(run)
     value = _call_effect(run, seq, defn, args, kwargs)
     _register_compensation(run, defn, args, kwargs)
     return value
@@ -597,7 +679,9 @@ def _settle(
         raise StaleOwnerError(run.workflow_id, run.epoch)
 
 
-def _run_compensations(engine: Engine, ctx: RunContext, failure: Exception) -> None:
+def _run_compensations(
+    engine: Engine, ctx: RunContext, failure: Exception, final_status: str = "COMPENSATED"
+) -> None:
     """Undo applied effects in reverse order, each an effect with its own key.
 
     A crash here is safe: on recovery the workflow replays to the same failure, the
@@ -621,7 +705,7 @@ def _run_compensations(engine: Engine, ctx: RunContext, failure: Exception) -> N
             engine,
             ctx.workflow_id,
             ctx.epoch,
-            "COMPENSATED",
+            final_status,
             None,
             encode_error(failure),
             conn,

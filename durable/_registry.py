@@ -27,6 +27,8 @@ class WorkflowDef:
     fn: Callable[..., Any]
     version: str | None = None
     durability: Durability | None = None
+    # Seconds from the first start after which the workflow is cancelled (None: never).
+    timeout: float | None = None
 
 
 @dataclass(frozen=True)

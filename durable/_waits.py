@@ -16,7 +16,7 @@ from typing import Any
 
 from durable._context import RunContext, current_run
 from durable._durability import flush_run
-from durable._executor import record_step
+from durable._executor import check_interrupt, record_step
 from durable._models import StepKind
 from durable.errors import InvalidWaitError, NoEngineError, StaleOwnerError, WorkflowSuspended
 from durable.serialization import dumps_checked
@@ -66,6 +66,7 @@ def approval(
     if record is not None:
         assert record.output is not None
         return Decision(**engine.serializer.loads(record.output))
+    check_interrupt(run)
     flush_run(run)  # barrier: suspending writes what the run still holds
     ids = {"workflow_id": run.workflow_id, "name": name}
     row = engine.db.fetch_one("get_approval", ids)
@@ -137,6 +138,9 @@ def _deadline(run: RunContext, label: str, seconds: float) -> dt.datetime:
 
 def _suspend(run: RunContext, wake_at: dt.datetime | None, topic: str | None) -> bool:
     """Park the workflow; False if a message it waits for arrived meanwhile."""
+    # A cancel or timeout seen while waiting ends the wait (workers wake a suspended
+    # workflow at its deadline, whatever it waits for).
+    check_interrupt(run)
     flush_run(run)
     suspended = run.engine.db.execute_on(
         run.conn,
@@ -165,6 +169,7 @@ def sleep(seconds: float | dt.timedelta) -> None:
     if remaining <= _SLEEP_IN_PLACE and run.engine.clock.is_system:
         import time
 
+        check_interrupt(run)
         time.sleep(remaining)
         return
     _suspend(run, wake_at, None)
@@ -188,6 +193,7 @@ def recv(topic: str | None = None, timeout: float | dt.timedelta | None = None) 
     seq, record = run.journal.next_call(label)
     if record is not None:
         return None if record.output is None else run.engine.serializer.loads(record.output)
+    check_interrupt(run)
     engine = run.engine
     flush_run(run)
     while True:
@@ -223,6 +229,7 @@ def set_event(key: str, value: Any) -> None:
     seq, record = run.journal.next_call(label)
     if record is not None:
         return
+    check_interrupt(run)
     engine = run.engine
     text = dumps_checked(
         engine.serializer, value, f"the value of event {key!r}", engine.max_payload_bytes

@@ -23,9 +23,9 @@ from durable._models import StepRecord, WorkflowInfo, WorkflowStatus
 
 if TYPE_CHECKING:
     from durable._engine import Engine
-from durable._protocol import decode_error
+from durable._protocol import decode_error, encode_error
 from durable._systemdb import SystemDB
-from durable.errors import DurableError, WorkflowNotFoundError
+from durable.errors import DurableError, WorkflowCancelledError, WorkflowNotFoundError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -256,19 +256,45 @@ def _change(db: SystemDB, statement: str, workflow_id: str) -> bool:
 
 @workflows.command("cancel")
 @click.argument("workflow_id")
+@click.option("--reason", default="cancelled from the command line", show_default=True)
 @url_option
 @schema_option
 @_handle_errors
-def cancel(workflow_id: str, database_url: str | None, schema: str) -> None:
-    """Cancel a workflow; its runner stops at its next step (it is fenced out)."""
+def cancel(workflow_id: str, reason: str, database_url: str | None, schema: str) -> None:
+    """Cancel a workflow and its children: each stops at its next step or wait and runs
+    its compensations; one that never started is cancelled at once."""
     db = _open(database_url, schema)
     try:
-        if not _change(db, "cancel_workflow", workflow_id):
-            click.echo(f"error: workflow {workflow_id!r} has already finished", err=True)
+        rows = db.fetch_all(
+            "cancel_workflow",
+            {
+                "workflow_id": workflow_id,
+                "reason": reason,
+                "error": encode_error(WorkflowCancelledError(workflow_id, reason)),
+            },
+        )
+        mine = [r for r in rows if r["workflow_id"] == workflow_id]
+        if not mine:
+            info = db.fetch_one("get_workflow", {"workflow_id": workflow_id})
+            if info is None:
+                raise WorkflowNotFoundError(workflow_id)
+            click.echo(
+                f"error: workflow {workflow_id!r} has already finished ({info['status']})",
+                err=True,
+            )
             sys.exit(1)
+        if any(r["status"] == "PENDING" for r in rows):
+            db.execute("notify_work", {"channel": f"{schema}_work", "payload": workflow_id})
     finally:
         db.close()
-    click.echo(f"cancelled {workflow_id}")
+    others = len(rows) - 1
+    children = f" and {others} descendant(s)" if others else ""
+    if mine[0]["status"] == "CANCELLED":
+        click.echo(f"cancelled {workflow_id}{children}")
+    else:
+        click.echo(
+            f"cancel requested for {workflow_id}{children}: it stops at its next step or wait"
+        )
 
 
 @workflows.command("resume")

@@ -27,11 +27,13 @@ The tree::
     ├── StepError
     ├── WorkflowFailedError
     ├── WorkflowCancelledError
+    │   └── WorkflowTimeoutError
     ├── ResultTimeoutError (also a TimeoutError)
     └── MigrationError
 
-WorkflowSuspended derives from BaseException (not DurableError): it is control flow that
-unwinds a workflow while it waits, and a broad `except Exception` must not swallow it.
+WorkflowSuspended and WorkflowInterrupted derive from BaseException (not DurableError):
+they are control flow that unwinds a workflow while it waits or when it is asked to stop,
+and a broad `except Exception` must not swallow them.
 
 Each class's docstring is its default message and ends with the fix; the context of a
 particular failure is kept in attributes so that callers never parse messages.
@@ -302,11 +304,38 @@ class WorkflowFailedError(DurableError):
 
 
 class WorkflowCancelledError(DurableError):
-    """The workflow was cancelled: it will not run again unless resumed."""
+    """The workflow was cancelled: it will not run again unless resumed
+    (`durable workflows resume ID`)."""
 
-    def __init__(self, workflow_id: str) -> None:
+    def __init__(self, workflow_id: str, reason: str | None = None) -> None:
         self.workflow_id = workflow_id
-        super().__init__(f"workflow {workflow_id!r} was cancelled")
+        self.reason = reason
+        detail = f": {reason}" if reason else ""
+        super().__init__(f"workflow {workflow_id!r} was cancelled{detail}")
+
+
+class WorkflowTimeoutError(WorkflowCancelledError):
+    """The workflow ran past its timeout and was cancelled at its next step or wait: raise
+    @durable.workflow(timeout=...), or resume it (`durable workflows resume ID`) to give it
+    a new one."""
+
+    def __init__(self, workflow_id: str, timeout: float | None = None) -> None:
+        self.timeout = timeout
+        super().__init__(
+            workflow_id,
+            f"timed out after {timeout} s" if timeout is not None else "timed out",
+        )
+
+
+class WorkflowInterrupted(BaseException):
+    """Unwinds a workflow that was asked to stop (cancelled, or past its timeout); like
+    WorkflowSuspended it is control flow, so a broad `except Exception` cannot swallow it."""
+
+    def __init__(self, workflow_id: str, reason: str, timed_out: bool) -> None:
+        self.workflow_id = workflow_id
+        self.reason = reason
+        self.timed_out = timed_out
+        super().__init__(f"workflow {workflow_id!r} interrupted: {reason}")
 
 
 class ResultTimeoutError(DurableError, TimeoutError):

@@ -5,19 +5,21 @@
 -- insert_workflow --
 -- Create a workflow already owned by this run (epoch 1); nothing is returned if the id exists.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability, parent_id, parent_step_seq, owner, epoch, lease_expires_at)
+    durability, parent_id, parent_step_seq, owner, epoch, lease_expires_at, timeout_seconds,
+    deadline_at)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'RUNNING', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(owner)s, 1,
-    {schema}.current_time() + make_interval(secs => %(lease_seconds)s))
+    {schema}.current_time() + make_interval(secs => %(lease_seconds)s), %(timeout_seconds)s,
+    {schema}.current_time() + make_interval(secs => %(timeout_seconds)s::float8))
 ON CONFLICT (workflow_id) DO NOTHING
-RETURNING epoch
+RETURNING epoch, deadline_at
 
 -- insert_workflow_pending --
 -- Create a runnable workflow that no one owns yet (a worker will claim it).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability, parent_id, parent_step_seq)
+    durability, parent_id, parent_step_seq, timeout_seconds)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'PENDING', %(inputs)s, %(serializer)s,
-    %(durability)s, %(parent_id)s, %(parent_step_seq)s)
+    %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 
@@ -65,19 +67,56 @@ SET status = 'PENDING', owner = NULL, lease_expires_at = NULL,
 WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
 
 -- cancel_workflow --
--- Cancel a workflow that has not finished; bumping the epoch fences its current runner.
-UPDATE {schema}.workflows
-SET status = 'CANCELLED', owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
-    finished_at = {schema}.current_time(), updated_at = {schema}.current_time()
+-- Cancel a workflow and its descendants. Running ones (live lease) are asked and stop at
+-- their next step; started ones that are not running become runnable so a worker stops
+-- them (running their compensations); never-started ones are cancelled at once, with the
+-- epoch bumped to fence any stale runner.
+WITH RECURSIVE tree AS (
+    SELECT workflow_id FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
+    UNION
+    SELECT w.workflow_id FROM {schema}.workflows AS w JOIN tree AS t ON w.parent_id = t.workflow_id
+), targets AS (
+    SELECT w.workflow_id,
+        CASE WHEN w.status = 'RUNNING' AND w.lease_expires_at >= {schema}.current_time()
+                 THEN 'RUNNING'
+             WHEN EXISTS (SELECT 1 FROM {schema}.steps AS s WHERE s.workflow_id = w.workflow_id)
+                 THEN 'PENDING'
+             ELSE 'CANCELLED' END AS next_status
+    FROM {schema}.workflows AS w JOIN tree USING (workflow_id)
+    WHERE w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
+    FOR UPDATE OF w
+)
+UPDATE {schema}.workflows AS w
+SET status = t.next_status,
+    cancel_requested_at = coalesce(w.cancel_requested_at, {schema}.current_time()),
+    cancel_reason = coalesce(w.cancel_reason, %(reason)s),
+    owner = CASE WHEN t.next_status = 'RUNNING' THEN w.owner END,
+    lease_expires_at = CASE WHEN t.next_status = 'RUNNING' THEN w.lease_expires_at END,
+    wake_at = NULL,
+    epoch = CASE WHEN t.next_status = 'CANCELLED' THEN w.epoch + 1 ELSE w.epoch END,
+    error = CASE WHEN t.next_status = 'CANCELLED' THEN %(error)s ELSE w.error END,
+    finished_at = CASE WHEN t.next_status = 'CANCELLED' THEN {schema}.current_time() END,
+    updated_at = {schema}.current_time()
+FROM targets AS t
+WHERE w.workflow_id = t.workflow_id
+RETURNING w.workflow_id, w.status
+
+-- get_cancel_request --
+-- Why a workflow was asked to stop (NULL: it was not), and its timeout.
+SELECT cancel_reason, timeout_seconds FROM {schema}.workflows
 WHERE workflow_id = %(workflow_id)s
-  AND status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
-RETURNING workflow_id
+
+-- owned_cancel_requests --
+-- The running workflows of this executor that were asked to stop (polled by its runner).
+SELECT workflow_id, cancel_reason FROM {schema}.workflows
+WHERE owner = %(owner)s AND status = 'RUNNING' AND cancel_requested_at IS NOT NULL
 
 -- resume_workflow --
 -- Make a stopped workflow runnable again (cancelled, failed, or out of recovery attempts).
 UPDATE {schema}.workflows
 SET status = 'PENDING', owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
     recovery_attempts = 0, output = NULL, error = NULL, finished_at = NULL,
+    cancel_requested_at = NULL, cancel_reason = NULL, deadline_at = NULL,
     updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s
   AND status IN ('CANCELLED', 'ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'PENDING')
@@ -151,6 +190,8 @@ SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_att
                  ELSE {schema}.current_time() + make_interval(secs => %(lease_seconds)s) END,
     recovery_attempts = w.recovery_attempts + (CASE WHEN w.status = 'RUNNING' THEN 1 ELSE 0 END),
     epoch = w.epoch + 1,
+    deadline_at = coalesce(w.deadline_at,
+        {schema}.current_time() + make_interval(secs => w.timeout_seconds)),
     updated_at = {schema}.current_time()
 FROM (
     SELECT workflow_id FROM {schema}.workflows
@@ -165,7 +206,7 @@ FROM (
 ) AS c
 WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch
+    w.epoch, w.deadline_at, w.cancel_reason
 
 -- renew_leases --
 -- Extend the lease of every workflow this executor runs (the heartbeat).
@@ -342,7 +383,8 @@ WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
 -- Make sleeping workflows whose time has come runnable again.
 UPDATE {schema}.workflows
 SET status = 'PENDING', wake_at = NULL, updated_at = {schema}.current_time()
-WHERE status = 'SUSPENDED' AND wake_at <= {schema}.current_time()
+WHERE status = 'SUSPENDED'
+  AND (wake_at <= {schema}.current_time() OR deadline_at <= {schema}.current_time())
 
 -- send_message --
 -- Deliver a message once per message id, and wake the workflow if it is waiting.
@@ -443,10 +485,11 @@ RETURNING schedule_name
 -- Put a workflow on a queue; nothing is returned if the id exists (a dedup key that is
 -- already queued or unfinished raises a unique violation of workflows_dedup_idx).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability, parent_id, parent_step_seq, queue_name, priority, dedup_key, available_at)
+    durability, parent_id, parent_step_seq, timeout_seconds, queue_name, priority, dedup_key,
+    available_at)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'ENQUEUED', %(inputs)s, %(serializer)s,
-    %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(queue_name)s, %(priority)s,
-    %(dedup_key)s,
+    %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(queue_name)s,
+    %(priority)s, %(dedup_key)s,
     CASE WHEN %(delay_seconds)s::float8 > 0
          THEN {schema}.current_time() + make_interval(secs => %(delay_seconds)s::float8) END)
 ON CONFLICT (workflow_id) DO NOTHING
@@ -495,8 +538,9 @@ WITH allowed AS (
 UPDATE {schema}.workflows AS w
 SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
     lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s),
-    dequeued_at = {schema}.current_time(), updated_at = {schema}.current_time()
+    dequeued_at = {schema}.current_time(), updated_at = {schema}.current_time(),
+    deadline_at = {schema}.current_time() + make_interval(secs => w.timeout_seconds)
 FROM picked
 WHERE w.workflow_id = picked.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch
+    w.epoch, w.deadline_at, w.cancel_reason

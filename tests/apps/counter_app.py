@@ -267,6 +267,38 @@ def queued(workflow_id: str, seconds: float) -> str:
     return occupy(workflow_id, seconds)
 
 
+@durable.workflow(registry=registry, name="counter.long_trip")
+def long_trip(workflow_id: str, n: int, pause: float) -> str:
+    """Books a flight (undone by its compensation), then works for a long time."""
+    book("flight", 10)
+    for i in range(n):
+        slow_step(workflow_id, f"work{i}", pause)
+    return "done"
+
+
+@durable.workflow(registry=registry, name="counter.tree")
+def tree(workflow_id: str, n: int, pause: float) -> str:
+    """Books a hotel, then runs long_trip as a child: cancelling this cancels both."""
+    book("hotel", 25)
+    long_trip(f"{workflow_id}/child", n, pause)
+    return "done"
+
+
+@durable.workflow(registry=registry, name="counter.booked_nap")
+def booked_nap(workflow_id: str, seconds: float) -> str:
+    book("car", 7)
+    durable.sleep(seconds)
+    return count_step(workflow_id, "after")
+
+
+@durable.workflow(registry=registry, name="counter.deadline_nap", timeout=3600)
+def deadline_nap(workflow_id: str, seconds: float) -> str:
+    """Sleeps longer than its one-hour timeout allows."""
+    count_step(workflow_id, "before")
+    durable.sleep(seconds)
+    return count_step(workflow_id, "after")
+
+
 def setup(url: str) -> None:
     World.url = url
     vendor.setup(url)

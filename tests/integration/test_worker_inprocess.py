@@ -64,7 +64,9 @@ def test_other_version_waits_for_a_worker(database_url: str) -> None:
         assert w1.retrieve(handle.workflow_id).result(timeout=20) == 3
 
 
-def test_cancel_fences_the_runner_and_fork_reuses_steps(database_url: str) -> None:
+def test_cancel_stops_the_runner_at_its_next_step_and_fork_reuses_steps(
+    database_url: str,
+) -> None:
     reg, ticker, runs, gate = make_app()
     with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
         handle = engine.submit(ticker, 5, workflow_id="c1")
@@ -73,12 +75,14 @@ def test_cancel_fences_the_runner_and_fork_reuses_steps(database_url: str) -> No
             time.sleep(0.01)
         out = cli("workflows", "cancel", "c1", "--database-url", database_url)
         assert out.returncode == 0, out.stderr
+        assert "cancel requested" in out.stdout
+        time.sleep(3 * engine.cancel_poll_interval)  # the runner's poll sees the request
         gate.set()
-        with pytest.raises(errors.WorkflowCancelledError):
+        with pytest.raises(errors.WorkflowCancelledError, match="command line"):
             handle.result(timeout=10)
-        time.sleep(0.3)
-        # The runner was fenced out at its next write: step 2 was not recorded.
-        assert [s.step_seq for s in engine.steps("c1")] == [0, 1]
+        # Cooperative: the step in flight finished and was journaled; no later step started.
+        assert runs == [0, 1, 2]
+        assert [s.step_seq for s in engine.steps("c1")] == [0, 1, 2]
         assert engine.retrieve("c1").status() == "CANCELLED"
 
         again = cli("workflows", "cancel", "c1", "--database-url", database_url)
@@ -132,3 +136,32 @@ def test_enqueue_inside_a_workflow_is_journaled_and_not_repeated_on_replay(
         children = engine.list_workflows(name="child")
         assert [c.workflow_id for c in children] == [child_id]  # queued once, not per replay
         assert engine.steps("p")[0].kind == "child"
+
+
+def test_timeout_cancels_at_the_next_step_and_bad_timeouts_are_refused(
+    database_url: str,
+) -> None:
+    reg = durable.Registry()
+    ran: list[int] = []
+
+    @durable.step(registry=reg, name="slow")
+    def slow(i: int) -> int:
+        ran.append(i)
+        time.sleep(0.2)
+        return i
+
+    @durable.workflow(registry=reg, name="bounded", timeout=1.0)
+    def bounded(n: int) -> int:
+        return sum(slow(i) for i in range(n))
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        with pytest.raises(errors.WorkflowTimeoutError, match=r"after 1\.0 s") as caught:
+            engine.start(bounded, 30, workflow_id="b").result(timeout=20)
+        assert isinstance(caught.value, errors.WorkflowCancelledError)
+        assert 3 <= len(ran) <= 7  # about one second of 0.2 s steps, then no more
+        assert len(engine.steps("b")) == len(ran)
+        assert engine.retrieve("b").status() == "CANCELLED"
+    for bad in (0, -5, "soon", float("nan")):
+        with pytest.raises(errors.DefinitionError, match="positive number of seconds"):
+            durable.workflow(registry=reg, name=f"bad-{bad}", timeout=bad)  # type: ignore[arg-type]
+    assert reg.get_workflow("bad-0") is None
