@@ -165,3 +165,38 @@ def test_timeout_cancels_at_the_next_step_and_bad_timeouts_are_refused(
         with pytest.raises(errors.DefinitionError, match="positive number of seconds"):
             durable.workflow(registry=reg, name=f"bad-{bad}", timeout=bad)  # type: ignore[arg-type]
     assert reg.get_workflow("bad-0") is None
+
+
+def test_notify_wakes_a_waiting_workflow_without_polling_also_after_reconnect(
+    database_url: str,
+) -> None:
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="inbox")
+    def inbox(n: int) -> list[str]:
+        return [durable.recv("mail") for _ in range(n)]
+
+    import psycopg
+
+    # A poll every 10 minutes: only a notification can wake the worker within the test.
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=600) as engine:
+        handle = engine.start(inbox, 2, workflow_id="inbox")
+        deadline = time.monotonic() + 20
+        while handle.status() != "SUSPENDED" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        engine.send("inbox", "first", topic="mail")
+        while len(engine.steps("inbox")) < 1 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert [s.kind for s in engine.steps("inbox")] == ["recv"]
+        while handle.status() != "SUSPENDED" and time.monotonic() < deadline:
+            time.sleep(0.02)
+        # Cut the LISTEN connection: the worker must listen again, or this send is missed.
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            killed = conn.execute(
+                "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND query ILIKE 'LISTEN%%') AS t"
+            ).fetchone()
+        assert killed == (1,)
+        time.sleep(1.0)  # the listener notices and reconnects (with backoff)
+        engine.send("inbox", "second", topic="mail")
+        assert handle.result(timeout=15) == ["first", "second"]
