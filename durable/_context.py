@@ -10,11 +10,13 @@ import datetime as dt
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from durable._protocol import Journal
 
 if TYPE_CHECKING:
+    from durable._budget import Ledger
     from durable._engine import Engine
 
 
@@ -46,6 +48,17 @@ class RunContext:
     deadline: dt.datetime | None = None
     cancel_reason: str | None = None
     stopping: bool = False
+    # The budget this run draws from (its root's id), the run's copy of that ledger, and
+    # what the step now executing has charged so far.
+    budget_id: str | None = None
+    ledger: Ledger | None = None
+    charging: bool = False
+    step_dollars: Decimal = Decimal(0)
+    step_tokens: int = 0
+    # The working state (durable.state) and the conversation turns, as of this point of
+    # the run: rebuilt by replay, since every update is a journaled call.
+    state: str | None = None
+    turns: list[Any] = field(default_factory=list)
 
 
 current_engine: ContextVar[Engine | None] = ContextVar("durable_engine", default=None)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from durable import _executor
+from durable._budget import Budget
 from durable._models import StepKind
 from durable._protocol import RetryPolicy
 from durable._registry import (
@@ -117,6 +118,7 @@ def workflow(
     version: str | None = None,
     durability: Durability | None = None,
     timeout: float | dt.timedelta | None = None,
+    budget: Budget | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def workflow(
@@ -127,6 +129,7 @@ def workflow(
     version: str | None = None,
     durability: Durability | None = None,
     timeout: float | dt.timedelta | None = None,
+    budget: Budget | None = None,
     registry: Registry | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a durable workflow: its inputs, steps and outcome are journaled.
@@ -136,8 +139,13 @@ def workflow(
     stores, so renaming a function without `name=` strands its running workflows.
     `timeout` (seconds or a timedelta) counts from the first start, across crashes and
     waits; past it the workflow is cancelled at its next step or wait (WorkflowTimeoutError).
+    `budget` (a durable.Budget) is the ledger the workflow and its children draw from.
     """
     _check_name(name)
+    if budget is not None and not isinstance(budget, Budget):
+        raise DefinitionError(
+            f"budget={budget!r}: give durable.Budget(dollars=..., tokens=..., steps=...)"
+        )
     timeout_seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
     if timeout_seconds is not None and (
         not isinstance(timeout_seconds, int | float)
@@ -161,6 +169,7 @@ def workflow(
             version=version,
             durability=durability,
             timeout=None if timeout_seconds is None else float(timeout_seconds),
+            budget=budget,
         )
         reg.add_workflow(defn)
 
@@ -239,6 +248,44 @@ def step(
         return wrapper
 
     return decorate(fn) if fn is not None else decorate
+
+
+# -- @tool ------------------------------------------------------------------------------------
+
+
+def tool(
+    *,
+    name: str | None = None,
+    retries: int = 0,
+    initial_delay: float = 0.1,
+    retry_on: tuple[type[BaseException], ...] | type[BaseException] = Exception,
+    registry: Registry | None = None,
+) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Make a function an agent's tool: a step that also records its name, arguments,
+    latency and cost (what it `durable.charge()`d) with its result, in one write.
+
+    On replay the agent gets the frozen result, so a resumed agent sees exactly what it saw
+    before the crash. `engine.tool_calls(workflow_id)` lists the calls. A tool that changes
+    the outside world should be an @durable.effect instead (called from the tool, or on
+    its own).
+    """
+    _check_name(name)
+    policy = _retry_policy(retries, initial_delay, 2.0, 30.0, 0.1, retry_on)
+    reg = registry if registry is not None else default_registry
+
+    def decorate(f: Callable[P, R]) -> Callable[P, R]:
+        func = _check_function(f, "tool")
+        defn = StepDef(name=name or default_name(func), fn=func, kind=StepKind.TOOL, retry=policy)
+        reg.add_step(defn)
+
+        @functools.wraps(func)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+            return _executor.call_step(defn, args, kwargs)  # type: ignore[no-any-return]
+
+        setattr(wrapper, _STEP_ATTR, defn)
+        return wrapper
+
+    return decorate
 
 
 # -- @transaction -----------------------------------------------------------------------------

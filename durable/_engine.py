@@ -18,22 +18,26 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from decimal import Decimal
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar
 
 from durable import _executor
+from durable._budget import Budget, Ledger
 from durable._clock import Clock, clock_from_env
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_def
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
 from durable._protocol import Journal, child_workflow_id, decode_error
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
+from durable._retention import PruneReport, RetentionPolicy, prune
 from durable._systemdb import SystemDB, executor_identity, is_unique_violation, same_database
 from durable.errors import (
     ApprovalConflictError,
     ConfigurationError,
     DatabaseUnavailableError,
     EngineNotRunningError,
+    InvalidBudgetError,
     InvalidWaitError,
     PayloadTooLargeError,
     QueueDedupError,
@@ -107,6 +111,7 @@ class Claimed(NamedTuple):
     journal: Journal
     deadline: dt.datetime | None
     cancel_reason: str | None
+    budget_id: str | None = None
 
 
 class WorkflowHandle:
@@ -197,6 +202,7 @@ class Engine:
       grace_seconds: at shutdown, how long running workflows may finish (default 30).
       clock: where time is read (default the system clock, or the shared FakeClock file
         named by DURABLE_FAKE_CLOCK); tests pass a durable.testing.FakeClock.
+      retention: a durable.RetentionPolicy the worker loop applies (default: keep all).
     """
 
     def __init__(
@@ -219,6 +225,7 @@ class Engine:
         poll_interval: float = 1.0,
         grace_seconds: float = 30.0,
         clock: Clock | None = None,
+        retention: RetentionPolicy | None = None,
     ) -> None:
         if not isinstance(schema, str) or not schema:
             raise ConfigurationError(f"schema={schema!r}: give a non-empty schema name")
@@ -230,6 +237,11 @@ class Engine:
             raise ConfigurationError(f"max_workers={max_workers!r}: use at least 1")
         if durability not in ("sync", "async", "exit"):
             raise ConfigurationError(f"durability={durability!r}: use 'sync', 'async' or 'exit'")
+        if retention is not None and not isinstance(retention, RetentionPolicy):
+            raise ConfigurationError(
+                f"retention={retention!r}: give durable.RetentionPolicy(finished_after=..., "
+                "effects_after=...)"
+            )
         self._database_url = database_url
         self.clock: Clock = clock if clock is not None else clock_from_env()
         self.registry = registry if registry is not None else default_registry
@@ -276,6 +288,8 @@ class Engine:
         # replaced whole by the heartbeat thread, read (one dict lookup) at each new step.
         self.cancel_requests: dict[str, str] = {}
         self.cancel_poll_interval = min(0.5, self.lease_seconds / 3)
+        self.retention = retention
+        self._next_prune = 0.0
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -527,13 +541,16 @@ class Engine:
         workflow_id: str,
         inputs: str,
         parent: tuple[str, int] | None,
-    ) -> tuple[int, dt.datetime | None] | None:
-        """Create the workflow owned by this run: (epoch, deadline), or None if it exists."""
+    ) -> tuple[int, dt.datetime | None, str | None] | None:
+        """Create the workflow owned by this run: (epoch, deadline, budget id), or None if
+        it exists."""
         params = self._workflow_params(defn, workflow_id, inputs, parent)
         params["owner"] = self.executor_id
         params["lease_seconds"] = self.lease_seconds
         row = self.db.fetch_one("insert_workflow", params)
-        return None if row is None else (int(row["epoch"]), row["deadline_at"])
+        if row is None:
+            return None
+        return int(row["epoch"]), row["deadline_at"], params["budget_id"]
 
     def _workflow_params(
         self, defn: WorkflowDef, workflow_id: str, inputs: str, parent: tuple[str, int] | None
@@ -548,7 +565,20 @@ class Engine:
             "parent_id": parent[0] if parent else None,
             "parent_step_seq": parent[1] if parent else None,
             "timeout_seconds": defn.timeout,
+            "budget_id": self._budget_for(defn, workflow_id, parent),
         }
+
+    @staticmethod
+    def _budget_for(
+        defn: WorkflowDef, workflow_id: str, parent: tuple[str, int] | None
+    ) -> str | None:
+        """The budget a new workflow draws from: its parent's if the parent has one (a
+        child spends from its root's ledger), else its own if its code declares one."""
+        if parent is not None:
+            run = current_run.get()
+            if run is not None and run.workflow_id == parent[0] and run.budget_id is not None:
+                return run.budget_id
+        return workflow_id if defn.budget is not None else None
 
     def _existing(self, defn: WorkflowDef, workflow_id: str) -> WorkflowInfo:
         info = self.get_workflow(workflow_id)
@@ -593,6 +623,7 @@ class Engine:
                     Journal(workflow_id),
                     created[1],
                     None,
+                    created[2],
                 )
             )
         else:
@@ -794,6 +825,7 @@ class Engine:
             journal,
             row["deadline_at"],
             row["cancel_reason"],
+            row["budget_id"],
         )
 
     def run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -824,6 +856,8 @@ class Engine:
                     kwargs,
                     Journal(workflow_id),
                     created[1],
+                    None,
+                    created[2],
                 )
             except WorkflowSuspended:
                 pass  # waits without holding anything; resumed below once it is runnable
@@ -957,6 +991,7 @@ class Engine:
                 journal,
                 row["deadline_at"],
                 row["cancel_reason"],
+                row["budget_id"],
             )
             handles.append(WorkflowHandle(self, workflow_id, self._submit(claimed)))
         return handles
@@ -1174,6 +1209,137 @@ class Engine:
             {"status": None if status is None else str(status), "name": name, "limit": limit},
         )
         return [WorkflowInfo.from_row(r) for r in rows]
+
+    # -- budgets, state, tools, retention ----------------------------------------------------
+
+    def budget(self, workflow_id: str) -> dict[str, Any] | None:
+        """The budget ledger workflow `workflow_id` draws from: limits, spent, and every
+        charge in order (None if it has no budget)."""
+        row = self.db.fetch_one("budget_of", {"workflow_id": workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(workflow_id)
+        if row["budget_id"] is None:
+            return None
+        ledger_row = self.db.fetch_one("get_budget", {"budget_id": row["budget_id"]})
+        if ledger_row is None:
+            return None
+        ledger = Ledger.from_row(ledger_row)
+        charges = self.db.fetch_all("list_charges", {"budget_id": ledger.budget_id})
+        return {
+            "budget_id": ledger.budget_id,
+            **ledger.as_dict(),
+            "exhausted": ledger.exhausted(),
+            "charges": [
+                {
+                    "workflow_id": c["workflow_id"],
+                    "step_seq": c["step_seq"],
+                    "step_name": c["step_name"],
+                    "dollars": float(c["dollars"]),
+                    "tokens": int(c["tokens"]),
+                }
+                for c in charges
+            ],
+        }
+
+    def raise_budget(
+        self,
+        workflow_id: str,
+        *,
+        dollars: float | None = None,
+        tokens: int | None = None,
+        steps: int | None = None,
+        decided_by: str | None = None,
+    ) -> dict[str, Any]:
+        """Add to the limits of the budget `workflow_id` draws from, and let every workflow
+        paused at one of its budget gates continue (the gate is approved). Returns the
+        ledger. Unlimited dimensions stay unlimited."""
+        Budget(dollars=dollars, tokens=tokens, steps=steps)  # validates: zero or more
+        row = self.db.fetch_one("budget_of", {"workflow_id": workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(workflow_id)
+        if row["budget_id"] is None:
+            raise InvalidBudgetError(
+                f"workflow {workflow_id!r} has no budget to raise: declare one with "
+                "@durable.workflow(budget=durable.Budget(...))"
+            )
+        budget_id = row["budget_id"]
+        raised = self.db.fetch_one(
+            "raise_budget",
+            {
+                "budget_id": budget_id,
+                "dollars": None if dollars is None else Decimal(str(dollars)),
+                "tokens": tokens,
+                "steps": steps,
+            },
+        )
+        if raised is None:
+            raise InvalidBudgetError(f"workflow {workflow_id!r}: its budget row is missing")
+        for gate in self.db.fetch_all("waiting_budget_gates", {"budget_id": budget_id}):
+            self.decide(
+                gate["workflow_id"],
+                gate["name"],
+                True,
+                comment="budget raised",
+                decided_by=decided_by,
+            )
+        return Ledger.from_row(raised).as_dict()
+
+    def tool_calls(self, workflow_id: str) -> list[dict[str, Any]]:
+        """An agent's tool calls in order: name, arguments, result (or error), latency, cost."""
+        rows = self.db.fetch_all("list_tool_calls", {"workflow_id": workflow_id})
+        loads = self.serializer.loads
+        return [
+            {
+                "step_seq": r["step_seq"],
+                "tool": r["tool_name"],
+                "arguments": loads(r["arguments"]),
+                "result": None if r["output"] is None else loads(r["output"]),
+                "error": None if r["error"] is None else decode_error(r["error"])[1],
+                "latency_ms": r["latency_ms"],
+                "dollars": float(r["dollars"]),
+                "tokens": int(r["tokens"]),
+            }
+            for r in rows
+        ]
+
+    def get_state(self, workflow_id: str, at_step: int | None = None) -> Any:
+        """The workflow's durable.state: the latest, or as it was when the workflow reached
+        step position `at_step` (what a fork from that step starts with)."""
+        before = 2**31 - 1 if at_step is None else at_step
+        row = self.db.fetch_one("latest_state", {"workflow_id": workflow_id, "before_seq": before})
+        return None if row is None else self.serializer.loads(row["output"])
+
+    def conversation(self, workflow_id: str) -> list[dict[str, Any]]:
+        """The turns the workflow appended with durable.append_turn, oldest first."""
+        rows = self.db.fetch_all("list_turns", {"workflow_id": workflow_id})
+        return [self.serializer.loads(r["output"]) for r in rows]
+
+    def prune(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> PruneReport:
+        """Apply a retention policy once (this engine's, if none is given). Safe while
+        workers run: only finished workflows and old effects of finished work are deleted."""
+        chosen = policy or self.retention
+        if chosen is None:
+            raise ConfigurationError(
+                "engine.prune() needs a policy: pass durable.RetentionPolicy(...) or give "
+                "Engine(retention=...)"
+            )
+        report = prune(self.db, chosen, dry_run=dry_run)
+        if not dry_run and (report.workflows or report.effects):
+            logger.info(
+                "pruned %d finished workflows (%d journal rows) and %d effect records",
+                report.workflows,
+                report.steps,
+                report.effects,
+            )
+        return report
+
+    def apply_retention(self) -> PruneReport | None:
+        """The worker loop's call: prune when this engine's policy is due."""
+        policy = self.retention
+        if policy is None or time.monotonic() < self._next_prune:
+            return None
+        self._next_prune = time.monotonic() + policy.interval_seconds
+        return self.prune(policy)
 
     def steps(self, workflow_id: str) -> list[StepRecord]:
         """The journal of one workflow, in call order."""

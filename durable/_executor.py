@@ -12,10 +12,13 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import sqlalchemy.exc
 
+from durable import _budget
+from durable._budget import Ledger
 from durable._context import RunContext, current_engine, current_run
 from durable._durability import flush_run
 from durable._models import StepKind, StepRecord
@@ -67,16 +70,29 @@ def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
         return replay(run, record)
     check_interrupt(run)
     engine = run.engine
+    if run.ledger is not None:
+        _budget.gate(run, seq, defn.name)
+    arguments = None
+    if defn.kind is StepKind.TOOL:
+        # A tool call's arguments are part of its record; checked before it runs.
+        arguments = dumps_checked(
+            engine.serializer,
+            {"args": list(args), "kwargs": dict(kwargs)},
+            f"the arguments of tool {defn.name!r}",
+            engine.max_payload_bytes,
+        )
     engine.crash_point("before_step")
     started = run.engine.clock.now()
+    began = time.perf_counter()
+    run.step_dollars, run.step_tokens = Decimal(0), 0
     attempt = 0
     while True:
         attempt += 1
-        run.in_step = True
+        run.in_step = run.charging = True
         try:
             value = defn.fn(*args, **kwargs)
         except Exception as exc:
-            run.in_step = False
+            run.in_step = run.charging = False
             if defn.retry.should_retry(exc, attempt):
                 delay = defn.retry.delay(attempt)
                 logger.info(
@@ -89,20 +105,69 @@ def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
                 )
                 time.sleep(delay)
                 continue
-            record_step(
-                run, seq, defn.name, defn.kind, None, encode_error(exc), attempt, started, lazy=True
+            _record_call(
+                run, seq, defn, None, encode_error(exc), attempt, started, arguments, began
             )
             raise
         finally:
-            run.in_step = False
+            run.in_step = run.charging = False
         break
     output = dumps_checked(
         engine.serializer, value, f"the output of step {defn.name!r}", engine.max_payload_bytes
     )
     engine.crash_point("before_step_record")
-    record_step(run, seq, defn.name, defn.kind, output, None, attempt, started, lazy=True)
+    _record_call(run, seq, defn, output, None, attempt, started, arguments, began)
     engine.crash_point("after_step_record")
     return value
+
+
+def _record_call(
+    run: RunContext,
+    seq: int,
+    defn: StepDef,
+    output: str | None,
+    error: str | None,
+    attempts: int,
+    started: dt.datetime,
+    arguments: str | None,
+    began: float,
+) -> None:
+    """Journal a step; with what it charged and (a tool) its call record, when there is one.
+
+    A plain step of an unbudgeted run is an ordinary (lazy) record. Otherwise the journal
+    row, the charge, the tool call and the budget's new totals are one fenced statement:
+    a crash keeps all of them or none, so a charge is never lost nor counted twice."""
+    charged = bool(run.step_dollars or run.step_tokens)
+    if run.budget_id is None and arguments is None and not charged:
+        record_step(run, seq, defn.name, defn.kind, output, error, attempts, started, lazy=True)
+        return
+    flush_run(run)  # barrier: this write is synchronous, so earlier records go first
+    row = run.engine.db.fetch_one_on(
+        run.conn,
+        "record_charged_step",
+        {
+            "workflow_id": run.workflow_id,
+            "epoch": run.epoch,
+            "step_seq": seq,
+            "step_name": defn.name,
+            "kind": defn.kind.value,
+            "output": output,
+            "error": error,
+            "attempts": attempts,
+            "started_at": started,
+            "budget_id": run.budget_id,
+            "dollars": run.step_dollars,
+            "tokens": run.step_tokens,
+            "steps": 1 if run.budget_id is not None else 0,
+            "arguments": arguments,
+            "latency_ms": (time.perf_counter() - began) * 1000.0,
+        },
+    )
+    run.step_dollars, run.step_tokens = Decimal(0), 0
+    if row is None or not row["written"]:
+        raise StaleOwnerError(run.workflow_id, run.epoch)
+    if row["budget_id"] is not None:
+        run.ledger = Ledger.from_row(row)
 
 
 def call_transaction(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -332,6 +397,8 @@ def call_child(
         engine.max_payload_bytes,
     )
     record_step(run, seq, defn.name, StepKind.CHILD, output, None, 1, started, child_id)
+    if run.ledger is not None:
+        _budget.refresh(run)  # the child spent from the same ledger
     return value
 
 
@@ -356,6 +423,7 @@ def execute_run(
     journal: Journal,
     deadline: dt.datetime | None = None,
     cancel_reason: str | None = None,
+    budget_id: str | None = None,
 ) -> Any:
     """Run the workflow function under this claim and write its outcome.
 
@@ -369,11 +437,31 @@ def execute_run(
         # runs cannot exhaust the pool).
         conn = outer.conn
         return _execute_run(
-            engine, defn, workflow_id, epoch, args, kwargs, journal, conn, deadline, cancel_reason
+            engine,
+            defn,
+            workflow_id,
+            epoch,
+            args,
+            kwargs,
+            journal,
+            conn,
+            deadline,
+            cancel_reason,
+            budget_id,
         )
     with engine.db.connection() as conn:
         return _execute_run(
-            engine, defn, workflow_id, epoch, args, kwargs, journal, conn, deadline, cancel_reason
+            engine,
+            defn,
+            workflow_id,
+            epoch,
+            args,
+            kwargs,
+            journal,
+            conn,
+            deadline,
+            cancel_reason,
+            budget_id,
         )
 
 
@@ -388,6 +476,7 @@ def _execute_run(
     conn: Any,
     deadline: dt.datetime | None,
     cancel_reason: str | None,
+    budget_id: str | None,
 ) -> Any:
     ctx = RunContext(
         engine,
@@ -399,10 +488,12 @@ def _execute_run(
         mode=defn.durability or engine.durability,
         deadline=deadline,
         cancel_reason=cancel_reason,
+        budget_id=budget_id,
     )
     run_token = current_run.set(ctx)
     engine_token = current_engine.set(engine)
     try:
+        _budget.open_ledger(ctx, defn.budget)
         try:
             value = defn.fn(*args, **kwargs)
         except StaleOwnerError:
@@ -517,6 +608,8 @@ def call_effect(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -
         _register_compensation(run, defn, args, kwargs)
         return value
     check_interrupt(run)
+    if run.ledger is not None:
+        _budget.gate(run, seq, defn.name)
     value = _call_effect(run, seq, defn, args, kwargs)
     _register_compensation(run, defn, args, kwargs)
     return value

@@ -54,6 +54,7 @@ class StepKind(StrEnum):
     APPROVAL = "approval"
     TOOL = "tool"
     STATE = "state"
+    TURN = "turn"
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,7 @@ class Worker:
                     raise DatabaseUnavailableError("interrupted workflows still held")
                 engine.expire_approvals()
                 engine.fire_schedules()
+                engine.apply_retention()
                 # Keep one batch queued behind the running ones so threads never idle
                 # waiting for the next claim; queued claims are covered by the heartbeat.
                 free = 2 * engine.max_workers - engine.running_count()

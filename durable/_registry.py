@@ -29,6 +29,8 @@ class WorkflowDef:
     durability: Durability | None = None
     # Seconds from the first start after which the workflow is cancelled (None: never).
     timeout: float | None = None
+    # Limits of the workflow tree's budget ledger (a durable.Budget), or None.
+    budget: Any = None
 
 
 @dataclass(frozen=True)

@@ -187,6 +187,15 @@ class SystemDB:
         with self._run(name, params) as cur:
             return cur.fetchone()
 
+    def fetch_one_on(
+        self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]
+    ) -> Row | None:
+        """Like fetch_one(), on a connection the caller holds (a run's own connection)."""
+        with self._translate(name), conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self._queries[name], params)
+            self.counters.statements += 1
+            return cur.fetchone()
+
     def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
         with self._run(name, params) as cur:
             return cur.fetchall()

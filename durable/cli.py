@@ -7,6 +7,8 @@ embedded server. Tables are printed for people; --json prints data for scripts. 
 
 from __future__ import annotations
 
+import dataclasses
+import datetime as dt
 import json
 import os
 import sys
@@ -19,6 +21,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from durable._budget import Ledger
 from durable._models import StepRecord, WorkflowInfo, WorkflowStatus
 
 if TYPE_CHECKING:
@@ -170,11 +173,23 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
             raise WorkflowNotFoundError(workflow_id)
         steps = [StepRecord.from_row(r) for r in db.fetch_all("load_journal", row)]
         effects = db.fetch_all("list_effects", row)
+        state_row = db.fetch_one(
+            "latest_state", {"workflow_id": workflow_id, "before_seq": 2**31 - 1}
+        )
+        budget = None
+        if row.get("budget_id"):
+            budget_row = db.fetch_one("get_budget", {"budget_id": row["budget_id"]})
+            budget = None if budget_row is None else Ledger.from_row(budget_row)
     finally:
         db.close()
     info = WorkflowInfo.from_row(row)
+    state = None if state_row is None else json.loads(state_row["output"])
     if as_json:
         data = _info_dict(info) | {
+            "state": state,
+            "budget": None
+            if budget is None
+            else {"budget_id": budget.budget_id, **budget.as_dict()},
             "inputs": info.inputs,
             "output": info.output,
             "error": json.loads(info.error) if info.error else None,
@@ -218,6 +233,23 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
     if info.error is not None:
         etype, message, _ = decode_error(info.error)
         console.print(f"error: {etype}: {message}")
+    if state is not None:
+        console.print(f"state: {_short(json.dumps(state), 400)}")
+    if budget is not None:
+        ledger_table = Table("budget", "limit", "spent", title=f"budget {budget.budget_id}")
+        d = budget.as_dict()
+        for dim in ("dollars", "tokens", "steps"):
+            limit = d["limits"][dim]
+            ledger_table.add_row(
+                dim, "unlimited" if limit is None else str(limit), str(d["spent"][dim])
+            )
+        console.print(ledger_table)
+        why = budget.exhausted()
+        if why:
+            console.print(
+                f"[bold]budget used up[/bold] ({why}): raise it with "
+                f"`durable workflows raise-budget {budget.budget_id} --dollars N`"
+            )
     table = Table("#", "step", "kind", "output / error", "attempts", "ms")
     for s in steps:
         outcome = (
@@ -318,6 +350,34 @@ def resume(workflow_id: str, database_url: str | None, schema: str) -> None:
     click.echo(f"resumed {workflow_id}: a worker will pick it up")
 
 
+@workflows.command("raise-budget")
+@click.argument("workflow_id")
+@click.option("--dollars", type=click.FloatRange(min=0), default=None)
+@click.option("--tokens", type=click.IntRange(min=0), default=None)
+@click.option("--steps", type=click.IntRange(min=0), default=None)
+@click.option("--by", default=lambda: os.environ.get("USER"), help="Who raises it.")
+@url_option
+@schema_option
+@_handle_errors
+def raise_budget(
+    workflow_id: str,
+    dollars: float | None,
+    tokens: int | None,
+    steps: int | None,
+    by: str | None,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Add to a workflow's budget; workflows paused at its budget gates continue."""
+    if dollars is None and tokens is None and steps is None:
+        raise click.UsageError("give --dollars, --tokens or --steps")
+    with _client_engine(database_url, schema) as engine:
+        ledger = engine.raise_budget(
+            workflow_id, dollars=dollars, tokens=tokens, steps=steps, decided_by=by
+        )
+    click.echo(json.dumps(ledger))
+
+
 @workflows.command("fork")
 @click.argument("workflow_id")
 @click.option(
@@ -341,7 +401,9 @@ def fork(
     db = _open(database_url, schema)
     try:
         params = {"workflow_id": workflow_id, "new_id": new_id, "before_seq": from_step}
-        counts = db.execute_many_in_transaction([("fork_workflow", params), ("fork_steps", params)])
+        counts = db.execute_many_in_transaction(
+            [("fork_workflow", params), ("fork_steps", params), ("fork_charges", params)]
+        )
         if counts[0] == 0:
             raise WorkflowNotFoundError(workflow_id)
         db.execute("notify_work", {"channel": f"{schema}_work", "payload": new_id})
@@ -406,6 +468,34 @@ def executors_list(database_url: str | None, schema: str, as_json: bool) -> None
         )
 
 
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class Duration(click.ParamType[dt.timedelta, Any]):
+    """A duration such as 90d, 12h, 30m, 45s or plain seconds."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dt.timedelta:
+        if isinstance(value, dt.timedelta):
+            return value
+        text = str(value).strip().lower()
+        unit = text[-1:] if text[-1:] in _UNITS else "s"
+        number = text[:-1] if text[-1:] in _UNITS else text
+        try:
+            amount = float(number)
+        except ValueError:
+            self.fail(f"{value!r}: give a duration such as 7d, 12h, 30m or 45s", param, ctx)
+        if amount < 0:
+            self.fail(f"{value!r}: a duration is zero or more", param, ctx)
+        return dt.timedelta(seconds=amount * _UNITS[unit])
+
+
+DURATION = Duration()
+
+
 def _load_app(
     app: str,
     database_url: str | None,
@@ -452,6 +542,19 @@ def _load_app(
 @click.option("--lease-seconds", type=click.FloatRange(min=0.1), default=None)
 @click.option("--poll-interval", type=click.FloatRange(min=0.01), default=None)
 @click.option("--grace-seconds", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@click.option(
+    "--prune-finished-after",
+    type=DURATION,
+    default=None,
+    help="Retention: delete journals of workflows finished longer ago than this (e.g. 7d).",
+)
+@click.option(
+    "--prune-effects-after",
+    type=DURATION,
+    default=None,
+    help="Retention: keep the effect ledger this long (default 90d when pruning).",
+)
+@click.option("--prune-interval", type=DURATION, default="5m", show_default=True)
 @url_option
 @_handle_errors
 def worker(
@@ -460,9 +563,15 @@ def worker(
     lease_seconds: float | None,
     poll_interval: float | None,
     grace_seconds: float,
+    prune_finished_after: dt.timedelta | None,
+    prune_effects_after: dt.timedelta | None,
+    prune_interval: dt.timedelta,
     database_url: str | None,
 ) -> None:
-    """Run the recovery daemon and workflow executor until SIGTERM or SIGINT."""
+    """Run the recovery daemon and workflow executor until SIGTERM or SIGINT.
+
+    With --prune-finished-after it also applies retention (as Engine(retention=...) does).
+    """
     import logging
     import signal
     import threading
@@ -472,6 +581,16 @@ def worker(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     engine = _load_app(app, database_url, concurrency, lease_seconds, poll_interval)
+    if prune_finished_after is not None or prune_effects_after is not None:
+        from durable._retention import RetentionPolicy
+
+        base = engine.retention or RetentionPolicy()
+        engine.retention = RetentionPolicy(
+            finished_after=prune_finished_after or base.finished_after,
+            effects_after=prune_effects_after or base.effects_after,
+            batch_size=base.batch_size,
+            interval=prune_interval,
+        )
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -511,6 +630,48 @@ def send(
     with _client_engine(database_url, schema) as engine:
         engine.send(workflow_id, value, topic=topic, idempotency_key=idempotency_key)
     click.echo(f"sent to {workflow_id}")
+
+
+@main.command()
+@click.option("--finished-after", type=DURATION, default="7d", show_default=True)
+@click.option("--effects-after", type=DURATION, default="90d", show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=500, show_default=True)
+@click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
+@url_option
+@schema_option
+@json_option
+@_handle_errors
+def prune(
+    finished_after: dt.timedelta,
+    effects_after: dt.timedelta,
+    batch_size: int,
+    dry_run: bool,
+    database_url: str | None,
+    schema: str,
+    as_json: bool,
+) -> None:
+    """Delete journals of long-finished workflows and old effect records (retention).
+
+    Workflows that can still run, or wait, are never touched; safe while workers run."""
+    from durable._retention import RetentionPolicy
+    from durable._retention import prune as apply
+
+    policy = RetentionPolicy(
+        finished_after=finished_after, effects_after=effects_after, batch_size=batch_size
+    )
+    db = _open(database_url, schema)
+    try:
+        report = apply(db, policy, dry_run=dry_run)
+    finally:
+        db.close()
+    if as_json:
+        click.echo(json.dumps(dataclasses.asdict(report)))
+        return
+    verb = "would delete" if dry_run else "deleted"
+    click.echo(
+        f"{verb} {report.workflows} finished workflows ({report.steps} journal rows) and "
+        f"{report.effects} effect records"
+    )
 
 
 @main.group()

@@ -9,6 +9,8 @@ The tree::
     │   ├── DuplicateNameError
     │   ├── DefinitionError
     │   ├── UnknownWorkflowError
+    │   ├── InvalidBudgetError
+    │   ├── InvalidScheduleError
     │   ├── EmbeddedServerError
     │   └── DatabaseUnavailableError
     ├── SerializationError
@@ -24,6 +26,8 @@ The tree::
     ├── ApprovalDeniedError
     ├── InvalidWaitError
     ├── QueueDedupError
+    ├── NotInWorkflowError
+    ├── BudgetExceededError
     ├── StepError
     ├── WorkflowFailedError
     ├── WorkflowCancelledError
@@ -270,6 +274,31 @@ class QueueDedupError(DurableError):
             f"queue {queue!r} already holds dedup_key={dedup_key!r} (workflow "
             f"{workflow_id!r}, queued or unfinished): wait for it with "
             "engine.retrieve(err.workflow_id).result(), or use another key"
+        )
+
+
+class NotInWorkflowError(DurableError):
+    """This call only has a meaning inside a running workflow (or its step): see the
+    message for where to call it."""
+
+
+class InvalidBudgetError(ConfigurationError):
+    """A budget or a charge was given an impossible amount: use zero or more (None for
+    unlimited); nothing was stored."""
+
+
+class BudgetExceededError(DurableError):
+    """The workflow's budget is used up and its budget gate was denied: raise it with
+    engine.raise_budget(workflow_id, dollars=...), then resume the workflow."""
+
+    def __init__(self, workflow_id: str, step_name: str, exhausted: str) -> None:
+        self.workflow_id = workflow_id
+        self.step_name = step_name
+        self.exhausted = exhausted
+        super().__init__(
+            f"workflow {workflow_id!r} may not run step {step_name!r}: its budget is used up "
+            f"({exhausted}) and the budget gate was denied; raise it with "
+            "engine.raise_budget(workflow_id, ...) and resume the workflow"
         )
 
 

@@ -3,6 +3,15 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "Budget",
+    "budget_left",
+    "charge",
+    "tool",
+    "PruneReport",
+    "RetentionPolicy",
+    "append_turn",
+    "conversation",
+    "state",
     "Clock",
     "Decision",
     "Engine",

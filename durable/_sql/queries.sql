@@ -6,20 +6,21 @@
 -- Create a workflow already owned by this run (epoch 1); nothing is returned if the id exists.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, owner, epoch, lease_expires_at, timeout_seconds,
-    deadline_at)
+    deadline_at, budget_id)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'RUNNING', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(owner)s, 1,
     {schema}.current_time() + make_interval(secs => %(lease_seconds)s), %(timeout_seconds)s,
-    {schema}.current_time() + make_interval(secs => %(timeout_seconds)s::float8))
+    {schema}.current_time() + make_interval(secs => %(timeout_seconds)s::float8),
+    %(budget_id)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch, deadline_at
 
 -- insert_workflow_pending --
 -- Create a runnable workflow that no one owns yet (a worker will claim it).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability, parent_id, parent_step_seq, timeout_seconds)
+    durability, parent_id, parent_step_seq, timeout_seconds, budget_id)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'PENDING', %(inputs)s, %(serializer)s,
-    %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s)
+    %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 
@@ -124,9 +125,12 @@ RETURNING workflow_id
 
 -- fork_workflow --
 -- A new workflow with another's inputs, runnable by any worker that has its code.
+-- A forked root gets a ledger of its own (seeded with the copied steps' charges); a
+-- forked child keeps drawing from its root's.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability)
-SELECT %(new_id)s, name, version, 'PENDING', inputs, serializer, durability
+    durability, budget_id)
+SELECT %(new_id)s, name, version, 'PENDING', inputs, serializer, durability,
+    CASE WHEN budget_id = workflow_id THEN %(new_id)s ELSE budget_id END
 FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
 RETURNING workflow_id
 
@@ -137,6 +141,18 @@ INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, erro
 SELECT %(new_id)s, step_seq, step_name, kind, output, error, attempts, child_workflow_id,
     started_at, finished_at
 FROM {schema}.steps WHERE workflow_id = %(workflow_id)s AND step_seq < %(before_seq)s
+
+-- fork_charges --
+-- Copy the charges and tool calls of the copied steps (what the fork starts having spent).
+WITH copied_tools AS (
+    INSERT INTO {schema}.tool_calls (workflow_id, step_seq, tool_name, arguments, latency_ms)
+    SELECT %(new_id)s, step_seq, tool_name, arguments, latency_ms FROM {schema}.tool_calls
+    WHERE workflow_id = %(workflow_id)s AND step_seq < %(before_seq)s
+)
+INSERT INTO {schema}.charges (workflow_id, step_seq, budget_id, dollars, tokens, steps)
+SELECT %(new_id)s, c.step_seq, w.budget_id, c.dollars, c.tokens, c.steps
+FROM {schema}.charges AS c JOIN {schema}.workflows AS w ON w.workflow_id = %(new_id)s
+WHERE c.workflow_id = %(workflow_id)s AND c.step_seq < %(before_seq)s
 
 -- notify_work --
 -- Wake idle workers: there is runnable work (NOTIFY is sent by the client, after its write).
@@ -206,7 +222,7 @@ FROM (
 ) AS c
 WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch, w.deadline_at, w.cancel_reason
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id
 
 -- renew_leases --
 -- Extend the lease of every workflow this executor runs (the heartbeat).
@@ -485,10 +501,11 @@ RETURNING schedule_name
 -- Put a workflow on a queue; nothing is returned if the id exists (a dedup key that is
 -- already queued or unfinished raises a unique violation of workflows_dedup_idx).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability, parent_id, parent_step_seq, timeout_seconds, queue_name, priority, dedup_key,
-    available_at)
+    durability, parent_id, parent_step_seq, timeout_seconds, budget_id, queue_name, priority,
+    dedup_key, available_at)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'ENQUEUED', %(inputs)s, %(serializer)s,
-    %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(queue_name)s,
+    %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s,
+    %(queue_name)s,
     %(priority)s, %(dedup_key)s,
     CASE WHEN %(delay_seconds)s::float8 > 0
          THEN {schema}.current_time() + make_interval(secs => %(delay_seconds)s::float8) END)
@@ -543,4 +560,164 @@ SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
 FROM picked
 WHERE w.workflow_id = picked.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch, w.deadline_at, w.cancel_reason
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id
+
+-- ensure_budget --
+-- Create a workflow tree's budget from its code's limits at first start (kept afterwards,
+-- so a raise survives restarts), and read it.
+-- Charges already recorded under this id (a fork's copied steps) are its starting spend.
+WITH created AS (
+    INSERT INTO {schema}.budgets (budget_id, limit_dollars, limit_tokens, limit_steps,
+        spent_dollars, spent_tokens, spent_steps)
+    SELECT %(budget_id)s, %(limit_dollars)s, %(limit_tokens)s, %(limit_steps)s,
+        coalesce(sum(dollars), 0), coalesce(sum(tokens), 0), coalesce(sum(steps), 0)
+    FROM {schema}.charges WHERE budget_id = %(budget_id)s
+    ON CONFLICT (budget_id) DO NOTHING
+    RETURNING budget_id, limit_dollars, limit_tokens, limit_steps, spent_dollars,
+        spent_tokens, spent_steps
+)
+SELECT * FROM created
+UNION ALL
+SELECT budget_id, limit_dollars, limit_tokens, limit_steps, spent_dollars, spent_tokens,
+    spent_steps
+FROM {schema}.budgets WHERE budget_id = %(budget_id)s AND NOT EXISTS (SELECT 1 FROM created)
+
+-- get_budget --
+-- One budget's limits and what has been spent.
+SELECT budget_id, limit_dollars, limit_tokens, limit_steps, spent_dollars, spent_tokens,
+    spent_steps
+FROM {schema}.budgets WHERE budget_id = %(budget_id)s
+
+-- raise_budget --
+-- Add to a budget's limits (NULL adds nothing; an unlimited dimension stays unlimited).
+UPDATE {schema}.budgets
+SET limit_dollars = limit_dollars + coalesce(%(dollars)s::numeric, 0),
+    limit_tokens = limit_tokens + coalesce(%(tokens)s::bigint, 0),
+    limit_steps = limit_steps + coalesce(%(steps)s::integer, 0),
+    updated_at = {schema}.current_time()
+WHERE budget_id = %(budget_id)s
+RETURNING budget_id, limit_dollars, limit_tokens, limit_steps, spent_dollars, spent_tokens,
+    spent_steps
+
+-- budget_of --
+-- The budget a workflow draws from.
+SELECT budget_id FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
+
+-- waiting_budget_gates --
+-- Budget gates still waiting in the workflows that draw from one budget.
+SELECT a.workflow_id, a.name FROM {schema}.approvals AS a
+JOIN {schema}.workflows AS w ON w.workflow_id = a.workflow_id
+WHERE w.budget_id = %(budget_id)s AND a.status = 'waiting' AND a.name LIKE 'budget@%%'
+
+-- record_charged_step --
+-- Journal a step together with what it spent (and, for a tool, its call record) in one
+-- fenced statement; `written` is 0 if this run no longer owns the workflow.
+WITH journaled AS (
+    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+        started_at)
+    SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
+        %(attempts)s, %(started_at)s
+    FROM {schema}.workflows
+    WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+    FOR SHARE
+    RETURNING workflow_id
+), charged AS (
+    INSERT INTO {schema}.charges (workflow_id, step_seq, budget_id, dollars, tokens, steps)
+    SELECT workflow_id, %(step_seq)s, %(budget_id)s, %(dollars)s, %(tokens)s, %(steps)s
+    FROM journaled
+    RETURNING budget_id, dollars, tokens, steps
+), tool AS (
+    INSERT INTO {schema}.tool_calls (workflow_id, step_seq, tool_name, arguments, latency_ms)
+    SELECT workflow_id, %(step_seq)s, %(step_name)s, %(arguments)s, %(latency_ms)s
+    FROM journaled WHERE %(arguments)s::text IS NOT NULL
+), spent AS (
+    UPDATE {schema}.budgets AS b
+    SET spent_dollars = b.spent_dollars + c.dollars, spent_tokens = b.spent_tokens + c.tokens,
+        spent_steps = b.spent_steps + c.steps, updated_at = {schema}.current_time()
+    FROM charged AS c
+    WHERE b.budget_id = c.budget_id
+    RETURNING b.budget_id, b.limit_dollars, b.limit_tokens, b.limit_steps, b.spent_dollars,
+        b.spent_tokens, b.spent_steps
+)
+SELECT (SELECT count(*) FROM journaled) AS written, s.*
+FROM (SELECT 1) AS one LEFT JOIN spent AS s ON true
+
+-- list_charges --
+-- The charges of every workflow drawing from one budget, in order.
+SELECT c.workflow_id, c.step_seq, s.step_name, c.dollars, c.tokens, c.steps, c.created_at
+FROM {schema}.charges AS c
+JOIN {schema}.steps AS s ON s.workflow_id = c.workflow_id AND s.step_seq = c.step_seq
+WHERE c.budget_id = %(budget_id)s OR c.workflow_id = %(budget_id)s
+ORDER BY c.created_at, c.workflow_id, c.step_seq
+
+-- list_tool_calls --
+-- An agent's tool calls, in order, with their results from the journal.
+SELECT t.step_seq, t.tool_name, t.arguments, s.output, s.error, t.latency_ms,
+    coalesce(c.dollars, 0) AS dollars, coalesce(c.tokens, 0) AS tokens
+FROM {schema}.tool_calls AS t
+JOIN {schema}.steps AS s ON s.workflow_id = t.workflow_id AND s.step_seq = t.step_seq
+LEFT JOIN {schema}.charges AS c ON c.workflow_id = t.workflow_id AND c.step_seq = t.step_seq
+WHERE t.workflow_id = %(workflow_id)s ORDER BY t.step_seq
+
+-- latest_state --
+-- A workflow's working state as of a step position (the latest update before it).
+SELECT step_seq, output FROM {schema}.steps
+WHERE workflow_id = %(workflow_id)s AND kind = 'state' AND step_seq < %(before_seq)s
+ORDER BY step_seq DESC LIMIT 1
+
+-- list_turns --
+-- A workflow's conversation, one journal row per turn.
+SELECT step_seq, output FROM {schema}.steps
+WHERE workflow_id = %(workflow_id)s AND kind = 'turn' ORDER BY step_seq
+
+-- prune_finished --
+-- Delete up to `batch` finished workflows older than the cutoff with their journals
+-- (steps, messages, events, approvals, charges cascade); the effect ledger stays.
+WITH doomed AS (
+    SELECT workflow_id FROM {schema}.workflows
+    WHERE finished_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
+      AND status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'COMPENSATED', 'COMPENSATION_FAILED')
+    ORDER BY finished_at
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM {schema}.workflows AS w USING doomed AS d
+WHERE w.workflow_id = d.workflow_id
+RETURNING (SELECT count(*) FROM {schema}.steps AS s WHERE s.workflow_id = w.workflow_id)
+    AS steps
+
+-- prune_effects --
+-- Delete up to `batch` effect-ledger rows older than the cutoff whose workflow is gone or
+-- finished.
+WITH doomed AS (
+    SELECT e.workflow_id, e.step_seq FROM {schema}.effects AS e
+    WHERE e.updated_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
+      AND NOT EXISTS (
+          SELECT 1 FROM {schema}.workflows AS w WHERE w.workflow_id = e.workflow_id
+            AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED',
+                             'COMPENSATING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'))
+    ORDER BY e.updated_at
+    LIMIT %(batch)s
+    FOR UPDATE OF e SKIP LOCKED
+)
+DELETE FROM {schema}.effects AS e USING doomed AS d
+WHERE e.workflow_id = d.workflow_id AND e.step_seq = d.step_seq
+
+-- count_prunable --
+-- What prune would delete now (for --dry-run).
+SELECT
+    (SELECT count(*) FROM {schema}.workflows
+     WHERE finished_at < {schema}.current_time() - make_interval(secs => %(finished_after)s)
+       AND status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'COMPENSATED', 'COMPENSATION_FAILED'))
+        AS workflows,
+    (SELECT count(*) FROM {schema}.steps AS s JOIN {schema}.workflows AS w USING (workflow_id)
+     WHERE w.finished_at < {schema}.current_time() - make_interval(secs => %(finished_after)s)
+       AND w.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'COMPENSATED', 'COMPENSATION_FAILED'))
+        AS steps,
+    (SELECT count(*) FROM {schema}.effects AS e
+     WHERE e.updated_at < {schema}.current_time() - make_interval(secs => %(effects_after)s)
+       AND NOT EXISTS (
+           SELECT 1 FROM {schema}.workflows AS w WHERE w.workflow_id = e.workflow_id
+             AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED',
+                              'COMPENSATING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')))
+        AS effects
