@@ -27,6 +27,7 @@ def start_worker(
     log: str | None = None,
     grace: float = 5.0,
     clock_file: str | None = None,
+    extra: list[str] | None = None,
 ) -> subprocess.Popen[bytes]:
     child_env = dict(env)
     if clock_file:
@@ -52,6 +53,7 @@ def start_worker(
             str(concurrency),
             "--grace-seconds",
             str(grace),
+            *(extra or []),
         ],
         env=child_env,
         stdout=out,

@@ -299,6 +299,23 @@ def deadline_nap(workflow_id: str, seconds: float) -> str:
     return count_step(workflow_id, "after")
 
 
+@durable.step(registry=registry, name="counter.spend")
+def spend(workflow_id: str, i: int) -> int:
+    """An LLM-like call: costs (i + 1) quarters and 10 * (i + 1) tokens."""
+    World.record(workflow_id, f"spend:{i}")
+    durable.charge(dollars=(i + 1) * 0.25, tokens=10 * (i + 1))
+    return i
+
+
+@durable.workflow(
+    registry=registry,
+    name="counter.spender",
+    budget=durable.Budget(dollars=100.0, tokens=1_000_000),
+)
+def spender(workflow_id: str, n: int) -> int:
+    return sum(spend(workflow_id, i) for i in range(n))
+
+
 def setup(url: str) -> None:
     World.url = url
     vendor.setup(url)
