@@ -177,8 +177,9 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
             "latest_state", {"workflow_id": workflow_id, "before_seq": 2**31 - 1}
         )
         budget = None
-        if row.get("budget_id"):
-            budget_row = db.fetch_one("get_budget", {"budget_id": row["budget_id"]})
+        owner_row = db.fetch_one("budget_of", {"workflow_id": workflow_id})
+        if owner_row is not None and owner_row["budget_id"] is not None:
+            budget_row = db.fetch_one("get_budget", {"budget_id": owner_row["budget_id"]})
             budget = None if budget_row is None else Ledger.from_row(budget_row)
     finally:
         db.close()

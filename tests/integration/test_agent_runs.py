@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import datetime as dt
+import json
+import subprocess
+import sys
+
 import psycopg
 import pytest
 
@@ -207,3 +212,94 @@ def test_bad_input_is_refused_with_typed_errors_and_nothing_is_stored(database_u
             engine.raise_budget("b2", dollars=1.0)
         ledger = engine.budget("b1")
         assert ledger is not None and ledger["limits"]["dollars"] == 5.0
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def stateful_app() -> tuple[durable.Registry, list[object], object]:
+    reg = durable.Registry()
+    seen: list[object] = []
+
+    @durable.step(registry=reg, name="tick")
+    def tick(i: int, state: object) -> object:
+        seen.append(state)
+        durable.charge(dollars=0.5)
+        return state
+
+    @durable.workflow(registry=reg, name="stateful", budget=durable.Budget(dollars=10.0))
+    def stateful(n: int) -> list[object]:
+        durable.state.set({"i": 0})  # position 0
+        out = []
+        for i in range(1, n + 1):
+            out.append(tick(i, durable.state.get()))  # positions 1, 3, 5
+            durable.state.set({"i": i})  # positions 2, 4, 6
+        return out
+
+    return reg, seen, stateful
+
+
+def test_show_prints_state_and_budget_and_a_fork_sees_the_state_as_it_was(
+    database_url: str,
+) -> None:
+    reg, seen, stateful = stateful_app()
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        expected = [{"i": 0}, {"i": 1}, {"i": 2}]
+        assert engine.start(stateful, 3, workflow_id="st").result(timeout=20) == expected
+        url = ["--database-url", database_url]
+
+        shown = cli("workflows", "show", "st", *url)
+        assert shown.returncode == 0, shown.stderr
+        assert 'state: {"i": 3}' in shown.stdout
+        assert "budget st" in shown.stdout and "1.5" in shown.stdout
+        data = json.loads(cli("workflows", "show", "st", "--json", *url).stdout)
+        assert data["state"] == {"i": 3}
+        assert data["budget"]["spent"] == {"dollars": 1.5, "tokens": 0, "steps": 3}
+
+        seen.clear()
+        forked = cli("workflows", "fork", "st", "--from-step", "3", "--new-id", "st-fork", *url)
+        assert forked.returncode == 0, forked.stderr
+        assert engine.retrieve("st-fork").result(timeout=20) == expected
+        # Only the steps from position 3 ran again, and the first saw the state as it
+        # was at position 3, rebuilt from the copied journal.
+        assert seen == [{"i": 1}, {"i": 2}]
+        assert engine.get_state("st-fork", at_step=3) == {"i": 1}
+        fork_ledger = engine.budget("st-fork")
+        assert fork_ledger is not None
+        # Its own ledger, starting from the copied step's charge (0.5), not from zero.
+        assert fork_ledger["budget_id"] == "st-fork"
+        assert fork_ledger["spent"]["dollars"] == 1.5
+
+        bad = cli("workflows", "raise-budget", "st", "--dollars", "-1", *url)
+        assert bad.returncode == 2
+        raised = cli("workflows", "raise-budget", "st", "--dollars", "2.5", *url)
+        assert raised.returncode == 0, raised.stderr
+        assert json.loads(raised.stdout)["limits"]["dollars"] == 12.5
+
+
+def test_prune_dry_run_counts_and_prune_deletes_only_finished_work(database_url: str) -> None:
+    reg, _seen, stateful = stateful_app()
+    clock = durable.FakeClock()
+    with durable.Engine(
+        database_url, registry=reg, worker=True, poll_interval=0.05, clock=clock
+    ) as engine:
+        engine.start(stateful, 2, workflow_id="old").result(timeout=20)
+        url = ["--database-url", database_url]
+        dry = cli("prune", "--finished-after", "0s", "--dry-run", "--json", *url)
+        assert dry.returncode == 0, dry.stderr
+        assert json.loads(dry.stdout) == {"workflows": 1, "steps": 5, "effects": 0, "dry_run": True}
+        assert engine.get_workflow("old").status == "SUCCESS"  # dry run deleted nothing
+        assert cli("prune", "--finished-after", "7d", *url).stdout.startswith("deleted 0")
+        report = engine.prune(durable.RetentionPolicy(finished_after=dt.timedelta(0)))
+        assert (report.workflows, report.steps) == (1, 5)
+        with pytest.raises(errors.WorkflowNotFoundError):
+            engine.get_workflow("old")
+        # The ledger went with it (cascade): no orphan rows.
+        with psycopg.connect(database_url) as conn:
+            assert conn.execute("SELECT count(*) FROM durable.budgets").fetchone() == (0,)
+            assert conn.execute("SELECT count(*) FROM durable.charges").fetchone() == (0,)
+        with pytest.raises(errors.ConfigurationError, match="needs a policy"):
+            engine.prune()
