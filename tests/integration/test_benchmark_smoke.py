@@ -87,3 +87,17 @@ def test_no_scratch(database_url: str, tmp_path: Path) -> None:
             [results["config"]["scratch_name"]],
         ).fetchall()
     assert left == []
+
+
+def test_conversation_storage_benchmark_runs_at_tiny_sizes(database_url: str) -> None:
+    from benchmarks import conversation_storage
+
+    rows = conversation_storage.main(
+        ["--url", database_url, "--turns", "5", "10", "--rounds", "1"],
+        console=Console(quiet=True),
+    )
+    sizes = {(r["kind"], r["turns"]): r["bytes"] for r in rows}
+    # One row per turn: twice the turns, twice the bytes; the whole transcript per turn
+    # grows faster than that.
+    assert 1.9 < sizes[("per turn", 10)] / sizes[("per turn", 5)] < 2.1
+    assert sizes[("whole state", 10)] > 3 * sizes[("whole state", 5)]
