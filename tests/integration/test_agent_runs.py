@@ -303,3 +303,34 @@ def test_prune_dry_run_counts_and_prune_deletes_only_finished_work(database_url:
             assert conn.execute("SELECT count(*) FROM durable.charges").fetchone() == (0,)
         with pytest.raises(errors.ConfigurationError, match="needs a policy"):
             engine.prune()
+
+
+@pytest.mark.parametrize("mode", ["async", "exit"])
+def test_tool_records_stay_in_order_in_lazy_durability_modes(database_url: str, mode: str) -> None:
+    reg = durable.Registry()
+
+    @durable.step(registry=reg, name="plain")
+    def plain(i: int) -> int:
+        return i
+
+    @durable.tool(registry=reg, name="lookup")
+    def lookup(i: int) -> int:
+        durable.charge(tokens=i)
+        return 10 * i
+
+    @durable.workflow(registry=reg, name="mixed", durability=mode)  # type: ignore[arg-type]
+    def mixed(n: int) -> int:
+        total = 0
+        for i in range(n):
+            total += plain(i) + lookup(i)
+            durable.append_turn("tool", i)
+        return total
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(mixed, 5, workflow_id="m").result(timeout=20) == 110
+        kinds = [s.kind.value for s in engine.steps("m")]
+        assert kinds == ["step", "tool", "turn"] * 5
+        calls = engine.tool_calls("m")
+        assert [c["step_seq"] for c in calls] == [1, 4, 7, 10, 13]
+        assert [c["tokens"] for c in calls] == [0, 1, 2, 3, 4]
+        assert engine.budget("m") is None  # no budget declared: costs are recorded per call
