@@ -113,7 +113,8 @@ def charge(*, dollars: float = 0.0, tokens: int = 0) -> None:
     """Record what the current step spent (an LLM call's price and tokens, say).
 
     Written with the step's journal row, so it is counted exactly once however often the
-    process crashes; a replayed step does not charge again. Call it from a @step or
+    process crashes; a replayed step does not charge again. What a failed attempt charged
+    before a retry counts too (the money was spent). Call it from a @step or
     @durable.tool."""
     run = current_run.get()
     if run is None or not run.charging:
@@ -160,7 +161,7 @@ def open_ledger(run: RunContext, limits: Budget | None) -> None:
             "ensure_budget",
             {
                 "budget_id": run.budget_id,
-                "limit_dollars": limits.dollars,
+                "limit_dollars": None if limits.dollars is None else Decimal(str(limits.dollars)),
                 "limit_tokens": limits.tokens,
                 "limit_steps": limits.steps,
             },

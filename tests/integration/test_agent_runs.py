@@ -334,3 +334,34 @@ def test_tool_records_stay_in_order_in_lazy_durability_modes(database_url: str, 
         assert [c["step_seq"] for c in calls] == [1, 4, 7, 10, 13]
         assert [c["tokens"] for c in calls] == [0, 1, 2, 3, 4]
         assert engine.budget("m") is None  # no budget declared: costs are recorded per call
+
+
+def test_a_failed_attempt_that_charged_still_counts_after_the_retry(database_url: str) -> None:
+    reg = durable.Registry()
+    attempts: list[int] = []
+
+    @durable.step(registry=reg, retries=2, initial_delay=0, jitter=0)
+    def call_llm() -> str:
+        attempts.append(1)
+        durable.charge(dollars=0.25, tokens=10)  # the vendor billed this call either way
+        if len(attempts) == 1:
+            raise TimeoutError("the response was lost")
+        return "ok"
+
+    @durable.workflow(registry=reg, budget=durable.Budget(dollars=5.0))
+    def agent() -> str:
+        return call_llm()
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(agent, workflow_id="r1").result(timeout=20) == "ok"
+        ledger = engine.budget("r1")
+        assert ledger is not None
+        assert len(attempts) == 2
+        assert ledger["spent"]["dollars"] == pytest.approx(0.5)
+        assert ledger["spent"]["tokens"] == 20
+        assert [c["dollars"] for c in ledger["charges"]] == [pytest.approx(0.5)]
+        # Replaying the finished workflow charges nothing more.
+        assert engine.start(agent, workflow_id="r1").result(timeout=20) == "ok"
+        again = engine.budget("r1")
+        assert again is not None and again["spent"]["dollars"] == pytest.approx(0.5)
+        assert len(attempts) == 2
