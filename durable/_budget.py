@@ -46,6 +46,12 @@ def _check_amount(name: str, value: object, whole: bool) -> None:
         raise InvalidBudgetError(f"{name}={value!r}: give {kind} of zero or more (or None)")
 
 
+def dollars_exact(value: float | Decimal | None) -> Decimal | None:
+    """An amount of money as the exact decimal the user wrote (0.1 stays 0.1, not
+    0.1000000000000000055...), so the ledger's sums in NUMERIC match the charges."""
+    return None if value is None else Decimal(str(value))
+
+
 @dataclass(frozen=True)
 class Budget:
     """Limits of one workflow tree; None is unlimited. Also what `budget_left()` returns."""
@@ -161,7 +167,7 @@ def open_ledger(run: RunContext, limits: Budget | None) -> None:
             "ensure_budget",
             {
                 "budget_id": run.budget_id,
-                "limit_dollars": None if limits.dollars is None else Decimal(str(limits.dollars)),
+                "limit_dollars": dollars_exact(limits.dollars),
                 "limit_tokens": limits.tokens,
                 "limit_steps": limits.steps,
             },

@@ -18,12 +18,11 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from decimal import Decimal
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, NamedTuple, ParamSpec, TypeVar
 
 from durable import _executor
-from durable._budget import Budget, Ledger
+from durable._budget import Budget, Ledger, dollars_exact
 from durable._clock import Clock, clock_from_env
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_def
@@ -1267,7 +1266,7 @@ class Engine:
             "raise_budget",
             {
                 "budget_id": budget_id,
-                "dollars": None if dollars is None else Decimal(str(dollars)),
+                "dollars": dollars_exact(dollars),
                 "tokens": tokens,
                 "steps": steps,
             },
