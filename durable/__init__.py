@@ -8,23 +8,32 @@ re-invoked with its saved inputs and completed steps return their journaled outp
 
 from __future__ import annotations
 
-from durable._budget import Budget, budget_left, charge
+from durable._budget import budget_left, charge
+from durable._client import Client
 from durable._clock import Clock, FakeClock, SystemClock
 from durable._decorators import effect, step, tool, transaction, workflow
+from durable._driver import compensate
 from durable._engine import Engine, WorkflowHandle
-from durable._executor import compensate
-from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
-from durable._protocol import RetryPolicy
+from durable._models import (
+    Budget,
+    Decision,
+    RetryPolicy,
+    StepKind,
+    StepRecord,
+    WorkflowInfo,
+    WorkflowStatus,
+)
 from durable._queues import Queue
 from durable._registry import Registry, default_registry
 from durable._retention import PruneReport, RetentionPolicy
 from durable._schedules import scheduled
 from durable._state import append_turn, conversation, state
-from durable._waits import Decision, approval, recv, set_event, sleep
+from durable._waits import approval, recv, set_event, sleep
 from durable.serialization import JSONSerializer, PickleSerializer, Serializer
 
 __all__ = [
     "Budget",
+    "Client",
     "Clock",
     "Decision",
     "Engine",

@@ -13,10 +13,8 @@ import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
-from durable import _executor
-from durable._budget import Budget
-from durable._models import StepKind
-from durable._protocol import RetryPolicy
+from durable import _driver
+from durable._models import Budget, RetryPolicy, StepKind
 from durable._registry import (
     Durability,
     EffectOptions,
@@ -175,7 +173,7 @@ def workflow(
 
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return _executor.call_workflow(defn, args, kwargs)  # type: ignore[no-any-return]
+            return _driver.call_workflow(defn, args, kwargs)  # type: ignore[no-any-return]
 
         setattr(wrapper, _WORKFLOW_ATTR, defn)
         return wrapper
@@ -242,7 +240,7 @@ def step(
 
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return _executor.call_step(defn, args, kwargs)  # type: ignore[no-any-return]
+            return _driver.call_step(defn, args, kwargs)  # type: ignore[no-any-return]
 
         setattr(wrapper, _STEP_ATTR, defn)
         return wrapper
@@ -280,7 +278,7 @@ def tool(
 
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return _executor.call_step(defn, args, kwargs)  # type: ignore[no-any-return]
+            return _driver.call_step(defn, args, kwargs)  # type: ignore[no-any-return]
 
         setattr(wrapper, _STEP_ATTR, defn)
         return wrapper
@@ -331,7 +329,7 @@ def transaction(
 
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return _executor.call_transaction(defn, args, kwargs)  # type: ignore[no-any-return]
+            return _driver.call_transaction(defn, args, kwargs)  # type: ignore[no-any-return]
 
         setattr(wrapper, _STEP_ATTR, defn)
         return wrapper
@@ -408,7 +406,7 @@ def effect(
 
         @functools.wraps(func)
         def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return _executor.call_effect(defn, args, kwargs)  # type: ignore[no-any-return]
+            return _driver.call_effect(defn, args, kwargs)  # type: ignore[no-any-return]
 
         def compensation(undo: Callable[..., Any]) -> Callable[..., Any]:
             """Register `undo` (itself an @effect) to run with this effect's arguments if the

@@ -10,7 +10,8 @@
 In every mode an effect, a transaction step, a child workflow, an approval gate and the
 final status are barriers: every record still unwritten for that workflow is written
 before them. So a lazy mode can lose only the records of pure steps since the last
-barrier, and those steps simply run again on resume; never an effect.
+barrier, and those steps simply run again on resume; never an effect. (The decision is
+`_protocol.barrier`; this module is the async mode's writer.)
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from typing import TYPE_CHECKING, Any
 from durable.errors import DatabaseUnavailableError, StaleOwnerError
 
 if TYPE_CHECKING:
-    from durable._context import RunContext
     from durable._systemdb import SystemDB
 
 logger = logging.getLogger("durable.writer")
@@ -115,19 +115,3 @@ class AsyncWriter:
                     if written[key[0]] < n:
                         self._refused.add(key)
                 self._cond.notify_all()
-
-
-def flush_run(run: RunContext) -> None:
-    """Write every record this run still holds: the barrier before an effect, transaction,
-    child, wait or final status."""
-    if run.mode == "exit":
-        if not run.pending:
-            return
-        rows, run.pending = run.pending, []
-        written = run.engine.db.write_steps(run.conn, rows)
-        if len(written) < len(rows):
-            raise StaleOwnerError(run.workflow_id, run.epoch)
-    elif run.mode == "async":
-        writer = run.engine.writer
-        if writer is not None:
-            writer.wait(run.workflow_id, run.epoch)

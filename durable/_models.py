@@ -1,11 +1,17 @@
-"""Frozen records of what the database holds, built from rows by `from_row`."""
+"""Frozen records of what the database holds (built from rows by `from_row`), the
+statuses as StrEnums, and the small option and value classes the pure core works with."""
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+import random
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import StrEnum
 from typing import Any
+
+from durable.errors import InvalidBudgetError
 
 
 class WorkflowStatus(StrEnum):
@@ -127,3 +133,169 @@ class StepRecord:
             started_at=row.get("started_at"),
             finished_at=row.get("finished_at"),
         )
+
+
+class EffectStatus(StrEnum):
+    """Mirror of the CHECK constraint on effects.status: the write-ahead states of an effect.
+
+    intent: recorded before anything happened (the key is reserved).
+    pending: the call to the outside world may have started.
+    applied: the call returned; its result is recorded.
+    failed: the call raised; its error is recorded.
+    """
+
+    INTENT = "intent"
+    PENDING = "pending"
+    APPLIED = "applied"
+    FAILED = "failed"
+
+
+class ApprovalStatus(StrEnum):
+    """Mirror of the CHECK constraint on approvals.status."""
+
+    WAITING = "waiting"
+    APPROVED = "approved"
+    DENIED = "denied"
+    TIMED_OUT = "timed_out"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of an approval gate.
+
+    approved: whether the action may go ahead.
+    comment: what the person wrote (None if nothing, or on timeout).
+    decided_by: who decided (None on timeout).
+    timed_out: True when nobody decided in time and the gate's default decided.
+    """
+
+    approved: bool
+    comment: str | None = None
+    decided_by: str | None = None
+    timed_out: bool = False
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> Decision:
+        status = ApprovalStatus(row["status"])
+        if status is ApprovalStatus.TIMED_OUT:
+            return cls(bool(row["default_approved"]), None, None, True)
+        return cls(status is ApprovalStatus.APPROVED, row["comment"], row["decided_by"], False)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How a failing step is retried.
+
+    retries: extra attempts after the first (default 0: no retry).
+    initial_delay: seconds before the first retry (default 0.1).
+    backoff: multiplier per retry (default 2.0).
+    max_delay: cap on one delay, in seconds (default 30.0).
+    jitter: fraction of each delay randomised, so retries of many workflows spread out
+        (default 0.1).
+    retry_on: exception types that are retried (default: Exception); others fail at once.
+    """
+
+    retries: int = 0
+    initial_delay: float = 0.1
+    backoff: float = 2.0
+    max_delay: float = 30.0
+    jitter: float = 0.1
+    retry_on: tuple[type[BaseException], ...] = (Exception,)
+
+    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
+        """Seconds to wait after failed attempt number `attempt` (1-based)."""
+        base = min(self.max_delay, self.initial_delay * self.backoff ** (attempt - 1))
+        spread = base * self.jitter
+        r = (rng or random).uniform(-spread, spread)
+        return max(0.0, base + r)
+
+    def should_retry(self, exc: BaseException, attempt: int) -> bool:
+        return attempt <= self.retries and isinstance(exc, self.retry_on)
+
+
+def _check_amount(name: str, value: object, whole: bool) -> None:
+    if value is None:
+        return
+    kinds: tuple[type, ...] = (int,) if whole else (int, float, Decimal)
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, kinds)
+        or (isinstance(value, float) and not math.isfinite(value))
+        or value < 0  # type: ignore[operator]
+    ):
+        kind = "a whole number" if whole else "a number"
+        raise InvalidBudgetError(f"{name}={value!r}: give {kind} of zero or more (or None)")
+
+
+def check_amount(name: str, value: object, whole: bool) -> None:
+    """Raise InvalidBudgetError unless `value` is None or an amount of zero or more."""
+    _check_amount(name, value, whole)
+
+
+def dollars_exact(value: float | Decimal | None) -> Decimal | None:
+    """An amount of money as the exact decimal the user wrote (0.1 stays 0.1, not
+    0.1000000000000000055...), so the ledger's sums in NUMERIC match the charges."""
+    return None if value is None else Decimal(str(value))
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Limits of one workflow tree; None is unlimited. Also what `budget_left()` returns."""
+
+    dollars: float | None = None
+    tokens: int | None = None
+    steps: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_amount("dollars", self.dollars, whole=False)
+        _check_amount("tokens", self.tokens, whole=True)
+        _check_amount("steps", self.steps, whole=True)
+
+
+@dataclass
+class Ledger:
+    """A run's copy of its budget row, refreshed by every charged write."""
+
+    budget_id: str
+    limit_dollars: Decimal | None
+    limit_tokens: int | None
+    limit_steps: int | None
+    spent_dollars: Decimal
+    spent_tokens: int
+    spent_steps: int
+
+    @staticmethod
+    def from_row(row: dict[str, Any]) -> Ledger:
+        return Ledger(
+            row["budget_id"],
+            row["limit_dollars"],
+            row["limit_tokens"],
+            row["limit_steps"],
+            Decimal(row["spent_dollars"]),
+            int(row["spent_tokens"]),
+            int(row["spent_steps"]),
+        )
+
+    def exhausted(self) -> str | None:
+        """What is used up (for the next step to be refused), or None."""
+        if self.limit_steps is not None and self.spent_steps >= self.limit_steps:
+            return f"steps: {self.spent_steps} of {self.limit_steps} used"
+        if self.limit_dollars is not None and self.spent_dollars >= self.limit_dollars:
+            return f"dollars: {self.spent_dollars} of {self.limit_dollars} spent"
+        if self.limit_tokens is not None and self.spent_tokens >= self.limit_tokens:
+            return f"tokens: {self.spent_tokens} of {self.limit_tokens} used"
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "limits": {
+                "dollars": None if self.limit_dollars is None else float(self.limit_dollars),
+                "tokens": self.limit_tokens,
+                "steps": self.limit_steps,
+            },
+            "spent": {
+                "dollars": float(self.spent_dollars),
+                "tokens": self.spent_tokens,
+                "steps": self.spent_steps,
+            },
+        }

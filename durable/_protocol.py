@@ -1,22 +1,201 @@
-"""Pure replay-or-execute decisions. No I/O and no psycopg here.
+"""The pure core: every replay-or-execute decision of a workflow run, and nothing else.
 
-A run of a workflow walks its journal in call order: the n-th step call gets position n.
-If the journal has a record at n, the call replays it (after checking the step's name, so
-changed code cannot silently read another step's output); if not, the call executes. The
-drivers in `_executor.py` do the I/O around these decisions, which is what lets an async
-driver be added without a second copy of the logic.
+A run walks its journal in call order: the n-th journaled call gets position n. If the
+journal has a record at n, the call replays it (after checking the name, so changed code
+cannot read another step's output); if not, it executes. Around that sit the rest of the
+decisions: durability barriers, retries with backoff, the effect state machine (intent ->
+pending -> applied, reconciliation, refused key reuse), the one gate that approvals and
+the budget share, waits that suspend, compensations, and the finish.
+
+Each operation is a generator, in the style of psycopg's `generators.py`: it yields
+operations (`Execute` a named statement, `Call` user code, `Pause`, `RunChild`, app
+transaction steps, ...) and receives their results; it never touches a connection, a
+thread or a clock of its own. A driver performs the operations: `_driver.py` for
+ordinary functions; an async driver runs the same generators with `await`. So each
+decision exists once, and the unit tests drive these generators with no database at all
+(`tests/unit/`).
 """
 
 from __future__ import annotations
 
+import builtins
+import datetime as dt
+import hashlib
 import json
-import random
+import logging
 import traceback as tb
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-from durable._models import StepRecord
-from durable.errors import NondeterminismError, StepError
+from durable._models import (
+    Budget,
+    Decision,
+    EffectStatus,
+    Ledger,
+    StepKind,
+    StepRecord,
+    WorkflowStatus,
+    dollars_exact,
+)
+from durable.errors import (
+    ApprovalDeniedError,
+    BudgetExceededError,
+    DatabaseUnavailableError,
+    IdempotencyKeyReusedError,
+    NondeterminismError,
+    SerializationError,
+    StaleOwnerError,
+    StepError,
+    WorkflowCancelledError,
+    WorkflowInterrupted,
+    WorkflowSuspended,
+    WorkflowTimeoutError,
+)
+from durable.serialization import Serializer, dumps_checked
+
+if TYPE_CHECKING:
+    from durable._clock import Clock
+    from durable._registry import StepDef, WorkflowDef
+
+logger = logging.getLogger("durable.protocol")
+
+T = TypeVar("T")
+
+# -- operations: what a generator asks of its driver --------------------------------------------
+
+Fetch = Literal["count", "one", "all"]
+
+
+@dataclass(slots=True)
+class Execute:
+    """Run a named statement on the run's system-database connection (autocommit: one
+    statement, one commit). Sends back the row count, the first row or all rows."""
+
+    name: str
+    params: dict[str, Any]
+    fetch: Fetch = "count"
+
+
+@dataclass(slots=True)
+class Atomic:
+    """Run named statements in one transaction; sends back False (everything rolled back)
+    if any of them wrote no row: a fence refused it."""
+
+    statements: list[tuple[str, dict[str, Any]]]
+
+
+@dataclass(slots=True)
+class WriteSteps:
+    """Journal many step records in one statement; sends back the workflow id of each row
+    written (a fence refuses rows of runs that lost ownership)."""
+
+    rows: list[dict[str, Any]]
+
+
+@dataclass(slots=True)
+class Enqueue:
+    """Hand a step record to the background writer (async durability)."""
+
+    row: dict[str, Any]
+
+
+@dataclass(slots=True)
+class AwaitWriter:
+    """Wait until the background writer has written every record this run queued; the
+    driver raises StaleOwnerError if the database refused them."""
+
+
+@dataclass(slots=True)
+class Call:
+    """Call user code; sends back an Outcome (the driver catches Exception, and throws
+    anything else, such as a suspension or a KeyboardInterrupt, into the generator)."""
+
+    fn: Callable[..., Any]
+    args: Sequence[Any]
+    kwargs: Mapping[str, Any]
+
+
+@dataclass(slots=True)
+class Pause:
+    """Wait in place (a retry's backoff, a sleep too short to suspend for)."""
+
+    seconds: float
+
+
+@dataclass(slots=True)
+class RunChild:
+    """Run (or resume, or wait for) a child workflow to its end; sends back an Outcome."""
+
+    defn: WorkflowDef
+    workflow_id: str
+    args: Sequence[Any]
+    kwargs: Mapping[str, Any]
+    parent: tuple[str, int]
+
+
+@dataclass(slots=True)
+class AppBegin:
+    """Open a transaction on the application database (for a @transaction step)."""
+
+    isolation_level: str | None
+
+
+@dataclass(slots=True)
+class AppExecute:
+    """Run a named statement inside the open application transaction."""
+
+    name: str
+    params: dict[str, Any]
+    fetch: Fetch = "count"
+
+
+@dataclass(slots=True)
+class AppCall:
+    """Call the user's transaction function with the open connection first; sends back an
+    Outcome."""
+
+    fn: Callable[..., Any]
+    args: Sequence[Any]
+    kwargs: Mapping[str, Any]
+
+
+@dataclass(slots=True)
+class AppEnd:
+    """Commit (or roll back) the open application transaction. A rollback with nothing
+    open does nothing."""
+
+    commit: bool
+
+
+Op = (
+    Execute
+    | Atomic
+    | WriteSteps
+    | Enqueue
+    | AwaitWriter
+    | Call
+    | Pause
+    | RunChild
+    | AppBegin
+    | AppExecute
+    | AppCall
+    | AppEnd
+)
+Gen = Generator[Op, Any, T]
+
+
+@dataclass(slots=True)
+class Outcome:
+    """What user code did: returned `value`, or raised `error`, in `seconds`."""
+
+    value: Any = None
+    error: Exception | None = None
+    seconds: float = 0.0
+
+
+# -- the run's state -----------------------------------------------------------------------------
 
 
 @dataclass
@@ -46,6 +225,97 @@ class Journal:
         if record is not None and record.step_name != step_name:
             raise NondeterminismError(self.workflow_id, seq, record.step_name, step_name)
         return seq, record
+
+
+def _never_crash(name: str) -> None:
+    return None
+
+
+def _no_request(workflow_id: str) -> str | None:
+    return None
+
+
+def _no_fault(exc: BaseException) -> str | None:
+    return None
+
+
+def _no_compensation(effect_name: str) -> Callable[..., Any] | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every run of one engine shares. Everything here is injected, so the core reads
+    no environment, owns no clock and knows no database driver.
+
+    clock: where time is read (a durable.Clock).
+    app_separate: the application database is not the system database, so a transaction
+        step's record goes to the app database first (and is adopted from there).
+    compensation_of: the undo registered for an effect name, if any.
+    crash_point: called at the worst moments of a run; crash tests arm it to SIGKILL.
+    cancel_request: the reason this executor was asked to stop a workflow, if it was.
+    classify_app_error: how the driver sees an application-database error: "lost" (the
+        connection), "unique:<constraint>", or None.
+    """
+
+    serializer: Serializer
+    max_payload_bytes: int
+    clock: Clock
+    app_separate: bool = False
+    compensation_of: Callable[[str], Callable[..., Any] | None] = _no_compensation
+    crash_point: Callable[[str], None] = _never_crash
+    cancel_request: Callable[[str], str | None] = _no_request
+    classify_app_error: Callable[[BaseException], str | None] = _no_fault
+
+
+@dataclass
+class Run:
+    """The state of one executing workflow run. `conn` and `host` belong to the driver."""
+
+    settings: Settings
+    workflow_id: str
+    name: str
+    epoch: int
+    journal: Journal
+    mode: str = "sync"
+    conn: Any = None
+    host: Any = None
+    in_step: bool = False
+    # Exit mode: step records not yet written.
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    # Undo actions of applied effects, in the order they were registered (a saga). Rebuilt
+    # deterministically on replay, because replayed effects register them again.
+    compensations: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = field(
+        default_factory=list
+    )
+    approvals_asked: dict[str, int] = field(default_factory=dict)
+    # When the workflow times out (from its first start), and why it was asked to stop if
+    # it was when claimed. `stopping` is set while compensations of a cancel run, so that
+    # they are not interrupted in turn.
+    deadline: dt.datetime | None = None
+    cancel_reason: str | None = None
+    stopping: bool = False
+    # The budget this run draws from (its root's id), the run's copy of that ledger, and
+    # what the step now executing has charged so far.
+    budget_id: str | None = None
+    ledger: Ledger | None = None
+    charging: bool = False
+    step_dollars: Decimal = Decimal(0)
+    step_tokens: int = 0
+    # The working state (durable.state) and the conversation turns, as of this point of
+    # the run: rebuilt by replay, since every update is a journaled call.
+    state: str | None = None
+    turns: list[Any] = field(default_factory=list)
+
+    def dumps(self, value: Any, what: str) -> str:
+        s = self.settings
+        return dumps_checked(s.serializer, value, what, s.max_payload_bytes)
+
+    def loads(self, text: str | None) -> Any:
+        return None if text is None else self.settings.serializer.loads(text)
+
+
+# -- errors as stored ------------------------------------------------------------------------------
 
 
 def child_workflow_id(parent_id: str, step_seq: int) -> str:
@@ -79,8 +349,6 @@ def rebuild_error(step_name: str, text: str) -> BaseException:
     error_type, message, trace = decode_error(text)
     module, _, qualname = error_type.rpartition(".")
     if module == "builtins":
-        import builtins
-
         cls = getattr(builtins, qualname, None)
         if isinstance(cls, type) and issubclass(cls, Exception):
             try:
@@ -93,32 +361,893 @@ def rebuild_error(step_name: str, text: str) -> BaseException:
     return StepError(step_name, error_type, message, trace)
 
 
-@dataclass(frozen=True)
-class RetryPolicy:
-    """How a failing step is retried.
+def replay(run: Run, record: StepRecord) -> Any:
+    """Return (or raise) what a journaled call returned (or raised) the first time."""
+    if record.error is not None:
+        raise rebuild_error(record.step_name, record.error)
+    return run.loads(record.output)
 
-    retries: extra attempts after the first (default 0: no retry).
-    initial_delay: seconds before the first retry (default 0.1).
-    backoff: multiplier per retry (default 2.0).
-    max_delay: cap on one delay, in seconds (default 30.0).
-    jitter: fraction of each delay randomised, so retries of many workflows spread out
-        (default 0.1).
-    retry_on: exception types that are retried (default: Exception); others fail at once.
+
+# -- stopping ------------------------------------------------------------------------------------
+
+TIMEOUT_REASON = "timeout"
+
+
+def check_interrupt(run: Run) -> None:
+    """Stop here if the workflow was cancelled or is past its timeout.
+
+    Called before every new (unjournaled) step or wait, so cancellation is seen at the next
+    boundary; replayed calls never stop, so a resumed run reaches the same point first. The
+    cancel request is one lookup (the engine polls for requests); the timeout a clock read.
     """
+    if run.stopping:
+        return
+    reason = run.settings.cancel_request(run.workflow_id) or run.cancel_reason
+    if reason is not None:
+        raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
+    if run.deadline is not None and run.settings.clock.now() >= run.deadline:
+        raise WorkflowInterrupted(run.workflow_id, TIMEOUT_REASON, True)
 
-    retries: int = 0
-    initial_delay: float = 0.1
-    backoff: float = 2.0
-    max_delay: float = 30.0
-    jitter: float = 0.1
-    retry_on: tuple[type[BaseException], ...] = (Exception,)
 
-    def delay(self, attempt: int, rng: random.Random | None = None) -> float:
-        """Seconds to wait after failed attempt number `attempt` (1-based)."""
-        base = min(self.max_delay, self.initial_delay * self.backoff ** (attempt - 1))
-        spread = base * self.jitter
-        r = (rng or random).uniform(-spread, spread)
-        return max(0.0, base + r)
+def _fenced(count: int, run: Run) -> None:
+    if count == 0:
+        raise StaleOwnerError(run.workflow_id, run.epoch)
 
-    def should_retry(self, exc: BaseException, attempt: int) -> bool:
-        return attempt <= self.retries and isinstance(exc, self.retry_on)
+
+# -- journal writes and durability barriers --------------------------------------------------------
+
+
+def barrier(run: Run) -> Gen[None]:
+    """Write every record the run still holds: the barrier before an effect, transaction,
+    child, wait or final status, in every durability mode."""
+    if run.mode == "exit":
+        if not run.pending:
+            return
+        rows, run.pending = run.pending, []
+        written = yield WriteSteps(rows)
+        if len(written) < len(rows):
+            raise StaleOwnerError(run.workflow_id, run.epoch)
+    elif run.mode == "async":
+        yield AwaitWriter()
+
+
+def record(
+    run: Run,
+    seq: int,
+    name: str,
+    kind: StepKind,
+    output: str | None,
+    error: str | None = None,
+    attempts: int = 1,
+    started: dt.datetime | None = None,
+    child_id: str | None = None,
+    *,
+    lazy: bool = False,
+) -> Gen[None]:
+    """Journal one call. `lazy` (plain steps, state and turns) lets the run's durability
+    mode defer the write; every other record is a barrier and first writes what the run
+    still holds."""
+    params = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "step_seq": seq,
+        "step_name": name,
+        "kind": kind.value,
+        "output": output,
+        "error": error,
+        "attempts": attempts,
+        "child_workflow_id": child_id,
+        "started_at": started,
+    }
+    if run.mode != "sync":
+        if lazy:
+            if run.mode == "exit":
+                run.pending.append(params)
+            else:
+                yield Enqueue(params)
+            return
+        yield from barrier(run)
+    _fenced((yield Execute("record_step", params)), run)
+
+
+# -- @step and @durable.tool -----------------------------------------------------------------
+
+
+def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Gen[Any]:
+    """A step: replay its record, or run it (retrying as its policy says) and journal it."""
+    seq, found = run.journal.next_call(defn.name)
+    if found is not None:
+        return replay(run, found)
+    check_interrupt(run)
+    settings = run.settings
+    if run.ledger is not None:
+        yield from budget_gate(run, seq, defn.name)
+    arguments = None
+    if defn.kind is StepKind.TOOL:
+        # A tool call's arguments are part of its record; checked before it runs.
+        arguments = run.dumps(
+            {"args": list(args), "kwargs": dict(kwargs)}, f"the arguments of tool {defn.name!r}"
+        )
+    settings.crash_point("before_step")
+    started = settings.clock.now()
+    run.step_dollars, run.step_tokens = Decimal(0), 0
+    attempt = 0
+    elapsed = 0.0
+    while True:
+        attempt += 1
+        run.in_step = run.charging = True
+        try:
+            outcome: Outcome = yield Call(defn.fn, args, kwargs)
+        finally:
+            run.in_step = run.charging = False
+        elapsed += outcome.seconds
+        exc = outcome.error
+        if exc is None:
+            break
+        if defn.retry.should_retry(exc, attempt):
+            delay = defn.retry.delay(attempt)
+            logger.info(
+                "step %s of %s failed (attempt %d), retrying in %.2f s: %r",
+                defn.name,
+                run.workflow_id,
+                attempt,
+                delay,
+                exc,
+            )
+            yield Pause(delay)
+            elapsed += delay
+            continue
+        yield from _record_call(
+            run, seq, defn, None, encode_error(exc), attempt, started, arguments, elapsed
+        )
+        raise exc
+    value = outcome.value
+    output = run.dumps(value, f"the output of step {defn.name!r}")
+    settings.crash_point("before_step_record")
+    yield from _record_call(run, seq, defn, output, None, attempt, started, arguments, elapsed)
+    settings.crash_point("after_step_record")
+    return value
+
+
+def _record_call(
+    run: Run,
+    seq: int,
+    defn: StepDef,
+    output: str | None,
+    error: str | None,
+    attempts: int,
+    started: dt.datetime,
+    arguments: str | None,
+    seconds: float,
+) -> Gen[None]:
+    """Journal a step; with what it charged and (a tool) its call record, when there is one.
+
+    A plain step of an unbudgeted run is an ordinary (lazy) record. Otherwise the journal
+    row, the charge, the tool call and the budget's new totals are one fenced statement:
+    a crash keeps all of them or none, so a charge is never lost nor counted twice."""
+    charged = bool(run.step_dollars or run.step_tokens)
+    if run.budget_id is None and arguments is None and not charged:
+        yield from record(
+            run, seq, defn.name, defn.kind, output, error, attempts, started, lazy=True
+        )
+        return
+    yield from barrier(run)  # this write is synchronous, so earlier records go first
+    row = yield Execute(
+        "record_charged_step",
+        {
+            "workflow_id": run.workflow_id,
+            "epoch": run.epoch,
+            "step_seq": seq,
+            "step_name": defn.name,
+            "kind": defn.kind.value,
+            "output": output,
+            "error": error,
+            "attempts": attempts,
+            "started_at": started,
+            "budget_id": run.budget_id,
+            "dollars": run.step_dollars,
+            "tokens": run.step_tokens,
+            "steps": 1 if run.budget_id is not None else 0,
+            "arguments": arguments,
+            "latency_ms": seconds * 1000.0,
+        },
+        "one",
+    )
+    run.step_dollars, run.step_tokens = Decimal(0), 0
+    if row is None or not row["written"]:
+        raise StaleOwnerError(run.workflow_id, run.epoch)
+    if row["budget_id"] is not None:
+        run.ledger = Ledger.from_row(row)
+
+
+# -- @transaction ----------------------------------------------------------------------------------
+
+_PASS_THROUGH = (StaleOwnerError, SerializationError, DatabaseUnavailableError, NondeterminismError)
+
+
+def transaction(
+    run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Gen[Any]:
+    """A transaction step: the user's SQL and the step's record commit together.
+
+    When the application database is the system database, the journal row is written in
+    the user's own transaction (fenced by epoch): exactly once. When it is another
+    database, the record goes to that database's `transaction_outputs` in the same
+    transaction, then to the journal; a crash between the two is healed by adopting the
+    app-side record on replay."""
+    seq, found = run.journal.next_call(defn.name)
+    if found is not None:
+        return replay(run, found)
+    check_interrupt(run)
+    yield from barrier(run)
+    settings = run.settings
+    separate = settings.app_separate
+    started = settings.clock.now()
+    params: dict[str, Any] = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "step_seq": seq,
+        "step_name": defn.name,
+        "kind": StepKind.TRANSACTION.value,
+        "output": None,
+        "error": None,
+        "attempts": 1,
+        "child_workflow_id": None,
+        "started_at": started,
+    }
+    adopted: str | None = None
+    value: Any = None
+    yield AppBegin(defn.isolation_level)
+    try:
+        if separate and not run.journal.is_fresh:
+            # The app database may hold this step's record although the journal does not
+            # (a crash between the two commits): adopt it.
+            row = yield AppExecute(
+                "app_get_transaction", {"workflow_id": run.workflow_id, "step_seq": seq}, "one"
+            )
+            if row is not None:
+                if row["step_name"] != defn.name:
+                    raise NondeterminismError(run.workflow_id, seq, row["step_name"], defn.name)
+                adopted = row["output"]
+        if adopted is None:
+            run.in_step = True
+            try:
+                outcome: Outcome = yield AppCall(defn.fn, args, kwargs)
+            finally:
+                run.in_step = False
+            if outcome.error is not None:
+                raise outcome.error
+            value = outcome.value
+            params["output"] = run.dumps(value, f"the output of transaction {defn.name!r}")
+            if separate:
+                yield AppExecute("app_record_transaction", params)
+            else:
+                _fenced((yield AppExecute("record_step", params)), run)
+            settings.crash_point("before_transaction_commit")
+        yield AppEnd(commit=True)
+    except BaseException as exc:
+        if isinstance(exc, GeneratorExit):
+            raise
+        yield AppEnd(commit=False)
+        if not isinstance(exc, Exception) or isinstance(exc, _PASS_THROUGH):
+            raise
+        fault = settings.classify_app_error(exc)
+        if separate and fault == "unique:transaction_outputs_pkey":
+            # Another owner recorded this position first: our writes rolled back with it.
+            raise StaleOwnerError(run.workflow_id, run.epoch) from exc
+        if not separate and fault == "lost":
+            raise DatabaseUnavailableError(f"lost the database in a transaction: {exc}") from exc
+        # The user's transaction rolled back; the failure itself is journaled so a replay
+        # raises the same error instead of running the transaction again.
+        yield from record(
+            run, seq, defn.name, StepKind.TRANSACTION, None, encode_error(exc), 1, started
+        )
+        raise
+    if adopted is not None:
+        yield from record(run, seq, defn.name, StepKind.TRANSACTION, adopted, None, 1, started)
+        return run.loads(adopted)
+    settings.crash_point("after_transaction_commit")
+    if separate:
+        yield from record(
+            run, seq, defn.name, StepKind.TRANSACTION, params["output"], None, 1, started
+        )
+    return value
+
+
+# -- child workflows -------------------------------------------------------------------------------
+
+
+def child(run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Gen[Any]:
+    """A workflow called from a workflow: a child with a deterministic id, whose outcome is
+    journaled as one call of the parent."""
+    seq, found = run.journal.next_call(defn.name)
+    if found is not None:
+        return replay(run, found)
+    check_interrupt(run)
+    child_id = child_workflow_id(run.workflow_id, seq)
+    yield from barrier(run)
+    started = run.settings.clock.now()
+    outcome: Outcome = yield RunChild(defn, child_id, args, kwargs, (run.workflow_id, seq))
+    exc = outcome.error
+    if exc is not None:
+        if isinstance(exc, StaleOwnerError | DatabaseUnavailableError):
+            raise exc
+        if isinstance(exc, WorkflowCancelledError):
+            # Cancelled with its parent: the parent stops too, without journaling the
+            # child's outcome, so a resume of the parent runs the child again.
+            yield from _stop_if_asked(run)
+        yield from record(
+            run, seq, defn.name, StepKind.CHILD, None, encode_error(exc), 1, started, child_id
+        )
+        raise exc
+    output = run.dumps(outcome.value, f"the output of child workflow {defn.name!r}")
+    yield from record(run, seq, defn.name, StepKind.CHILD, output, None, 1, started, child_id)
+    if run.ledger is not None:
+        yield from refresh_ledger(run)  # the child spent from the same ledger
+    return outcome.value
+
+
+def child_started(run: Run, name: str) -> tuple[int, str | None]:
+    """A child started (or enqueued) without waiting for it: its position, and the id
+    journaled there if this is a replay."""
+    seq, found = run.journal.next_call(name)
+    if found is None:
+        return seq, None
+    return seq, found.child_workflow_id
+
+
+def record_child_started(run: Run, seq: int, name: str, workflow_id: str) -> Gen[None]:
+    output = run.settings.serializer.dumps(workflow_id)
+    yield from record(run, seq, name, StepKind.CHILD, output, None, 1, None, workflow_id)
+
+
+def _stop_if_asked(run: Run) -> Gen[None]:
+    """Read this run's cancel request from the database now (not waiting for the poll)."""
+    row = yield Execute("get_cancel_request", {"workflow_id": run.workflow_id}, "one")
+    if row is not None and row["cancel_reason"] is not None:
+        run.cancel_reason = row["cancel_reason"]
+        check_interrupt(run)
+
+
+# -- one run: the workflow function, then its outcome ----------------------------------------------
+
+
+def workflow(
+    run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Gen[Any]:
+    """Run the workflow function under this claim and write its outcome.
+
+    Returns the function's value or raises its exception (after recording it). A
+    StaleOwnerError, a DatabaseUnavailableError or a BaseException such as a suspension
+    leaves the status alone: its owner (or recovery) decides what happens next."""
+    yield from open_ledger(run, defn.budget)
+    try:
+        outcome: Outcome = yield Call(defn.fn, args, kwargs)
+    except WorkflowInterrupted as stop:
+        raise (yield from _stop(run, defn, stop)) from None
+    exc = outcome.error
+    if exc is not None:
+        if isinstance(exc, StaleOwnerError):
+            logger.warning(
+                "workflow %s: lost ownership (epoch %d), stopping", run.workflow_id, run.epoch
+            )
+            raise exc
+        if isinstance(exc, DatabaseUnavailableError):
+            raise exc  # interrupted, not failed: handed back once the database answers
+        if run.compensations:
+            yield from compensate(run, exc)
+        else:
+            yield from finish(run, WorkflowStatus.ERROR, None, encode_error(exc))
+        raise exc
+    value = outcome.value
+    try:
+        output = run.dumps(value, f"the output of workflow {defn.name!r}")
+    except SerializationError as error:
+        yield from finish(run, WorkflowStatus.ERROR, None, encode_error(error))
+        raise
+    run.settings.crash_point("before_workflow_finish")
+    yield from finish(run, WorkflowStatus.SUCCESS, output, None)
+    return value
+
+
+def _stop(run: Run, defn: WorkflowDef, stop: WorkflowInterrupted) -> Gen[WorkflowCancelledError]:
+    """Finish a run that was asked to stop: cancel its descendants, undo what it did (its
+    compensations, in reverse), then record CANCELLED. Returns the error for the caller."""
+    error: WorkflowCancelledError = (
+        WorkflowTimeoutError(run.workflow_id, defn.timeout)
+        if stop.timed_out
+        else WorkflowCancelledError(run.workflow_id, stop.reason)
+    )
+    run.stopping = True
+    text = encode_error(error)
+    # Children still running stop too (a timeout is a cancel of the whole tree).
+    yield Execute(
+        "cancel_workflow",
+        {"workflow_id": run.workflow_id, "reason": stop.reason, "error": text},
+        "all",
+    )
+    if run.compensations:
+        yield from compensate(run, error, WorkflowStatus.CANCELLED)
+    else:
+        yield from finish(run, WorkflowStatus.CANCELLED, None, text)
+    logger.info("workflow %s stopped: %s", run.workflow_id, stop.reason)
+    return error
+
+
+def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | None) -> Gen[None]:
+    """Write the outcome and release ownership (a barrier first)."""
+    yield from barrier(run)
+    params = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "status": status.value,
+        "output": output,
+        "error": error,
+    }
+    _fenced((yield Execute("finish_workflow", params)), run)
+
+
+def compensate(
+    run: Run, failure: Exception, final: WorkflowStatus = WorkflowStatus.COMPENSATED
+) -> Gen[None]:
+    """Undo applied effects in reverse order, each an effect with its own key, then finish.
+
+    A crash here is safe: on recovery the workflow replays to the same failure, the
+    compensations already applied replay from the journal, and the rest run."""
+    failed_step: str | None = None
+    error: Exception | None = None
+    for undo, args, kwargs in reversed(run.compensations):
+        outcome: Outcome = yield Call(undo, args, kwargs)
+        exc = outcome.error
+        if exc is None:
+            continue
+        if isinstance(exc, StaleOwnerError | DatabaseUnavailableError):
+            raise exc
+        failed_step = getattr(getattr(undo, "__durable_step__", None), "name", repr(undo))
+        error = exc
+        break
+    run.compensations.clear()
+    if error is None:
+        yield from finish(run, final, None, encode_error(failure))
+        return
+    detail = json.loads(encode_error(error))
+    detail["message"] = f"compensation {failed_step!r} failed: {detail['message']}"
+    detail["failed_compensation"] = failed_step
+    detail["original_error"] = json.loads(encode_error(failure))
+    yield from finish(run, WorkflowStatus.COMPENSATION_FAILED, None, json.dumps(detail))
+
+
+def register_compensation(run: Run, undo: Callable[..., Any], args: Any, kwargs: Any) -> None:
+    run.compensations.append((undo, tuple(args), dict(kwargs)))
+
+
+# -- @effect: intent -> pending -> applied ---------------------------------------------------------
+
+
+def effect_key(run: Run, seq: int, user_part: str | None) -> str:
+    """Derived from the work, never random: the same on every replay and every process."""
+    return f"{run.workflow_id}:{seq}" if user_part is None else f"{run.workflow_id}:{user_part}"
+
+
+def effect(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Gen[Any]:
+    """Run an effect exactly once per workflow position (or per user key), write-ahead."""
+    options = defn.effect
+    assert options is not None
+    if options.requires_approval:
+        # The n-th call of this effect in the workflow: the same on every replay.
+        nth = run.approvals_asked.get(defn.name, 0)
+        run.approvals_asked[defn.name] = nth + 1
+        decision = yield from approval(run, f"{defn.name}#{nth}", {"args": list(args)})
+        if not decision.approved:
+            raise ApprovalDeniedError(defn.name, decision.comment)
+    seq, found = run.journal.next_call(defn.name)
+    undo = run.settings.compensation_of(defn.name)
+    if found is not None:
+        value = replay(run, found)
+        if undo is not None:
+            register_compensation(run, undo, args, kwargs)
+        return value
+    check_interrupt(run)
+    if run.ledger is not None:
+        yield from budget_gate(run, seq, defn.name)
+    value = yield from _apply_effect(run, seq, defn, args, kwargs)
+    if undo is not None:
+        register_compensation(run, undo, args, kwargs)
+    return value
+
+
+def _apply_effect(
+    run: Run, seq: int, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Gen[Any]:
+    options = defn.effect
+    assert options is not None
+    settings = run.settings
+    yield from barrier(run)  # an effect's intent is never written before earlier steps
+    params_text = run.dumps(
+        {"args": list(args), "kwargs": dict(kwargs)}, f"the parameters of effect {defn.name!r}"
+    )
+    fingerprint = hashlib.sha256(params_text.encode("utf-8")).hexdigest()
+    user_part = options.key(*args, **kwargs) if options.key is not None else None
+    key = effect_key(run, seq, user_part)
+    started = settings.clock.now()
+    ids = {"workflow_id": run.workflow_id, "idempotency_key": key}
+    existing = None
+    if not run.journal.is_fresh or user_part is not None:
+        existing = yield Execute("get_effect", ids, "one")
+    if existing is None:
+        intent = {
+            **ids,
+            "epoch": run.epoch,
+            "step_seq": seq,
+            "effect_name": defn.name,
+            "params_fingerprint": fingerprint,
+        }
+        if (yield Execute("effect_intent", intent)) == 0:
+            existing = yield Execute("get_effect", ids, "one")
+            if existing is None:
+                raise StaleOwnerError(run.workflow_id, run.epoch)
+        settings.crash_point("effect_after_intent")
+    if existing is not None:
+        if existing["params_fingerprint"] != fingerprint:
+            raise IdempotencyKeyReusedError(key, existing["params_fingerprint"], fingerprint)
+        status = EffectStatus(existing["status"])
+        if status is EffectStatus.APPLIED:
+            # The same key already moved the world (e.g. an earlier position with this key).
+            yield from record(
+                run, seq, defn.name, StepKind.EFFECT, existing["result"], None, 1, started
+            )
+            return run.loads(existing["result"])
+        if status is EffectStatus.FAILED:
+            yield from record(
+                run, seq, defn.name, StepKind.EFFECT, None, existing["error"], 1, started
+            )
+            raise rebuild_error(defn.name, existing["error"])
+        if status is EffectStatus.PENDING and options.reconcile is not None:
+            # The process died after the call started: ask the outside world, don't guess.
+            asked: Outcome = yield Call(options.reconcile, (key, *args), kwargs)
+            if asked.error is not None:
+                raise asked.error
+            if asked.value is not None:
+                result = run.dumps(asked.value, f"the reconciled result of effect {defn.name!r}")
+                yield from _settle(
+                    run, seq, defn, key, EffectStatus.APPLIED, result, None, started, True
+                )
+                return asked.value
+            logger.info("effect %s key %s: never landed, calling again", defn.name, key)
+    attempt = 0
+    call_kwargs = {**kwargs, "idempotency_key": key}
+    while True:
+        attempt += 1
+        _fenced((yield Execute("effect_pending", {**ids, "epoch": run.epoch})), run)
+        settings.crash_point("effect_after_pending")
+        run.in_step = True
+        try:
+            outcome: Outcome = yield Call(defn.fn, args, call_kwargs)
+        finally:
+            run.in_step = False
+        exc = outcome.error
+        if exc is None:
+            break
+        if defn.retry.should_retry(exc, attempt):
+            yield Pause(defn.retry.delay(attempt))
+            continue
+        yield from _settle(
+            run, seq, defn, key, EffectStatus.FAILED, None, encode_error(exc), started, False
+        )
+        raise exc
+    settings.crash_point("effect_after_call")
+    result = run.dumps(outcome.value, f"the result of effect {defn.name!r}")
+    yield from _settle(run, seq, defn, key, EffectStatus.APPLIED, result, None, started, False)
+    settings.crash_point("effect_after_applied")
+    return outcome.value
+
+
+def _settle(
+    run: Run,
+    seq: int,
+    defn: StepDef,
+    key: str,
+    status: EffectStatus,
+    result: str | None,
+    error: str | None,
+    started: dt.datetime,
+    reconciled: bool,
+) -> Gen[None]:
+    """The effect's outcome and its journal row, in one transaction, fenced by epoch."""
+    written = yield Atomic(
+        [
+            (
+                "effect_settle",
+                {
+                    "workflow_id": run.workflow_id,
+                    "idempotency_key": key,
+                    "status": status.value,
+                    "result": result,
+                    "error": error,
+                    "reconciled": reconciled,
+                },
+            ),
+            (
+                "record_step",
+                {
+                    "workflow_id": run.workflow_id,
+                    "epoch": run.epoch,
+                    "step_seq": seq,
+                    "step_name": defn.name,
+                    "kind": StepKind.EFFECT.value,
+                    "output": result,
+                    "error": error,
+                    "attempts": 1,
+                    "child_workflow_id": None,
+                    "started_at": started,
+                },
+            ),
+        ]
+    )
+    if not written:
+        raise StaleOwnerError(run.workflow_id, run.epoch)
+
+
+# -- the one gate: approvals and the budget --------------------------------------------------------
+
+
+def gate(
+    run: Run,
+    name: str,
+    seq: int,
+    payload: str,
+    default: bool = False,
+    timeout_seconds: float | None = None,
+) -> Gen[Decision]:
+    """Wait for a decision on gate `name` (asked at position `seq`): returns it once
+    decided, else records the request and suspends the workflow (WorkflowSuspended).
+
+    The request and the suspension are separate fenced writes; a decision that lands
+    between them is seen, because a suspension refuses to park a decided gate."""
+    yield from barrier(run)  # suspending writes what the run still holds
+    ids = {"workflow_id": run.workflow_id, "name": name}
+    row = yield Execute("get_approval", ids, "one")
+    if row is None:
+        asked = {
+            **ids,
+            "epoch": run.epoch,
+            "step_seq": seq,
+            "payload": payload,
+            "default_approved": default,
+            "timeout_seconds": timeout_seconds,
+        }
+        _fenced((yield Execute("approval_request", asked)), run)
+    elif row["status"] != "waiting":
+        return Decision.from_row(row)
+    if (yield Execute("suspend_for_approval", {**ids, "epoch": run.epoch})):
+        raise WorkflowSuspended(run.workflow_id)
+    # Not suspended: either decided meanwhile, or this run lost ownership.
+    row = yield Execute("get_approval", ids, "one")
+    if row is not None and row["status"] != "waiting":
+        return Decision.from_row(row)
+    raise StaleOwnerError(run.workflow_id, run.epoch)
+
+
+def approval(
+    run: Run,
+    name: str,
+    payload: Any = None,
+    *,
+    timeout: float | None = None,
+    default: bool = False,
+) -> Gen[Decision]:
+    """durable.approval(): a journaled gate; the decision is the call's output."""
+    label = f"approval:{name}"
+    seq, found = run.journal.next_call(label)
+    if found is not None:
+        return Decision(**run.loads(found.output))
+    check_interrupt(run)
+    text = run.dumps(payload, f"the payload of approval {name!r}")
+    decision = yield from gate(run, name, seq, text, default, timeout)
+    output = run.settings.serializer.dumps(asdict(decision))
+    yield from record(run, seq, label, StepKind.APPROVAL, output)
+    return decision
+
+
+# -- the budget ------------------------------------------------------------------------------------
+
+
+def open_ledger(run: Run, limits: Budget | None) -> Gen[None]:
+    """Load (or, at a root's first start, create) the run's budget row."""
+    if run.budget_id is None:
+        return
+    if limits is not None and run.budget_id == run.workflow_id:
+        row = yield Execute(
+            "ensure_budget",
+            {
+                "budget_id": run.budget_id,
+                "limit_dollars": dollars_exact(limits.dollars),
+                "limit_tokens": limits.tokens,
+                "limit_steps": limits.steps,
+            },
+            "one",
+        )
+    else:
+        row = yield Execute("get_budget", {"budget_id": run.budget_id}, "one")
+    run.ledger = None if row is None else Ledger.from_row(row)
+
+
+def refresh_ledger(run: Run) -> Gen[None]:
+    """Re-read the ledger (after a child, which spends from the same row, returns)."""
+    if run.ledger is None:
+        return
+    row = yield Execute("get_budget", {"budget_id": run.ledger.budget_id}, "one")
+    if row is not None:
+        run.ledger = Ledger.from_row(row)
+
+
+def budget_gate(run: Run, seq: int, step_name: str) -> Gen[None]:
+    """Before a new step: if the budget is used up, wait for a decision instead of running.
+
+    The gate is keyed by the step's position, not journaled as a call of its own, so a
+    replay after the decision reaches the same step at the same position."""
+    ledger = run.ledger
+    if ledger is None or ledger.exhausted() is None:
+        return
+    yield from refresh_ledger(run)
+    ledger = run.ledger
+    assert ledger is not None
+    why = ledger.exhausted()
+    if why is None:
+        return  # raised meanwhile
+    payload = run.dumps({"step": step_name, "exhausted": why, **ledger.as_dict()}, "a budget gate")
+    decision = yield from gate(run, f"budget@{seq}", seq, payload)
+    if not decision.approved:
+        raise BudgetExceededError(run.workflow_id, step_name, why)
+    # Approved: a person let this step run (usually after raising the budget).
+
+
+def charge(run: Run, dollars: Decimal, tokens: int) -> None:
+    run.step_dollars += dollars
+    run.step_tokens += tokens
+
+
+def budget_left(run: Run) -> Budget:
+    ledger = run.ledger
+    if ledger is None:
+        return Budget()
+    spent_dollars = ledger.spent_dollars + run.step_dollars
+    spent_tokens = ledger.spent_tokens + run.step_tokens
+    return Budget(
+        dollars=None
+        if ledger.limit_dollars is None
+        else max(0.0, float(ledger.limit_dollars - spent_dollars)),
+        tokens=None if ledger.limit_tokens is None else max(0, ledger.limit_tokens - spent_tokens),
+        steps=None
+        if ledger.limit_steps is None
+        else max(0, ledger.limit_steps - ledger.spent_steps),
+    )
+
+
+# -- durable sleep, messages and events ------------------------------------------------------------
+
+SLEEP_IN_PLACE = 1.0  # seconds: shorter waits sleep in place instead of suspending
+
+
+def _wake_time(run: Run, label: str, seconds: float) -> Gen[dt.datetime]:
+    """Journal (or replay) the time a wait ends, so a resume never waits again for the part
+    already waited."""
+    seq, found = run.journal.next_call(label)
+    if found is not None:
+        return dt.datetime.fromisoformat(run.loads(found.output))
+    wake_at = run.settings.clock.now() + dt.timedelta(seconds=seconds)
+    output = run.settings.serializer.dumps(wake_at.isoformat())
+    yield from record(run, seq, label, StepKind.SLEEP, output)
+    return wake_at
+
+
+def _suspend(run: Run, wake_at: dt.datetime | None, topic: str | None) -> Gen[None]:
+    """Park the workflow (WorkflowSuspended); returns if a message it waits for arrived
+    meanwhile."""
+    # A cancel or timeout seen while waiting ends the wait (workers wake a suspended
+    # workflow at its deadline, whatever it waits for).
+    check_interrupt(run)
+    yield from barrier(run)
+    suspended = yield Execute(
+        "suspend_until",
+        {"workflow_id": run.workflow_id, "epoch": run.epoch, "wake_at": wake_at, "topic": topic},
+    )
+    if suspended:
+        raise WorkflowSuspended(run.workflow_id)
+    if topic is None:
+        raise StaleOwnerError(run.workflow_id, run.epoch)
+
+
+def sleep(run: Run, seconds: float) -> Gen[None]:
+    """The wake-up time is journaled first; a long sleep suspends (no slot, no thread)."""
+    wake_at = yield from _wake_time(run, "sleep", seconds)
+    clock = run.settings.clock
+    remaining = (wake_at - clock.now()).total_seconds()
+    if remaining <= 0:
+        return
+    if remaining <= SLEEP_IN_PLACE and clock.is_system:
+        check_interrupt(run)
+        yield Pause(remaining)
+        return
+    yield from _suspend(run, wake_at, None)
+
+
+def recv(run: Run, topic: str | None, timeout: float | None) -> Gen[Any]:
+    """The oldest message on `topic`, consumed in the statement that journals it; or None
+    once the timeout passed. Suspends while nothing is there."""
+    topic_key = topic or ""
+    deadline = None
+    if timeout is not None:
+        deadline = yield from _wake_time(run, f"recv-deadline:{topic_key}", timeout)
+    label = f"recv:{topic_key}"
+    seq, found = run.journal.next_call(label)
+    if found is not None:
+        return run.loads(found.output)
+    check_interrupt(run)
+    yield from barrier(run)
+    while True:
+        row = yield Execute(
+            "consume_message",
+            {
+                "workflow_id": run.workflow_id,
+                "epoch": run.epoch,
+                "topic": topic_key,
+                "step_seq": seq,
+                "step_name": label,
+            },
+            "one",
+        )
+        if row is not None:
+            run.settings.crash_point("after_recv")
+            return run.loads(row["output"])
+        if deadline is not None and run.settings.clock.now() >= deadline:
+            yield from record(run, seq, label, StepKind.RECV, None)
+            return None
+        yield from _suspend(run, deadline, topic_key)
+        # Still here: a message arrived between the check and the suspend.
+
+
+def set_event(run: Run, key: str, value: Any) -> Gen[None]:
+    """Publish `value` under `key`, journaled with its call in one statement."""
+    label = f"event:{key}"
+    seq, found = run.journal.next_call(label)
+    if found is not None:
+        return
+    check_interrupt(run)
+    text = run.dumps(value, f"the value of event {key!r}")
+    yield from barrier(run)
+    params = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "step_seq": seq,
+        "step_name": label,
+        "key": key,
+        "value": text,
+    }
+    _fenced((yield Execute("set_event", params)), run)
+
+
+# -- working state and conversation turns ----------------------------------------------------------
+
+STATE_CALL = "durable.state"
+TURN_CALL = "durable.turn"
+
+
+def set_state(run: Run, value: Any) -> Gen[None]:
+    seq, found = run.journal.next_call(STATE_CALL)
+    if found is not None:
+        run.state = found.output
+        return
+    text = run.dumps(value, "the workflow's durable.state")
+    yield from record(run, seq, STATE_CALL, StepKind.STATE, text, lazy=True)
+    run.state = text
+
+
+def append_turn(run: Run, role: str, content: Any) -> Gen[None]:
+    seq, found = run.journal.next_call(TURN_CALL)
+    if found is not None:
+        run.turns.append(run.loads(found.output or "null"))
+        return
+    text = run.dumps({"role": role, "content": content}, f"a {role!r} turn of the conversation")
+    yield from record(run, seq, TURN_CALL, StepKind.TURN, text, lazy=True)
+    run.turns.append(run.loads(text))

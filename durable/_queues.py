@@ -24,7 +24,8 @@ from durable._registry import Registry, default_registry
 from durable.errors import ConfigurationError, NoEngineError
 
 if TYPE_CHECKING:
-    from durable._engine import Engine, WorkflowHandle
+    from durable._client import WorkflowHandle
+    from durable._registry import WorkflowDef
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -85,36 +86,32 @@ class Queue:
         engine = current_engine.get()
         if engine is None:
             raise NoEngineError()
-        return engine.enqueue(self, fn, *args, **kwargs)
+        handle: WorkflowHandle = engine.enqueue(self, fn, *args, **kwargs)
+        return handle
 
-    def dequeue_params(self, engine: Engine, limit: int) -> dict[str, Any]:
-        defs = engine.registry.workflows()
+    def dequeue_params(
+        self,
+        *,
+        schema: str,
+        owner: str,
+        lease_seconds: float,
+        defs: list[WorkflowDef],
+        limit: int,
+    ) -> dict[str, Any]:
+        """The parameters of one dequeue of this queue by executor `owner`, which can run
+        the workflows `defs`."""
         count, period = self.rate_limit if self.rate_limit is not None else (None, 0.0)
         return {
             "queue_name": self.name,
-            "lock_key": f"{engine.schema}.queue:{self.name}",
+            "lock_key": f"{schema}.queue:{self.name}",
             "limit": limit,
             "concurrency": self.concurrency,
             "worker_concurrency": self.worker_concurrency,
             "rate_count": count,
             "rate_period": float(period),
             "by_priority": self.priority,
-            "owner": engine.executor_id,
-            "lease_seconds": engine.lease_seconds,
+            "owner": owner,
+            "lease_seconds": lease_seconds,
             "names": [d.name for d in defs],
             "versions": [d.version or "" for d in defs],
         }
-
-
-def dequeue(engine: Engine, queue: Queue, limit: int) -> list[dict[str, Any]]:
-    """Take up to `limit` entries of `queue` that its limits allow, owned by this engine.
-    Returns the claimed rows (empty if another worker holds the queue's lock)."""
-    params = queue.dequeue_params(engine, limit)
-    with engine.db.transaction() as conn, engine.db.cursor_on(conn) as cur:
-        cur.execute(engine.db.query("lock_queue"), params)
-        locked = cur.fetchone()
-        if not locked or not locked[0]:
-            return []
-        cur.execute(engine.db.query("dequeue"), params)
-        names = [c.name for c in cur.description or []]
-        return [dict(zip(names, row, strict=True)) for row in cur.fetchall()]

@@ -1,4 +1,4 @@
-"""The worker loop: recover interrupted workflows from any executor, run runnable ones.
+"""The worker loop and the heartbeat: recover interrupted workflows, run runnable ones.
 
 Recovery is a claim like any other: a workflow whose owner stopped renewing its lease (the
 process died, or is paused, or lost its network) is claimed with FOR UPDATE SKIP LOCKED,
@@ -79,11 +79,11 @@ class Worker:
                 continue
             if claimed and len(claimed) >= free:
                 # Full: wait for a slot to free up (or stop).
-                engine._slot_freed.clear()
+                engine.runner.slot_freed.clear()
                 while (
                     not stop.is_set()
                     and engine.running_count() >= 2 * engine.max_workers
-                    and not engine._slot_freed.wait(self.poll_interval)
+                    and not engine.runner.slot_freed.wait(self.poll_interval)
                 ):
                     pass
                 continue
@@ -142,3 +142,55 @@ class Worker:
                         conn.close()
                     except psycopg.Error:
                         pass
+
+
+class Heartbeat:
+    """Renews this executor's leases and reads cancel requests for its runs, on a thread.
+
+    Leases are renewed every third of their length; cancel requests are read more often
+    (`cancel_poll_interval`) and handed to the runner as one dict, so a run sees a cancel
+    at its next step with a dict lookup, not a query."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._loop, name="durable-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _loop(self) -> None:
+        engine = self.engine
+        interval = engine.lease_seconds / 3
+        failing = False
+        next_renewal = time.monotonic() + interval
+        while not self._stop.wait(engine.cancel_poll_interval):
+            if not engine.running:
+                return
+            db = engine.db
+            try:
+                rows = db.fetch_all("owned_cancel_requests", {"owner": engine.executor_id})
+                engine.runner.cancel_requests = {r["workflow_id"]: r["cancel_reason"] for r in rows}
+                if time.monotonic() < next_renewal:
+                    continue
+                next_renewal = time.monotonic() + interval
+                db.execute(
+                    "renew_leases",
+                    {"owner": engine.executor_id, "lease_seconds": engine.lease_seconds},
+                )
+                db.execute("heartbeat_executor", {"executor_id": engine.executor_id})
+                if failing:
+                    logger.info("heartbeat restored")
+                failing = False
+            except Exception:
+                if not failing:
+                    logger.warning("heartbeat failed; retrying", exc_info=True)
+                failing = True

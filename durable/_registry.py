@@ -12,8 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from durable._models import StepKind
-from durable._protocol import RetryPolicy
+from durable._models import Budget, RetryPolicy, StepKind
 from durable.errors import DuplicateNameError
 
 Durability = Literal["sync", "async", "exit"]
@@ -29,8 +28,8 @@ class WorkflowDef:
     durability: Durability | None = None
     # Seconds from the first start after which the workflow is cancelled (None: never).
     timeout: float | None = None
-    # Limits of the workflow tree's budget ledger (a durable.Budget), or None.
-    budget: Any = None
+    # Limits of the workflow tree's budget ledger, or None.
+    budget: Budget | None = None
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from durable._registry import Registry, default_registry
 from durable.errors import InvalidScheduleError
 
 if TYPE_CHECKING:
-    from durable._engine import Engine
+    from durable._client import Client
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -146,42 +146,34 @@ def tick_workflow_id(schedule_name: str, tick: dt.datetime) -> str:
     return f"schedule:{schedule_name}:{tick.astimezone(dt.UTC).isoformat()}"
 
 
-def fire(engine: Engine) -> int:
-    """Start the due ticks of every schedule this engine's registry can run; returns how
-    many workflows were started. Safe to call from any number of workers at once."""
-    defs = engine.registry.workflows()
+def fire(client: Client, registry: Registry, durability: str) -> int:
+    """Start the due ticks of every schedule `registry` can run; returns how many
+    workflows were started. Safe to call from any number of workers at once: each
+    schedule is fired under its row lock (SKIP LOCKED), and a tick's workflow id is
+    derived from the tick, so a tick is never started twice."""
+    defs = registry.workflows()
     names = [d.name for d in defs]
     versions = [d.version or "" for d in defs]
-    candidates = engine.db.fetch_all("due_schedules", {"names": names, "versions": versions})
+    db = client.db
+    candidates = db.fetch_all("due_schedules", {"names": names, "versions": versions})
     started = 0
-    now = engine.clock.now()
+    now = client.clock.now()
     for candidate in candidates:
-        with engine.db.transaction() as conn:
-            with engine.db.cursor_on(conn) as cur:
-                cur.execute(
-                    engine.db.query("lock_schedule"),
-                    {"schedule_name": candidate["schedule_name"]},
-                )
-                locked = cur.fetchone()
+        schedule_name = candidate["schedule_name"]
+        with db.in_transaction() as tx:
+            locked = tx.fetch_one("lock_schedule", {"schedule_name": schedule_name})
             if locked is None:
                 continue  # another worker is firing it right now
-            schedule = dict(zip(("cron", "timezone", "catch_up", "last_tick"), locked, strict=True))
-            ticks, mark = due_ticks(schedule, now)
-            defn = engine.registry.get_workflow(
-                candidate["workflow_name"], candidate["workflow_version"]
-            )
+            ticks, mark = due_ticks(locked, now)
+            defn = registry.get_workflow(candidate["workflow_name"], candidate["workflow_version"])
             assert defn is not None  # due_schedules filtered on what the registry has
             for tick in ticks:
-                workflow_id = tick_workflow_id(candidate["schedule_name"], tick)
-                inputs = engine._encode_inputs(defn, [tick], {})
-                params = engine._workflow_params(defn, workflow_id, inputs, None)
-                started += engine.db.execute_on(conn, "insert_workflow_pending", params)
+                workflow_id = tick_workflow_id(schedule_name, tick)
+                inputs = client.encode_inputs(defn, [tick], {})
+                params = client.workflow_params(defn, workflow_id, inputs, None, durability)
+                started += tx.execute("insert_workflow_pending", params)
             if mark is not None:
-                engine.db.execute_on(
-                    conn,
-                    "set_schedule_mark",
-                    {"schedule_name": candidate["schedule_name"], "last_tick": mark},
-                )
+                tx.execute("set_schedule_mark", {"schedule_name": schedule_name, "last_tick": mark})
     if started:
-        engine.notify_work("schedule")
+        client.notify_work("schedule")
     return started

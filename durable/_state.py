@@ -15,17 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from durable._context import RunContext, current_run
-from durable._executor import record_step
-from durable._models import StepKind
+from durable import _protocol as protocol
+from durable._context import current_run
+from durable._driver import drive
+from durable._protocol import Run
 from durable.errors import NotInWorkflowError
-from durable.serialization import dumps_checked
-
-_STATE_CALL = "durable.state"
-_TURN_CALL = "durable.turn"
 
 
-def _workflow_run(what: str) -> RunContext:
+def _workflow_run(what: str) -> Run:
     run = current_run.get()
     if run is None or run.in_step:
         where = "inside a step" if run is not None else "outside a workflow"
@@ -54,21 +51,12 @@ class State:
             )
         if run.state is None:
             return default
-        return run.engine.serializer.loads(run.state)
+        return run.loads(run.state)
 
     def set(self, value: Any) -> None:
         """Replace the state; journaled at this position of the workflow."""
         run = _workflow_run("durable.state.set()")
-        engine = run.engine
-        seq, record = run.journal.next_call(_STATE_CALL)
-        if record is not None:
-            run.state = record.output
-            return
-        text = dumps_checked(
-            engine.serializer, value, "the workflow's durable.state", engine.max_payload_bytes
-        )
-        record_step(run, seq, _STATE_CALL, StepKind.STATE, text, None, 1, None, lazy=True)
-        run.state = text
+        drive(run, protocol.set_state(run, value))
 
     def update(self, **changes: Any) -> None:
         """Merge `changes` into a dict state (an empty dict if there is none yet)."""
@@ -92,17 +80,7 @@ def append_turn(role: str, content: Any) -> None:
     run = _workflow_run("durable.append_turn()")
     if not isinstance(role, str) or not role:
         raise TypeError(f"role={role!r}: give a non-empty string such as 'user' or 'assistant'")
-    engine = run.engine
-    turn = {"role": role, "content": content}
-    seq, record = run.journal.next_call(_TURN_CALL)
-    if record is not None:
-        run.turns.append(engine.serializer.loads(record.output or "null"))
-        return
-    text = dumps_checked(
-        engine.serializer, turn, f"a {role!r} turn of the conversation", engine.max_payload_bytes
-    )
-    record_step(run, seq, _TURN_CALL, StepKind.TURN, text, None, 1, None, lazy=True)
-    run.turns.append(engine.serializer.loads(text))
+    drive(run, protocol.append_turn(run, role, content))
 
 
 def conversation() -> list[dict[str, Any]]:

@@ -1,6 +1,7 @@
-"""The only module that executes SQL against the system database.
+"""The only module that executes SQL: the system database's and the application's.
 
-Statements live in `_sql/queries.sql`. They are rendered once per engine, with the schema
+Statements live in `_sql/queries.sql` (the app database's schema in
+`_sql/app_migrations.sql`). They are rendered once per engine, with the schema
 name quoted by `psycopg.sql.Identifier`, into bytes that psycopg prepares after a few uses.
 Connections are autocommit: each journal write is one statement and therefore one commit,
 with no BEGIN/COMMIT round trips and no pre-ping. Database errors are translated here, by
@@ -28,6 +29,8 @@ from durable import _migrate
 from durable.errors import DatabaseUnavailableError
 
 if TYPE_CHECKING:
+    import sqlalchemy
+
     from durable._clock import Clock
 
 logger = logging.getLogger("durable.systemdb")
@@ -157,12 +160,62 @@ class SystemDB:
                 f"lost the system database while running {name!r}: {exc}"
             ) from exc
 
-    def execute_on(self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]) -> int:
-        """Like execute(), on a connection the caller holds (a run's own connection)."""
-        with self._translate(name):
-            cur = conn.execute(self._queries[name], params)
-            self.counters.statements += 1
-            return cur.rowcount
+    def run_on(
+        self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any], fetch: str
+    ) -> Any:
+        """A named statement on a run's own connection: the row count ("count"), the first
+        row ("one") or every row ("all"), as dicts. The drivers' one way to the database."""
+        query = self._queries[name]
+        try:
+            if fetch == "count":
+                cur = conn.execute(query, params)
+                self.counters.statements += 1
+                return cur.rowcount
+            with conn.cursor(row_factory=dict_row) as dcur:
+                dcur.execute(query, params)
+                self.counters.statements += 1
+                return dcur.fetchone() if fetch == "one" else dcur.fetchall()
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise DatabaseUnavailableError(
+                f"lost the system database while running {name!r}: {exc}"
+            ) from exc
+
+    def app_run(
+        self, conn: sqlalchemy.Connection, name: str, params: dict[str, Any], fetch: str
+    ) -> Any:
+        """A named statement inside the application's transaction (SQLAlchemy connection)."""
+        result = conn.exec_driver_sql(self.statement(name), params)
+        self.counters.statements += 1
+        if fetch == "count":
+            return result.rowcount
+        rows = [dict(r._mapping) for r in result]
+        return (rows[0] if rows else None) if fetch == "one" else rows
+
+    def migrate_app(self, app_engine: sqlalchemy.Engine) -> None:
+        """Create the application database's `transaction_outputs` (when it is not the
+        system database), under the same advisory lock as the system migrations."""
+        text = resources.files("durable._sql").joinpath("app_migrations.sql").read_text()
+        with app_engine.begin() as conn:
+            raw = conn.connection.driver_connection
+            assert raw is not None
+            rendered = sql.SQL(text).format(schema=sql.Identifier(self.schema))
+            lock = {"key": _migrate.lock_key(self.schema)}
+            conn.exec_driver_sql(self.statement("app_migration_lock"), lock)
+            conn.exec_driver_sql(rendered.as_string(raw))
+
+    @contextmanager
+    def in_transaction(self) -> Iterator[Tx]:
+        """Named statements in one transaction on a pooled connection (committed on success)."""
+        with self.transaction() as conn:
+            yield Tx(self, conn)
+
+    def dequeue(self, params: dict[str, Any]) -> list[Row]:
+        """Take what a queue's limits allow under its lock; [] if another worker holds it."""
+        with self.in_transaction() as tx:
+            locked = tx.fetch_one("lock_queue", params)
+            if locked is None or not locked["locked"]:
+                return []
+            return tx.fetch_all("dequeue", params)
 
     def execute(self, name: str, params: dict[str, Any]) -> int:
         """Run a statement, return its row count (0 means a fence refused the write)."""
@@ -185,15 +238,6 @@ class SystemDB:
 
     def fetch_one(self, name: str, params: dict[str, Any]) -> Row | None:
         with self._run(name, params) as cur:
-            return cur.fetchone()
-
-    def fetch_one_on(
-        self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any]
-    ) -> Row | None:
-        """Like fetch_one(), on a connection the caller holds (a run's own connection)."""
-        with self._translate(name), conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(self._queries[name], params)
-            self.counters.statements += 1
             return cur.fetchone()
 
     def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
@@ -229,16 +273,6 @@ class SystemDB:
         except _Refused:
             return False
         return True
-
-    def query(self, name: str) -> bytes:
-        return self._queries[name]
-
-    @contextmanager
-    def cursor_on(self, conn: psycopg.Connection[Any]) -> Iterator[psycopg.Cursor[Any]]:
-        """A cursor on a run's own connection, with errors translated."""
-        with self._translate("cursor"), conn.cursor() as cur:
-            yield cur
-            self.counters.statements += 1
 
     def write_steps(
         self, conn: psycopg.Connection[Any] | None, rows: Sequence[dict[str, Any]]
@@ -306,3 +340,37 @@ def is_unique_violation(exc: BaseException | None, constraint: str) -> bool:
     return (
         isinstance(exc, psycopg.errors.UniqueViolation) and exc.diag.constraint_name == constraint
     )
+
+
+class Tx:
+    """Named statements inside one transaction of a SystemDB (see in_transaction)."""
+
+    def __init__(self, db: SystemDB, conn: psycopg.Connection[Any]) -> None:
+        self._db = db
+        self._conn = conn
+
+    def execute(self, name: str, params: dict[str, Any]) -> int:
+        return int(self._db.run_on(self._conn, name, params, "count"))
+
+    def fetch_one(self, name: str, params: dict[str, Any]) -> Row | None:
+        row: Row | None = self._db.run_on(self._conn, name, params, "one")
+        return row
+
+    def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
+        rows: list[Row] = self._db.run_on(self._conn, name, params, "all")
+        return rows
+
+
+def app_error_fault(exc: BaseException) -> str | None:
+    """How an error from the application database looks to the protocol: "lost" (the
+    connection), "unique:<constraint>" (a unique violation), or None."""
+    import sqlalchemy.exc
+
+    if isinstance(exc, sqlalchemy.exc.IntegrityError):
+        orig = exc.orig
+        if isinstance(orig, psycopg.errors.UniqueViolation):
+            return f"unique:{orig.diag.constraint_name}"
+        return None
+    if isinstance(exc, sqlalchemy.exc.OperationalError):
+        return "lost"
+    return None

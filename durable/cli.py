@@ -21,14 +21,13 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from durable._budget import Ledger
-from durable._models import StepRecord, WorkflowInfo, WorkflowStatus
+from durable._client import Client
+from durable._models import WorkflowInfo, WorkflowStatus
+from durable._protocol import decode_error
+from durable.errors import DurableError
 
 if TYPE_CHECKING:
     from durable._engine import Engine
-from durable._protocol import decode_error, encode_error
-from durable._systemdb import SystemDB
-from durable.errors import DurableError, WorkflowCancelledError, WorkflowNotFoundError
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -63,10 +62,11 @@ def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     return wrapper
 
 
-def _open(url: str | None, schema: str) -> SystemDB:
-    db = SystemDB(_resolve_url(url), schema, max_size=2)
-    db.open(timeout=10)
-    return db
+@contextmanager
+def _client(url: str | None, schema: str, *, migrate: bool = False) -> Iterator[Client]:
+    """A Client for one command: a small pool, no threads, no executor row."""
+    with Client(_resolve_url(url), schema=schema, migrate=migrate, connect_timeout=10) as client:
+        yield client
 
 
 def _console() -> Console:
@@ -84,11 +84,8 @@ def main() -> None:
 @_handle_errors
 def migrate(database_url: str | None, schema: str) -> None:
     """Create or upgrade durable's tables (safe to run concurrently)."""
-    db = _open(database_url, schema)
-    try:
-        applied = db.migrate()
-    finally:
-        db.close()
+    with _client(database_url, schema, migrate=True) as client:
+        applied = client.applied_migrations
     click.echo(f"applied migrations: {applied}" if applied else "schema is up to date")
 
 
@@ -130,12 +127,8 @@ def list_cmd(
     as_json: bool,
 ) -> None:
     """List workflows, newest first."""
-    db = _open(database_url, schema)
-    try:
-        rows = db.fetch_all("list_workflows", {"status": status, "name": name, "limit": limit})
-    finally:
-        db.close()
-    infos = [WorkflowInfo.from_row(r) for r in rows]
+    with _client(database_url, schema) as client:
+        infos = client.list_workflows(status, name=name, limit=limit)
     if as_json:
         click.echo(json.dumps([_info_dict(i) for i in infos], indent=2))
         return
@@ -166,31 +159,19 @@ def _short(text: str | None, width: int = 60) -> str:
 @_handle_errors
 def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool) -> None:
     """Show one workflow: inputs, status, and every journaled step."""
-    db = _open(database_url, schema)
-    try:
-        row = db.fetch_one("get_workflow", {"workflow_id": workflow_id})
-        if row is None:
-            raise WorkflowNotFoundError(workflow_id)
-        steps = [StepRecord.from_row(r) for r in db.fetch_all("load_journal", row)]
-        effects = db.fetch_all("list_effects", row)
-        state_row = db.fetch_one(
-            "latest_state", {"workflow_id": workflow_id, "before_seq": 2**31 - 1}
-        )
-        budget = None
-        owner_row = db.fetch_one("budget_of", {"workflow_id": workflow_id})
-        if owner_row is not None and owner_row["budget_id"] is not None:
-            budget_row = db.fetch_one("get_budget", {"budget_id": owner_row["budget_id"]})
-            budget = None if budget_row is None else Ledger.from_row(budget_row)
-    finally:
-        db.close()
-    info = WorkflowInfo.from_row(row)
-    state = None if state_row is None else json.loads(state_row["output"])
+    with _client(database_url, schema) as client:
+        info = client.get_workflow(workflow_id)
+        steps = client.steps(workflow_id)
+        effects = client.effects(workflow_id)
+        state_text = client.state_text(workflow_id)
+        budget = client.budget(workflow_id)
+    state = None if state_text is None else json.loads(state_text)
     if as_json:
         data = _info_dict(info) | {
             "state": state,
             "budget": None
             if budget is None
-            else {"budget_id": budget.budget_id, **budget.as_dict()},
+            else {k: budget[k] for k in ("budget_id", "limits", "spent")},
             "inputs": info.inputs,
             "output": info.output,
             "error": json.loads(info.error) if info.error else None,
@@ -237,19 +218,18 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
     if state is not None:
         console.print(f"state: {_short(json.dumps(state), 400)}")
     if budget is not None:
-        ledger_table = Table("budget", "limit", "spent", title=f"budget {budget.budget_id}")
-        d = budget.as_dict()
+        ledger_table = Table("budget", "limit", "spent", title=f"budget {budget['budget_id']}")
         for dim in ("dollars", "tokens", "steps"):
-            limit = d["limits"][dim]
+            limit = budget["limits"][dim]
             ledger_table.add_row(
-                dim, "unlimited" if limit is None else str(limit), str(d["spent"][dim])
+                dim, "unlimited" if limit is None else str(limit), str(budget["spent"][dim])
             )
         console.print(ledger_table)
-        why = budget.exhausted()
+        why = budget["exhausted"]
         if why:
             console.print(
                 f"[bold]budget used up[/bold] ({why}): raise it with "
-                f"`durable workflows raise-budget {budget.budget_id} --dollars N`"
+                f"`durable workflows raise-budget {budget['budget_id']} --dollars N`"
             )
     table = Table("#", "step", "kind", "output / error", "attempts", "ms")
     for s in steps:
@@ -280,13 +260,6 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
         console.print(ledger)
 
 
-def _change(db: SystemDB, statement: str, workflow_id: str) -> bool:
-    row = db.fetch_one(statement, {"workflow_id": workflow_id})
-    if row is None and db.fetch_one("get_workflow", {"workflow_id": workflow_id}) is None:
-        raise WorkflowNotFoundError(workflow_id)
-    return row is not None
-
-
 @workflows.command("cancel")
 @click.argument("workflow_id")
 @click.option("--reason", default="cancelled from the command line", show_default=True)
@@ -296,33 +269,18 @@ def _change(db: SystemDB, statement: str, workflow_id: str) -> bool:
 def cancel(workflow_id: str, reason: str, database_url: str | None, schema: str) -> None:
     """Cancel a workflow and its children: each stops at its next step or wait and runs
     its compensations; one that never started is cancelled at once."""
-    db = _open(database_url, schema)
-    try:
-        rows = db.fetch_all(
-            "cancel_workflow",
-            {
-                "workflow_id": workflow_id,
-                "reason": reason,
-                "error": encode_error(WorkflowCancelledError(workflow_id, reason)),
-            },
-        )
-        mine = [r for r in rows if r["workflow_id"] == workflow_id]
-        if not mine:
-            info = db.fetch_one("get_workflow", {"workflow_id": workflow_id})
-            if info is None:
-                raise WorkflowNotFoundError(workflow_id)
+    with _client(database_url, schema) as client:
+        asked = client.cancel_tree(workflow_id, reason)
+        if workflow_id not in asked:
+            info = client.get_workflow(workflow_id)  # WorkflowNotFoundError if none
             click.echo(
-                f"error: workflow {workflow_id!r} has already finished ({info['status']})",
+                f"error: workflow {workflow_id!r} has already finished ({info.status})",
                 err=True,
             )
             sys.exit(1)
-        if any(r["status"] == "PENDING" for r in rows):
-            db.execute("notify_work", {"channel": f"{schema}_work", "payload": workflow_id})
-    finally:
-        db.close()
-    others = len(rows) - 1
+    others = len(asked) - 1
     children = f" and {others} descendant(s)" if others else ""
-    if mine[0]["status"] == "CANCELLED":
+    if asked[workflow_id] is WorkflowStatus.CANCELLED:
         click.echo(f"cancelled {workflow_id}{children}")
     else:
         click.echo(
@@ -336,19 +294,14 @@ def cancel(workflow_id: str, reason: str, database_url: str | None, schema: str)
 @schema_option
 @_handle_errors
 def resume(workflow_id: str, database_url: str | None, schema: str) -> None:
-    """Make a cancelled, failed or given-up workflow runnable again by any worker."""
-    db = _open(database_url, schema)
-    try:
-        if not _change(db, "resume_workflow", workflow_id):
-            click.echo(
-                f"error: workflow {workflow_id!r} is running or succeeded; nothing to resume",
-                err=True,
-            )
-            sys.exit(1)
-        db.execute("notify_work", {"channel": f"{schema}_work", "payload": workflow_id})
-    finally:
-        db.close()
-    click.echo(f"resumed {workflow_id}: a worker will pick it up")
+    """Run a cancelled, failed or given-up workflow again from its journal (any worker
+    picks it up; completed steps are not run again)."""
+    with _client(database_url, schema) as client:
+        status = client.resume(workflow_id).status()
+    if status is WorkflowStatus.PENDING:
+        click.echo(f"resumed {workflow_id}: a worker will pick it up")
+    else:
+        click.echo(f"{workflow_id} is {status}: it is still going, nothing to resume")
 
 
 @workflows.command("raise-budget")
@@ -372,8 +325,8 @@ def raise_budget(
     """Add to a workflow's budget; workflows paused at its budget gates continue."""
     if dollars is None and tokens is None and steps is None:
         raise click.UsageError("give --dollars, --tokens or --steps")
-    with _client_engine(database_url, schema) as engine:
-        ledger = engine.raise_budget(
+    with _client(database_url, schema) as client:
+        ledger = client.raise_budget(
             workflow_id, dollars=dollars, tokens=tokens, steps=steps, decided_by=by
         )
     click.echo(json.dumps(ledger))
@@ -396,21 +349,9 @@ def fork(
     workflow_id: str, from_step: int, new_id: str | None, database_url: str | None, schema: str
 ) -> None:
     """Start a new workflow with the same inputs, reusing the journal before a step."""
-    import uuid
-
-    new_id = new_id or str(uuid.uuid4())
-    db = _open(database_url, schema)
-    try:
-        params = {"workflow_id": workflow_id, "new_id": new_id, "before_seq": from_step}
-        counts = db.execute_many_in_transaction(
-            [("fork_workflow", params), ("fork_steps", params), ("fork_charges", params)]
-        )
-        if counts[0] == 0:
-            raise WorkflowNotFoundError(workflow_id)
-        db.execute("notify_work", {"channel": f"{schema}_work", "payload": new_id})
-    finally:
-        db.close()
-    click.echo(new_id)
+    with _client(database_url, schema) as client:
+        handle = client.fork(workflow_id, from_step=from_step, new_id=new_id)
+    click.echo(handle.workflow_id)
 
 
 @main.group()
@@ -425,12 +366,9 @@ def executors() -> None:
 @_handle_errors
 def executors_list(database_url: str | None, schema: str, as_json: bool) -> None:
     """List executors with their heartbeat age and running workflows."""
-    db = _open(database_url, schema)
-    try:
-        rows = db.fetch_all("list_executors", {})
-        waiting = db.fetch_all("waiting_for_worker", {"stale_seconds": 120, "limit": 100})
-    finally:
-        db.close()
+    with _client(database_url, schema) as client:
+        rows = client.executors()
+        waiting = client.waiting_for_worker()
     if as_json:
         click.echo(
             json.dumps(
@@ -628,8 +566,8 @@ def send(
         value: Any = json.loads(message)
     except json.JSONDecodeError:
         value = message
-    with _client_engine(database_url, schema) as engine:
-        engine.send(workflow_id, value, topic=topic, idempotency_key=idempotency_key)
+    with _client(database_url, schema) as client:
+        client.send(workflow_id, value, topic=topic, idempotency_key=idempotency_key)
     click.echo(f"sent to {workflow_id}")
 
 
@@ -655,16 +593,12 @@ def prune(
 
     Workflows that can still run, or wait, are never touched; safe while workers run."""
     from durable._retention import RetentionPolicy
-    from durable._retention import prune as apply
 
     policy = RetentionPolicy(
         finished_after=finished_after, effects_after=effects_after, batch_size=batch_size
     )
-    db = _open(database_url, schema)
-    try:
-        report = apply(db, policy, dry_run=dry_run)
-    finally:
-        db.close()
+    with _client(database_url, schema) as client:
+        report = client.prune(policy, dry_run=dry_run)
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(report)))
         return
@@ -688,13 +622,8 @@ def approvals() -> None:
 @_handle_errors
 def approvals_list(database_url: str | None, schema: str, show_all: bool, as_json: bool) -> None:
     """Gates waiting for a decision (the workflows hold no worker while they wait)."""
-    db = _open(database_url, schema)
-    try:
-        rows = db.fetch_all(
-            "list_approvals", {"workflow_id": None, "waiting_only": not show_all, "limit": 500}
-        )
-    finally:
-        db.close()
+    with _client(database_url, schema) as client:
+        rows = client.list_approvals(waiting_only=not show_all, limit=500)
     if as_json:
         click.echo(
             json.dumps(
@@ -726,26 +655,6 @@ def approvals_list(database_url: str | None, schema: str, show_all: bool, as_jso
     _console().print(table)
 
 
-@contextmanager
-def _client_engine(database_url: str | None, schema: str) -> Iterator[Engine]:
-    """A short-lived engine with no workflows, for commands that act on stored ones."""
-    from durable._engine import Engine
-    from durable._registry import Registry
-
-    engine = Engine(
-        _resolve_url(database_url),
-        registry=Registry(),
-        schema=schema,
-        migrate=False,
-        max_workers=1,
-    )
-    engine.launch()
-    try:
-        yield engine
-    finally:
-        engine.shutdown()
-
-
 def _decision_command(approve: bool) -> click.Command:
     verb = "approve" if approve else "deny"
 
@@ -764,8 +673,8 @@ def _decision_command(approve: bool) -> click.Command:
         database_url: str | None,
         schema: str,
     ) -> None:
-        with _client_engine(database_url, schema) as engine:
-            engine.decide(workflow_id, name, approve, comment=comment, decided_by=by)
+        with _client(database_url, schema) as client:
+            client.decide(workflow_id, name, approve, comment=comment, decided_by=by)
         click.echo(f"{'approved' if approve else 'denied'} {name} of {workflow_id}")
 
     command.__doc__ = (
@@ -792,8 +701,8 @@ def schedules() -> None:
 @_handle_errors
 def schedules_list(database_url: str | None, schema: str, as_json: bool) -> None:
     """Stored schedules with their policy, state and latest tick."""
-    with _client_engine(database_url, schema) as engine:
-        rows = engine.list_schedules()
+    with _client(database_url, schema) as client:
+        rows = client.list_schedules()
     if as_json:
         keys = ("schedule_name", "workflow_name", "cron", "timezone", "catch_up", "paused")
         out = [
@@ -825,8 +734,8 @@ def _pause_command(paused: bool) -> click.Command:
     @schema_option
     @_handle_errors
     def command(name: str, database_url: str | None, schema: str) -> None:
-        with _client_engine(database_url, schema) as engine:
-            engine.pause_schedule(name, paused)
+        with _client(database_url, schema) as client:
+            client.pause_schedule(name, paused)
         click.echo(f"{'paused' if paused else 'resumed'} schedule {name}")
 
     command.__doc__ = (

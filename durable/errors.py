@@ -17,6 +17,7 @@ The tree::
     │   └── PayloadTooLargeError
     ├── WorkflowConflictError
     ├── WorkflowNotFoundError
+    ├── WorkflowNotResumableError
     ├── NondeterminismError
     ├── StaleOwnerError
     ├── IdempotencyKeyReusedError
@@ -151,6 +152,20 @@ class WorkflowNotFoundError(DurableError):
         self.workflow_id = workflow_id
         super().__init__(
             f"no workflow with id {workflow_id!r}: check the id (`durable workflows list`)"
+        )
+
+
+class WorkflowNotResumableError(DurableError):
+    """This workflow finished in a way that resume cannot undo (it succeeded, or its
+    compensations already ran): fork it to run it again (`client.fork(id, from_step=N)`)."""
+
+    def __init__(self, workflow_id: str, status: str) -> None:
+        self.workflow_id = workflow_id
+        self.status = status
+        super().__init__(
+            f"workflow {workflow_id!r} ended as {status}, which resume does not undo: "
+            f"fork it to run it again (client.fork({workflow_id!r}, from_step=N) or "
+            "`durable workflows fork`)"
         )
 
 

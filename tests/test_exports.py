@@ -4,6 +4,7 @@ import durable
 
 PUBLIC = {
     "Budget",
+    "Client",
     "budget_left",
     "charge",
     "tool",

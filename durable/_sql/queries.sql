@@ -114,14 +114,31 @@ WHERE owner = %(owner)s AND status = 'RUNNING' AND cancel_requested_at IS NOT NU
 
 -- resume_workflow --
 -- Make a stopped workflow runnable again (cancelled, failed, or out of recovery attempts).
-UPDATE {schema}.workflows
-SET status = 'PENDING', owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
-    recovery_attempts = 0, output = NULL, error = NULL, finished_at = NULL,
-    cancel_requested_at = NULL, cancel_reason = NULL, deadline_at = NULL,
-    updated_at = {schema}.current_time()
-WHERE workflow_id = %(workflow_id)s
-  AND status IN ('CANCELLED', 'ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'PENDING')
-RETURNING workflow_id
+-- The failures that ended it (failed step, tool, transaction and child records after the
+-- last record that succeeded) are forgotten, so those calls run again; everything that
+-- completed replays. Failed effects stay failed (the ledger says so), and the budget's
+-- totals keep what the failed attempts spent.
+WITH resumed AS (
+    UPDATE {schema}.workflows
+    SET status = 'PENDING', owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
+        recovery_attempts = 0, output = NULL, error = NULL, finished_at = NULL,
+        cancel_requested_at = NULL, cancel_reason = NULL, deadline_at = NULL,
+        updated_at = {schema}.current_time()
+    WHERE workflow_id = %(workflow_id)s
+      AND status IN ('CANCELLED', 'ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'PENDING')
+    RETURNING workflow_id
+), forgotten AS (
+    DELETE FROM {schema}.steps AS s
+    USING resumed AS r
+    WHERE s.workflow_id = r.workflow_id
+      AND s.error IS NOT NULL
+      AND s.kind IN ('step', 'tool', 'transaction', 'child')
+      AND s.step_seq > coalesce((
+          SELECT max(ok.step_seq) FROM {schema}.steps AS ok
+          WHERE ok.workflow_id = %(workflow_id)s AND ok.error IS NULL), -1)
+    RETURNING s.step_seq
+)
+SELECT r.workflow_id, (SELECT count(*) FROM forgotten) AS forgotten FROM resumed AS r
 
 -- fork_workflow --
 -- A new workflow with another's inputs, runnable by any worker that has its code.
@@ -253,6 +270,10 @@ WHERE executor_id = %(executor_id)s
 -- delete_executor --
 -- Forget this executor (clean shutdown).
 DELETE FROM {schema}.executors WHERE executor_id = %(executor_id)s
+
+-- app_migration_lock --
+-- Serialize creating the application database's tables (inside that transaction).
+SELECT pg_advisory_xact_lock(%(key)s)
 
 -- app_record_transaction --
 -- Journal a @transaction step in the application's database, inside the user's transaction.

@@ -1,0 +1,834 @@
+"""The Client: everything that reads or changes stored workflows, and nothing that runs them.
+
+A Client is a connection pool and the named statements: no threads, no heartbeat, no
+executor row. It records workflows for workers to run (submit, enqueue), hands out
+handles, reads journals and ledgers, and carries every operator action (cancel, resume,
+fork, send, decide, raise a budget, schedules, prune). The CLI is a Client; so is any
+process that only starts or inspects work. The Engine is a Client that also runs
+workflows (see `_engine.py`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+from durable import _protocol as protocol
+from durable._clock import Clock, clock_from_env
+from durable._context import current_run
+from durable._decorators import workflow_def
+from durable._driver import drive
+from durable._models import (
+    ApprovalStatus,
+    Budget,
+    Ledger,
+    StepRecord,
+    WorkflowInfo,
+    WorkflowStatus,
+    dollars_exact,
+)
+from durable._protocol import decode_error, encode_error
+from durable._queues import Queue
+from durable._registry import WorkflowDef
+from durable._retention import PruneReport, RetentionPolicy, prune
+from durable._schedules import Schedule
+from durable._systemdb import SystemDB, is_unique_violation
+from durable.errors import (
+    ApprovalConflictError,
+    ConfigurationError,
+    DatabaseUnavailableError,
+    EngineNotRunningError,
+    InvalidBudgetError,
+    InvalidWaitError,
+    PayloadTooLargeError,
+    QueueDedupError,
+    ResultTimeoutError,
+    SerializationError,
+    UnknownApprovalError,
+    UnknownScheduleError,
+    WorkflowCancelledError,
+    WorkflowConflictError,
+    WorkflowFailedError,
+    WorkflowNotFoundError,
+    WorkflowNotResumableError,
+    WorkflowTimeoutError,
+)
+from durable.serialization import JSONSerializer, PickleSerializer, Serializer, dumps_checked
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+logger = logging.getLogger("durable.client")
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+POLL_MIN = 0.005
+POLL_MAX = 0.25
+
+# A workflow resume cannot run again: it succeeded, or its undo already ran.
+_NOT_RESUMABLE = frozenset(
+    {WorkflowStatus.SUCCESS, WorkflowStatus.COMPENSATED, WorkflowStatus.COMPENSATION_FAILED}
+)
+
+
+def libpq_url(url: str) -> str:
+    """psycopg does not understand SQLAlchemy's `postgresql+psycopg://` prefix."""
+    if url.startswith("postgresql+"):
+        return "postgresql://" + url.split("://", 1)[1]
+    return url
+
+
+class WorkflowHandle:
+    """A reference to one workflow by id; valid in any process."""
+
+    def __init__(
+        self,
+        client: Client,
+        workflow_id: str,
+        future: concurrent.futures.Future[Any] | None = None,
+    ) -> None:
+        self._client = client
+        self._workflow_id = workflow_id
+        self._future = future
+
+    @property
+    def workflow_id(self) -> str:
+        return self._workflow_id
+
+    def status(self) -> WorkflowStatus:
+        """The stored status right now."""
+        row = self._client.db.fetch_one("get_workflow_status", {"workflow_id": self._workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(self._workflow_id)
+        return WorkflowStatus(row["status"])
+
+    def info(self) -> WorkflowInfo:
+        return self._client.get_workflow(self._workflow_id)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the workflow to finish and return its value.
+
+        Raises WorkflowFailedError if it failed, WorkflowCancelledError if it was cancelled
+        and ResultTimeoutError if it is still running after `timeout` seconds (it keeps
+        running). The value is read from the journal, so it is the same in every process.
+        """
+        import concurrent.futures
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._future is not None:
+            try:
+                self._future.result(timeout=timeout)
+            except concurrent.futures.TimeoutError:
+                raise ResultTimeoutError(self._workflow_id, timeout or 0.0) from None
+            except Exception:
+                pass
+        delay = POLL_MIN
+        while True:
+            row = self._client.db.fetch_one(
+                "get_workflow_status", {"workflow_id": self._workflow_id}
+            )
+            if row is None:
+                raise WorkflowNotFoundError(self._workflow_id)
+            status = WorkflowStatus(row["status"])
+            if status.is_terminal:
+                return self._client.outcome(self._workflow_id, status, row["output"], row["error"])
+            if deadline is not None and time.monotonic() >= deadline:
+                raise ResultTimeoutError(self._workflow_id, timeout or 0.0)
+            sleep = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
+            time.sleep(sleep)
+            delay = min(POLL_MAX, delay * 2)
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle({self._workflow_id!r})"
+
+
+class Client:
+    """Reads and changes stored workflows in one PostgreSQL system database; runs nothing.
+
+    Arguments (all optional):
+      database_url: libpq URL of the system database. Default: DURABLE_DATABASE_URL, else
+        the embedded server (`pip install 'durable-pg[embedded]'`).
+      schema: schema of durable's tables (default "durable").
+      migrate: apply migrations when connecting (default False for a Client: the workers
+        own the schema; True for an Engine).
+      serializer: value serializer (default JSONSerializer; PickleSerializer is opt-in).
+      max_payload_bytes: largest serialized input/output stored (default 2,000,000).
+      connect_timeout: seconds to wait for the database (default 15).
+      clock: where time is read (default the system clock, or DURABLE_FAKE_CLOCK's).
+
+    Use it as a context manager (`with durable.Client(url) as client:`) or call
+    `connect()` and `close()`.
+    """
+
+    def __init__(
+        self,
+        database_url: str | None = None,
+        *,
+        schema: str = "durable",
+        migrate: bool = False,
+        serializer: Serializer | None = None,
+        max_payload_bytes: int = 2_000_000,
+        connect_timeout: float = 15.0,
+        clock: Clock | None = None,
+    ) -> None:
+        if not isinstance(schema, str) or not schema:
+            raise ConfigurationError(f"schema={schema!r}: give a non-empty schema name")
+        if max_payload_bytes <= 0:
+            raise ConfigurationError(f"max_payload_bytes={max_payload_bytes!r}: use > 0")
+        self._database_url = database_url
+        self.schema = schema
+        self.migrate_on_launch = migrate
+        self.serializer: Serializer = serializer if serializer is not None else JSONSerializer()
+        self.serializer_name = (
+            "pickle"
+            if isinstance(self.serializer, PickleSerializer)
+            else (
+                "json"
+                if isinstance(self.serializer, JSONSerializer)
+                else type(self.serializer).__name__
+            )
+        )
+        self.max_payload_bytes = max_payload_bytes
+        self.connect_timeout = connect_timeout
+        self.clock: Clock = clock if clock is not None else clock_from_env()
+        self._db: SystemDB | None = None
+        # Versions of the migrations this client applied when it connected (migrate=True).
+        self.applied_migrations: list[int] = []
+
+    # -- connection --------------------------------------------------------------------------
+
+    @property
+    def database_url(self) -> str:
+        if self._database_url is None:
+            self._database_url = os.environ.get("DURABLE_DATABASE_URL") or None
+        if self._database_url is None:
+            from durable import _embedded
+
+            self._database_url = _embedded.ensure_server()
+        return libpq_url(self._database_url)
+
+    @property
+    def db(self) -> SystemDB:
+        if self._db is None:
+            raise EngineNotRunningError()
+        return self._db
+
+    @property
+    def running(self) -> bool:
+        return self._db is not None
+
+    def _open_db(self, max_size: int) -> SystemDB:
+        db = SystemDB(self.database_url, self.schema, max_size=max_size, clock=self.clock)
+        db.open(timeout=self.connect_timeout)
+        try:
+            if self.migrate_on_launch:
+                self.applied_migrations = db.migrate()
+            else:
+                db.check_schema()
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def connect(self) -> None:
+        """Open the pool and check (or, with migrate=True, apply) the schema."""
+        if self._db is None:
+            self._db = self._open_db(max_size=4)
+
+    def close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+    def __enter__(self) -> Client:
+        self.connect()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def handle(
+        self, workflow_id: str, future: concurrent.futures.Future[Any] | None = None
+    ) -> WorkflowHandle:
+        return WorkflowHandle(self, workflow_id, future)
+
+    # -- recording workflows -----------------------------------------------------------------
+
+    def encode_inputs(
+        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> str:
+        try:
+            return dumps_checked(
+                self.serializer,
+                {"args": list(args), "kwargs": dict(kwargs)},
+                f"the inputs of workflow {defn.name!r}",
+                self.max_payload_bytes,
+            )
+        except PayloadTooLargeError:
+            raise
+        except SerializationError:
+            # Name the argument that failed, so the message points at the caller's mistake.
+            labelled = [(f"argument {i}", v) for i, v in enumerate(args)]
+            labelled += [(f"argument {k!r}", v) for k, v in kwargs.items()]
+            for label, value in labelled:
+                dumps_checked(
+                    self.serializer,
+                    value,
+                    f"{label} of workflow {defn.name!r} (the inputs of workflow {defn.name!r})",
+                    self.max_payload_bytes,
+                )
+            raise
+
+    def decode_inputs(self, text: str) -> tuple[list[Any], dict[str, Any]]:
+        data = self.serializer.loads(text)
+        return list(data["args"]), dict(data["kwargs"])
+
+    def workflow_params(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        inputs: str,
+        parent: tuple[str, int] | None,
+        durability: str,
+    ) -> dict[str, Any]:
+        return {
+            "workflow_id": workflow_id,
+            "name": defn.name,
+            "version": defn.version,
+            "inputs": inputs,
+            "serializer": self.serializer_name,
+            "durability": defn.durability or durability,
+            "parent_id": parent[0] if parent else None,
+            "parent_step_seq": parent[1] if parent else None,
+            "timeout_seconds": defn.timeout,
+            "budget_id": _budget_for(defn, workflow_id, parent),
+        }
+
+    @property
+    def default_durability(self) -> str:
+        return "sync"
+
+    def existing(self, defn: WorkflowDef, workflow_id: str) -> WorkflowInfo:
+        info = self.get_workflow(workflow_id)
+        if info.name != defn.name:
+            raise WorkflowConflictError(workflow_id, info.name, defn.name)
+        return info
+
+    @staticmethod
+    def _workflow_id(kwargs: dict[str, Any]) -> str | None:
+        workflow_id = kwargs.pop("workflow_id", None)
+        if workflow_id is not None and not isinstance(workflow_id, str):
+            raise ConfigurationError(f"workflow_id={workflow_id!r}: give a string")
+        return workflow_id
+
+    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
+        """Record `fn(*args, **kwargs)` as runnable for any worker (`durable worker`), without
+        running it here. `workflow_id=` (popped from kwargs) chooses the id: ids are
+        idempotency keys, so an existing id returns its handle."""
+        workflow_id = self._workflow_id(kwargs) or str(uuid.uuid4())
+        defn = workflow_def(fn)
+        inputs = self.encode_inputs(defn, args, kwargs)
+        params = self.workflow_params(defn, workflow_id, inputs, None, self.default_durability)
+        row = self.db.fetch_one("insert_workflow_pending", params)
+        if row is None:
+            self.existing(defn, workflow_id)
+        else:
+            self.notify_work(workflow_id)
+        return self.handle(workflow_id)
+
+    def enqueue(
+        self, queue: Queue, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> WorkflowHandle:
+        """Put `fn(*args, **kwargs)` on `queue`; a worker starts it when the queue's limits
+        allow. Popped from kwargs: `workflow_id=` (an existing id returns its handle),
+        `dedup_key=` (QueueDedupError while another entry with it is queued or unfinished),
+        `priority=` (lower first; queues declared with priority=True) and `delay=` (seconds
+        before it may start). Inside a workflow the entry is journaled as a child, so a
+        replay does not enqueue it again."""
+        if not isinstance(queue, Queue):
+            raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
+        workflow_id = self._workflow_id(kwargs)
+        dedup_key = kwargs.pop("dedup_key", None)
+        priority = kwargs.pop("priority", None)
+        delay = kwargs.pop("delay", None)
+        if dedup_key is not None and (not isinstance(dedup_key, str) or not dedup_key):
+            raise ConfigurationError(f"dedup_key={dedup_key!r}: give a non-empty string")
+        if priority is not None:
+            if not queue.priority:
+                raise ConfigurationError(
+                    f"priority={priority!r} given, but queue {queue.name!r} orders by age: "
+                    f"declare it with durable.Queue({queue.name!r}, priority=True)"
+                )
+            if not isinstance(priority, int) or isinstance(priority, bool):
+                raise ConfigurationError(f"priority={priority!r}: give an integer (lower first)")
+        if delay is not None and (
+            not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0
+        ):
+            raise InvalidWaitError(f"delay={delay!r}: give zero or more seconds")
+        defn = workflow_def(fn)
+        run = current_run.get()
+        parent: tuple[str, int] | None = None
+        if run is not None and not run.in_step:
+            seq, journaled = protocol.child_started(run, defn.name)
+            if journaled is not None:
+                return self.handle(journaled)
+            parent = (run.workflow_id, seq)
+            workflow_id = workflow_id or protocol.child_workflow_id(run.workflow_id, seq)
+        workflow_id = workflow_id or str(uuid.uuid4())
+        inputs = self.encode_inputs(defn, args, kwargs)
+        params = self.workflow_params(defn, workflow_id, inputs, parent, self.default_durability)
+        params.update(
+            queue_name=queue.name,
+            priority=priority or 0,
+            dedup_key=dedup_key,
+            delay_seconds=float(delay or 0.0),
+        )
+        try:
+            row = self.db.fetch_one("enqueue_workflow", params)
+        except Exception as exc:
+            if not is_unique_violation(exc, "workflows_dedup_idx"):
+                raise
+            holder = self.db.fetch_one(
+                "find_dedup", {"queue_name": queue.name, "dedup_key": dedup_key}
+            )
+            raise QueueDedupError(
+                queue.name, str(dedup_key), None if holder is None else holder["workflow_id"]
+            ) from None
+        if row is None:
+            self.existing(defn, workflow_id)
+        else:
+            self.notify_work(workflow_id)
+        if run is not None and parent is not None:
+            drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
+        return self.handle(workflow_id)
+
+    def notify_work(self, payload: str = "") -> None:
+        """Wake idle workers (they also poll, so a lost notification only delays)."""
+        try:
+            self.db.execute("notify_work", {"channel": self.notify_channel, "payload": payload})
+        except DatabaseUnavailableError:
+            pass
+
+    @property
+    def notify_channel(self) -> str:
+        return f"{self.schema}_work"
+
+    # -- operator actions --------------------------------------------------------------------
+
+    def cancel(self, workflow_id: str, reason: str = "cancelled") -> WorkflowStatus:
+        """Cancel a workflow and every workflow it started (its descendants).
+
+        Cooperative: a running workflow stops at its next step or wait (the step in flight
+        finishes and is journaled), runs its compensations in reverse and ends CANCELLED. A
+        started workflow that is not running (suspended, waiting for a worker) is made
+        runnable so that a worker does the same; one that never started is CANCELLED at
+        once. A cancelled workflow is never recovered. Returns the workflow's status after
+        the request (RUNNING or PENDING while it stops; already-finished ones unchanged).
+        """
+        asked = self.cancel_tree(workflow_id, reason)
+        if workflow_id in asked:
+            return asked[workflow_id]
+        return self.get_workflow(workflow_id).status  # WorkflowNotFoundError if none
+
+    def cancel_tree(self, workflow_id: str, reason: str) -> dict[str, WorkflowStatus]:
+        """Ask a workflow and its unfinished descendants to stop; {id: status after}."""
+        rows = self.db.fetch_all(
+            "cancel_workflow",
+            {
+                "workflow_id": workflow_id,
+                "reason": reason,
+                "error": encode_error(WorkflowCancelledError(workflow_id, reason)),
+            },
+        )
+        asked = {r["workflow_id"]: WorkflowStatus(r["status"]) for r in rows}
+        running = [wid for wid, status in asked.items() if status is WorkflowStatus.RUNNING]
+        if running:
+            self._cancel_requested(running, reason)
+        if any(status is WorkflowStatus.PENDING for status in asked.values()):
+            self.notify_work(workflow_id)
+        return asked
+
+    def _cancel_requested(self, workflow_ids: list[str], reason: str) -> None:
+        """Hook: the Engine makes its own runs see the request at once."""
+
+    def resume(self, workflow_id: str) -> WorkflowHandle:
+        """Run a stopped workflow again from its journal: completed steps replay, the rest
+        run. Resumes a CANCELLED, ERROR or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflow (and one
+        waiting for a worker); any worker with its code picks it up. A workflow that is
+        still going is left as it is; one that succeeded or was compensated raises
+        WorkflowNotResumableError (fork it instead). Returns its handle."""
+        row = self.db.fetch_one("resume_workflow", {"workflow_id": workflow_id})
+        if row is None:
+            info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
+            if info.status in _NOT_RESUMABLE:
+                raise WorkflowNotResumableError(workflow_id, info.status.value)
+        else:
+            self.notify_work(workflow_id)
+        return self.handle(workflow_id)
+
+    resume_workflow = resume
+
+    def fork(
+        self, workflow_id: str, *, from_step: int, new_id: str | None = None
+    ) -> WorkflowHandle:
+        """Start a new workflow with the same inputs that reuses the journal before position
+        `from_step` (their outputs, charges and tool records) and runs the rest anew. Any
+        worker with its code runs it. Returns the fork's handle."""
+        if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
+            raise ConfigurationError(f"from_step={from_step!r}: give a step position >= 0")
+        new_id = new_id or str(uuid.uuid4())
+        params = {"workflow_id": workflow_id, "new_id": new_id, "before_seq": from_step}
+        try:
+            counts = self.db.execute_many_in_transaction(
+                [("fork_workflow", params), ("fork_steps", params), ("fork_charges", params)]
+            )
+        except Exception as exc:
+            if is_unique_violation(exc, "workflows_pkey"):
+                raise ConfigurationError(
+                    f"new_id={new_id!r} is taken: give another id for the fork"
+                ) from None
+            raise
+        if counts[0] == 0:
+            raise WorkflowNotFoundError(workflow_id)
+        self.notify_work(new_id)
+        return self.handle(new_id)
+
+    fork_workflow = fork
+
+    def decide(
+        self,
+        workflow_id: str,
+        name: str,
+        approve: bool,
+        *,
+        comment: str | None = None,
+        decided_by: str | None = None,
+    ) -> None:
+        """Decide an approval gate. The first decision wins: repeating it is harmless, the
+        opposite decision raises ApprovalConflictError, an unknown gate UnknownApprovalError."""
+        status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
+        row = self.db.fetch_one(
+            "decide_approval",
+            {
+                "workflow_id": workflow_id,
+                "name": name,
+                "status": status.value,
+                "comment": comment,
+                "decided_by": decided_by,
+            },
+        )
+        if row is not None and row["decided"]:
+            self.notify_work(workflow_id)
+            return
+        existing = self.db.fetch_one("get_approval", {"workflow_id": workflow_id, "name": name})
+        if existing is None:
+            raise UnknownApprovalError(workflow_id, name)
+        if existing["status"] != status:
+            raise ApprovalConflictError(workflow_id, name, existing["status"])
+
+    def send(
+        self,
+        workflow_id: str,
+        message: Any,
+        topic: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Send a message to a workflow (from anywhere); it wakes if it waits in recv().
+        Sending twice with the same idempotency_key delivers once."""
+        self.get_workflow(workflow_id)  # WorkflowNotFoundError before anything is stored
+        payload = dumps_checked(self.serializer, message, "the message", self.max_payload_bytes)
+        self.db.execute(
+            "send_message",
+            {
+                "workflow_id": workflow_id,
+                "message_id": idempotency_key or str(uuid.uuid4()),
+                "topic": topic or "",
+                "payload": payload,
+            },
+        )
+        self.notify_work(workflow_id)
+
+    def get_event(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
+        """The latest value a workflow published under `key`, waiting up to `timeout`
+        seconds for it to appear; None if it did not."""
+        deadline = time.monotonic() + timeout
+        delay = POLL_MIN
+        while True:
+            row = self.db.fetch_one("get_event", {"workflow_id": workflow_id, "key": key})
+            if row is not None:
+                return self.serializer.loads(row["value"])
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(POLL_MAX, delay * 2)
+
+    def list_approvals(
+        self, workflow_id: str | None = None, *, waiting_only: bool = True, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Approval gates (waiting ones by default), as dicts of their stored columns."""
+        return self.db.fetch_all(
+            "list_approvals",
+            {"workflow_id": workflow_id, "waiting_only": waiting_only, "limit": limit},
+        )
+
+    def expire_approvals(self) -> int:
+        """Decide timed-out gates by their default and wake their workflows (the worker
+        calls this on every round)."""
+        return self.db.execute("expire_approvals", {})
+
+    # -- schedules ---------------------------------------------------------------------------
+
+    def schedule(
+        self,
+        name: str,
+        fn: Callable[..., Any],
+        cron: str,
+        *,
+        timezone: str = "UTC",
+        catch_up: int = 0,
+    ) -> None:
+        """Store (or update) a cron schedule of workflow `fn`, which is called with each tick.
+
+        Any worker that has the workflow fires it, each tick exactly once. Invalid cron or
+        timezone raise InvalidScheduleError and nothing is stored."""
+        defn = workflow_def(fn)
+        schedule = Schedule.build(name, defn.name, defn.version, cron, timezone, catch_up)
+        self.db.execute("upsert_schedule", schedule.row())
+
+    def list_schedules(self) -> list[dict[str, Any]]:
+        """Stored schedules, as dicts of their columns."""
+        return self.db.fetch_all("list_schedules", {})
+
+    def pause_schedule(self, name: str, paused: bool = True) -> None:
+        """Stop (or, with paused=False, restart) firing a schedule. On restart, ticks missed
+        while paused follow the schedule's missed-tick policy."""
+        row = self.db.fetch_one("set_schedule_paused", {"schedule_name": name, "paused": paused})
+        if row is None:
+            raise UnknownScheduleError(name)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def retrieve(self, workflow_id: str) -> WorkflowHandle:
+        """A handle to an existing workflow; raises WorkflowNotFoundError if there is none."""
+        self.get_workflow(workflow_id)
+        return self.handle(workflow_id)
+
+    def get_workflow(self, workflow_id: str) -> WorkflowInfo:
+        row = self.db.fetch_one("get_workflow", {"workflow_id": workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(workflow_id)
+        return WorkflowInfo.from_row(row)
+
+    def list_workflows(
+        self,
+        status: WorkflowStatus | str | None = None,
+        *,
+        name: str | None = None,
+        limit: int = 100,
+    ) -> list[WorkflowInfo]:
+        """Stored workflows, newest first."""
+        if status is not None:
+            try:
+                status = WorkflowStatus(status)
+            except ValueError:
+                raise ConfigurationError(
+                    f"status={status!r}: use one of {', '.join(s.value for s in WorkflowStatus)}"
+                ) from None
+        rows = self.db.fetch_all(
+            "list_workflows",
+            {"status": None if status is None else str(status), "name": name, "limit": limit},
+        )
+        return [WorkflowInfo.from_row(r) for r in rows]
+
+    def steps(self, workflow_id: str) -> list[StepRecord]:
+        """The journal of one workflow, in call order."""
+        return [
+            StepRecord.from_row(r)
+            for r in self.db.fetch_all("load_journal", {"workflow_id": workflow_id})
+        ]
+
+    def effects(self, workflow_id: str) -> list[dict[str, Any]]:
+        """The effect ledger of one workflow: key, status, result or error, in order."""
+        return self.db.fetch_all("list_effects", {"workflow_id": workflow_id})
+
+    def executors(self) -> list[dict[str, Any]]:
+        """Executors (engines and workers) with their last heartbeat."""
+        return self.db.fetch_all("list_executors", {})
+
+    def waiting_for_worker(
+        self, stale_seconds: float = 120, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Runnable workflows no live executor can run (its code is nowhere registered)."""
+        return self.db.fetch_all(
+            "waiting_for_worker", {"stale_seconds": stale_seconds, "limit": limit}
+        )
+
+    def outcome(
+        self, workflow_id: str, status: WorkflowStatus, output: str | None, error: str | None
+    ) -> Any:
+        """The value of a finished workflow, or the error it finished with."""
+        if status is WorkflowStatus.SUCCESS:
+            return None if output is None else self.serializer.loads(output)
+        if status is WorkflowStatus.CANCELLED:
+            row = self.db.fetch_one("get_cancel_request", {"workflow_id": workflow_id}) or {}
+            if error is not None and decode_error(error)[0].endswith("WorkflowTimeoutError"):
+                raise WorkflowTimeoutError(workflow_id, row.get("timeout_seconds"))
+            raise WorkflowCancelledError(workflow_id, row.get("cancel_reason"))
+        if error is not None:
+            error_type, message, trace = decode_error(error)
+            raise WorkflowFailedError(workflow_id, error_type, message, trace)
+        raise WorkflowFailedError(workflow_id, status.value, f"ended as {status.value}")
+
+    # -- budgets, state, tools, retention ----------------------------------------------------
+
+    def budget(self, workflow_id: str) -> dict[str, Any] | None:
+        """The budget ledger workflow `workflow_id` draws from: limits, spent, and every
+        charge in order (None if it has no budget)."""
+        row = self.db.fetch_one("budget_of", {"workflow_id": workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(workflow_id)
+        if row["budget_id"] is None:
+            return None
+        ledger_row = self.db.fetch_one("get_budget", {"budget_id": row["budget_id"]})
+        if ledger_row is None:
+            return None
+        ledger = Ledger.from_row(ledger_row)
+        charges = self.db.fetch_all("list_charges", {"budget_id": ledger.budget_id})
+        return {
+            "budget_id": ledger.budget_id,
+            **ledger.as_dict(),
+            "exhausted": ledger.exhausted(),
+            "charges": [
+                {
+                    "workflow_id": c["workflow_id"],
+                    "step_seq": c["step_seq"],
+                    "step_name": c["step_name"],
+                    "dollars": float(c["dollars"]),
+                    "tokens": int(c["tokens"]),
+                }
+                for c in charges
+            ],
+        }
+
+    def raise_budget(
+        self,
+        workflow_id: str,
+        *,
+        dollars: float | None = None,
+        tokens: int | None = None,
+        steps: int | None = None,
+        decided_by: str | None = None,
+    ) -> dict[str, Any]:
+        """Add to the limits of the budget `workflow_id` draws from, and let every workflow
+        paused at one of its budget gates continue (the gate is approved). Returns the
+        ledger. Unlimited dimensions stay unlimited."""
+        Budget(dollars=dollars, tokens=tokens, steps=steps)  # validates: zero or more
+        row = self.db.fetch_one("budget_of", {"workflow_id": workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(workflow_id)
+        if row["budget_id"] is None:
+            raise InvalidBudgetError(
+                f"workflow {workflow_id!r} has no budget to raise: declare one with "
+                "@durable.workflow(budget=durable.Budget(...))"
+            )
+        budget_id = row["budget_id"]
+        raised = self.db.fetch_one(
+            "raise_budget",
+            {
+                "budget_id": budget_id,
+                "dollars": dollars_exact(dollars),
+                "tokens": tokens,
+                "steps": steps,
+            },
+        )
+        if raised is None:
+            raise InvalidBudgetError(f"workflow {workflow_id!r}: its budget row is missing")
+        for gate in self.db.fetch_all("waiting_budget_gates", {"budget_id": budget_id}):
+            self.decide(
+                gate["workflow_id"],
+                gate["name"],
+                True,
+                comment="budget raised",
+                decided_by=decided_by,
+            )
+        return Ledger.from_row(raised).as_dict()
+
+    def tool_calls(self, workflow_id: str) -> list[dict[str, Any]]:
+        """An agent's tool calls in order: name, arguments, result (or error), latency, cost."""
+        rows = self.db.fetch_all("list_tool_calls", {"workflow_id": workflow_id})
+        loads = self.serializer.loads
+        return [
+            {
+                "step_seq": r["step_seq"],
+                "tool": r["tool_name"],
+                "arguments": loads(r["arguments"]),
+                "result": None if r["output"] is None else loads(r["output"]),
+                "error": None if r["error"] is None else decode_error(r["error"])[1],
+                "latency_ms": r["latency_ms"],
+                "dollars": float(r["dollars"]),
+                "tokens": int(r["tokens"]),
+            }
+            for r in rows
+        ]
+
+    def get_state(self, workflow_id: str, at_step: int | None = None) -> Any:
+        """The workflow's durable.state: the latest, or as it was when the workflow reached
+        step position `at_step` (what a fork from that step starts with)."""
+        before = 2**31 - 1 if at_step is None else at_step
+        row = self.db.fetch_one("latest_state", {"workflow_id": workflow_id, "before_seq": before})
+        return None if row is None else self.serializer.loads(row["output"])
+
+    def state_text(self, workflow_id: str) -> str | None:
+        """The latest durable.state as stored (serialized), or None."""
+        row = self.db.fetch_one(
+            "latest_state", {"workflow_id": workflow_id, "before_seq": 2**31 - 1}
+        )
+        return None if row is None else str(row["output"])
+
+    def conversation(self, workflow_id: str) -> list[dict[str, Any]]:
+        """The turns the workflow appended with durable.append_turn, oldest first."""
+        rows = self.db.fetch_all("list_turns", {"workflow_id": workflow_id})
+        return [self.serializer.loads(r["output"]) for r in rows]
+
+    def prune(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> PruneReport:
+        """Apply a retention policy once (this engine's, if none is given). Safe while
+        workers run: only finished workflows and old effects of finished work are deleted."""
+        chosen = policy or self._retention_policy()
+        if chosen is None:
+            raise ConfigurationError(
+                "prune() needs a policy: pass durable.RetentionPolicy(...) (or give "
+                "Engine(retention=...))"
+            )
+        report = prune(self.db, chosen, dry_run=dry_run)
+        if not dry_run and (report.workflows or report.effects):
+            logger.info(
+                "pruned %d finished workflows (%d journal rows) and %d effect records",
+                report.workflows,
+                report.steps,
+                report.effects,
+            )
+        return report
+
+    def _retention_policy(self) -> RetentionPolicy | None:
+        return None
+
+
+def _budget_for(defn: WorkflowDef, workflow_id: str, parent: tuple[str, int] | None) -> str | None:
+    """The budget a new workflow draws from: its parent's if the parent has one (a child
+    spends from its root's ledger), else its own if its code declares one."""
+    if parent is not None:
+        run = current_run.get()
+        if run is not None and run.workflow_id == parent[0] and run.budget_id is not None:
+            return run.budget_id
+    return workflow_id if defn.budget is not None else None

@@ -1,0 +1,267 @@
+"""The sync driver: performs what the protocol's generators ask, on a psycopg connection.
+
+`drive(run, gen)` sends each operation's result back into the generator (or throws its
+exception into it) until the generator returns: psycopg's `waiting.wait()` for our
+`_protocol`. Every decision is in `_protocol`; here is only I/O: the run's connection,
+the application transaction, the background writer, user code, child runs and sleeping.
+An async driver runs the same generators with `await`.
+
+The decorators' entry points live here too: a decorated call outside a run calls the
+function plainly; inside a run it drives the matching protocol generator.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, ExitStack
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from durable import _protocol as protocol
+from durable._context import ActiveEngine, current_engine, current_run
+from durable._protocol import (
+    AppBegin,
+    AppCall,
+    AppEnd,
+    AppExecute,
+    Atomic,
+    AwaitWriter,
+    Call,
+    Enqueue,
+    Execute,
+    Gen,
+    Outcome,
+    Pause,
+    Run,
+    RunChild,
+    WriteSteps,
+)
+from durable.errors import EffectOutsideWorkflowError, NoEngineError
+
+if TYPE_CHECKING:
+    import sqlalchemy
+
+    from durable._durability import AsyncWriter
+    from durable._registry import StepDef, WorkflowDef
+    from durable._systemdb import SystemDB
+
+T = TypeVar("T")
+
+
+class Host(Protocol):
+    """What a run needs from the process that runs it (the engine's runner)."""
+
+    @property
+    def db(self) -> SystemDB: ...
+
+    @property
+    def writer(self) -> AsyncWriter | None: ...
+
+    @property
+    def active(self) -> ActiveEngine: ...
+
+    def app_connection(
+        self, isolation_level: str | None = None
+    ) -> AbstractContextManager[sqlalchemy.Connection]: ...
+
+    def run_child(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        parent: tuple[str, int],
+    ) -> Any: ...
+
+
+def _call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Outcome:
+    began = time.perf_counter()
+    try:
+        value = fn(*args, **kwargs)
+    except Exception as exc:
+        return Outcome(None, exc, time.perf_counter() - began)
+    return Outcome(value, None, time.perf_counter() - began)
+
+
+class _AppTransaction:
+    """The application transaction a @transaction step holds open across operations."""
+
+    def __init__(self, host: Host, isolation_level: str | None) -> None:
+        self._stack = ExitStack()
+        try:
+            self.conn = self._stack.enter_context(host.app_connection(isolation_level))
+            self._tx = self.conn.begin()
+        except BaseException:
+            self._stack.close()
+            raise
+
+    def end(self, commit: bool) -> None:
+        try:
+            if self._tx.is_active:
+                if commit:
+                    self._tx.commit()
+                else:
+                    self._tx.rollback()
+        finally:
+            self._stack.close()
+
+
+def drive(run: Run, gen: Gen[T]) -> T:
+    """Run a protocol generator to its end on this thread; return what it returns."""
+    host: Host = run.host
+    db = host.db
+    conn = run.conn
+    app: _AppTransaction | None = None
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                op = gen.send(value) if error is None else gen.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value = error = None
+            kind = type(op)
+            try:
+                if kind is Execute:
+                    value = db.run_on(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
+                elif kind is Call:
+                    value = _call(op.fn, op.args, op.kwargs)  # type: ignore[union-attr]
+                elif kind is Atomic:
+                    value = db.all_or_nothing(conn, op.statements)  # type: ignore[union-attr]
+                elif kind is WriteSteps:
+                    value = db.write_steps(conn, op.rows)  # type: ignore[union-attr]
+                elif kind is Enqueue:
+                    assert host.writer is not None
+                    host.writer.put(op.row)  # type: ignore[union-attr]
+                elif kind is AwaitWriter:
+                    if host.writer is not None:
+                        host.writer.wait(run.workflow_id, run.epoch)
+                elif kind is Pause:
+                    time.sleep(op.seconds)  # type: ignore[union-attr]
+                elif kind is RunChild:
+                    value = _run_child(host, op)  # type: ignore[arg-type]
+                elif kind is AppBegin:
+                    app = _AppTransaction(host, op.isolation_level)  # type: ignore[union-attr]
+                elif kind is AppExecute:
+                    assert app is not None
+                    value = db.app_run(app.conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
+                elif kind is AppCall:
+                    assert app is not None
+                    value = _call(op.fn, (app.conn, *op.args), op.kwargs)  # type: ignore[union-attr]
+                elif kind is AppEnd:
+                    if app is not None:
+                        ending, app = app, None
+                        ending.end(op.commit)  # type: ignore[union-attr]
+                else:  # pragma: no cover - a protocol bug
+                    raise TypeError(f"unknown protocol operation {op!r}")
+            except BaseException as exc:
+                error = exc
+    finally:
+        if app is not None:
+            app.end(False)
+
+
+def _run_child(host: Host, op: RunChild) -> Outcome:
+    try:
+        value = host.run_child(op.defn, op.workflow_id, op.args, op.kwargs, op.parent)
+    except Exception as exc:
+        return Outcome(None, exc)
+    return Outcome(value)
+
+
+def execute_run(
+    host: Host, run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """Run one claimed workflow on this thread: the body, then its outcome.
+
+    The run writes through one connection, checked out once (a checkout per step costs
+    about as much as the step's own client-side work); a child called inline shares its
+    parent's (one per thread, so nested runs cannot exhaust the pool)."""
+    run.host = host
+    outer = current_run.get()
+    if outer is not None and outer.conn is not None:
+        run.conn = outer.conn
+        return _execute(host, run, defn, args, kwargs)
+    with host.db.connection() as conn:
+        run.conn = conn
+        return _execute(host, run, defn, args, kwargs)
+
+
+def _execute(
+    host: Host, run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    run_token = current_run.set(run)
+    engine_token = current_engine.set(host.active)
+    try:
+        return drive(run, protocol.workflow(run, defn, args, kwargs))
+    finally:
+        current_run.reset(run_token)
+        current_engine.reset(engine_token)
+
+
+# -- entry points of the decorators ------------------------------------------------------------
+
+
+def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    run = current_run.get()
+    if run is not None and not run.in_step:
+        return drive(run, protocol.child(run, defn, args, kwargs))
+    engine = run.host.active if run is not None else current_engine.get()
+    if engine is None:
+        raise NoEngineError(
+            f"workflow {defn.name!r} was called with no active engine: wrap the call in "
+            "`with durable.Engine(...) as engine:` or use engine.start(fn, ...)"
+        )
+    return engine.run_direct(defn, args, kwargs)
+
+
+def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    run = current_run.get()
+    if run is None or run.in_step:
+        return defn.fn(*args, **kwargs)
+    return drive(run, protocol.step(run, defn, args, kwargs))
+
+
+def call_transaction(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    run = current_run.get()
+    if run is None or run.in_step:
+        engine = run.host.active if run is not None else current_engine.get()
+        if engine is None:
+            raise NoEngineError(
+                f"transaction {defn.name!r} needs a database connection: call it inside "
+                "`with durable.Engine(...):`"
+            )
+        with engine.app_connection(defn.isolation_level) as conn, conn.begin():
+            return defn.fn(conn, *args, **kwargs)
+    return drive(run, protocol.transaction(run, defn, args, kwargs))
+
+
+def call_effect(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Run an effect exactly once per workflow position (or per user key), write-ahead."""
+    run = current_run.get()
+    if run is None or run.in_step:
+        if "idempotency_key" not in kwargs:
+            raise EffectOutsideWorkflowError(
+                f"effect {defn.name!r} was called outside a workflow without a key: call it "
+                "from a workflow, or pass idempotency_key=... yourself"
+            )
+        return defn.fn(*args, **kwargs)
+    return drive(run, protocol.effect(run, defn, args, kwargs))
+
+
+def workflow_run(what: str) -> Run:
+    """The run of the calling workflow function (not of a step), or NoEngineError."""
+    run = current_run.get()
+    if run is None or run.in_step:
+        raise NoEngineError(f"{what} must be called from a workflow (not a step)")
+    return run
+
+
+def compensate(undo: Callable[..., Any], *args: Any, **kwargs: Any) -> None:
+    """Register an undo (an @effect) for what the workflow just did; it runs, in reverse
+    order with the others, if the workflow fails."""
+    run = current_run.get()
+    if run is None:
+        raise NoEngineError("durable.compensate() is only meaningful inside a workflow")
+    protocol.register_compensation(run, undo, args, kwargs)

@@ -1,0 +1,441 @@
+"""The Runner: claims workflows and runs them, the executing half of an Engine.
+
+A claim bumps the workflow's epoch and leases it to this executor; the Runner loads the
+journal, builds the run's state (`_protocol.Run`) and hands it to the driver on a thread
+of its pool. It is also the driver's host: the system database, the background writer of
+async durability, the application database of @transaction steps, and child runs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import datetime as dt
+import logging
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from durable import _driver
+from durable._durability import AsyncWriter
+from durable._models import StepRecord, WorkflowStatus
+from durable._protocol import Journal, Run, Settings
+from durable._registry import WorkflowDef
+from durable._systemdb import SystemDB, app_error_fault, same_database
+from durable.errors import (
+    DatabaseUnavailableError,
+    EngineNotRunningError,
+    StaleOwnerError,
+    UnknownWorkflowError,
+    WorkflowCancelledError,
+    WorkflowSuspended,
+)
+
+if TYPE_CHECKING:
+    import sqlalchemy
+
+    from durable._engine import Engine
+
+logger = logging.getLogger("durable.runner")
+
+_POLL_MIN = 0.005
+_POLL_MAX = 0.25
+
+
+def to_sqlalchemy_url(url: str) -> str:
+    """SQLAlchemy wants a dialect+driver prefix; libpq URLs and key=value strings differ."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    if url.startswith("postgresql+"):
+        return url
+    import psycopg.conninfo
+    from sqlalchemy.engine import URL
+
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    port = info.pop("port", None)
+    return URL.create(
+        "postgresql+psycopg",
+        username=str(info.pop("user")) if "user" in info else None,
+        password=str(info.pop("password")) if "password" in info else None,
+        host=str(info.pop("host")) if "host" in info else None,
+        port=int(str(port)) if port else None,
+        database=str(info.pop("dbname")) if "dbname" in info else None,
+        query={k: str(v) for k, v in info.items()},
+    ).render_as_string(hide_password=False)
+
+
+def _read_crash_points() -> dict[str, int]:
+    spec = os.environ.get("DURABLE_CRASH_POINTS", "")
+    points: dict[str, int] = {}
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        name, _, nth = part.partition(":")
+        points[name] = int(nth or "1")
+    return points
+
+
+class Claimed(NamedTuple):
+    """A run this executor may execute."""
+
+    defn: WorkflowDef
+    workflow_id: str
+    epoch: int
+    args: list[Any]
+    kwargs: dict[str, Any]
+    journal: Journal
+    deadline: dt.datetime | None
+    cancel_reason: str | None
+    budget_id: str | None = None
+
+
+class Runner:
+    """Claims and runs workflows for one engine (see module docstring)."""
+
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.active = engine
+        self.writer: AsyncWriter | None = None
+        self.app_is_system_db = True
+        self._db: SystemDB | None = None
+        self._app_engine: sqlalchemy.Engine | None = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._futures: set[concurrent.futures.Future[Any]] = set()
+        self._lock = threading.Lock()
+        self._interrupted: set[tuple[str, int]] = set()
+        self.slot_freed = threading.Event()
+        self._crash_points = _read_crash_points()
+        self._crash_counts: dict[str, int] = {}
+        # workflow_id -> reason, for the runs this executor owns that were asked to stop;
+        # replaced whole by the heartbeat thread, read (one dict lookup) at each new step.
+        self.cancel_requests: dict[str, str] = {}
+        self.settings: Settings | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def db(self) -> SystemDB:
+        if self._db is None:
+            raise EngineNotRunningError()
+        return self._db
+
+    def open(self, db: SystemDB) -> None:
+        import sqlalchemy
+
+        engine = self.engine
+        self._db = db
+        self.writer = AsyncWriter(db)
+        app_url = engine.app_database_url or engine.database_url
+        self.app_is_system_db = engine.app_database_url is None or same_database(
+            app_url, engine.database_url
+        )
+        self._app_engine = sqlalchemy.create_engine(
+            to_sqlalchemy_url(app_url), pool_size=engine.max_workers, max_overflow=4
+        )
+        if not self.app_is_system_db:
+            db.migrate_app(self._app_engine)
+        self.settings = Settings(
+            serializer=engine.serializer,
+            max_payload_bytes=engine.max_payload_bytes,
+            clock=engine.clock,
+            app_separate=not self.app_is_system_db,
+            compensation_of=engine.registry.compensation,
+            crash_point=self.crash_point,
+            cancel_request=self._cancel_request,
+            classify_app_error=app_error_fault,
+        )
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=engine.max_workers, thread_name_prefix="durable-workflow"
+        )
+
+    def close(self, wait: bool) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=wait, cancel_futures=not wait)
+            self._pool = None
+        if self.writer is not None:
+            if wait:
+                self.writer.stop()  # a clean shutdown writes everything still queued
+            self.writer = None
+        if self._app_engine is not None:
+            self._app_engine.dispose()
+            self._app_engine = None
+        self._db = None
+
+    def _cancel_request(self, workflow_id: str) -> str | None:
+        return self.cancel_requests.get(workflow_id)
+
+    def crash_point(self, name: str) -> None:
+        """SIGKILL this process the n-th time `name` is reached, if DURABLE_CRASH_POINTS arms it.
+
+        Crash tests use this to die at the worst moments (between an effect and its record);
+        unarmed, it is one dict lookup.
+        """
+        if not self._crash_points or name not in self._crash_points:
+            return
+        count = self._crash_counts.get(name, 0) + 1
+        self._crash_counts[name] = count
+        if count == self._crash_points[name]:
+            import signal
+
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    @contextmanager
+    def app_connection(self, isolation_level: str | None = None) -> Iterator[sqlalchemy.Connection]:
+        if self._app_engine is None:
+            raise EngineNotRunningError()
+        with self._app_engine.connect() as conn:
+            if isolation_level is not None:
+                conn = conn.execution_options(isolation_level=isolation_level)
+            yield conn
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    def new_run(self, claimed: Claimed) -> Run:
+        settings = self.settings
+        if settings is None:
+            raise EngineNotRunningError()
+        return Run(
+            settings,
+            claimed.workflow_id,
+            claimed.defn.name,
+            claimed.epoch,
+            claimed.journal,
+            mode=claimed.defn.durability or self.engine.durability,
+            host=self,
+            deadline=claimed.deadline,
+            cancel_reason=claimed.cancel_reason,
+            budget_id=claimed.budget_id,
+        )
+
+    def execute(self, claimed: Claimed) -> Any:
+        return _driver.execute_run(
+            self, self.new_run(claimed), claimed.defn, claimed.args, claimed.kwargs
+        )
+
+    def submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]:
+        """Run a claimed workflow on the pool; the future holds its value (or error)."""
+        pool = self._pool
+        if pool is None:
+            raise EngineNotRunningError()
+        context = contextvars.Context()
+        workflow_id, epoch = claimed.workflow_id, claimed.epoch
+
+        def task() -> Any:
+            try:
+                return context.run(self.execute, claimed)
+            except (StaleOwnerError, WorkflowSuspended, WorkflowCancelledError):
+                return None
+            except DatabaseUnavailableError:
+                logger.warning("workflow %s interrupted by a database outage", workflow_id)
+                with self._lock:
+                    self._interrupted.add((workflow_id, epoch))
+                raise
+            except Exception:
+                logger.debug("workflow %s failed", workflow_id, exc_info=True)
+                raise
+
+        future = pool.submit(task)
+        with self._lock:
+            self._futures.add(future)
+        future.add_done_callback(self._forget)
+        return future
+
+    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._futures.discard(future)
+        self.slot_freed.set()
+
+    def running_count(self) -> int:
+        with self._lock:
+            return len(self._futures)
+
+    def release_interrupted(self) -> int:
+        """Hand back workflows whose run was cut off by a database outage; returns how many
+        are still waiting (the database may still be down)."""
+        with self._lock:
+            pending = list(self._interrupted)
+        for workflow_id, epoch in pending:
+            try:
+                self.db.execute("release_workflow", {"workflow_id": workflow_id, "epoch": epoch})
+            except DatabaseUnavailableError:
+                break
+            with self._lock:
+                self._interrupted.discard((workflow_id, epoch))
+        with self._lock:
+            return len(self._interrupted)
+
+    # -- claims --------------------------------------------------------------------------------
+
+    def insert(
+        self, defn: WorkflowDef, workflow_id: str, inputs: str, parent: tuple[str, int] | None
+    ) -> Claimed | None:
+        """Create the workflow owned by this executor, ready to run; None if it exists."""
+        engine = self.engine
+        params = engine.workflow_params(defn, workflow_id, inputs, parent, engine.durability)
+        params["owner"] = engine.executor_id
+        params["lease_seconds"] = engine.lease_seconds
+        row = self.db.fetch_one("insert_workflow", params)
+        if row is None:
+            return None
+        return Claimed(
+            defn,
+            workflow_id,
+            int(row["epoch"]),
+            [],
+            {},
+            Journal(workflow_id),
+            row["deadline_at"],
+            None,
+            params["budget_id"],
+        )
+
+    def claim_rows(self, workflow_id: str | None, limit: int) -> list[dict[str, Any]]:
+        engine = self.engine
+        # Sleepers whose time has come become claimable here, by whoever claims next.
+        self.db.execute("wake_due", {})
+        defs = engine.registry.workflows()
+        return self.db.fetch_all(
+            "claim_batch",
+            {
+                "workflow_id": workflow_id,
+                "owner": engine.executor_id,
+                "lease_seconds": engine.lease_seconds,
+                "max_attempts": engine.max_recovery_attempts,
+                "names": [d.name for d in defs],
+                "versions": [d.version or "" for d in defs],
+                "limit": limit,
+            },
+        )
+
+    def claim(self, workflow_id: str) -> Claimed | None:
+        """Claim one runnable workflow and load its journal, or None if someone holds it."""
+        rows = self.claim_rows(workflow_id, 1)
+        if not rows or rows[0]["status"] != WorkflowStatus.RUNNING:
+            return None
+        row = rows[0]
+        records = [
+            StepRecord.from_row(r)
+            for r in self.db.fetch_all("load_journal", {"workflow_id": row["workflow_id"]})
+        ]
+        return self._claimed(row, records)
+
+    def _claimed(self, row: dict[str, Any], records: list[StepRecord]) -> Claimed:
+        defn = self.engine.registry.get_workflow(row["name"], row["version"])
+        if defn is None:
+            raise UnknownWorkflowError(row["name"], row["version"])
+        args, kwargs = self.engine.decode_inputs(row["inputs"])
+        return Claimed(
+            defn,
+            row["workflow_id"],
+            int(row["epoch"]),
+            args,
+            kwargs,
+            Journal.from_records(row["workflow_id"], records),
+            row["deadline_at"],
+            row["cancel_reason"],
+            row["budget_id"],
+        )
+
+    def submit_claim(self, workflow_id: str) -> concurrent.futures.Future[Any] | None:
+        claimed = self.claim(workflow_id)
+        if claimed is None:
+            return None
+        return self.submit(claimed)
+
+    def start_claimed(
+        self, rows: list[dict[str, Any]]
+    ) -> list[tuple[str, concurrent.futures.Future[Any]]]:
+        """Load the journals of claimed rows in one query and run them on the pool."""
+        runnable = []
+        for row in rows:
+            if row["status"] != WorkflowStatus.RUNNING:
+                logger.error(
+                    "workflow %s crashed its worker %d times; it is left as %s for an "
+                    "operator (`durable workflows resume` retries it)",
+                    row["workflow_id"],
+                    self.engine.max_recovery_attempts,
+                    row["status"],
+                )
+                continue
+            runnable.append(row)
+        if not runnable:
+            return []
+        journals: dict[str, list[StepRecord]] = {r["workflow_id"]: [] for r in runnable}
+        for step_row in self.db.fetch_all("load_journals", {"workflow_ids": list(journals)}):
+            journals[step_row["workflow_id"]].append(StepRecord.from_row(step_row))
+        started = []
+        for row in runnable:
+            claimed = self._claimed(row, journals[row["workflow_id"]])
+            started.append((claimed.workflow_id, self.submit(claimed)))
+        return started
+
+    def dequeue(self, limit: int) -> list[tuple[str, concurrent.futures.Future[Any]]]:
+        """Dequeue and start up to `limit` entries from the queues of this registry, as
+        far as each queue's limits allow."""
+        engine = self.engine
+        started: list[tuple[str, concurrent.futures.Future[Any]]] = []
+        defs = engine.registry.workflows()
+        for queue in engine.registry.queues():
+            if len(started) >= limit:
+                break
+            params = queue.dequeue_params(
+                schema=engine.schema,
+                owner=engine.executor_id,
+                lease_seconds=engine.lease_seconds,
+                defs=defs,
+                limit=limit - len(started),
+            )
+            started += self.start_claimed(self.db.dequeue(params))
+        return started
+
+    # -- running here (direct calls and children) ------------------------------------------------
+
+    def run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        """A workflow called as a function inside `with engine:`: run it in this thread."""
+        return self.run_here(defn, str(uuid.uuid4()), args, kwargs, None)
+
+    def run_child(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        parent: tuple[str, int],
+    ) -> Any:
+        return self.run_here(defn, workflow_id, args, kwargs, parent)
+
+    def run_here(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        parent: tuple[str, int] | None,
+    ) -> Any:
+        """Run (or resume, or wait for) workflow `workflow_id` in the calling thread."""
+        engine = self.engine
+        inputs = engine.encode_inputs(defn, args, kwargs)
+        created = self.insert(defn, workflow_id, inputs, parent)
+        if created is not None:
+            claimed = created._replace(args=list(args), kwargs=dict(kwargs))
+            try:
+                return contextvars.copy_context().run(self.execute, claimed)
+            except WorkflowSuspended:
+                pass  # waits without holding anything; resumed below once it is runnable
+        engine.existing(defn, workflow_id)
+        delay = _POLL_MIN
+        while True:
+            info = engine.get_workflow(workflow_id)
+            if info.status.is_terminal:
+                return engine.outcome(workflow_id, info.status, info.output, info.error)
+            again = self.claim(workflow_id)
+            if again is not None:
+                try:
+                    return contextvars.copy_context().run(self.execute, again)
+                except WorkflowSuspended:
+                    delay = _POLL_MIN
+                    continue
+            time.sleep(delay)
+            delay = min(_POLL_MAX, delay * 2)

@@ -1,0 +1,220 @@
+"""The shape of the package, checked on its source (no database, nothing imported).
+
+- No import cycle among durable's modules (imports inside functions count; imports under
+  `if TYPE_CHECKING:` do not, since they never run).
+- The pure core (`_protocol.py`) imports no database driver, no clock, no threads.
+- SQL text runs only in `_systemdb.py`: everywhere else a statement is named (a key of
+  `_sql/queries.sql`) and handed to the SystemDB. `_migrate.py` (run by the SystemDB, on
+  the migration files), `_embedded.py` and `testing.py` (which administer a cluster:
+  create databases, read its data directory) are the named exceptions.
+- The CLI is a client: it never reaches for the SystemDB or its statements.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from durable._systemdb import load_queries
+
+PACKAGE = Path(__file__).resolve().parents[2] / "durable"
+MODULES = {
+    ("durable." + str(p.relative_to(PACKAGE).with_suffix("")).replace("/", ".")).removesuffix(
+        ".__init__"
+    ): p
+    for p in PACKAGE.rglob("*.py")
+}
+SQL_ADMIN = {"_systemdb.py", "_migrate.py", "_embedded.py", "testing.py"}
+NAME = re.compile(r"^[a-z][a-z0-9_]*$")
+
+
+def _tree(path: Path) -> ast.Module:
+    return ast.parse(path.read_text("utf-8"), filename=str(path))
+
+
+def _is_type_checking(node: ast.If) -> bool:
+    test = node.test
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and _is_type_checking(child):
+                for other in child.orelse:
+                    visit(other)
+                continue
+            if isinstance(child, ast.Import | ast.ImportFrom):
+                found.append(child)
+            visit(child)
+
+    visit(tree)
+    return found
+
+
+def _imported_modules(module: str, tree: ast.Module) -> set[str]:
+    """The durable modules `module` imports at run time."""
+    out: set[str] = set()
+    for node in _runtime_imports(tree):
+        if isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name in MODULES}
+            continue
+        base = node.module or ""
+        if node.level:
+            package = module.rsplit(".", node.level)[0]
+            base = f"{package}.{base}" if base else package
+        if base in MODULES:
+            out.add(base)
+        for alias in node.names:  # `from durable import _driver` imports a module
+            if f"{base}.{alias.name}" in MODULES:
+                out.add(f"{base}.{alias.name}")
+    out.discard(module)
+    out.discard("durable")  # the package __init__ re-exports; importing it is not a cycle
+    return out
+
+
+def import_graph() -> dict[str, set[str]]:
+    return {m: _imported_modules(m, _tree(p)) for m, p in MODULES.items() if m != "durable"}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(node: str) -> list[str] | None:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return [*stack[stack.index(nxt) :], nxt]
+            if state.get(nxt) is None:
+                cycle = dfs(nxt)
+                if cycle:
+                    return cycle
+        stack.pop()
+        state[node] = 2
+        return None
+
+    for node in sorted(graph):
+        if state.get(node) is None:
+            cycle = dfs(node)
+            if cycle:
+                return cycle
+    return None
+
+
+def test_no_import_cycle_among_durable_modules() -> None:
+    graph = import_graph()
+    assert graph.get("durable._engine")
+    cycle = find_cycle(graph)
+    assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
+
+
+def test_the_cycle_finder_finds_cycles() -> None:
+    assert find_cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert find_cycle({"a": {"b"}, "b": set()}) is None
+
+
+def test_the_protocol_is_pure() -> None:
+    forbidden = {"psycopg", "psycopg_pool", "sqlalchemy", "time", "threading", "asyncio", "socket"}
+    io_modules = {
+        "durable._systemdb",
+        "durable._driver",
+        "durable._engine",
+        "durable._client",
+        "durable._runner",
+        "durable._recovery",
+        "durable._durability",
+        "durable._embedded",
+    }
+    tree = _tree(PACKAGE / "_protocol.py")
+    for node in ast.walk(tree):  # TYPE_CHECKING imports too: the core names no driver
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            assert name.split(".")[0] not in forbidden, f"_protocol.py imports {name}"
+            assert name not in io_modules, f"_protocol.py imports {name}"
+    calls = {
+        n.func.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+    }
+    assert not calls & {"sleep", "execute", "connect", "cursor"}
+
+
+def _sql_calls(tree: ast.Module) -> list[tuple[int, str]]:
+    """Calls that hand SQL text (not a statement name) to a connection or cursor."""
+    bad = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        attr = node.func.attr
+        if attr in {"exec_driver_sql", "executemany", "cursor", "query", "statement"}:
+            bad.append((node.lineno, attr))
+            continue
+        if attr in {"execute", "fetch_one", "fetch_all", "execute_on", "fetch_one_on", "run_on"}:
+            first = node.args[0] if node.args else None
+            if attr == "run_on" or attr.endswith("_on"):
+                first = node.args[1] if len(node.args) > 1 else None
+            ok = isinstance(first, ast.Constant) and isinstance(first.value, str)
+            ok = ok and bool(NAME.match(first.value))  # type: ignore[union-attr]
+            # The driver passes on the statement named by a protocol operation (`op.name`).
+            ok = ok or (isinstance(first, ast.Attribute) and first.attr == "name")
+            if not ok:
+                bad.append((node.lineno, attr))
+    return bad
+
+
+def test_sql_runs_only_in_the_systemdb() -> None:
+    offenders = {
+        path.name: calls
+        for path in PACKAGE.rglob("*.py")
+        if path.name not in SQL_ADMIN and (calls := _sql_calls(_tree(path)))
+    }
+    assert offenders == {}
+
+
+def test_the_sql_check_catches_raw_sql() -> None:
+    source = "def f(db, conn):\n    conn.execute('SELECT 1')\n    db.execute('get_workflow', {})\n"
+    assert _sql_calls(ast.parse(source)) == [(2, "execute")]
+    assert _sql_calls(ast.parse("conn.exec_driver_sql(q)")) == [(1, "exec_driver_sql")]
+
+
+def test_every_named_statement_exists() -> None:
+    queries = load_queries()
+    used: set[str] = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(_tree(path)):
+            # Execute("name", ...), AppExecute("name", ...), db.fetch_one("name", ...)
+            if isinstance(node, ast.Call) and node.args:
+                first = node.args[0]
+                func = node.func
+                fname = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+                if fname in {
+                    "Execute",
+                    "AppExecute",
+                    "execute",
+                    "fetch_one",
+                    "fetch_all",
+                } and isinstance(first, ast.Constant):
+                    used.add(str(first.value))
+    missing = {name for name in used if NAME.match(name)} - set(queries)
+    assert used and not missing, missing
+
+
+def test_the_cli_is_a_client() -> None:
+    tree = _tree(PACKAGE / "cli.py")
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    attrs = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    assert "SystemDB" not in names
+    assert "db" not in attrs, "cli.py reaches into client.db: give the Client a method"
+    assert not {"fetch_one", "fetch_all", "execute"} & attrs
