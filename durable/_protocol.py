@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from durable._models import (
+    ApprovalStatus,
     Budget,
     Decision,
     EffectStatus,
@@ -1017,13 +1018,13 @@ def gate(
             "timeout_seconds": timeout_seconds,
         }
         _fenced((yield Execute("approval_request", asked)), run)
-    elif row["status"] != "waiting":
+    elif row["status"] != ApprovalStatus.WAITING:
         return Decision.from_row(row)
     if (yield Execute("suspend_for_approval", {**ids, "epoch": run.epoch})):
         raise WorkflowSuspended(run.workflow_id)
     # Not suspended: either decided meanwhile, or this run lost ownership.
     row = yield Execute("get_approval", ids, "one")
-    if row is not None and row["status"] != "waiting":
+    if row is not None and row["status"] != ApprovalStatus.WAITING:
         return Decision.from_row(row)
     raise StaleOwnerError(run.workflow_id, run.epoch)
 

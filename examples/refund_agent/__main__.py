@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                 engine, env, workflow.refund_orders, "effect_after_call:3", f"run-4711-{suffix}"
             )
             moved = vendor.moved()
-            effects = engine.db.fetch_all("list_effects", {"workflow_id": f"run-4711-{suffix}"})
+            effects = engine.effects(f"run-4711-{suffix}")
             ledger_total = sum(
                 json.loads(e["result"])["cents"] for e in effects if e["status"] == "applied"
             )
