@@ -10,6 +10,7 @@ workflows (see `_engine.py`).
 
 from __future__ import annotations
 
+import inspect
 import logging
 import os
 import time
@@ -32,6 +33,7 @@ from durable._models import (
     WorkflowStatus,
     dollars_exact,
 )
+from durable._names import check_name, check_text
 from durable._protocol import decode_error, encode_error
 from durable._queues import Queue
 from durable._registry import WorkflowDef
@@ -51,6 +53,7 @@ from durable.errors import (
     SerializationError,
     UnknownApprovalError,
     UnknownScheduleError,
+    WorkflowArgumentsError,
     WorkflowCancelledError,
     WorkflowConflictError,
     WorkflowFailedError,
@@ -58,7 +61,15 @@ from durable.errors import (
     WorkflowNotResumableError,
     WorkflowTimeoutError,
 )
-from durable.serialization import JSONSerializer, PickleSerializer, Serializer, dumps_checked
+from durable.serialization import (
+    JSONSerializer,
+    PickleSerializer,
+    Serializer,
+    check_faithful,
+    dumps_checked,
+    parameter_types,
+    rebuild,
+)
 
 if TYPE_CHECKING:
     import concurrent.futures
@@ -68,6 +79,7 @@ logger = logging.getLogger("durable.client")
 P = ParamSpec("P")
 R = TypeVar("R")
 
+_MAX_SCHEMA_BYTES = 58
 POLL_MIN = 0.005
 POLL_MAX = 0.25
 
@@ -149,7 +161,8 @@ class WorkflowHandle:
 
 
 class Client:
-    """Reads and changes stored workflows in one PostgreSQL system database; runs nothing.
+    """Reads and changes stored workflows in one PostgreSQL system database; runs nothing:
+    no heartbeat, no worker loop, no executor row (only its connection pool's threads).
 
     Arguments (all optional):
       database_url: libpq URL of the system database. Default: DURABLE_DATABASE_URL, else
@@ -179,6 +192,14 @@ class Client:
     ) -> None:
         if not isinstance(schema, str) or not schema:
             raise ConfigurationError(f"schema={schema!r}: give a non-empty schema name")
+        check_name("schema", schema)
+        if len(schema.encode("utf-8")) > _MAX_SCHEMA_BYTES:
+            # PostgreSQL truncates identifiers to 63 bytes; the work channel is "<schema>_work".
+            raise ConfigurationError(
+                f"schema={schema!r} is {len(schema.encode('utf-8'))} bytes: give at most "
+                f"{_MAX_SCHEMA_BYTES} (PostgreSQL names are at most 63 bytes, and the "
+                "notification channel adds '_work')"
+            )
         if max_payload_bytes <= 0:
             raise ConfigurationError(f"max_payload_bytes={max_payload_bytes!r}: use > 0")
         self._database_url = database_url
@@ -268,6 +289,26 @@ class Client:
     def encode_inputs(
         self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> str:
+        """The stored form of a call's arguments. The call is bound to the function's
+        signature first (WorkflowArgumentsError), and each argument must read back as it
+        was given (SerializationError), so nothing unusable is ever stored."""
+        signature, hints = parameter_types(defn.fn)
+        if signature is not None:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise WorkflowArgumentsError(defn.name, str(signature), str(exc)) from None
+            for name, value in bound.arguments.items():
+                kind = signature.parameters[name].kind
+                label = f"argument {name!r} of workflow {defn.name!r}"
+                if kind is inspect.Parameter.VAR_POSITIONAL:
+                    for item in value:
+                        check_faithful(self.serializer, item, None, label)
+                elif kind is inspect.Parameter.VAR_KEYWORD:
+                    for item in value.values():
+                        check_faithful(self.serializer, item, None, label)
+                else:
+                    check_faithful(self.serializer, value, hints.get(name), label)
         try:
             return dumps_checked(
                 self.serializer,
@@ -290,9 +331,37 @@ class Client:
                 )
             raise
 
-    def decode_inputs(self, text: str) -> tuple[list[Any], dict[str, Any]]:
+    def decode_inputs(
+        self, text: str, defn: WorkflowDef | None = None
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """Stored inputs as the run sees them, first run and replay alike (rebuilt as the
+        parameters' annotations when pydantic is installed)."""
         data = self.serializer.loads(text)
-        return list(data["args"]), dict(data["kwargs"])
+        if not isinstance(data, dict) or not isinstance(data.get("args"), list):
+            raise SerializationError(
+                "the stored inputs are not {'args': [...], 'kwargs': {...}}: they were not "
+                "written by this serializer",
+                what="the stored inputs",
+                type_name=type(data).__qualname__,
+            )
+        args, kwargs = list(data["args"]), dict(data.get("kwargs") or {})
+        if defn is None:
+            return args, kwargs
+        signature, hints = parameter_types(defn.fn)
+        if signature is None or not hints:
+            return args, kwargs
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return args, kwargs  # the run reports the mismatch as the workflow's error
+        for name, value in bound.arguments.items():
+            kind = signature.parameters[name].kind
+            if name in hints and kind not in (
+                inspect.Parameter.VAR_POSITIONAL,
+                inspect.Parameter.VAR_KEYWORD,
+            ):
+                bound.arguments[name] = rebuild(value, hints[name])
+        return list(bound.args), dict(bound.kwargs)
 
     def workflow_params(
         self,
@@ -327,9 +396,8 @@ class Client:
 
     @staticmethod
     def _workflow_id(kwargs: dict[str, Any]) -> str | None:
-        workflow_id = kwargs.pop("workflow_id", None)
-        if workflow_id is not None and not isinstance(workflow_id, str):
-            raise ConfigurationError(f"workflow_id={workflow_id!r}: give a string")
+        workflow_id: str | None = kwargs.pop("workflow_id", None)
+        check_name("workflow_id", workflow_id, optional=True)  # "" is refused, not "none"
         return workflow_id
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
@@ -362,8 +430,7 @@ class Client:
         dedup_key = kwargs.pop("dedup_key", None)
         priority = kwargs.pop("priority", None)
         delay = kwargs.pop("delay", None)
-        if dedup_key is not None and (not isinstance(dedup_key, str) or not dedup_key):
-            raise ConfigurationError(f"dedup_key={dedup_key!r}: give a non-empty string")
+        check_name("dedup_key", dedup_key, optional=True)
         if priority is not None:
             if not queue.priority:
                 raise ConfigurationError(
@@ -436,6 +503,8 @@ class Client:
         once. A cancelled workflow is never recovered. Returns the workflow's status after
         the request (RUNNING or PENDING while it stops; already-finished ones unchanged).
         """
+        check_name("workflow_id", workflow_id)
+        check_text("reason", reason)
         asked = self.cancel_tree(workflow_id, reason)
         if workflow_id in asked:
             return asked[workflow_id]
@@ -443,6 +512,8 @@ class Client:
 
     def cancel_tree(self, workflow_id: str, reason: str) -> dict[str, WorkflowStatus]:
         """Ask a workflow and its unfinished descendants to stop; {id: status after}."""
+        check_name("workflow_id", workflow_id)
+        check_text("reason", reason)
         rows = self.db.fetch_all(
             "cancel_workflow",
             {
@@ -452,14 +523,18 @@ class Client:
             },
         )
         asked = {r["workflow_id"]: WorkflowStatus(r["status"]) for r in rows}
-        running = [wid for wid, status in asked.items() if status is WorkflowStatus.RUNNING]
+        running = [
+            (r["workflow_id"], int(r["epoch"]))
+            for r in rows
+            if asked[r["workflow_id"]] is WorkflowStatus.RUNNING
+        ]
         if running:
             self._cancel_requested(running, reason)
         if any(status is WorkflowStatus.PENDING for status in asked.values()):
             self.notify_work(workflow_id)
         return asked
 
-    def _cancel_requested(self, workflow_ids: list[str], reason: str) -> None:
+    def _cancel_requested(self, runs: list[tuple[str, int]], reason: str) -> None:
         """Hook: the Engine makes its own runs see the request at once."""
 
     def resume(self, workflow_id: str) -> WorkflowHandle:
@@ -468,6 +543,7 @@ class Client:
         waiting for a worker); any worker with its code picks it up. A workflow that is
         still going is left as it is; one that succeeded or was compensated raises
         WorkflowNotResumableError (fork it instead). Returns its handle."""
+        check_name("workflow_id", workflow_id)
         row = self.db.fetch_one("resume_workflow", {"workflow_id": workflow_id})
         if row is None:
             info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
@@ -487,6 +563,8 @@ class Client:
         worker with its code runs it. Returns the fork's handle."""
         if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
             raise ConfigurationError(f"from_step={from_step!r}: give a step position >= 0")
+        check_name("workflow_id", workflow_id)
+        check_name("new_id", new_id, optional=True)
         new_id = new_id or str(uuid.uuid4())
         params = {"workflow_id": workflow_id, "new_id": new_id, "before_seq": from_step}
         try:
@@ -517,6 +595,10 @@ class Client:
     ) -> None:
         """Decide an approval gate. The first decision wins: repeating it is harmless, the
         opposite decision raises ApprovalConflictError, an unknown gate UnknownApprovalError."""
+        check_name("workflow_id", workflow_id)
+        check_name("name", name)
+        check_text("comment", comment)
+        check_text("decided_by", decided_by)
         status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
         row = self.db.fetch_one(
             "decide_approval",
@@ -546,6 +628,8 @@ class Client:
     ) -> None:
         """Send a message to a workflow (from anywhere); it wakes if it waits in recv().
         Sending twice with the same idempotency_key delivers once."""
+        check_name("topic", topic, optional=True)
+        check_name("idempotency_key", idempotency_key, optional=True)
         self.get_workflow(workflow_id)  # WorkflowNotFoundError before anything is stored
         payload = dumps_checked(self.serializer, message, "the message", self.max_payload_bytes)
         self.db.execute(
@@ -562,6 +646,8 @@ class Client:
     def get_event(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
         """The latest value a workflow published under `key`, waiting up to `timeout`
         seconds for it to appear; None if it did not."""
+        check_name("workflow_id", workflow_id)
+        check_name("key", key)
         deadline = time.monotonic() + timeout
         delay = POLL_MIN
         while True:
@@ -613,6 +699,7 @@ class Client:
     def pause_schedule(self, name: str, paused: bool = True) -> None:
         """Stop (or, with paused=False, restart) firing a schedule. On restart, ticks missed
         while paused follow the schedule's missed-tick policy."""
+        check_name("name", name)
         row = self.db.fetch_one("set_schedule_paused", {"schedule_name": name, "paused": paused})
         if row is None:
             raise UnknownScheduleError(name)
@@ -625,6 +712,7 @@ class Client:
         return self.handle(workflow_id)
 
     def get_workflow(self, workflow_id: str) -> WorkflowInfo:
+        check_name("workflow_id", workflow_id)
         row = self.db.fetch_one("get_workflow", {"workflow_id": workflow_id})
         if row is None:
             raise WorkflowNotFoundError(workflow_id)
@@ -637,7 +725,10 @@ class Client:
         name: str | None = None,
         limit: int = 100,
     ) -> list[WorkflowInfo]:
-        """Stored workflows, newest first."""
+        """Stored workflows, newest first (at most `limit`, 1 to 100,000)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
+            raise ConfigurationError(f"limit={limit!r}: give a whole number from 1 to 100,000")
+        check_name("name", name, optional=True)
         if status is not None:
             try:
                 status = WorkflowStatus(status)
@@ -653,6 +744,7 @@ class Client:
 
     def steps(self, workflow_id: str) -> list[StepRecord]:
         """The journal of one workflow, in call order."""
+        check_name("workflow_id", workflow_id)
         return [
             StepRecord.from_row(r)
             for r in self.db.fetch_all("load_journal", {"workflow_id": workflow_id})

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from durable import _driver
 from durable._models import Budget, RetryPolicy, StepKind
+from durable._names import check_name
 from durable._registry import (
     Durability,
     EffectOptions,
@@ -68,6 +69,7 @@ def _check_function(fn: object, decorator: str) -> Callable[..., Any]:
 def _check_name(name: str | None) -> None:
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise DefinitionError(f"name={name!r}: a name must be a non-empty string")
+    check_name("name", name, optional=True)
 
 
 def _retry_policy(

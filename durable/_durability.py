@@ -44,6 +44,9 @@ class AsyncWriter:
         self._enqueued: Counter[_Key] = Counter()
         self._written: Counter[_Key] = Counter()
         self._refused: set[_Key] = set()
+        # Records the database refused for a reason other than the fence (a statement
+        # error): their run's next barrier raises it instead of waiting forever.
+        self._failed: dict[_Key, Exception] = {}
         self._thread = threading.Thread(target=self._loop, name="durable-writer", daemon=True)
         self._thread.start()
 
@@ -62,9 +65,12 @@ class AsyncWriter:
             while self._written[key] < self._enqueued[key]:
                 self._cond.wait(0.5)
             refused = key in self._refused
+            failed = self._failed.pop(key, None)
             self._refused.discard(key)
             self._enqueued.pop(key, None)
             self._written.pop(key, None)
+        if failed is not None:
+            raise failed
         if refused:
             raise StaleOwnerError(workflow_id, epoch)
 
@@ -74,10 +80,12 @@ class AsyncWriter:
             while any(self._written[k] < n for k, n in self._enqueued.items()):
                 self._cond.wait(0.5)
 
-    def stop(self) -> None:
-        self.flush()
+    def stop(self, flush: bool = True) -> None:
+        """Stop the writer thread; with `flush`, after writing everything queued."""
+        if flush:
+            self.flush()
         self._queue.put(None)
-        self._thread.join(timeout=30)
+        self._thread.join(timeout=30 if flush else 5)
 
     def _loop(self) -> None:
         failing = False
@@ -95,6 +103,7 @@ class AsyncWriter:
                     self._queue.put(None)  # stop after this batch
                     break
                 rows.append(item)
+            error: Exception | None = None
             while True:
                 try:
                     written = Counter(self._db.write_steps(None, rows))
@@ -105,6 +114,12 @@ class AsyncWriter:
                         logger.warning("async writer: database unavailable, retrying: %s", exc)
                     failing = True
                     time.sleep(0.5)
+                except Exception as exc:
+                    # Not an outage: retrying cannot help. Every run in the batch hears of
+                    # it at its next barrier; the writer itself goes on.
+                    logger.error("async writer: the database refused a batch: %s", exc)
+                    written, error = Counter(), exc
+                    break
             if failing:
                 logger.info("async writer: database is back")
             failing = False
@@ -112,6 +127,8 @@ class AsyncWriter:
             with self._cond:
                 for key, n in per_key.items():
                     self._written[key] += n
-                    if written[key[0]] < n:
+                    if error is not None:
+                        self._failed[key] = error
+                    elif written[key[0]] < n:
                         self._refused.add(key)
                 self._cond.notify_all()

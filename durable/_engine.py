@@ -151,7 +151,7 @@ class Engine(Client):
         return self.runner.writer
 
     @property
-    def cancel_requests(self) -> dict[str, str]:
+    def cancel_requests(self) -> dict[str, tuple[int, str]]:
         return self.runner.cancel_requests
 
     def launch(self) -> None:
@@ -274,7 +274,8 @@ class Engine(Client):
         created = self.runner.insert(defn, workflow_id, inputs, parent)
         future: concurrent.futures.Future[Any] | None
         if created is not None:
-            future = self.runner.submit(created._replace(args=list(args), kwargs=dict(kwargs)))
+            run_args, run_kwargs = self.decode_inputs(inputs, defn)  # what a replay will see
+            future = self.runner.submit(created._replace(args=run_args, kwargs=run_kwargs))
         else:
             info = self.existing(defn, workflow_id)
             future = None if info.status.is_terminal else self.runner.submit_claim(workflow_id)
@@ -372,10 +373,11 @@ class Engine(Client):
 
     # -- hooks of the Client -------------------------------------------------------------------
 
-    def _cancel_requested(self, workflow_ids: list[str], reason: str) -> None:
+    def _cancel_requested(self, runs: list[tuple[str, int]], reason: str) -> None:
         # Seen at once by runs in this process; others see it at their next poll.
         runner = self.runner
-        runner.cancel_requests = {**runner.cancel_requests, **dict.fromkeys(workflow_ids, reason)}
+        asked = {workflow_id: (epoch, reason) for workflow_id, epoch in runs}
+        runner.cancel_requests = {**runner.cancel_requests, **asked}
 
     def _retention_policy(self) -> RetentionPolicy | None:
         return self.retention

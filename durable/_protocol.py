@@ -54,7 +54,7 @@ from durable.errors import (
     WorkflowSuspended,
     WorkflowTimeoutError,
 )
-from durable.serialization import Serializer, dumps_checked
+from durable.serialization import Serializer, dumps_checked, faithful, rebuild, return_type
 
 if TYPE_CHECKING:
     from durable._clock import Clock
@@ -232,7 +232,7 @@ def _never_crash(name: str) -> None:
     return None
 
 
-def _no_request(workflow_id: str) -> str | None:
+def _no_request(workflow_id: str, epoch: int) -> str | None:
     return None
 
 
@@ -254,7 +254,8 @@ class Settings:
         step's record goes to the app database first (and is adopted from there).
     compensation_of: the undo registered for an effect name, if any.
     crash_point: called at the worst moments of a run; crash tests arm it to SIGKILL.
-    cancel_request: the reason this executor was asked to stop a workflow, if it was.
+    cancel_request: the reason this executor was asked to stop a run (a workflow at an
+        epoch: a request for an earlier run of a resumed workflow is not this run's).
     classify_app_error: how the driver sees an application-database error: "lost" (the
         connection), "unique:<constraint>", or None.
     """
@@ -265,7 +266,7 @@ class Settings:
     app_separate: bool = False
     compensation_of: Callable[[str], Callable[..., Any] | None] = _no_compensation
     crash_point: Callable[[str], None] = _never_crash
-    cancel_request: Callable[[str], str | None] = _no_request
+    cancel_request: Callable[[str, int], str | None] = _no_request
     classify_app_error: Callable[[BaseException], str | None] = _no_fault
 
 
@@ -281,6 +282,10 @@ class Run:
     mode: str = "sync"
     conn: Any = None
     host: Any = None
+    # True only for the run that created the workflow: nothing can have been written for
+    # it before, so lookups of half-finished work (an app-side transaction record, an
+    # effect's intent) are skipped. A claimed run, even with an empty journal, looks.
+    first_run: bool = False
     in_step: bool = False
     # Exit mode: step records not yet written.
     pending: list[dict[str, Any]] = field(default_factory=list)
@@ -315,6 +320,14 @@ class Run:
     def loads(self, text: str | None) -> Any:
         return None if text is None else self.settings.serializer.loads(text)
 
+    def keep(self, value: Any, what: str, fn: Callable[..., Any]) -> tuple[str, Any]:
+        """Serialize what `fn` returned, and the value a replay will see (handed out now
+        too, so a first run and a replay never differ). Raises before anything is written
+        if it cannot be stored, or would not read back the same."""
+        s = self.settings
+        text = dumps_checked(s.serializer, value, what, s.max_payload_bytes)
+        return text, faithful(s.serializer, value, text, return_type(fn), what)
+
 
 # -- errors as stored ------------------------------------------------------------------------------
 
@@ -324,14 +337,31 @@ def child_workflow_id(parent_id: str, step_seq: int) -> str:
     return f"{parent_id}:child:{step_seq}"
 
 
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # a __str__ that raises must not lose the failure itself
+        return f"<{type(exc).__qualname__} whose str() raised>"
+
+
+def _trace(exc: BaseException) -> str:
+    try:
+        return "".join(tb.format_exception(exc))
+    except Exception:
+        return (
+            "".join(tb.format_tb(exc.__traceback__)) + f"{type(exc).__qualname__}: {_text(exc)}\n"
+        )
+
+
 def encode_error(exc: BaseException) -> str:
-    """Errors are always stored as JSON, whatever the value serializer is."""
+    """Errors are always stored as JSON, whatever the value serializer is. An exception
+    whose str() raises is still recorded (with a stand-in message)."""
     cls = type(exc)
     return json.dumps(
         {
             "type": f"{cls.__module__}.{cls.__qualname__}",
-            "message": str(exc),
-            "traceback": "".join(tb.format_exception(exc)),
+            "message": _text(exc),
+            "traceback": _trace(exc),
         }
     )
 
@@ -362,16 +392,46 @@ def rebuild_error(step_name: str, text: str) -> BaseException:
     return StepError(step_name, error_type, message, trace)
 
 
-def replay(run: Run, record: StepRecord) -> Any:
-    """Return (or raise) what a journaled call returned (or raised) the first time."""
+def replay(run: Run, record: StepRecord, fn: Callable[..., Any] | None = None) -> Any:
+    """Return (or raise) what a journaled call returned (or raised) the first time: the
+    stored value, rebuilt as `fn`'s return type when it declares one (see Run.keep)."""
     if record.error is not None:
         raise rebuild_error(record.step_name, record.error)
-    return run.loads(record.output)
+    return restore(run, record.output, fn)
+
+
+def restore(run: Run, text: str | None, fn: Callable[..., Any] | None) -> Any:
+    """A stored value as a replay sees it (the same value Run.keep handed out)."""
+    if text is None:
+        return None
+    value = run.settings.serializer.loads(text)
+    if fn is None:
+        return value
+    annotation = return_type(fn)
+    if annotation is None:
+        return value
+    try:
+        return rebuild(value, annotation)
+    except Exception:
+        # Journaled by code with another annotation: the stored value, as it is.
+        return value
 
 
 # -- stopping ------------------------------------------------------------------------------------
 
 TIMEOUT_REASON = "timeout"
+
+
+def stop_reason(run: Run) -> str | None:
+    """Why this run must stop at its next new call (a cancel or the timeout), or None."""
+    if run.stopping:
+        return None
+    reason = run.settings.cancel_request(run.workflow_id, run.epoch) or run.cancel_reason
+    if reason is not None:
+        return reason
+    if run.deadline is not None and run.settings.clock.now() >= run.deadline:
+        return TIMEOUT_REASON
+    return None
 
 
 def check_interrupt(run: Run) -> None:
@@ -381,13 +441,9 @@ def check_interrupt(run: Run) -> None:
     boundary; replayed calls never stop, so a resumed run reaches the same point first. The
     cancel request is one lookup (the engine polls for requests); the timeout a clock read.
     """
-    if run.stopping:
-        return
-    reason = run.settings.cancel_request(run.workflow_id) or run.cancel_reason
+    reason = stop_reason(run)
     if reason is not None:
         raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
-    if run.deadline is not None and run.settings.clock.now() >= run.deadline:
-        raise WorkflowInterrupted(run.workflow_id, TIMEOUT_REASON, True)
 
 
 def _fenced(count: int, run: Run) -> None:
@@ -458,7 +514,7 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
     """A step: replay its record, or run it (retrying as its policy says) and journal it."""
     seq, found = run.journal.next_call(defn.name)
     if found is not None:
-        return replay(run, found)
+        return replay(run, found, defn.fn)
     check_interrupt(run)
     settings = run.settings
     if run.ledger is not None:
@@ -502,8 +558,7 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
             run, seq, defn, None, encode_error(exc), attempt, started, arguments, elapsed
         )
         raise exc
-    value = outcome.value
-    output = run.dumps(value, f"the output of step {defn.name!r}")
+    output, value = run.keep(outcome.value, f"the output of step {defn.name!r}", defn.fn)
     settings.crash_point("before_step_record")
     yield from _record_call(run, seq, defn, output, None, attempt, started, arguments, elapsed)
     settings.crash_point("after_step_record")
@@ -578,7 +633,7 @@ def transaction(
     app-side record on replay."""
     seq, found = run.journal.next_call(defn.name)
     if found is not None:
-        return replay(run, found)
+        return replay(run, found, defn.fn)
     check_interrupt(run)
     yield from barrier(run)
     settings = run.settings
@@ -600,7 +655,7 @@ def transaction(
     value: Any = None
     yield AppBegin(defn.isolation_level)
     try:
-        if separate and not run.journal.is_fresh:
+        if separate and not run.first_run:
             # The app database may hold this step's record although the journal does not
             # (a crash between the two commits): adopt it.
             row = yield AppExecute(
@@ -618,8 +673,9 @@ def transaction(
                 run.in_step = False
             if outcome.error is not None:
                 raise outcome.error
-            value = outcome.value
-            params["output"] = run.dumps(value, f"the output of transaction {defn.name!r}")
+            params["output"], value = run.keep(
+                outcome.value, f"the output of transaction {defn.name!r}", defn.fn
+            )
             if separate:
                 yield AppExecute("app_record_transaction", params)
             else:
@@ -636,7 +692,9 @@ def transaction(
         if separate and fault == "unique:transaction_outputs_pkey":
             # Another owner recorded this position first: our writes rolled back with it.
             raise StaleOwnerError(run.workflow_id, run.epoch) from exc
-        if not separate and fault == "lost":
+        if fault == "lost":
+            # The commit may or may not have landed: interrupted, not failed. Recovery
+            # adopts the app-side record if it did (separate database), or finds neither.
             raise DatabaseUnavailableError(f"lost the database in a transaction: {exc}") from exc
         # The user's transaction rolled back; the failure itself is journaled so a replay
         # raises the same error instead of running the transaction again.
@@ -646,7 +704,7 @@ def transaction(
         raise
     if adopted is not None:
         yield from record(run, seq, defn.name, StepKind.TRANSACTION, adopted, None, 1, started)
-        return run.loads(adopted)
+        return restore(run, adopted, defn.fn)
     settings.crash_point("after_transaction_commit")
     if separate:
         yield from record(
@@ -663,7 +721,7 @@ def child(run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str,
     journaled as one call of the parent."""
     seq, found = run.journal.next_call(defn.name)
     if found is not None:
-        return replay(run, found)
+        return replay(run, found, defn.fn)
     check_interrupt(run)
     child_id = child_workflow_id(run.workflow_id, seq)
     yield from barrier(run)
@@ -681,11 +739,11 @@ def child(run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str,
             run, seq, defn.name, StepKind.CHILD, None, encode_error(exc), 1, started, child_id
         )
         raise exc
-    output = run.dumps(outcome.value, f"the output of child workflow {defn.name!r}")
+    output, value = run.keep(outcome.value, f"the output of child workflow {defn.name!r}", defn.fn)
     yield from record(run, seq, defn.name, StepKind.CHILD, output, None, 1, started, child_id)
     if run.ledger is not None:
         yield from refresh_ledger(run)  # the child spent from the same ledger
-    return outcome.value
+    return value
 
 
 def child_started(run: Run, name: str) -> tuple[int, str | None]:
@@ -736,13 +794,13 @@ def workflow(
         if isinstance(exc, DatabaseUnavailableError):
             raise exc  # interrupted, not failed: handed back once the database answers
         if run.compensations:
+            run.stopping = True  # a cancel or deadline now must not cut the undo short
             yield from compensate(run, exc)
         else:
             yield from finish(run, WorkflowStatus.ERROR, None, encode_error(exc))
         raise exc
-    value = outcome.value
     try:
-        output = run.dumps(value, f"the output of workflow {defn.name!r}")
+        output, value = run.keep(outcome.value, f"the output of workflow {defn.name!r}", defn.fn)
     except SerializationError as error:
         yield from finish(run, WorkflowStatus.ERROR, None, encode_error(error))
         raise
@@ -844,36 +902,59 @@ def effect(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, An
     seq, found = run.journal.next_call(defn.name)
     undo = run.settings.compensation_of(defn.name)
     if found is not None:
-        value = replay(run, found)
+        value = replay(run, found, defn.fn)
         if undo is not None:
             register_compensation(run, undo, args, kwargs)
         return value
+    if not run.first_run and stop_reason(run) is not None:
+        # Asked to stop where this effect may have been in flight when a process died: a
+        # pending call is settled first (reconciled, or called again with its key), so
+        # the money that moved is recorded and its undo runs with the others.
+        key, _, _ = _effect_key(run, seq, defn, args, kwargs)
+        row = yield Execute(
+            "get_effect", {"workflow_id": run.workflow_id, "idempotency_key": key}, "one"
+        )
+        if row is not None and row["status"] == EffectStatus.PENDING:
+            value, here = yield from _apply_effect(run, seq, defn, args, kwargs)
+            if undo is not None and here:
+                register_compensation(run, undo, args, kwargs)
     check_interrupt(run)
     if run.ledger is not None:
         yield from budget_gate(run, seq, defn.name)
-    value = yield from _apply_effect(run, seq, defn, args, kwargs)
-    if undo is not None:
+    value, here = yield from _apply_effect(run, seq, defn, args, kwargs)
+    if undo is not None and here:
         register_compensation(run, undo, args, kwargs)
     return value
 
 
-def _apply_effect(
+def _effect_key(
     run: Run, seq: int, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> Gen[Any]:
+) -> tuple[str, str, str | None]:
+    """The effect's idempotency key, its parameters' fingerprint, and the user part."""
     options = defn.effect
     assert options is not None
-    settings = run.settings
-    yield from barrier(run)  # an effect's intent is never written before earlier steps
     params_text = run.dumps(
         {"args": list(args), "kwargs": dict(kwargs)}, f"the parameters of effect {defn.name!r}"
     )
     fingerprint = hashlib.sha256(params_text.encode("utf-8")).hexdigest()
     user_part = options.key(*args, **kwargs) if options.key is not None else None
-    key = effect_key(run, seq, user_part)
+    return effect_key(run, seq, user_part), fingerprint, user_part
+
+
+def _apply_effect(
+    run: Run, seq: int, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Gen[tuple[Any, bool]]:
+    """The effect's value, and whether it moved the world at this position (False when a
+    user key found it applied by an earlier call, whose undo is registered already)."""
+    options = defn.effect
+    assert options is not None
+    settings = run.settings
+    yield from barrier(run)  # an effect's intent is never written before earlier steps
+    key, fingerprint, user_part = _effect_key(run, seq, defn, args, kwargs)
     started = settings.clock.now()
     ids = {"workflow_id": run.workflow_id, "idempotency_key": key}
     existing = None
-    if not run.journal.is_fresh or user_part is not None:
+    if not run.first_run or user_part is not None:
         existing = yield Execute("get_effect", ids, "one")
     if existing is None:
         intent = {
@@ -889,6 +970,10 @@ def _apply_effect(
                 raise StaleOwnerError(run.workflow_id, run.epoch)
         settings.crash_point("effect_after_intent")
     if existing is not None:
+        if existing["effect_name"] != defn.name:
+            raise IdempotencyKeyReusedError(
+                key, f"{existing['effect_name']}:{existing['params_fingerprint']}", defn.name
+            )
         if existing["params_fingerprint"] != fingerprint:
             raise IdempotencyKeyReusedError(key, existing["params_fingerprint"], fingerprint)
         status = EffectStatus(existing["status"])
@@ -897,7 +982,7 @@ def _apply_effect(
             yield from record(
                 run, seq, defn.name, StepKind.EFFECT, existing["result"], None, 1, started
             )
-            return run.loads(existing["result"])
+            return restore(run, existing["result"], defn.fn), existing["step_seq"] == seq
         if status is EffectStatus.FAILED:
             yield from record(
                 run, seq, defn.name, StepKind.EFFECT, None, existing["error"], 1, started
@@ -909,11 +994,13 @@ def _apply_effect(
             if asked.error is not None:
                 raise asked.error
             if asked.value is not None:
-                result = run.dumps(asked.value, f"the reconciled result of effect {defn.name!r}")
+                result, found_value = run.keep(
+                    asked.value, f"the reconciled result of effect {defn.name!r}", defn.fn
+                )
                 yield from _settle(
                     run, seq, defn, key, EffectStatus.APPLIED, result, None, started, True
                 )
-                return asked.value
+                return found_value, True
             logger.info("effect %s key %s: never landed, calling again", defn.name, key)
     attempt = 0
     call_kwargs = {**kwargs, "idempotency_key": key}
@@ -937,10 +1024,10 @@ def _apply_effect(
         )
         raise exc
     settings.crash_point("effect_after_call")
-    result = run.dumps(outcome.value, f"the result of effect {defn.name!r}")
+    result, value = run.keep(outcome.value, f"the result of effect {defn.name!r}", defn.fn)
     yield from _settle(run, seq, defn, key, EffectStatus.APPLIED, result, None, started, False)
     settings.crash_point("effect_after_applied")
-    return outcome.value
+    return value, True
 
 
 def _settle(
@@ -1186,6 +1273,7 @@ def recv(run: Run, topic: str | None, timeout: float | None) -> Gen[Any]:
         return run.loads(found.output)
     check_interrupt(run)
     yield from barrier(run)
+    refused = False
     while True:
         row = yield Execute(
             "consume_message",
@@ -1201,11 +1289,17 @@ def recv(run: Run, topic: str | None, timeout: float | None) -> Gen[Any]:
         if row is not None:
             run.settings.crash_point("after_recv")
             return run.loads(row["output"])
+        if refused:
+            # The suspend was refused and yet no message is there: the fence refused both,
+            # so another run owns the workflow now.
+            raise StaleOwnerError(run.workflow_id, run.epoch)
         if deadline is not None and run.settings.clock.now() >= deadline:
             yield from record(run, seq, label, StepKind.RECV, None)
             return None
         yield from _suspend(run, deadline, topic_key)
-        # Still here: a message arrived between the check and the suspend.
+        # Still here: a message arrived between the check and the suspend (or the run lost
+        # ownership, which the next round tells apart).
+        refused = True
 
 
 def set_event(run: Run, key: str, value: Any) -> Gen[None]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from durable._context import current_engine
+from durable._names import check_name
 from durable._registry import Registry, default_registry
 from durable.errors import ConfigurationError, NoEngineError
 
@@ -54,8 +55,7 @@ class Queue:
     registry: Registry | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.name, str) or not self.name:
-            raise ConfigurationError(f"Queue name {self.name!r}: give a non-empty string")
+        check_name("Queue name", self.name)
         _positive("concurrency", self.concurrency)
         _positive("worker_concurrency", self.worker_concurrency)
         if self.rate_limit is not None:

@@ -24,6 +24,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger("durable.worker")
 
 _BACKOFF_MAX = 10.0
+# Executor rows of workers whose heartbeat stopped this long ago (and 10 leases) are removed.
+_EXECUTOR_STALE_MIN = 600.0
+_EXECUTOR_PRUNE_INTERVAL = 60.0
 
 
 class Worker:
@@ -50,6 +53,7 @@ class Worker:
         )
         backoff = 0.0
         outage_logged = False
+        next_executor_prune = 0.0
         while not stop.is_set():
             try:
                 if engine.release_interrupted():
@@ -57,6 +61,12 @@ class Worker:
                 engine.expire_approvals()
                 engine.fire_schedules()
                 engine.apply_retention()
+                if time.monotonic() >= next_executor_prune:
+                    next_executor_prune = time.monotonic() + _EXECUTOR_PRUNE_INTERVAL
+                    engine.db.execute(
+                        "prune_executors",
+                        {"stale_seconds": max(_EXECUTOR_STALE_MIN, 10 * engine.lease_seconds)},
+                    )
                 # Keep one batch queued behind the running ones so threads never idle
                 # waiting for the next claim; queued claims are covered by the heartbeat.
                 free = 2 * engine.max_workers - engine.running_count()
@@ -77,6 +87,13 @@ class Worker:
                 backoff = min(_BACKOFF_MAX, max(0.2, backoff * 2))
                 stop.wait(backoff)
                 continue
+            except Exception:
+                # Nothing one workflow, schedule or policy does may stop the loop that
+                # runs every other one: log it, back off, go on.
+                logger.exception("worker round failed; retrying")
+                backoff = min(_BACKOFF_MAX, max(0.2, backoff * 2))
+                stop.wait(backoff)
+                continue
             if claimed and len(claimed) >= free:
                 # Full: wait for a slot to free up (or stop).
                 engine.runner.slot_freed.clear()
@@ -92,6 +109,9 @@ class Worker:
             self._wake.clear()
             self._wait(stop)
         self._drain()
+        if self._listener is not None:
+            self._listener.join(timeout=5)  # it sees `stop` within its 0.2 s wait
+            self._listener = None
 
     def _wait(self, stop: threading.Event) -> None:
         deadline = time.monotonic() + self.poll_interval
@@ -126,6 +146,9 @@ class Worker:
                 conn = engine.db.listen_connection(engine.notify_channel)
                 if failing:
                     logger.info("LISTEN restored")
+                    # Work submitted while the connection was down sent its notification
+                    # to nobody: look for it now rather than a poll interval later.
+                    self._wake.set()
                 failing, backoff = False, 0.0
                 while not stop.is_set():
                     for _notify in conn.notifies(timeout=0.2):
@@ -178,7 +201,9 @@ class Heartbeat:
             db = engine.db
             try:
                 rows = db.fetch_all("owned_cancel_requests", {"owner": engine.executor_id})
-                engine.runner.cancel_requests = {r["workflow_id"]: r["cancel_reason"] for r in rows}
+                engine.runner.cancel_requests = {
+                    r["workflow_id"]: (int(r["epoch"]), r["cancel_reason"]) for r in rows
+                }
                 if time.monotonic() < next_renewal:
                     continue
                 next_renewal = time.monotonic() + interval

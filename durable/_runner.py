@@ -20,18 +20,22 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+import psycopg
+
 from durable import _driver
 from durable._durability import AsyncWriter
 from durable._models import StepRecord, WorkflowStatus
-from durable._protocol import Journal, Run, Settings
+from durable._protocol import Journal, Run, Settings, encode_error
 from durable._registry import WorkflowDef
-from durable._systemdb import SystemDB, app_error_fault, same_database
+from durable._systemdb import SystemDB, app_error_fault, check_url, same_database
 from durable.errors import (
     DatabaseUnavailableError,
     EngineNotRunningError,
+    SerializationError,
     StaleOwnerError,
     UnknownWorkflowError,
     WorkflowCancelledError,
+    WorkflowInterrupted,
     WorkflowSuspended,
 )
 
@@ -44,28 +48,6 @@ logger = logging.getLogger("durable.runner")
 
 _POLL_MIN = 0.005
 _POLL_MAX = 0.25
-
-
-def to_sqlalchemy_url(url: str) -> str:
-    """SQLAlchemy wants a dialect+driver prefix; libpq URLs and key=value strings differ."""
-    if url.startswith(("postgresql://", "postgres://")):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    if url.startswith("postgresql+"):
-        return url
-    import psycopg.conninfo
-    from sqlalchemy.engine import URL
-
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    port = info.pop("port", None)
-    return URL.create(
-        "postgresql+psycopg",
-        username=str(info.pop("user")) if "user" in info else None,
-        password=str(info.pop("password")) if "password" in info else None,
-        host=str(info.pop("host")) if "host" in info else None,
-        port=int(str(port)) if port else None,
-        database=str(info.pop("dbname")) if "dbname" in info else None,
-        query={k: str(v) for k, v in info.items()},
-    ).render_as_string(hide_password=False)
 
 
 def _read_crash_points() -> dict[str, int]:
@@ -89,6 +71,7 @@ class Claimed(NamedTuple):
     deadline: dt.datetime | None
     cancel_reason: str | None
     budget_id: str | None = None
+    first_run: bool = False
 
 
 class Runner:
@@ -108,9 +91,10 @@ class Runner:
         self.slot_freed = threading.Event()
         self._crash_points = _read_crash_points()
         self._crash_counts: dict[str, int] = {}
-        # workflow_id -> reason, for the runs this executor owns that were asked to stop;
-        # replaced whole by the heartbeat thread, read (one dict lookup) at each new step.
-        self.cancel_requests: dict[str, str] = {}
+        # workflow_id -> (epoch, reason), for the runs this executor owns that were asked
+        # to stop; replaced whole by the heartbeat thread, read (one dict lookup) at each
+        # new step. The epoch keeps a request from outliving the run it was made to.
+        self.cancel_requests: dict[str, tuple[int, str]] = {}
         self.settings: Settings | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -128,11 +112,17 @@ class Runner:
         self._db = db
         self.writer = AsyncWriter(db)
         app_url = engine.app_database_url or engine.database_url
+        check_url(app_url)
         self.app_is_system_db = engine.app_database_url is None or same_database(
             app_url, engine.database_url
         )
+        # SQLAlchemy never parses the URL: psycopg connects with it as libpq does, so any
+        # URL that works for the system database (multi-host, key=value) works here too.
         self._app_engine = sqlalchemy.create_engine(
-            to_sqlalchemy_url(app_url), pool_size=engine.max_workers, max_overflow=4
+            "postgresql+psycopg://",
+            creator=lambda: psycopg.connect(app_url),
+            pool_size=engine.max_workers,
+            max_overflow=4,
         )
         if not self.app_is_system_db:
             db.migrate_app(self._app_engine)
@@ -155,16 +145,18 @@ class Runner:
             self._pool.shutdown(wait=wait, cancel_futures=not wait)
             self._pool = None
         if self.writer is not None:
-            if wait:
-                self.writer.stop()  # a clean shutdown writes everything still queued
+            # A clean shutdown writes everything still queued; an abrupt one only stops the
+            # thread (what it held is what a crash would lose: plain steps, re-run).
+            self.writer.stop(flush=wait)
             self.writer = None
         if self._app_engine is not None:
             self._app_engine.dispose()
             self._app_engine = None
         self._db = None
 
-    def _cancel_request(self, workflow_id: str) -> str | None:
-        return self.cancel_requests.get(workflow_id)
+    def _cancel_request(self, workflow_id: str, epoch: int) -> str | None:
+        request = self.cancel_requests.get(workflow_id)
+        return request[1] if request is not None and request[0] == epoch else None
 
     def crash_point(self, name: str) -> None:
         """SIGKILL this process the n-th time `name` is reached, if DURABLE_CRASH_POINTS arms it.
@@ -207,12 +199,28 @@ class Runner:
             deadline=claimed.deadline,
             cancel_reason=claimed.cancel_reason,
             budget_id=claimed.budget_id,
+            first_run=claimed.first_run,
         )
 
     def execute(self, claimed: Claimed) -> Any:
-        return _driver.execute_run(
-            self, self.new_run(claimed), claimed.defn, claimed.args, claimed.kwargs
-        )
+        try:
+            return _driver.execute_run(
+                self, self.new_run(claimed), claimed.defn, claimed.args, claimed.kwargs
+            )
+        except (Exception, WorkflowSuspended, WorkflowInterrupted):
+            raise
+        except BaseException:
+            # SystemExit or KeyboardInterrupt out of the workflow's code: this process may
+            # be going down, and the run is unfinished. Give it up now (counted as a
+            # recovery attempt), rather than keep renewing a lease nothing works under.
+            try:
+                self.db.execute(
+                    "abandon_workflow",
+                    {"workflow_id": claimed.workflow_id, "epoch": claimed.epoch},
+                )
+            except Exception:
+                logger.warning("could not give up workflow %s", claimed.workflow_id)
+            raise
 
     def submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]:
         """Run a claimed workflow on the pool; the future holds its value (or error)."""
@@ -289,6 +297,7 @@ class Runner:
             row["deadline_at"],
             None,
             params["budget_id"],
+            True,
         )
 
     def claim_rows(self, workflow_id: str | None, limit: int) -> list[dict[str, Any]]:
@@ -319,13 +328,44 @@ class Runner:
             StepRecord.from_row(r)
             for r in self.db.fetch_all("load_journal", {"workflow_id": row["workflow_id"]})
         ]
-        return self._claimed(row, records)
+        try:
+            return self._claimed(row, records)
+        except Exception as exc:
+            self._fail_unstartable(row, exc)
+            return None
+
+    def _fail_unstartable(self, row: dict[str, Any], exc: Exception) -> None:
+        """A claimed workflow that cannot even start (its stored inputs do not decode, its
+        journal is corrupt): it ends ERROR with the reason, instead of failing every
+        worker that claims it (a poison pill)."""
+        workflow_id = row["workflow_id"]
+        logger.error("workflow %s cannot be started, marking it ERROR: %s", workflow_id, exc)
+        error = SerializationError(
+            f"workflow {workflow_id!r} cannot be started: {exc}",
+            what="the stored inputs",
+            type_name=type(exc).__qualname__,
+        )
+        try:
+            self.db.execute(
+                "finish_workflow",
+                {
+                    "workflow_id": workflow_id,
+                    "epoch": int(row["epoch"]),
+                    "status": WorkflowStatus.ERROR.value,
+                    "output": None,
+                    "error": encode_error(error),
+                },
+            )
+        except DatabaseUnavailableError:
+            raise
+        except Exception:
+            logger.exception("could not mark workflow %s as failed", workflow_id)
 
     def _claimed(self, row: dict[str, Any], records: list[StepRecord]) -> Claimed:
         defn = self.engine.registry.get_workflow(row["name"], row["version"])
         if defn is None:
             raise UnknownWorkflowError(row["name"], row["version"])
-        args, kwargs = self.engine.decode_inputs(row["inputs"])
+        args, kwargs = self.engine.decode_inputs(row["inputs"], defn)
         return Claimed(
             defn,
             row["workflow_id"],
@@ -363,11 +403,23 @@ class Runner:
         if not runnable:
             return []
         journals: dict[str, list[StepRecord]] = {r["workflow_id"]: [] for r in runnable}
+        broken: dict[str, Exception] = {}
         for step_row in self.db.fetch_all("load_journals", {"workflow_ids": list(journals)}):
-            journals[step_row["workflow_id"]].append(StepRecord.from_row(step_row))
+            try:
+                journals[step_row["workflow_id"]].append(StepRecord.from_row(step_row))
+            except Exception as exc:
+                broken[step_row["workflow_id"]] = exc
         started = []
         for row in runnable:
-            claimed = self._claimed(row, journals[row["workflow_id"]])
+            try:
+                if row["workflow_id"] in broken:
+                    raise broken[row["workflow_id"]]
+                claimed = self._claimed(row, journals[row["workflow_id"]])
+            except DatabaseUnavailableError:
+                raise
+            except Exception as exc:
+                self._fail_unstartable(row, exc)
+                continue
             started.append((claimed.workflow_id, self.submit(claimed)))
         return started
 
@@ -419,7 +471,8 @@ class Runner:
         inputs = engine.encode_inputs(defn, args, kwargs)
         created = self.insert(defn, workflow_id, inputs, parent)
         if created is not None:
-            claimed = created._replace(args=list(args), kwargs=dict(kwargs))
+            args, kwargs = engine.decode_inputs(inputs, defn)  # what a replay will see
+            claimed = created._replace(args=args, kwargs=kwargs)
             try:
                 return contextvars.copy_context().run(self.execute, claimed)
             except WorkflowSuspended:

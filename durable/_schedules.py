@@ -13,6 +13,7 @@ engine's clock, so a month of ticks can be tested in seconds.
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,13 +22,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from croniter import croniter
 
 from durable._decorators import workflow_def
+from durable._names import check_name
 from durable._registry import Registry, default_registry
-from durable.errors import InvalidScheduleError
+from durable.errors import DatabaseUnavailableError, InvalidScheduleError
 
 if TYPE_CHECKING:
     from durable._client import Client
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+logger = logging.getLogger("durable.schedules")
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,7 @@ class Schedule:
             )
         if not name:
             raise InvalidScheduleError("a schedule needs a non-empty name")
+        check_name("schedule name", name)
         return Schedule(name, workflow_name, workflow_version, cron, timezone, catch_up)
 
     def row(self) -> dict[str, Any]:
@@ -154,26 +159,45 @@ def fire(client: Client, registry: Registry, durability: str) -> int:
     defs = registry.workflows()
     names = [d.name for d in defs]
     versions = [d.version or "" for d in defs]
-    db = client.db
-    candidates = db.fetch_all("due_schedules", {"names": names, "versions": versions})
+    candidates = client.db.fetch_all("due_schedules", {"names": names, "versions": versions})
     started = 0
     now = client.clock.now()
     for candidate in candidates:
-        schedule_name = candidate["schedule_name"]
-        with db.in_transaction() as tx:
-            locked = tx.fetch_one("lock_schedule", {"schedule_name": schedule_name})
-            if locked is None:
-                continue  # another worker is firing it right now
-            ticks, mark = due_ticks(locked, now)
-            defn = registry.get_workflow(candidate["workflow_name"], candidate["workflow_version"])
-            assert defn is not None  # due_schedules filtered on what the registry has
-            for tick in ticks:
-                workflow_id = tick_workflow_id(schedule_name, tick)
-                inputs = client.encode_inputs(defn, [tick], {})
-                params = client.workflow_params(defn, workflow_id, inputs, None, durability)
-                started += tx.execute("insert_workflow_pending", params)
-            if mark is not None:
-                tx.execute("set_schedule_mark", {"schedule_name": schedule_name, "last_tick": mark})
+        try:
+            started += _fire_one(client, registry, durability, candidate, now)
+        except DatabaseUnavailableError:
+            raise
+        except Exception:
+            # A schedule that cannot fire (its stored cron or timezone no longer parses,
+            # say) is logged and skipped; the others still fire.
+            logger.exception("schedule %s could not fire", candidate["schedule_name"])
     if started:
         client.notify_work("schedule")
+    return started
+
+
+def _fire_one(
+    client: Client,
+    registry: Registry,
+    durability: str,
+    candidate: dict[str, Any],
+    now: dt.datetime,
+) -> int:
+    """Fire one schedule's due ticks under its row lock; how many workflows started."""
+    started = 0
+    schedule_name = candidate["schedule_name"]
+    with client.db.in_transaction() as tx:
+        locked = tx.fetch_one("lock_schedule", {"schedule_name": schedule_name})
+        if locked is None:
+            return 0  # another worker is firing it right now
+        ticks, mark = due_ticks(locked, now)
+        defn = registry.get_workflow(candidate["workflow_name"], candidate["workflow_version"])
+        assert defn is not None  # due_schedules filtered on what the registry has
+        for tick in ticks:
+            workflow_id = tick_workflow_id(schedule_name, tick)
+            inputs = client.encode_inputs(defn, [tick], {})
+            params = client.workflow_params(defn, workflow_id, inputs, None, durability)
+            started += tx.execute("insert_workflow_pending", params)
+        if mark is not None:
+            tx.execute("set_schedule_mark", {"schedule_name": schedule_name, "last_tick": mark})
     return started

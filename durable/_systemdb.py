@@ -26,7 +26,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from durable import _migrate
-from durable.errors import DatabaseUnavailableError
+from durable.errors import ConfigurationError, DatabaseUnavailableError, StatementError
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -94,7 +94,7 @@ class SystemDB:
             max_size=max_size,
             kwargs={"autocommit": True},
             open=False,
-            name="durable",
+            name="durable-pool",
         )
         self._raw = load_queries()
         self._queries: dict[str, bytes] = {}
@@ -102,6 +102,23 @@ class SystemDB:
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open(self, timeout: float = 15.0) -> None:
+        """Check the URL, connect once (so a wrong password or a missing database is said at
+        once, not retried by the pool for `timeout` seconds), then open the pool."""
+        check_url(self.url)
+        secret = _password(self.url)
+        try:
+            probe = psycopg.connect(self.url, connect_timeout=max(1, int(min(timeout, 10))))
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailableError(
+                f"cannot connect to the system database at {redact(self.url)}: "
+                f"{_scrub(str(exc), secret).strip()}; check the URL and that PostgreSQL is "
+                "running"
+            ) from None
+        except psycopg.Error as exc:
+            raise ConfigurationError(
+                f"cannot use the database URL {redact(self.url)}: {_scrub(str(exc), secret)}"
+            ) from None
+        probe.close()
         try:
             self._pool.open(wait=True, timeout=timeout)
         except PoolTimeout as exc:
@@ -151,14 +168,10 @@ class SystemDB:
 
     @contextmanager
     def _translate(self, name: str) -> Iterator[None]:
-        # Connection loss is not the caller's bug: it becomes DatabaseUnavailableError, which
-        # the executor treats as "interrupted, retry later", never as a workflow failure.
         try:
             yield
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise DatabaseUnavailableError(
-                f"lost the system database while running {name!r}: {exc}"
-            ) from exc
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(name, exc) from exc
 
     def run_on(
         self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any], fetch: str
@@ -175,10 +188,8 @@ class SystemDB:
                 dcur.execute(query, params)
                 self.counters.statements += 1
                 return dcur.fetchone() if fetch == "one" else dcur.fetchall()
-        except (psycopg.OperationalError, PoolTimeout) as exc:
-            raise DatabaseUnavailableError(
-                f"lost the system database while running {name!r}: {exc}"
-            ) from exc
+        except (psycopg.Error, PoolTimeout) as exc:
+            raise translate(name, exc) from exc
 
     def app_run(
         self, conn: sqlalchemy.Connection, name: str, params: dict[str, Any], fetch: str
@@ -308,13 +319,84 @@ class SystemDB:
         return conn
 
 
+# SQLSTATEs that mean "the server is going away or not taking connections": an outage.
+_OUTAGE_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "58030"})
+
+
+def is_outage(exc: BaseException) -> bool:
+    """Whether a database error means the database is unreachable (retry later), as
+    opposed to a statement it refused (a timeout, a value too large, a constraint), which
+    retrying would only repeat forever."""
+    if isinstance(exc, PoolTimeout):
+        return True
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in _OUTAGE_STATES
+
+
+def translate(name: str, exc: BaseException) -> Exception:
+    """A database error as durable's: an outage (DatabaseUnavailableError: interrupted,
+    retried), a unique violation as it is (callers look at its constraint), or anything
+    else as StatementError (the call fails with it)."""
+    if is_outage(exc):
+        return DatabaseUnavailableError(f"lost the system database while running {name!r}: {exc}")
+    if isinstance(exc, psycopg.errors.UniqueViolation):
+        return exc
+    state = exc.sqlstate if isinstance(exc, psycopg.Error) else None
+    first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return StatementError(name, state, first_line)
+
+
+def _password(url: str) -> str | None:
+    try:
+        value = psycopg.conninfo.conninfo_to_dict(url).get("password")
+    except psycopg.ProgrammingError:
+        value = None
+    if value is None and "://" in url and "@" in url:
+        userinfo = url.split("://", 1)[1].rsplit("@", 1)[0]
+        value = userinfo.split(":", 1)[1] if ":" in userinfo else None
+    return None if value is None else str(value)
+
+
+def _scrub(text: str, secret: str | None) -> str:
+    """`text` with the password (and its percent-encoded form) masked."""
+    if secret:
+        from urllib.parse import quote
+
+        for form in {secret, quote(secret, safe="")}:
+            text = text.replace(form, "***")
+    return text
+
+
+def check_url(url: str) -> None:
+    """Raise ConfigurationError (naming no password) unless libpq can parse `url`."""
+    try:
+        psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError as exc:
+        raise ConfigurationError(
+            f"the database URL {redact(url)} cannot be parsed ({_scrub(str(exc), _password(url))})"
+            ": write it as postgresql://user:password@host:port/dbname, with special "
+            "characters in the password percent-encoded (/ as %2F, @ as %40)"
+        ) from None
+
+
 def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
+    """The URL without its password, for messages and logs (also when it cannot be parsed,
+    e.g. a password with a raw '/' in it)."""
+    if "://" in url:
+        scheme, rest = url.split("://", 1)
+        if "@" in rest:
+            userinfo, host = rest.rsplit("@", 1)
+            user = userinfo.split(":", 1)[0]
+            return f"{scheme}://{user}:***@{host}" if ":" in userinfo else url
+        return url
     try:
         info = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:
         return "<unparseable url>"
-    info.pop("password", None)
+    if "password" in info:
+        info["password"] = "***"
     return psycopg.conninfo.make_conninfo("", **{k: str(v) for k, v in info.items()})
 
 
@@ -371,6 +453,8 @@ def app_error_fault(exc: BaseException) -> str | None:
         if isinstance(orig, psycopg.errors.UniqueViolation):
             return f"unique:{orig.diag.constraint_name}"
         return None
-    if isinstance(exc, sqlalchemy.exc.OperationalError):
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and (
+        exc.connection_invalidated or (exc.orig is not None and is_outage(exc.orig))
+    ):
         return "lost"
     return None

@@ -18,6 +18,7 @@ from typing import Any
 from durable import _protocol as protocol
 from durable._driver import drive, workflow_run
 from durable._models import Decision
+from durable._names import check_name
 from durable.errors import InvalidWaitError
 
 __all__ = ["Decision", "approval", "recv", "set_event", "sleep"]
@@ -46,6 +47,7 @@ def approval(
     `engine.decide(...)` or `durable approvals approve|deny`. With `timeout`, nobody
     deciding in time decides `default`. On replay the recorded decision is returned.
     """
+    check_name("name", name)
     run = workflow_run("durable.approval()")
     seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
     return drive(run, protocol.approval(run, name, payload, timeout=seconds, default=default))
@@ -65,6 +67,7 @@ def recv(topic: str | None = None, timeout: float | dt.timedelta | None = None) 
 
     The message is consumed in the same statement that journals this step, so it is
     consumed exactly once, across crashes. While nothing is there the workflow suspends."""
+    check_name("topic", topic, optional=True)
     run = workflow_run("durable.recv()")
     seconds = None if timeout is None else _seconds(timeout, "timeout")
     return drive(run, protocol.recv(run, topic, seconds))
@@ -72,5 +75,6 @@ def recv(topic: str | None = None, timeout: float | dt.timedelta | None = None) 
 
 def set_event(key: str, value: Any) -> None:
     """Publish `value` under `key` for readers outside the workflow (engine.get_event)."""
+    check_name("key", key)
     run = workflow_run("durable.set_event()")
     drive(run, protocol.set_event(run, key, value))

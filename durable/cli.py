@@ -70,7 +70,15 @@ def _client(url: str | None, schema: str, *, migrate: bool = False) -> Iterator[
 
 
 def _console() -> Console:
-    return Console(width=max(100, int(os.environ.get("COLUMNS", "120"))))
+    # Stored values (inputs, outputs, names, errors) are data, never markup: with markup,
+    # an input holding "[/bold]" would crash the command and "[link=...]" would emit a
+    # hyperlink the operator never saw.
+    return Console(
+        width=max(100, int(os.environ.get("COLUMNS", "120"))),
+        markup=False,
+        emoji=False,
+        highlight=False,
+    )
 
 
 @click.group()
@@ -207,7 +215,7 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
         click.echo(json.dumps(data, indent=2))
         return
     console = _console()
-    console.print(f"[bold]{info.workflow_id}[/bold]  {info.name}  [bold]{info.status.value}[/bold]")
+    console.print(f"{info.workflow_id}  {info.name}  {info.status.value}", style="bold")
     console.print(f"inputs: {_short(info.inputs, 200)}")
     console.print(f"durability: {info.durability}  epoch: {info.epoch}  owner: {info.owner or '-'}")
     if info.output is not None:
@@ -228,7 +236,7 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
         why = budget["exhausted"]
         if why:
             console.print(
-                f"[bold]budget used up[/bold] ({why}): raise it with "
+                f"budget used up ({why}): raise it with "
                 f"`durable workflows raise-budget {budget['budget_id']} --dollars N`"
             )
     table = Table("#", "step", "kind", "output / error", "attempts", "ms")
@@ -441,6 +449,7 @@ def _load_app(
     concurrency: int | None,
     lease: float | None,
     poll: float | None,
+    schema: str = "durable",
 ) -> Engine:
     import importlib
 
@@ -466,6 +475,7 @@ def _load_app(
         registry = default_registry
     return Engine(
         database_url,
+        schema=schema,
         registry=registry,
         max_workers=concurrency or 8,
         lease_seconds=lease or 30.0,
@@ -495,6 +505,7 @@ def _load_app(
 )
 @click.option("--prune-interval", type=DURATION, default="5m", show_default=True)
 @url_option
+@schema_option
 @_handle_errors
 def worker(
     app: str,
@@ -506,6 +517,7 @@ def worker(
     prune_effects_after: dt.timedelta | None,
     prune_interval: dt.timedelta,
     database_url: str | None,
+    schema: str,
 ) -> None:
     """Run the recovery daemon and workflow executor until SIGTERM or SIGINT.
 
@@ -519,7 +531,7 @@ def worker(
         level=os.environ.get("DURABLE_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    engine = _load_app(app, database_url, concurrency, lease_seconds, poll_interval)
+    engine = _load_app(app, database_url, concurrency, lease_seconds, poll_interval, schema)
     if prune_finished_after is not None or prune_effects_after is not None:
         from durable._retention import RetentionPolicy
 

@@ -9,15 +9,18 @@ The tree::
     │   ├── DuplicateNameError
     │   ├── DefinitionError
     │   ├── UnknownWorkflowError
+    │   ├── InvalidNameError
     │   ├── InvalidBudgetError
     │   ├── InvalidScheduleError
     │   ├── EmbeddedServerError
     │   └── DatabaseUnavailableError
+    ├── StatementError
     ├── SerializationError
     │   └── PayloadTooLargeError
     ├── WorkflowConflictError
     ├── WorkflowNotFoundError
     ├── WorkflowNotResumableError
+    ├── WorkflowArgumentsError (also a TypeError)
     ├── NondeterminismError
     ├── StaleOwnerError
     ├── IdempotencyKeyReusedError
@@ -65,7 +68,8 @@ class NoEngineError(ConfigurationError):
 
 
 class EngineNotRunningError(ConfigurationError):
-    """The engine is not running: use `with engine:` (or `engine.launch()`) before this call."""
+    """The engine (or client) is not running: use `with engine:` (or `engine.launch()`;
+    `with durable.Client(...) as client:` or `client.connect()`) before this call."""
 
 
 class DuplicateNameError(ConfigurationError):
@@ -105,6 +109,33 @@ class EmbeddedServerError(ConfigurationError):
 
 class DatabaseUnavailableError(ConfigurationError):
     """The database cannot be reached: check the URL and that PostgreSQL is running."""
+
+
+class InvalidNameError(ConfigurationError):
+    """An id, key, topic or name is not usable: give a non-empty string of at most 512 bytes
+    (UTF-8) with no NUL character."""
+
+    def __init__(self, what: str, value: object, why: str) -> None:
+        self.what = what
+        self.value = value
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        super().__init__(
+            f"{what}={shown} {why}: give a non-empty string of at most 512 bytes (UTF-8) "
+            "with no NUL character"
+        )
+
+
+class StatementError(DurableError):
+    """PostgreSQL refused a statement for a reason that retrying will not fix (a statement
+    timeout, a value too large for an index, ...): see the message; the SQLSTATE is in
+    `sqlstate`."""
+
+    def __init__(self, statement: str, sqlstate: str | None, message: str) -> None:
+        self.statement = statement
+        self.sqlstate = sqlstate
+        super().__init__(
+            f"PostgreSQL refused {statement!r} ({sqlstate or 'no SQLSTATE'}): {message}"
+        )
 
 
 class SerializationError(DurableError):
@@ -166,6 +197,19 @@ class WorkflowNotResumableError(DurableError):
             f"workflow {workflow_id!r} ended as {status}, which resume does not undo: "
             f"fork it to run it again (client.fork({workflow_id!r}, from_step=N) or "
             "`durable workflows fork`)"
+        )
+
+
+class WorkflowArgumentsError(DurableError, TypeError):
+    """The arguments do not fit the workflow function's signature: call it as you would
+    call the function itself. Nothing was stored."""
+
+    def __init__(self, name: str, signature: str, detail: str) -> None:
+        self.name = name
+        self.signature = signature
+        super().__init__(
+            f"workflow {name!r} cannot be called with these arguments ({detail}): its "
+            f"signature is {name}{signature}. Nothing was stored"
         )
 
 

@@ -9,9 +9,12 @@ so it is available only as an explicit opt-in (`PickleSerializer`).
 from __future__ import annotations
 
 import base64
+import binascii
 import dataclasses
 import datetime as dt
 import decimal
+import functools
+import inspect
 import json
 import pickle
 import uuid
@@ -22,6 +25,9 @@ from durable.errors import SerializationError
 __all__ = ["JSONSerializer", "PickleSerializer", "Serializer"]
 
 _TAG = "__durable__"
+# A user's dict key that starts with the tag is stored with this prefix added, so no user
+# value can ever look like a tagged value (and a tagged value is never a user dict).
+_ESC = _TAG + "~"
 
 
 @runtime_checkable
@@ -58,10 +64,10 @@ def _encode(value: Any) -> Any:
     if isinstance(value, set | frozenset):
         return sorted(value, key=repr)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+        return _escaped({f.name: getattr(value, f.name) for f in dataclasses.fields(value)})
     model_dump = getattr(value, "model_dump", None)
     if callable(model_dump):
-        return model_dump(mode="json")
+        return _escaped(model_dump(mode="json"))
     raise TypeError(f"Object of type {type(value).__qualname__} is not JSON serializable")
 
 
@@ -76,12 +82,30 @@ _DECODERS: dict[str, Any] = {
 }
 
 
+def _escaped(value: Any) -> Any:
+    """`value` with every dict key that starts with the tag escaped (see _ESC)."""
+    if isinstance(value, dict):
+        return {
+            (_ESC + k if isinstance(k, str) and k.startswith(_TAG) else k): _escaped(v)
+            for k, v in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [_escaped(v) for v in value]
+    return value
+
+
 def _decode(obj: dict[str, Any]) -> Any:
-    tag = obj.get(_TAG)
-    if tag is not None and len(obj) == 2 and "v" in obj:
-        decoder = _DECODERS.get(tag)
-        if decoder is not None:
+    if _TAG in obj:
+        tag = obj[_TAG]
+        decoder = _DECODERS.get(tag) if isinstance(tag, str) else None
+        if decoder is None or len(obj) != 2 or "v" not in obj:
+            return obj  # not written by this serializer (an old journal's user dict)
+        try:
             return decoder(obj["v"])
+        except (TypeError, ValueError, OverflowError, binascii.Error) as exc:
+            raise ValueError(f"a stored {tag} value is corrupt: {obj['v']!r:.80}") from exc
+    if any(k.startswith(_ESC) for k in obj):
+        return {(k[len(_ESC) :] if k.startswith(_ESC) else k): v for k, v in obj.items()}
     return obj
 
 
@@ -90,9 +114,18 @@ class JSONSerializer:
     bytes; dataclasses and pydantic models are stored as dicts. Tuples come back as lists."""
 
     def dumps(self, value: Any) -> str:
-        return json.dumps(value, default=_encode, separators=(",", ":"), allow_nan=False)
+        text = json.dumps(value, default=_encode, separators=(",", ":"), allow_nan=False)
+        if _TAG in text:
+            # A tag, or a user's key or string that contains it: escape the user's keys
+            # (rare, so the common case pays one substring search).
+            text = json.dumps(
+                _escaped(value), default=_encode, separators=(",", ":"), allow_nan=False
+            )
+        return text
 
     def loads(self, data: str) -> Any:
+        if _TAG not in data:
+            return json.loads(data)
         return json.loads(data, object_hook=_decode)
 
 
@@ -129,3 +162,115 @@ def dumps_checked(serializer: Serializer, value: Any, what: str, limit: int) -> 
     if size > limit:
         raise PayloadTooLargeError(what, size, limit)
     return text
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+@functools.lru_cache(maxsize=1024)
+def _type_adapter(annotation: Any) -> Any:
+    """pydantic's TypeAdapter for `annotation`, or None (no pydantic, or nothing to do).
+
+    A memo of pure values (an annotation's validator), not state: safe to share."""
+    if annotation is None or annotation is Any or annotation is inspect.Parameter.empty:
+        return None
+    try:
+        import pydantic
+    except ImportError:
+        return None
+    try:
+        return pydantic.TypeAdapter(annotation)
+    except Exception:  # not a type pydantic understands: no typed decoding
+        return None
+
+
+def _hints(fn: Any) -> dict[str, Any]:
+    try:
+        return dict(inspect.get_annotations(fn, eval_str=True))
+    except Exception:  # names defined where the annotation cannot see them
+        return {}
+
+
+@functools.lru_cache(maxsize=4096)
+def return_type(fn: Any) -> Any:
+    """The return annotation of `fn`, resolved; None when it has none (or it cannot be
+    resolved)."""
+    return _hints(fn).get("return")
+
+
+@functools.lru_cache(maxsize=4096)
+def parameter_types(fn: Any) -> tuple[inspect.Signature | None, dict[str, Any]]:
+    """`fn`'s signature and resolved parameter annotations (for binding and decoding)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None, {}
+    hints = _hints(fn)
+    hints.pop("return", None)
+    return signature, hints
+
+
+def _kind(value: Any) -> str:
+    return type(value).__qualname__
+
+
+def faithful(serializer: Serializer, value: Any, text: str, annotation: Any, what: str) -> Any:
+    """The value a replay will see for `value` (stored as `text`), to hand out now too.
+
+    A first run and a replay must see the same value. A value of a type JSON keeps is
+    returned as is. Otherwise the stored text is decoded (and, with pydantic installed,
+    rebuilt as `annotation`: a dataclass, a model, a tuple, `dict[int, ...]`, an enum);
+    when the decoded value differs from `value` and no annotation rebuilds it, the call
+    fails now with SerializationError instead of a replay seeing something else."""
+    if type(value) in _SCALARS and (annotation is None or annotation is type(value)):
+        return value
+    if not isinstance(serializer, JSONSerializer):
+        return serializer.loads(text)  # other serializers round-trip by their contract
+    decoded = serializer.loads(text)
+    adapter = _type_adapter(annotation)
+    if adapter is not None:
+        try:
+            return adapter.validate_python(decoded)
+        except Exception as exc:
+            raise SerializationError(
+                f"{what} is stored as JSON but does not read back as {annotation!r}: {exc}",
+                what=what,
+                type_name=_kind(value),
+            ) from None
+    if type(decoded) is type(value) and decoded == value:
+        return decoded
+    if decoded == value and not isinstance(value, list | dict | tuple):
+        return decoded  # e.g. a str enum member is its value
+    raise SerializationError(
+        f"{what} would not read back the same after a restart: a {_kind(value)} is stored "
+        f"as JSON and comes back as {_describe(decoded, value)}. Return JSON values (dict "
+        "with str keys, list, str, int, float, bool, None, datetime, Decimal, UUID), or "
+        "annotate the function's type (e.g. -> Order, -> tuple[int, str]) and install "
+        "pydantic so it is rebuilt from the journal",
+        what=what,
+        type_name=_kind(value),
+    )
+
+
+def _describe(decoded: Any, value: Any) -> str:
+    if type(decoded) is not type(value):
+        return f"a {_kind(decoded)}"
+    return f"a {_kind(decoded)} with other contents (tuples become lists, keys become str)"
+
+
+def check_faithful(serializer: Serializer, value: Any, annotation: Any, what: str) -> None:
+    """Raise SerializationError now if `value` would not read back the same (see
+    `faithful`); used for workflow inputs, which are checked one argument at a time."""
+    if type(value) in _SCALARS:
+        return
+    try:
+        text = serializer.dumps(value)
+    except (TypeError, ValueError, OverflowError, RecursionError):
+        return  # the caller's dumps_checked reports it, by name
+    faithful(serializer, value, text, annotation, what)
+
+
+def rebuild(value: Any, annotation: Any) -> Any:
+    """A decoded value rebuilt as `annotation` (with pydantic), or as it is."""
+    adapter = _type_adapter(annotation)
+    return value if adapter is None else adapter.validate_python(value)

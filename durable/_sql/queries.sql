@@ -60,6 +60,24 @@ SELECT workflow_id, step_seq, step_name, kind, output, error, attempts, child_wo
 FROM {schema}.steps WHERE workflow_id = ANY(%(workflow_ids)s::text[])
 ORDER BY workflow_id, step_seq
 
+-- abandon_workflow --
+-- This process gave up a run without finishing it (SystemExit, KeyboardInterrupt in its
+-- code): the lease expires now and the heartbeat no longer renews it, so a worker claims
+-- it at once and counts a recovery attempt (a run that keeps doing this ends as
+-- MAX_RECOVERY_ATTEMPTS_EXCEEDED instead of looping).
+UPDATE {schema}.workflows
+SET owner = 'abandoned:' || owner, lease_expires_at = {schema}.current_time(),
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+
+-- prune_executors --
+-- Forget executors whose heartbeat stopped long ago (killed workers) and that own nothing.
+DELETE FROM {schema}.executors AS e
+WHERE e.heartbeat_at < {schema}.current_time() - make_interval(secs => %(stale_seconds)s)
+  AND NOT EXISTS (
+      SELECT 1 FROM {schema}.workflows AS w
+      WHERE w.owner = e.executor_id AND w.status = 'RUNNING')
+
 -- release_workflow --
 -- Give one workflow back to the pool (this run could not finish it), if this epoch owns it.
 UPDATE {schema}.workflows
@@ -100,7 +118,7 @@ SET status = t.next_status,
     updated_at = {schema}.current_time()
 FROM targets AS t
 WHERE w.workflow_id = t.workflow_id
-RETURNING w.workflow_id, w.status
+RETURNING w.workflow_id, w.status, w.epoch
 
 -- get_cancel_request --
 -- Why a workflow was asked to stop (NULL: it was not), and its timeout.
@@ -109,7 +127,7 @@ WHERE workflow_id = %(workflow_id)s
 
 -- owned_cancel_requests --
 -- The running workflows of this executor that were asked to stop (polled by its runner).
-SELECT workflow_id, cancel_reason FROM {schema}.workflows
+SELECT workflow_id, epoch, cancel_reason FROM {schema}.workflows
 WHERE owner = %(owner)s AND status = 'RUNNING' AND cancel_requested_at IS NOT NULL
 
 -- resume_workflow --
@@ -125,7 +143,7 @@ WITH resumed AS (
         cancel_requested_at = NULL, cancel_reason = NULL, deadline_at = NULL,
         updated_at = {schema}.current_time()
     WHERE workflow_id = %(workflow_id)s
-      AND status IN ('CANCELLED', 'ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED', 'PENDING')
+      AND status IN ('CANCELLED', 'ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
     RETURNING workflow_id
 ), forgotten AS (
     DELETE FROM {schema}.steps AS s
@@ -145,9 +163,9 @@ SELECT r.workflow_id, (SELECT count(*) FROM forgotten) AS forgotten FROM resumed
 -- A forked root gets a ledger of its own (seeded with the copied steps' charges); a
 -- forked child keeps drawing from its root's.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability, budget_id)
+    durability, budget_id, timeout_seconds)
 SELECT %(new_id)s, name, version, 'PENDING', inputs, serializer, durability,
-    CASE WHEN budget_id = workflow_id THEN %(new_id)s ELSE budget_id END
+    CASE WHEN budget_id = workflow_id THEN %(new_id)s ELSE budget_id END, timeout_seconds
 FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
 RETURNING workflow_id
 

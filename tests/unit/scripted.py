@@ -1,0 +1,389 @@
+"""A scripted driver for the protocol's generators: no database, no threads, no sleeping.
+
+`Script.run(gen)` drives one of `durable._protocol`'s generators the way `_driver.drive`
+does: it sends each operation's answer back into the generator, or throws an exception into
+it, until the generator returns (its value is returned) or raises (the error propagates).
+Every operation the generator yielded is kept in `script.ops`, so a test asserts on the
+protocol's decisions: which statements it asked for, in what order, with what parameters,
+and what it made of the answers.
+
+Answers come, in this order, from:
+
+1. `answer(op)`, a function the test gives; it may return `DEFAULT` to fall through. If it
+   raises, the exception is thrown into the generator (as the real driver does when
+   performing an operation fails).
+2. `statements[name]` for an `Execute` / `AppExecute` of that name: a value, a `Then(...)`
+   of successive values, a `Raise(error)`, or a function of the operation.
+3. The defaults: a statement writes one row (fetch "count"), finds nothing ("one") or no
+   rows ("all"); an `Atomic` commits; a `WriteSteps` writes every row; a `Call` /
+   `AppCall` calls the function like the driver does; `Pause` and the writer operations
+   do nothing. A `RunChild` has no default: script it.
+
+Nothing here pretends to run SQL: the answers are whatever the test says the database did.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Generator, Iterable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from durable._models import EffectStatus, Ledger, RetryPolicy, StepKind, StepRecord
+from durable._protocol import (
+    AppBegin,
+    AppCall,
+    AppEnd,
+    AppExecute,
+    Atomic,
+    AwaitWriter,
+    Call,
+    Enqueue,
+    Execute,
+    Journal,
+    Outcome,
+    Pause,
+    Run,
+    RunChild,
+    Settings,
+    WriteSteps,
+    encode_error,
+)
+from durable._registry import EffectOptions, StepDef, WorkflowDef
+from durable.serialization import JSONSerializer
+
+T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
+WORKFLOW_ID = "wf-1"
+EPOCH = 3
+APP_CONN = "<app connection>"  # what an AppCall's function receives as its connection
+
+DEFAULT: Any = object()  # returned by an answer function: "use the script or the default"
+
+
+class ScriptError(AssertionError):
+    """The script cannot answer (a test mistake, or the protocol asked for something the
+    test did not expect). Raised to the test, never thrown into the generator."""
+
+
+class TooManyOperations(ScriptError):
+    """The generator kept asking: most likely a loop that never ends."""
+
+
+class Raise:
+    """Answer an operation by throwing `error` into the generator."""
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+    def __repr__(self) -> str:
+        return f"Raise({self.error!r})"
+
+
+class Then:
+    """Successive answers to a statement asked more than once (the last one is not
+    repeated: asking once more is a ScriptError)."""
+
+    def __init__(self, *answers: Any) -> None:
+        self.answers = list(answers)
+
+    def next(self, op: Any) -> Any:
+        if not self.answers:
+            raise ScriptError(f"no scripted answer left for {label(op)}")
+        return self.answers.pop(0)
+
+
+class FixedClock:
+    """A clock that only moves when told to (durable.Clock)."""
+
+    def __init__(self, now: dt.datetime = T0, *, is_system: bool = False) -> None:
+        self._now = now
+        self.is_system = is_system
+
+    def now(self) -> dt.datetime:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += dt.timedelta(seconds=seconds)
+
+
+def label(op: Any) -> str:
+    """A short, readable name for an operation (what `Script.labels` lists)."""
+    if isinstance(op, Execute | AppExecute):
+        return f"{type(op).__name__} {op.name}"
+    if isinstance(op, Call | AppCall):
+        return f"{type(op).__name__} {getattr(op.fn, '__name__', repr(op.fn))}"
+    if isinstance(op, Atomic):
+        return "Atomic " + "+".join(name for name, _ in op.statements)
+    if isinstance(op, Pause):
+        return f"Pause {op.seconds:g}"
+    if isinstance(op, WriteSteps):
+        return f"WriteSteps {len(op.rows)}"
+    if isinstance(op, Enqueue):
+        return f"Enqueue {op.row['step_name']}"
+    if isinstance(op, RunChild):
+        return f"RunChild {op.workflow_id}"
+    if isinstance(op, AppEnd):
+        return "AppEnd commit" if op.commit else "AppEnd rollback"
+    return type(op).__name__  # AwaitWriter, AppBegin
+
+
+def call_like_driver(fn: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
+    """What `_driver._call` does: an Exception becomes the Outcome's error; anything else
+    (a suspension, an interrupt) propagates, and is thrown into the generator."""
+    try:
+        value = fn(*args, **kwargs)
+    except Exception as exc:
+        return Outcome(None, exc, 0.0)
+    return Outcome(value, None, 0.0)
+
+
+class Script:
+    def __init__(
+        self,
+        answer: Callable[[Any], Any] | None = None,
+        *,
+        statements: Mapping[str, Any] | None = None,
+        limit: int = 100,
+    ) -> None:
+        self.answer = answer
+        self.statements = dict(statements or {})
+        self.limit = limit
+        self.ops: list[Any] = []
+
+    # -- driving -------------------------------------------------------------------------
+
+    def run(self, gen: Generator[Any, Any, Any]) -> Any:
+        value: Any = None
+        error: BaseException | None = None
+        while True:
+            try:
+                op = gen.send(value) if error is None else gen.throw(error)
+            except StopIteration as stop:
+                return stop.value
+            value = error = None
+            self.ops.append(op)
+            if len(self.ops) > self.limit:
+                gen.close()
+                raise TooManyOperations(f"more than {self.limit} operations: {self.labels[-5:]}")
+            try:
+                result = self._resolve(op)
+            except ScriptError:
+                gen.close()
+                raise
+            except BaseException as exc:
+                error = exc
+                continue
+            if isinstance(result, Raise):
+                error = result.error
+            else:
+                value = result
+
+    def _resolve(self, op: Any) -> Any:
+        if self.answer is not None:
+            result = self.answer(op)
+            if result is not DEFAULT:
+                return result
+        if isinstance(op, Execute | AppExecute) and op.name in self.statements:
+            scripted = self.statements[op.name]
+            if isinstance(scripted, Then):
+                return scripted.next(op)
+            if callable(scripted):
+                return scripted(op)
+            return scripted
+        return self._default(op)
+
+    def _default(self, op: Any) -> Any:
+        if isinstance(op, Execute | AppExecute):
+            return {"count": 1, "one": None, "all": []}[op.fetch]
+        if isinstance(op, Atomic):
+            return True
+        if isinstance(op, WriteSteps):
+            return [row["workflow_id"] for row in op.rows]
+        if isinstance(op, Call):
+            return call_like_driver(op.fn, op.args, op.kwargs)
+        if isinstance(op, AppCall):
+            return call_like_driver(op.fn, (APP_CONN, *op.args), op.kwargs)
+        if isinstance(op, Pause | Enqueue | AwaitWriter | AppBegin | AppEnd):
+            return None
+        raise ScriptError(f"no answer scripted for {label(op)}")
+
+    # -- what was asked ------------------------------------------------------------------
+
+    @property
+    def labels(self) -> list[str]:
+        return [label(op) for op in self.ops]
+
+    def executed(self, name: str) -> list[dict[str, Any]]:
+        """The parameters of every statement `name` asked for (Execute, AppExecute, or
+        inside an Atomic), in order."""
+        found: list[dict[str, Any]] = []
+        for op in self.ops:
+            if isinstance(op, Execute | AppExecute) and op.name == name:
+                found.append(op.params)
+            elif isinstance(op, Atomic):
+                found.extend(params for stmt, params in op.statements if stmt == name)
+        return found
+
+    def only(self, name: str) -> dict[str, Any]:
+        """The parameters of statement `name`, asked for exactly once."""
+        found = self.executed(name)
+        assert len(found) == 1, f"{name} asked {len(found)} times: {self.labels}"
+        return found[0]
+
+    def of_type(self, kind: type) -> list[Any]:
+        return [op for op in self.ops if isinstance(op, kind)]
+
+
+# -- building runs, definitions and journal records -------------------------------------------
+
+SERIALIZER = JSONSerializer()
+
+
+def make_run(
+    *,
+    records: Iterable[StepRecord] = (),
+    mode: str = "sync",
+    clock: Any = None,
+    max_payload_bytes: int = 1_000_000,
+    app_separate: bool = False,
+    cancel: str | None = None,
+    compensation_of: Callable[[str], Any] | None = None,
+    classify_app_error: Callable[[BaseException], str | None] | None = None,
+    crash_point: Callable[[str], None] | None = None,
+    workflow_id: str = WORKFLOW_ID,
+    first_run: bool | None = None,
+    **fields: Any,
+) -> Run:
+    """A Run of workflow `wf-1` at epoch 3, on a fixed clock, with the given journal.
+
+    `first_run` (the run that created the workflow) defaults to "no records": pass False
+    for a claimed run whose journal happens to be empty."""
+    options: dict[str, Any] = {}
+    if compensation_of is not None:
+        options["compensation_of"] = compensation_of
+    if classify_app_error is not None:
+        options["classify_app_error"] = classify_app_error
+    if crash_point is not None:
+        options["crash_point"] = crash_point
+    if cancel is not None:
+        options["cancel_request"] = lambda wid, epoch: cancel
+    settings = Settings(
+        serializer=SERIALIZER,
+        max_payload_bytes=max_payload_bytes,
+        clock=clock if clock is not None else FixedClock(),
+        app_separate=app_separate,
+        **options,
+    )
+    journal = Journal.from_records(workflow_id, records)
+    if first_run is None:
+        first_run = journal.is_fresh
+    return Run(
+        settings, workflow_id, "order", EPOCH, journal, mode=mode, first_run=first_run, **fields
+    )
+
+
+def step_def(
+    fn: Callable[..., Any],
+    name: str | None = None,
+    *,
+    kind: StepKind = StepKind.STEP,
+    retry: RetryPolicy | None = None,
+    effect: EffectOptions | None = None,
+    isolation_level: str | None = None,
+) -> StepDef:
+    return StepDef(
+        name or fn.__name__,
+        fn,
+        kind=kind,
+        retry=retry if retry is not None else RetryPolicy(),
+        isolation_level=isolation_level,
+        effect=effect,
+    )
+
+
+def effect_def(
+    fn: Callable[..., Any],
+    name: str | None = None,
+    *,
+    retry: RetryPolicy | None = None,
+    **options: Any,
+) -> StepDef:
+    return step_def(fn, name, kind=StepKind.EFFECT, retry=retry, effect=EffectOptions(**options))
+
+
+def workflow_def(fn: Callable[..., Any], name: str | None = None, **options: Any) -> WorkflowDef:
+    return WorkflowDef(name or fn.__name__, fn, **options)
+
+
+def done(seq: int, name: str, value: Any, kind: StepKind = StepKind.STEP) -> StepRecord:
+    """A journaled call that returned `value`."""
+    return StepRecord(seq, name, kind, SERIALIZER.dumps(value), None, 1)
+
+
+def failed(seq: int, name: str, error: BaseException, kind: StepKind = StepKind.STEP) -> StepRecord:
+    """A journaled call that raised `error`."""
+    return StepRecord(seq, name, kind, None, encode_error(error), 1)
+
+
+def effect_row(
+    status: EffectStatus,
+    fingerprint: str,
+    *,
+    result: Any = None,
+    error: BaseException | None = None,
+    name: str = "charge_card",
+    step_seq: int = 0,
+) -> dict[str, Any]:
+    """What get_effect would send back for an effect ledger row."""
+    return {
+        "effect_name": name,
+        "step_seq": step_seq,
+        "status": status.value,
+        "params_fingerprint": fingerprint,
+        "result": None if result is None else SERIALIZER.dumps(result),
+        "error": None if error is None else encode_error(error),
+    }
+
+
+def approval_row(
+    status: str,
+    *,
+    comment: str | None = None,
+    decided_by: str | None = None,
+    default_approved: bool = False,
+) -> dict[str, Any]:
+    """What get_approval would send back for a gate."""
+    return {
+        "status": status,
+        "comment": comment,
+        "decided_by": decided_by,
+        "default_approved": default_approved,
+    }
+
+
+def ledger_row(
+    *,
+    limit_steps: int | None = None,
+    spent_steps: int = 0,
+    limit_dollars: str | None = None,
+    spent_dollars: str = "0",
+    limit_tokens: int | None = None,
+    spent_tokens: int = 0,
+    budget_id: str = WORKFLOW_ID,
+    **extra: Any,
+) -> dict[str, Any]:
+    """What a budget statement would send back for the ledger row."""
+    return {
+        "budget_id": budget_id,
+        "limit_dollars": None if limit_dollars is None else Decimal(limit_dollars),
+        "limit_tokens": limit_tokens,
+        "limit_steps": limit_steps,
+        "spent_dollars": Decimal(spent_dollars),
+        "spent_tokens": spent_tokens,
+        "spent_steps": spent_steps,
+        **extra,
+    }
+
+
+def ledger(**row: Any) -> Ledger:
+    return Ledger.from_row(ledger_row(**row))

@@ -1,0 +1,262 @@
+"""Durability modes: which records wait, and the barriers that write them first."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from durable import _protocol as protocol
+from durable._models import StepKind, WorkflowStatus
+from durable._protocol import AwaitWriter, Enqueue, Execute, WriteSteps
+from durable.errors import StaleOwnerError, WorkflowSuspended
+from tests.unit.scripted import (
+    DEFAULT,
+    EPOCH,
+    WORKFLOW_ID,
+    Script,
+    done,
+    effect_def,
+    make_run,
+    step_def,
+)
+
+
+def fetch() -> str:
+    return "page"
+
+
+def notify(*, idempotency_key: str) -> str:
+    return "sent"
+
+
+def move(conn: Any) -> int:
+    return 1
+
+
+def run_steps(run: Any, script: Script, n: int) -> None:
+    for _ in range(n):
+        script.run(protocol.step(run, step_def(fetch), (), {}))
+
+
+# -- exit mode ------------------------------------------------------------------------------
+
+
+def test_exit_mode_holds_plain_step_records() -> None:
+    run = make_run(mode="exit")
+    script = Script()
+    run_steps(run, script, 2)
+    assert script.labels == ["Call fetch", "Call fetch"]
+    assert [row["step_seq"] for row in run.pending] == [0, 1]
+    assert run.pending[0] == {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
+        "step_seq": 0,
+        "step_name": "fetch",
+        "kind": "step",
+        "output": '"page"',
+        "error": None,
+        "attempts": 1,
+        "child_workflow_id": None,
+        "started_at": run.settings.clock.now(),
+    }
+
+
+def test_exit_mode_writes_held_records_before_an_effect() -> None:
+    run = make_run(mode="exit")
+    script = Script()
+    run_steps(run, script, 2)
+    held = list(run.pending)
+    script.run(protocol.effect(run, effect_def(notify), (), {}))
+    assert script.labels[2:] == [
+        "WriteSteps 2",
+        "Execute effect_intent",
+        "Execute effect_pending",
+        "Call notify",
+        "Atomic effect_settle+record_step",
+    ]
+    assert script.of_type(WriteSteps)[0].rows == held
+    assert run.pending == []
+
+
+def test_exit_mode_writes_held_records_before_a_transaction() -> None:
+    run = make_run(mode="exit")
+    script = Script()
+    run_steps(run, script, 1)
+    script.run(protocol.transaction(run, step_def(move, kind=StepKind.TRANSACTION), (), {}))
+    assert script.labels[1:3] == ["WriteSteps 1", "AppBegin"]
+
+
+def test_exit_mode_writes_held_records_before_the_finish() -> None:
+    run = make_run(mode="exit")
+    script = Script()
+    run_steps(run, script, 3)
+    script.run(protocol.finish(run, WorkflowStatus.SUCCESS, '"ok"', None))
+    assert script.labels[3:] == ["WriteSteps 3", "Execute finish_workflow"]
+
+
+def test_a_barrier_with_nothing_held_writes_nothing() -> None:
+    script = Script()
+    script.run(protocol.barrier(make_run(mode="exit")))
+    assert script.ops == []
+
+
+def test_held_records_refused_for_a_stale_run_raise_stale_owner() -> None:
+    run = make_run(mode="exit")
+    script = Script(lambda op: [WORKFLOW_ID] if isinstance(op, WriteSteps) else DEFAULT)
+    run_steps(run, script, 2)
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.finish(run, WorkflowStatus.SUCCESS, None, None))
+    assert script.executed("finish_workflow") == []
+    assert run.pending == []
+
+
+def test_exit_mode_writes_a_non_lazy_record_after_the_held_ones() -> None:
+    # A sleep's wake time is a barrier record: the held steps go first.
+    run = make_run(mode="exit")
+    script = Script(statements={"suspend_until": 1})
+    run_steps(run, script, 1)
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.sleep(run, 60))
+    assert script.labels[1:] == [
+        "WriteSteps 1",
+        "Execute record_step",
+        "Execute suspend_until",
+    ]
+
+
+def test_exit_mode_writes_held_records_before_a_charged_write() -> None:
+    run = make_run(mode="exit")
+    script = Script(statements={"record_charged_step": {"written": True, "budget_id": None}})
+    run_steps(run, script, 1)
+    script.run(protocol.step(run, step_def(fetch, "tool", kind=StepKind.TOOL), (), {}))
+    assert script.labels == [
+        "Call fetch",
+        "Call fetch",
+        "WriteSteps 1",
+        "Execute record_charged_step",
+    ]
+
+
+# -- async mode -----------------------------------------------------------------------------
+
+
+def test_async_mode_hands_plain_records_to_the_writer() -> None:
+    run = make_run(mode="async")
+    script = Script()
+    run_steps(run, script, 1)
+    assert script.labels == ["Call fetch", "Enqueue fetch"]
+    enqueued = script.of_type(Enqueue)[0].row
+    assert (enqueued["step_seq"], enqueued["output"]) == (0, '"page"')
+    assert run.pending == []
+
+
+def test_async_mode_waits_for_the_writer_at_a_barrier() -> None:
+    run = make_run(mode="async")
+    script = Script()
+    run_steps(run, script, 1)
+    script.run(protocol.finish(run, WorkflowStatus.SUCCESS, None, None))
+    assert script.labels == [
+        "Call fetch",
+        "Enqueue fetch",
+        "AwaitWriter",
+        "Execute finish_workflow",
+    ]
+
+
+def test_async_mode_waits_for_the_writer_before_a_barrier_record() -> None:
+    run = make_run(mode="async")
+    script = Script()
+    script.run(protocol.record(run, 0, "child", StepKind.CHILD, '"x"'))
+    assert [type(op) for op in script.ops] == [AwaitWriter, Execute]
+
+
+def test_a_writer_refusal_at_the_barrier_reaches_the_caller() -> None:
+    run = make_run(mode="async")
+    stale = StaleOwnerError(WORKFLOW_ID, EPOCH)
+
+    def answer(op: Any) -> Any:
+        if isinstance(op, AwaitWriter):
+            raise stale  # the driver raises it when the writer's rows were refused
+        return DEFAULT
+
+    script = Script(answer)
+    with pytest.raises(StaleOwnerError) as info:
+        script.run(protocol.finish(run, WorkflowStatus.SUCCESS, None, None))
+    assert info.value is stale
+    assert script.executed("finish_workflow") == []
+
+
+# -- sync mode ------------------------------------------------------------------------------
+
+
+def test_sync_mode_writes_each_record_at_once() -> None:
+    run = make_run(mode="sync")
+    script = Script()
+    run_steps(run, script, 2)
+    assert script.labels == [
+        "Call fetch",
+        "Execute record_step",
+        "Call fetch",
+        "Execute record_step",
+    ]
+    assert [p["step_seq"] for p in script.executed("record_step")] == [0, 1]
+
+
+def test_sync_mode_barrier_asks_nothing() -> None:
+    script = Script()
+    script.run(protocol.barrier(make_run(mode="sync")))
+    assert script.ops == []
+
+
+# -- working state and conversation turns ---------------------------------------------------
+
+
+def test_state_is_a_lazy_record() -> None:
+    run = make_run(mode="exit")
+    script = Script()
+    script.run(protocol.set_state(run, {"plan": ["a"]}))
+    assert script.ops == []
+    assert run.state == '{"plan":["a"]}'
+    (row,) = run.pending
+    assert (row["step_name"], row["kind"], row["output"]) == (
+        "durable.state",
+        "state",
+        '{"plan":["a"]}',
+    )
+
+
+def test_state_in_sync_mode_is_written_at_once() -> None:
+    script = Script()
+    script.run(protocol.set_state(make_run(), 1))
+    assert script.only("record_step")["kind"] == "state"
+
+
+def test_a_replayed_state_is_restored() -> None:
+    run = make_run(records=[done(0, "durable.state", {"n": 2}, StepKind.STATE)])
+    script = Script()
+    script.run(protocol.set_state(run, {"n": 99}))
+    assert script.ops == []
+    assert run.state == '{"n":2}'
+
+
+def test_turns_are_lazy_and_kept_in_order() -> None:
+    run = make_run(mode="async")
+    script = Script()
+    script.run(protocol.append_turn(run, "user", "hi"))
+    script.run(protocol.append_turn(run, "assistant", "hello"))
+    assert script.labels == ["Enqueue durable.turn", "Enqueue durable.turn"]
+    assert [row["step_seq"] for row in (op.row for op in script.of_type(Enqueue))] == [0, 1]
+    assert run.turns == [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "hello"},
+    ]
+
+
+def test_replayed_turns_rebuild_the_conversation() -> None:
+    turn = {"role": "user", "content": "hi"}
+    run = make_run(records=[done(0, "durable.turn", turn, StepKind.TURN)])
+    script = Script()
+    script.run(protocol.append_turn(run, "user", "changed"))
+    assert script.ops == []
+    assert run.turns == [turn]

@@ -1,0 +1,437 @@
+"""The one gate (approvals and the budget), the ledger, sleep, messages and events."""
+
+from __future__ import annotations
+
+import datetime as dt
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from durable import _protocol as protocol
+from durable._models import Budget, Decision, Ledger, StepKind
+from durable._protocol import Call, Pause
+from durable.errors import (
+    BudgetExceededError,
+    StaleOwnerError,
+    WorkflowInterrupted,
+    WorkflowSuspended,
+)
+from tests.unit.scripted import (
+    EPOCH,
+    SERIALIZER,
+    T0,
+    WORKFLOW_ID,
+    FixedClock,
+    Script,
+    Then,
+    approval_row,
+    done,
+    ledger,
+    ledger_row,
+    make_run,
+    step_def,
+)
+
+APPROVED = approval_row("approved", comment="fine", decided_by="ann")
+
+
+def llm() -> str:
+    return "reply"
+
+
+# -- approval: the one gate -----------------------------------------------------------------
+
+
+def test_approval_with_no_row_requests_then_suspends() -> None:
+    script = Script()
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.approval(make_run(), "ship", {"order": 7}, timeout=60, default=True))
+    assert script.labels == [
+        "Execute get_approval",
+        "Execute approval_request",
+        "Execute suspend_for_approval",
+    ]
+    assert script.ops[0].fetch == "one"
+    assert script.only("get_approval") == {"workflow_id": WORKFLOW_ID, "name": "ship"}
+    assert script.only("approval_request") == {
+        "workflow_id": WORKFLOW_ID,
+        "name": "ship",
+        "epoch": EPOCH,
+        "step_seq": 0,
+        "payload": '{"order":7}',
+        "default_approved": True,
+        "timeout_seconds": 60,
+    }
+    assert script.only("suspend_for_approval") == {
+        "workflow_id": WORKFLOW_ID,
+        "name": "ship",
+        "epoch": EPOCH,
+    }
+
+
+def test_a_refused_request_is_a_stale_owner() -> None:
+    script = Script(statements={"approval_request": 0})
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.approval(make_run(), "ship"))
+    assert script.executed("suspend_for_approval") == []
+
+
+def test_a_decision_landing_before_the_suspend_is_returned_and_journaled() -> None:
+    script = Script(statements={"get_approval": Then(None, APPROVED), "suspend_for_approval": 0})
+    decision = script.run(protocol.approval(make_run(), "ship"))
+    assert decision == Decision(True, "fine", "ann", False)
+    assert script.labels == [
+        "Execute get_approval",
+        "Execute approval_request",
+        "Execute suspend_for_approval",
+        "Execute get_approval",
+        "Execute record_step",
+    ]
+    record = script.only("record_step")
+    assert (record["step_seq"], record["step_name"], record["kind"]) == (
+        0,
+        "approval:ship",
+        "approval",
+    )
+    assert SERIALIZER.loads(record["output"]) == {
+        "approved": True,
+        "comment": "fine",
+        "decided_by": "ann",
+        "timed_out": False,
+    }
+
+
+def test_not_suspended_and_still_waiting_is_a_stale_owner() -> None:
+    waiting = approval_row("waiting")
+    script = Script(statements={"get_approval": Then(None, waiting), "suspend_for_approval": 0})
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.approval(make_run(), "ship"))
+    assert script.executed("record_step") == []
+
+
+def test_an_already_decided_gate_journals_the_decision_without_asking() -> None:
+    script = Script(statements={"get_approval": approval_row("denied", comment="no")})
+    decision = script.run(protocol.approval(make_run(), "ship"))
+    assert decision == Decision(False, "no", None, False)
+    assert script.labels == ["Execute get_approval", "Execute record_step"]
+
+
+def test_a_waiting_gate_asked_before_suspends_without_asking_again() -> None:
+    script = Script(statements={"get_approval": approval_row("waiting")})
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.approval(make_run(), "ship"))
+    assert script.labels == ["Execute get_approval", "Execute suspend_for_approval"]
+
+
+def test_a_timed_out_gate_decides_by_its_default() -> None:
+    row = approval_row("timed_out", comment="ignored", decided_by="ignored", default_approved=True)
+    script = Script(statements={"get_approval": row})
+    assert script.run(protocol.approval(make_run(), "ship")) == Decision(True, None, None, True)
+
+
+def test_a_replayed_approval_returns_the_decision_without_asking() -> None:
+    stored = {"approved": True, "comment": "ok", "decided_by": "ann", "timed_out": False}
+    run = make_run(records=[done(0, "approval:ship", stored, StepKind.APPROVAL)])
+    script = Script()
+    assert script.run(protocol.approval(run, "ship")) == Decision(True, "ok", "ann", False)
+    assert script.ops == []
+
+
+def test_a_cancelled_run_is_interrupted_before_asking() -> None:
+    script = Script()
+    with pytest.raises(WorkflowInterrupted):
+        script.run(protocol.approval(make_run(cancel="stop"), "ship"))
+    assert script.ops == []
+
+
+def test_the_gate_writes_pending_records_before_looking() -> None:
+    run = make_run(mode="exit")
+    run.pending.append({"workflow_id": WORKFLOW_ID, "step_name": "earlier"})
+    script = Script(statements={"get_approval": APPROVED})
+    script.run(protocol.approval(run, "ship"))
+    assert script.labels[:2] == ["WriteSteps 1", "Execute get_approval"]
+
+
+# -- the ledger -----------------------------------------------------------------------------
+
+
+def test_open_ledger_without_a_budget_asks_nothing() -> None:
+    run = make_run()
+    script = Script()
+    script.run(protocol.open_ledger(run, Budget(dollars=1)))
+    assert script.ops == []
+    assert run.ledger is None
+
+
+def test_open_ledger_of_a_root_creates_it_with_exact_limits() -> None:
+    run = make_run(budget_id=WORKFLOW_ID)
+    row = ledger_row(limit_dollars="0.1", limit_steps=3)
+    script = Script(statements={"ensure_budget": row})
+    script.run(protocol.open_ledger(run, Budget(dollars=0.1, steps=3)))
+    assert script.only("ensure_budget") == {
+        "budget_id": WORKFLOW_ID,
+        "limit_dollars": Decimal("0.1"),
+        "limit_tokens": None,
+        "limit_steps": 3,
+    }
+    assert run.ledger == Ledger(WORKFLOW_ID, Decimal("0.1"), None, 3, Decimal(0), 0, 0)
+
+
+def test_open_ledger_of_a_child_reads_its_roots_ledger() -> None:
+    run = make_run(budget_id="root")
+    script = Script(statements={"get_budget": ledger_row(budget_id="root", limit_steps=9)})
+    script.run(protocol.open_ledger(run, Budget(steps=1)))
+    assert script.labels == ["Execute get_budget"]
+    assert script.only("get_budget") == {"budget_id": "root"}
+    assert run.ledger is not None and run.ledger.limit_steps == 9
+
+
+def test_budget_left_counts_the_running_steps_charges() -> None:
+    run = make_run(ledger=ledger(limit_dollars="2", spent_dollars="0.5", limit_tokens=100))
+    protocol.charge(run, Decimal("0.25"), 40)
+    assert protocol.budget_left(run) == Budget(dollars=1.25, tokens=60, steps=None)
+
+
+# -- the budget gate ------------------------------------------------------------------------
+
+
+def budgeted_run(**row: Any) -> Any:
+    return make_run(budget_id=WORKFLOW_ID, ledger=ledger(**row))
+
+
+def test_a_ledger_with_room_asks_nothing() -> None:
+    script = Script()
+    script.run(protocol.budget_gate(budgeted_run(limit_steps=5, spent_steps=4), 4, "llm"))
+    assert script.ops == []
+
+
+def test_an_exhausted_ledger_is_refreshed_then_gated() -> None:
+    run = budgeted_run(limit_steps=5, spent_steps=5)
+    script = Script(statements={"get_budget": ledger_row(limit_steps=5, spent_steps=5)})
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.budget_gate(run, 5, "llm"))
+    assert script.labels == [
+        "Execute get_budget",
+        "Execute get_approval",
+        "Execute approval_request",
+        "Execute suspend_for_approval",
+    ]
+    request = script.only("approval_request")
+    assert (request["name"], request["step_seq"]) == ("budget@5", 5)
+    payload = SERIALIZER.loads(request["payload"])
+    assert payload["step"] == "llm"
+    assert payload["exhausted"] == "steps: 5 of 5 used"
+    assert payload["spent"]["steps"] == 5
+
+
+def test_an_approved_budget_gate_lets_the_step_run() -> None:
+    run = budgeted_run(limit_steps=1, spent_steps=1)
+    row = ledger_row(limit_steps=1, spent_steps=2, written=True)
+    script = Script(
+        statements={
+            "get_budget": ledger_row(limit_steps=1, spent_steps=1),
+            "get_approval": APPROVED,
+            "record_charged_step": row,
+        }
+    )
+    assert script.run(protocol.step(run, step_def(llm), (), {})) == "reply"
+    assert script.labels == [
+        "Execute get_budget",
+        "Execute get_approval",
+        "Call llm",
+        "Execute record_charged_step",
+    ]
+    assert script.only("get_approval")["name"] == "budget@0"
+    assert run.ledger is not None and run.ledger.spent_steps == 2
+
+
+def test_a_denied_budget_gate_raises_budget_exceeded() -> None:
+    run = budgeted_run(limit_dollars="1", spent_dollars="1")
+    script = Script(
+        statements={
+            "get_budget": ledger_row(limit_dollars="1", spent_dollars="1"),
+            "get_approval": approval_row("denied"),
+        }
+    )
+    with pytest.raises(BudgetExceededError) as info:
+        script.run(protocol.step(run, step_def(llm), (), {}))
+    assert (info.value.step_name, info.value.exhausted) == ("llm", "dollars: 1 of 1 spent")
+    assert not script.of_type(Call)
+
+
+def test_a_budget_raised_meanwhile_needs_no_gate() -> None:
+    run = budgeted_run(limit_tokens=100, spent_tokens=100)
+    script = Script(
+        statements={
+            "get_budget": ledger_row(limit_tokens=500, spent_tokens=100),
+            "record_charged_step": ledger_row(limit_tokens=500, spent_tokens=100, written=True),
+        }
+    )
+    script.run(protocol.step(run, step_def(llm), (), {}))
+    assert script.labels == ["Execute get_budget", "Call llm", "Execute record_charged_step"]
+
+
+# -- sleep ----------------------------------------------------------------------------------
+
+
+def test_sleep_journals_its_wake_time_then_suspends() -> None:
+    script = Script(statements={"suspend_until": 1})
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.sleep(make_run(), 60))
+    wake = T0 + dt.timedelta(seconds=60)
+    assert script.labels == ["Execute record_step", "Execute suspend_until"]
+    record = script.only("record_step")
+    assert (record["step_name"], record["kind"]) == ("sleep", "sleep")
+    assert SERIALIZER.loads(record["output"]) == wake.isoformat()
+    assert script.only("suspend_until") == {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
+        "wake_at": wake,
+        "topic": None,
+    }
+
+
+def test_a_refused_sleep_suspension_is_a_stale_owner() -> None:
+    script = Script(statements={"suspend_until": 0})
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.sleep(make_run(), 60))
+
+
+def test_a_short_sleep_on_the_system_clock_pauses_in_place() -> None:
+    run = make_run(clock=FixedClock(is_system=True))
+    script = Script()
+    script.run(protocol.sleep(run, 0.5))
+    assert script.labels == ["Execute record_step", "Pause 0.5"]
+
+
+def test_a_short_sleep_on_a_fake_clock_still_suspends() -> None:
+    script = Script()
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.sleep(make_run(), 0.5))
+    assert not script.of_type(Pause)
+
+
+def test_a_replayed_sleep_whose_time_passed_returns() -> None:
+    wake = (T0 - dt.timedelta(seconds=5)).isoformat()
+    run = make_run(records=[done(0, "sleep", wake, StepKind.SLEEP)])
+    script = Script()
+    script.run(protocol.sleep(run, 3600))
+    assert script.ops == []
+
+
+def test_a_replayed_sleep_waits_only_for_what_is_left() -> None:
+    wake = T0 + dt.timedelta(seconds=30)
+    run = make_run(records=[done(0, "sleep", wake.isoformat(), StepKind.SLEEP)])
+    script = Script()
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.sleep(run, 3600))
+    assert script.labels == ["Execute suspend_until"]
+    assert script.only("suspend_until")["wake_at"] == wake
+
+
+# -- messages -------------------------------------------------------------------------------
+
+
+def test_recv_consumes_and_journals_in_one_statement() -> None:
+    script = Script(statements={"consume_message": {"output": '{"n":1}'}})
+    assert script.run(protocol.recv(make_run(), "orders", None)) == {"n": 1}
+    assert script.labels == ["Execute consume_message"]
+    assert script.ops[0].fetch == "one"
+    assert script.only("consume_message") == {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
+        "topic": "orders",
+        "step_seq": 0,
+        "step_name": "recv:orders",
+    }
+
+
+def test_recv_with_nothing_there_suspends_on_the_topic() -> None:
+    script = Script()
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.recv(make_run(), None, None))
+    assert script.labels == ["Execute consume_message", "Execute suspend_until"]
+    assert script.only("suspend_until")["topic"] == ""
+    assert script.only("suspend_until")["wake_at"] is None
+
+
+def test_recv_consumes_a_message_that_arrived_before_the_suspend() -> None:
+    script = Script(
+        statements={"consume_message": Then(None, {"output": '"late"'}), "suspend_until": 0}
+    )
+    assert script.run(protocol.recv(make_run(), "t", None)) == "late"
+    assert script.labels == [
+        "Execute consume_message",
+        "Execute suspend_until",
+        "Execute consume_message",
+    ]
+
+
+def test_recv_with_a_timeout_journals_its_deadline_and_suspends_until_it() -> None:
+    script = Script()
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.recv(make_run(), "t", 30))
+    assert script.labels == [
+        "Execute record_step",
+        "Execute consume_message",
+        "Execute suspend_until",
+    ]
+    deadline = script.only("record_step")
+    assert (deadline["step_name"], deadline["kind"]) == ("recv-deadline:t", "sleep")
+    assert script.only("consume_message")["step_seq"] == 1
+    assert script.only("suspend_until")["wake_at"] == T0 + dt.timedelta(seconds=30)
+
+
+def test_recv_past_its_timeout_records_none() -> None:
+    past = (T0 - dt.timedelta(seconds=1)).isoformat()
+    run = make_run(records=[done(0, "recv-deadline:t", past, StepKind.SLEEP)])
+    script = Script()
+    assert script.run(protocol.recv(run, "t", 30)) is None
+    assert script.labels == ["Execute consume_message", "Execute record_step"]
+    record = script.only("record_step")
+    assert (record["step_seq"], record["step_name"], record["kind"]) == (1, "recv:t", "recv")
+    assert record["output"] is None
+
+
+def test_a_replayed_recv_returns_the_message() -> None:
+    run = make_run(records=[done(0, "recv:t", "hello", StepKind.RECV)])
+    script = Script()
+    assert script.run(protocol.recv(run, "t", None)) == "hello"
+    assert script.ops == []
+
+
+def test_recv_of_a_run_that_lost_ownership_stops() -> None:
+    # A stale epoch: nothing can be consumed, and the suspension is refused.
+    script = Script(statements={"suspend_until": 0}, limit=50)
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.recv(make_run(), "t", None))
+
+
+# -- events ---------------------------------------------------------------------------------
+
+
+def test_set_event_publishes_and_journals_in_one_statement() -> None:
+    script = Script()
+    script.run(protocol.set_event(make_run(), "progress", {"done": 3}))
+    assert script.labels == ["Execute set_event"]
+    assert script.only("set_event") == {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
+        "step_seq": 0,
+        "step_name": "event:progress",
+        "key": "progress",
+        "value": '{"done":3}',
+    }
+
+
+def test_set_event_is_fenced() -> None:
+    with pytest.raises(StaleOwnerError):
+        Script(statements={"set_event": 0}).run(protocol.set_event(make_run(), "k", 1))
+
+
+def test_a_replayed_set_event_publishes_nothing() -> None:
+    run = make_run(records=[done(0, "event:k", 1, StepKind.EVENT)])
+    script = Script()
+    script.run(protocol.set_event(run, "k", 1))
+    assert script.ops == []

@@ -1,0 +1,532 @@
+"""A run's body and its finish (compensations, cancellation), transactions and children."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import Any
+
+import pytest
+
+from durable import _protocol as protocol
+from durable._models import Budget, StepKind
+from durable._protocol import AppBegin, AppCall, AppEnd, Call, Outcome, RunChild, decode_error
+from durable._registry import StepDef
+from durable.errors import (
+    DatabaseUnavailableError,
+    NondeterminismError,
+    SerializationError,
+    StaleOwnerError,
+    WorkflowCancelledError,
+    WorkflowInterrupted,
+    WorkflowSuspended,
+    WorkflowTimeoutError,
+)
+from tests.unit.scripted import (
+    APP_CONN,
+    DEFAULT,
+    EPOCH,
+    T0,
+    WORKFLOW_ID,
+    Raise,
+    Script,
+    done,
+    failed,
+    ledger,
+    ledger_row,
+    make_run,
+    step_def,
+    workflow_def,
+)
+
+
+def body() -> str:
+    return "done"
+
+
+def undo(name: str, error: Exception | None = None) -> Any:
+    """An undo action, named like a registered effect (compensate reads `__durable_step__`)."""
+
+    def compensation(*args: Any, **kwargs: Any) -> None:
+        if error is not None:
+            raise error
+
+    compensation.__name__ = name
+    compensation.__durable_step__ = StepDef(name, compensation)  # type: ignore[attr-defined]
+    return compensation
+
+
+def body_that(run: Any, *, registers: list[Any] = (), outcome: Outcome) -> Any:  # type: ignore[assignment]
+    """An answer for the body's Call: it registers undos (as its effects would), then ends
+    with `outcome`; every other operation gets the default answer."""
+
+    def answer(op: Any) -> Any:
+        if isinstance(op, Call) and op.fn is body:
+            for i, action in enumerate(registers):
+                protocol.register_compensation(run, action, (i,), {"why": "test"})
+            return outcome
+        return DEFAULT
+
+    return answer
+
+
+def finish_params(script: Script) -> dict[str, Any]:
+    return script.only("finish_workflow")
+
+
+# -- the body and its finish ----------------------------------------------------------------
+
+
+def test_success_finishes_with_the_output() -> None:
+    script = Script()
+    assert script.run(protocol.workflow(make_run(), workflow_def(body), (), {})) == "done"
+    assert script.labels == ["Call body", "Execute finish_workflow"]
+    assert finish_params(script) == {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
+        "status": "SUCCESS",
+        "output": '"done"',
+        "error": None,
+    }
+
+
+def test_the_ledger_is_opened_before_the_body() -> None:
+    run = make_run(budget_id=WORKFLOW_ID)
+    script = Script(statements={"ensure_budget": ledger_row(limit_steps=10)})
+    script.run(protocol.workflow(run, workflow_def(body, budget=Budget(steps=10)), (), {}))
+    assert script.labels == ["Execute ensure_budget", "Call body", "Execute finish_workflow"]
+    assert run.ledger is not None and run.ledger.limit_steps == 10
+
+
+def test_an_error_finishes_as_error_and_is_reraised() -> None:
+    error = ValueError("bad input")
+    run = make_run()
+    script = Script(body_that(run, outcome=Outcome(error=error)))
+    with pytest.raises(ValueError) as info:
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert info.value is error
+    finish = finish_params(script)
+    assert (finish["status"], finish["output"]) == ("ERROR", None)
+    assert decode_error(finish["error"])[:2] == ("builtins.ValueError", "bad input")
+
+
+def test_an_unserializable_result_finishes_as_error() -> None:
+    run = make_run()
+    script = Script(body_that(run, outcome=Outcome(object())))
+    with pytest.raises(SerializationError):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    finish = finish_params(script)
+    assert finish["status"] == "ERROR"
+    assert decode_error(finish["error"])[0] == "durable.errors.SerializationError"
+
+
+def test_a_refused_finish_is_a_stale_owner() -> None:
+    with pytest.raises(StaleOwnerError):
+        Script(statements={"finish_workflow": 0}).run(
+            protocol.workflow(make_run(), workflow_def(body), (), {})
+        )
+
+
+def test_an_error_with_compensations_undoes_in_reverse_then_finishes_compensated() -> None:
+    first, second = undo("unbook_hotel"), undo("unbook_flight")
+    run = make_run()
+    error = RuntimeError("payment failed")
+    script = Script(body_that(run, registers=[first, second], outcome=Outcome(error=error)))
+    with pytest.raises(RuntimeError):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert script.labels == [
+        "Call body",
+        "Call unbook_flight",
+        "Call unbook_hotel",
+        "Execute finish_workflow",
+    ]
+    calls = script.of_type(Call)
+    assert (calls[1].args, calls[1].kwargs) == ((1,), {"why": "test"})
+    finish = finish_params(script)
+    assert finish["status"] == "COMPENSATED"
+    assert decode_error(finish["error"])[1] == "payment failed"
+    assert run.compensations == []
+
+
+def test_a_failing_compensation_stops_the_saga_as_compensation_failed() -> None:
+    first = undo("unbook_hotel")
+    second = undo("unbook_flight", ConnectionError("airline down"))
+    run = make_run()
+    error = RuntimeError("payment failed")
+    script = Script(body_that(run, registers=[first, second], outcome=Outcome(error=error)))
+    with pytest.raises(RuntimeError):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert script.labels == ["Call body", "Call unbook_flight", "Execute finish_workflow"]
+    finish = finish_params(script)
+    assert finish["status"] == "COMPENSATION_FAILED"
+    detail = json.loads(finish["error"])
+    assert detail["failed_compensation"] == "unbook_flight"
+    assert detail["message"] == "compensation 'unbook_flight' failed: airline down"
+    assert detail["type"] == "builtins.ConnectionError"
+    assert detail["original_error"]["message"] == "payment failed"
+
+
+def test_a_stale_owner_from_a_compensation_leaves_the_status_alone() -> None:
+    stale = undo("unbook", StaleOwnerError(WORKFLOW_ID, EPOCH))
+    run = make_run()
+    script = Script(body_that(run, registers=[stale], outcome=Outcome(error=ValueError("x"))))
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert script.executed("finish_workflow") == []
+
+
+@pytest.mark.parametrize(
+    "error",
+    [StaleOwnerError(WORKFLOW_ID, EPOCH), DatabaseUnavailableError("gone")],
+    ids=["stale", "database-unavailable"],
+)
+def test_lost_ownership_or_database_leaves_the_status_alone(error: Exception) -> None:
+    run = make_run()
+    script = Script(body_that(run, registers=[undo("refund")], outcome=Outcome(error=error)))
+    with pytest.raises(type(error)):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert script.labels == ["Call body"]
+
+
+def test_a_suspension_leaves_the_status_alone() -> None:
+    script = Script(lambda op: Raise(WorkflowSuspended(WORKFLOW_ID)))
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.workflow(make_run(), workflow_def(body), (), {}))
+    assert script.labels == ["Call body"]
+
+
+# -- stopping: cancel and timeout -----------------------------------------------------------
+
+
+def interrupted(reason: str, timed_out: bool = False) -> Any:
+    def answer(op: Any) -> Any:
+        if isinstance(op, Call) and op.fn is body:
+            raise WorkflowInterrupted(WORKFLOW_ID, reason, timed_out)
+        return DEFAULT
+
+    return answer
+
+
+def test_an_interrupt_cancels_the_tree_then_finishes_cancelled() -> None:
+    run = make_run()
+    script = Script(interrupted("user asked"))
+    with pytest.raises(WorkflowCancelledError) as info:
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert type(info.value) is WorkflowCancelledError
+    assert info.value.reason == "user asked"
+    assert script.labels == ["Call body", "Execute cancel_workflow", "Execute finish_workflow"]
+    assert script.ops[1].fetch == "all"
+    cancel = script.only("cancel_workflow")
+    assert (cancel["workflow_id"], cancel["reason"]) == (WORKFLOW_ID, "user asked")
+    finish = finish_params(script)
+    assert finish["status"] == "CANCELLED"
+    assert finish["error"] == cancel["error"]
+    assert decode_error(finish["error"])[0] == "durable.errors.WorkflowCancelledError"
+    assert run.stopping
+
+
+def test_a_timeout_finishes_cancelled_with_a_timeout_error() -> None:
+    script = Script(interrupted("timeout", timed_out=True))
+    with pytest.raises(WorkflowTimeoutError) as info:
+        script.run(protocol.workflow(make_run(), workflow_def(body, timeout=30), (), {}))
+    assert info.value.timeout == 30
+    assert decode_error(finish_params(script)["error"])[0] == "durable.errors.WorkflowTimeoutError"
+
+
+def test_an_interrupt_runs_the_compensations_then_finishes_cancelled() -> None:
+    run = make_run()
+    protocol.register_compensation(run, undo("refund"), (5,), {})
+    script = Script(interrupted("user asked"))
+    with pytest.raises(WorkflowCancelledError):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert script.labels == [
+        "Call body",
+        "Execute cancel_workflow",
+        "Call refund",
+        "Execute finish_workflow",
+    ]
+    assert finish_params(script)["status"] == "CANCELLED"
+
+
+def test_an_interrupt_during_error_compensation_still_finishes() -> None:
+    def interrupted_undo(*args: Any, **kwargs: Any) -> None:
+        # What the undo @effect does: its check_interrupt sees the passed deadline, unless
+        # the run is already stopping (undoing), which must not be cut short.
+        protocol.check_interrupt(run)
+
+    run = make_run(deadline=dt.datetime(2000, 1, 1, tzinfo=dt.UTC))
+    script = Script(
+        body_that(run, registers=[interrupted_undo], outcome=Outcome(error=ValueError("x")))
+    )
+    with pytest.raises((ValueError, WorkflowCancelledError)):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert script.executed("finish_workflow") != []
+
+
+# -- transactions ---------------------------------------------------------------------------
+
+
+def move_money(conn: Any, cents: int) -> dict[str, int]:
+    assert conn == APP_CONN
+    return {"moved": cents}
+
+
+def txn(fn: Any = move_money) -> Any:
+    return step_def(fn, "move_money", kind=StepKind.TRANSACTION, isolation_level="SERIALIZABLE")
+
+
+def test_same_database_transaction_records_inside_the_users_transaction() -> None:
+    script = Script()
+    result = script.run(protocol.transaction(make_run(), txn(), (250,), {}))
+    assert result == {"moved": 250}
+    assert script.labels == [
+        "AppBegin",
+        "AppCall move_money",
+        "AppExecute record_step",
+        "AppEnd commit",
+    ]
+    assert script.ops[0] == AppBegin("SERIALIZABLE")
+    assert script.ops[1] == AppCall(move_money, (250,), {})
+    assert script.only("record_step") == {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
+        "step_seq": 0,
+        "step_name": "move_money",
+        "kind": "transaction",
+        "output": '{"moved":250}',
+        "error": None,
+        "attempts": 1,
+        "child_workflow_id": None,
+        "started_at": T0,
+    }
+
+
+def test_same_database_fence_refusal_rolls_back() -> None:
+    script = Script(statements={"record_step": 0})
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.transaction(make_run(), txn(), (1,), {}))
+    assert script.labels[-1] == "AppEnd rollback"
+    assert AppEnd(commit=True) not in script.ops
+
+
+def test_separate_database_records_on_both_sides_in_order() -> None:
+    script = Script()
+    script.run(protocol.transaction(make_run(app_separate=True), txn(), (1,), {}))
+    assert script.labels == [
+        "AppBegin",
+        "AppCall move_money",
+        "AppExecute app_record_transaction",
+        "AppEnd commit",
+        "Execute record_step",
+    ]
+    assert script.only("app_record_transaction") == script.only("record_step")
+
+
+def test_separate_database_adopts_the_app_side_record_on_replay() -> None:
+    run = make_run(app_separate=True, records=[done(0, "fetch", 1)])
+    run.journal.next_call("fetch")
+    row = {"step_name": "move_money", "output": '{"moved":9}'}
+    script = Script(statements={"app_get_transaction": row})
+    assert script.run(protocol.transaction(run, txn(), (1,), {})) == {"moved": 9}
+    assert script.labels == [
+        "AppBegin",
+        "AppExecute app_get_transaction",
+        "AppEnd commit",
+        "Execute record_step",
+    ]
+    assert script.only("app_get_transaction") == {"workflow_id": WORKFLOW_ID, "step_seq": 1}
+    assert script.only("record_step")["output"] == '{"moved":9}'
+
+
+def test_separate_database_with_no_app_side_record_runs_the_transaction() -> None:
+    run = make_run(app_separate=True, records=[done(0, "fetch", 1)])
+    run.journal.next_call("fetch")
+    script = Script()
+    script.run(protocol.transaction(run, txn(), (1,), {}))
+    assert script.labels[:3] == [
+        "AppBegin",
+        "AppExecute app_get_transaction",
+        "AppCall move_money",
+    ]
+
+
+def test_an_adopted_record_of_another_step_is_nondeterminism() -> None:
+    run = make_run(app_separate=True, records=[done(0, "fetch", 1)])
+    run.journal.next_call("fetch")
+    script = Script(statements={"app_get_transaction": {"step_name": "other", "output": "1"}})
+    with pytest.raises(NondeterminismError):
+        script.run(protocol.transaction(run, txn(), (1,), {}))
+    assert script.labels[-1] == "AppEnd rollback"
+    assert script.executed("record_step") == []
+
+
+def test_a_user_error_rolls_back_then_is_journaled() -> None:
+    def overdrawn(conn: Any, cents: int) -> None:
+        raise ValueError("overdrawn")
+
+    script = Script()
+    with pytest.raises(ValueError, match="overdrawn"):
+        script.run(protocol.transaction(make_run(), txn(overdrawn), (1,), {}))
+    assert script.labels == [
+        "AppBegin",
+        "AppCall overdrawn",
+        "AppEnd rollback",
+        "Execute record_step",
+    ]
+    record = script.only("record_step")
+    assert record["output"] is None
+    assert decode_error(record["error"])[:2] == ("builtins.ValueError", "overdrawn")
+
+
+class UniqueViolation(Exception):
+    pass
+
+
+def test_separate_database_key_conflict_means_another_owner() -> None:
+    conflict = UniqueViolation("duplicate key")
+    run = make_run(
+        app_separate=True,
+        classify_app_error=lambda exc: (
+            "unique:transaction_outputs_pkey" if exc is conflict else None
+        ),
+    )
+    script = Script(statements={"app_record_transaction": Raise(conflict)})
+    with pytest.raises(StaleOwnerError) as info:
+        script.run(protocol.transaction(run, txn(), (1,), {}))
+    assert info.value.__cause__ is conflict
+    assert script.labels[-1] == "AppEnd rollback"
+    assert script.executed("record_step") == []
+
+
+def test_same_database_connection_lost_is_database_unavailable() -> None:
+    lost = ConnectionError("server closed the connection")
+    run = make_run(classify_app_error=lambda exc: "lost" if exc is lost else None)
+
+    def dropped(conn: Any, cents: int) -> None:
+        raise lost
+
+    script = Script()
+    with pytest.raises(DatabaseUnavailableError):
+        script.run(protocol.transaction(run, txn(dropped), (1,), {}))
+    assert script.labels[-1] == "AppEnd rollback"
+    assert script.executed("record_step") == []
+
+
+def test_a_replayed_transaction_does_not_open_one() -> None:
+    run = make_run(records=[done(0, "move_money", {"moved": 1}, StepKind.TRANSACTION)])
+    script = Script()
+    assert script.run(protocol.transaction(run, txn(), (1,), {})) == {"moved": 1}
+    assert script.ops == []
+
+
+def test_separate_database_adopts_the_first_calls_app_side_record() -> None:
+    # A claimed run whose journal is empty: the first call may have committed app-side
+    # before the process died, so it is looked up (a brand-new run skips the lookup).
+    conflict = UniqueViolation("duplicate key")
+    run = make_run(
+        first_run=False,
+        app_separate=True,
+        classify_app_error=lambda exc: (
+            "unique:transaction_outputs_pkey" if exc is conflict else None
+        ),
+    )
+    row = {"step_name": "move_money", "output": '{"moved":9}'}
+    script = Script(
+        statements={"app_get_transaction": row, "app_record_transaction": Raise(conflict)}
+    )
+    assert script.run(protocol.transaction(run, txn(), (1,), {})) == {"moved": 9}
+
+
+# -- children -------------------------------------------------------------------------------
+
+
+def sub() -> Any:
+    return None
+
+
+def child_answer(outcome: Outcome) -> Any:
+    return lambda op: outcome if isinstance(op, RunChild) else DEFAULT
+
+
+def test_a_child_has_a_deterministic_id_and_its_output_is_journaled() -> None:
+    run = make_run(records=[done(0, "fetch", 1)])
+    run.journal.next_call("fetch")
+    defn = workflow_def(sub)
+    script = Script(child_answer(Outcome("child says hi")))
+    assert script.run(protocol.child(run, defn, (1,), {"k": 2})) == "child says hi"
+    assert script.ops[0] == RunChild(
+        defn, f"{WORKFLOW_ID}:child:1", (1,), {"k": 2}, (WORKFLOW_ID, 1)
+    )
+    record = script.only("record_step")
+    assert (record["step_seq"], record["step_name"], record["kind"]) == (1, "sub", "child")
+    assert record["child_workflow_id"] == f"{WORKFLOW_ID}:child:1"
+    assert record["output"] == '"child says hi"'
+
+
+def test_a_child_error_is_journaled_and_reraised() -> None:
+    error = KeyError("missing")
+    script = Script(child_answer(Outcome(error=error)))
+    with pytest.raises(KeyError) as info:
+        script.run(protocol.child(make_run(), workflow_def(sub), (), {}))
+    assert info.value is error
+    record = script.only("record_step")
+    assert record["output"] is None
+    assert decode_error(record["error"])[0] == "builtins.KeyError"
+
+
+def test_a_child_that_lost_ownership_is_not_journaled() -> None:
+    script = Script(child_answer(Outcome(error=StaleOwnerError("x", 1))))
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.child(make_run(), workflow_def(sub), (), {}))
+    assert script.labels == ["RunChild wf-1:child:0"]
+
+
+def test_a_child_cancelled_with_its_parent_stops_the_parent_unjournaled() -> None:
+    script = Script(
+        child_answer(Outcome(error=WorkflowCancelledError("wf-1:child:0", "stop"))),
+        statements={"get_cancel_request": {"cancel_reason": "stop"}},
+    )
+    run = make_run()
+    with pytest.raises(WorkflowInterrupted) as info:
+        script.run(protocol.child(run, workflow_def(sub), (), {}))
+    assert info.value.reason == "stop"
+    assert script.labels == ["RunChild wf-1:child:0", "Execute get_cancel_request"]
+    assert run.cancel_reason == "stop"
+
+
+def test_a_child_cancelled_alone_is_journaled_as_its_failure() -> None:
+    script = Script(child_answer(Outcome(error=WorkflowCancelledError("wf-1:child:0", "stop"))))
+    with pytest.raises(WorkflowCancelledError):
+        script.run(protocol.child(make_run(), workflow_def(sub), (), {}))
+    assert script.labels == [
+        "RunChild wf-1:child:0",
+        "Execute get_cancel_request",
+        "Execute record_step",
+    ]
+
+
+def test_a_budgeted_parent_refreshes_its_ledger_after_a_child() -> None:
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_steps=10, spent_steps=2))
+    script = Script(
+        child_answer(Outcome(1)),
+        statements={"get_budget": ledger_row(limit_steps=10, spent_steps=7)},
+    )
+    script.run(protocol.child(run, workflow_def(sub), (), {}))
+    assert script.labels == ["RunChild wf-1:child:0", "Execute record_step", "Execute get_budget"]
+    assert run.ledger is not None and run.ledger.spent_steps == 7
+
+
+def test_a_replayed_child_is_not_run_again() -> None:
+    run = make_run(records=[failed(0, "sub", ValueError("old"), StepKind.CHILD)])
+    script = Script()
+    with pytest.raises(ValueError, match="old"):
+        script.run(protocol.child(run, workflow_def(sub), (), {}))
+    assert script.ops == []
+
+
+def test_a_child_in_exit_mode_writes_held_records_first() -> None:
+    run = make_run(mode="exit")
+    run.pending.append({"workflow_id": WORKFLOW_ID, "step_name": "earlier"})
+    script = Script(child_answer(Outcome(1)))
+    script.run(protocol.child(run, workflow_def(sub), (), {}))
+    assert script.labels[:2] == ["WriteSteps 1", "RunChild wf-1:child:0"]
