@@ -17,6 +17,8 @@ import functools
 import inspect
 import json
 import pickle
+import types
+import typing
 import uuid
 from typing import Any, Protocol, runtime_checkable
 
@@ -167,12 +169,49 @@ def dumps_checked(serializer: Serializer, value: Any, what: str, limit: int) -> 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
 
 
+_PLAIN_TYPES = frozenset(
+    {
+        str,
+        int,
+        float,
+        bool,
+        type(None),
+        object,
+        dt.datetime,
+        dt.date,
+        dt.time,
+        dt.timedelta,
+        decimal.Decimal,
+        uuid.UUID,
+        bytes,
+    }
+)
+
+
+@functools.lru_cache(maxsize=1024)
+def _plain(annotation: Any) -> bool:
+    """Whether the JSON form already decodes as `annotation` (no rebuilding needed): the
+    scalars and tagged types, and lists, str-keyed dicts and unions of them."""
+    if annotation is None or annotation is Any or annotation in _PLAIN_TYPES:
+        return True
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if annotation in (list, dict) or origin is list:
+        return all(_plain(a) for a in args)
+    if origin is dict:
+        return (not args or args[0] is str) and all(_plain(a) for a in args[1:])
+    if origin in (typing.Union, types.UnionType):
+        return all(_plain(a) for a in args)
+    return False
+
+
 @functools.lru_cache(maxsize=1024)
 def _type_adapter(annotation: Any) -> Any:
-    """pydantic's TypeAdapter for `annotation`, or None (no pydantic, or nothing to do).
+    """pydantic's TypeAdapter for `annotation`, or None (no pydantic, or nothing to do:
+    then pydantic is not even imported).
 
     A memo of pure values (an annotation's validator), not state: safe to share."""
-    if annotation is None or annotation is Any or annotation is inspect.Parameter.empty:
+    if annotation is inspect.Parameter.empty or _plain(annotation):
         return None
     try:
         import pydantic
