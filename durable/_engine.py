@@ -160,6 +160,9 @@ class Engine(Client):
             return
         db = self._open_db(max_size=self.max_workers + 4)
         try:
+            # The runner first: a bad application database URL must fail the launch before
+            # this executor is registered (nothing is left behind).
+            self.runner.open(db)
             hostname, pid = executor_identity()
             capabilities = [[d.name, d.version] for d in self.registry.workflows()]
             db.execute(
@@ -173,7 +176,6 @@ class Engine(Client):
             )
             for schedule in self.registry.schedules():
                 db.execute("upsert_schedule", schedule.row())
-            self.runner.open(db)
         except BaseException:
             self.runner.close(wait=False)
             db.close()

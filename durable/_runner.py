@@ -27,7 +27,7 @@ from durable._durability import AsyncWriter
 from durable._models import StepRecord, WorkflowStatus
 from durable._protocol import Journal, Run, Settings, encode_error
 from durable._registry import WorkflowDef
-from durable._systemdb import SystemDB, app_error_fault, check_url, same_database
+from durable._systemdb import SystemDB, app_error_fault, check_url, redact, same_database
 from durable.errors import (
     DatabaseUnavailableError,
     EngineNotRunningError,
@@ -107,6 +107,7 @@ class Runner:
 
     def open(self, db: SystemDB) -> None:
         import sqlalchemy
+        import sqlalchemy.exc
 
         engine = self.engine
         self._db = db
@@ -125,7 +126,16 @@ class Runner:
             max_overflow=4,
         )
         if not self.app_is_system_db:
-            db.migrate_app(self._app_engine)
+            try:
+                db.migrate_app(self._app_engine)
+            except sqlalchemy.exc.DBAPIError as exc:
+                self._app_engine.dispose()
+                self._app_engine = None
+                detail = str(exc.orig or exc).strip().splitlines()[0]
+                raise DatabaseUnavailableError(
+                    f"cannot use the application database at {redact(app_url)}: {detail}; "
+                    "check app_database_url"
+                ) from None
         self.settings = Settings(
             serializer=engine.serializer,
             max_payload_bytes=engine.max_payload_bytes,
