@@ -10,7 +10,10 @@ from __future__ import annotations
 import datetime as dt
 import functools
 import inspect
+import os
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from durable import _driver
@@ -39,7 +42,38 @@ _ISOLATION = ("READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE")
 
 
 def default_name(fn: Callable[..., Any]) -> str:
-    return f"{fn.__module__}.{fn.__qualname__}"
+    """`module.qualname`, with the module named as an import would name it.
+
+    A function in a script run as `python app.py` lives in `__main__`; a worker started
+    with `durable worker --app app` imports the same file as `app`. Both must store and
+    look up the same name, or the script's workflows could never be recovered."""
+    return f"{_module_name(fn.__module__)}.{fn.__qualname__}"
+
+
+def _module_name(module: str) -> str:
+    if module != "__main__":
+        return module
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    if spec is not None and spec.name and spec.name != "__main__":
+        # `python -m package.app`: the spec knows the import name.
+        return str(spec.name).removesuffix(".__main__")
+    path = getattr(main, "__file__", None)
+    if not path:
+        return module  # an interactive session: nothing else to go by
+    file = Path(path).resolve()
+    # The import name relative to the closest sys.path entry that contains the file.
+    for entry in sorted(
+        (Path(p or os.getcwd()).resolve() for p in sys.path), key=lambda e: -len(e.parts)
+    ):
+        try:
+            relative = file.relative_to(entry)
+        except ValueError:
+            continue
+        parts = list(relative.with_suffix("").parts)
+        if parts and all(part.isidentifier() for part in parts):
+            return ".".join(parts)
+    return file.stem
 
 
 def _check_function(fn: object, decorator: str) -> Callable[..., Any]:

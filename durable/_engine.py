@@ -29,6 +29,7 @@ from durable._clock import Clock
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_def
 from durable._driver import drive
+from durable._queues import Queue
 from durable._recovery import Heartbeat, Worker
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
 from durable._retention import PruneReport, RetentionPolicy
@@ -42,6 +43,11 @@ if TYPE_CHECKING:
     import sqlalchemy
 
 logger = logging.getLogger("durable.engine")
+
+# How often an engine that is not a worker looks for its own waiting workflows.
+_KEEP_MIN = 0.05
+_KEEP_MAX = 1.0
+_KEEP_IDLE = 0.25
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -129,6 +135,7 @@ class Engine(Client):
         self._heartbeat = Heartbeat(self)
         self._worker_thread: threading.Thread | None = None
         self._worker_stop = threading.Event()
+        self._keeper: threading.Thread | None = None
         self._engine_token: contextvars.Token[Any] | None = None
         self._next_prune = 0.0
 
@@ -182,8 +189,8 @@ class Engine(Client):
             raise
         self._db = db
         self._heartbeat.start()
+        self._worker_stop = threading.Event()
         if self.worker:
-            self._worker_stop = threading.Event()
             self._worker_thread = threading.Thread(
                 target=self.run_worker,
                 args=(self._worker_stop,),
@@ -191,17 +198,25 @@ class Engine(Client):
                 daemon=True,
             )
             self._worker_thread.start()
+        else:
+            self._keeper = threading.Thread(
+                target=self._keep, args=(self._worker_stop,), name="durable-keeper", daemon=True
+            )
+            self._keeper.start()
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop: wait for running workflows (if `wait`), release what is still owned."""
         db = self._db
         if db is None:
             return
+        self._worker_stop.set()
         if self._worker_thread is not None:
-            self._worker_stop.set()
             self._worker_thread.join()
             self._worker_thread = None
-        self.runner.close(wait)
+        if self._keeper is not None:
+            self._keeper.join(timeout=5)
+            self._keeper = None
+        self.runner.close(wait, self.grace_seconds)
         self._heartbeat.stop()
         try:
             if wait:
@@ -277,13 +292,56 @@ class Engine(Client):
         future: concurrent.futures.Future[Any] | None
         if created is not None:
             run_args, run_kwargs = self.decode_inputs(inputs, defn)  # what a replay will see
+            self.runner.remember(workflow_id)
             future = self.runner.submit(created._replace(args=run_args, kwargs=run_kwargs))
         else:
             info = self.existing(defn, workflow_id)
-            future = None if info.status.is_terminal else self.runner.submit_claim(workflow_id)
+            future = None
+            if not info.status.is_terminal:
+                self.runner.remember(workflow_id)
+                future = self.runner.submit_claim(workflow_id)
         if run is not None and parent is not None:
             drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
         return self.handle(workflow_id, future)
+
+    def enqueue(
+        self, queue: Queue, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> WorkflowHandle:
+        """Client.enqueue; and this engine runs the entry when its queue allows, even if it
+        is not a worker (a workflow that enqueues children and waits for them finishes)."""
+        handle = super().enqueue(queue, fn, *args, **kwargs)
+        if self.running:
+            self.runner.remember(handle.workflow_id)
+        return handle
+
+    def _keep(self, stop: threading.Event) -> None:
+        """An engine that is not a worker still finishes what it started: the workflows it
+        started or enqueued that wait (a sleep, a message, an approval, a queue slot) are
+        claimed again here once they can go on. Polls only while there are such workflows,
+        backing off to one second."""
+        runner = self.runner
+        delay = _KEEP_MIN
+        while not stop.wait(delay):
+            own = runner.own()
+            if not own:
+                delay = _KEEP_IDLE
+                continue
+            try:
+                free = self.max_workers - runner.running_count()
+                started = runner.start_claimed(runner.claim_rows(own, free)) if free > 0 else []
+                if self.registry.queues() and free > len(started):
+                    started += runner.dequeue(free - len(started))
+                finished = [
+                    r["workflow_id"]
+                    for r in self.db.fetch_all("finished_among", {"workflow_ids": own})
+                ]
+                runner.forget(finished)
+            except Exception:  # an outage or a bad row: try again later, never stop
+                logger.debug(
+                    "engine %s: could not resume its workflows", self.executor_id, exc_info=True
+                )
+                started = []
+            delay = _KEEP_MIN if started else min(_KEEP_MAX, delay * 2)
 
     def run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A workflow called as a function inside `with engine:`: run it in this thread."""

@@ -96,6 +96,21 @@ class Runner:
         # new step. The epoch keeps a request from outliving the run it was made to.
         self.cancel_requests: dict[str, tuple[int, str]] = {}
         self.settings: Settings | None = None
+        # Workflows this engine started (or enqueued) and has not seen finish: an engine
+        # that is not a worker still resumes these when they wait (see Engine._keep).
+        self._own: set[str] = set()
+
+    def remember(self, workflow_id: str) -> None:
+        with self._lock:
+            self._own.add(workflow_id)
+
+    def own(self) -> list[str]:
+        with self._lock:
+            return list(self._own)
+
+    def forget(self, workflow_ids: list[str]) -> None:
+        with self._lock:
+            self._own.difference_update(workflow_ids)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -150,9 +165,22 @@ class Runner:
             max_workers=engine.max_workers, thread_name_prefix="durable-workflow"
         )
 
-    def close(self, wait: bool) -> None:
+    def close(self, wait: bool, grace_seconds: float = 30.0) -> None:
+        """Stop running: with `wait`, give running workflows up to `grace_seconds` to
+        finish; never longer (what is still running is released by the engine and fenced
+        off by the next claim's epoch)."""
         if self._pool is not None:
-            self._pool.shutdown(wait=wait, cancel_futures=not wait)
+            if wait:
+                with self._lock:
+                    running = list(self._futures)
+                _, pending = concurrent.futures.wait(running, timeout=grace_seconds)
+                if pending:
+                    logger.warning(
+                        "%d workflows still running after %.1f s; releasing them",
+                        len(pending),
+                        grace_seconds,
+                    )
+            self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
         if self.writer is not None:
             # A clean shutdown writes everything still queued; an abrupt one only stops the
@@ -242,17 +270,23 @@ class Runner:
 
         def task() -> Any:
             try:
-                return context.run(self.execute, claimed)
-            except (StaleOwnerError, WorkflowSuspended, WorkflowCancelledError):
+                value = context.run(self.execute, claimed)
+            except WorkflowSuspended:
+                return None  # still this engine's to resume (if it started it)
+            except (StaleOwnerError, WorkflowCancelledError):
+                self.forget([workflow_id])
                 return None
             except DatabaseUnavailableError:
                 logger.warning("workflow %s interrupted by a database outage", workflow_id)
                 with self._lock:
                     self._interrupted.add((workflow_id, epoch))
                 raise
-            except Exception:
+            except BaseException:
+                self.forget([workflow_id])
                 logger.debug("workflow %s failed", workflow_id, exc_info=True)
                 raise
+            self.forget([workflow_id])
+            return value
 
         future = pool.submit(task)
         with self._lock:
@@ -310,7 +344,7 @@ class Runner:
             True,
         )
 
-    def claim_rows(self, workflow_id: str | None, limit: int) -> list[dict[str, Any]]:
+    def claim_rows(self, workflow_ids: list[str] | None, limit: int) -> list[dict[str, Any]]:
         engine = self.engine
         # Sleepers whose time has come become claimable here, by whoever claims next.
         self.db.execute("wake_due", {})
@@ -318,7 +352,7 @@ class Runner:
         return self.db.fetch_all(
             "claim_batch",
             {
-                "workflow_id": workflow_id,
+                "workflow_ids": workflow_ids,
                 "owner": engine.executor_id,
                 "lease_seconds": engine.lease_seconds,
                 "max_attempts": engine.max_recovery_attempts,
@@ -330,7 +364,7 @@ class Runner:
 
     def claim(self, workflow_id: str) -> Claimed | None:
         """Claim one runnable workflow and load its journal, or None if someone holds it."""
-        rows = self.claim_rows(workflow_id, 1)
+        rows = self.claim_rows([workflow_id], 1)
         if not rows or rows[0]["status"] != WorkflowStatus.RUNNING:
             return None
         row = rows[0]

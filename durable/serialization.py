@@ -9,7 +9,6 @@ so it is available only as an explicit opt-in (`PickleSerializer`).
 from __future__ import annotations
 
 import base64
-import binascii
 import dataclasses
 import datetime as dt
 import decimal
@@ -80,7 +79,7 @@ _DECODERS: dict[str, Any] = {
     "timedelta": lambda v: dt.timedelta(seconds=v),
     "decimal": decimal.Decimal,
     "uuid": uuid.UUID,
-    "bytes": lambda v: base64.b64decode(v),
+    "bytes": lambda v: base64.b64decode(v, validate=True),
 }
 
 
@@ -104,7 +103,7 @@ def _decode(obj: dict[str, Any]) -> Any:
             return obj  # not written by this serializer (an old journal's user dict)
         try:
             return decoder(obj["v"])
-        except (TypeError, ValueError, OverflowError, binascii.Error) as exc:
+        except Exception as exc:  # decimal, uuid and base64 each fail their own way
             raise ValueError(f"a stored {tag} value is corrupt: {obj['v']!r:.80}") from exc
     if any(k.startswith(_ESC) for k in obj):
         return {(k[len(_ESC) :] if k.startswith(_ESC) else k): v for k, v in obj.items()}

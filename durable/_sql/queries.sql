@@ -78,6 +78,14 @@ WHERE e.heartbeat_at < {schema}.current_time() - make_interval(secs => %(stale_s
       SELECT 1 FROM {schema}.workflows AS w
       WHERE w.owner = e.executor_id AND w.status = 'RUNNING')
 
+-- finished_among --
+-- Which of these workflows have finished (or are gone): an engine stops watching them.
+SELECT t.workflow_id FROM unnest(%(workflow_ids)s::text[]) AS t (workflow_id)
+LEFT JOIN {schema}.workflows AS w USING (workflow_id)
+WHERE w.workflow_id IS NULL
+   OR w.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'COMPENSATED', 'COMPENSATION_FAILED',
+                   'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+
 -- release_workflow --
 -- Give one workflow back to the pool (this run could not finish it), if this epoch owns it.
 UPDATE {schema}.workflows
@@ -230,7 +238,7 @@ WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
 
 -- claim_batch --
 -- Take up to `limit` runnable workflows this executor can run (new, released, or with an
--- expired lease), optionally one given id; each claim bumps the epoch.
+-- expired lease), optionally only among given ids; each claim bumps the epoch.
 UPDATE {schema}.workflows AS w
 SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
                   THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
@@ -248,7 +256,7 @@ FROM (
     SELECT workflow_id FROM {schema}.workflows
     WHERE (status = 'PENDING'
            OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
-      AND (%(workflow_id)s::text IS NULL OR workflow_id = %(workflow_id)s::text)
+      AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
     ORDER BY created_at
