@@ -1,0 +1,39 @@
+"""The README's first sample runs as written, in a fresh process (twice: the second run
+finds the workflow done and replays nothing)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import psycopg
+
+from tests.conftest import ROOT
+
+
+def first_sample() -> str:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    match = re.search(r"```python\n(.*?)```", readme, flags=re.S)
+    assert match is not None
+    return match.group(1)
+
+
+def test_the_readme_sample_runs_as_written(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    env = {**subprocess_env, "DURABLE_DATABASE_URL": database_url}
+    code = first_sample()
+    for _ in range(2):
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip().splitlines()[-1] == "8000"
+    with psycopg.connect(database_url) as conn:
+        rows = conn.execute("SELECT order_id, cents FROM refunds ORDER BY order_id").fetchall()
+        status = conn.execute(
+            "SELECT status FROM durable.workflows WHERE workflow_id = 'refund-42'"
+        ).fetchone()
+    assert rows == [("o1", 4000), ("o2", 4000)]  # once each, though the program ran twice
+    assert status == ("SUCCESS",)
