@@ -244,9 +244,9 @@ class Client:
     def running(self) -> bool:
         return self._db is not None
 
-    def _open_db(self, max_size: int) -> SystemDB:
+    def _open_db(self, max_size: int, create_database: bool = False) -> SystemDB:
         db = SystemDB(self.database_url, self.schema, max_size=max_size, clock=self.clock)
-        db.open(timeout=self.connect_timeout)
+        db.open(timeout=self.connect_timeout, create_database=create_database)
         try:
             if self.migrate_on_launch:
                 self.applied_migrations = db.migrate()

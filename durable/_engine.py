@@ -35,7 +35,7 @@ from durable._registry import Durability, Registry, WorkflowDef, default_registr
 from durable._retention import PruneReport, RetentionPolicy
 from durable._runner import Runner
 from durable._schedules import fire
-from durable._systemdb import executor_identity
+from durable._systemdb import executor_identity, is_local
 from durable.errors import ConfigurationError, EngineNotRunningError
 from durable.serialization import Serializer
 
@@ -75,6 +75,8 @@ class Engine(Client):
       poll_interval: seconds between claims when no notification arrives (default 1).
       grace_seconds: at shutdown, how long running workflows may finish (default 30).
       retention: a durable.RetentionPolicy the worker loop applies (default: keep all).
+      create_database: create the system database if it does not exist (default: yes for
+        the embedded server and for a server on this machine, no elsewhere).
     """
 
     def __init__(
@@ -98,6 +100,7 @@ class Engine(Client):
         grace_seconds: float = 30.0,
         clock: Clock | None = None,
         retention: RetentionPolicy | None = None,
+        create_database: bool | None = None,
     ) -> None:
         super().__init__(
             database_url,
@@ -130,6 +133,7 @@ class Engine(Client):
         self.poll_interval = poll_interval
         self.grace_seconds = grace_seconds
         self.retention = retention
+        self.create_database = create_database
         self.cancel_poll_interval = min(0.5, self.lease_seconds / 3)
         self.runner = Runner(self)
         self._heartbeat = Heartbeat(self)
@@ -165,7 +169,10 @@ class Engine(Client):
         """Connect, migrate (or check the schema), register this executor, start threads."""
         if self._db is not None:
             return
-        db = self._open_db(max_size=self.max_workers + 4)
+        create = self.create_database
+        if create is None:
+            create = self._database_url is None or is_local(self.database_url)
+        db = self._open_db(max_size=self.max_workers + 4, create_database=create)
         try:
             # The runner first: a bad application database URL must fail the launch before
             # this executor is registered (nothing is left behind).

@@ -101,13 +101,21 @@ class SystemDB:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def open(self, timeout: float = 15.0) -> None:
+    def open(self, timeout: float = 15.0, *, create_database: bool = False) -> None:
         """Check the URL, connect once (so a wrong password or a missing database is said at
-        once, not retried by the pool for `timeout` seconds), then open the pool."""
+        once, not retried by the pool for `timeout` seconds), then open the pool. With
+        `create_database`, a database that does not exist yet is created first."""
         check_url(self.url)
         secret = _password(self.url)
+        connect_timeout = max(1, int(min(timeout, 10)))
         try:
-            probe = psycopg.connect(self.url, connect_timeout=max(1, int(min(timeout, 10))))
+            try:
+                probe = psycopg.connect(self.url, connect_timeout=connect_timeout)
+            except psycopg.OperationalError as exc:
+                if not (create_database and _missing_database(exc)):
+                    raise
+                _create_database(self.url, connect_timeout)
+                probe = psycopg.connect(self.url, connect_timeout=connect_timeout)
         except psycopg.OperationalError as exc:
             raise DatabaseUnavailableError(
                 f"cannot connect to the system database at {redact(self.url)}: "
@@ -346,6 +354,37 @@ def translate(name: str, exc: BaseException) -> Exception:
     state = exc.sqlstate if isinstance(exc, psycopg.Error) else None
     first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return StatementError(name, state, first_line)
+
+
+def _missing_database(exc: psycopg.OperationalError) -> bool:
+    # libpq reports a missing database before any SQLSTATE reaches psycopg in some
+    # versions; both forms are recognised.
+    return exc.sqlstate == "3D000" or ("database" in str(exc) and "does not exist" in str(exc))
+
+
+def _create_database(url: str, connect_timeout: int) -> None:
+    """Create the database `url` names, connecting to the server's `postgres` database.
+    Two processes doing it at once are fine: the loser sees it exists."""
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    name = str(info.get("dbname") or info.get("user") or "")
+    admin = psycopg.conninfo.make_conninfo(url, dbname="postgres")
+    with psycopg.connect(admin, autocommit=True, connect_timeout=connect_timeout) as conn:
+        try:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        except psycopg.errors.DuplicateDatabase:
+            pass
+    logger.info("created database %s", name)
+
+
+def is_local(url: str) -> bool:
+    """Whether `url` names a server on this machine (loopback or a Unix socket)."""
+    try:
+        host = str(psycopg.conninfo.conninfo_to_dict(url).get("host") or "")
+    except psycopg.ProgrammingError:
+        return False
+    return all(
+        h in ("", "localhost", "127.0.0.1", "::1") or h.startswith("/") for h in host.split(",")
+    )
 
 
 def _password(url: str) -> str | None:
