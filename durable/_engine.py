@@ -70,7 +70,9 @@ class Engine(Client):
       max_workers: threads that run started workflows (default 8).
       durability: default durability mode: "sync" (default), "async" or "exit"; see
         docs/discussions.md for what a crash can cost in each.
-      executor_id: stable id of this process (default: a new UUID per engine).
+      executor_id: stable id of this process (default: a new UUID per engine). Give one
+        (unique per process) and a restart takes back its own interrupted workflows at once
+        instead of after their lease.
       worker: also run the recovery/execution loop in a background thread (default False).
       poll_interval: seconds between claims when no notification arrives (default 1).
       grace_seconds: at shutdown, how long running workflows may finish (default 30).
@@ -129,6 +131,10 @@ class Engine(Client):
         self.max_workers = max_workers
         self.durability = durability
         self.executor_id = executor_id or str(uuid.uuid4())
+        # Given explicitly (e.g. `durable worker --executor-id`), the id is this process's
+        # stable identity: a restart takes back its interrupted workflows at once. A random
+        # id is never reused, so nothing can be taken from a live process by mistake.
+        self._explicit_id = executor_id is not None
         self.worker = worker
         self.poll_interval = poll_interval
         self.grace_seconds = grace_seconds
@@ -177,6 +183,16 @@ class Engine(Client):
             # The runner first: a bad application database URL must fail the launch before
             # this executor is registered (nothing is left behind).
             self.runner.open(db)
+            if self._explicit_id:
+                # The same identity as a process that crashed: its runs are ours to retake.
+                taken = db.execute("abandon_owned", {"owner": self.executor_id})
+                if taken:
+                    logger.info(
+                        "executor %s restarted: taking back %d interrupted workflows",
+                        self.executor_id,
+                        taken,
+                        extra={"event": "takeover", "executor_id": self.executor_id},
+                    )
             hostname, pid = executor_identity()
             capabilities = [[d.name, d.version] for d in self.registry.workflows()]
             db.execute(
@@ -314,10 +330,13 @@ class Engine(Client):
     def enqueue(
         self, queue: Queue, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
     ) -> WorkflowHandle:
-        """Client.enqueue; and this engine runs the entry when its queue allows, even if it
-        is not a worker (a workflow that enqueues children and waits for them finishes)."""
+        """Client.enqueue. An entry enqueued by a workflow this engine runs (a child) is
+        run here when its queue allows, even if this engine is not a worker, so a workflow
+        that enqueues children and waits for them finishes. Entries enqueued from outside
+        a workflow are left to the workers."""
+        in_run = current_run.get() is not None
         handle = super().enqueue(queue, fn, *args, **kwargs)
-        if self.running:
+        if in_run and self.running:
             self.runner.remember(handle.workflow_id)
         return handle
 

@@ -450,6 +450,7 @@ def _load_app(
     lease: float | None,
     poll: float | None,
     schema: str = "durable",
+    executor_id: str | None = None,
 ) -> Engine:
     import importlib
 
@@ -469,6 +470,9 @@ def _load_app(
             engine.lease_seconds = lease
         if poll is not None:
             engine.poll_interval = poll
+        if executor_id is not None:
+            engine.executor_id = executor_id
+            engine._explicit_id = True
         return engine
     registry = getattr(module, "registry", None)
     if not isinstance(registry, Registry):
@@ -476,6 +480,7 @@ def _load_app(
     return Engine(
         database_url,
         schema=schema,
+        executor_id=executor_id,
         registry=registry,
         max_workers=concurrency or 8,
         lease_seconds=lease or 30.0,
@@ -504,6 +509,12 @@ def _load_app(
     help="Retention: keep the effect ledger this long (default 90d when pruning).",
 )
 @click.option("--prune-interval", type=DURATION, default="5m", show_default=True)
+@click.option(
+    "--executor-id",
+    default=None,
+    help="Stable identity of this worker (unique per process): a restart takes back its "
+    "interrupted workflows at once instead of after their lease.",
+)
 @url_option
 @schema_option
 @_handle_errors
@@ -518,6 +529,7 @@ def worker(
     prune_interval: dt.timedelta,
     database_url: str | None,
     schema: str,
+    executor_id: str | None,
 ) -> None:
     """Run the recovery daemon and workflow executor until SIGTERM or SIGINT.
 
@@ -531,7 +543,9 @@ def worker(
         level=os.environ.get("DURABLE_LOG_LEVEL", "INFO"),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    engine = _load_app(app, database_url, concurrency, lease_seconds, poll_interval, schema)
+    engine = _load_app(
+        app, database_url, concurrency, lease_seconds, poll_interval, schema, executor_id
+    )
     if prune_finished_after is not None or prune_effects_after is not None:
         from durable._retention import RetentionPolicy
 

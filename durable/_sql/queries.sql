@@ -86,6 +86,15 @@ WHERE w.workflow_id IS NULL
    OR w.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'COMPENSATED', 'COMPENSATION_FAILED',
                    'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
 
+-- abandon_owned --
+-- An executor restarting under the same id: whatever it owned was interrupted by its own
+-- crash. Expire those leases now (and stop the heartbeat renewing them), so they are
+-- claimed at once, each claim counting a recovery attempt, instead of after the lease.
+UPDATE {schema}.workflows
+SET owner = 'abandoned:' || owner, lease_expires_at = {schema}.current_time(),
+    updated_at = {schema}.current_time()
+WHERE owner = %(owner)s AND status = 'RUNNING'
+
 -- release_workflow --
 -- Give one workflow back to the pool (this run could not finish it), if this epoch owns it.
 UPDATE {schema}.workflows

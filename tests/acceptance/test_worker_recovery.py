@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+import durable
 from tests.acceptance.workers import client, scalar, start_worker, stop_worker, wait_for, world
 from tests.apps import counter_app
 
@@ -148,3 +149,38 @@ def test_sigterm_releases_leases_for_an_immediate_takeover(
         finally:
             stop_worker(second)
         assert time.monotonic() - started < 30
+
+
+def test_a_restarted_worker_with_its_id_takes_its_workflows_back_at_once(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    """A worker restarted under the same --executor-id retakes what it was running well
+    inside the lease (a third of it), where another worker would wait the lease out."""
+    lease = 9.0
+    ident = ["--executor-id", "worker-a"]
+    with client(database_url) as engine:
+        handle = engine.submit(counter_app.slow, "takeback", 3, 0.5, workflow_id="takeback")
+    first = start_worker(subprocess_env, database_url, lease=lease, extra=ident)
+    try:
+        wait_for(lambda: len(world(database_url, "takeback")) >= 1, what="the first step")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=10)
+        killed_at = time.monotonic()
+        assert scalar(database_url, "SELECT owner FROM durable.workflows") == "worker-a"
+        second = start_worker(subprocess_env, database_url, lease=lease, extra=ident)
+        try:
+            epoch = scalar(database_url, "SELECT epoch FROM durable.workflows")
+            wait_for(
+                lambda: scalar(database_url, "SELECT epoch FROM durable.workflows") != epoch,
+                timeout=lease,
+                what="the restarted worker's claim",
+            )
+            assert time.monotonic() - killed_at < lease / 3
+            with durable.Client(database_url) as reader:
+                assert reader.retrieve("takeback").result(timeout=30) == ["s0", "s1", "s2"]
+                assert reader.get_workflow("takeback").recovery_attempts == 1
+        finally:
+            stop_worker(second)
+    finally:
+        stop_worker(first)
+    assert handle.workflow_id == "takeback"
