@@ -1108,6 +1108,12 @@ def gate(
     elif row["status"] != ApprovalStatus.WAITING:
         return Decision.from_row(row)
     if (yield Execute("suspend_for_approval", {**ids, "epoch": run.epoch})):
+        logger.info(
+            "workflow %s waits at gate %s",
+            run.workflow_id,
+            name,
+            extra={"event": "gate", "workflow_id": run.workflow_id, "gate": name},
+        )
         raise WorkflowSuspended(run.workflow_id)
     # Not suspended: either decided meanwhile, or this run lost ownership.
     row = yield Execute("get_approval", ids, "one")

@@ -31,6 +31,7 @@ from durable._systemdb import SystemDB, app_error_fault, check_url, redact, same
 from durable.errors import (
     DatabaseUnavailableError,
     EngineNotRunningError,
+    NondeterminismError,
     SerializationError,
     StaleOwnerError,
     UnknownWorkflowError,
@@ -57,6 +58,27 @@ def _read_crash_points() -> dict[str, int]:
         name, _, nth = part.partition(":")
         points[name] = int(nth or "1")
     return points
+
+
+def _log_failure(workflow_id: str, exc: BaseException) -> None:
+    """One line per workflow that ended in an error (a nondeterminism error is louder:
+    it means the code changed under a running workflow)."""
+    fields = {"workflow_id": workflow_id, "error_type": type(exc).__qualname__}
+    if isinstance(exc, NondeterminismError):
+        logger.error(
+            "workflow %s: %s",
+            workflow_id,
+            exc,
+            extra={"event": "nondeterminism", "step_seq": exc.step_seq, **fields},
+        )
+    elif isinstance(exc, Exception):
+        logger.warning(
+            "workflow %s failed: %r", workflow_id, exc, extra={"event": "failed", **fields}
+        )
+    else:
+        logger.warning(
+            "workflow %s gave up: %r", workflow_id, exc, extra={"event": "abandoned", **fields}
+        )
 
 
 class Claimed(NamedTuple):
@@ -281,9 +303,9 @@ class Runner:
                 with self._lock:
                     self._interrupted.add((workflow_id, epoch))
                 raise
-            except BaseException:
+            except BaseException as exc:
                 self.forget([workflow_id])
-                logger.debug("workflow %s failed", workflow_id, exc_info=True)
+                _log_failure(workflow_id, exc)
                 raise
             self.forget([workflow_id])
             return value
@@ -434,6 +456,7 @@ class Runner:
         """Load the journals of claimed rows in one query and run them on the pool."""
         runnable = []
         for row in rows:
+            fields = {"workflow_id": row["workflow_id"], "workflow": row["name"]}
             if row["status"] != WorkflowStatus.RUNNING:
                 logger.error(
                     "workflow %s crashed its worker %d times; it is left as %s for an "
@@ -441,8 +464,28 @@ class Runner:
                     row["workflow_id"],
                     self.engine.max_recovery_attempts,
                     row["status"],
+                    extra={"event": "gave_up", "status": row["status"], **fields},
                 )
                 continue
+            attempts = int(row.get("recovery_attempts") or 0)
+            if attempts:
+                logger.info(
+                    "recovering workflow %s (its lease expired; attempt %d)",
+                    row["workflow_id"],
+                    attempts,
+                    extra={
+                        "event": "recover",
+                        "attempt": attempts,
+                        "epoch": row["epoch"],
+                        **fields,
+                    },
+                )
+            else:
+                logger.info(
+                    "claimed workflow %s",
+                    row["workflow_id"],
+                    extra={"event": "claim", "epoch": row["epoch"], **fields},
+                )
             runnable.append(row)
         if not runnable:
             return []

@@ -510,6 +510,13 @@ def _load_app(
 )
 @click.option("--prune-interval", type=DURATION, default="5m", show_default=True)
 @click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per log line, with the event's fields (for log shippers).",
+)
+@click.option(
     "--executor-id",
     default=None,
     help="Stable identity of this worker (unique per process): a restart takes back its "
@@ -530,6 +537,7 @@ def worker(
     database_url: str | None,
     schema: str,
     executor_id: str | None,
+    log_format: str,
 ) -> None:
     """Run the recovery daemon and workflow executor until SIGTERM or SIGINT.
 
@@ -539,10 +547,9 @@ def worker(
     import signal
     import threading
 
-    logging.basicConfig(
-        level=os.environ.get("DURABLE_LOG_LEVEL", "INFO"),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from durable._logging import configure
+
+    configure(os.environ.get("DURABLE_LOG_LEVEL", "INFO"), log_format)
     engine = _load_app(
         app, database_url, concurrency, lease_seconds, poll_interval, schema, executor_id
     )

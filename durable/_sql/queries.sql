@@ -274,7 +274,7 @@ FROM (
 ) AS c
 WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts
 
 -- renew_leases --
 -- Extend the lease of every workflow this executor runs (the heartbeat).
