@@ -758,6 +758,14 @@ class Client:
         """Executors (engines and workers) with their last heartbeat."""
         return self.db.fetch_all("list_executors", {})
 
+    def queues(self) -> list[dict[str, Any]]:
+        """Every queue with entries: how many wait for a slot, hold one, have finished."""
+        return self.db.fetch_all("queue_depths", {})
+
+    def prune_executors(self, stale_seconds: float = 600.0) -> int:
+        """Forget executors silent for `stale_seconds` that own nothing; returns how many."""
+        return self.db.execute("prune_executors", {"stale_seconds": stale_seconds})
+
     def waiting_for_worker(
         self, stale_seconds: float = 120, limit: int = 100
     ) -> list[dict[str, Any]]:

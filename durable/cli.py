@@ -81,7 +81,36 @@ def _console() -> Console:
     )
 
 
-@click.group()
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+class Duration(click.ParamType[dt.timedelta, Any]):
+    """A duration such as 90d, 12h, 30m, 45s or plain seconds."""
+
+    name = "duration"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dt.timedelta:
+        if isinstance(value, dt.timedelta):
+            return value
+        text = str(value).strip().lower()
+        unit = text[-1:] if text[-1:] in _UNITS else "s"
+        number = text[:-1] if text[-1:] in _UNITS else text
+        try:
+            amount = float(number)
+        except ValueError:
+            self.fail(f"{value!r}: give a duration such as 7d, 12h, 30m or 45s", param, ctx)
+        if amount < 0:
+            self.fail(f"{value!r}: a duration is zero or more", param, ctx)
+        return dt.timedelta(seconds=amount * _UNITS[unit])
+
+
+DURATION = Duration()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="durable-pg", prog_name="durable")
 def main() -> None:
     """durable: durable workflows journaled in PostgreSQL."""
 
@@ -121,7 +150,12 @@ def _info_dict(info: WorkflowInfo) -> dict[str, Any]:
 @workflows.command("list")
 @url_option
 @schema_option
-@click.option("--status", type=click.Choice([s.value for s in WorkflowStatus]), default=None)
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in WorkflowStatus], case_sensitive=False),
+    default=None,
+    callback=lambda _ctx, _param, value: None if value is None else value.upper(),
+)
 @click.option("--name", default=None, help="Only workflows registered under this name.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
 @json_option
@@ -153,9 +187,14 @@ def list_cmd(
     _console().print(table)
 
 
+_FULL = False  # `workflows show --full`: set for the one command that runs
+
+
 def _short(text: str | None, width: int = 60) -> str:
     if text is None:
         return ""
+    if _FULL:
+        return text
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
@@ -164,10 +203,18 @@ def _short(text: str | None, width: int = 60) -> str:
 @url_option
 @schema_option
 @json_option
+@click.option("--full", is_flag=True, help="Print whole values instead of shortening them.")
 @_handle_errors
-def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool) -> None:
-    """Show one workflow: inputs, status, and every journaled step."""
+def show(
+    workflow_id: str, database_url: str | None, schema: str, as_json: bool, full: bool
+) -> None:
+    """Show one workflow: inputs, status, every journaled step, its effects, budget,
+    state, tool calls and conversation."""
+    global _FULL
+    _FULL = full
     with _client(database_url, schema) as client:
+        tools = client.tool_calls(workflow_id)
+        turns = client.conversation(workflow_id)
         info = client.get_workflow(workflow_id)
         steps = client.steps(workflow_id)
         effects = client.effects(workflow_id)
@@ -197,6 +244,8 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
                 }
                 for s in steps
             ],
+            "tool_calls": tools,
+            "conversation": turns,
             "effects": [
                 {
                     "step_seq": e["step_seq"],
@@ -212,7 +261,7 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
                 for e in effects
             ],
         }
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json.dumps(data, indent=2, default=str))
         return
     console = _console()
     console.print(f"{info.workflow_id}  {info.name}  {info.status.value}", style="bold")
@@ -266,6 +315,20 @@ def show(workflow_id: str, database_url: str | None, schema: str, as_json: bool)
                 _short(e["result"] or e["error"], 40),
             )
         console.print(ledger)
+    if tools:
+        calls = Table("#", "tool", "arguments", "result / error", "ms", "$", title="tool calls")
+        for t in tools:
+            calls.add_row(
+                str(t["step_seq"]),
+                t["tool"],
+                _short(json.dumps(t["arguments"], default=str), 50),
+                _short(t["error"] if t["error"] else json.dumps(t["result"], default=str), 50),
+                f"{t['latency_ms']:.1f}",
+                f"{t['dollars']:.4f}",
+            )
+        console.print(calls)
+    for turn in turns:
+        console.print(f"{turn.get('role')}: {_short(str(turn.get('content')), 300)}")
 
 
 @workflows.command("cancel")
@@ -359,6 +422,11 @@ def fork(
     """Start a new workflow with the same inputs, reusing the journal before a step."""
     with _client(database_url, schema) as client:
         handle = client.fork(workflow_id, from_step=from_step, new_id=new_id)
+    click.echo(
+        f"forked {workflow_id} from step {from_step}: steps before it are reused, the rest "
+        "run anew on a worker; the fork's id is:",
+        err=True,
+    )
     click.echo(handle.workflow_id)
 
 
@@ -371,11 +439,17 @@ def executors() -> None:
 @url_option
 @schema_option
 @json_option
+@click.option("--all", "show_all", is_flag=True, help="Include executors silent for over --stale.")
+@click.option("--stale", type=DURATION, default="2m", show_default=True)
 @_handle_errors
-def executors_list(database_url: str | None, schema: str, as_json: bool) -> None:
-    """List executors with their heartbeat age and running workflows."""
+def executors_list(
+    database_url: str | None, schema: str, as_json: bool, show_all: bool, stale: dt.timedelta
+) -> None:
+    """List live executors with their heartbeat age and running workflows."""
     with _client(database_url, schema) as client:
-        rows = client.executors()
+        rows = [
+            r for r in client.executors() if show_all or r["heartbeat_age"] <= stale or r["running"]
+        ]
         waiting = client.waiting_for_worker()
     if as_json:
         click.echo(
@@ -413,34 +487,6 @@ def executors_list(database_url: str | None, schema: str, as_json: bool) -> None
             f"{len(waiting)} workflow(s) waiting for a worker that has their code: "
             + ", ".join(f"{w['workflow_id']} ({w['name']})" for w in waiting[:10])
         )
-
-
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
-
-class Duration(click.ParamType[dt.timedelta, Any]):
-    """A duration such as 90d, 12h, 30m, 45s or plain seconds."""
-
-    name = "duration"
-
-    def convert(
-        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
-    ) -> dt.timedelta:
-        if isinstance(value, dt.timedelta):
-            return value
-        text = str(value).strip().lower()
-        unit = text[-1:] if text[-1:] in _UNITS else "s"
-        number = text[:-1] if text[-1:] in _UNITS else text
-        try:
-            amount = float(number)
-        except ValueError:
-            self.fail(f"{value!r}: give a duration such as 7d, 12h, 30m or 45s", param, ctx)
-        if amount < 0:
-            self.fail(f"{value!r}: a duration is zero or more", param, ctx)
-        return dt.timedelta(seconds=amount * _UNITS[unit])
-
-
-DURATION = Duration()
 
 
 def _load_app(
@@ -486,6 +532,41 @@ def _load_app(
         lease_seconds=lease or 30.0,
         poll_interval=poll or 1.0,
     )
+
+
+@executors.command("prune")
+@click.option("--stale", type=DURATION, default="10m", show_default=True)
+@url_option
+@schema_option
+@_handle_errors
+def executors_prune(stale: dt.timedelta, database_url: str | None, schema: str) -> None:
+    """Forget executors silent for longer than --stale that own no running workflow."""
+    with _client(database_url, schema) as client:
+        n = client.prune_executors(stale.total_seconds())
+    click.echo(f"removed {n} executor(s)")
+
+
+@main.group()
+def queues() -> None:
+    """Inspect queues."""
+
+
+@queues.command("list")
+@url_option
+@schema_option
+@json_option
+@_handle_errors
+def queues_list(database_url: str | None, schema: str, as_json: bool) -> None:
+    """Queues with entries: waiting for a slot, holding one, finished."""
+    with _client(database_url, schema) as client:
+        rows = client.queues()
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("queue", "queued", "active", "finished")
+    for r in rows:
+        table.add_row(r["queue_name"], str(r["queued"]), str(r["active"]), str(r["finished"]))
+    _console().print(table)
 
 
 @main.command()

@@ -95,6 +95,16 @@ SET owner = 'abandoned:' || owner, lease_expires_at = {schema}.current_time(),
     updated_at = {schema}.current_time()
 WHERE owner = %(owner)s AND status = 'RUNNING'
 
+-- queue_depths --
+-- Per queue: entries waiting for a slot, entries holding one, and finished ones.
+SELECT queue_name,
+    count(*) FILTER (WHERE status = 'ENQUEUED') AS queued,
+    count(*) FILTER (WHERE status IN ('PENDING', 'RUNNING', 'SUSPENDED')) AS active,
+    count(*) FILTER (WHERE status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'COMPENSATED',
+        'COMPENSATION_FAILED', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')) AS finished
+FROM {schema}.workflows WHERE queue_name IS NOT NULL
+GROUP BY queue_name ORDER BY queue_name
+
 -- release_workflow --
 -- Give one workflow back to the pool (this run could not finish it), if this epoch owns it.
 UPDATE {schema}.workflows

@@ -1,0 +1,74 @@
+"""What a user expects of the command line: --version and -h, statuses in any case, ids
+and values shown exactly as stored (no emoji, no markup), whole values on request, a
+fork that says what it did, queues, and executors that can be pruned."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import psycopg
+
+import durable
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable.cli", *args], capture_output=True, text=True, timeout=60
+    )
+
+
+def test_version_and_short_help() -> None:
+    version = cli("--version")
+    assert version.returncode == 0 and durable.__version__ in version.stdout
+    short = cli("-h")
+    assert short.returncode == 0 and "workflows" in short.stdout
+
+
+def test_ids_and_values_are_shown_as_stored_and_whole_on_request(database_url: str) -> None:
+    reg = durable.Registry()
+    queue = durable.Queue("polish-q", registry=reg)
+
+    @durable.step(registry=reg, name="polish.echo")
+    def echo(text: str) -> str:
+        return text
+
+    @durable.workflow(registry=reg, name="polish.flow")
+    def flow(text: str) -> str:
+        return echo(text)
+
+    odd_id = "q-3:smile:child:0"  # rich would turn :smile: into an emoji
+    long_text = "[bold]x[/bold] " + "y" * 300
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(flow, long_text, workflow_id=odd_id).result(timeout=10) == long_text
+        engine.enqueue(queue, flow, "later", workflow_id="queued-1")
+    url = ("--database-url", database_url)
+    listed = cli("workflows", "list", "--status", "success", *url)
+    assert listed.returncode == 0, listed.stderr
+    assert odd_id in listed.stdout and "😄" not in listed.stdout
+    short = cli("workflows", "show", odd_id, *url)
+    assert short.returncode == 0, short.stderr
+    assert odd_id in short.stdout and "[bold]x[/bold]" in short.stdout
+    assert "y" * 300 not in short.stdout
+    full = cli("workflows", "show", odd_id, "--full", *url)
+    assert "y" * 300 in full.stdout.replace("\n", "").replace("│", "").replace(" ", "")
+    forked = cli("workflows", "fork", odd_id, "--from-step", "0", "--new-id", "fork-1", *url)
+    assert forked.returncode == 0, forked.stderr
+    assert forked.stdout.strip() == "fork-1" and "forked" in forked.stderr
+    queues = json.loads(cli("queues", "list", "--json", *url).stdout)
+    assert queues == [{"queue_name": "polish-q", "queued": 1, "active": 0, "finished": 0}]
+
+
+def test_dead_executors_are_hidden_and_pruned(database_url: str) -> None:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO durable.executors (executor_id, hostname, pid, started_at, heartbeat_at)"
+            " VALUES ('dead-1', 'h', 1, now() - interval '1 day', now() - interval '1 day')"
+        )
+    url = ("--database-url", database_url)
+    assert "dead-1" not in cli("executors", "list", *url).stdout
+    assert "dead-1" in cli("executors", "list", "--all", *url).stdout
+    pruned = cli("executors", "prune", *url)
+    assert pruned.returncode == 0 and "removed 1" in pruned.stdout
+    assert "dead-1" not in cli("executors", "list", "--all", *url).stdout
