@@ -38,6 +38,7 @@ class Worker:
         self.grace_seconds = grace_seconds
         self._wake = threading.Event()
         self._listener: threading.Thread | None = None
+        self._warned: set[str] = set()
 
     def run(self, stop: threading.Event) -> None:
         engine = self.engine
@@ -67,6 +68,7 @@ class Worker:
                         "prune_executors",
                         {"stale_seconds": max(_EXECUTOR_STALE_MIN, 10 * engine.lease_seconds)},
                     )
+                    self._warn_orphans()
                 # Keep one batch queued behind the running ones so threads never idle
                 # waiting for the next claim; queued claims are covered by the heartbeat.
                 free = 2 * engine.max_workers - engine.running_count()
@@ -112,6 +114,24 @@ class Worker:
         if self._listener is not None:
             self._listener.join(timeout=5)  # it sees `stop` within its 0.2 s wait
             self._listener = None
+
+    def _warn_orphans(self) -> None:
+        """Say (once per workflow) when work waits for code no live worker has: a renamed
+        function, a missing import, another version."""
+        engine = self.engine
+        rows = engine.waiting_for_worker(stale_seconds=max(120.0, 4 * engine.lease_seconds))
+        for row in rows:
+            if row["workflow_id"] in self._warned:
+                continue
+            self._warned.add(row["workflow_id"])
+            label = row["name"] if not row["version"] else f"{row['name']}@{row['version']}"
+            logger.warning(
+                "workflow %s waits for a worker that has %s; this one has %s",
+                row["workflow_id"],
+                label,
+                ", ".join(engine.registry.workflow_names()) or "no workflows",
+                extra={"event": "orphan", "workflow_id": row["workflow_id"], "workflow": label},
+            )
 
     def _wait(self, stop: threading.Event) -> None:
         deadline = time.monotonic() + self.poll_interval

@@ -220,6 +220,7 @@ def show(
         effects = client.effects(workflow_id)
         state_text = client.state_text(workflow_id)
         budget = client.budget(workflow_id)
+        orphan = any(w["workflow_id"] == workflow_id for w in client.waiting_for_worker(120, 1000))
     state = None if state_text is None else json.loads(state_text)
     if as_json:
         data = _info_dict(info) | {
@@ -244,6 +245,7 @@ def show(
                 }
                 for s in steps
             ],
+            "waiting_for_code": orphan,
             "tool_calls": tools,
             "conversation": turns,
             "effects": [
@@ -265,6 +267,11 @@ def show(
         return
     console = _console()
     console.print(f"{info.workflow_id}  {info.name}  {info.status.value}", style="bold")
+    if orphan:
+        console.print(
+            f"waiting for a worker that has its code ({info.name}"
+            f"{'@' + info.version if info.version else ''}): no live executor registers it"
+        )
     console.print(f"inputs: {_short(info.inputs, 200)}")
     console.print(f"durability: {info.durability}  epoch: {info.epoch}  owner: {info.owner or '-'}")
     if info.output is not None:

@@ -229,9 +229,11 @@ SELECT e.executor_id, e.hostname, e.pid, e.started_at, e.heartbeat_at, e.capabil
 FROM {schema}.executors e ORDER BY e.started_at
 
 -- waiting_for_worker --
--- Runnable workflows that no live executor has the code for.
+-- Runnable (or interrupted) workflows that no live executor has the code for.
 SELECT w.workflow_id, w.name, w.version FROM {schema}.workflows w
-WHERE w.status = 'PENDING' AND NOT EXISTS (
+WHERE (w.status IN ('PENDING', 'ENQUEUED')
+       OR (w.status = 'RUNNING' AND w.lease_expires_at < {schema}.current_time()))
+  AND NOT EXISTS (
     SELECT 1 FROM {schema}.executors e, jsonb_array_elements(e.capabilities) AS c
     WHERE e.heartbeat_at > {schema}.current_time() - make_interval(secs => %(stale_seconds)s)
       AND c ->> 0 = w.name AND coalesce(c ->> 1, '') = coalesce(w.version, ''))

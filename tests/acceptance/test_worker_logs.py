@@ -17,6 +17,11 @@ import durable
 from tests.apps import logs_app
 
 
+@durable.workflow(registry=durable.Registry(), name="logs.ghost")
+def ghost() -> None:
+    """Registered nowhere a worker runs."""
+
+
 def _events(path: Path) -> list[dict[str, Any]]:
     lines = path.read_text().splitlines() if path.exists() else []
     return [json.loads(line) for line in lines if line.startswith("{")]
@@ -37,6 +42,7 @@ def test_the_worker_logs_one_json_line_per_event(
         client.submit(logs_app.gated, workflow_id="gated")
         client.submit(logs_app.steps, workflow_id="changed")
         client.submit(logs_app.steps, workflow_id="orphan")
+        client.submit(ghost, workflow_id="ghost-1")  # no worker has its code
     with psycopg.connect(database_url, autocommit=True) as conn:
         # Code changed under a journal: position 0 was another step.
         conn.execute(
@@ -68,6 +74,7 @@ def test_the_worker_logs_one_json_line_per_event(
                 ("gate", "gated"),
                 ("nondeterminism", "changed"),
                 ("recover", "orphan"),
+                ("orphan", "ghost-1"),
             ]
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and not all(_has(log, *e) for e in expected):

@@ -60,6 +60,22 @@ def test_ids_and_values_are_shown_as_stored_and_whole_on_request(database_url: s
     assert queues == [{"queue_name": "polish-q", "queued": 1, "active": 0, "finished": 0}]
 
 
+def test_work_no_worker_can_run_is_shown_as_waiting_for_its_code(database_url: str) -> None:
+    @durable.workflow(registry=durable.Registry(), name="polish.ghost")
+    def ghost() -> None:
+        """Registered nowhere a worker runs."""
+
+    with durable.Client(database_url) as client:
+        client.submit(ghost, workflow_id="ghost-1")
+    url = ("--database-url", database_url)
+    shown = cli("workflows", "show", "ghost-1", *url)
+    assert "waiting for a worker that has its code (polish.ghost)" in shown.stdout
+    assert json.loads(cli("workflows", "show", "ghost-1", "--json", *url).stdout)[
+        "waiting_for_code"
+    ]
+    assert "ghost-1 (polish.ghost)" in cli("executors", "list", *url).stdout
+
+
 def test_dead_executors_are_hidden_and_pruned(database_url: str) -> None:
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(
