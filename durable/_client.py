@@ -80,6 +80,8 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _MAX_SCHEMA_BYTES = 58
+# The longest wait or delay accepted (100 years): beyond it a timestamp overflows.
+MAX_WAIT_SECONDS = 100 * 365.25 * 86400
 POLL_MIN = 0.005
 POLL_MAX = 0.25
 
@@ -440,9 +442,13 @@ class Client:
             if not isinstance(priority, int) or isinstance(priority, bool):
                 raise ConfigurationError(f"priority={priority!r}: give an integer (lower first)")
         if delay is not None and (
-            not isinstance(delay, int | float) or isinstance(delay, bool) or delay < 0
+            not isinstance(delay, int | float)
+            or isinstance(delay, bool)
+            or not 0 <= delay <= MAX_WAIT_SECONDS
         ):
-            raise InvalidWaitError(f"delay={delay!r}: give zero or more seconds")
+            raise InvalidWaitError(
+                f"delay={delay!r}: give zero or more seconds (at most {MAX_WAIT_SECONDS:.0f})"
+            )
         defn = workflow_def(fn)
         run = current_run.get()
         parent: tuple[str, int] | None = None

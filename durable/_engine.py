@@ -146,6 +146,8 @@ class Engine(Client):
         self._worker_thread: threading.Thread | None = None
         self._worker_stop = threading.Event()
         self._keeper: threading.Thread | None = None
+        # Schedules that could not fire, with why: each is logged once per error.
+        self._failing_schedules: dict[str, str] = {}
         self._engine_token: contextvars.Token[Any] | None = None
         self._next_prune = 0.0
 
@@ -447,7 +449,7 @@ class Engine(Client):
     def fire_schedules(self) -> int:
         """Start the due ticks of the schedules this registry can run (workers call this
         every round); returns how many workflows were started."""
-        return fire(self, self.registry, self.durability)
+        return fire(self, self.registry, self.durability, self._failing_schedules)
 
     def apply_retention(self) -> PruneReport | None:
         """The worker loop's call: prune when this engine's policy is due."""

@@ -407,7 +407,8 @@ class Runner:
         workflow_id = row["workflow_id"]
         logger.error("workflow %s cannot be started, marking it ERROR: %s", workflow_id, exc)
         error = SerializationError(
-            f"workflow {workflow_id!r} cannot be started: {exc}",
+            f"workflow {workflow_id!r} cannot be started: its stored inputs (or journal) "
+            f"cannot be decoded: {exc}",
             what="the stored inputs",
             type_name=type(exc).__qualname__,
         )

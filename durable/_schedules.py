@@ -151,7 +151,12 @@ def tick_workflow_id(schedule_name: str, tick: dt.datetime) -> str:
     return f"schedule:{schedule_name}:{tick.astimezone(dt.UTC).isoformat()}"
 
 
-def fire(client: Client, registry: Registry, durability: str) -> int:
+def fire(
+    client: Client,
+    registry: Registry,
+    durability: str,
+    failing: dict[str, str] | None = None,
+) -> int:
     """Start the due ticks of every schedule `registry` can run; returns how many
     workflows were started. Safe to call from any number of workers at once: each
     schedule is fired under its row lock (SKIP LOCKED), and a tick's workflow id is
@@ -167,10 +172,15 @@ def fire(client: Client, registry: Registry, durability: str) -> int:
             started += _fire_one(client, registry, durability, candidate, now)
         except DatabaseUnavailableError:
             raise
-        except Exception:
+        except Exception as exc:
             # A schedule that cannot fire (its stored cron or timezone no longer parses,
-            # say) is logged and skipped; the others still fire.
-            logger.exception("schedule %s could not fire", candidate["schedule_name"])
+            # say) is skipped; the others still fire. It is logged when its error first
+            # appears (or changes), not on every round. `failing` is the caller's memory.
+            name, why = candidate["schedule_name"], f"{type(exc).__name__}: {exc}"
+            if failing is None or failing.get(name) != why:
+                logger.error("schedule %s cannot fire: %s", name, why)
+                if failing is not None:
+                    failing[name] = why
     if started:
         client.notify_work("schedule")
     return started

@@ -24,12 +24,19 @@ from durable.errors import InvalidWaitError
 __all__ = ["Decision", "approval", "recv", "set_event", "sleep"]
 
 
+# The longest wait accepted (100 years): beyond it a wake-up time overflows.
+_MAX_WAIT = 100 * 365.25 * 86400
+
+
 def _seconds(value: float | dt.timedelta, what: str) -> float:
-    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
-    if seconds < 0 or seconds != seconds:  # negative or NaN
+    try:
+        seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if isinstance(value, bool) or not 0 <= seconds <= _MAX_WAIT:  # negative, NaN, inf, huge
         raise InvalidWaitError(
-            f"{what}={value!r}: give a duration of zero or more seconds (a number or a "
-            "datetime.timedelta)"
+            f"{what}={value!r}: give a duration of zero or more seconds, at most 100 years "
+            "(a number or a datetime.timedelta)"
         )
     return seconds
 
@@ -48,8 +55,8 @@ def approval(
     deciding in time decides `default`. On replay the recorded decision is returned.
     """
     check_name("name", name)
+    seconds = None if timeout is None else _seconds(timeout, "timeout")
     run = workflow_run("durable.approval()")
-    seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
     return drive(run, protocol.approval(run, name, payload, timeout=seconds, default=default))
 
 

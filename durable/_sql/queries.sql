@@ -409,8 +409,13 @@ WITH decided AS (
     WHERE workflow_id = %(workflow_id)s AND name = %(name)s AND status = 'waiting'
     RETURNING workflow_id
 ), woken AS (
-    UPDATE {schema}.workflows SET status = 'PENDING', updated_at = {schema}.current_time()
-    WHERE workflow_id IN (SELECT workflow_id FROM decided) AND status = 'SUSPENDED'
+    -- RUNNING too, for the same reason as send_message: a suspend in flight is waited for.
+    UPDATE {schema}.workflows
+    SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
+        updated_at = CASE WHEN status = 'SUSPENDED' THEN {schema}.current_time()
+                          ELSE updated_at END
+    WHERE workflow_id IN (SELECT workflow_id FROM decided)
+      AND status IN ('SUSPENDED', 'RUNNING')
     RETURNING workflow_id
 )
 SELECT (SELECT count(*) FROM decided) AS decided, (SELECT count(*) FROM woken) AS woken
@@ -423,8 +428,10 @@ WITH expired AS (
     WHERE status = 'waiting' AND expires_at < {schema}.current_time()
     RETURNING workflow_id
 )
-UPDATE {schema}.workflows SET status = 'PENDING', updated_at = {schema}.current_time()
-WHERE workflow_id IN (SELECT workflow_id FROM expired) AND status = 'SUSPENDED'
+UPDATE {schema}.workflows
+SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
+    updated_at = CASE WHEN status = 'SUSPENDED' THEN {schema}.current_time() ELSE updated_at END
+WHERE workflow_id IN (SELECT workflow_id FROM expired) AND status IN ('SUSPENDED', 'RUNNING')
 
 -- list_approvals --
 -- Gates, waiting ones first, optionally of one workflow.
@@ -472,15 +479,20 @@ WHERE status = 'SUSPENDED'
 
 -- send_message --
 -- Deliver a message once per message id, and wake the workflow if it is waiting.
+-- A RUNNING row is matched too (and left as it is): if its run is suspending right now,
+-- this waits for that statement's row lock and then sees SUSPENDED and wakes it. Matching
+-- SUSPENDED alone would miss a suspend that checked for messages before this one landed.
 WITH delivered AS (
     INSERT INTO {schema}.messages (workflow_id, message_id, topic, payload)
     VALUES (%(workflow_id)s, %(message_id)s, %(topic)s, %(payload)s)
     ON CONFLICT DO NOTHING
     RETURNING workflow_id
 )
-UPDATE {schema}.workflows SET status = 'PENDING', wake_at = NULL,
-    updated_at = {schema}.current_time()
-WHERE workflow_id IN (SELECT workflow_id FROM delivered) AND status = 'SUSPENDED'
+UPDATE {schema}.workflows
+SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
+    wake_at = CASE WHEN status = 'SUSPENDED' THEN NULL ELSE wake_at END,
+    updated_at = CASE WHEN status = 'SUSPENDED' THEN {schema}.current_time() ELSE updated_at END
+WHERE workflow_id IN (SELECT workflow_id FROM delivered) AND status IN ('SUSPENDED', 'RUNNING')
 
 -- consume_message --
 -- Consume the oldest message of a topic and journal it as this step, in one statement.
