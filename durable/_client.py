@@ -136,12 +136,11 @@ class WorkflowHandle:
 
         deadline = None if timeout is None else time.monotonic() + timeout
         if self._future is not None:
-            try:
-                self._future.result(timeout=timeout)
-            except concurrent.futures.TimeoutError:
-                raise ResultTimeoutError(self._workflow_id, timeout or 0.0) from None
-            except Exception:
-                pass
+            # Wait for the local run, but never re-raise what it raised (a SystemExit in a
+            # step must not end the caller's process): the database says how it ended.
+            done, _ = concurrent.futures.wait([self._future], timeout=timeout)
+            if not done:
+                raise ResultTimeoutError(self._workflow_id, timeout or 0.0)
         delay = POLL_MIN
         while True:
             row = self._client.db.fetch_one(

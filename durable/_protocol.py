@@ -40,6 +40,7 @@ from durable._models import (
     WorkflowStatus,
     dollars_exact,
 )
+from durable._names import check_name
 from durable.errors import (
     ApprovalDeniedError,
     BudgetExceededError,
@@ -938,6 +939,7 @@ def _effect_key(
     )
     fingerprint = hashlib.sha256(params_text.encode("utf-8")).hexdigest()
     user_part = options.key(*args, **kwargs) if options.key is not None else None
+    check_name(f"the key of effect {defn.name!r}", user_part, optional=True)
     return effect_key(run, seq, user_part), fingerprint, user_part
 
 

@@ -72,13 +72,18 @@ def _log_failure(workflow_id: str, exc: BaseException) -> None:
             extra={"event": "nondeterminism", "step_seq": exc.step_seq, **fields},
         )
     elif isinstance(exc, Exception):
-        logger.warning(
-            "workflow %s failed: %r", workflow_id, exc, extra={"event": "failed", **fields}
-        )
+        extra = {"event": "failed", **fields}
+        logger.warning("workflow %s failed: %s", workflow_id, _safe_repr(exc), extra=extra)
     else:
-        logger.warning(
-            "workflow %s gave up: %r", workflow_id, exc, extra={"event": "abandoned", **fields}
-        )
+        extra = {"event": "abandoned", **fields}
+        logger.warning("workflow %s gave up: %s", workflow_id, _safe_repr(exc), extra=extra)
+
+
+def _safe_repr(exc: BaseException) -> str:
+    try:
+        return repr(exc)
+    except Exception:  # a repr that raises must not break the log line
+        return f"<{type(exc).__qualname__}>"
 
 
 class Claimed(NamedTuple):

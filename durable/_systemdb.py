@@ -409,7 +409,16 @@ def _scrub(text: str, secret: str | None) -> str:
 
 
 def check_url(url: str) -> None:
-    """Raise ConfigurationError (naming no password) unless libpq can parse `url`."""
+    """Raise ConfigurationError (naming no password) unless libpq can parse `url`, and
+    unless its password is percent-encoded (a raw '@' or '/' in it makes libpq read part
+    of the password as the host, which would then appear in its error messages)."""
+    if "://" in url:
+        rest = url.split("://", 1)[1].split("?", 1)[0]
+        if rest.count("@") > 1 or ("@" in rest and "/" in rest.rsplit("@", 1)[0]):
+            raise ConfigurationError(
+                f"the database URL {redact(url)} has a raw '@' or '/' before its host: "
+                "percent-encode them in the user and password (@ as %40, / as %2F)"
+            )
     try:
         psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError as exc:

@@ -125,7 +125,11 @@ WITH RECURSIVE tree AS (
     SELECT w.workflow_id,
         CASE WHEN w.status = 'RUNNING' AND w.lease_expires_at >= {schema}.current_time()
                  THEN 'RUNNING'
+             -- Started (a journaled call, or an effect that may be in flight): a worker
+             -- stops it, settling pending effects and running compensations.
              WHEN EXISTS (SELECT 1 FROM {schema}.steps AS s WHERE s.workflow_id = w.workflow_id)
+                  OR EXISTS (SELECT 1 FROM {schema}.effects AS e
+                             WHERE e.workflow_id = w.workflow_id)
                  THEN 'PENDING'
              ELSE 'CANCELLED' END AS next_status
     FROM {schema}.workflows AS w JOIN tree USING (workflow_id)
