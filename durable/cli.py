@@ -47,7 +47,7 @@ def _resolve_url(url: str | None) -> str:
         return url
     from durable import _embedded
 
-    return _embedded.ensure_server()
+    return _embedded.project_url()  # this project's database on the embedded server
 
 
 def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
@@ -879,10 +879,11 @@ def db() -> None:
 @db.command("url")
 @_handle_errors
 def db_url() -> None:
-    """Start the embedded server if needed and print its URL."""
+    """Start the embedded server if needed and print the URL of this project's database
+    (named after the working directory; the engine creates it on first use)."""
     from durable import _embedded
 
-    click.echo(_embedded.ensure_server())
+    click.echo(_embedded.project_url())
 
 
 @db.command("stop")

@@ -87,7 +87,7 @@ def _select_one(url: str) -> None:
 
 def test_start_attach_stop_restart(data_dir: Path) -> None:
     url = _embedded.ensure_server(data_dir)
-    assert url.startswith("postgresql://postgres@127.0.0.1:")
+    assert url.startswith("postgresql://postgres:")  # a password: nobody else gets in
     assert url.endswith("/postgres")
     _select_one(url)
     assert (data_dir / "server.log").exists()
@@ -150,8 +150,14 @@ def test_long_path_puts_the_socket_elsewhere(new_data_dir: Callable[[str], Path]
     sock_dir = _embedded._socket_dir(data_dir)
     assert sock_dir != data_dir
     assert (sock_dir / f".s.PGSQL.{port}").exists()
+    password = _embedded._read_password(data_dir)
     with psycopg.connect(
-        host=str(sock_dir), port=port, user="postgres", dbname="postgres", connect_timeout=5
+        host=str(sock_dir),
+        port=port,
+        user="postgres",
+        password=password,
+        dbname="postgres",
+        connect_timeout=5,
     ) as conn:
         assert conn.execute("SELECT 1").fetchone() == (1,)
 
@@ -195,7 +201,7 @@ def test_default_data_dir_reads_the_environment_when_called(
     user = _embedded._server_user(primary)
     if user is not None and not _embedded._can_reach(primary, user):
         # root, whose home the server's account cannot enter
-        assert _embedded.default_data_dir() == Path(f"/tmp/durable-embedded-{os.geteuid()}/pgdata")
+        assert _embedded.default_data_dir() == Path("/var/lib/durable-embedded/pgdata")
     else:
         assert _embedded.default_data_dir() == primary
 
