@@ -37,3 +37,11 @@ def test_the_readme_sample_runs_as_written(
         ).fetchone()
     assert rows == [("o1", 4000), ("o2", 4000)]  # once each, though the program ran twice
     assert status == ("SUCCESS",)
+
+
+def test_every_readme_sample_is_valid_python() -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    samples = re.findall(r"```python\n(.*?)```", readme, flags=re.S)
+    assert len(samples) >= 5
+    for i, sample in enumerate(samples):
+        compile(sample, f"README.md sample {i}", "exec")
