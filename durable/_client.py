@@ -665,6 +665,12 @@ class Client:
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(POLL_MAX, delay * 2)
 
+    def events(self, workflow_id: str) -> dict[str, Any]:
+        """Every event the workflow published (durable.set_event), by key: latest values."""
+        check_name("workflow_id", workflow_id)
+        rows = self.db.fetch_all("list_events", {"workflow_id": workflow_id})
+        return {r["key"]: self.serializer.loads(r["value"]) for r in rows}
+
     def list_approvals(
         self, workflow_id: str | None = None, *, waiting_only: bool = True, limit: int = 100
     ) -> list[dict[str, Any]]:

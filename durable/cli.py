@@ -215,6 +215,7 @@ def show(
     with _client(database_url, schema) as client:
         tools = client.tool_calls(workflow_id)
         turns = client.conversation(workflow_id)
+        events = client.events(workflow_id)
         info = client.get_workflow(workflow_id)
         steps = client.steps(workflow_id)
         effects = client.effects(workflow_id)
@@ -247,6 +248,7 @@ def show(
             ],
             "waiting_for_code": orphan,
             "tool_calls": tools,
+            "events": events,
             "conversation": turns,
             "effects": [
                 {
@@ -336,6 +338,8 @@ def show(
         console.print(calls)
     for turn in turns:
         console.print(f"{turn.get('role')}: {_short(str(turn.get('content')), 300)}")
+    for key, value in events.items():
+        console.print(f"event {key}: {_short(json.dumps(value, default=str), 200)}")
 
 
 @workflows.command("cancel")

@@ -536,6 +536,11 @@ SELECT workflow_id, %(key)s, %(value)s, %(step_seq)s FROM journaled
 ON CONFLICT (workflow_id, key) DO UPDATE
 SET value = excluded.value, step_seq = excluded.step_seq, updated_at = {schema}.current_time()
 
+-- list_events --
+-- Every event a workflow published, with its latest value.
+SELECT key, value, step_seq, updated_at FROM {schema}.events
+WHERE workflow_id = %(workflow_id)s ORDER BY key
+
 -- get_event --
 -- The latest value of a workflow's event.
 SELECT value FROM {schema}.events WHERE workflow_id = %(workflow_id)s AND key = %(key)s

@@ -36,6 +36,7 @@ def test_ids_and_values_are_shown_as_stored_and_whole_on_request(database_url: s
 
     @durable.workflow(registry=reg, name="polish.flow")
     def flow(text: str) -> str:
+        durable.set_event("stage", "echoing")
         return echo(text)
 
     odd_id = "q-3:smile:child:0"  # rich would turn :smile: into an emoji
@@ -51,6 +52,7 @@ def test_ids_and_values_are_shown_as_stored_and_whole_on_request(database_url: s
     assert short.returncode == 0, short.stderr
     assert odd_id in short.stdout and "[bold]x[/bold]" in short.stdout
     assert "y" * 300 not in short.stdout
+    assert 'event stage: "echoing"' in short.stdout
     full = cli("workflows", "show", odd_id, "--full", *url)
     assert "y" * 300 in full.stdout.replace("\n", "").replace("│", "").replace(" ", "")
     forked = cli("workflows", "fork", odd_id, "--from-step", "0", "--new-id", "fork-1", *url)
