@@ -34,7 +34,7 @@ from durable._models import (
     dollars_exact,
 )
 from durable._names import check_name, check_text
-from durable._protocol import decode_error, encode_error
+from durable._protocol import Run, decode_error, encode_error
 from durable._queues import Queue
 from durable._registry import WorkflowDef
 from durable._retention import PruneReport, RetentionPolicy, prune
@@ -450,15 +450,9 @@ class Client:
                 f"delay={delay!r}: give zero or more seconds (at most {MAX_WAIT_SECONDS:.0f})"
             )
         defn = workflow_def(fn)
-        run = current_run.get()
-        parent: tuple[str, int] | None = None
-        if run is not None and not run.in_step:
-            seq, journaled = protocol.child_started(run, defn.name)
-            if journaled is not None:
-                return self.handle(journaled)
-            parent = (run.workflow_id, seq)
-            workflow_id = workflow_id or protocol.child_workflow_id(run.workflow_id, seq)
-        workflow_id = workflow_id or str(uuid.uuid4())
+        run, parent, workflow_id, journaled = place_child(defn, workflow_id)
+        if journaled:
+            return self.handle(workflow_id)
         inputs = self.encode_inputs(defn, args, kwargs)
         params = self.workflow_params(defn, workflow_id, inputs, parent, self.default_durability)
         params.update(
@@ -934,6 +928,22 @@ class Client:
 
     def _retention_policy(self) -> RetentionPolicy | None:
         return None
+
+
+def place_child(
+    defn: WorkflowDef, workflow_id: str | None
+) -> tuple[Run | None, tuple[str, int] | None, str, bool]:
+    """Where a workflow started or enqueued now goes: inside a workflow (not a step) it is
+    a child at the next position, with a deterministic id, and a replay finds the id
+    journaled there (True: nothing to start). Returns (run, parent, id, journaled)."""
+    run = current_run.get()
+    if run is None or run.in_step:
+        return None, None, workflow_id or str(uuid.uuid4()), False
+    seq, journaled = protocol.child_started(run, defn.name)
+    if journaled is not None:
+        return run, None, journaled, True
+    parent = (run.workflow_id, seq)
+    return run, parent, workflow_id or protocol.child_workflow_id(run.workflow_id, seq), False
 
 
 def _budget_for(defn: WorkflowDef, workflow_id: str, parent: tuple[str, int] | None) -> str | None:

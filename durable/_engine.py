@@ -24,7 +24,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from durable import _protocol as protocol
-from durable._client import Client, WorkflowHandle, libpq_url
+from durable._client import Client, WorkflowHandle, libpq_url, place_child
 from durable._clock import Clock
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_def
@@ -303,15 +303,9 @@ class Engine(Client):
         workflow_id = self._workflow_id(kwargs)
         defn = workflow_def(fn)
         self._ensure_running()
-        run = current_run.get()
-        parent: tuple[str, int] | None = None
-        if run is not None and not run.in_step:
-            seq, journaled = protocol.child_started(run, defn.name)
-            if journaled is not None:
-                return self.handle(journaled)
-            parent = (run.workflow_id, seq)
-            workflow_id = workflow_id or protocol.child_workflow_id(run.workflow_id, seq)
-        workflow_id = workflow_id or str(uuid.uuid4())
+        run, parent, workflow_id, journaled = place_child(defn, workflow_id)
+        if journaled:
+            return self.handle(workflow_id)
         inputs = self.encode_inputs(defn, args, kwargs)
         created = self.runner.insert(defn, workflow_id, inputs, parent)
         future: concurrent.futures.Future[Any] | None
