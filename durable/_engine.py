@@ -15,6 +15,7 @@ import concurrent.futures
 import contextvars
 import json
 import logging
+import os
 import threading
 import time
 import uuid
@@ -43,6 +44,17 @@ if TYPE_CHECKING:
     import sqlalchemy
 
 logger = logging.getLogger("durable.engine")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, as another user
+    return True
+
 
 # How often an engine that is not a worker looks for its own waiting workflows.
 _KEEP_MIN = 0.05
@@ -186,6 +198,7 @@ class Engine(Client):
             # this executor is registered (nothing is left behind).
             self.runner.open(db)
             if self._explicit_id:
+                self._refuse_a_live_twin(db)
                 # The same identity as a process that crashed: its runs are ours to retake.
                 taken = db.execute("abandon_owned", {"owner": self.executor_id})
                 if taken:
@@ -253,6 +266,24 @@ class Engine(Client):
             logger.warning("could not release workflows at shutdown", exc_info=True)
         db.close()
         self._db = None
+
+    def _refuse_a_live_twin(self, db: Any) -> None:
+        """An explicit executor id still beating for another process is in use: taking its
+        runs would run their steps twice. Refuse before anything is touched."""
+        row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
+        if row is None:
+            return
+        if float(row["heartbeat_age"]) > self.lease_seconds:
+            return  # it stopped beating a lease ago: gone
+        hostname, _ = executor_identity()
+        if row["hostname"] == hostname and not _pid_alive(int(row["pid"])):
+            return  # on this host we can ask: that process died (a crash): take its runs back
+        # A live process (this one included) beats under this id: a twin.
+        raise ConfigurationError(
+            f"executor id {self.executor_id!r} is in use by pid {row['pid']} on "
+            f"{row['hostname']} (heartbeat {float(row['heartbeat_age']):.1f} s ago): give "
+            "each process its own --executor-id / Engine(executor_id=...)"
+        )
 
     def connect(self) -> None:
         self.launch()
@@ -332,7 +363,7 @@ class Engine(Client):
         a workflow are left to the workers."""
         in_run = current_run.get() is not None
         handle = super().enqueue(queue, fn, *args, **kwargs)
-        if in_run and self.running:
+        if in_run and self.running and not self.worker:  # a worker runs queues anyway
             self.runner.remember(handle.workflow_id)
         return handle
 
@@ -352,7 +383,7 @@ class Engine(Client):
                 free = self.max_workers - runner.running_count()
                 started = runner.start_claimed(runner.claim_rows(own, free)) if free > 0 else []
                 if self.registry.queues() and free > len(started):
-                    started += runner.dequeue(free - len(started))
+                    started += runner.dequeue(free - len(started), only=own)
                 finished = [
                     r["workflow_id"]
                     for r in self.db.fetch_all("finished_among", {"workflow_ids": own})
@@ -374,6 +405,7 @@ class Engine(Client):
         """Run a stopped or interrupted workflow again from its journal (see
         Client.resume), here if nobody holds its lease and this registry has its code."""
         handle = super().resume(workflow_id)
+        self.runner.remember(workflow_id)  # if it waits again, this engine resumes it
         future = self.runner.submit_claim(workflow_id)
         return handle if future is None else self.handle(workflow_id, future)
 
@@ -384,6 +416,7 @@ class Engine(Client):
     ) -> WorkflowHandle:
         """Fork (see Client.fork) and run the fork here if this registry has its code."""
         handle = super().fork(workflow_id, from_step=from_step, new_id=new_id)
+        self.runner.remember(handle.workflow_id)
         future = self.runner.submit_claim(handle.workflow_id)
         return handle if future is None else self.handle(handle.workflow_id, future)
 

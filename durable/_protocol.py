@@ -1110,6 +1110,7 @@ def gate(
     elif row["status"] != ApprovalStatus.WAITING:
         return Decision.from_row(row)
     if (yield Execute("suspend_for_approval", {**ids, "epoch": run.epoch})):
+        yield Execute("wake_if_decided", ids)  # a decision made during the suspension
         logger.info(
             "workflow %s waits at gate %s",
             run.workflow_id,
@@ -1249,6 +1250,10 @@ def _suspend(run: Run, wake_at: dt.datetime | None, topic: str | None) -> Gen[No
         {"workflow_id": run.workflow_id, "epoch": run.epoch, "wake_at": wake_at, "topic": topic},
     )
     if suspended:
+        if topic is not None:
+            # A message sent while this suspension waited for the row lock is invisible to
+            # its snapshot: look again, now that it is committed, and wake up if it is here.
+            yield Execute("wake_if_message", {"workflow_id": run.workflow_id, "topic": topic})
         raise WorkflowSuspended(run.workflow_id)
     if topic is None:
         raise StaleOwnerError(run.workflow_id, run.epoch)

@@ -97,6 +97,7 @@ class Queue:
         lease_seconds: float,
         defs: list[WorkflowDef],
         limit: int,
+        only: list[str] | None = None,
     ) -> dict[str, Any]:
         """The parameters of one dequeue of this queue by executor `owner`, which can run
         the workflows `defs`."""
@@ -114,4 +115,5 @@ class Queue:
             "lease_seconds": lease_seconds,
             "names": [d.name for d in defs],
             "versions": [d.version or "" for d in defs],
+            "workflow_ids": only,
         }

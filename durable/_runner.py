@@ -516,9 +516,11 @@ class Runner:
             started.append((claimed.workflow_id, self.submit(claimed)))
         return started
 
-    def dequeue(self, limit: int) -> list[tuple[str, concurrent.futures.Future[Any]]]:
+    def dequeue(
+        self, limit: int, only: list[str] | None = None
+    ) -> list[tuple[str, concurrent.futures.Future[Any]]]:
         """Dequeue and start up to `limit` entries from the queues of this registry, as
-        far as each queue's limits allow."""
+        far as each queue's limits allow (`only`: among these ids)."""
         engine = self.engine
         started: list[tuple[str, concurrent.futures.Future[Any]]] = []
         defs = engine.registry.workflows()
@@ -531,6 +533,7 @@ class Runner:
                 lease_seconds=engine.lease_seconds,
                 defs=defs,
                 limit=limit - len(started),
+                only=only,
             )
             started += self.start_claimed(self.db.dequeue(params))
         return started

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import socket
 import threading
 from collections.abc import Iterator, Sequence
@@ -434,11 +435,12 @@ def redact(url: str) -> str:
     e.g. a password with a raw '/' in it)."""
     if "://" in url:
         scheme, rest = url.split("://", 1)
-        if "@" in rest:
+        if "@" in rest.split("?", 1)[0]:
             userinfo, host = rest.rsplit("@", 1)
             user = userinfo.split(":", 1)[0]
-            return f"{scheme}://{user}:***@{host}" if ":" in userinfo else url
-        return url
+            rest = f"{user}:***@{host}" if ":" in userinfo else rest
+        # A password may also ride in the query (?password=..., ?sslpassword=...).
+        return re.sub(r"((?:^|[?&])(?:ssl)?password=)[^&]*", r"\1***", f"{scheme}://{rest}")
     try:
         info = psycopg.conninfo.conninfo_to_dict(url)
     except psycopg.ProgrammingError:

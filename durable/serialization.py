@@ -267,6 +267,13 @@ def faithful(serializer: Serializer, value: Any, text: str, annotation: Any, wha
     decoded = serializer.loads(text)
     adapter = _type_adapter(annotation)
     if adapter is not None:
+        clash = _key_clash(value)
+        if clash is not None:
+            raise SerializationError(
+                f"{what} has keys that are one key in JSON ({clash}): rename one of them",
+                what=what,
+                type_name=_kind(value),
+            )
         try:
             return adapter.validate_python(decoded)
         except Exception as exc:
@@ -288,6 +295,28 @@ def faithful(serializer: Serializer, value: Any, text: str, annotation: Any, wha
         what=what,
         type_name=_kind(value),
     )
+
+
+def _key_clash(value: Any) -> str | None:
+    """Two keys of one dict that JSON stores as one (1 and "1"), anywhere in `value`."""
+    if isinstance(value, dict):
+        seen: dict[str, Any] = {}
+        for key in value:
+            text = key if isinstance(key, str) else json.dumps(key)
+            text = text.strip('"')
+            if text in seen and seen[text] != key:
+                return f"{seen[text]!r} and {key!r}"
+            seen[text] = key
+        items: Any = value.values()
+    elif isinstance(value, list | tuple | set | frozenset):
+        items = value
+    else:
+        return None
+    for item in items:
+        clash = _key_clash(item)
+        if clash is not None:
+            return clash
+    return None
 
 
 def _describe(decoded: Any, value: Any) -> str:

@@ -305,13 +305,38 @@ SET status = 'PENDING', owner = NULL, lease_expires_at = NULL,
     updated_at = {schema}.current_time()
 WHERE owner = %(owner)s AND status = 'RUNNING'
 
+-- get_executor --
+-- One executor's row, with how long ago it last beat (is that id in use right now?).
+SELECT executor_id, hostname, pid,
+    extract(epoch FROM {schema}.current_time() - heartbeat_at) AS heartbeat_age
+FROM {schema}.executors WHERE executor_id = %(executor_id)s
+
+-- wake_if_message --
+-- After a run suspended to wait on a topic: a message that was sent while the suspension
+-- waited for the row (its commit unseen by the suspension's snapshot) wakes it now.
+UPDATE {schema}.workflows SET status = 'PENDING', wake_at = NULL,
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED' AND EXISTS (
+    SELECT 1 FROM {schema}.messages
+    WHERE workflow_id = %(workflow_id)s AND topic = %(topic)s AND consumed_at IS NULL)
+
+-- wake_if_decided --
+-- After a run suspended at a gate: a decision made while the suspension waited for the
+-- row wakes it now (the same race as wake_if_message).
+UPDATE {schema}.workflows SET status = 'PENDING', updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED' AND EXISTS (
+    SELECT 1 FROM {schema}.approvals
+    WHERE workflow_id = %(workflow_id)s AND name = %(name)s AND status <> 'waiting')
+
 -- upsert_executor --
 -- Register this executor (or refresh its heartbeat).
 INSERT INTO {schema}.executors (executor_id, hostname, pid, started_at, heartbeat_at,
     capabilities)
 VALUES (%(executor_id)s, %(hostname)s, %(pid)s, {schema}.current_time(),
     {schema}.current_time(), %(capabilities)s)
-ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = {schema}.current_time()
+ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = {schema}.current_time(),
+    hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
+    capabilities = EXCLUDED.capabilities
 
 -- heartbeat_executor --
 -- Refresh this executor's heartbeat.
@@ -635,6 +660,7 @@ WITH allowed AS (
     SELECT workflow_id FROM {schema}.workflows
     WHERE status = 'ENQUEUED' AND queue_name = %(queue_name)s
       AND (available_at IS NULL OR available_at <= {schema}.current_time())
+      AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
     ORDER BY CASE WHEN %(by_priority)s THEN priority ELSE 0 END, created_at, workflow_id

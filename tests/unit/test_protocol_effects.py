@@ -382,6 +382,7 @@ def test_an_effect_that_requires_approval_asks_and_suspends() -> None:
         "Execute get_approval",
         "Execute approval_request",
         "Execute suspend_for_approval",
+        "Execute wake_if_decided",
     ]
     request = script.only("approval_request")
     assert request["name"] == "charge_card#0"

@@ -51,6 +51,7 @@ def test_approval_with_no_row_requests_then_suspends() -> None:
         "Execute get_approval",
         "Execute approval_request",
         "Execute suspend_for_approval",
+        "Execute wake_if_decided",
     ]
     assert script.ops[0].fetch == "one"
     assert script.only("get_approval") == {"workflow_id": WORKFLOW_ID, "name": "ship"}
@@ -121,7 +122,11 @@ def test_a_waiting_gate_asked_before_suspends_without_asking_again() -> None:
     script = Script(statements={"get_approval": approval_row("waiting")})
     with pytest.raises(WorkflowSuspended):
         script.run(protocol.approval(make_run(), "ship"))
-    assert script.labels == ["Execute get_approval", "Execute suspend_for_approval"]
+    assert script.labels == [
+        "Execute get_approval",
+        "Execute suspend_for_approval",
+        "Execute wake_if_decided",
+    ]
 
 
 def test_a_timed_out_gate_decides_by_its_default() -> None:
@@ -216,6 +221,7 @@ def test_an_exhausted_ledger_is_refreshed_then_gated() -> None:
         "Execute get_approval",
         "Execute approval_request",
         "Execute suspend_for_approval",
+        "Execute wake_if_decided",
     ]
     request = script.only("approval_request")
     assert (request["name"], request["step_seq"]) == ("budget@5", 5)
@@ -351,7 +357,11 @@ def test_recv_with_nothing_there_suspends_on_the_topic() -> None:
     script = Script()
     with pytest.raises(WorkflowSuspended):
         script.run(protocol.recv(make_run(), None, None))
-    assert script.labels == ["Execute consume_message", "Execute suspend_until"]
+    assert script.labels == [
+        "Execute consume_message",
+        "Execute suspend_until",
+        "Execute wake_if_message",
+    ]
     assert script.only("suspend_until")["topic"] == ""
     assert script.only("suspend_until")["wake_at"] is None
 
@@ -376,6 +386,7 @@ def test_recv_with_a_timeout_journals_its_deadline_and_suspends_until_it() -> No
         "Execute record_step",
         "Execute consume_message",
         "Execute suspend_until",
+        "Execute wake_if_message",
     ]
     deadline = script.only("record_step")
     assert (deadline["step_name"], deadline["kind"]) == ("recv-deadline:t", "sleep")
