@@ -262,6 +262,8 @@ def faithful(serializer: Serializer, value: Any, text: str, annotation: Any, wha
     fails now with SerializationError instead of a replay seeing something else."""
     if type(value) in _SCALARS and (annotation is None or annotation is type(value)):
         return value
+    if _plain(annotation) and type(serializer) is JSONSerializer and _exact_json(value):
+        return value  # reads back equal and of the same types: no need to decode it now
     if not isinstance(serializer, JSONSerializer):
         return serializer.loads(text)  # other serializers round-trip by their contract
     decoded = serializer.loads(text)
@@ -295,6 +297,34 @@ def faithful(serializer: Serializer, value: Any, text: str, annotation: Any, wha
         what=what,
         type_name=_kind(value),
     )
+
+
+def _exact_json(value: Any, budget: int = 10_000) -> bool:
+    """Whether JSON gives `value` back equal and of the same types: dicts with str keys
+    that do not start with the tag, lists, and scalars, exactly those types (no subclass),
+    no float that JSON cannot hold. A walk over the nodes, not the bytes: a step's output
+    of a few large strings costs a few checks, not a decode. Gives up (False: the caller
+    decodes) past `budget` nodes."""
+    stack = [value]
+    while stack:
+        budget -= 1
+        if budget < 0:
+            return False
+        item = stack.pop()
+        kind = type(item)
+        if kind is dict:
+            for key in item:
+                if type(key) is not str or key.startswith(_TAG):
+                    return False
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        elif kind is float:
+            if item != item or item in (float("inf"), float("-inf")):
+                return False
+        elif kind not in _SCALARS:
+            return False
+    return True
 
 
 def _key_clash(value: Any) -> str | None:
