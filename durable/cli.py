@@ -516,9 +516,15 @@ def _load_app(
 
     module_name, _, attr = app.partition(":")
     sys.path.insert(0, os.getcwd())
-    module = importlib.import_module(module_name)
+    try:
+        module = importlib.import_module(module_name)
+        engine = getattr(module, attr) if attr else None
+    except (ImportError, ValueError, AttributeError) as exc:
+        raise click.UsageError(
+            f"--app {app!r} cannot be loaded ({exc}): give an importable module, or "
+            "module:engine, run from the directory that holds it"
+        ) from None
     if attr:
-        engine = getattr(module, attr)
         if not isinstance(engine, Engine):
             raise click.UsageError(f"{app} is not a durable.Engine")
         if concurrency is not None:

@@ -19,6 +19,13 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_a_worker_app_that_cannot_be_loaded_is_a_usage_error() -> None:
+    for app in ("nonexistent_module_xyz", "os:nothing"):
+        done = cli("worker", "--app", app)
+        assert done.returncode == 2, done.stderr
+        assert "cannot be loaded" in done.stderr and "Traceback" not in done.stderr
+
+
 def test_version_and_short_help() -> None:
     version = cli("--version")
     assert version.returncode == 0 and durable.__version__ in version.stdout
