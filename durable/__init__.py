@@ -13,7 +13,8 @@ from durable._client import Client
 from durable._clock import Clock, FakeClock, SystemClock
 from durable._decorators import effect, step, tool, transaction, workflow
 from durable._driver import compensate
-from durable._engine import Engine, WorkflowHandle
+from durable._driver_async import to_thread
+from durable._engine import AsyncWorkflowHandle, Engine, WorkflowHandle
 from durable._models import (
     Budget,
     Decision,
@@ -27,11 +28,21 @@ from durable._queues import Queue
 from durable._registry import Registry, default_registry
 from durable._retention import PruneReport, RetentionPolicy
 from durable._schedules import scheduled
-from durable._state import append_turn, conversation, state
-from durable._waits import approval, recv, set_event, sleep
+from durable._state import append_turn, append_turn_async, conversation, state
+from durable._waits import (
+    approval,
+    approval_async,
+    recv,
+    recv_async,
+    set_event,
+    set_event_async,
+    sleep,
+    sleep_async,
+)
 from durable.serialization import JSONSerializer, PickleSerializer, Serializer
 
 __all__ = [
+    "AsyncWorkflowHandle",
     "Budget",
     "Client",
     "Clock",
@@ -53,7 +64,9 @@ __all__ = [
     "WorkflowInfo",
     "WorkflowStatus",
     "append_turn",
+    "append_turn_async",
     "approval",
+    "approval_async",
     "budget_left",
     "charge",
     "compensate",
@@ -61,11 +74,15 @@ __all__ = [
     "default_registry",
     "effect",
     "recv",
+    "recv_async",
     "scheduled",
     "set_event",
+    "set_event_async",
     "sleep",
+    "sleep_async",
     "state",
     "step",
+    "to_thread",
     "tool",
     "transaction",
     "workflow",

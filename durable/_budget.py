@@ -20,7 +20,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from durable import _protocol as protocol
-from durable._context import current_run
+from durable._context import current_run, current_step
 from durable._models import Budget, Ledger, check_amount, dollars_exact
 from durable.errors import NotInWorkflowError
 
@@ -34,15 +34,15 @@ def charge(*, dollars: float = 0.0, tokens: int = 0) -> None:
     process crashes; a replayed step does not charge again. What a failed attempt charged
     before a retry counts too (the money was spent). Call it from a @step or
     @durable.tool."""
-    run = current_run.get()
-    if run is None or not run.charging:
+    scope = current_step.get()
+    if current_run.get() is None or scope is None or not scope.charging:
         raise NotInWorkflowError(
             "durable.charge() records what a step spent, with that step's journal row: call "
             "it inside a @durable.step or @durable.tool of a running workflow"
         )
     check_amount("dollars", dollars, whole=False)
     check_amount("tokens", tokens, whole=True)
-    protocol.charge(run, Decimal(str(dollars)), int(tokens))
+    protocol.charge(scope, Decimal(str(dollars)), int(tokens))
 
 
 def budget_left() -> Budget:
@@ -52,4 +52,4 @@ def budget_left() -> Budget:
         raise NotInWorkflowError(
             "durable.budget_left() reads a workflow's budget: call it inside a workflow"
         )
-    return protocol.budget_left(run)
+    return protocol.budget_left(run, current_step.get())

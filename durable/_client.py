@@ -10,6 +10,7 @@ workflows (see `_engine.py`).
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import logging
 import os
@@ -21,7 +22,7 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from durable import _protocol as protocol
 from durable._clock import Clock, clock_from_env
-from durable._context import current_run
+from durable._context import current_run, workflow_code_run
 from durable._decorators import workflow_def
 from durable._driver import drive
 from durable._models import (
@@ -143,22 +144,69 @@ class WorkflowHandle:
                 raise ResultTimeoutError(self._workflow_id, timeout or 0.0)
         delay = POLL_MIN
         while True:
-            row = self._client.db.fetch_one(
-                "get_workflow_status", {"workflow_id": self._workflow_id}
-            )
-            if row is None:
-                raise WorkflowNotFoundError(self._workflow_id)
-            status = WorkflowStatus(row["status"])
-            if status.is_terminal:
-                return self._client.outcome(self._workflow_id, status, row["output"], row["error"])
-            if deadline is not None and time.monotonic() >= deadline:
-                raise ResultTimeoutError(self._workflow_id, timeout or 0.0)
-            sleep = delay if deadline is None else min(delay, max(0.0, deadline - time.monotonic()))
-            time.sleep(sleep)
+            finished, value = self._client.finished(self._workflow_id)
+            if finished:
+                return value
+            time.sleep(_next_wait(delay, deadline, self._workflow_id, timeout))
             delay = min(POLL_MAX, delay * 2)
 
     def __repr__(self) -> str:
         return f"WorkflowHandle({self._workflow_id!r})"
+
+
+def _next_wait(
+    delay: float, deadline: float | None, workflow_id: str, timeout: float | None
+) -> float:
+    """How long to wait before looking again; ResultTimeoutError once past the deadline."""
+    if deadline is None:
+        return delay
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise ResultTimeoutError(workflow_id, timeout or 0.0)
+    return min(delay, left)
+
+
+class AsyncWorkflowHandle:
+    """A WorkflowHandle for async code: `await handle.result()`, `await handle.status()`.
+    Waiting holds no thread: each look at the database is a short call in a worker
+    thread, and between looks the handle sleeps on the event loop."""
+
+    def __init__(
+        self, client: Client, workflow_id: str, waiter: asyncio.Future[Any] | None = None
+    ) -> None:
+        self._client = client
+        self._workflow_id = workflow_id
+        self._waiter = waiter
+
+    @property
+    def workflow_id(self) -> str:
+        return self._workflow_id
+
+    async def status(self) -> WorkflowStatus:
+        """The stored status right now."""
+        return await asyncio.to_thread(self._client.handle(self._workflow_id).status)
+
+    async def info(self) -> WorkflowInfo:
+        return await asyncio.to_thread(self._client.get_workflow, self._workflow_id)
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """As WorkflowHandle.result, awaited."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if self._waiter is not None:
+            # The run here: wait for it without re-raising what it raised (see above).
+            done, _ = await asyncio.wait([self._waiter], timeout=timeout)
+            if not done:
+                raise ResultTimeoutError(self._workflow_id, timeout or 0.0)
+        delay = POLL_MIN
+        while True:
+            finished, value = await asyncio.to_thread(self._client.finished, self._workflow_id)
+            if finished:
+                return value
+            await asyncio.sleep(_next_wait(delay, deadline, self._workflow_id, timeout))
+            delay = min(POLL_MAX, delay * 2)
+
+    def __repr__(self) -> str:
+        return f"AsyncWorkflowHandle({self._workflow_id!r})"
 
 
 class Client:
@@ -651,13 +699,52 @@ class Client:
         deadline = time.monotonic() + timeout
         delay = POLL_MIN
         while True:
-            row = self.db.fetch_one("get_event", {"workflow_id": workflow_id, "key": key})
-            if row is not None:
-                return self.serializer.loads(row["value"])
-            if time.monotonic() >= deadline:
-                return None
+            found, value = self._event(workflow_id, key)
+            if found or time.monotonic() >= deadline:
+                return value
             time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
             delay = min(POLL_MAX, delay * 2)
+
+    def _event(self, workflow_id: str, key: str) -> tuple[bool, Any]:
+        row = self.db.fetch_one("get_event", {"workflow_id": workflow_id, "key": key})
+        return (False, None) if row is None else (True, self.serializer.loads(row["value"]))
+
+    # -- for async code: the same calls, awaited (no thread is held while waiting) ---------------
+
+    async def send_async(
+        self,
+        workflow_id: str,
+        message: Any,
+        topic: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """send, awaited."""
+        await asyncio.to_thread(self.send, workflow_id, message, topic, idempotency_key)
+
+    async def get_event_async(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
+        """get_event, awaited: between looks it sleeps on the event loop."""
+        check_name("workflow_id", workflow_id)
+        check_name("key", key)
+        deadline = time.monotonic() + timeout
+        delay = POLL_MIN
+        while True:
+            found, value = await asyncio.to_thread(self._event, workflow_id, key)
+            if found or time.monotonic() >= deadline:
+                return value
+            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
+            delay = min(POLL_MAX, delay * 2)
+
+    async def retrieve_async(self, workflow_id: str) -> AsyncWorkflowHandle:
+        """retrieve, awaited: an AsyncWorkflowHandle."""
+        await asyncio.to_thread(self.get_workflow, workflow_id)
+        return AsyncWorkflowHandle(self, workflow_id)
+
+    async def enqueue_async(
+        self, queue: Any, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncWorkflowHandle:
+        """enqueue, awaited: an AsyncWorkflowHandle."""
+        handle = await asyncio.to_thread(self.enqueue, queue, fn, *args, **kwargs)
+        return AsyncWorkflowHandle(self, handle.workflow_id)
 
     def events(self, workflow_id: str) -> dict[str, Any]:
         """Every event the workflow published (durable.set_event), by key: latest values."""
@@ -779,6 +866,17 @@ class Client:
         return self.db.fetch_all(
             "waiting_for_worker", {"stale_seconds": stale_seconds, "limit": limit}
         )
+
+    def finished(self, workflow_id: str) -> tuple[bool, Any]:
+        """(True, its value) if the workflow finished (raising what it finished with, as
+        outcome does), else (False, None): one look, for the handles' waits."""
+        row = self.db.fetch_one("get_workflow_status", {"workflow_id": workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(workflow_id)
+        status = WorkflowStatus(row["status"])
+        if not status.is_terminal:
+            return False, None
+        return True, self.outcome(workflow_id, status, row["output"], row["error"])
 
     def outcome(
         self, workflow_id: str, status: WorkflowStatus, output: str | None, error: str | None
@@ -936,8 +1034,8 @@ def place_child(
     """Where a workflow started or enqueued now goes: inside a workflow (not a step) it is
     a child at the next position, with a deterministic id, and a replay finds the id
     journaled there (True: nothing to start). Returns (run, parent, id, journaled)."""
-    run = current_run.get()
-    if run is None or run.in_step:
+    run = workflow_code_run()
+    if run is None:
         return None, None, workflow_id or str(uuid.uuid4()), False
     seq, journaled = protocol.child_started(run, defn.name)
     if journaled is not None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
-from durable import _driver
+from durable import _driver, _driver_async
 from durable._models import Budget, RetryPolicy, StepKind
 from durable._names import check_name
 from durable._registry import (
@@ -82,15 +82,11 @@ def _check_function(fn: object, decorator: str) -> Callable[..., Any]:
             f"@{decorator} must decorate a function, got {type(fn).__qualname__}: "
             f"write @durable.{decorator}() above a def"
         )
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-        raise DefinitionError(
-            f"@{decorator} on async function {getattr(fn, '__qualname__', fn)!r}: async "
-            "workflows and steps are not supported yet; use a plain def"
-        )
-    if inspect.isgeneratorfunction(fn):
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
         raise DefinitionError(
             f"@{decorator} on generator function {getattr(fn, '__qualname__', fn)!r}: a "
-            "generator's output cannot be journaled; return a list instead"
+            "generator's output cannot be journaled; return a list instead (an async def "
+            "function is fine)"
         )
     if hasattr(fn, _WORKFLOW_ATTR) or hasattr(fn, _STEP_ATTR):
         raise DefinitionError(
@@ -98,6 +94,53 @@ def _check_function(fn: object, decorator: str) -> Callable[..., Any]:
             "use one of @workflow, @step or @transaction per function"
         )
     return fn
+
+
+def _wrap(
+    func: Callable[..., Any],
+    sync_entry: Callable[[Any, Any, Any], Any],
+    async_entry: Callable[[Any, Any, Any], Any],
+    defn: Any,
+    attr: str,
+) -> Callable[..., Any]:
+    """The decorated function: an `async def` for an async function (so frameworks that
+    look for coroutine functions still see one), a plain def otherwise."""
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return await async_entry(defn, args, kwargs)
+
+        wrapper: Callable[..., Any] = async_wrapper
+    else:
+
+        @functools.wraps(func)
+        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+            return sync_entry(defn, args, kwargs)
+
+        wrapper = sync_wrapper
+    setattr(wrapper, attr, defn)
+    return wrapper
+
+
+def _timeout(timeout: float | dt.timedelta | None, what: str) -> float | None:
+    seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
+    if seconds is not None and (
+        not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds > 0
+    ):
+        raise DefinitionError(
+            f"{what}={timeout!r}: give a positive number of seconds or a datetime.timedelta"
+        )
+    return None if seconds is None else float(seconds)
+
+
+def _check_step_timeout(func: Callable[..., Any], seconds: float | None) -> None:
+    if seconds is not None and not inspect.iscoroutinefunction(func):
+        raise DefinitionError(
+            f"timeout= on {func.__qualname__!r}: only an async def step can be cancelled when "
+            "its time is up (a thread cannot be); make the step async def, or give the "
+            "library it calls a timeout of its own"
+        )
 
 
 def _check_name(name: str | None) -> None:
@@ -180,15 +223,7 @@ def workflow(
         raise DefinitionError(
             f"budget={budget!r}: give durable.Budget(dollars=..., tokens=..., steps=...)"
         )
-    timeout_seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
-    if timeout_seconds is not None and (
-        not isinstance(timeout_seconds, int | float)
-        or isinstance(timeout_seconds, bool)
-        or not timeout_seconds > 0
-    ):
-        raise DefinitionError(
-            f"timeout={timeout!r}: give a positive number of seconds or a datetime.timedelta"
-        )
+    timeout_seconds = _timeout(timeout, "timeout")
     if version is not None and (not isinstance(version, str) or not version):
         raise DefinitionError(f"version={version!r}: a version must be a non-empty string")
     if durability is not None and durability not in _DURABILITY:
@@ -202,17 +237,11 @@ def workflow(
             fn=func,
             version=version,
             durability=durability,
-            timeout=None if timeout_seconds is None else float(timeout_seconds),
+            timeout=timeout_seconds,
             budget=budget,
         )
         reg.add_workflow(defn)
-
-        @functools.wraps(func)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return _driver.call_workflow(defn, args, kwargs)  # type: ignore[no-any-return]
-
-        setattr(wrapper, _WORKFLOW_ATTR, defn)
-        return wrapper
+        return _wrap(func, _driver.call_workflow, _driver_async.call_workflow, defn, _WORKFLOW_ATTR)
 
     return decorate(fn) if fn is not None else decorate
 
@@ -243,6 +272,7 @@ def step(
     max_delay: float = 30.0,
     jitter: float = 0.1,
     retry_on: tuple[type[BaseException], ...] | type[BaseException] = Exception,
+    timeout: float | dt.timedelta | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def step(
@@ -256,6 +286,7 @@ def step(
     max_delay: float = 30.0,
     jitter: float = 0.1,
     retry_on: tuple[type[BaseException], ...] | type[BaseException] = Exception,
+    timeout: float | dt.timedelta | None = None,
     registry: Registry | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a journaled step: inside a workflow its output is recorded once and
@@ -264,22 +295,22 @@ def step(
     Steps run at least once: a crash after the step's work but before its record commits
     re-runs it on resume, so a step that changes the outside world should be idempotent
     (or an effect).
+
+    An `async def` step is awaited by an async workflow. `timeout` (async steps): an
+    attempt running longer is cancelled and fails with StepTimeoutError, retried under the
+    retry policy like any failed attempt.
     """
     _check_name(name)
     policy = _retry_policy(retries, initial_delay, backoff, max_delay, jitter, retry_on)
+    seconds = _timeout(timeout, "timeout")
     reg = registry if registry is not None else default_registry
 
     def decorate(f: Callable[P, R]) -> Callable[P, R]:
         func = _check_function(f, "step")
-        defn = StepDef(name=name or default_name(func), fn=func, retry=policy)
+        _check_step_timeout(func, seconds)
+        defn = StepDef(name=name or default_name(func), fn=func, retry=policy, timeout=seconds)
         reg.add_step(defn)
-
-        @functools.wraps(func)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return _driver.call_step(defn, args, kwargs)  # type: ignore[no-any-return]
-
-        setattr(wrapper, _STEP_ATTR, defn)
-        return wrapper
+        return _wrap(func, _driver.call_step, _driver_async.call_step, defn, _STEP_ATTR)
 
     return decorate(fn) if fn is not None else decorate
 
@@ -293,6 +324,7 @@ def tool(
     retries: int = 0,
     initial_delay: float = 0.1,
     retry_on: tuple[type[BaseException], ...] | type[BaseException] = Exception,
+    timeout: float | dt.timedelta | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function an agent's tool: a step that also records its name, arguments,
@@ -305,19 +337,21 @@ def tool(
     """
     _check_name(name)
     policy = _retry_policy(retries, initial_delay, 2.0, 30.0, 0.1, retry_on)
+    seconds = _timeout(timeout, "timeout")
     reg = registry if registry is not None else default_registry
 
     def decorate(f: Callable[P, R]) -> Callable[P, R]:
         func = _check_function(f, "tool")
-        defn = StepDef(name=name or default_name(func), fn=func, kind=StepKind.TOOL, retry=policy)
+        _check_step_timeout(func, seconds)
+        defn = StepDef(
+            name=name or default_name(func),
+            fn=func,
+            kind=StepKind.TOOL,
+            retry=policy,
+            timeout=seconds,
+        )
         reg.add_step(defn)
-
-        @functools.wraps(func)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return _driver.call_step(defn, args, kwargs)  # type: ignore[no-any-return]
-
-        setattr(wrapper, _STEP_ATTR, defn)
-        return wrapper
+        return _wrap(func, _driver.call_step, _driver_async.call_step, defn, _STEP_ATTR)
 
     return decorate
 
@@ -362,13 +396,9 @@ def transaction(
             isolation_level=isolation_level.upper() if isolation_level else None,
         )
         reg.add_step(defn)
-
-        @functools.wraps(func)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return _driver.call_transaction(defn, args, kwargs)  # type: ignore[no-any-return]
-
-        setattr(wrapper, _STEP_ATTR, defn)
-        return wrapper
+        return _wrap(
+            func, _driver.call_transaction, _driver_async.call_transaction, defn, _STEP_ATTR
+        )
 
     return decorate
 
@@ -439,10 +469,7 @@ def effect(
             ),
         )
         reg.add_step(defn)
-
-        @functools.wraps(func)
-        def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-            return _driver.call_effect(defn, args, kwargs)  # type: ignore[no-any-return]
+        wrapper = _wrap(func, _driver.call_effect, _driver_async.call_effect, defn, _STEP_ATTR)
 
         def compensation(undo: Callable[..., Any]) -> Callable[..., Any]:
             """Register `undo` (itself an @effect) to run with this effect's arguments if the
@@ -457,7 +484,6 @@ def effect(
             reg.set_compensation(defn.name, undo)
             return undo
 
-        setattr(wrapper, _STEP_ATTR, defn)
         setattr(wrapper, "compensation", compensation)  # noqa: B010
         return wrapper
 

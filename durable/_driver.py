@@ -12,13 +12,20 @@ function plainly; inside a run it drives the matching protocol generator.
 
 from __future__ import annotations
 
+import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, ExitStack
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durable import _protocol as protocol
-from durable._context import ActiveEngine, current_engine, current_run
+from durable._context import (
+    ActiveEngine,
+    current_engine,
+    current_run,
+    current_step,
+    workflow_code_run,
+)
 from durable._protocol import (
     AppBegin,
     AppCall,
@@ -34,9 +41,15 @@ from durable._protocol import (
     Pause,
     Run,
     RunChild,
+    StepScope,
     WriteSteps,
 )
-from durable.errors import EffectOutsideWorkflowError, NoEngineError
+from durable.errors import (
+    AsyncInSyncError,
+    BlockingCallError,
+    EffectOutsideWorkflowError,
+    NoEngineError,
+)
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -74,13 +87,38 @@ class Host(Protocol):
     ) -> Any: ...
 
 
-def _call(fn: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> Outcome:
+def _call(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    scope: StepScope | None = None,
+) -> Outcome:
     began = time.perf_counter()
+    token = current_step.set(scope) if scope is not None else None
     try:
         value = fn(*args, **kwargs)
     except Exception as exc:
         return Outcome(None, exc, time.perf_counter() - began)
+    finally:
+        if token is not None:
+            current_step.reset(token)
+    if inspect.isawaitable(value):
+        return Outcome(None, _awaitable_in_sync_code(fn, value), time.perf_counter() - began)
     return Outcome(value, None, time.perf_counter() - began)
+
+
+def _awaitable_in_sync_code(fn: Callable[..., Any], value: Any) -> AsyncInSyncError:
+    """A sync workflow or step that handed back an awaitable (an async step or workflow
+    called without `await`, which a sync function cannot do)."""
+    close = getattr(value, "close", None)
+    if callable(close):
+        close()  # a coroutine never awaited: no RuntimeWarning at exit on top of this
+    name = getattr(fn, "__qualname__", repr(fn))
+    return AsyncInSyncError(
+        f"{name!r} returned an awaitable ({type(value).__qualname__}): a sync workflow or "
+        "step cannot await an async step, workflow or function; make the caller "
+        "`async def` and `await` the call"
+    )
 
 
 class _AppTransaction:
@@ -126,7 +164,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
                 if kind is Execute:
                     value = db.run_on(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
                 elif kind is Call:
-                    value = _call(op.fn, op.args, op.kwargs)  # type: ignore[union-attr]
+                    value = _call(op.fn, op.args, op.kwargs, op.scope)  # type: ignore[union-attr]
                 elif kind is Atomic:
                     value = db.all_or_nothing(conn, op.statements)  # type: ignore[union-attr]
                 elif kind is WriteSteps:
@@ -148,7 +186,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
                     value = db.app_run(app.conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
                 elif kind is AppCall:
                     assert app is not None
-                    value = _call(op.fn, (app.conn, *op.args), op.kwargs)  # type: ignore[union-attr]
+                    value = _call(op.fn, (app.conn, *op.args), op.kwargs, op.scope)  # type: ignore[union-attr]
                 elif kind is AppEnd:
                     if app is not None:
                         ending, app = app, None
@@ -192,22 +230,37 @@ def _execute(
     host: Host, run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Any:
     run_token = current_run.set(run)
+    step_token = current_step.set(None)  # a workflow started inside a step is its own run
     engine_token = current_engine.set(host.active)
     try:
         return drive(run, protocol.workflow(run, defn, args, kwargs))
     finally:
         current_run.reset(run_token)
+        current_step.reset(step_token)
         current_engine.reset(engine_token)
 
 
 # -- entry points of the decorators ------------------------------------------------------------
 
 
+def sync_run(what: str) -> Run | None:
+    """The sync run whose workflow code is calling, None outside one. From an async
+    workflow this would block its event loop: BlockingCallError, with the fix."""
+    run = workflow_code_run()
+    if run is not None and run.is_async:
+        raise BlockingCallError(
+            f"{what} is a plain def called from async workflow {run.name!r}, where it would "
+            "block the event loop: write `await durable.to_thread(fn, ...)`"
+        )
+    return run
+
+
 def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    run = current_run.get()
-    if run is not None and not run.in_step:
+    run = sync_run(f"workflow {defn.name!r}")
+    if run is not None:
         return drive(run, protocol.child(run, defn, args, kwargs))
-    engine = run.host.active if run is not None else current_engine.get()
+    outer = current_run.get()
+    engine = outer.host.active if outer is not None else current_engine.get()
     if engine is None:
         raise NoEngineError(
             f"workflow {defn.name!r} was called with no active engine: wrap the call in "
@@ -217,16 +270,17 @@ def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, A
 
 
 def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    run = current_run.get()
-    if run is None or run.in_step:
+    run = sync_run(f"step {defn.name!r}")
+    if run is None:
         return defn.fn(*args, **kwargs)
     return drive(run, protocol.step(run, defn, args, kwargs))
 
 
 def call_transaction(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    run = current_run.get()
-    if run is None or run.in_step:
-        engine = run.host.active if run is not None else current_engine.get()
+    run = sync_run(f"transaction {defn.name!r}")
+    if run is None:
+        outer = current_run.get()
+        engine = outer.host.active if outer is not None else current_engine.get()
         if engine is None:
             raise NoEngineError(
                 f"transaction {defn.name!r} needs a database connection: call it inside "
@@ -239,8 +293,8 @@ def call_transaction(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, An
 
 def call_effect(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     """Run an effect exactly once per workflow position (or per user key), write-ahead."""
-    run = current_run.get()
-    if run is None or run.in_step:
+    run = sync_run(f"effect {defn.name!r}")
+    if run is None:
         if "idempotency_key" not in kwargs:
             raise EffectOutsideWorkflowError(
                 f"effect {defn.name!r} was called outside a workflow without a key: call it "
@@ -252,9 +306,15 @@ def call_effect(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -
 
 def workflow_run(what: str) -> Run:
     """The run of the calling workflow function (not of a step), or NoEngineError."""
-    run = current_run.get()
-    if run is None or run.in_step:
+    run = workflow_code_run()
+    if run is None:
         raise NoEngineError(f"{what} must be called from a workflow (not a step)")
+    if run.is_async:
+        twin = what.replace("()", "_async()")
+        raise BlockingCallError(
+            f"{what} would block the event loop of async workflow {run.name!r}: "
+            f"write `await {twin}`"
+        )
     return run
 
 

@@ -11,6 +11,7 @@ Worker loop (`_recovery.py`: LISTEN, claims, schedules, retention) beside the He
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextvars
 import json
@@ -19,17 +20,19 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from durable import _protocol as protocol
-from durable._client import Client, WorkflowHandle, libpq_url, place_child
+from durable._async_host import AsyncHosts
+from durable._client import AsyncWorkflowHandle, Client, WorkflowHandle, libpq_url, place_child
 from durable._clock import Clock
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_def
 from durable._driver import drive
+from durable._driver_async import drive_async
 from durable._queues import Queue
 from durable._recovery import Heartbeat, Worker
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
@@ -42,6 +45,7 @@ from durable.serialization import Serializer
 
 if TYPE_CHECKING:
     import sqlalchemy
+    import sqlalchemy.ext.asyncio
 
 logger = logging.getLogger("durable.engine")
 
@@ -64,7 +68,7 @@ _KEEP_IDLE = 0.25
 P = ParamSpec("P")
 R = TypeVar("R")
 
-__all__ = ["Engine", "WorkflowHandle"]
+__all__ = ["AsyncWorkflowHandle", "Engine", "WorkflowHandle"]
 
 
 class Engine(Client):
@@ -197,6 +201,9 @@ class Engine(Client):
             # The runner first: a bad application database URL must fail the launch before
             # this executor is registered (nothing is left behind).
             self.runner.open(db)
+            self.runner.async_side = AsyncHosts(
+                self.runner, max(4, self.max_workers), self.connect_timeout
+            )
             if self._explicit_id:
                 self._refuse_a_live_twin(db)
                 # The same identity as a process that crashed: its runs are ours to retake.
@@ -307,6 +314,34 @@ class Engine(Client):
             self._engine_token = None
         self.shutdown(wait=exc_type is None or issubclass(exc_type, Exception))
 
+    async def __aenter__(self) -> Engine:
+        """`async with durable.Engine(...)`: launched (in a worker thread, not blocking the
+        loop), the current engine of this task, and this loop's connections opened."""
+        await asyncio.to_thread(self.launch)
+        self._engine_token = current_engine.set(self)
+        await self._hosts().here()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if self._engine_token is not None:
+            current_engine.reset(self._engine_token)
+            self._engine_token = None
+        wait = exc_type is None or issubclass(exc_type, Exception)
+        if self.runner.async_side is not None:
+            await self._hosts().close_here(wait, self.grace_seconds)
+        await asyncio.to_thread(self.shutdown, wait)
+
+    def _hosts(self) -> AsyncHosts:
+        hosts = self.runner.async_side
+        if not isinstance(hosts, AsyncHosts):
+            raise EngineNotRunningError()
+        return hosts
+
     def crash_point(self, name: str) -> None:
         """SIGKILL this process at `name` if DURABLE_CRASH_POINTS arms it (crash tests)."""
         self.runner.crash_point(name)
@@ -353,6 +388,67 @@ class Engine(Client):
         if run is not None and parent is not None:
             drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
         return self.handle(workflow_id, future)
+
+    async def start_async(
+        self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncWorkflowHandle:
+        """Start `fn(*args, **kwargs)` as a workflow from async code; see start().
+
+        An async def workflow runs as a task on the calling event loop (its steps may use
+        what the application made on it); a sync one on this engine's threads. Returns once
+        the workflow is recorded; `await handle.result()` waits without blocking the loop.
+        Inside an async workflow the start is journaled as a child."""
+        workflow_id = self._workflow_id(kwargs)
+        defn = workflow_def(fn)
+        self._ensure_running()
+        run, parent, workflow_id, journaled = place_child(defn, workflow_id)
+        if journaled:
+            return AsyncWorkflowHandle(self, workflow_id)
+        hosts = self._hosts()
+        host = await hosts.here()
+        runner = self.runner
+        inputs = self.encode_inputs(defn, args, kwargs)
+        created = await asyncio.to_thread(runner.insert, defn, workflow_id, inputs, parent)
+        waiter: asyncio.Future[Any] | None = None
+        runner.remember(workflow_id)
+        if defn.is_async:
+            hosts.home(workflow_id, host)  # if it waits, it resumes on this loop
+        if created is not None:
+            run_args, run_kwargs = self.decode_inputs(inputs, defn)  # what a replay will see
+            claimed = created._replace(args=run_args, kwargs=run_kwargs)
+            if defn.is_async:
+                waiter = host.spawn(claimed)
+            else:
+                waiter = asyncio.wrap_future(runner.submit(claimed))
+        else:
+            info = await asyncio.to_thread(self.existing, defn, workflow_id)
+            if info.status.is_terminal:
+                runner.forget([workflow_id])
+            else:
+                future = await asyncio.to_thread(runner.submit_claim, workflow_id)
+                waiter = None if future is None else asyncio.wrap_future(future)
+        if run is not None and parent is not None:
+            await drive_async(
+                run, protocol.record_child_started(run, parent[1], defn.name, workflow_id)
+            )
+        return AsyncWorkflowHandle(self, workflow_id, waiter)
+
+    async def run_direct_async(
+        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """An async workflow awaited as a function inside `async with engine:`: run here."""
+        self._ensure_running()
+        host = await self._hosts().here()
+        return await host.run_here(defn, str(uuid.uuid4()), args, kwargs, None)
+
+    @asynccontextmanager
+    async def app_connection_async(
+        self, isolation_level: str | None = None
+    ) -> AsyncIterator[sqlalchemy.ext.asyncio.AsyncConnection]:
+        """A SQLAlchemy AsyncConnection to the application database (on this loop)."""
+        host = await self._hosts().here()
+        async with host.app_connection(isolation_level) as conn:
+            yield conn
 
     def enqueue(
         self, queue: Queue, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs

@@ -110,13 +110,31 @@ class AwaitWriter:
 
 
 @dataclass(slots=True)
+class StepScope:
+    """A step whose user code is running: the driver makes it the current step (a context
+    variable) for the call, so decorated calls inside it are plain calls, and what the
+    code charges is counted for this step alone (parallel steps of one run charge apart).
+    `charging`: durable.charge() is allowed (steps and tools)."""
+
+    name: str
+    charging: bool = False
+    dollars: Decimal = Decimal(0)
+    tokens: int = 0
+
+
+@dataclass(slots=True)
 class Call:
     """Call user code; sends back an Outcome (the driver catches Exception, and throws
-    anything else, such as a suspension or a KeyboardInterrupt, into the generator)."""
+    anything else, such as a suspension or a KeyboardInterrupt, into the generator).
+    `scope`: the step the code runs as (None: the workflow's own body, a compensation or
+    a reconcile function). `timeout`: an attempt running longer is cancelled and fails
+    with StepTimeoutError (async code only)."""
 
     fn: Callable[..., Any]
     args: Sequence[Any]
     kwargs: Mapping[str, Any]
+    scope: StepScope | None = None
+    timeout: float | None = None
 
 
 @dataclass(slots=True)
@@ -161,6 +179,7 @@ class AppCall:
     fn: Callable[..., Any]
     args: Sequence[Any]
     kwargs: Mapping[str, Any]
+    scope: StepScope | None = None
 
 
 @dataclass(slots=True)
@@ -287,7 +306,8 @@ class Run:
     # it before, so lookups of half-finished work (an app-side transaction record, an
     # effect's intent) are skipped. A claimed run, even with an empty journal, looks.
     first_run: bool = False
-    in_step: bool = False
+    # An async def workflow, run by the async driver on an event loop.
+    is_async: bool = False
     # Exit mode: step records not yet written.
     pending: list[dict[str, Any]] = field(default_factory=list)
     # Undo actions of applied effects, in the order they were registered (a saga). Rebuilt
@@ -302,13 +322,9 @@ class Run:
     deadline: dt.datetime | None = None
     cancel_reason: str | None = None
     stopping: bool = False
-    # The budget this run draws from (its root's id), the run's copy of that ledger, and
-    # what the step now executing has charged so far.
+    # The budget this run draws from (its root's id) and the run's copy of that ledger.
     budget_id: str | None = None
     ledger: Ledger | None = None
-    charging: bool = False
-    step_dollars: Decimal = Decimal(0)
-    step_tokens: int = 0
     # The working state (durable.state) and the conversation turns, as of this point of
     # the run: rebuilt by replay, since every update is a journaled call.
     state: str | None = None
@@ -528,16 +544,12 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
         )
     settings.crash_point("before_step")
     started = settings.clock.now()
-    run.step_dollars, run.step_tokens = Decimal(0), 0
+    scope = StepScope(defn.name, charging=True)
     attempt = 0
     elapsed = 0.0
     while True:
         attempt += 1
-        run.in_step = run.charging = True
-        try:
-            outcome: Outcome = yield Call(defn.fn, args, kwargs)
-        finally:
-            run.in_step = run.charging = False
+        outcome: Outcome = yield Call(defn.fn, args, kwargs, scope, defn.timeout)
         elapsed += outcome.seconds
         exc = outcome.error
         if exc is None:
@@ -556,12 +568,14 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
             elapsed += delay
             continue
         yield from _record_call(
-            run, seq, defn, None, encode_error(exc), attempt, started, arguments, elapsed
+            run, seq, defn, scope, None, encode_error(exc), attempt, started, arguments, elapsed
         )
         raise exc
     output, value = run.keep(outcome.value, f"the output of step {defn.name!r}", defn.fn)
     settings.crash_point("before_step_record")
-    yield from _record_call(run, seq, defn, output, None, attempt, started, arguments, elapsed)
+    yield from _record_call(
+        run, seq, defn, scope, output, None, attempt, started, arguments, elapsed
+    )
     settings.crash_point("after_step_record")
     return value
 
@@ -570,6 +584,7 @@ def _record_call(
     run: Run,
     seq: int,
     defn: StepDef,
+    scope: StepScope,
     output: str | None,
     error: str | None,
     attempts: int,
@@ -582,7 +597,7 @@ def _record_call(
     A plain step of an unbudgeted run is an ordinary (lazy) record. Otherwise the journal
     row, the charge, the tool call and the budget's new totals are one fenced statement:
     a crash keeps all of them or none, so a charge is never lost nor counted twice."""
-    charged = bool(run.step_dollars or run.step_tokens)
+    charged = bool(scope.dollars or scope.tokens)
     if run.budget_id is None and arguments is None and not charged:
         yield from record(
             run, seq, defn.name, defn.kind, output, error, attempts, started, lazy=True
@@ -602,15 +617,15 @@ def _record_call(
             "attempts": attempts,
             "started_at": started,
             "budget_id": run.budget_id,
-            "dollars": run.step_dollars,
-            "tokens": run.step_tokens,
+            "dollars": scope.dollars,
+            "tokens": scope.tokens,
             "steps": 1 if run.budget_id is not None else 0,
             "arguments": arguments,
             "latency_ms": seconds * 1000.0,
         },
         "one",
     )
-    run.step_dollars, run.step_tokens = Decimal(0), 0
+    scope.dollars, scope.tokens = Decimal(0), 0
     if row is None or not row["written"]:
         raise StaleOwnerError(run.workflow_id, run.epoch)
     if row["budget_id"] is not None:
@@ -667,11 +682,7 @@ def transaction(
                     raise NondeterminismError(run.workflow_id, seq, row["step_name"], defn.name)
                 adopted = row["output"]
         if adopted is None:
-            run.in_step = True
-            try:
-                outcome: Outcome = yield AppCall(defn.fn, args, kwargs)
-            finally:
-                run.in_step = False
+            outcome: Outcome = yield AppCall(defn.fn, args, kwargs, StepScope(defn.name))
             if outcome.error is not None:
                 raise outcome.error
             params["output"], value = run.keep(
@@ -1010,11 +1021,7 @@ def _apply_effect(
         attempt += 1
         _fenced((yield Execute("effect_pending", {**ids, "epoch": run.epoch})), run)
         settings.crash_point("effect_after_pending")
-        run.in_step = True
-        try:
-            outcome: Outcome = yield Call(defn.fn, args, call_kwargs)
-        finally:
-            run.in_step = False
+        outcome: Outcome = yield Call(defn.fn, args, call_kwargs, StepScope(defn.name))
         exc = outcome.error
         if exc is None:
             break
@@ -1199,17 +1206,18 @@ def budget_gate(run: Run, seq: int, step_name: str) -> Gen[None]:
     # Approved: a person let this step run (usually after raising the budget).
 
 
-def charge(run: Run, dollars: Decimal, tokens: int) -> None:
-    run.step_dollars += dollars
-    run.step_tokens += tokens
+def charge(scope: StepScope, dollars: Decimal, tokens: int) -> None:
+    scope.dollars += dollars
+    scope.tokens += tokens
 
 
-def budget_left(run: Run) -> Budget:
+def budget_left(run: Run, scope: StepScope | None = None) -> Budget:
+    """What the ledger still allows, less what the step now running has charged."""
     ledger = run.ledger
     if ledger is None:
         return Budget()
-    spent_dollars = ledger.spent_dollars + run.step_dollars
-    spent_tokens = ledger.spent_tokens + run.step_tokens
+    spent_dollars = ledger.spent_dollars + (scope.dollars if scope is not None else 0)
+    spent_tokens = ledger.spent_tokens + (scope.tokens if scope is not None else 0)
     return Budget(
         dollars=None
         if ledger.limit_dollars is None

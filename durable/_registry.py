@@ -7,6 +7,7 @@ that wants isolation (tests, plugins) passes its own `Registry` to decorators an
 
 from __future__ import annotations
 
+import inspect
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,6 +32,11 @@ class WorkflowDef:
     # Limits of the workflow tree's budget ledger, or None.
     budget: Budget | None = None
 
+    @property
+    def is_async(self) -> bool:
+        """An `async def` workflow: it runs on an event loop, under the async driver."""
+        return inspect.iscoroutinefunction(self.fn)
+
 
 @dataclass(frozen=True)
 class StepDef:
@@ -42,6 +48,12 @@ class StepDef:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     isolation_level: str | None = None
     effect: EffectOptions | None = None
+    # Seconds an attempt of an async step may run before it is cancelled (None: no limit).
+    timeout: float | None = None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.fn)
 
 
 @dataclass(frozen=True)

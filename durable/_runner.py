@@ -16,9 +16,9 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import psycopg
 
@@ -101,6 +101,27 @@ class Claimed(NamedTuple):
     first_run: bool = False
 
 
+class AsyncSide(Protocol):
+    """Where async def workflows run (`_async_host.AsyncHosts`): event loops, not threads."""
+
+    def submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]: ...
+
+    def run_here(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        parent: tuple[str, int] | None,
+    ) -> Any: ...
+
+    def interrupt(self, workflow_ids: Iterable[str]) -> None: ...
+
+    def forget(self, workflow_ids: Iterable[str]) -> None: ...
+
+    def close(self, wait: bool, grace_seconds: float) -> None: ...
+
+
 class Runner:
     """Claims and runs workflows for one engine (see module docstring)."""
 
@@ -113,6 +134,11 @@ class Runner:
         self._app_engine: sqlalchemy.Engine | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._futures: set[concurrent.futures.Future[Any]] = set()
+        # Async workflows running on an event loop: they hold no thread of the pool, so
+        # they do not count against max_workers (see max_async).
+        self._async_futures: set[concurrent.futures.Future[Any]] = set()
+        self.async_side: AsyncSide | None = None
+        self.app_url = ""
         self._lock = threading.Lock()
         self._interrupted: set[tuple[str, int]] = set()
         self.slot_freed = threading.Event()
@@ -121,11 +147,23 @@ class Runner:
         # workflow_id -> (epoch, reason), for the runs this executor owns that were asked
         # to stop; replaced whole by the heartbeat thread, read (one dict lookup) at each
         # new step. The epoch keeps a request from outliving the run it was made to.
-        self.cancel_requests: dict[str, tuple[int, str]] = {}
+        self._cancel_requests: dict[str, tuple[int, str]] = {}
         self.settings: Settings | None = None
         # Workflows this engine started (or enqueued) and has not seen finish: an engine
         # that is not a worker still resumes these when they wait (see Engine._keep).
         self._own: set[str] = set()
+
+    @property
+    def cancel_requests(self) -> dict[str, tuple[int, str]]:
+        return self._cancel_requests
+
+    @cancel_requests.setter
+    def cancel_requests(self, requests: dict[str, tuple[int, str]]) -> None:
+        """Replace the requests; async steps of newly asked runs are cancelled at once."""
+        new = [wid for wid, asked in requests.items() if self._cancel_requests.get(wid) != asked]
+        self._cancel_requests = requests
+        if new and self.async_side is not None:
+            self.async_side.interrupt(new)
 
     def remember(self, workflow_id: str) -> None:
         with self._lock:
@@ -138,6 +176,8 @@ class Runner:
     def forget(self, workflow_ids: list[str]) -> None:
         with self._lock:
             self._own.difference_update(workflow_ids)
+        if self.async_side is not None:
+            self.async_side.forget(workflow_ids)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -156,6 +196,7 @@ class Runner:
         self.writer = AsyncWriter(db)
         app_url = engine.app_database_url or engine.database_url
         check_url(app_url)
+        self.app_url = app_url
         self.app_is_system_db = engine.app_database_url is None or same_database(
             app_url, engine.database_url
         )
@@ -196,6 +237,8 @@ class Runner:
         """Stop running: with `wait`, give running workflows up to `grace_seconds` to
         finish; never longer (what is still running is released by the engine and fenced
         off by the next claim's epoch)."""
+        if self.async_side is not None:
+            self.async_side.close(wait, grace_seconds)
         if self._pool is not None:
             if wait:
                 with self._lock:
@@ -287,33 +330,49 @@ class Runner:
                 logger.warning("could not give up workflow %s", claimed.workflow_id)
             raise
 
+    @contextmanager
+    def outcome_of(self, workflow_id: str, epoch: int) -> Iterator[None]:
+        """What a run's end means to this executor, for both drivers: a suspension or a
+        lost claim ends it quietly (the with-block's caller then returns None), an outage
+        hands it back later, a failure is logged; a finished run is forgotten."""
+        try:
+            yield
+        except WorkflowSuspended:
+            return  # still this engine's to resume (if it started it)
+        except (StaleOwnerError, WorkflowCancelledError):
+            self.forget([workflow_id])
+            return
+        except DatabaseUnavailableError:
+            logger.warning("workflow %s interrupted by a database outage", workflow_id)
+            with self._lock:
+                self._interrupted.add((workflow_id, epoch))
+            raise
+        except BaseException as exc:
+            self.forget([workflow_id])
+            _log_failure(workflow_id, exc)
+            raise
+        self.forget([workflow_id])
+
     def submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]:
-        """Run a claimed workflow on the pool; the future holds its value (or error)."""
+        """Run a claimed workflow on the pool (an async one on an event loop); the future
+        holds its value (or error)."""
+        if claimed.defn.is_async:
+            if self.async_side is None:
+                raise EngineNotRunningError()
+            future = self.async_side.submit(claimed)
+            with self._lock:
+                self._async_futures.add(future)
+            future.add_done_callback(self._forget)
+            return future
         pool = self._pool
         if pool is None:
             raise EngineNotRunningError()
         context = contextvars.Context()
-        workflow_id, epoch = claimed.workflow_id, claimed.epoch
 
         def task() -> Any:
-            try:
-                value = context.run(self.execute, claimed)
-            except WorkflowSuspended:
-                return None  # still this engine's to resume (if it started it)
-            except (StaleOwnerError, WorkflowCancelledError):
-                self.forget([workflow_id])
-                return None
-            except DatabaseUnavailableError:
-                logger.warning("workflow %s interrupted by a database outage", workflow_id)
-                with self._lock:
-                    self._interrupted.add((workflow_id, epoch))
-                raise
-            except BaseException as exc:
-                self.forget([workflow_id])
-                _log_failure(workflow_id, exc)
-                raise
-            self.forget([workflow_id])
-            return value
+            with self.outcome_of(claimed.workflow_id, claimed.epoch):
+                return context.run(self.execute, claimed)
+            return None
 
         future = pool.submit(task)
         with self._lock:
@@ -324,11 +383,17 @@ class Runner:
     def _forget(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
             self._futures.discard(future)
+            self._async_futures.discard(future)
         self.slot_freed.set()
 
     def running_count(self) -> int:
+        """Workflows running on this executor's threads (async ones hold none)."""
         with self._lock:
             return len(self._futures)
+
+    def async_running_count(self) -> int:
+        with self._lock:
+            return len(self._async_futures)
 
     def release_interrupted(self) -> int:
         """Hand back workflows whose run was cut off by a database outage; returns how many
@@ -562,7 +627,12 @@ class Runner:
         kwargs: Mapping[str, Any],
         parent: tuple[str, int] | None,
     ) -> Any:
-        """Run (or resume, or wait for) workflow `workflow_id` in the calling thread."""
+        """Run (or resume, or wait for) workflow `workflow_id` in the calling thread (an
+        async one on the engine's event loop, waited for here)."""
+        if defn.is_async:
+            if self.async_side is None:
+                raise EngineNotRunningError()
+            return self.async_side.run_here(defn, workflow_id, args, kwargs, parent)
         engine = self.engine
         inputs = engine.encode_inputs(defn, args, kwargs)
         created = self.insert(defn, workflow_id, inputs, parent)

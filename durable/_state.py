@@ -16,20 +16,27 @@ from __future__ import annotations
 from typing import Any
 
 from durable import _protocol as protocol
-from durable._context import current_run
+from durable._context import current_run, current_step
 from durable._driver import drive
+from durable._driver_async import drive_async
 from durable._protocol import Run
-from durable.errors import NotInWorkflowError
+from durable.errors import AsyncInSyncError, BlockingCallError, NotInWorkflowError
 
 
-def _workflow_run(what: str) -> Run:
+def _workflow_run(what: str, *, is_async: bool = False) -> Run:
     run = current_run.get()
-    if run is None or run.in_step:
+    if run is None or current_step.get() is not None:
         where = "inside a step" if run is not None else "outside a workflow"
         raise NotInWorkflowError(
             f"{what} was called {where}: call it from the @durable.workflow function itself, "
             "where each call is journaled at its position (a step's work is journaled as "
             "its output)"
+        )
+    if run.is_async != is_async:
+        other = what.replace("()", "_async()") if run.is_async else what.replace("_async", "")
+        raise (BlockingCallError if run.is_async else AsyncInSyncError)(
+            f"{what} in {'an async' if run.is_async else 'a plain-def'} workflow "
+            f"({run.name!r}): use `{'await ' if run.is_async else ''}{other}`"
         )
     return run
 
@@ -60,13 +67,25 @@ class State:
 
     def update(self, **changes: Any) -> None:
         """Merge `changes` into a dict state (an empty dict if there is none yet)."""
+        self.set(self._merged(changes))
+
+    async def set_async(self, value: Any) -> None:
+        """set(), awaited in an async workflow."""
+        run = _workflow_run("durable.state.set_async()", is_async=True)
+        await drive_async(run, protocol.set_state(run, value))
+
+    async def update_async(self, **changes: Any) -> None:
+        """update(), awaited in an async workflow."""
+        await self.set_async(self._merged(changes))
+
+    def _merged(self, changes: dict[str, Any]) -> dict[str, Any]:
         current = self.get({})
         if not isinstance(current, dict):
             raise TypeError(
                 f"durable.state.update() merges into a dict, but the state is a "
                 f"{type(current).__name__}: use durable.state.set(value)"
             )
-        self.set({**current, **changes})
+        return {**current, **changes}
 
 
 state = State()
@@ -78,9 +97,19 @@ def append_turn(role: str, content: Any) -> None:
     One journal row per turn: a thousand turns are a thousand small rows, not a thousand
     copies of a growing transcript. `durable.conversation()` returns the turns so far."""
     run = _workflow_run("durable.append_turn()")
+    drive(run, protocol.append_turn(run, _role(role), content))
+
+
+async def append_turn_async(role: str, content: Any) -> None:
+    """append_turn(), awaited in an async workflow."""
+    run = _workflow_run("durable.append_turn_async()", is_async=True)
+    await drive_async(run, protocol.append_turn(run, _role(role), content))
+
+
+def _role(role: str) -> str:
     if not isinstance(role, str) or not role:
         raise TypeError(f"role={role!r}: give a non-empty string such as 'user' or 'assistant'")
-    drive(run, protocol.append_turn(run, role, content))
+    return role
 
 
 def conversation() -> list[dict[str, Any]]:

@@ -15,8 +15,8 @@ import os
 import re
 import socket
 import threading
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator, Sequence
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, cast
@@ -24,13 +24,14 @@ from typing import TYPE_CHECKING, Any, cast
 import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
-from psycopg_pool import ConnectionPool, PoolTimeout
+from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from durable import _migrate
 from durable.errors import ConfigurationError, DatabaseUnavailableError, StatementError
 
 if TYPE_CHECKING:
     import sqlalchemy
+    import sqlalchemy.ext.asyncio
 
     from durable._clock import Clock
 
@@ -299,17 +300,7 @@ class SystemDB:
     ) -> list[str]:
         """Journal many step records in one statement; returns the workflow id of each row
         written (rows of runs that lost ownership are refused by the fence)."""
-        params = {
-            "workflow_ids": [r["workflow_id"] for r in rows],
-            "epochs": [r["epoch"] for r in rows],
-            "seqs": [r["step_seq"] for r in rows],
-            "names": [r["step_name"] for r in rows],
-            "kinds": [r["kind"] for r in rows],
-            "outputs": [r["output"] for r in rows],
-            "errors": [r["error"] for r in rows],
-            "attempts": [r["attempts"] for r in rows],
-            "started": [r["started_at"] for r in rows],
-        }
+        params = _steps_params(rows)
         query = self._queries["record_steps"]
         with self._translate("record_steps"):
             if conn is not None:
@@ -321,11 +312,118 @@ class SystemDB:
                 self.counters.statements += 1
                 return [str(r[0]) for r in cur.fetchall()]
 
+    # -- the async driver's side: the same statements on psycopg's AsyncConnection ------------
+
+    def async_pool(self, max_size: int) -> AsyncConnectionPool:
+        """A pool for one event loop (opened, used and closed on that loop)."""
+        return AsyncConnectionPool(
+            self.url,
+            min_size=1,
+            max_size=max_size,
+            kwargs={"autocommit": True},
+            open=False,
+            name="durable-async-pool",
+        )
+
+    @asynccontextmanager
+    async def async_connection(
+        self, pool: AsyncConnectionPool
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        try:
+            async with pool.connection() as conn:
+                if self._fake_clock is not None:
+                    await conn.execute(
+                        "SELECT set_config('durable.fake_now', %s, false)",
+                        [self._fake_clock.now().isoformat()],
+                    )
+                yield conn
+        except PoolTimeout as exc:
+            raise translate("checkout", exc) from exc
+
+    async def run_on_async(
+        self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any], fetch: str
+    ) -> Any:
+        """run_on, awaited."""
+        query = self._queries[name]
+        try:
+            if fetch == "count":
+                cur = await conn.execute(query, params)
+                self.counters.statements += 1
+                return cur.rowcount
+            async with conn.cursor(row_factory=dict_row) as dcur:
+                await dcur.execute(query, params)
+                self.counters.statements += 1
+                return await (dcur.fetchone() if fetch == "one" else dcur.fetchall())
+        except psycopg.Error as exc:
+            raise translate(name, exc) from exc
+
+    async def all_or_nothing_async(
+        self, conn: psycopg.AsyncConnection[Any], ops: Sequence[tuple[str, dict[str, Any]]]
+    ) -> bool:
+        """all_or_nothing, awaited."""
+
+        class _Refused(Exception):
+            pass
+
+        try:
+            async with conn.transaction():
+                for name, params in ops:
+                    cur = await conn.execute(self._queries[name], params)
+                    self.counters.statements += 1
+                    if cur.rowcount == 0:
+                        raise _Refused
+        except _Refused:
+            return False
+        except psycopg.Error as exc:
+            raise translate(ops[0][0], exc) from exc
+        return True
+
+    async def write_steps_async(
+        self, conn: psycopg.AsyncConnection[Any], rows: Sequence[dict[str, Any]]
+    ) -> list[str]:
+        """write_steps, awaited."""
+        try:
+            cur = await conn.execute(self._queries["record_steps"], _steps_params(rows))
+            self.counters.statements += 1
+            return [str(r[0]) for r in await cur.fetchall()]
+        except psycopg.Error as exc:
+            raise translate("record_steps", exc) from exc
+
+    async def app_run_async(
+        self,
+        conn: sqlalchemy.ext.asyncio.AsyncConnection,
+        name: str,
+        params: dict[str, Any],
+        fetch: str,
+    ) -> Any:
+        """app_run, awaited (a SQLAlchemy AsyncConnection)."""
+        result = await conn.exec_driver_sql(self.statement(name), params)
+        self.counters.statements += 1
+        if fetch == "count":
+            return result.rowcount
+        rows = [dict(r._mapping) for r in result]
+        return (rows[0] if rows else None) if fetch == "one" else rows
+
     def listen_connection(self, channel: str) -> psycopg.Connection[Any]:
         """A dedicated autocommit connection LISTENing on `channel` (not from the pool)."""
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         return conn
+
+
+def _steps_params(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+    """Step records as the column arrays `record_steps` unnests."""
+    return {
+        "workflow_ids": [r["workflow_id"] for r in rows],
+        "epochs": [r["epoch"] for r in rows],
+        "seqs": [r["step_seq"] for r in rows],
+        "names": [r["step_name"] for r in rows],
+        "kinds": [r["kind"] for r in rows],
+        "outputs": [r["output"] for r in rows],
+        "errors": [r["error"] for r in rows],
+        "attempts": [r["attempts"] for r in rows],
+        "started": [r["started_at"] for r in rows],
+    }
 
 
 # SQLSTATEs that mean "the server is going away or not taking connections": an outage.

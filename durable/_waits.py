@@ -17,11 +17,22 @@ from typing import Any
 
 from durable import _protocol as protocol
 from durable._driver import drive, workflow_run
+from durable._driver_async import drive_async, workflow_run_async
 from durable._models import Decision
 from durable._names import check_name
 from durable.errors import InvalidWaitError
 
-__all__ = ["Decision", "approval", "recv", "set_event", "sleep"]
+__all__ = [
+    "Decision",
+    "approval",
+    "approval_async",
+    "recv",
+    "recv_async",
+    "set_event",
+    "set_event_async",
+    "sleep",
+    "sleep_async",
+]
 
 
 # The longest wait accepted (100 years): beyond it a wake-up time overflows.
@@ -85,3 +96,44 @@ def set_event(key: str, value: Any) -> None:
     check_name("key", key)
     run = workflow_run("durable.set_event()")
     drive(run, protocol.set_event(run, key, value))
+
+
+# -- the same waits in async workflows: awaited, holding no thread --------------------------------
+
+
+async def approval_async(
+    name: str,
+    payload: Any = None,
+    *,
+    timeout: float | dt.timedelta | None = None,
+    default: bool = False,
+) -> Decision:
+    """approval(), awaited in an async workflow."""
+    check_name("name", name)
+    seconds = None if timeout is None else _seconds(timeout, "timeout")
+    run = workflow_run_async("durable.approval_async()")
+    gen = protocol.approval(run, name, payload, timeout=seconds, default=default)
+    return await drive_async(run, gen)
+
+
+async def sleep_async(seconds: float | dt.timedelta) -> None:
+    """sleep(), awaited in an async workflow: a long sleep ends the workflow's task (no
+    thread, no connection) until a worker resumes it when it is due."""
+    duration = _seconds(seconds, "seconds")
+    run = workflow_run_async("durable.sleep_async()")
+    await drive_async(run, protocol.sleep(run, duration))
+
+
+async def recv_async(topic: str | None = None, timeout: float | dt.timedelta | None = None) -> Any:
+    """recv(), awaited in an async workflow."""
+    check_name("topic", topic, optional=True)
+    run = workflow_run_async("durable.recv_async()")
+    seconds = None if timeout is None else _seconds(timeout, "timeout")
+    return await drive_async(run, protocol.recv(run, topic, seconds))
+
+
+async def set_event_async(key: str, value: Any) -> None:
+    """set_event(), awaited in an async workflow."""
+    check_name("key", key)
+    run = workflow_run_async("durable.set_event_async()")
+    await drive_async(run, protocol.set_event(run, key, value))

@@ -33,6 +33,9 @@ The tree::
     ├── NotInWorkflowError
     ├── BudgetExceededError
     ├── StepError
+    ├── StepTimeoutError (also a TimeoutError)
+    ├── AsyncInSyncError (also a TypeError)
+    ├── BlockingCallError (also a TypeError)
     ├── WorkflowFailedError
     ├── WorkflowCancelledError
     │   └── WorkflowTimeoutError
@@ -376,6 +379,31 @@ class StepError(DurableError):
         self.error_message = error_message
         self.traceback = traceback
         super().__init__(f"step {step_name!r} failed with {error_type}: {error_message}")
+
+
+class StepTimeoutError(DurableError, TimeoutError):
+    """An attempt of an async step ran past its `timeout` and was cancelled (it counts as a
+    failed attempt, retried under the step's policy): raise the timeout or make the step
+    faster."""
+
+    def __init__(self, step_name: str, timeout: float) -> None:
+        self.step_name = step_name
+        self.timeout = timeout
+        super().__init__(
+            f"step {step_name!r} ran longer than its timeout of {timeout:g} s and was "
+            "cancelled: raise @durable.step(timeout=...) or make the step faster"
+        )
+
+
+class AsyncInSyncError(DurableError, TypeError):
+    """Sync code met an async step or workflow: a plain `def` cannot await it. Make the
+    calling workflow `async def` and `await` the call."""
+
+
+class BlockingCallError(DurableError, TypeError):
+    """An async workflow called a sync step, workflow or wait directly, which would block its
+    event loop: `await durable.to_thread(fn, ...)` a sync step, and use the `_async`
+    twins of the waits (`await durable.sleep_async(...)`)."""
 
 
 class WorkflowFailedError(DurableError):

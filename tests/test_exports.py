@@ -3,6 +3,13 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "AsyncWorkflowHandle",
+    "append_turn_async",
+    "approval_async",
+    "recv_async",
+    "set_event_async",
+    "sleep_async",
+    "to_thread",
     "Budget",
     "Client",
     "budget_left",

@@ -130,7 +130,7 @@ def test_fresh_step_calls_then_records() -> None:
     script = Script()
     assert script.run(protocol.step(run, step_def(fetch), (7,), {})) == {"x": 7}
     call, write = script.ops
-    assert call == Call(fetch, (7,), {})
+    assert call == Call(fetch, (7,), {}, protocol.StepScope("fetch", charging=True))
     assert write == Execute(
         "record_step",
         {
@@ -149,18 +149,18 @@ def test_fresh_step_calls_then_records() -> None:
     )
 
 
-def test_the_call_runs_in_step_and_charging() -> None:
+def test_the_call_runs_as_a_charging_step_scope() -> None:
     run = make_run()
-    seen: list[tuple[bool, bool]] = []
+    seen: list[tuple[str, bool]] = []
 
     def answer(op: Any) -> Any:
         if isinstance(op, Call):
-            seen.append((run.in_step, run.charging))
+            assert op.scope is not None
+            seen.append((op.scope.name, op.scope.charging))
         return DEFAULT
 
     Script(answer).run(protocol.step(run, step_def(fetch), (), {}))
-    assert seen == [(True, True)]
-    assert (run.in_step, run.charging) == (False, False)
+    assert seen == [("fetch", True)]
 
 
 def test_fence_refusal_raises_stale_owner() -> None:
@@ -328,9 +328,12 @@ def test_charges_during_the_call_go_into_the_record_and_update_the_ledger() -> N
         limit_dollars="5", spent_dollars="1.5", spent_tokens=30, spent_steps=4, written=True
     )
 
+    scopes: list[Any] = []
+
     def answer(op: Any) -> Any:
         if isinstance(op, Call):
-            protocol.charge(run, Decimal("0.5"), 10)
+            scopes.append(op.scope)
+            protocol.charge(op.scope, Decimal("0.5"), 10)
             return Outcome("reply")
         return DEFAULT
 
@@ -341,7 +344,7 @@ def test_charges_during_the_call_go_into_the_record_and_update_the_ledger() -> N
     assert written["budget_id"] == WORKFLOW_ID
     assert written["arguments"] is None
     assert run.ledger == Ledger(WORKFLOW_ID, Decimal(5), None, None, Decimal("1.5"), 30, 4)
-    assert (run.step_dollars, run.step_tokens) == (Decimal(0), 0)
+    assert (scopes[0].dollars, scopes[0].tokens) == (Decimal(0), 0)
 
 
 def test_a_failed_attempt_charge_counts_after_the_retry() -> None:
@@ -351,7 +354,7 @@ def test_a_failed_attempt_charge_counts_after_the_retry() -> None:
     def answer(op: Any) -> Any:
         if isinstance(op, Call):
             calls["n"] += 1
-            protocol.charge(run, Decimal("0.25"), 5)
+            protocol.charge(op.scope, Decimal("0.25"), 5)
             return Outcome(error=ValueError("rate limited")) if calls["n"] == 1 else Outcome("ok")
         return DEFAULT
 

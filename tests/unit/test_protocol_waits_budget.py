@@ -194,8 +194,10 @@ def test_open_ledger_of_a_child_reads_its_roots_ledger() -> None:
 
 def test_budget_left_counts_the_running_steps_charges() -> None:
     run = make_run(ledger=ledger(limit_dollars="2", spent_dollars="0.5", limit_tokens=100))
-    protocol.charge(run, Decimal("0.25"), 40)
-    assert protocol.budget_left(run) == Budget(dollars=1.25, tokens=60, steps=None)
+    scope = protocol.StepScope("llm", charging=True)
+    protocol.charge(scope, Decimal("0.25"), 40)
+    assert protocol.budget_left(run, scope) == Budget(dollars=1.25, tokens=60, steps=None)
+    assert protocol.budget_left(run) == Budget(dollars=1.5, tokens=100, steps=None)
 
 
 # -- the budget gate ------------------------------------------------------------------------

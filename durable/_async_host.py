@@ -1,0 +1,380 @@
+"""Where async def workflows run: event loops, with a connection pool each.
+
+An async workflow started from an application's event loop (`await engine.start_async`)
+runs as a task on that loop, so its steps may use the clients the application made there.
+Recovered workflows, and async workflows reached from sync code, run on the engine's own
+loop: one thread with one event loop. Each loop has its own `AsyncHost`: a psycopg
+AsyncConnectionPool of the system database, SQLAlchemy's async engine for @transaction
+steps, and the tasks of the runs it holds. A waiting async workflow holds nothing: its
+task ends at the suspension, like a sync run's thread does.
+
+Claims, inserts and status reads are the Runner's, made in a worker thread; only the run
+itself (every journal read and write of its steps) is awaited here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+from durable._driver_async import execute_run_async
+from durable._protocol import Run
+from durable._runner import Claimed, Runner
+from durable.errors import (
+    EngineNotRunningError,
+    WorkflowInterrupted,
+    WorkflowSuspended,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+    import sqlalchemy.ext.asyncio
+    from psycopg_pool import AsyncConnectionPool
+
+    from durable._context import ActiveEngine
+    from durable._durability import AsyncWriter
+    from durable._registry import WorkflowDef
+    from durable._systemdb import SystemDB
+
+logger = logging.getLogger("durable.async")
+
+_POLL_MIN = 0.005
+_POLL_MAX = 0.25
+
+
+class AsyncHost:
+    """One event loop's side of a runner (see the module docstring)."""
+
+    def __init__(self, runner: Runner, loop: asyncio.AbstractEventLoop, pool_size: int) -> None:
+        self.runner = runner
+        self.loop = loop
+        self._pool: AsyncConnectionPool = runner.db.async_pool(pool_size)
+        self._pool_size = pool_size
+        self._app_engine: sqlalchemy.ext.asyncio.AsyncEngine | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        # Tasks now in an async step's user code, by workflow id, and those this host
+        # cancelled because their workflow was cancelled (told apart from a loop's own).
+        self._stepping: dict[str, set[asyncio.Task[Any]]] = {}
+        self._interrupted: set[asyncio.Task[Any]] = set()
+
+    async def open(self, timeout: float) -> None:
+        await self._pool.open(wait=True, timeout=timeout)
+
+    async def close(self, wait: bool, grace_seconds: float) -> None:
+        """Let the runs of this loop finish (up to `grace_seconds`), then close its pools.
+        What is still running is cancelled; its workflows are released at once."""
+        tasks = [t for t in self._tasks if not t.done()]
+        if tasks and wait:
+            _, pending = await asyncio.wait(tasks, timeout=grace_seconds)
+            tasks = list(pending)
+            if tasks:
+                logger.warning("%d async workflows still running; releasing them", len(tasks))
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=5)
+        if self._app_engine is not None:
+            await self._app_engine.dispose()
+            self._app_engine = None
+        await self._pool.close()
+
+    # -- what the async driver asks of its host ------------------------------------------------
+
+    @property
+    def db(self) -> SystemDB:
+        return self.runner.db
+
+    @property
+    def writer(self) -> AsyncWriter | None:
+        return self.runner.writer
+
+    @property
+    def active(self) -> ActiveEngine:
+        return self.runner.active
+
+    def connection(self) -> Any:
+        return self.db.async_connection(self._pool)
+
+    @asynccontextmanager
+    async def app_connection(
+        self, isolation_level: str | None = None
+    ) -> AsyncIterator[sqlalchemy.ext.asyncio.AsyncConnection]:
+        if self._app_engine is None:
+            self._app_engine = _async_app_engine(self.runner.app_url, self._pool_size)
+        async with self._app_engine.connect() as conn:
+            if isolation_level is not None:
+                conn = await conn.execution_options(isolation_level=isolation_level)
+            yield conn
+
+    def watch(self, run: Run, task: asyncio.Task[Any]) -> None:
+        self._stepping.setdefault(run.workflow_id, set()).add(task)
+
+    def unwatch(self, run: Run, task: asyncio.Task[Any]) -> bool:
+        """Stop watching `task`; True if this host cancelled it (its workflow's cancel)."""
+        tasks = self._stepping.get(run.workflow_id)
+        if tasks is not None:
+            tasks.discard(task)
+            if not tasks:
+                del self._stepping[run.workflow_id]
+        if task in self._interrupted:
+            self._interrupted.discard(task)
+            return True
+        return False
+
+    def interrupt(self, workflow_ids: Iterable[str]) -> None:
+        """Cancel the async steps now running for these workflows (on the loop's thread)."""
+        for workflow_id in workflow_ids:
+            for task in list(self._stepping.get(workflow_id, ())):
+                if not task.done():
+                    self._interrupted.add(task)
+                    task.cancel()
+
+    async def run_child(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        parent: tuple[str, int],
+    ) -> Any:
+        return await self.run_here(defn, workflow_id, args, kwargs, parent)
+
+    # -- runs ----------------------------------------------------------------------------------
+
+    async def execute(self, claimed: Claimed) -> Any:
+        """Run one claimed workflow on this loop (a sync one in a worker thread)."""
+        runner = self.runner
+        if not claimed.defn.is_async:
+            return await asyncio.to_thread(runner.execute, claimed)
+        run = runner.new_run(claimed)
+        run.is_async = True
+        try:
+            return await execute_run_async(self, run, claimed.defn, claimed.args, claimed.kwargs)
+        except (Exception, WorkflowSuspended, WorkflowInterrupted):
+            raise
+        except asyncio.CancelledError:
+            # The loop is shutting down under the run: hand the workflow back at once.
+            await _quietly(runner, "release_workflow", claimed)
+            raise
+        except BaseException:
+            await _quietly(runner, "abandon_workflow", claimed)  # as Runner.execute
+            raise
+
+    async def task(self, claimed: Claimed) -> Any:
+        """A claimed run as a task of its own: the Runner's bookkeeping of its end."""
+        with self.runner.outcome_of(claimed.workflow_id, claimed.epoch):
+            return await self.execute(claimed)
+        return None
+
+    def spawn(self, claimed: Claimed) -> asyncio.Task[Any]:
+        """Start a claimed run as a task of this loop, in a context of its own."""
+        task = self.loop.create_task(self.task(claimed), context=contextvars.Context())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
+
+    async def run_here(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        parent: tuple[str, int] | None,
+    ) -> Any:
+        """Run (or resume, or wait for) workflow `workflow_id` in this task."""
+        runner = self.runner
+        engine = runner.engine
+        inputs = engine.encode_inputs(defn, args, kwargs)
+        created = await asyncio.to_thread(runner.insert, defn, workflow_id, inputs, parent)
+        if created is not None:
+            args, kwargs = engine.decode_inputs(inputs, defn)  # what a replay will see
+            try:
+                return await self.execute(created._replace(args=args, kwargs=kwargs))
+            except WorkflowSuspended:
+                pass  # waits without holding anything; resumed below once it is runnable
+        await asyncio.to_thread(engine.existing, defn, workflow_id)
+        delay = _POLL_MIN
+        while True:
+            info = await asyncio.to_thread(engine.get_workflow, workflow_id)
+            if info.status.is_terminal:
+                return engine.outcome(workflow_id, info.status, info.output, info.error)
+            again = await asyncio.to_thread(runner.claim, workflow_id)
+            if again is not None:
+                try:
+                    return await self.execute(again)
+                except WorkflowSuspended:
+                    delay = _POLL_MIN
+                    continue
+            await asyncio.sleep(delay)
+            delay = min(_POLL_MAX, delay * 2)
+
+
+async def _quietly(runner: Runner, statement: str, claimed: Claimed) -> None:
+    params = {"workflow_id": claimed.workflow_id, "epoch": claimed.epoch}
+    try:
+        await asyncio.shield(asyncio.to_thread(runner.db.execute, statement, params))
+    except BaseException:
+        logger.warning("could not give up workflow %s", claimed.workflow_id)
+
+
+def _async_app_engine(url: str, pool_size: int) -> sqlalchemy.ext.asyncio.AsyncEngine:
+    """SQLAlchemy's async engine over psycopg, connecting with the URL as libpq reads it."""
+    import psycopg
+    from sqlalchemy.ext.asyncio import create_async_engine
+
+    async def connect() -> psycopg.AsyncConnection[Any]:
+        return await psycopg.AsyncConnection.connect(url)
+
+    return create_async_engine(
+        "postgresql+psycopg://", async_creator=connect, pool_size=pool_size, max_overflow=4
+    )
+
+
+class AsyncHosts:
+    """The event loops of one runner: the application's and the engine's own."""
+
+    def __init__(self, runner: Runner, pool_size: int, connect_timeout: float) -> None:
+        self.runner = runner
+        self.pool_size = pool_size
+        self.connect_timeout = connect_timeout
+        self._lock = threading.Lock()
+        self._hosts: dict[asyncio.AbstractEventLoop, AsyncHost] = {}
+        self._opening: dict[asyncio.AbstractEventLoop, asyncio.Future[AsyncHost]] = {}
+        self._home: dict[str, AsyncHost] = {}  # where a workflow started here was started
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def here(self) -> AsyncHost:
+        """The host of the running loop, opened on first use."""
+        loop = asyncio.get_running_loop()
+        host = self._hosts.get(loop)
+        if host is not None:
+            return host
+        opening = self._opening.get(loop)
+        if opening is not None:
+            return await asyncio.shield(opening)
+        future: asyncio.Future[AsyncHost] = loop.create_future()
+        self._opening[loop] = future
+        try:
+            host = AsyncHost(self.runner, loop, self.pool_size)
+            await host.open(self.connect_timeout)
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: a failed open is raised to each waiter
+            raise
+        finally:
+            del self._opening[loop]
+        with self._lock:
+            self._hosts[loop] = host
+        future.set_result(host)
+        return host
+
+    def home(self, workflow_id: str, host: AsyncHost) -> None:
+        with self._lock:
+            self._home[workflow_id] = host
+
+    def forget(self, workflow_ids: Iterable[str]) -> None:
+        with self._lock:
+            for workflow_id in workflow_ids:
+                self._home.pop(workflow_id, None)
+
+    def _own_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                thread = threading.Thread(
+                    target=loop.run_forever, name="durable-async-loop", daemon=True
+                )
+                thread.start()
+                self._loop, self._thread = loop, thread
+            return self._loop
+
+    def _call(self, make: Any) -> concurrent.futures.Future[Any]:
+        """Run `await make(host)` on the engine's own loop; a future for its value."""
+
+        async def call() -> Any:
+            return await make(await self.here())
+
+        return asyncio.run_coroutine_threadsafe(call(), self._own_loop())
+
+    def submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]:
+        """Run a claimed async workflow: on the loop it was started from if that loop still
+        runs (its steps may use what the application made there), else on our own."""
+        with self._lock:
+            home = self._home.get(claimed.workflow_id)
+        if home is not None and home.loop.is_running() and not home.loop.is_closed():
+            return asyncio.run_coroutine_threadsafe(home.task(claimed), home.loop)
+        return self._call(lambda host: host.task(claimed))
+
+    def run_here(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        parent: tuple[str, int] | None,
+    ) -> Any:
+        """From a thread (sync code): run an async workflow on our loop and wait for it."""
+        if self._loop is not None and _on_loop(self._loop):
+            raise EngineNotRunningError("cannot wait for an async workflow on its own loop")
+        return self._call(
+            lambda host: host.run_here(defn, workflow_id, args, kwargs, parent)
+        ).result()
+
+    def interrupt(self, workflow_ids: Iterable[str]) -> None:
+        ids = list(workflow_ids)
+        with self._lock:
+            hosts = list(self._hosts.values())
+        for host in hosts:
+            if not host.loop.is_closed():
+                try:
+                    host.loop.call_soon_threadsafe(host.interrupt, ids)
+                except RuntimeError:
+                    pass  # the loop closed meanwhile
+
+    async def close_here(self, wait: bool, grace_seconds: float) -> None:
+        """Close the running loop's host (an application leaving `async with engine`)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            host = self._hosts.pop(loop, None)
+        if host is not None:
+            await host.close(wait, grace_seconds)
+
+    def close(self, wait: bool, grace_seconds: float) -> None:
+        """Close every host whose loop still runs, then stop our own loop's thread."""
+        with self._lock:
+            hosts = list(self._hosts.items())
+            self._hosts.clear()
+        began = time.monotonic()
+        for loop, host in hosts:
+            if loop.is_closed() or not loop.is_running():
+                continue
+            if _on_loop(loop):
+                continue  # closed by close_here on its own loop
+            left = max(0.0, grace_seconds - (time.monotonic() - began))
+            future = asyncio.run_coroutine_threadsafe(host.close(wait, left), loop)
+            try:
+                future.result(timeout=left + 10)
+            except Exception:
+                logger.warning("could not close an event loop's connections", exc_info=True)
+        if self._loop is not None:
+            loop, thread = self._loop, self._thread
+            self._loop = self._thread = None
+            loop.call_soon_threadsafe(loop.stop)
+            if thread is not None:
+                thread.join(timeout=10)
+            loop.close()
+
+
+def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
+    try:
+        return asyncio.get_running_loop() is loop
+    except RuntimeError:
+        return False

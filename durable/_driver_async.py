@@ -1,0 +1,395 @@
+"""The async driver: performs what the protocol's generators ask, with `await`.
+
+The same generators as `_driver.py` (every decision is in `_protocol`); only the I/O
+differs. Statements run on psycopg's AsyncConnection, checked out of the event loop's
+pool for a run of consecutive statements and given back before user code runs, so a
+workflow that awaits a slow model call or a durable sleep holds no connection and no
+thread. User code is awaited when it is `async def`; a sync function (a sync step reached
+through `durable.to_thread`, a sync compensation) runs in a worker thread. An async
+step's attempt can be cancelled: by its `timeout`, and when its workflow is cancelled (at
+its next await, not only at the next step).
+
+The decorators' async entry points live here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import time
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from durable import _protocol as protocol
+from durable._context import (
+    ActiveEngine,
+    current_engine,
+    current_run,
+    current_step,
+    workflow_code_run,
+)
+from durable._protocol import (
+    TIMEOUT_REASON,
+    AppBegin,
+    AppCall,
+    AppEnd,
+    AppExecute,
+    Atomic,
+    AwaitWriter,
+    Call,
+    Enqueue,
+    Execute,
+    Gen,
+    Outcome,
+    Pause,
+    Run,
+    RunChild,
+    WriteSteps,
+)
+from durable.errors import (
+    AsyncInSyncError,
+    EffectOutsideWorkflowError,
+    NoEngineError,
+    StepTimeoutError,
+    WorkflowInterrupted,
+)
+
+if TYPE_CHECKING:
+    import psycopg
+    import sqlalchemy.ext.asyncio
+
+    from durable._durability import AsyncWriter
+    from durable._registry import StepDef, WorkflowDef
+    from durable._systemdb import SystemDB
+
+T = TypeVar("T")
+
+
+class LoopHost(Protocol):
+    """What an async run needs from the event loop that runs it (see `_async_host.py`)."""
+
+    @property
+    def db(self) -> SystemDB: ...
+
+    @property
+    def writer(self) -> AsyncWriter | None: ...
+
+    @property
+    def active(self) -> ActiveEngine: ...
+
+    def connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
+
+    def app_connection(
+        self, isolation_level: str | None = None
+    ) -> AbstractAsyncContextManager[sqlalchemy.ext.asyncio.AsyncConnection]: ...
+
+    async def run_child(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        parent: tuple[str, int],
+    ) -> Any: ...
+
+    def watch(self, run: Run, task: asyncio.Task[Any]) -> None: ...
+
+    def unwatch(self, run: Run, task: asyncio.Task[Any]) -> bool: ...
+
+
+class _Lease:
+    """The system-database connection of a stretch of consecutive statements: checked out
+    at the first, given back before anything that may wait (user code, a pause, a child)."""
+
+    def __init__(self, host: LoopHost) -> None:
+        self._host = host
+        self._cm: AbstractAsyncContextManager[psycopg.AsyncConnection[Any]] | None = None
+        self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def get(self) -> psycopg.AsyncConnection[Any]:
+        if self._conn is None:
+            cm = self._host.connection()
+            self._conn = await cm.__aenter__()
+            self._cm = cm
+        return self._conn
+
+    async def release(self) -> None:
+        cm, self._cm, self._conn = self._cm, None, None
+        if cm is not None:
+            await cm.__aexit__(None, None, None)
+
+
+class _AppTransaction:
+    """The application transaction a @transaction step holds open across operations."""
+
+    def __init__(self, host: LoopHost, isolation_level: str | None) -> None:
+        self._cm = host.app_connection(isolation_level)
+        self.conn: sqlalchemy.ext.asyncio.AsyncConnection | None = None
+        self._tx: sqlalchemy.ext.asyncio.AsyncTransaction | None = None
+
+    async def begin(self) -> None:
+        self.conn = await self._cm.__aenter__()
+        try:
+            self._tx = await self.conn.begin()
+        except BaseException:
+            await self._cm.__aexit__(None, None, None)
+            raise
+
+    async def end(self, commit: bool) -> None:
+        try:
+            tx = self._tx
+            if tx is not None and tx.is_active:
+                await (tx.commit() if commit else tx.rollback())
+        finally:
+            await self._cm.__aexit__(None, None, None)
+
+
+async def drive_async(run: Run, gen: Gen[T]) -> T:
+    """Run a protocol generator to its end on this event loop; return what it returns."""
+    host: LoopHost = run.host
+    db = host.db
+    lease = _Lease(host)
+    app: _AppTransaction | None = None
+    value: Any = None
+    error: BaseException | None = None
+    try:
+        while True:
+            try:
+                op = gen.send(value) if error is None else gen.throw(error)
+            except StopIteration as stop:
+                return stop.value  # type: ignore[no-any-return]
+            value = error = None
+            kind = type(op)
+            try:
+                if kind is Execute:
+                    conn = await lease.get()
+                    value = await db.run_on_async(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
+                    continue
+                if kind is Atomic:
+                    conn = await lease.get()
+                    value = await db.all_or_nothing_async(conn, op.statements)  # type: ignore[union-attr]
+                    continue
+                if kind is WriteSteps:
+                    conn = await lease.get()
+                    value = await db.write_steps_async(conn, op.rows)  # type: ignore[union-attr]
+                    continue
+                if kind is Enqueue:
+                    assert host.writer is not None
+                    host.writer.put(op.row)  # type: ignore[union-attr]
+                    continue
+                await lease.release()  # what follows may wait: hold no connection meanwhile
+                if kind is Call:
+                    value = await _call(run, op)  # type: ignore[arg-type]
+                elif kind is AwaitWriter:
+                    if host.writer is not None:
+                        await asyncio.to_thread(host.writer.wait, run.workflow_id, run.epoch)
+                elif kind is Pause:
+                    await asyncio.sleep(op.seconds)  # type: ignore[union-attr]
+                elif kind is RunChild:
+                    value = await _run_child(host, op)  # type: ignore[arg-type]
+                elif kind is AppBegin:
+                    app = _AppTransaction(host, op.isolation_level)  # type: ignore[union-attr]
+                    await app.begin()
+                elif kind is AppExecute:
+                    assert app is not None and app.conn is not None
+                    value = await db.app_run_async(app.conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
+                elif kind is AppCall:
+                    assert app is not None
+                    value = await _call(run, op, (app.conn, *op.args))  # type: ignore[union-attr, arg-type]
+                elif kind is AppEnd:
+                    if app is not None:
+                        ending, app = app, None
+                        await ending.end(op.commit)  # type: ignore[union-attr]
+                else:  # pragma: no cover - a protocol bug
+                    raise TypeError(f"unknown protocol operation {op!r}")
+            except BaseException as exc:
+                error = exc
+    finally:
+        try:
+            await lease.release()
+        finally:
+            if app is not None:
+                await app.end(False)
+
+
+async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None) -> Outcome:
+    """Await user code (a sync function runs in a worker thread). A step's attempt is
+    watched: its workflow's cancellation cancels it at its next await, and past its
+    timeout it is cancelled and fails with StepTimeoutError."""
+    fn = op.fn
+    call_args = op.args if args is None else args
+    scope = op.scope
+    timeout = op.timeout if isinstance(op, Call) else None
+    host: LoopHost = run.host
+    task = asyncio.current_task()
+    began = time.perf_counter()
+    token = current_step.set(scope) if scope is not None else None
+    watched = scope is not None and task is not None
+    if watched:
+        host.watch(run, task)  # type: ignore[arg-type]
+    try:
+        if not _is_async(fn):
+            # A sync function in a thread; a sync durable function called by the workflow
+            # itself (a compensation) is journaled through this driver, in call order.
+            hop = to_thread if scope is None else asyncio.to_thread
+            value = await hop(fn, *call_args, **op.kwargs)
+        elif timeout is None:
+            value = await fn(*call_args, **op.kwargs)
+        else:
+            limit = asyncio.timeout(timeout)
+            try:
+                async with limit:
+                    value = await fn(*call_args, **op.kwargs)
+            except TimeoutError:
+                if not limit.expired():
+                    raise
+                assert scope is not None
+                error = StepTimeoutError(scope.name, timeout)
+                return Outcome(None, error, time.perf_counter() - began)
+    except asyncio.CancelledError:
+        if watched and host.unwatch(run, task):  # type: ignore[arg-type]
+            watched = False
+            # Cancelled by this run's cancellation (not by the loop): the workflow stops.
+            task.uncancel()  # type: ignore[union-attr]
+            reason = protocol.stop_reason(run) or "cancelled"
+            raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON) from None
+        raise
+    except Exception as exc:
+        return Outcome(None, exc, time.perf_counter() - began)
+    finally:
+        if watched:
+            host.unwatch(run, task)  # type: ignore[arg-type]
+        if token is not None:
+            current_step.reset(token)
+    return Outcome(value, None, time.perf_counter() - began)
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - an object whose __call__ is async def
+    )
+
+
+async def _run_child(host: LoopHost, op: RunChild) -> Outcome:
+    try:
+        value = await host.run_child(op.defn, op.workflow_id, op.args, op.kwargs, op.parent)
+    except Exception as exc:
+        return Outcome(None, exc)
+    return Outcome(value)
+
+
+async def execute_run_async(
+    host: LoopHost, run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """Run one claimed async workflow on this loop: the body, then its outcome."""
+    run.host = host
+    run_token = current_run.set(run)
+    step_token = current_step.set(None)
+    engine_token = current_engine.set(host.active)
+    try:
+        return await drive_async(run, protocol.workflow(run, defn, args, kwargs))
+    finally:
+        current_run.reset(run_token)
+        current_step.reset(step_token)
+        current_engine.reset(engine_token)
+
+
+# -- entry points of the decorators (async def functions) --------------------------------------
+
+
+def async_run(what: str) -> Run | None:
+    """The async run whose workflow code is calling, None outside one; a sync run here is
+    a sync workflow that cannot await (AsyncInSyncError)."""
+    run = workflow_code_run()
+    if run is not None and not run.is_async:
+        raise AsyncInSyncError(
+            f"{what} is async, but the workflow calling it ({run.name!r}) is a plain def: "
+            "make that workflow `async def` and `await` the call"
+        )
+    return run
+
+
+async def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    run = async_run(f"workflow {defn.name!r}")
+    if run is not None:
+        return await drive_async(run, protocol.child(run, defn, args, kwargs))
+    outer = current_run.get()
+    engine = outer.host.active if outer is not None else current_engine.get()
+    if engine is None:
+        raise NoEngineError(
+            f"workflow {defn.name!r} was called with no active engine: wrap the call in "
+            "`async with durable.Engine(...) as engine:` or use await engine.start_async(fn, ...)"
+        )
+    return await engine.run_direct_async(defn, args, kwargs)
+
+
+async def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    run = async_run(f"step {defn.name!r}")
+    if run is None:
+        return await defn.fn(*args, **kwargs)
+    return await drive_async(run, protocol.step(run, defn, args, kwargs))
+
+
+async def call_transaction(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    run = async_run(f"transaction {defn.name!r}")
+    if run is None:
+        outer = current_run.get()
+        engine = outer.host.active if outer is not None else current_engine.get()
+        if engine is None:
+            raise NoEngineError(
+                f"transaction {defn.name!r} needs a database connection: call it inside "
+                "`async with durable.Engine(...):`"
+            )
+        async with engine.app_connection_async(defn.isolation_level) as conn:
+            async with conn.begin():
+                return await defn.fn(conn, *args, **kwargs)
+    return await drive_async(run, protocol.transaction(run, defn, args, kwargs))
+
+
+async def call_effect(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    run = async_run(f"effect {defn.name!r}")
+    if run is None:
+        if "idempotency_key" not in kwargs:
+            raise EffectOutsideWorkflowError(
+                f"effect {defn.name!r} was called outside a workflow without a key: call it "
+                "from a workflow, or pass idempotency_key=... yourself"
+            )
+        return await defn.fn(*args, **kwargs)
+    return await drive_async(run, protocol.effect(run, defn, args, kwargs))
+
+
+def workflow_run_async(what: str) -> Run:
+    """The async run of the calling workflow function (not of a step), or NoEngineError."""
+    run = workflow_code_run()
+    if run is None:
+        raise NoEngineError(f"{what} must be awaited in a workflow (not a step)")
+    if not run.is_async:
+        raise AsyncInSyncError(
+            f"{what} is for async workflows; in the plain-def workflow {run.name!r} call "
+            f"{what.replace('_async', '')} instead"
+        )
+    return run
+
+
+async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+    """Run a sync function in a worker thread from async code, without blocking the loop.
+
+    From an async workflow's code, a sync @step, @tool, @effect or @transaction (or a sync
+    workflow, as a child) is journaled like an awaited async one: its position is taken
+    here, in call order, and only its user code runs in the thread. Anything else is
+    `asyncio.to_thread`."""
+    run = workflow_code_run()
+    if run is None or not run.is_async:
+        return await asyncio.to_thread(fn, *args, **kwargs)
+    step_defn = getattr(fn, "__durable_step__", None)
+    if step_defn is not None:
+        gen = {
+            "transaction": protocol.transaction,
+            "effect": protocol.effect,
+        }.get(step_defn.kind.value, protocol.step)
+        return await drive_async(run, gen(run, step_defn, args, kwargs))
+    workflow_defn = getattr(fn, "__durable_workflow__", None)
+    if workflow_defn is not None:
+        return await drive_async(run, protocol.child(run, workflow_defn, args, kwargs))
+    return await asyncio.to_thread(fn, *args, **kwargs)
