@@ -148,7 +148,7 @@ class AsyncHost:
 
     # -- runs ----------------------------------------------------------------------------------
 
-    async def execute(self, claimed: Claimed) -> Any:
+    async def run_claimed(self, claimed: Claimed) -> Any:
         """Run one claimed workflow on this loop (a sync one in a worker thread)."""
         runner = self.runner
         if not claimed.defn.is_async:
@@ -170,7 +170,7 @@ class AsyncHost:
     async def task(self, claimed: Claimed) -> Any:
         """A claimed run as a task of its own: the Runner's bookkeeping of its end."""
         with self.runner.outcome_of(claimed.workflow_id, claimed.epoch):
-            return await self.execute(claimed)
+            return await self.run_claimed(claimed)
         return None
 
     def spawn(self, claimed: Claimed) -> asyncio.Task[Any]:
@@ -178,6 +178,7 @@ class AsyncHost:
         task = self.loop.create_task(self.task(claimed), context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_settled)
         return task
 
     async def run_here(
@@ -196,7 +197,7 @@ class AsyncHost:
         if created is not None:
             args, kwargs = engine.decode_inputs(inputs, defn)  # what a replay will see
             try:
-                return await self.execute(created._replace(args=args, kwargs=kwargs))
+                return await self.run_claimed(created._replace(args=args, kwargs=kwargs))
             except WorkflowSuspended:
                 pass  # waits without holding anything; resumed below once it is runnable
         await asyncio.to_thread(engine.existing, defn, workflow_id)
@@ -208,12 +209,19 @@ class AsyncHost:
             again = await asyncio.to_thread(runner.claim, workflow_id)
             if again is not None:
                 try:
-                    return await self.execute(again)
+                    return await self.run_claimed(again)
                 except WorkflowSuspended:
                     delay = _POLL_MIN
                     continue
             await asyncio.sleep(delay)
             delay = min(_POLL_MAX, delay * 2)
+
+
+def _settled(task: asyncio.Task[Any]) -> None:
+    """A run's task ended: what it raised is in the database (and was logged), so it is
+    retrieved here rather than reported again as 'never retrieved'."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _quietly(runner: Runner, statement: str, claimed: Claimed) -> None:

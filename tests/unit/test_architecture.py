@@ -161,9 +161,10 @@ def _sql_calls(tree: ast.Module) -> list[tuple[int, str]]:
         if attr in {"exec_driver_sql", "executemany", "cursor", "query", "statement"}:
             bad.append((node.lineno, attr))
             continue
-        if attr in {"execute", "fetch_one", "fetch_all", "execute_on", "fetch_one_on", "run_on"}:
+        on_conn = {"execute_on", "fetch_one_on", "run_on", "run_on_async", "app_run_async"}
+        if attr in {"execute", "fetch_one", "fetch_all", *on_conn}:
             first = node.args[0] if node.args else None
-            if attr == "run_on" or attr.endswith("_on"):
+            if attr in on_conn:
                 first = node.args[1] if len(node.args) > 1 else None
             ok = isinstance(first, ast.Constant) and isinstance(first.value, str)
             ok = ok and bool(NAME.match(first.value))  # type: ignore[union-attr]
