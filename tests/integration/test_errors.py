@@ -111,10 +111,11 @@ def test_duplicate_and_invalid_definitions() -> None:
 
     with pytest.raises(errors.DefinitionError, match="retries"):
         durable.step(retries=-1, registry=reg)
-    with pytest.raises(errors.DefinitionError, match="async"):
+    with pytest.raises(errors.DefinitionError, match="generator"):
 
         @durable.step(registry=reg)
-        async def coro() -> None: ...
+        async def agen() -> Any:
+            yield 1
 
     with pytest.raises(errors.DefinitionError, match="connection"):
 
