@@ -84,6 +84,8 @@ class Engine(Client):
       lease_seconds: how long a claim lasts without a heartbeat (default 30).
       max_recovery_attempts: crashes of its worker a workflow survives (default 10).
       max_workers: threads that run started workflows (default 8).
+      max_async: async def workflows this process runs at once (default 1000); they hold
+        no thread, only memory and, between awaits, a connection of the loop's pool.
       durability: default durability mode: "sync" (default), "async" or "exit"; see
         docs/discussions.md for what a crash can cost in each.
       executor_id: stable id of this process (default: a new UUID per engine). Give one
@@ -110,6 +112,7 @@ class Engine(Client):
         lease_seconds: float = 30.0,
         max_recovery_attempts: int = 10,
         max_workers: int = 8,
+        max_async: int = 1000,
         durability: Durability = "sync",
         executor_id: str | None = None,
         connect_timeout: float = 15.0,
@@ -145,6 +148,9 @@ class Engine(Client):
         self.lease_seconds = float(lease_seconds)
         self.max_recovery_attempts = max_recovery_attempts
         self.max_workers = max_workers
+        if max_async < 1:
+            raise ConfigurationError(f"max_async={max_async!r}: use at least 1")
+        self.max_async = max_async
         self.durability = durability
         self.executor_id = executor_id or str(uuid.uuid4())
         # Given explicitly (e.g. `durable worker --executor-id`), the id is this process's
@@ -477,7 +483,7 @@ class Engine(Client):
                 continue
             try:
                 free = self.max_workers - runner.running_count()
-                started = runner.start_claimed(runner.claim_rows(own, free)) if free > 0 else []
+                started = runner.claim_free(own, free)
                 if self.registry.queues() and free > len(started):
                     started += runner.dequeue(free - len(started), only=own)
                 finished = [
@@ -526,8 +532,7 @@ class Engine(Client):
         never runs a workflow with the wrong code; others wait for a worker that has it.
         """
         self._ensure_running()
-        started = self.runner.start_claimed(self.runner.claim_rows(None, limit))
-        return [self.handle(wid, future) for wid, future in started]
+        return [self.handle(wid, future) for wid, future in self.runner.claim_free(None, limit)]
 
     def recover_queues(self, limit: int) -> list[WorkflowHandle]:
         """Dequeue and start up to `limit` entries from the queues of this registry, as

@@ -71,8 +71,9 @@ class Worker:
                     self._warn_orphans()
                 # Keep one batch queued behind the running ones so threads never idle
                 # waiting for the next claim; queued claims are covered by the heartbeat.
+                # Async workflows are claimed against their own limit (max_async).
                 free = 2 * engine.max_workers - engine.running_count()
-                claimed = engine.recover(limit=free) if free > 0 else []
+                claimed = engine.recover(limit=max(0, free))
                 # Queue entries hold their queue's slot from the moment they are dequeued,
                 # so take only what can start now, never a backlog.
                 room = engine.max_workers - engine.running_count()
@@ -96,7 +97,7 @@ class Worker:
                 backoff = min(_BACKOFF_MAX, max(0.2, backoff * 2))
                 stop.wait(backoff)
                 continue
-            if claimed and len(claimed) >= free:
+            if claimed and engine.running_count() >= 2 * engine.max_workers:
                 # Full: wait for a slot to free up (or stop).
                 engine.runner.slot_freed.clear()
                 while (

@@ -436,11 +436,31 @@ class Runner:
             True,
         )
 
-    def claim_rows(self, workflow_ids: list[str] | None, limit: int) -> list[dict[str, Any]]:
+    def claim_free(self, workflow_ids: list[str] | None, limit: int) -> list[tuple[str, Any]]:
+        """Claim and start what there is room for: sync workflows up to `limit` (threads),
+        async ones up to the engine's max_async less those running (they hold no thread)."""
+        defs = self.engine.registry.workflows()
+        started: list[tuple[str, Any]] = []
+        if limit > 0 and any(not d.is_async for d in defs):
+            started += self.start_claimed(self.claim_rows(workflow_ids, limit, False))
+        room = self.engine.max_async - self.async_running_count()
+        if room > 0 and any(d.is_async for d in defs):
+            started += self.start_claimed(self.claim_rows(workflow_ids, room, True))
+        return started
+
+    def claim_rows(
+        self, workflow_ids: list[str] | None, limit: int, asynchronous: bool | None = None
+    ) -> list[dict[str, Any]]:
+        """Claim up to `limit` runnable workflows this registry has the code of (only the
+        async def ones, or only the others, when `asynchronous` says so)."""
         engine = self.engine
         # Sleepers whose time has come become claimable here, by whoever claims next.
         self.db.execute("wake_due", {})
-        defs = engine.registry.workflows()
+        defs = [
+            d
+            for d in engine.registry.workflows()
+            if asynchronous is None or d.is_async == asynchronous
+        ]
         return self.db.fetch_all(
             "claim_batch",
             {
