@@ -25,6 +25,7 @@ from durable._clock import Clock, clock_from_env
 from durable._context import current_run, workflow_code_run
 from durable._decorators import workflow_def
 from durable._driver import drive
+from durable._driver_async import drive_async
 from durable._models import (
     ApprovalStatus,
     Budget,
@@ -43,6 +44,8 @@ from durable._schedules import Schedule
 from durable._systemdb import SystemDB, is_unique_violation
 from durable.errors import (
     ApprovalConflictError,
+    AsyncInSyncError,
+    BlockingCallError,
     ConfigurationError,
     DatabaseUnavailableError,
     EngineNotRunningError,
@@ -474,6 +477,20 @@ class Client:
         `priority=` (lower first; queues declared with priority=True) and `delay=` (seconds
         before it may start). Inside a workflow the entry is journaled as a child, so a
         replay does not enqueue it again."""
+        workflow_id, dedup_key, priority, delay = self._enqueue_options(queue, kwargs)
+        defn = workflow_def(fn)
+        run, parent, workflow_id, journaled = place_child(defn, workflow_id)
+        if journaled:
+            return self.handle(workflow_id)
+        self._enqueue(queue, defn, workflow_id, parent, args, kwargs, dedup_key, priority, delay)
+        if run is not None and parent is not None:
+            drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
+        return self.handle(workflow_id)
+
+    def _enqueue_options(
+        self, queue: Queue, kwargs: dict[str, Any]
+    ) -> tuple[str | None, str | None, int | None, float | None]:
+        """enqueue's own keyword arguments, popped from `kwargs` and checked."""
         if not isinstance(queue, Queue):
             raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
         workflow_id = self._workflow_id(kwargs)
@@ -497,10 +514,20 @@ class Client:
             raise InvalidWaitError(
                 f"delay={delay!r}: give zero or more seconds (at most {MAX_WAIT_SECONDS:.0f})"
             )
-        defn = workflow_def(fn)
-        run, parent, workflow_id, journaled = place_child(defn, workflow_id)
-        if journaled:
-            return self.handle(workflow_id)
+        return workflow_id, dedup_key, priority, delay
+
+    def _enqueue(
+        self,
+        queue: Queue,
+        defn: WorkflowDef,
+        workflow_id: str,
+        parent: tuple[str, int] | None,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        dedup_key: str | None,
+        priority: int | None,
+        delay: float | None,
+    ) -> None:
         inputs = self.encode_inputs(defn, args, kwargs)
         params = self.workflow_params(defn, workflow_id, inputs, parent, self.default_durability)
         params.update(
@@ -524,9 +551,6 @@ class Client:
             self.existing(defn, workflow_id)
         else:
             self.notify_work(workflow_id)
-        if run is not None and parent is not None:
-            drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
-        return self.handle(workflow_id)
 
     def notify_work(self, payload: str = "") -> None:
         """Wake idle workers (they also poll, so a lost notification only delays)."""
@@ -742,9 +766,28 @@ class Client:
     async def enqueue_async(
         self, queue: Any, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
     ) -> AsyncWorkflowHandle:
-        """enqueue, awaited: an AsyncWorkflowHandle."""
-        handle = await asyncio.to_thread(self.enqueue, queue, fn, *args, **kwargs)
-        return AsyncWorkflowHandle(self, handle.workflow_id)
+        """enqueue, awaited: an AsyncWorkflowHandle. Inside an async workflow the entry is
+        journaled as a child at the position of this call."""
+        workflow_id, dedup_key, priority, delay = self._enqueue_options(queue, kwargs)
+        defn = workflow_def(fn)
+        run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
+        if not journaled:
+            await asyncio.to_thread(
+                self._enqueue,
+                queue,
+                defn,
+                workflow_id,
+                parent,
+                args,
+                kwargs,
+                dedup_key,
+                priority,
+                delay,
+            )
+            if run is not None and parent is not None:
+                gen = protocol.record_child_started(run, parent[1], defn.name, workflow_id)
+                await drive_async(run, gen)
+        return AsyncWorkflowHandle(self, workflow_id)
 
     def events(self, workflow_id: str) -> dict[str, Any]:
         """Every event the workflow published (durable.set_event), by key: latest values."""
@@ -1029,14 +1072,26 @@ class Client:
 
 
 def place_child(
-    defn: WorkflowDef, workflow_id: str | None
+    defn: WorkflowDef, workflow_id: str | None, *, asynchronous: bool = False
 ) -> tuple[Run | None, tuple[str, int] | None, str, bool]:
     """Where a workflow started or enqueued now goes: inside a workflow (not a step) it is
     a child at the next position, with a deterministic id, and a replay finds the id
-    journaled there (True: nothing to start). Returns (run, parent, id, journaled)."""
+    journaled there (True: nothing to start). Returns (run, parent, id, journaled).
+    From an async workflow only the awaited forms (start_async, enqueue_async) can
+    journal it; from a plain-def one only the plain ones."""
     run = workflow_code_run()
     if run is None:
         return None, None, workflow_id or str(uuid.uuid4()), False
+    if run.is_async != asynchronous:
+        if run.is_async:
+            raise BlockingCallError(
+                f"starting {defn.name!r} from async workflow {run.name!r} would block its "
+                "event loop: use `await engine.start_async(...)` / `enqueue_async(...)`"
+            )
+        raise AsyncInSyncError(
+            f"start_async/enqueue_async of {defn.name!r} in plain-def workflow "
+            f"{run.name!r}: use engine.start(...) / enqueue(...)"
+        )
     seq, journaled = protocol.child_started(run, defn.name)
     if journaled is not None:
         return run, None, journaled, True

@@ -407,7 +407,7 @@ class Engine(Client):
         workflow_id = self._workflow_id(kwargs)
         defn = workflow_def(fn)
         self._ensure_running()
-        run, parent, workflow_id, journaled = place_child(defn, workflow_id)
+        run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
         if journaled:
             return AsyncWorkflowHandle(self, workflow_id)
         hosts = self._hosts()

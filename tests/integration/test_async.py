@@ -348,3 +348,57 @@ def test_sync_code_can_call_an_async_workflow_and_await_is_refused_in_sync(
         handle = engine.start(bump, 41, workflow_id="from-sync")  # on the engine's own loop
         assert handle.result(timeout=10) == 42
         assert [s.output for s in engine.steps("from-sync")] == ["42"]
+
+
+def test_an_async_workflow_starts_and_enqueues_children_once(database_url: str) -> None:
+    reg = durable.Registry()
+    queue = durable.Queue("async-q", registry=reg)
+    ran: list[str] = []
+    fail = {"end": True}
+
+    @durable.workflow(registry=reg)
+    async def job(tag: str) -> str:
+        ran.append(tag)
+        return tag.upper()
+
+    @durable.step(registry=reg)
+    async def end() -> None:
+        if fail["end"]:
+            raise RuntimeError("once")
+
+    @durable.workflow(registry=reg)
+    async def boss() -> list[str]:
+        started = await engine_ref[0].start_async(job, "started")
+        queued = await engine_ref[0].enqueue_async(queue, job, "queued")
+        results = [await started.result(20), await queued.result(20)]
+        await end()
+        return results
+
+    @durable.workflow(registry=reg)
+    async def sync_enqueue_in_async() -> None:
+        engine_ref[0].enqueue(queue, job, "never")
+
+    engine_ref: list[durable.Engine] = []
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg, worker=True) as engine:
+            engine_ref.append(engine)
+            h = await engine.start_async(boss, workflow_id="boss")
+            with pytest.raises(errors.WorkflowFailedError, match="once"):
+                await h.result(timeout=30)
+            fail["end"] = False
+            engine.resume("boss")
+            assert await durable.AsyncWorkflowHandle(engine, "boss").result(30) == [
+                "STARTED",
+                "QUEUED",
+            ]
+            assert sorted(ran) == ["queued", "started"]  # the replay started nothing again
+            assert [s.child_workflow_id for s in engine.steps("boss")[:2]] == [
+                "boss:child:0",
+                "boss:child:1",
+            ]
+            h = await engine.start_async(sync_enqueue_in_async, workflow_id="bad")
+            with pytest.raises(errors.WorkflowFailedError, match="enqueue_async"):
+                await h.result(timeout=10)
+
+    run(main())
