@@ -234,19 +234,25 @@ async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None)
             # itself (a compensation) is journaled through this driver, in call order.
             hop = to_thread if scope is None else asyncio.to_thread
             value = await hop(fn, *call_args, **op.kwargs)
-        elif timeout is None:
-            value = await fn(*call_args, **op.kwargs)
         else:
-            limit = asyncio.timeout(timeout)
-            try:
-                async with limit:
-                    value = await fn(*call_args, **op.kwargs)
-            except TimeoutError:
-                if not limit.expired():
-                    raise
-                assert scope is not None
-                error = StepTimeoutError(scope.name, timeout)
-                return Outcome(None, error, time.perf_counter() - began)
+            left = _until_deadline(run) if watched else None
+            limit = min((t for t in (timeout, left) if t is not None), default=None)
+            if limit is None:
+                value = await fn(*call_args, **op.kwargs)
+            else:
+                window = asyncio.timeout(limit)
+                try:
+                    async with window:
+                        value = await fn(*call_args, **op.kwargs)
+                except TimeoutError:
+                    if not window.expired():
+                        raise  # the step's own TimeoutError
+                    if left is not None and left <= limit:
+                        # The workflow's deadline passed during the step: it stops now.
+                        raise WorkflowInterrupted(run.workflow_id, TIMEOUT_REASON, True) from None
+                    assert scope is not None and timeout is not None
+                    error = StepTimeoutError(scope.name, timeout)
+                    return Outcome(None, error, time.perf_counter() - began)
     except asyncio.CancelledError:
         if watched and host.unwatch(run, task):  # type: ignore[arg-type]
             watched = False
@@ -263,6 +269,15 @@ async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None)
         if token is not None:
             current_step.reset(token)
     return Outcome(value, None, time.perf_counter() - began)
+
+
+def _until_deadline(run: Run) -> float | None:
+    """Seconds left before the workflow's timeout, when the clock is the system's (a test's
+    fake clock moves only when told, so it cannot arm a timer)."""
+    clock = run.settings.clock
+    if run.deadline is None or run.stopping or not clock.is_system:
+        return None  # (a stopping run's compensations are not cut short)
+    return max(0.0, (run.deadline - clock.now()).total_seconds())
 
 
 def _is_async(fn: Callable[..., Any]) -> bool:

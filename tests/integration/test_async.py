@@ -402,3 +402,30 @@ def test_an_async_workflow_starts_and_enqueues_children_once(database_url: str) 
                 await h.result(timeout=10)
 
     run(main())
+
+
+def test_the_workflow_timeout_interrupts_an_awaiting_step(database_url: str) -> None:
+    reg = durable.Registry()
+    seen: list[str] = []
+
+    @durable.step(registry=reg)
+    async def slow() -> None:
+        seen.append("start")
+        await asyncio.sleep(60)
+        seen.append("end")
+
+    @durable.workflow(timeout=1, registry=reg)
+    async def bounded() -> None:
+        await slow()
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            began = time.monotonic()
+            h = await engine.start_async(bounded, workflow_id="bounded")
+            with pytest.raises(errors.WorkflowTimeoutError):
+                await h.result(timeout=20)
+            assert time.monotonic() - began < 5
+            assert seen == ["start"]
+            assert await h.status() == durable.WorkflowStatus.CANCELLED
+
+    run(main())
