@@ -63,6 +63,8 @@ class AsyncHost:
         # cancelled because their workflow was cancelled (told apart from a loop's own).
         self._stepping: dict[str, set[asyncio.Task[Any]]] = {}
         self._interrupted: set[asyncio.Task[Any]] = set()
+        self.closed = False
+        self.guard: asyncio.Task[Any] | None = None
 
     async def open(self, timeout: float) -> None:
         await self._pool.open(wait=True, timeout=timeout)
@@ -70,7 +72,11 @@ class AsyncHost:
     async def close(self, wait: bool, grace_seconds: float) -> None:
         """Let the runs of this loop finish (up to `grace_seconds`), then close its pools.
         What is still running is cancelled; its workflows are released at once."""
-        tasks = [t for t in self._tasks if not t.done()]
+        if self.closed:
+            return
+        self.closed = True
+        me = asyncio.current_task()
+        tasks = [t for t in self._tasks if not t.done() and t is not me]
         if tasks and wait:
             _, pending = await asyncio.wait(tasks, timeout=grace_seconds)
             tasks = list(pending)
@@ -152,7 +158,9 @@ class AsyncHost:
         """Run one claimed workflow on this loop (a sync one in a worker thread)."""
         runner = self.runner
         if not claimed.defn.is_async:
-            return await asyncio.to_thread(runner.execute, claimed)
+            # On the runner's threads (max_workers of them), not the loop's default
+            # executor: a sync run holds a connection for its whole run.
+            return await runner.in_pool(runner.execute, claimed)
         run = runner.new_run(claimed)
         run.is_async = True
         try:
@@ -174,7 +182,8 @@ class AsyncHost:
         return None
 
     def spawn(self, claimed: Claimed) -> asyncio.Task[Any]:
-        """Start a claimed run as a task of this loop, in a context of its own."""
+        """Start a claimed run as a task of this loop, in a context of its own (closing the
+        host waits for it, up to the grace period). Call it on the loop's thread."""
         task = self.loop.create_task(self.task(claimed), context=contextvars.Context())
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -215,6 +224,10 @@ class AsyncHost:
                     continue
             await asyncio.sleep(delay)
             delay = min(_POLL_MAX, delay * 2)
+
+
+async def _awaited(task: asyncio.Task[Any]) -> Any:
+    return await task
 
 
 def _settled(task: asyncio.Task[Any]) -> None:
@@ -281,8 +294,21 @@ class AsyncHosts:
             del self._opening[loop]
         with self._lock:
             self._hosts[loop] = host
+        # When the loop ends (asyncio.run cancels what is left), the host gives back its
+        # connections instead of leaving them to the end of the engine.
+        guard = loop.create_task(self._guard(loop, host), name="durable-async-host")
+        host.guard = guard
         future.set_result(host)
         return host
+
+    async def _guard(self, loop: asyncio.AbstractEventLoop, host: AsyncHost) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            with self._lock:
+                if self._hosts.get(loop) is host:
+                    del self._hosts[loop]
+            await host.close(False, 0)
 
     def home(self, workflow_id: str, host: AsyncHost) -> None:
         with self._lock:
@@ -317,9 +343,14 @@ class AsyncHosts:
         runs (its steps may use what the application made there), else on our own."""
         with self._lock:
             home = self._home.get(claimed.workflow_id)
-        if home is not None and home.loop.is_running() and not home.loop.is_closed():
-            return asyncio.run_coroutine_threadsafe(home.task(claimed), home.loop)
-        return self._call(lambda host: host.task(claimed))
+        if (
+            home is not None
+            and not home.closed
+            and home.loop.is_running()
+            and not home.loop.is_closed()
+        ):
+            return asyncio.run_coroutine_threadsafe(_awaited(home.spawn(claimed)), home.loop)
+        return self._call(lambda host: _awaited(host.spawn(claimed)))
 
     def run_here(
         self,
@@ -354,6 +385,8 @@ class AsyncHosts:
             host = self._hosts.pop(loop, None)
         if host is not None:
             await host.close(wait, grace_seconds)
+            if host.guard is not None:
+                host.guard.cancel()
 
     def close(self, wait: bool, grace_seconds: float) -> None:
         """Close every host whose loop still runs, then stop our own loop's thread."""
@@ -367,7 +400,7 @@ class AsyncHosts:
             if _on_loop(loop):
                 continue  # closed by close_here on its own loop
             left = max(0.0, grace_seconds - (time.monotonic() - began))
-            future = asyncio.run_coroutine_threadsafe(host.close(wait, left), loop)
+            future = asyncio.run_coroutine_threadsafe(_close(host, wait, left), loop)
             try:
                 future.result(timeout=left + 10)
             except Exception:
@@ -379,6 +412,12 @@ class AsyncHosts:
             if thread is not None:
                 thread.join(timeout=10)
             loop.close()
+
+
+async def _close(host: AsyncHost, wait: bool, grace_seconds: float) -> None:
+    await host.close(wait, grace_seconds)
+    if host.guard is not None:
+        host.guard.cancel()
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:

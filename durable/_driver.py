@@ -37,6 +37,7 @@ from durable._protocol import (
     Enqueue,
     Execute,
     Gen,
+    Join,
     Outcome,
     Pause,
     Run,
@@ -191,6 +192,8 @@ def drive(run: Run, gen: Gen[T]) -> T:
                     if app is not None:
                         ending, app = app, None
                         ending.end(op.commit)  # type: ignore[union-attr]
+                elif kind is Join:
+                    pass  # a sync run has no branches
                 else:  # pragma: no cover - a protocol bug
                     raise TypeError(f"unknown protocol operation {op!r}")
             except BaseException as exc:

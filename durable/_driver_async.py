@@ -41,6 +41,7 @@ from durable._protocol import (
     Enqueue,
     Execute,
     Gen,
+    Join,
     Outcome,
     Pause,
     Run,
@@ -149,6 +150,7 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
     """Run a protocol generator to its end on this event loop; return what it returns."""
     host: LoopHost = run.host
     db = host.db
+    _enter(run)
     lease = _Lease(host)
     app: _AppTransaction | None = None
     value: Any = None
@@ -201,6 +203,8 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                     if app is not None:
                         ending, app = app, None
                         await ending.end(op.commit)  # type: ignore[union-attr]
+                elif kind is Join:
+                    await _join(run)
                 else:  # pragma: no cover - a protocol bug
                     raise TypeError(f"unknown protocol operation {op!r}")
             except BaseException as exc:
@@ -213,10 +217,34 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                 await app.end(False)
 
 
+def _enter(run: Run) -> None:
+    """Count the calling task among the run's branches (until it ends)."""
+    task = asyncio.current_task()
+    if task is None:
+        return
+    branches: set[asyncio.Task[Any]] | None = run.branches
+    if branches is None:
+        branches = run.branches = set()
+    if task not in branches:
+        branches.add(task)
+        task.add_done_callback(branches.discard)
+
+
+async def _join(run: Run) -> None:
+    """Wait for the run's other branches (gather branches still making durable calls after
+    the workflow body returned or raised)."""
+    me = asyncio.current_task()
+    while True:
+        others = [t for t in (run.branches or ()) if t is not me and not t.done()]
+        if not others:
+            return
+        await asyncio.wait(others)
+
+
 async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None) -> Outcome:
-    """Await user code (a sync function runs in a worker thread). A step's attempt is
-    watched: its workflow's cancellation cancels it at its next await, and past its
-    timeout it is cancelled and fails with StepTimeoutError."""
+    """Await user code (a sync function runs in a worker thread). A step's (or a
+    transaction's) attempt is watched: its workflow's cancellation cancels it at its next
+    await, and past its timeout it is cancelled and fails with StepTimeoutError."""
     fn = op.fn
     call_args = op.args if args is None else args
     scope = op.scope
@@ -225,10 +253,18 @@ async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None)
     task = asyncio.current_task()
     began = time.perf_counter()
     token = current_step.set(scope) if scope is not None else None
-    watched = scope is not None and task is not None
+    # A step's or a transaction's attempt may be cut short; an effect's call is not (the
+    # outside world may be half-way through it: it finishes and is settled).
+    watched = task is not None and scope is not None and (scope.charging or isinstance(op, AppCall))
     if watched:
         host.watch(run, task)  # type: ignore[arg-type]
     try:
+        if watched:
+            # A cancel that arrived before this attempt was watched (during a backoff, or
+            # between the step's check and here) is seen now, not after the attempt.
+            reason = protocol.stop_reason(run)
+            if reason is not None:
+                raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
         if not _is_async(fn):
             # A sync function in a thread; a sync durable function called by the workflow
             # itself (a compensation) is journaled through this driver, in call order.

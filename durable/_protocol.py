@@ -190,6 +190,13 @@ class AppEnd:
     commit: bool
 
 
+@dataclass(slots=True)
+class Join:
+    """Wait until every other branch of this run has ended: the tasks an async workflow
+    started (asyncio.gather) that are still making durable calls after its body returned.
+    A sync run has none."""
+
+
 Op = (
     Execute
     | Atomic
@@ -203,6 +210,7 @@ Op = (
     | AppExecute
     | AppCall
     | AppEnd
+    | Join
 )
 Gen = Generator[Op, Any, T]
 
@@ -306,8 +314,10 @@ class Run:
     # it before, so lookups of half-finished work (an app-side transaction record, an
     # effect's intent) are skipped. A claimed run, even with an empty journal, looks.
     first_run: bool = False
-    # An async def workflow, run by the async driver on an event loop.
+    # An async def workflow, run by the async driver on an event loop; `branches` is the
+    # driver's record of the tasks making durable calls for it.
     is_async: bool = False
+    branches: Any = None
     # Exit mode: step records not yet written.
     pending: list[dict[str, Any]] = field(default_factory=list)
     # Undo actions of applied effects, in the order they were registered (a saga). Rebuilt
@@ -566,6 +576,7 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
             )
             yield Pause(delay)
             elapsed += delay
+            check_interrupt(run)  # cancelled during the backoff: no further attempt
             continue
         yield from _record_call(
             run, seq, defn, scope, None, encode_error(exc), attempt, started, arguments, elapsed
@@ -795,7 +806,11 @@ def workflow(
     try:
         outcome: Outcome = yield Call(defn.fn, args, kwargs)
     except WorkflowInterrupted as stop:
+        yield Join()  # branches still running stop at their next step or wait
         raise (yield from _stop(run, defn, stop)) from None
+    # The outcome is written once nothing of the run is still running: a branch that
+    # applies an effect after a sibling failed is compensated with the rest.
+    yield Join()
     exc = outcome.error
     if exc is not None:
         if isinstance(exc, StaleOwnerError):

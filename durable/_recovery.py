@@ -144,9 +144,13 @@ class Worker:
         """Stop claiming; give running workflows the grace period; release the rest."""
         engine = self.engine
         deadline = time.monotonic() + self.grace_seconds
-        while engine.running_count() and time.monotonic() < deadline:
+
+        def running() -> int:
+            return engine.running_count() + engine.runner.async_running_count()
+
+        while running() and time.monotonic() < deadline:
             time.sleep(0.05)
-        left = engine.running_count()
+        left = running()
         if left:
             logger.warning("%d workflows still running after the grace period", left)
         try:

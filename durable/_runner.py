@@ -8,6 +8,7 @@ async durability, the application database of @transaction steps, and child runs
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import contextvars
 import datetime as dt
@@ -238,6 +239,7 @@ class Runner:
         finish; never longer (what is still running is released by the engine and fenced
         off by the next claim's epoch)."""
         if self.async_side is not None:
+            # Async runs first: they may wait on this pool (a sync child of an async run).
             self.async_side.close(wait, grace_seconds)
         if self._pool is not None:
             if wait:
@@ -339,6 +341,10 @@ class Runner:
             yield
         except WorkflowSuspended:
             return  # still this engine's to resume (if it started it)
+        except asyncio.CancelledError:
+            # Its event loop ended under it (the run released the workflow): still this
+            # engine's to finish, on another loop.
+            raise
         except (StaleOwnerError, WorkflowCancelledError):
             self.forget([workflow_id])
             return
@@ -385,6 +391,12 @@ class Runner:
             self._futures.discard(future)
             self._async_futures.discard(future)
         self.slot_freed.set()
+
+    def in_pool(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
+        """Run `fn(*args)` on this runner's threads, awaitable from an event loop."""
+        if self._pool is None:
+            raise EngineNotRunningError()
+        return asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
 
     def running_count(self) -> int:
         """Workflows running on this executor's threads (async ones hold none)."""

@@ -16,7 +16,7 @@ import re
 import socket
 import threading
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, cast
@@ -162,7 +162,13 @@ class SystemDB:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        with self._pool.connection() as conn:  # checkout
+        with ExitStack() as stack:
+            try:
+                conn = stack.enter_context(self._pool.connection())  # checkout
+            except (psycopg.Error, PoolTimeout) as exc:
+                # No connection to be had (an outage, or a pool exhausted for its whole
+                # timeout): the run is interrupted, not failed.
+                raise translate("checkout", exc) from exc
             if self._fake_clock is not None:
                 conn.execute(
                     "SELECT set_config('durable.fake_now', %s, false)",

@@ -40,6 +40,7 @@ from durable._protocol import (
     Call,
     Enqueue,
     Execute,
+    Join,
     Journal,
     Outcome,
     Pause,
@@ -124,7 +125,7 @@ def label(op: Any) -> str:
         return f"RunChild {op.workflow_id}"
     if isinstance(op, AppEnd):
         return "AppEnd commit" if op.commit else "AppEnd rollback"
-    return type(op).__name__  # AwaitWriter, AppBegin
+    return type(op).__name__  # AwaitWriter, AppBegin, Join
 
 
 def call_like_driver(fn: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -203,7 +204,7 @@ class Script:
             return call_like_driver(op.fn, op.args, op.kwargs)
         if isinstance(op, AppCall):
             return call_like_driver(op.fn, (APP_CONN, *op.args), op.kwargs)
-        if isinstance(op, Pause | Enqueue | AwaitWriter | AppBegin | AppEnd):
+        if isinstance(op, Pause | Enqueue | AwaitWriter | AppBegin | AppEnd | Join):
             return None
         raise ScriptError(f"no answer scripted for {label(op)}")
 

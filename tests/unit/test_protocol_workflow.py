@@ -80,7 +80,7 @@ def finish_params(script: Script) -> dict[str, Any]:
 def test_success_finishes_with_the_output() -> None:
     script = Script()
     assert script.run(protocol.workflow(make_run(), workflow_def(body), (), {})) == "done"
-    assert script.labels == ["Call body", "Execute finish_workflow"]
+    assert script.labels == ["Call body", "Join", "Execute finish_workflow"]
     assert finish_params(script) == {
         "workflow_id": WORKFLOW_ID,
         "epoch": EPOCH,
@@ -94,7 +94,12 @@ def test_the_ledger_is_opened_before_the_body() -> None:
     run = make_run(budget_id=WORKFLOW_ID)
     script = Script(statements={"ensure_budget": ledger_row(limit_steps=10)})
     script.run(protocol.workflow(run, workflow_def(body, budget=Budget(steps=10)), (), {}))
-    assert script.labels == ["Execute ensure_budget", "Call body", "Execute finish_workflow"]
+    assert script.labels == [
+        "Execute ensure_budget",
+        "Call body",
+        "Join",
+        "Execute finish_workflow",
+    ]
     assert run.ledger is not None and run.ledger.limit_steps == 10
 
 
@@ -136,6 +141,7 @@ def test_an_error_with_compensations_undoes_in_reverse_then_finishes_compensated
         script.run(protocol.workflow(run, workflow_def(body), (), {}))
     assert script.labels == [
         "Call body",
+        "Join",
         "Call unbook_flight",
         "Call unbook_hotel",
         "Execute finish_workflow",
@@ -156,7 +162,7 @@ def test_a_failing_compensation_stops_the_saga_as_compensation_failed() -> None:
     script = Script(body_that(run, registers=[first, second], outcome=Outcome(error=error)))
     with pytest.raises(RuntimeError):
         script.run(protocol.workflow(run, workflow_def(body), (), {}))
-    assert script.labels == ["Call body", "Call unbook_flight", "Execute finish_workflow"]
+    assert script.labels == ["Call body", "Join", "Call unbook_flight", "Execute finish_workflow"]
     finish = finish_params(script)
     assert finish["status"] == "COMPENSATION_FAILED"
     detail = json.loads(finish["error"])
@@ -185,7 +191,7 @@ def test_lost_ownership_or_database_leaves_the_status_alone(error: Exception) ->
     script = Script(body_that(run, registers=[undo("refund")], outcome=Outcome(error=error)))
     with pytest.raises(type(error)):
         script.run(protocol.workflow(run, workflow_def(body), (), {}))
-    assert script.labels == ["Call body"]
+    assert script.labels == ["Call body", "Join"]
 
 
 def test_a_suspension_leaves_the_status_alone() -> None:
@@ -214,8 +220,13 @@ def test_an_interrupt_cancels_the_tree_then_finishes_cancelled() -> None:
         script.run(protocol.workflow(run, workflow_def(body), (), {}))
     assert type(info.value) is WorkflowCancelledError
     assert info.value.reason == "user asked"
-    assert script.labels == ["Call body", "Execute cancel_workflow", "Execute finish_workflow"]
-    assert script.ops[1].fetch == "all"
+    assert script.labels == [
+        "Call body",
+        "Join",
+        "Execute cancel_workflow",
+        "Execute finish_workflow",
+    ]
+    assert script.ops[2].fetch == "all"
     cancel = script.only("cancel_workflow")
     assert (cancel["workflow_id"], cancel["reason"]) == (WORKFLOW_ID, "user asked")
     finish = finish_params(script)
@@ -241,6 +252,7 @@ def test_an_interrupt_runs_the_compensations_then_finishes_cancelled() -> None:
         script.run(protocol.workflow(run, workflow_def(body), (), {}))
     assert script.labels == [
         "Call body",
+        "Join",
         "Execute cancel_workflow",
         "Call refund",
         "Execute finish_workflow",
