@@ -8,7 +8,7 @@ re-invoked with its saved inputs and completed steps return their journaled outp
 
 from __future__ import annotations
 
-from durable._budget import budget_left, charge
+from durable._budget import Reservation, budget_left, charge, reserve
 from durable._client import Client
 from durable._clock import Clock, FakeClock, SystemClock
 from durable._decorators import effect, step, tool, transaction, workflow
@@ -54,6 +54,7 @@ __all__ = [
     "PruneReport",
     "Queue",
     "Registry",
+    "Reservation",
     "RetentionPolicy",
     "RetryPolicy",
     "Serializer",
@@ -75,6 +76,7 @@ __all__ = [
     "effect",
     "recv",
     "recv_async",
+    "reserve",
     "scheduled",
     "set_event",
     "set_event_async",

@@ -8,6 +8,13 @@ with one `charges` row. So a crash either loses the step and its charge together
 runs again and charges again: the money of a lost attempt is not counted twice) or keeps
 both; a replayed step returns its journaled output and charges nothing.
 
+The limits are a hard cap: a charge that would take the total past a limit is refused
+inside the step (BudgetExceededError, nothing recorded for it), and `durable.reserve()`
+sets an estimate aside before an expensive call, refusing it before the call is made. A
+step refused either way is not journaled; it waits at the budget gate and runs again if
+the budget is raised. `Budget(seconds=...)` limits wall-clock time from the tree's first
+start, across crashes and waits.
+
 Before each new step the run compares what was spent with the limits. When the budget is
 used up, the step does not run: the workflow asks for a decision at an approval gate
 named `budget@<position>` and suspends. `engine.raise_budget(...)` raises the limits and
@@ -22,9 +29,10 @@ from decimal import Decimal
 from durable import _protocol as protocol
 from durable._context import current_run, current_step
 from durable._models import Budget, Ledger, check_amount, dollars_exact
+from durable._protocol import StepScope
 from durable.errors import NotInWorkflowError
 
-__all__ = ["Budget", "Ledger", "budget_left", "charge", "dollars_exact"]
+__all__ = ["Budget", "Ledger", "Reservation", "budget_left", "charge", "dollars_exact", "reserve"]
 
 
 def charge(*, dollars: float = 0.0, tokens: int = 0) -> None:
@@ -34,15 +42,59 @@ def charge(*, dollars: float = 0.0, tokens: int = 0) -> None:
     process crashes; a replayed step does not charge again. What a failed attempt charged
     before a retry counts too (the money was spent). Call it from a @step or
     @durable.tool."""
-    scope = current_step.get()
-    if current_run.get() is None or scope is None or not scope.charging:
+    run, scope = current_run.get(), current_step.get()
+    if run is None or scope is None or not scope.charging:
         raise NotInWorkflowError(
             "durable.charge() records what a step spent, with that step's journal row: call "
             "it inside a @durable.step or @durable.tool of a running workflow"
         )
     check_amount("dollars", dollars, whole=False)
     check_amount("tokens", tokens, whole=True)
-    protocol.charge(scope, Decimal(str(dollars)), int(tokens))
+    protocol.charge(run, scope, Decimal(str(dollars)), int(tokens))
+
+
+class Reservation:
+    """An estimate set aside by durable.reserve(); as a context manager its block is the
+    call it covers (the reservation ends with the block, charges made in it stay)."""
+
+    def __init__(self, scope: StepScope, dollars: Decimal, tokens: int) -> None:
+        self._scope = scope
+        self.dollars = dollars
+        self.tokens = tokens
+        self._open = True
+
+    def release(self) -> None:
+        if self._open:
+            self._open = False
+            protocol.release(self._scope, self.dollars, self.tokens)
+
+    def __enter__(self) -> Reservation:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def reserve(*, dollars: float = 0.0, tokens: int = 0) -> Reservation:
+    """Set aside an estimate of what the next call will cost, before making it.
+
+    If the estimate does not fit in what the budget has left (counting what this run's
+    running steps charged or reserved), BudgetExceededError is raised here, so the call
+    is not made; the step then waits at the budget gate. The real cost is what
+    `durable.charge()` records; the reservation only holds room until the step records
+    (or, used as `with durable.reserve(...):`, until the block ends). Call it from a
+    @step or @durable.tool."""
+    run, scope = current_run.get(), current_step.get()
+    if run is None or scope is None or not scope.charging:
+        raise NotInWorkflowError(
+            "durable.reserve() sets aside part of a workflow's budget for a step's call: "
+            "call it inside a @durable.step or @durable.tool of a running workflow"
+        )
+    check_amount("dollars", dollars, whole=False)
+    check_amount("tokens", tokens, whole=True)
+    amount, count = Decimal(str(dollars)), int(tokens)
+    protocol.reserve(run, scope, amount, count)
+    return Reservation(scope, amount, count)
 
 
 def budget_left() -> Budget:

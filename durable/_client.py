@@ -975,12 +975,13 @@ class Client:
         dollars: float | None = None,
         tokens: int | None = None,
         steps: int | None = None,
+        seconds: float | None = None,
         decided_by: str | None = None,
     ) -> dict[str, Any]:
         """Add to the limits of the budget `workflow_id` draws from, and let every workflow
         paused at one of its budget gates continue (the gate is approved). Returns the
         ledger. Unlimited dimensions stay unlimited."""
-        Budget(dollars=dollars, tokens=tokens, steps=steps)  # validates: zero or more
+        Budget(dollars=dollars, tokens=tokens, steps=steps, seconds=seconds)  # zero or more
         row = self.db.fetch_one("budget_of", {"workflow_id": workflow_id})
         if row is None:
             raise WorkflowNotFoundError(workflow_id)
@@ -997,6 +998,7 @@ class Client:
                 "dollars": dollars_exact(dollars),
                 "tokens": tokens,
                 "steps": steps,
+                "seconds": seconds,
             },
         )
         if raised is None:

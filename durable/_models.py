@@ -245,11 +245,15 @@ class Budget:
     dollars: float | None = None
     tokens: int | None = None
     steps: int | None = None
+    # Wall-clock seconds from the budget's creation (the root's first start), across
+    # crashes, restarts and waits.
+    seconds: float | None = None
 
     def __post_init__(self) -> None:
         _check_amount("dollars", self.dollars, whole=False)
         _check_amount("tokens", self.tokens, whole=True)
         _check_amount("steps", self.steps, whole=True)
+        _check_amount("seconds", self.seconds, whole=False)
 
 
 @dataclass
@@ -263,6 +267,8 @@ class Ledger:
     spent_dollars: Decimal
     spent_tokens: int
     spent_steps: int
+    limit_seconds: Decimal | None = None
+    started_at: dt.datetime | None = None
 
     @staticmethod
     def from_row(row: dict[str, Any]) -> Ledger:
@@ -274,10 +280,22 @@ class Ledger:
             Decimal(row["spent_dollars"]),
             int(row["spent_tokens"]),
             int(row["spent_steps"]),
+            row.get("limit_seconds"),
+            row.get("started_at"),
         )
 
-    def exhausted(self) -> str | None:
+    def elapsed(self, now: dt.datetime) -> float:
+        """Seconds since the budget was created (its tree's first start)."""
+        if self.started_at is None:
+            return 0.0
+        return max(0.0, (now - self.started_at).total_seconds())
+
+    def exhausted(self, now: dt.datetime | None = None) -> str | None:
         """What is used up (for the next step to be refused), or None."""
+        if self.limit_seconds is not None and now is not None:
+            elapsed = self.elapsed(now)
+            if elapsed >= self.limit_seconds:
+                return f"seconds: {elapsed:.1f} of {self.limit_seconds} elapsed"
         if self.limit_steps is not None and self.spent_steps >= self.limit_steps:
             return f"steps: {self.spent_steps} of {self.limit_steps} used"
         if self.limit_dollars is not None and self.spent_dollars >= self.limit_dollars:
@@ -292,10 +310,12 @@ class Ledger:
                 "dollars": None if self.limit_dollars is None else float(self.limit_dollars),
                 "tokens": self.limit_tokens,
                 "steps": self.limit_steps,
+                "seconds": None if self.limit_seconds is None else float(self.limit_seconds),
             },
             "spent": {
                 "dollars": float(self.spent_dollars),
                 "tokens": self.spent_tokens,
                 "steps": self.spent_steps,
             },
+            "started_at": None if self.started_at is None else self.started_at.isoformat(),
         }

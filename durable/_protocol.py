@@ -120,6 +120,11 @@ class StepScope:
     charging: bool = False
     dollars: Decimal = Decimal(0)
     tokens: int = 0
+    # What durable.reserve() set aside (counted until the step records, or the
+    # reservation's block ends), and why a charge or reservation was refused by the cap.
+    reserved_dollars: Decimal = Decimal(0)
+    reserved_tokens: int = 0
+    refused: str | None = None
 
 
 @dataclass(slots=True)
@@ -332,9 +337,12 @@ class Run:
     deadline: dt.datetime | None = None
     cancel_reason: str | None = None
     stopping: bool = False
-    # The budget this run draws from (its root's id) and the run's copy of that ledger.
+    # The budget this run draws from (its root's id), the run's copy of that ledger, and
+    # the steps of this run executing now (their charges and reservations count against
+    # the cap before they are recorded; parallel async steps are several).
     budget_id: str | None = None
     ledger: Ledger | None = None
+    inflight: list[StepScope] = field(default_factory=list)
     # The working state (durable.state) and the conversation turns, as of this point of
     # the run: rebuilt by replay, since every update is a journaled call.
     state: str | None = None
@@ -555,33 +563,45 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
     settings.crash_point("before_step")
     started = settings.clock.now()
     scope = StepScope(defn.name, charging=True)
-    attempt = 0
+    attempt = refusals = 0
     elapsed = 0.0
-    while True:
-        attempt += 1
-        outcome: Outcome = yield Call(defn.fn, args, kwargs, scope, defn.timeout)
-        elapsed += outcome.seconds
-        exc = outcome.error
-        if exc is None:
-            break
-        if defn.retry.should_retry(exc, attempt):
-            delay = defn.retry.delay(attempt)
-            logger.info(
-                "step %s of %s failed (attempt %d), retrying in %.2f s: %r",
-                defn.name,
-                run.workflow_id,
-                attempt,
-                delay,
-                exc,
+    run.inflight.append(scope)
+    try:
+        while True:
+            attempt += 1
+            outcome: Outcome = yield Call(defn.fn, args, kwargs, scope, defn.timeout)
+            elapsed += outcome.seconds
+            exc = outcome.error
+            if exc is None:
+                break
+            if scope.refused is not None and isinstance(exc, BudgetExceededError):
+                # A charge or reservation would have passed the cap: nothing of this
+                # attempt is recorded; the step waits at the budget gate, and runs again
+                # if the budget is raised.
+                yield from _cap_gate(run, seq, scope, refusals)
+                refusals += 1
+                attempt -= 1  # refused by the budget, not failed
+                continue
+            if defn.retry.should_retry(exc, attempt):
+                delay = defn.retry.delay(attempt)
+                logger.info(
+                    "step %s of %s failed (attempt %d), retrying in %.2f s: %r",
+                    defn.name,
+                    run.workflow_id,
+                    attempt,
+                    delay,
+                    exc,
+                )
+                yield Pause(delay)
+                elapsed += delay
+                check_interrupt(run)  # cancelled during the backoff: no further attempt
+                continue
+            yield from _record_call(
+                run, seq, defn, scope, None, encode_error(exc), attempt, started, arguments, elapsed
             )
-            yield Pause(delay)
-            elapsed += delay
-            check_interrupt(run)  # cancelled during the backoff: no further attempt
-            continue
-        yield from _record_call(
-            run, seq, defn, scope, None, encode_error(exc), attempt, started, arguments, elapsed
-        )
-        raise exc
+            raise exc
+    finally:
+        run.inflight = [s for s in run.inflight if s is not scope]
     output, value = run.keep(outcome.value, f"the output of step {defn.name!r}", defn.fn)
     settings.crash_point("before_step_record")
     yield from _record_call(
@@ -1183,6 +1203,7 @@ def open_ledger(run: Run, limits: Budget | None) -> Gen[None]:
                 "limit_dollars": dollars_exact(limits.dollars),
                 "limit_tokens": limits.tokens,
                 "limit_steps": limits.steps,
+                "limit_seconds": limits.seconds,
             },
             "one",
         )
@@ -1201,17 +1222,29 @@ def refresh_ledger(run: Run) -> Gen[None]:
 
 
 def budget_gate(run: Run, seq: int, step_name: str) -> Gen[None]:
-    """Before a new step: if the budget is used up, wait for a decision instead of running.
+    """Before a new step: if the budget is used up (or its time is), wait for a decision
+    instead of running.
 
     The gate is keyed by the step's position, not journaled as a call of its own, so a
-    replay after the decision reaches the same step at the same position."""
+    replay after the decision reaches the same step at the same position. A resumed run
+    first looks for a denied gate at this position: a denial ends the step without
+    running it again."""
     ledger = run.ledger
-    if ledger is None or ledger.exhausted() is None:
+    if ledger is None:
+        return
+    if not run.first_run:
+        denied = yield Execute(
+            "denied_budget_gate", {"workflow_id": run.workflow_id, "name": f"budget@{seq}"}, "one"
+        )
+        if denied is not None:
+            raise BudgetExceededError(run.workflow_id, step_name, denied["comment"] or "denied")
+    now = run.settings.clock.now()
+    if ledger.exhausted(now) is None:
         return
     yield from refresh_ledger(run)
     ledger = run.ledger
     assert ledger is not None
-    why = ledger.exhausted()
+    why = ledger.exhausted(now)
     if why is None:
         return  # raised meanwhile
     payload = run.dumps({"step": step_name, "exhausted": why, **ledger.as_dict()}, "a budget gate")
@@ -1221,9 +1254,81 @@ def budget_gate(run: Run, seq: int, step_name: str) -> Gen[None]:
     # Approved: a person let this step run (usually after raising the budget).
 
 
-def charge(scope: StepScope, dollars: Decimal, tokens: int) -> None:
+def _cap_gate(run: Run, seq: int, scope: StepScope, nth: int) -> Gen[None]:
+    """A step refused by the cap waits at gate `budget@<seq>:cap<nth>` (the n-th refusal
+    at this position: a second refusal after a raise asks again)."""
+    why = scope.refused or "the budget"
+    scope.dollars, scope.tokens, scope.refused = Decimal(0), 0, None
+    scope.reserved_dollars, scope.reserved_tokens = Decimal(0), 0
+    ledger = run.ledger
+    assert ledger is not None
+    payload = run.dumps(
+        {"step": scope.name, "exhausted": why, "cap": True, **ledger.as_dict()}, "a budget gate"
+    )
+    decision = yield from gate(run, f"budget@{seq}:cap{nth}", seq, payload)
+    if not decision.approved:
+        raise BudgetExceededError(run.workflow_id, scope.name, why)
+    yield from refresh_ledger(run)
+
+
+def over_cap(
+    run: Run,
+    scope: StepScope,
+    dollars: Decimal = Decimal(0),
+    tokens: int = 0,
+    reserve_dollars: Decimal = Decimal(0),
+    reserve_tokens: int = 0,
+) -> str | None:
+    """Why adding this charge (or reservation) to `scope` would pass a limit, or None.
+
+    Counts what is recorded (the run's ledger) plus what every step of this run now
+    executing has charged or reserved (the larger of the two: a reservation is an
+    estimate the real charges use up)."""
+    ledger = run.ledger
+    if ledger is None:
+        return None
+    total_dollars, total_tokens = ledger.spent_dollars, ledger.spent_tokens
+    steps = run.inflight if any(s is scope for s in run.inflight) else [*run.inflight, scope]
+    for step_scope in steps:
+        d, t = step_scope.dollars, step_scope.tokens
+        rd, rt = step_scope.reserved_dollars, step_scope.reserved_tokens
+        if step_scope is scope:
+            d, t, rd, rt = d + dollars, t + tokens, rd + reserve_dollars, rt + reserve_tokens
+        total_dollars += max(d, rd)
+        total_tokens += max(t, rt)
+    if ledger.limit_dollars is not None and total_dollars > ledger.limit_dollars:
+        return f"dollars: {total_dollars} would pass the limit of {ledger.limit_dollars}"
+    if ledger.limit_tokens is not None and total_tokens > ledger.limit_tokens:
+        return f"tokens: {total_tokens} would pass the limit of {ledger.limit_tokens}"
+    return None
+
+
+def charge(run: Run, scope: StepScope, dollars: Decimal, tokens: int) -> None:
+    """Add to what the step spent, unless it would pass a limit: then nothing is added and
+    BudgetExceededError is raised in the step (the hard cap)."""
+    why = over_cap(run, scope, dollars, tokens)
+    if why is not None:
+        scope.refused = why
+        raise BudgetExceededError(run.workflow_id, scope.name, why)
     scope.dollars += dollars
     scope.tokens += tokens
+
+
+def reserve(run: Run, scope: StepScope, dollars: Decimal, tokens: int) -> None:
+    """Set aside an estimate before an expensive call; BudgetExceededError (and the call is
+    not made) if it does not fit."""
+    why = over_cap(run, scope, reserve_dollars=dollars, reserve_tokens=tokens)
+    if why is not None:
+        scope.refused = why
+        raise BudgetExceededError(run.workflow_id, scope.name, why)
+    scope.reserved_dollars += dollars
+    scope.reserved_tokens += tokens
+
+
+def release(scope: StepScope, dollars: Decimal, tokens: int) -> None:
+    """End a reservation (what was charged meanwhile stays charged)."""
+    scope.reserved_dollars = max(Decimal(0), scope.reserved_dollars - dollars)
+    scope.reserved_tokens = max(0, scope.reserved_tokens - tokens)
 
 
 def budget_left(run: Run, scope: StepScope | None = None) -> Budget:
@@ -1233,6 +1338,10 @@ def budget_left(run: Run, scope: StepScope | None = None) -> Budget:
         return Budget()
     spent_dollars = ledger.spent_dollars + (scope.dollars if scope is not None else 0)
     spent_tokens = ledger.spent_tokens + (scope.tokens if scope is not None else 0)
+    seconds = None
+    if ledger.limit_seconds is not None:
+        elapsed = ledger.elapsed(run.settings.clock.now())
+        seconds = max(0.0, float(ledger.limit_seconds) - elapsed)
     return Budget(
         dollars=None
         if ledger.limit_dollars is None
@@ -1241,6 +1350,7 @@ def budget_left(run: Run, scope: StepScope | None = None) -> Budget:
         steps=None
         if ledger.limit_steps is None
         else max(0, ledger.limit_steps - ledger.spent_steps),
+        seconds=seconds,
     )
 
 

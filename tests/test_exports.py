@@ -3,6 +3,8 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "Reservation",
+    "reserve",
     "AsyncWorkflowHandle",
     "append_turn_async",
     "approval_async",

@@ -683,24 +683,25 @@ RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.
 -- Charges already recorded under this id (a fork's copied steps) are its starting spend.
 WITH created AS (
     INSERT INTO {schema}.budgets (budget_id, limit_dollars, limit_tokens, limit_steps,
-        spent_dollars, spent_tokens, spent_steps)
+        limit_seconds, spent_dollars, spent_tokens, spent_steps)
     SELECT %(budget_id)s, %(limit_dollars)s, %(limit_tokens)s, %(limit_steps)s,
-        coalesce(sum(dollars), 0), coalesce(sum(tokens), 0), coalesce(sum(steps), 0)
+        %(limit_seconds)s, coalesce(sum(dollars), 0), coalesce(sum(tokens), 0),
+        coalesce(sum(steps), 0)
     FROM {schema}.charges WHERE budget_id = %(budget_id)s
     ON CONFLICT (budget_id) DO NOTHING
-    RETURNING budget_id, limit_dollars, limit_tokens, limit_steps, spent_dollars,
-        spent_tokens, spent_steps
+    RETURNING budget_id, limit_dollars, limit_tokens, limit_steps, limit_seconds,
+        spent_dollars, spent_tokens, spent_steps, created_at AS started_at
 )
 SELECT * FROM created
 UNION ALL
-SELECT budget_id, limit_dollars, limit_tokens, limit_steps, spent_dollars, spent_tokens,
-    spent_steps
+SELECT budget_id, limit_dollars, limit_tokens, limit_steps, limit_seconds, spent_dollars,
+    spent_tokens, spent_steps, created_at AS started_at
 FROM {schema}.budgets WHERE budget_id = %(budget_id)s AND NOT EXISTS (SELECT 1 FROM created)
 
 -- get_budget --
 -- One budget's limits and what has been spent.
-SELECT budget_id, limit_dollars, limit_tokens, limit_steps, spent_dollars, spent_tokens,
-    spent_steps
+SELECT budget_id, limit_dollars, limit_tokens, limit_steps, limit_seconds, spent_dollars,
+    spent_tokens, spent_steps, created_at AS started_at
 FROM {schema}.budgets WHERE budget_id = %(budget_id)s
 
 -- raise_budget --
@@ -709,10 +710,19 @@ UPDATE {schema}.budgets
 SET limit_dollars = limit_dollars + coalesce(%(dollars)s::numeric, 0),
     limit_tokens = limit_tokens + coalesce(%(tokens)s::bigint, 0),
     limit_steps = limit_steps + coalesce(%(steps)s::integer, 0),
+    limit_seconds = limit_seconds + coalesce(%(seconds)s::numeric, 0),
     updated_at = {schema}.current_time()
 WHERE budget_id = %(budget_id)s
-RETURNING budget_id, limit_dollars, limit_tokens, limit_steps, spent_dollars, spent_tokens,
-    spent_steps
+RETURNING budget_id, limit_dollars, limit_tokens, limit_steps, limit_seconds, spent_dollars,
+    spent_tokens, spent_steps, created_at AS started_at
+
+-- denied_budget_gate --
+-- A denied budget gate at a step's position (`budget@<n>` or `budget@<n>:cap<k>`): a
+-- resumed run does not run that step again.
+SELECT name, comment FROM {schema}.approvals
+WHERE workflow_id = %(workflow_id)s AND status = 'denied'
+    AND (name = %(name)s OR name LIKE %(name)s || ':%%')
+LIMIT 1
 
 -- budget_of --
 -- The budget a workflow draws from.
@@ -751,8 +761,8 @@ WITH journaled AS (
         spent_steps = b.spent_steps + c.steps, updated_at = {schema}.current_time()
     FROM charged AS c
     WHERE b.budget_id = c.budget_id
-    RETURNING b.budget_id, b.limit_dollars, b.limit_tokens, b.limit_steps, b.spent_dollars,
-        b.spent_tokens, b.spent_steps
+    RETURNING b.budget_id, b.limit_dollars, b.limit_tokens, b.limit_steps, b.limit_seconds,
+        b.spent_dollars, b.spent_tokens, b.spent_steps, b.created_at AS started_at
 )
 SELECT (SELECT count(*) FROM journaled) AS written, s.*
 FROM (SELECT 1) AS one LEFT JOIN spent AS s ON true

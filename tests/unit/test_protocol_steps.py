@@ -333,7 +333,7 @@ def test_charges_during_the_call_go_into_the_record_and_update_the_ledger() -> N
     def answer(op: Any) -> Any:
         if isinstance(op, Call):
             scopes.append(op.scope)
-            protocol.charge(op.scope, Decimal("0.5"), 10)
+            protocol.charge(run, op.scope, Decimal("0.5"), 10)
             return Outcome("reply")
         return DEFAULT
 
@@ -354,7 +354,7 @@ def test_a_failed_attempt_charge_counts_after_the_retry() -> None:
     def answer(op: Any) -> Any:
         if isinstance(op, Call):
             calls["n"] += 1
-            protocol.charge(op.scope, Decimal("0.25"), 5)
+            protocol.charge(run, op.scope, Decimal("0.25"), 5)
             return Outcome(error=ValueError("rate limited")) if calls["n"] == 1 else Outcome("ok")
         return DEFAULT
 

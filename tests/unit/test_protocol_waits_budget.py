@@ -18,6 +18,7 @@ from durable.errors import (
     WorkflowSuspended,
 )
 from tests.unit.scripted import (
+    DEFAULT,
     EPOCH,
     SERIALIZER,
     T0,
@@ -179,6 +180,7 @@ def test_open_ledger_of_a_root_creates_it_with_exact_limits() -> None:
         "limit_dollars": Decimal("0.1"),
         "limit_tokens": None,
         "limit_steps": 3,
+        "limit_seconds": None,
     }
     assert run.ledger == Ledger(WORKFLOW_ID, Decimal("0.1"), None, 3, Decimal(0), 0, 0)
 
@@ -195,7 +197,7 @@ def test_open_ledger_of_a_child_reads_its_roots_ledger() -> None:
 def test_budget_left_counts_the_running_steps_charges() -> None:
     run = make_run(ledger=ledger(limit_dollars="2", spent_dollars="0.5", limit_tokens=100))
     scope = protocol.StepScope("llm", charging=True)
-    protocol.charge(scope, Decimal("0.25"), 40)
+    protocol.charge(run, scope, Decimal("0.25"), 40)
     assert protocol.budget_left(run, scope) == Budget(dollars=1.25, tokens=60, steps=None)
     assert protocol.budget_left(run) == Budget(dollars=1.5, tokens=100, steps=None)
 
@@ -448,3 +450,118 @@ def test_a_replayed_set_event_publishes_nothing() -> None:
     script = Script()
     script.run(protocol.set_event(run, "k", 1))
     assert script.ops == []
+
+
+# -- the hard cap and reservations -------------------------------------------------------------
+
+
+def _charging(run: Any, amounts: list[str], seen: list[str]) -> Any:
+    """A step body charging each amount in turn (one per attempt)."""
+
+    def answer(op: Any) -> Any:
+        if isinstance(op, Call) and op.scope is not None:
+            amount = amounts[len(seen)]
+            seen.append(amount)
+            try:
+                protocol.charge(run, op.scope, Decimal(amount), 0)
+            except BudgetExceededError as exc:
+                return protocol.Outcome(error=exc)
+            return protocol.Outcome("ok")
+        return DEFAULT
+
+    return answer
+
+
+def test_a_charge_past_the_limit_is_refused_and_the_step_waits_at_a_gate() -> None:
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.9"))
+    seen: list[str] = []
+    script = Script(
+        _charging(run, ["0.3"], seen),
+        statements={"get_approval": None, "suspend_for_approval": 1},
+    )
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.step(run, step_def(llm), (), {}))
+    assert seen == ["0.3"]
+    # Nothing recorded for the refused attempt; the gate is the cap's at this position.
+    assert "record_charged_step" not in " ".join(script.labels)
+    asked = script.only("approval_request")
+    assert asked["name"] == "budget@0:cap0"
+    assert SERIALIZER.loads(asked["payload"])["cap"] is True
+    assert run.inflight == []
+
+
+def test_an_approved_cap_gate_runs_the_step_again_and_a_denied_one_raises() -> None:
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.9"))
+    seen: list[str] = []
+    raised = ledger_row(limit_dollars="2", spent_dollars="0.9", written=True)
+    script = Script(
+        _charging(run, ["0.3", "0.3"], seen),
+        statements={
+            "get_approval": APPROVED,
+            "get_budget": ledger_row(limit_dollars="2", spent_dollars="0.9"),
+            "record_charged_step": raised,
+        },
+    )
+    assert script.run(protocol.step(run, step_def(llm), (), {})) == "ok"
+    assert seen == ["0.3", "0.3"]
+    written = script.only("record_charged_step")
+    assert (written["dollars"], written["attempts"]) == (Decimal("0.3"), 1)
+
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.9"))
+    denied = approval_row("denied", comment="too dear", decided_by="ann")
+    script = Script(_charging(run, ["0.3"], []), statements={"get_approval": denied})
+    with pytest.raises(BudgetExceededError, match="dollars"):
+        script.run(protocol.step(run, step_def(llm), (), {}))
+
+
+def test_a_resumed_run_does_not_run_a_step_whose_gate_was_denied() -> None:
+    run = make_run(
+        budget_id=WORKFLOW_ID,
+        ledger=ledger(limit_dollars="1", spent_dollars="0.9"),
+        first_run=False,
+    )
+    seen: list[str] = []
+    script = Script(
+        _charging(run, ["0.3"], seen),
+        statements={"denied_budget_gate": {"name": "budget@0:cap0", "comment": "no"}},
+    )
+    with pytest.raises(BudgetExceededError):
+        script.run(protocol.step(run, step_def(llm), (), {}))
+    assert seen == []  # the step's code never ran
+
+
+def test_reservations_count_until_released_and_against_parallel_steps() -> None:
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.5"))
+    a, b = protocol.StepScope("a", charging=True), protocol.StepScope("b", charging=True)
+    run.inflight = [a, b]
+    protocol.reserve(run, a, Decimal("0.3"), 0)
+    with pytest.raises(BudgetExceededError, match="would pass the limit of 1"):
+        protocol.reserve(run, b, Decimal("0.3"), 0)  # 0.5 + 0.3 + 0.3 > 1
+    assert b.refused is not None and b.reserved_dollars == 0
+    protocol.charge(run, a, Decimal("0.2"), 0)  # inside a's reservation: fits
+    protocol.release(a, Decimal("0.3"), 0)
+    protocol.charge(run, b, Decimal("0.3"), 0)  # a now counts 0.2: 0.5 + 0.2 + 0.3 = 1
+    with pytest.raises(BudgetExceededError):
+        protocol.charge(run, b, Decimal("0.01"), 0)
+
+
+def test_a_time_budget_is_used_up_by_the_clock() -> None:
+    start = T0 - dt.timedelta(seconds=61)
+    run = make_run(
+        budget_id=WORKFLOW_ID,
+        ledger=ledger(limit_dollars="5", limit_seconds=Decimal(60), started_at=start),
+    )
+    script = Script(
+        statements={
+            "get_budget": ledger_row(
+                limit_dollars="5", limit_seconds=Decimal(60), started_at=start
+            ),
+            "get_approval": None,
+            "suspend_for_approval": 1,
+        }
+    )
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.step(run, step_def(llm), (), {}))
+    payload = SERIALIZER.loads(script.only("approval_request")["payload"])
+    assert payload["exhausted"].startswith("seconds: 61.0 of 60")
+    assert protocol.budget_left(run).seconds == 0.0
