@@ -4,7 +4,9 @@ Measured in ONE run on the same PostgreSQL, per step (total time of an N-step ru
 medians over rounds with the interquartile range:
 
 - floor: a bare psycopg INSERT + COMMIT of the same payload; and a plain Python call;
-- durable in sync, async and exit modes, for several payload sizes and workflow lengths;
+- durable in sync, async and exit modes, for several payload sizes and workflow lengths,
+  with plain-def workflows (the sync driver) and `async def` ones (the async driver,
+  awaited on an event loop of the benchmark's), in the same run;
 - DBOS Transact (its own system database on the same server) and LangGraph with
   langgraph-checkpoint-postgres in its sync / async / exit durability, when installed
   (`pip install -e '.[bench]'`); a missing peer is skipped with a message.
@@ -19,6 +21,7 @@ each system writes to, read after its backends went idle so their stats are flus
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import os
@@ -116,11 +119,35 @@ def bench_durable(engine: durable.Engine, wf: Any, payload: str, steps: int) -> 
     return run
 
 
+def bench_durable_async(
+    engine: durable.Engine, loop: asyncio.AbstractEventLoop, wf: Any, payload: str, steps: int
+) -> Callable[[], None]:
+    def run() -> None:
+        loop.run_until_complete(wf(steps, payload))
+        engine.flush()
+
+    return run
+
+
+def end_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """End the loop as asyncio.run does (the engine's host of it gives back its pool)."""
+    left = asyncio.all_tasks(loop)
+    for task in left:
+        task.cancel()
+    loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+    loop.close()
+
+
 def make_durable_app() -> tuple[durable.Registry, dict[str, Any]]:
+    """Workflows per mode: "sync", "async", "exit" (plain def) and "async def/<mode>"."""
     reg = durable.Registry()
 
     @durable.step(registry=reg, name="bench.echo")
     def echo(payload: str) -> str:
+        return payload
+
+    @durable.step(registry=reg, name="bench.aecho")
+    async def aecho(payload: str) -> str:
         return payload
 
     wfs = {}
@@ -137,6 +164,18 @@ def make_durable_app() -> tuple[durable.Registry, dict[str, Any]]:
             name=f"bench.{mode}",
             durability=mode,  # type: ignore[arg-type]
         )(body)
+
+        async def abody(steps: int, payload: str) -> int:
+            for _ in range(steps):
+                await aecho(payload)
+            return steps
+
+        abody.__qualname__ = f"bench_async_{mode}"
+        wfs[f"async def/{mode}"] = durable.workflow(
+            registry=reg,
+            name=f"bench.async.{mode}",
+            durability=mode,  # type: ignore[arg-type]
+        )(abody)
     return reg, wfs
 
 
@@ -272,15 +311,20 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         )
         reg, wfs = make_durable_app()
         with scratch_db(admin, "durable") as url:
+            loop = asyncio.new_event_loop()
             with durable.Engine(url, registry=reg, max_payload_bytes=5_000_000) as engine:
                 for mode, wf in wfs.items():
-                    run = bench_durable(engine, wf, payload, steps)
+                    if mode.startswith("async def/"):
+                        run = bench_durable_async(engine, loop, wf, payload, steps)
+                    else:
+                        run = bench_durable(engine, wf, payload, steps)
                     s0 = engine.db.counters.statements
                     before = commits(admin, url)
                     run()
                     c = (commits(admin, url) - before) / steps
                     st = (engine.db.counters.statements - s0) / steps
                     add("durable", mode, label, steps, timed(run, steps, args.rounds), c, st)
+                end_loop(loop)
         if not args.no_peers:
             try:
                 import dbos  # noqa: F401
@@ -382,6 +426,24 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             "" if r["commits_per_step"] is None else f"{r['commits_per_step']:.3f}",
         )
     Console(width=140).print(table)
+    for r in rows:
+        if r["system"] == "durable" and r["mode"].startswith("async def/"):
+            twin = next(
+                (
+                    t
+                    for t in rows
+                    if t["system"] == "durable"
+                    and t["mode"] == r["mode"].removeprefix("async def/")
+                    and t["payload"] == r["payload"]
+                ),
+                None,
+            )
+            if twin is not None:
+                r["ratio_to_sync_driver"] = r["median_us"] / twin["median_us"]
+                print(
+                    f"{r['payload']}, {twin['mode']} mode: an async def step costs "
+                    f"{r['ratio_to_sync_driver']:.2f}x a plain-def step"
+                )
     for label, cost in sync_cost.items():
         if label in dbos_cost:
             print(f"{label}: DBOS per-step cost is {dbos_cost[label] / cost:.1f}x durable sync")

@@ -10,6 +10,9 @@ threshold, same URL):
                (workflow_id, seq)), autocommit: one round trip, one commit;
   durable      a workflow of N steps called directly inside `with engine:`, minus the
                time of an empty workflow measured in the same round, divided by N;
+  async        the same with `async def` workflow and steps, awaited on an event loop of
+               the benchmark's (the async driver); its ratio to the sync step is the
+               async driver's cost (target: at most ASYNC_TARGET);
   round trip   a bare `SELECT 1`, for context (a round trip with no durable commit).
 
 Rounds interleave floor and durable (ABBA order, so drift cancels) after warm-up rounds
@@ -36,6 +39,7 @@ Run: python -m benchmarks.step_overhead [--steps 200] [--rounds 7] [--json PATH]
 from __future__ import annotations
 
 import argparse
+import asyncio
 import gc
 import json
 import os
@@ -44,7 +48,7 @@ import statistics
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -60,12 +64,14 @@ import durable
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "step_overhead.json"
 TARGET_RATIO = 1.25
+ASYNC_TARGET = 1.2  # an async step costs at most this many sync steps
 STEP_NAME = "bench.step"
 WORKFLOW_NAME = "bench.workflow"
 # Filler that makes one step's JSON output about 100 bytes, like a small real result.
 _PAD = "x" * 64
 
 Workflow = Callable[[int], int]
+AsyncWorkflow = Callable[[int], Coroutine[Any, Any, int]]
 
 
 # -- the workload -------------------------------------------------------------------------------
@@ -75,8 +81,8 @@ def step_output(i: int) -> dict[str, Any]:
     return {"i": i, "ok": True, "pad": _PAD}
 
 
-def make_app() -> tuple[durable.Registry, Workflow]:
-    """A dedicated registry holding the benchmark's workflow and step."""
+def make_app() -> tuple[durable.Registry, Workflow, AsyncWorkflow]:
+    """A dedicated registry holding the benchmark's workflows and steps (sync and async)."""
     registry = durable.Registry()
 
     @durable.step(name=STEP_NAME, registry=registry)
@@ -89,7 +95,17 @@ def make_app() -> tuple[durable.Registry, Workflow]:
             bench_step(i)
         return n
 
-    return registry, bench_workflow
+    @durable.step(name=STEP_NAME + ".async", registry=registry)
+    async def bench_async_step(i: int) -> dict[str, Any]:
+        return step_output(i)
+
+    @durable.workflow(name=WORKFLOW_NAME + ".async", registry=registry)
+    async def bench_async_workflow(n: int) -> int:
+        for i in range(n):
+            await bench_async_step(i)
+        return n
+
+    return registry, bench_workflow, bench_async_workflow
 
 
 def floor_payload() -> str:
@@ -259,13 +275,19 @@ def time_round_trip(conn: psycopg.Connection[Any], n: int) -> float:
     return elapsed_us(start) / n
 
 
-def time_workflow(wf: Workflow, n: int) -> float:
+def time_workflow(wf: Callable[[int], int], n: int) -> float:
     start = time.perf_counter_ns()
     result = wf(n)
     took = elapsed_us(start)
     if result != n:
         raise RuntimeError(f"the benchmark workflow returned {result!r}, expected {n}")
     return took
+
+
+def on_loop(loop: asyncio.AbstractEventLoop, awf: AsyncWorkflow) -> Workflow:
+    """The async workflow as a blocking call: awaited on the benchmark's own loop (which
+    keeps its connection pool between calls, as an application's loop does)."""
+    return lambda n: loop.run_until_complete(awf(n))
 
 
 def time_durable(
@@ -430,38 +452,54 @@ def prepared_target(url: str, scratch: bool) -> Iterator[Target]:
 def measure(
     target: Target, steps: int, rounds: int, warmup: int, empty_runs: int
 ) -> dict[str, Any]:
-    registry, wf = make_app()
+    registry, wf, awf = make_app()
     payload = floor_payload()
     floor: list[float] = []
     step: list[float] = []
+    async_step: list[float] = []
+    async_ratios: list[float] = []
     empty: list[float] = []
     full: list[float] = []
     round_trip: list[float] = []
     ratios: list[float] = []
     statements: list[float] = []
     empty_statements: list[float] = []
+    loop = asyncio.new_event_loop()
     with target.engine(registry) as engine, connect(target.url) as conn:
         insert = target.floor_insert(conn)
+        run_async = on_loop(loop, awf)
         for r in range(warmup + rounds):
             # ABBA: alternate which side goes first, so slow drift affects both alike.
             if r % 2 == 0:
                 f = time_floor(conn, insert, steps, payload)
                 w, e, s, es = time_durable(engine, wf, steps, empty_runs)
+                aw, ae, _, _ = time_durable(engine, run_async, steps, empty_runs)
             else:
+                aw, ae, _, _ = time_durable(engine, run_async, steps, empty_runs)
                 w, e, s, es = time_durable(engine, wf, steps, empty_runs)
                 f = time_floor(conn, insert, steps, payload)
             rt = time_round_trip(conn, steps)
             d = (w - e) / steps
+            ad = (aw - ae) / steps
             if r < warmup:
                 continue
             floor.append(f)
             step.append(d)
+            async_step.append(ad)
+            async_ratios.append(ad / d)
             empty.append(e)
             full.append(w)
             round_trip.append(rt)
             ratios.append(d / f)
             statements.append(s)
             empty_statements.append(es)
+        # As asyncio.run ends a loop: what is left is cancelled (the engine's host of this
+        # loop then gives back its connections).
+        left = asyncio.all_tasks(loop)
+        for task in left:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+    loop.close()
     stmt_per_empty = statistics.median(empty_statements)
     stmt_per_step = (statistics.median(statements) - stmt_per_empty) / steps
     floor_s = summarize(floor)
@@ -469,6 +507,11 @@ def measure(
     return {
         "floor_us": floor_s,
         "durable_step_us": step_s,
+        "async_step_us": summarize(async_step),
+        "async_ratio": {
+            "of_medians": statistics.median(async_step) / step_s["median"],
+            "paired": summarize(async_ratios),
+        },
         "empty_workflow_us": summarize(empty),
         "full_workflow_us": summarize(full),
         "round_trip_us": summarize(round_trip),
@@ -534,6 +577,7 @@ def print_report(results: dict[str, Any], console: Console) -> None:
     rows = [
         ("floor: INSERT + commit", "floor_us"),
         ("durable @step (sync)", "durable_step_us"),
+        ("durable @step (async def, awaited)", "async_step_us"),
         ("empty workflow (per workflow)", "empty_workflow_us"),
         ("round trip: SELECT 1", "round_trip_us"),
     ]
@@ -554,6 +598,12 @@ def print_report(results: dict[str, Any], console: Console) -> None:
         f"ratio durable step / floor: {ratio['of_medians']:.3f} (per-round ratios: median "
         f"{paired['median']:.3f}, IQR {paired['p25']:.3f}-{paired['p75']:.3f}, range "
         f"{paired['min']:.3f}-{paired['max']:.3f}); {verdict} the target {TARGET_RATIO}"
+    )
+    async_ratio = results["async_ratio"]
+    verdict = "meets" if async_ratio["of_medians"] <= ASYNC_TARGET else "misses"
+    console.print(
+        f"ratio async step / sync step: {async_ratio['of_medians']:.3f} (per-round median "
+        f"{async_ratio['paired']['median']:.3f}); {verdict} the target {ASYNC_TARGET}"
     )
     per_step = results["statements_per_step"]
     per_empty = results["statements_per_empty_workflow"]
@@ -588,11 +638,15 @@ def write_plot(results: dict[str, Any], path: Path, console: Console) -> None:
             markup=False,
         )
         return
-    labels = ["floor", "durable step"]
-    data = [results["floor_us"]["samples"], results["durable_step_us"]["samples"]]
+    labels = ["floor", "durable step", "async step"]
+    data = [
+        results["floor_us"]["samples"],
+        results["durable_step_us"]["samples"],
+        results["async_step_us"]["samples"],
+    ]
     fig, ax = plt.subplots(figsize=(6, 4))
     ax.boxplot(data)
-    ax.set_xticks([1, 2], labels)
+    ax.set_xticks([1, 2, 3], labels)
     ax.set_ylabel("µs per op")
     ax.set_title(f"durable step vs INSERT + commit (ratio {results['ratio']['of_medians']:.2f})")
     path.parent.mkdir(parents=True, exist_ok=True)

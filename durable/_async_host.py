@@ -89,7 +89,14 @@ class AsyncHost:
         if self._app_engine is not None:
             await self._app_engine.dispose()
             self._app_engine = None
-        await self._pool.close()
+        # When the loop itself is ending, the pool's worker tasks were cancelled with
+        # everything else and its close() stops at them: close its idle connections here.
+        idle = list(getattr(self._pool, "_pool", ()))
+        try:
+            await self._pool.close()
+        except asyncio.CancelledError:
+            for conn in idle:
+                await conn.close()
 
     # -- what the async driver asks of its host ------------------------------------------------
 

@@ -36,6 +36,9 @@ def check_results(results: dict[str, Any], path: Path) -> None:
     empty = results["empty_workflow_us"]["samples"]
     assert per_step == pytest.approx([(w - e) / steps for w, e in zip(full, empty, strict=True)])
     assert math.isfinite(results["ratio"]["of_medians"])
+    # The async driver is measured in the same rounds.
+    assert len(results["async_step_us"]["samples"]) == 2
+    assert math.isfinite(results["async_ratio"]["of_medians"])
     assert results["payload_bytes"] > 0
     assert results["statements_per_step"] == 1
     assert results["statements_per_empty_workflow"] == 2
