@@ -11,6 +11,7 @@ The tree::
     │   ├── UnknownWorkflowError
     │   ├── InvalidNameError
     │   ├── InvalidBudgetError
+    │   ├── UnknownModelPriceError
     │   ├── InvalidScheduleError
     │   ├── EmbeddedServerError
     │   └── DatabaseUnavailableError
@@ -347,6 +348,20 @@ class NotInWorkflowError(DurableError):
 class InvalidBudgetError(ConfigurationError):
     """A budget or a charge was given an impossible amount: use zero or more (None for
     unlimited); nothing was stored."""
+
+
+class UnknownModelPriceError(ConfigurationError):
+    """A model call through durable.llm has no price for its model, so what it costs could
+    not be charged: pass `prices={model: durable.llm.Price(input=..., output=...)}` (dollars
+    per million tokens), or `{model: None}` to charge its tokens only."""
+
+    def __init__(self, model: str) -> None:
+        self.model = model
+        super().__init__(
+            f"no price for model {model!r}: pass durable.llm.wrap(client, prices={{{model!r}: "
+            "durable.llm.Price(input=..., output=...)}) in dollars per million tokens (or "
+            f"{{{model!r}: None}} to charge tokens only); nothing was sent"
+        )
 
 
 class BudgetExceededError(DurableError):
