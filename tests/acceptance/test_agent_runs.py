@@ -28,11 +28,14 @@ TOKENS = sum(10 * (i + 1) for i in range(N))  # 210
         ("before_step_record:3", ["spend:2"]),
     ],
 )
+@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_total_spend_counts_each_step_once_across_a_sigkill(
-    database_url: str, subprocess_env: dict[str, str], crash: str, reruns: list[str]
+    database_url: str, subprocess_env: dict[str, str], crash: str, reruns: list[str], driver: str
 ) -> None:
     with client(database_url) as engine:
-        handle = engine.submit(counter_app.spender, "s1", N, workflow_id="s1")
+        handle = engine.submit(
+            counter_app.pick(counter_app.spender, driver), "s1", N, workflow_id="s1"
+        )
         first = start_worker(subprocess_env, database_url, crash=crash)
         assert first.wait(timeout=60) == -signal.SIGKILL
         wait_for(lambda: len(world(database_url, "s1")) == 3, what="three steps before the kill")

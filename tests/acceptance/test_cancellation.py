@@ -16,18 +16,22 @@ from tests.acceptance.workers import client, scalar, start_worker, stop_worker, 
 from tests.apps import counter_app, vendor
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_cancel_stops_a_running_tree_and_runs_both_compensations(
-    database_url: str, subprocess_env: dict[str, str]
+    database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
     with client(database_url) as engine:
-        handle = engine.submit(counter_app.tree, "t1", 60, 0.2, workflow_id="t1")
+        handle = engine.submit(
+            counter_app.pick(counter_app.tree, driver), "t1", 60, 0.2, workflow_id="t1"
+        )
         worker = start_worker(subprocess_env, database_url)
         try:
             wait_for(lambda: len(world(database_url, "t1/child")) >= 3, what="the child to work")
             assert engine.cancel("t1", reason="the user changed plans") == "RUNNING"
             with pytest.raises(errors.WorkflowCancelledError, match="changed plans"):
                 handle.result(timeout=60)
-            child_id = next(w.workflow_id for w in engine.list_workflows(name="counter.long_trip"))
+            child_name = "counter.long_trip" + (".async" if driver == "async" else "")
+            child_id = next(w.workflow_id for w in engine.list_workflows(name=child_name))
             assert engine.retrieve(child_id).status() == "CANCELLED"
             done = len(world(database_url, "t1/child"))
             time.sleep(1.0)
@@ -39,11 +43,14 @@ def test_cancel_stops_a_running_tree_and_runs_both_compensations(
     assert vendor.moved(database_url) == [25, 10, -10, -25]
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_cancel_of_a_suspended_workflow_runs_its_compensation_and_never_resumes_it(
-    database_url: str, subprocess_env: dict[str, str]
+    database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
     with client(database_url) as engine:
-        handle = engine.submit(counter_app.booked_nap, "n1", 3600.0, workflow_id="n1")
+        handle = engine.submit(
+            counter_app.pick(counter_app.booked_nap, driver), "n1", 3600.0, workflow_id="n1"
+        )
         worker = start_worker(subprocess_env, database_url)
         try:
             wait_for(lambda: handle.status() == "SUSPENDED", what="the sleep to suspend")

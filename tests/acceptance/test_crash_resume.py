@@ -16,6 +16,7 @@ APP = "tests.apps.counter_app"
 def run_app(
     env: dict[str, str], *args: str, crash: str | None = None
 ) -> subprocess.CompletedProcess[str]:
+    """Run the counter app; `env["DURABLE_TEST_DRIVER"]` picks plain-def or async def."""
     child_env = dict(env)
     if crash:
         child_env["DURABLE_CRASH_POINTS"] = crash
@@ -63,9 +64,11 @@ def status(url: str, workflow_id: str) -> str:
     return str(row[0])
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_sigkill_after_second_step_resumes_at_third(
-    database_url: str, subprocess_env: dict[str, str]
+    database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
+    subprocess_env = {**subprocess_env, "DURABLE_TEST_DRIVER": driver}
     crashed = run_app(subprocess_env, "run", database_url, "wf-3", crash="after_step_record:2")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert world(database_url, "wf-3") == ["s1", "s2"]
@@ -79,9 +82,11 @@ def test_sigkill_after_second_step_resumes_at_third(
     assert status(database_url, "wf-3") == "SUCCESS"
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_sigkill_inside_step_before_record_reruns_only_that_step(
-    database_url: str, subprocess_env: dict[str, str]
+    database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
+    subprocess_env = {**subprocess_env, "DURABLE_TEST_DRIVER": driver}
     crashed = run_app(subprocess_env, "run", database_url, "wf-b", crash="before_step_record:2")
     assert crashed.returncode == -signal.SIGKILL
     assert world(database_url, "wf-b") == ["s1", "s2"]
@@ -92,7 +97,11 @@ def test_sigkill_inside_step_before_record_reruns_only_that_step(
     assert world(database_url, "wf-b") == ["s1", "s2", "s2", "s3"]
 
 
-def test_sigkill_before_status_written(database_url: str, subprocess_env: dict[str, str]) -> None:
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_sigkill_before_status_written(
+    database_url: str, subprocess_env: dict[str, str], driver: str
+) -> None:
+    subprocess_env = {**subprocess_env, "DURABLE_TEST_DRIVER": driver}
     crashed = run_app(subprocess_env, "run", database_url, "wf-e", crash="before_workflow_finish:1")
     assert crashed.returncode == -signal.SIGKILL
     assert status(database_url, "wf-e") == "RUNNING"
@@ -102,10 +111,12 @@ def test_sigkill_before_status_written(database_url: str, subprocess_env: dict[s
     assert world(database_url, "wf-e") == ["s1", "s2", "s3"]
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 @pytest.mark.parametrize("when", ["before_transaction_commit", "after_transaction_commit"])
 def test_transaction_row_and_journal_commit_together(
-    database_url: str, subprocess_env: dict[str, str], when: str
+    database_url: str, subprocess_env: dict[str, str], when: str, driver: str
 ) -> None:
+    subprocess_env = {**subprocess_env, "DURABLE_TEST_DRIVER": driver}
     # Kill at the second refund: o1 is committed; o2 is in flight.
     crashed = run_app(subprocess_env, "run", database_url, "wf-t", "refunds", crash=f"{when}:2")
     assert crashed.returncode == -signal.SIGKILL

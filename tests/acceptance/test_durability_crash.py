@@ -24,13 +24,15 @@ WORKFLOWS = {
 PURE = [i for i in range(50) if i not in counter_app.EFFECTS_AT]
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 @pytest.mark.parametrize("kill_after", [7, 19, 33])  # the n-th pure step to complete
 @pytest.mark.parametrize("mode", ["sync", "async", "exit"])
 def test_crash_costs_only_what_the_mode_promises(
-    database_url: str, subprocess_env: dict[str, str], mode: str, kill_after: int
+    database_url: str, subprocess_env: dict[str, str], mode: str, kill_after: int, driver: str
 ) -> None:
     with client(database_url) as engine:
-        handle = engine.submit(WORKFLOWS[mode], "w", workflow_id="w")
+        workflow = counter_app.pick(WORKFLOWS[mode], driver)
+        handle = engine.submit(workflow, "w", workflow_id="w")
         first = start_worker(subprocess_env, database_url, crash=f"after_step_record:{kill_after}")
         assert first.wait(timeout=60) == -signal.SIGKILL
         second = start_worker(subprocess_env, database_url)

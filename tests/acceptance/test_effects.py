@@ -35,13 +35,15 @@ def ledger(url: str) -> list[tuple[str, str, bool]]:
         ]
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 @pytest.mark.parametrize("mode", ["reconcile", "idempotent"])
 @pytest.mark.parametrize("point", POINTS)
 def test_refunds_move_exactly_once(
-    database_url: str, subprocess_env: dict[str, str], mode: str, point: str
+    database_url: str, subprocess_env: dict[str, str], mode: str, point: str, driver: str
 ) -> None:
     with client(database_url) as engine:
-        handle = engine.submit(counter_app.pay, mode, AMOUNTS, workflow_id="run-4711")
+        pay = counter_app.pick(counter_app.pay, driver)
+        handle = engine.submit(pay, mode, AMOUNTS, workflow_id="run-4711")
         # Die at the third refund (40), at this edge of the write-ahead sequence.
         first = start_worker(subprocess_env, database_url, crash=f"{point}:3")
         assert first.wait(timeout=60) == -signal.SIGKILL

@@ -25,11 +25,14 @@ def world_at(url: str, workflow_id: str) -> list[tuple[str, dt.datetime]]:
         ]
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_sleep_survives_worker_death_and_wakes_once_on_time(
-    database_url: str, subprocess_env: dict[str, str]
+    database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
     with client(database_url) as engine:
-        handle = engine.submit(counter_app.napper, "nap", 3.0, workflow_id="nap")
+        handle = engine.submit(
+            counter_app.pick(counter_app.napper, driver), "nap", 3.0, workflow_id="nap"
+        )
         first = start_worker(subprocess_env, database_url)
         wait_for(lambda: handle.status() == "SUSPENDED", what="the sleep to suspend")
         # Sleeping holds nothing; the worker dies while it sleeps.
@@ -49,11 +52,14 @@ def test_sleep_survives_worker_death_and_wakes_once_on_time(
     assert rows[1][1] - wake_at < dt.timedelta(seconds=10)  # and promptly after
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_messages_consumed_exactly_once_across_a_crash(
-    database_url: str, subprocess_env: dict[str, str]
+    database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
     with client(database_url) as engine:
-        handle = engine.submit(counter_app.receiver, "rx", 3, workflow_id="rx")
+        handle = engine.submit(
+            counter_app.pick(counter_app.receiver, driver), "rx", 3, workflow_id="rx"
+        )
         # The receiver dies right after consuming (and journaling) the second message.
         first = start_worker(subprocess_env, database_url, crash="after_recv:2")
         wait_for(lambda: handle.status() == "SUSPENDED", what="the receiver to wait")

@@ -9,10 +9,12 @@ Crash points are armed with DURABLE_CRASH_POINTS (see Engine.crash_point).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
 import time
+from typing import Any
 
 import psycopg
 from sqlalchemy import Connection, text
@@ -316,6 +318,190 @@ def spender(workflow_id: str, n: int) -> int:
     return sum(spend(workflow_id, i) for i in range(n))
 
 
+# -- the same workflows as `async def`, run by the async driver ----------------------------------
+# Distinct names, one registry: a worker loading this app runs both kinds. `ASYNC[name]` is
+# the async twin of a workflow above.
+
+
+@durable.step(registry=registry, name="counter.step.async")
+async def count_step_async(workflow_id: str, label: str) -> str:
+    World.record(workflow_id, label)
+    return label.upper()
+
+
+@durable.workflow(registry=registry, name="counter.three_steps.async")
+async def three_steps_async(workflow_id: str) -> list[str]:
+    return [await count_step_async(workflow_id, f"s{i}") for i in (1, 2, 3)]
+
+
+@durable.transaction(registry=registry, name="counter.refund.async")
+async def record_refund_async(conn: Any, workflow_id: str, order_id: str, cents: int) -> int:
+    World.record(workflow_id, f"refund-attempt:{order_id}")
+    await conn.execute(
+        text("INSERT INTO refunds (order_id, cents) VALUES (:o, :c)"), {"o": order_id, "c": cents}
+    )
+    return cents
+
+
+@durable.workflow(registry=registry, name="counter.refunds.async")
+async def refunds_async(workflow_id: str, orders: list[list[object]]) -> int:
+    total = 0
+    for order_id, cents in orders:
+        total += await record_refund_async(workflow_id, str(order_id), int(str(cents)))
+        await count_step_async(workflow_id, f"after:{order_id}")
+    return total
+
+
+@durable.effect(registry=registry, name="counter.refund_reconciled.async", reconcile=lookup_refund)
+async def refund_reconciled_async(
+    order_id: str, cents: int, *, idempotency_key: str
+) -> dict[str, object]:
+    return vendor.refund(order_id, cents, idempotency_key, dedup=False)
+
+
+@durable.effect(registry=registry, name="counter.refund_idempotent.async", idempotent=True)
+async def refund_idempotent_async(
+    order_id: str, cents: int, *, idempotency_key: str
+) -> dict[str, object]:
+    return vendor.refund(order_id, cents, idempotency_key, dedup=True)
+
+
+@durable.workflow(registry=registry, name="counter.pay.async")
+async def pay_async(mode: str, amounts: list[int]) -> int:
+    effect = refund_reconciled_async if mode == "reconcile" else refund_idempotent_async
+    total = 0
+    for i, c in enumerate(amounts, 1):
+        total += int(str((await effect(f"o{i}", c))["cents"]))
+    return total
+
+
+@durable.step(registry=registry, name="counter.pure_step.async")
+async def pure_step_async(workflow_id: str, i: int) -> int:
+    World.record(workflow_id, f"p{i}")
+    return i
+
+
+async def _fifty_async(workflow_id: str) -> int:
+    total = 0
+    for i in range(50):
+        if i in EFFECTS_AT:
+            total += int(str((await refund_idempotent_async(f"e{i}", i))["cents"]))
+        else:
+            total += await pure_step_async(workflow_id, i)
+    return total
+
+
+@durable.workflow(registry=registry, name="counter.fifty_sync.async", durability="sync")
+async def fifty_sync_async(workflow_id: str) -> int:
+    return await _fifty_async(workflow_id)
+
+
+@durable.workflow(registry=registry, name="counter.fifty_async.async", durability="async")
+async def fifty_async_async(workflow_id: str) -> int:
+    return await _fifty_async(workflow_id)
+
+
+@durable.workflow(registry=registry, name="counter.fifty_exit.async", durability="exit")
+async def fifty_exit_async(workflow_id: str) -> int:
+    return await _fifty_async(workflow_id)
+
+
+@durable.workflow(registry=registry, name="counter.napper.async")
+async def napper_async(workflow_id: str, seconds: float) -> str:
+    await count_step_async(workflow_id, "before")
+    await durable.sleep_async(seconds)
+    return await count_step_async(workflow_id, "after")
+
+
+@durable.workflow(registry=registry, name="counter.receiver.async")
+async def receiver_async(workflow_id: str, n: int) -> list[object]:
+    got = []
+    for _ in range(n):
+        message = await durable.recv_async("orders", timeout=30)
+        await count_step_async(workflow_id, f"got:{message}")
+        got.append(message)
+    return got
+
+
+@durable.step(registry=registry, name="counter.spend.async")
+async def spend_async(workflow_id: str, i: int) -> int:
+    World.record(workflow_id, f"spend:{i}")
+    durable.charge(dollars=(i + 1) * 0.25, tokens=10 * (i + 1))
+    return i
+
+
+@durable.workflow(
+    registry=registry,
+    name="counter.spender.async",
+    budget=durable.Budget(dollars=100.0, tokens=1_000_000),
+)
+async def spender_async(workflow_id: str, n: int) -> int:
+    return sum([await spend_async(workflow_id, i) for i in range(n)])
+
+
+@durable.step(registry=registry, name="counter.slow_step.async", retries=30, initial_delay=0.2)
+async def slow_step_async(workflow_id: str, label: str, seconds: float) -> str:
+    await asyncio.sleep(seconds)
+    World.record(workflow_id, label)
+    return label
+
+
+@durable.effect(registry=registry, name="counter.book.async", idempotent=True)
+async def book_async(item: str, cents: int, *, idempotency_key: str) -> dict[str, object]:
+    return vendor.refund(item, cents, idempotency_key, dedup=True)
+
+
+@durable.effect(registry=registry, name="counter.unbook.async", idempotent=True)
+async def unbook_async(item: str, cents: int, *, idempotency_key: str) -> dict[str, object]:
+    return vendor.refund(item, -cents, idempotency_key, dedup=True)
+
+
+book_async.compensation(unbook_async)  # type: ignore[attr-defined]
+
+
+@durable.workflow(registry=registry, name="counter.long_trip.async")
+async def long_trip_async(workflow_id: str, n: int, pause: float) -> str:
+    await book_async("flight", 10)
+    for i in range(n):
+        await slow_step_async(workflow_id, f"work{i}", pause)
+    return "done"
+
+
+@durable.workflow(registry=registry, name="counter.tree.async")
+async def tree_async(workflow_id: str, n: int, pause: float) -> str:
+    await book_async("hotel", 25)
+    await long_trip_async(f"{workflow_id}/child", n, pause)
+    return "done"
+
+
+@durable.workflow(registry=registry, name="counter.booked_nap.async")
+async def booked_nap_async(workflow_id: str, seconds: float) -> str:
+    await book_async("car", 7)
+    await durable.sleep_async(seconds)
+    return await count_step_async(workflow_id, "after")
+
+
+ASYNC: dict[object, object] = {
+    three_steps: three_steps_async,
+    refunds: refunds_async,
+    pay: pay_async,
+    fifty_sync: fifty_sync_async,
+    fifty_async: fifty_async_async,
+    fifty_exit: fifty_exit_async,
+    napper: napper_async,
+    receiver: receiver_async,
+    spender: spender_async,
+    long_trip: long_trip_async,
+    tree: tree_async,
+    booked_nap: booked_nap_async,
+}
+
+
+def pick(workflow: Any, driver: str) -> Any:
+    """The workflow itself ("sync") or its `async def` twin ("async")."""
+    return ASYNC[workflow] if driver == "async" else workflow
+
+
 def setup(url: str) -> None:
     World.url = url
     vendor.setup(url)
@@ -326,14 +512,17 @@ def setup(url: str) -> None:
 def main(argv: list[str]) -> int:
     mode, url, workflow_id = argv[0], argv[1], argv[2]
     which = argv[3] if len(argv) > 3 else "three"
+    driver = os.environ.get("DURABLE_TEST_DRIVER", "sync")
     setup(url)
     with durable.Engine(url, registry=registry, lease_seconds=1.0) as engine:
         if mode == "run":
             if which == "three":
-                handle = engine.start(three_steps, workflow_id, workflow_id=workflow_id)
+                wf = pick(three_steps, driver)
+                handle = engine.start(wf, workflow_id, workflow_id=workflow_id)
             elif which == "refunds":
                 orders = [["o1", 10], ["o2", 25], ["o3", 40]]
-                handle = engine.start(refunds, workflow_id, orders, workflow_id=workflow_id)
+                wf = pick(refunds, driver)
+                handle = engine.start(wf, workflow_id, orders, workflow_id=workflow_id)
             else:
                 handle = engine.start(many, workflow_id, int(which), workflow_id=workflow_id)
             print(json.dumps(handle.result(timeout=60)))
