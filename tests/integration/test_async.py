@@ -429,3 +429,36 @@ def test_the_workflow_timeout_interrupts_an_awaiting_step(database_url: str) -> 
             assert await h.status() == durable.WorkflowStatus.CANCELLED
 
     run(main())
+
+
+def test_async_workflows_from_a_queue_and_a_schedule(database_url: str) -> None:
+    import datetime as dt
+
+    reg = durable.Registry()
+    queue = durable.Queue("async-jobs", concurrency=2, registry=reg)
+
+    @durable.step(registry=reg)
+    async def double(x: int) -> int:
+        await asyncio.sleep(0.01)
+        return 2 * x
+
+    @durable.workflow(registry=reg)
+    async def job(x: int) -> int:
+        return await double(x)
+
+    @durable.workflow(registry=reg, name="async-report")
+    async def report(tick: dt.datetime) -> str:
+        return tick.isoformat()
+
+    clock = durable.FakeClock(dt.datetime(2026, 1, 5, 7, 58, 30, tzinfo=dt.UTC))
+    with durable.Engine(
+        database_url, registry=reg, worker=True, poll_interval=0.05, clock=clock
+    ) as engine:
+        handles = [engine.enqueue(queue, job, i) for i in range(6)]
+        assert [h.result(timeout=20) for h in handles] == [0, 2, 4, 6, 8, 10]
+        engine.schedule("every-minute", report, "* * * * *")
+        engine.fire_schedules()  # a new schedule starts at its next tick
+        clock.advance(60)
+        engine.fire_schedules()
+        tick = "2026-01-05T07:59:00+00:00"
+        assert engine.retrieve(f"schedule:every-minute:{tick}").result(timeout=20) == tick
