@@ -29,6 +29,7 @@ from durable._registry import Registry, default_registry
 from durable._retention import PruneReport, RetentionPolicy
 from durable._schedules import scheduled
 from durable._state import append_turn, append_turn_async, conversation, state
+from durable._streams import close_stream, close_stream_async, write_stream, write_stream_async
 from durable._waits import (
     approval,
     approval_async,
@@ -70,6 +71,8 @@ __all__ = [
     "approval_async",
     "budget_left",
     "charge",
+    "close_stream",
+    "close_stream_async",
     "compensate",
     "conversation",
     "default_registry",
@@ -88,6 +91,8 @@ __all__ = [
     "tool",
     "transaction",
     "workflow",
+    "write_stream",
+    "write_stream_async",
 ]
 
 __version__ = "0.1.0"

@@ -16,7 +16,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
@@ -732,6 +732,93 @@ class Client:
     def _event(self, workflow_id: str, key: str) -> tuple[bool, Any]:
         row = self.db.fetch_one("get_event", {"workflow_id": workflow_id, "key": key})
         return (False, None) if row is None else (True, self.serializer.loads(row["value"]))
+
+    # -- streams -------------------------------------------------------------------------------
+
+    @property
+    def stream_channel(self) -> str:
+        return f"{self.schema}_streams"
+
+    def read_stream(
+        self, workflow_id: str, key: str, offset: int = 0, *, poll_interval: float = 1.0
+    ) -> Iterator[Any]:
+        """The values of a workflow's stream `key` from `offset` on, in order, each once,
+        following it live until it is closed (or the workflow finished and nothing more is
+        there). Waits on LISTEN for new values, looking again every `poll_interval`
+        seconds in case a notification was lost. Reconnecting from the offset after the
+        last value seen continues where a reader left off."""
+        start = self._stream_args(workflow_id, key, offset)
+        listener: Any = None
+        try:
+            while True:
+                rows, start, ended = self._stream_rows(workflow_id, key, start)
+                yield from rows
+                if ended:
+                    return
+                if rows:
+                    continue
+                if listener is None:  # listen, then look once more: nothing falls between
+                    listener = self.db.listen_connection(self.stream_channel)
+                    continue
+                for _ in listener.notifies(timeout=poll_interval, stop_after=1):
+                    pass
+        finally:
+            if listener is not None:
+                listener.close()
+
+    async def read_stream_async(
+        self, workflow_id: str, key: str, offset: int = 0, *, poll_interval: float = 1.0
+    ) -> AsyncIterator[Any]:
+        """read_stream, as an async iterator (no thread is held while it waits)."""
+        start = self._stream_args(workflow_id, key, offset)
+        listener: Any = None
+        try:
+            while True:
+                rows, start, ended = await asyncio.to_thread(
+                    self._stream_rows, workflow_id, key, start
+                )
+                for value in rows:
+                    yield value
+                if ended:
+                    return
+                if rows:
+                    continue
+                if listener is None:
+                    listener = await self.db.listen_connection_async(self.stream_channel)
+                    continue
+                async for _ in listener.notifies(timeout=poll_interval, stop_after=1):
+                    pass
+        finally:
+            if listener is not None:
+                await listener.close()
+
+    def _stream_args(self, workflow_id: str, key: str, offset: int) -> int:
+        check_name("workflow_id", workflow_id)
+        check_name("key", key)
+        if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+            raise ConfigurationError(f"offset={offset!r}: give a whole number >= 0")
+        self.get_workflow(workflow_id)  # WorkflowNotFoundError for a wrong id
+        return offset
+
+    def _stream_rows(self, workflow_id: str, key: str, start: int) -> tuple[list[Any], int, bool]:
+        """One look: (values from `start` on, the next offset, whether the stream ended).
+        The status is read before the rows: a workflow seen finished has written all."""
+        finished = WorkflowStatus(
+            (self.db.fetch_one("get_workflow_status", {"workflow_id": workflow_id}) or {}).get(
+                "status", "SUCCESS"
+            )
+        ).is_terminal
+        rows = self.db.fetch_all(
+            "read_stream",
+            {"workflow_id": workflow_id, "key": key, "offset": start, "limit": 1000},
+        )
+        values: list[Any] = []
+        for row in rows:
+            if row["closed"]:
+                return values, start, True
+            values.append(self.serializer.loads(row["value"]))
+            start = int(row["offset"]) + 1
+        return values, start, finished and not rows
 
     # -- for async code: the same calls, awaited (no thread is held while waiting) ---------------
 

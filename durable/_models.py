@@ -61,6 +61,7 @@ class StepKind(StrEnum):
     TOOL = "tool"
     STATE = "state"
     TURN = "turn"
+    STREAM = "stream"
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ from durable.errors import (
     SerializationError,
     StaleOwnerError,
     StepError,
+    StreamClosedError,
     WorkflowCancelledError,
     WorkflowInterrupted,
     WorkflowSuspended,
@@ -291,6 +292,7 @@ class Settings:
         epoch: a request for an earlier run of a resumed workflow is not this run's).
     classify_app_error: how the driver sees an application-database error: "lost" (the
         connection), "unique:<constraint>", or None.
+    stream_channel: the NOTIFY channel that wakes stream readers.
     """
 
     serializer: Serializer
@@ -301,6 +303,7 @@ class Settings:
     crash_point: Callable[[str], None] = _never_crash
     cancel_request: Callable[[str, int], str | None] = _no_request
     classify_app_error: Callable[[BaseException], str | None] = _no_fault
+    stream_channel: str = "durable_streams"
 
 
 @dataclass
@@ -331,6 +334,9 @@ class Run:
         default_factory=list
     )
     approvals_asked: dict[str, int] = field(default_factory=dict)
+    # Per stream key: the offset of the next value, and the keys closed (rebuilt by replay).
+    stream_offsets: dict[str, int] = field(default_factory=dict)
+    closed_streams: set[str] = field(default_factory=set)
     # When the workflow times out (from its first start), and why it was asked to stop if
     # it was when claimed. `stopping` is set while compensations of a cancel run, so that
     # they are not interrupted in turn.
@@ -1466,6 +1472,43 @@ def set_event(run: Run, key: str, value: Any) -> Gen[None]:
         "value": text,
     }
     _fenced((yield Execute("set_event", params)), run)
+
+
+def write_stream(run: Run, key: str, value: Any, closing: bool = False) -> Gen[int | None]:
+    """Append `value` to stream `key` (or close it), journaled with its call in one
+    statement: the n-th write of a key has offset n on every run, and a replay writes
+    nothing. Returns the offset written (None for the close)."""
+    if key in run.closed_streams:
+        raise StreamClosedError(run.workflow_id, key)
+    label = f"stream-close:{key}" if closing else f"stream:{key}"
+    seq, found = run.journal.next_call(label)
+    offset = run.stream_offsets.get(key, 0)
+    text = None
+    if found is None:
+        check_interrupt(run)
+        if not closing:
+            text = run.dumps(value, f"a value of stream {key!r}")  # refused: nothing counts
+    if closing:
+        run.closed_streams.add(key)
+    else:
+        run.stream_offsets[key] = offset + 1
+    if found is not None:
+        return None if closing else offset
+    yield from barrier(run)
+    params = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "step_seq": seq,
+        "step_name": label,
+        "key": key,
+        "offset": offset,
+        "value": text,
+        "closed": closing,
+        "channel": run.settings.stream_channel,
+    }
+    _fenced((yield Execute("write_stream", params)), run)
+    run.settings.crash_point("after_stream_write")
+    return None if closing else offset
 
 
 # -- working state and conversation turns ----------------------------------------------------------

@@ -229,6 +229,7 @@ class Runner:
             crash_point=self.crash_point,
             cancel_request=self._cancel_request,
             classify_app_error=app_error_fault,
+            stream_channel=f"{engine.schema}_streams",
         )
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=engine.max_workers, thread_name_prefix="durable-workflow"

@@ -416,6 +416,12 @@ class SystemDB:
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         return conn
 
+    async def listen_connection_async(self, channel: str) -> psycopg.AsyncConnection[Any]:
+        """listen_connection, for an event loop."""
+        conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=10)
+        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        return conn
+
 
 def _steps_params(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
     """Step records as the column arrays `record_steps` unnests."""

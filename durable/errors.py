@@ -30,6 +30,7 @@ The tree::
     ├── ApprovalConflictError
     ├── ApprovalDeniedError
     ├── InvalidWaitError
+    ├── StreamClosedError
     ├── QueueDedupError
     ├── NotInWorkflowError
     ├── BudgetExceededError
@@ -308,6 +309,19 @@ class ApprovalDeniedError(DurableError):
 
 class InvalidWaitError(DurableError):
     """A wait was given an impossible duration: use zero or more seconds."""
+
+
+class StreamClosedError(DurableError):
+    """A workflow wrote to a stream it already closed: write every value before
+    durable.close_stream(key), or use another key."""
+
+    def __init__(self, workflow_id: str, key: str) -> None:
+        self.workflow_id = workflow_id
+        self.key = key
+        super().__init__(
+            f"workflow {workflow_id!r} wrote to stream {key!r} after closing it: write "
+            "every value before durable.close_stream(key), or use another key"
+        )
 
 
 class InvalidScheduleError(ConfigurationError):

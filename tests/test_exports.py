@@ -3,6 +3,10 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "close_stream",
+    "close_stream_async",
+    "write_stream",
+    "write_stream_async",
     "Reservation",
     "reserve",
     "AsyncWorkflowHandle",

@@ -561,6 +561,30 @@ SELECT workflow_id, %(key)s, %(value)s, %(step_seq)s FROM journaled
 ON CONFLICT (workflow_id, key) DO UPDATE
 SET value = excluded.value, step_seq = excluded.step_seq, updated_at = {schema}.current_time()
 
+-- write_stream --
+-- Append a value (or the closing row) to a stream and journal it as this step in one
+-- statement, fenced by epoch; readers following the stream are woken by the NOTIFY.
+WITH journaled AS (
+    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
+    SELECT workflow_id, %(step_seq)s, %(step_name)s, 'stream', %(value)s
+    FROM {schema}.workflows
+    WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+    FOR SHARE
+    RETURNING workflow_id
+), appended AS (
+    INSERT INTO {schema}.streams (workflow_id, key, "offset", value, closed, step_seq)
+    SELECT workflow_id, %(key)s, %(offset)s, %(value)s, %(closed)s, %(step_seq)s
+    FROM journaled
+    RETURNING workflow_id
+)
+SELECT pg_notify(%(channel)s, workflow_id) FROM appended
+
+-- read_stream --
+-- A stream's rows from an offset on, in order (at most `limit`).
+SELECT "offset", value, closed FROM {schema}.streams
+WHERE workflow_id = %(workflow_id)s AND key = %(key)s AND "offset" >= %(offset)s
+ORDER BY "offset" LIMIT %(limit)s
+
 -- list_events --
 -- Every event a workflow published, with its latest value.
 SELECT key, value, step_seq, updated_at FROM {schema}.events

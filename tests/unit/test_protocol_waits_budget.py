@@ -14,6 +14,7 @@ from durable._protocol import Call, Pause
 from durable.errors import (
     BudgetExceededError,
     StaleOwnerError,
+    StreamClosedError,
     WorkflowInterrupted,
     WorkflowSuspended,
 )
@@ -565,3 +566,27 @@ def test_a_time_budget_is_used_up_by_the_clock() -> None:
     payload = SERIALIZER.loads(script.only("approval_request")["payload"])
     assert payload["exhausted"].startswith("seconds: 61.0 of 60")
     assert protocol.budget_left(run).seconds == 0.0
+
+
+# -- streams -----------------------------------------------------------------------------------
+
+
+def test_stream_writes_take_offsets_in_order_and_a_replay_writes_nothing() -> None:
+    run = make_run(records=[done(0, "stream:out", "a", StepKind.STREAM)])
+    script = Script()
+    assert script.run(protocol.write_stream(run, "out", "a")) == 0  # replayed: no statement
+    assert script.ops == []
+    assert script.run(protocol.write_stream(run, "out", "b")) == 1
+    written = script.only("write_stream")
+    assert (written["step_seq"], written["offset"], written["closed"]) == (1, 1, False)
+    assert SERIALIZER.loads(written["value"]) == "b"
+    assert written["channel"] == "durable_streams"
+    assert script.run(protocol.write_stream(run, "out", None, closing=True)) is None
+    assert script.executed("write_stream")[-1]["closed"] is True
+    with pytest.raises(StreamClosedError):
+        script.run(protocol.write_stream(run, "out", "c"))
+
+
+def test_a_fenced_stream_write_is_a_lost_claim() -> None:
+    with pytest.raises(StaleOwnerError):
+        Script(statements={"write_stream": 0}).run(protocol.write_stream(make_run(), "k", 1))

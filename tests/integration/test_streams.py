@@ -1,0 +1,106 @@
+"""Streams in one process: a replay writes nothing again, readers stop at the close or
+when the workflow finished, the async reader follows live, and bad input is refused with
+nothing stored."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+import durable
+from durable import errors
+
+
+def test_a_replay_writes_nothing_twice_and_readers_stop_at_the_end(database_url: str) -> None:
+    reg = durable.Registry()
+    fail = {"once": True}
+
+    @durable.step(registry=reg)
+    def flaky() -> None:
+        if fail["once"]:
+            raise RuntimeError("after three values")
+
+    @durable.workflow(registry=reg)
+    def writer() -> int:
+        offsets = [durable.write_stream("tokens", t) for t in ("a", "b", "c")]
+        flaky()
+        durable.write_stream("tokens", "d")
+        return offsets[-1]
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        with pytest.raises(errors.WorkflowFailedError):
+            engine.start(writer, workflow_id="w").result(timeout=10)
+        # Not closed, but the workflow finished: a reader stops after what is there.
+        assert list(engine.read_stream("w", "tokens")) == ["a", "b", "c"]
+        fail["once"] = False
+        assert engine.resume("w").result(timeout=10) == 2
+        assert list(engine.read_stream("w", "tokens")) == ["a", "b", "c", "d"]
+        assert list(engine.read_stream("w", "tokens", offset=2)) == ["c", "d"]
+        assert list(engine.read_stream("w", "other")) == []
+
+
+def test_the_async_reader_follows_an_async_writer_live(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg)
+    async def talker(n: int) -> None:
+        for i in range(n):
+            await asyncio.sleep(0.02)
+            await durable.write_stream_async("out", i)
+        await durable.close_stream_async("out")
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            await engine.start_async(talker, 20, workflow_id="t")
+            got = [v async for v in engine.read_stream_async("t", "out", poll_interval=5)]
+            assert got == list(range(20))  # live: LISTEN woke it, polling every 5 s could not
+
+    asyncio.run(main())
+
+
+def test_bad_stream_input_is_refused_and_nothing_is_stored(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg)
+    def after_close() -> None:
+        durable.write_stream("s", 1)
+        durable.close_stream("s")
+        durable.write_stream("s", 2)
+
+    @durable.workflow(registry=reg)
+    def bad_key() -> None:
+        durable.write_stream("", 1)
+
+    @durable.workflow(registry=reg)
+    def too_big() -> None:
+        durable.write_stream("s", "x" * 5000)
+
+    @durable.step(registry=reg)
+    def in_a_step() -> None:
+        durable.write_stream("s", 1)
+
+    @durable.workflow(registry=reg)
+    def from_step() -> None:
+        in_a_step()
+
+    with durable.Engine(database_url, registry=reg, max_payload_bytes=1000) as engine:
+        cases: list[tuple[Any, str]] = [
+            (after_close, "StreamClosedError"),
+            (bad_key, "InvalidNameError"),
+            (too_big, "PayloadTooLargeError"),
+            (from_step, "NoEngineError"),
+        ]
+        for fn, error in cases:
+            with pytest.raises(errors.WorkflowFailedError, match=error):
+                engine.start(fn, workflow_id=fn.__name__).result(timeout=10)
+        assert list(engine.read_stream("after_close", "s")) == [1]
+        for wid in ("bad_key", "too_big", "from_step"):
+            assert list(engine.read_stream(wid, "s")) == []
+        with pytest.raises(errors.WorkflowNotFoundError):
+            list(engine.read_stream("nope", "s"))
+        with pytest.raises(errors.ConfigurationError, match="offset"):
+            list(engine.read_stream("after_close", "s", offset=-1))
+    with pytest.raises(errors.NoEngineError):
+        durable.write_stream("s", 1)
