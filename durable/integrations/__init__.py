@@ -1,0 +1,1 @@
+"""Integrations of durable with agent frameworks (each an optional extra)."""
