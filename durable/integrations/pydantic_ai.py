@@ -36,6 +36,7 @@ from pydantic_ai.durable_exec import (
 
 from durable import _driver_async
 from durable._budget import charge
+from durable._budget import reserve as durable_reserve
 from durable._context import current_run, current_step, workflow_code_run
 from durable._models import StepKind
 from durable._registry import StepDef
@@ -51,6 +52,10 @@ class DurableAgent(BaseDurabilityCapability[Any]):
     name: a stable name for the agent: its steps are journaled as `<name>.<operation>`.
     prices: dollars per million tokens by model name (durable.llm.Price; longest prefix
         wins); a model with no price is charged in tokens only.
+    reserve: dollars set aside (durable.reserve) before each model request: when what the
+        budget has left cannot cover it, the request is not sent and the agent waits at
+        the budget gate. Without it, a request is refused only once its cost is known
+        (after it was made).
     """
 
     engine_spec = DurabilityEngineSpec(
@@ -65,10 +70,12 @@ class DurableAgent(BaseDurabilityCapability[Any]):
         *,
         name: str | None = None,
         prices: Mapping[str, Price | None] | None = None,
+        reserve: float | None = None,
         models: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(models=models, name=name)
         self._prices = dict(prices or {})
+        self._reserve = reserve
 
     @property
     def in_durable_context(self) -> bool:
@@ -84,6 +91,7 @@ class DurableAgent(BaseDurabilityCapability[Any]):
             agent_name=self.name or "agent",
             config=RoleBasedOperationConfig(model=None, event=None, capability=None, tool=None),
             price=self._price,
+            reserve=self._reserve,
         )
 
     def _price(self, model: str) -> Price | None:
@@ -97,10 +105,16 @@ class _StepBackend(JournalCallableOperationBackend[None]):
     """Runs each durable operation of the agent as one journaled async step."""
 
     def __init__(
-        self, *, agent_name: str, config: Any, price: Callable[[str], Price | None]
+        self,
+        *,
+        agent_name: str,
+        config: Any,
+        price: Callable[[str], Price | None],
+        reserve: float | None,
     ) -> None:
         super().__init__(agent_name=agent_name, config=config)
         self._price = price
+        self._reserve = reserve
 
     async def execute(
         self,
@@ -116,7 +130,11 @@ class _StepBackend(JournalCallableOperationBackend[None]):
         is_model = isinstance(operation_id, ModelRequestId)
 
         async def unit() -> object:
-            payload = await body()
+            if is_model and self._reserve:
+                with durable_reserve(dollars=self._reserve):  # refused: nothing is sent
+                    payload = await body()
+            else:
+                payload = await body()
             if is_model and isinstance(payload, dict):
                 self._charge(payload)
             return payload
