@@ -64,12 +64,15 @@ def test_cancel_of_a_suspended_workflow_runs_its_compensation_and_never_resumes_
         assert engine.cancel("n1") == "CANCELLED"  # repeating it changes nothing
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_never_started_workflows_are_cancelled_at_once_and_never_recovered(
-    database_url: str, subprocess_env: dict[str, str]
+    database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
     with client(database_url) as engine:
-        pending = engine.submit(counter_app.three_steps, "p1", workflow_id="p1")
-        queued = engine.enqueue(counter_app.limited, counter_app.queued, "e1", 0.0)
+        three_steps = counter_app.pick(counter_app.three_steps, driver)
+        pending = engine.submit(three_steps, "p1", workflow_id="p1")
+        queued_wf = counter_app.pick(counter_app.queued, driver)
+        queued = engine.enqueue(counter_app.limited, queued_wf, "e1", 0.0)
         assert engine.cancel("p1") == "CANCELLED"
         assert engine.cancel(queued.workflow_id) == "CANCELLED"
         with pytest.raises(errors.WorkflowNotFoundError):
@@ -86,13 +89,15 @@ def test_never_started_workflows_are_cancelled_at_once_and_never_recovered(
     assert scalar(database_url, "SELECT count(*) FROM queue_runs") == 0
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_timeout_counts_across_a_sigkill_and_ends_a_long_sleep(
-    database_url: str, subprocess_env: dict[str, str], tmp_path: Path
+    database_url: str, subprocess_env: dict[str, str], tmp_path: Path, driver: str
 ) -> None:
     path = tmp_path / "clock"
     clock = durable.FakeClock(dt.datetime(2026, 5, 1, 8, 0, tzinfo=dt.UTC), path=path)
     with client(database_url) as engine:
-        handle = engine.submit(counter_app.deadline_nap, "d1", 2 * 86_400.0, workflow_id="d1")
+        nap = counter_app.pick(counter_app.deadline_nap, driver)
+        handle = engine.submit(nap, "d1", 2 * 86_400.0, workflow_id="d1")
         first = start_worker(subprocess_env, database_url, clock_file=str(path))
         wait_for(lambda: handle.status() == "SUSPENDED", what="the sleep to suspend")
         first.send_signal(signal.SIGKILL)

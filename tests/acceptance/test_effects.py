@@ -101,12 +101,13 @@ def test_bad_effect_declarations_and_key_reuse(database_url: str) -> None:
     assert charge("order-1", 5, idempotency_key="manual-1") == 5
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 @pytest.mark.parametrize("crash", [None, "effect_after_call:3"])
 def test_saga_compensates_each_applied_effect_once(
-    database_url: str, subprocess_env: dict[str, str], crash: str | None
+    database_url: str, subprocess_env: dict[str, str], crash: str | None, driver: str
 ) -> None:
     with client(database_url) as engine:
-        handle = engine.submit(counter_app.trip, workflow_id="trip-1")
+        handle = engine.submit(counter_app.pick(counter_app.trip, driver), workflow_id="trip-1")
         if crash:
             # Dies right after the vendor undid the hotel, before that undo was recorded.
             first = start_worker(subprocess_env, database_url, crash=crash)

@@ -481,6 +481,31 @@ async def booked_nap_async(workflow_id: str, seconds: float) -> str:
     return await count_step_async(workflow_id, "after")
 
 
+@durable.effect(registry=registry, name="counter.charge_card.async", idempotent=True)
+async def charge_card_async(cents: int, *, idempotency_key: str) -> None:
+    raise ValueError("card declined")
+
+
+@durable.workflow(registry=registry, name="counter.trip.async")
+async def trip_async() -> str:
+    await book_async("flight", 10)
+    await book_async("hotel", 25)
+    await charge_card_async(35)
+    return "booked"
+
+
+@durable.workflow(registry=registry, name="counter.deadline_nap.async", timeout=3600)
+async def deadline_nap_async(workflow_id: str, seconds: float) -> str:
+    await count_step_async(workflow_id, "before")
+    await durable.sleep_async(seconds)
+    return await count_step_async(workflow_id, "after")
+
+
+@durable.workflow(registry=registry, name="counter.queued.async")
+async def queued_async(workflow_id: str, seconds: float) -> str:
+    return await durable.to_thread(occupy, workflow_id, seconds)
+
+
 ASYNC: dict[object, object] = {
     three_steps: three_steps_async,
     refunds: refunds_async,
@@ -494,6 +519,9 @@ ASYNC: dict[object, object] = {
     long_trip: long_trip_async,
     tree: tree_async,
     booked_nap: booked_nap_async,
+    trip: trip_async,
+    deadline_nap: deadline_nap_async,
+    queued: queued_async,
 }
 
 
