@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import signal
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -81,16 +82,30 @@ def test_messages_consumed_exactly_once_across_a_crash(
     assert seqs is not None and len(set(seqs)) == 3  # type: ignore[arg-type]
 
 
-def test_recv_timeout_and_bad_input(database_url: str) -> None:
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_recv_timeout_and_bad_input(database_url: str, driver: str) -> None:
     reg = durable.Registry()
+    waits: Any
+    bad_sleep: Any
+    if driver == "sync":
 
-    @durable.workflow(registry=reg, name="waits")
-    def waits() -> object:
-        return durable.recv("nothing", timeout=0.2)
+        @durable.workflow(registry=reg, name="waits")
+        def waits() -> object:
+            return durable.recv("nothing", timeout=0.2)
 
-    @durable.workflow(registry=reg, name="bad_sleep")
-    def bad_sleep() -> None:
-        durable.sleep(-1)
+        @durable.workflow(registry=reg, name="bad_sleep")
+        def bad_sleep() -> None:
+            durable.sleep(-1)
+
+    else:
+
+        @durable.workflow(registry=reg, name="waits")
+        async def waits() -> object:
+            return await durable.recv_async("nothing", timeout=0.2)
+
+        @durable.workflow(registry=reg, name="bad_sleep")
+        async def bad_sleep() -> None:
+            await durable.sleep_async(-1)
 
     with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
         assert engine.start(waits, workflow_id="t").result(timeout=20) is None
@@ -103,19 +118,33 @@ def test_recv_timeout_and_bad_input(database_url: str) -> None:
         assert scalar(database_url, "SELECT count(*) FROM durable.messages") == 0
 
 
-def test_events_and_cli_send(database_url: str, subprocess_env: dict[str, str]) -> None:
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_events_and_cli_send(
+    database_url: str, subprocess_env: dict[str, str], driver: str
+) -> None:
     import json
     import subprocess
     import sys
 
     reg = durable.Registry()
+    publisher: Any
+    if driver == "sync":
 
-    @durable.workflow(registry=reg, name="publisher")
-    def publisher() -> object:
-        durable.set_event("stage", "waiting")
-        message = durable.recv()
-        durable.set_event("stage", f"got {message['n']}")
-        return message
+        @durable.workflow(registry=reg, name="publisher")
+        def publisher() -> object:
+            durable.set_event("stage", "waiting")
+            message = durable.recv()
+            durable.set_event("stage", f"got {message['n']}")
+            return message
+
+    else:
+
+        @durable.workflow(registry=reg, name="publisher")
+        async def publisher() -> object:
+            await durable.set_event_async("stage", "waiting")
+            message = await durable.recv_async()
+            await durable.set_event_async("stage", f"got {message['n']}")
+            return message
 
     with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
         handle = engine.submit(publisher, workflow_id="pub")
