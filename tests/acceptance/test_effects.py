@@ -6,7 +6,9 @@ deduplicate keys, and with a vendor that does (idempotent=True)."""
 
 from __future__ import annotations
 
+import asyncio
 import signal
+from typing import Any
 
 import psycopg
 import pytest
@@ -64,7 +66,8 @@ def test_refunds_move_exactly_once(
     )
 
 
-def test_bad_effect_declarations_and_key_reuse(database_url: str) -> None:
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_bad_effect_declarations_and_key_reuse(database_url: str, driver: str) -> None:
     reg = durable.Registry()
     with pytest.raises(errors.DefinitionError, match="idempotent=True"):
 
@@ -78,14 +81,33 @@ def test_bad_effect_declarations_and_key_reuse(database_url: str) -> None:
 
     calls: list[tuple[str, int]] = []
 
-    @durable.effect(registry=reg, name="charge", idempotent=True, key=lambda order, cents: order)
-    def charge(order: str, cents: int, *, idempotency_key: str) -> int:
-        calls.append((idempotency_key, cents))
-        return cents
+    charge: Any
+    charges: Any
+    if driver == "sync":
 
-    @durable.workflow(registry=reg, name="charges")
-    def charges(second: int) -> int:
-        return charge("order-8812", 40) + charge("order-8812", second)
+        @durable.effect(
+            registry=reg, name="charge", idempotent=True, key=lambda order, cents: order
+        )
+        def charge(order: str, cents: int, *, idempotency_key: str) -> int:
+            calls.append((idempotency_key, cents))
+            return cents
+
+        @durable.workflow(registry=reg, name="charges")
+        def charges(second: int) -> int:
+            return charge("order-8812", 40) + charge("order-8812", second)
+
+    else:
+
+        @durable.effect(
+            registry=reg, name="charge", idempotent=True, key=lambda order, cents: order
+        )
+        async def charge(order: str, cents: int, *, idempotency_key: str) -> int:
+            calls.append((idempotency_key, cents))
+            return cents
+
+        @durable.workflow(registry=reg, name="charges")
+        async def charges(second: int) -> int:
+            return await charge("order-8812", 40) + await charge("order-8812", second)
 
     with durable.Engine(database_url, registry=reg) as engine:
         # The same key with the same parameters is the same action: called once.
@@ -96,9 +118,10 @@ def test_bad_effect_declarations_and_key_reuse(database_url: str) -> None:
             engine.start(charges, 99, workflow_id="k2").result(timeout=10)
         assert info.value.error_type == "durable.errors.IdempotencyKeyReusedError"
         assert calls == [("k1:order-8812", 40), ("k2:order-8812", 40)]
+    outside = charge if driver == "sync" else lambda *a, **k: asyncio.run(charge(*a, **k))
     with pytest.raises(errors.EffectOutsideWorkflowError, match="idempotency_key"):
-        charge("order-1", 5)
-    assert charge("order-1", 5, idempotency_key="manual-1") == 5
+        outside("order-1", 5)
+    assert outside("order-1", 5, idempotency_key="manual-1") == 5
 
 
 @pytest.mark.parametrize("driver", ["sync", "async"])
