@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import signal
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -59,18 +60,25 @@ def test_total_spend_counts_each_step_once_across_a_sigkill(
     assert sum(c["dollars"] for c in ledger["charges"]) == DOLLARS
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_retention_with_workers_running_keeps_effects_and_suspended_work(
-    database_url: str, subprocess_env: dict[str, str], tmp_path: Path
+    database_url: str, subprocess_env: dict[str, str], tmp_path: Path, driver: str
 ) -> None:
+    def pick(workflow: Any) -> Any:
+        return counter_app.pick(workflow, driver)
+
     clock_file = str(tmp_path / "clock")
     clock = durable.FakeClock(path=clock_file)
     env = dict(subprocess_env, DURABLE_FAKE_CLOCK=clock_file)
     steps_of = "SELECT count(*) FROM durable.steps WHERE workflow_id = %s"
     effects_of = "SELECT count(*) FROM durable.effects WHERE workflow_id = %s"
     with client(database_url) as engine:
-        old = [engine.submit(counter_app.three_steps, f"f{i}", workflow_id=f"f{i}") for i in (1, 2)]
-        trip = engine.submit(counter_app.trip, workflow_id="trip")
-        gated = engine.submit(counter_app.big_refund, 500, None, workflow_id="gated")
+        old = [
+            engine.submit(pick(counter_app.three_steps), f"f{i}", workflow_id=f"f{i}")
+            for i in (1, 2)
+        ]
+        trip = engine.submit(pick(counter_app.trip), workflow_id="trip")
+        gated = engine.submit(pick(counter_app.big_refund), 500, None, workflow_id="gated")
         workers = [
             start_worker(
                 env,
@@ -98,7 +106,7 @@ def test_retention_with_workers_running_keeps_effects_and_suspended_work(
             gated_steps = scalar(database_url, steps_of, "gated")
 
             clock.advance(dt.timedelta(days=8))
-            young = engine.submit(counter_app.three_steps, "young", workflow_id="young")
+            young = engine.submit(pick(counter_app.three_steps), "young", workflow_id="young")
             assert len(young.result(timeout=60)) == 3
             wait_for(
                 lambda: (

@@ -506,6 +506,18 @@ async def queued_async(workflow_id: str, seconds: float) -> str:
     return await durable.to_thread(occupy, workflow_id, seconds)
 
 
+@durable.workflow(registry=registry, name="counter.big_refund.async")
+async def big_refund_async(cents: int, timeout: float | None) -> str:
+    await count_step_async("big", "before-gate")
+    decision = await durable.approval_async(
+        "refund-over-limit", payload={"cents": cents}, timeout=timeout, default=False
+    )
+    if not decision.approved:
+        return f"not refunded ({'timed out' if decision.timed_out else decision.comment})"
+    await refund_idempotent_async("big", cents)
+    return f"refunded {cents} ({decision.comment})"
+
+
 ASYNC: dict[object, object] = {
     three_steps: three_steps_async,
     refunds: refunds_async,
@@ -522,6 +534,7 @@ ASYNC: dict[object, object] = {
     trip: trip_async,
     deadline_nap: deadline_nap_async,
     queued: queued_async,
+    big_refund: big_refund_async,
 }
 
 
