@@ -5,6 +5,8 @@ shows what really happened (including step runs whose journal write never commit
 
 Usage: python -m tests.apps.counter_app (run|recover) DATABASE_URL WORKFLOW_ID [N_STEPS]
 Crash points are armed with DURABLE_CRASH_POINTS (see Engine.crash_point).
+DURABLE_TEST_DRIVER=async runs the `async def` twins; `run` then starts them with
+`async with Engine` / `await engine.start_async(...)`.
 """
 
 from __future__ import annotations
@@ -550,11 +552,31 @@ def setup(url: str) -> None:
         conn.execute(WORLD_DDL)
 
 
+async def run_async(url: str, workflow_id: str, which: str) -> int:
+    """`run` for the async driver: started and awaited on this loop, as an async app does."""
+    async with durable.Engine(url, registry=registry, lease_seconds=1.0) as engine:
+        if which == "three":
+            handle = await engine.start_async(
+                three_steps_async, workflow_id, workflow_id=workflow_id
+            )
+        elif which == "refunds":
+            orders = [["o1", 10], ["o2", 25], ["o3", 40]]
+            handle = await engine.start_async(
+                refunds_async, workflow_id, orders, workflow_id=workflow_id
+            )
+        else:
+            raise SystemExit(f"no async twin for {which!r}")
+        print(json.dumps(await handle.result(timeout=60)))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     mode, url, workflow_id = argv[0], argv[1], argv[2]
     which = argv[3] if len(argv) > 3 else "three"
     driver = os.environ.get("DURABLE_TEST_DRIVER", "sync")
     setup(url)
+    if mode == "run" and driver == "async":
+        return asyncio.run(run_async(url, workflow_id, which))
     with durable.Engine(url, registry=registry, lease_seconds=1.0) as engine:
         if mode == "run":
             if which == "three":
