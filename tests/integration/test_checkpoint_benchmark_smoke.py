@@ -28,5 +28,13 @@ def test_checkpoint_overhead_runs(pg_databases: TemplateDatabases, tmp_path: Pat
     systems = {(r["system"], r["mode"]) for r in rows}
     assert {("durable", "sync"), ("durable", "async"), ("durable", "exit")} <= systems
     assert ("floor", "INSERT+COMMIT") in systems
+    # The async driver is measured beside the sync one, mode by mode, with its ratio to it.
+    for mode in ("sync", "async", "exit"):
+        twin = next(r for r in rows if r["system"] == "durable" and r["mode"] == mode)
+        row = next(r for r in rows if r["system"] == "durable" and r["mode"] == f"async def/{mode}")
+        assert row["ratio_to_sync_driver"] == row["median_us"] / twin["median_us"]
+        assert twin["ratio_to_sync_driver"] is None
+        assert row["median_us"] > 0
+        assert row["commits_per_step"] is None or row["commits_per_step"] > 0
     assert all(r["median_us"] > 0 for r in rows if r["mode"] != "plain call")
     assert json.loads(out.read_text()) == rows
