@@ -576,6 +576,7 @@ def print_report(results: dict[str, Any], console: Console) -> None:
     table.add_column("p25", justify="right")
     table.add_column("p75", justify="right")
     table.add_column("ratio to floor", justify="right")
+    table.add_column("ratio to sync step", justify="right")
     rows = [
         ("floor: INSERT + commit", "floor_us"),
         ("durable @step (sync)", "durable_step_us"),
@@ -591,6 +592,7 @@ def print_report(results: dict[str, Any], console: Console) -> None:
             f"{s['p25']:.1f}",
             f"{s['p75']:.1f}",
             f"{s['median'] / floor_median:.2f}",
+            f"{results['async_ratio']['of_medians']:.2f}" if key == "async_step_us" else "",
         )
     console.print(table)
     ratio = results["ratio"]
