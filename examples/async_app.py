@@ -41,15 +41,23 @@ async def main() -> None:
     beating = asyncio.create_task(heartbeat(ticks, stop))
     async with durable.Engine() as engine:
         questions = ["tides", "eclipses", "seasons", "monsoons", "auroras"]
+        began = time.monotonic()
         handles = [
             await engine.start_async(research, q, workflow_id=f"async-app-{q}") for q in questions
         ]
-        for handle in handles:
-            print(handle.workflow_id, await handle.result(timeout=60))
+        # Awaiting the results lets the loop run the workflows (they are tasks on it) and
+        # the heartbeat alike; the five run at once, so this takes ~0.5 s, not 2.5 s.
+        results = await asyncio.gather(*(h.result(timeout=60) for h in handles))
+        ended = time.monotonic()
+        for handle, result in zip(handles, results, strict=True):
+            print(handle.workflow_id, result)
     stop.set()
     await beating
     gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    during = sum(1 for t in ticks if began <= t <= ended)
+    print(f"workflows: {len(handles)} in {ended - began:.2f} s")
     print(f"heartbeat: {len(ticks)} ticks, longest gap {max(gaps, default=0) * 1000:.0f} ms")
+    print(f"heartbeat while the workflows ran: {during} ticks")
 
 
 if __name__ == "__main__":

@@ -29,11 +29,16 @@ def test_the_asyncio_example_runs_its_workflows_without_blocking_its_loop(
         )
         match = re.search(r"heartbeat: (\d+) ticks, longest gap (\d+) ms", done.stdout)
         assert match is not None, done.stdout
+        during = re.search(r"heartbeat while the workflows ran: (\d+) ticks", done.stdout)
+        took = re.search(r"workflows: 5 in ([\d.]+) s", done.stdout)
+        assert during is not None and took is not None, done.stdout
         if attempt == 0:
             # The workflows took ~0.5 s of awaited model calls; the heartbeat (every 50 ms)
             # kept ticking through them: the loop was never blocked for long.
-            assert int(match.group(1)) >= 5
+            assert int(during.group(1)) >= 5
             assert int(match.group(2)) < 500
+            # The five ran at once: one after another they would need 5 x 0.5 s.
+            assert float(took.group(1)) < 2.5
     assert (
         scalar(database_url, "SELECT count(*) FROM durable.workflows WHERE status = 'SUCCESS'") == 5
     )
