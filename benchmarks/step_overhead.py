@@ -13,7 +13,10 @@ threshold, same URL):
   async        the same with `async def` workflow and steps, awaited on an event loop of
                the benchmark's (the async driver); its ratio to the sync step is the
                async driver's cost (target: at most ASYNC_TARGET);
-  round trip   a bare `SELECT 1`, for context (a round trip with no durable commit).
+  round trip   a bare `SELECT 1`, for context (a round trip with no durable commit);
+  client CPU   this process's CPU time per step (time.process_time, all its threads) of
+               either driver, measured alongside: the async driver's own cost, which wall
+               times on a busy machine can hide or inflate.
 
 Rounds interleave floor and durable (ABBA order, so drift cancels) after warm-up rounds
 that are not recorded; the table shows medians over the rounds with the quartiles.
@@ -275,13 +278,16 @@ def time_round_trip(conn: psycopg.Connection[Any], n: int) -> float:
     return elapsed_us(start) / n
 
 
-def time_workflow(wf: Callable[[int], int], n: int) -> float:
+def time_workflow(wf: Callable[[int], int], n: int) -> tuple[float, float]:
+    """(µs of wall time, µs of this process's CPU time) of one run of the workflow."""
+    cpu = time.process_time_ns()
     start = time.perf_counter_ns()
     result = wf(n)
     took = elapsed_us(start)
+    cpu_us = (time.process_time_ns() - cpu) / 1000.0
     if result != n:
         raise RuntimeError(f"the benchmark workflow returned {result!r}, expected {n}")
-    return took
+    return took, cpu_us
 
 
 def on_loop(loop: asyncio.AbstractEventLoop, awf: AsyncWorkflow) -> Workflow:
@@ -292,26 +298,31 @@ def on_loop(loop: asyncio.AbstractEventLoop, awf: AsyncWorkflow) -> Workflow:
 
 def time_durable(
     engine: durable.Engine, wf: Workflow, n: int, empty_runs: int
-) -> tuple[float, float, int, int]:
+) -> tuple[float, float, int, int, float]:
     """One round: (µs of the N-step workflow, µs of an empty workflow, statements of the
-    N-step workflow, statements of an empty one). The empty workflow is timed before and
-    after the full one; its median is what the round subtracts."""
+    N-step workflow, statements of an empty one, the process's CPU µs per step). The empty
+    workflow is timed before and after the full one; its median is what the round
+    subtracts."""
     counters = engine.db.counters
     gc.collect()
     empties: list[float] = []
+    empty_cpus: list[float] = []
     empty_statements = 0
-    full = 0.0
+    full = full_cpu = 0.0
     full_statements = 0
     for k in range(empty_runs + 1):
         before = counters.statements
         if k == (empty_runs + 1) // 2:
-            full = time_workflow(wf, n)
+            full, full_cpu = time_workflow(wf, n)
             full_statements = counters.statements - before
         else:
-            empties.append(time_workflow(wf, 0))
+            wall, cpu = time_workflow(wf, 0)
+            empties.append(wall)
+            empty_cpus.append(cpu)
             empty_statements = counters.statements - before
     empty = statistics.median(empties)
-    return full, empty, full_statements, empty_statements
+    cpu_per_step = (full_cpu - statistics.median(empty_cpus)) / n
+    return full, empty, full_statements, empty_statements, cpu_per_step
 
 
 # -- server-side commit counts ------------------------------------------------------------------
@@ -458,6 +469,8 @@ def measure(
     step: list[float] = []
     async_step: list[float] = []
     async_ratios: list[float] = []
+    step_cpu: list[float] = []
+    async_cpu: list[float] = []
     empty: list[float] = []
     full: list[float] = []
     round_trip: list[float] = []
@@ -472,11 +485,11 @@ def measure(
             # ABBA: alternate which side goes first, so slow drift affects both alike.
             if r % 2 == 0:
                 f = time_floor(conn, insert, steps, payload)
-                w, e, s, es = time_durable(engine, wf, steps, empty_runs)
-                aw, ae, _, _ = time_durable(engine, run_async, steps, empty_runs)
+                w, e, s, es, c = time_durable(engine, wf, steps, empty_runs)
+                aw, ae, _, _, ac = time_durable(engine, run_async, steps, empty_runs)
             else:
-                aw, ae, _, _ = time_durable(engine, run_async, steps, empty_runs)
-                w, e, s, es = time_durable(engine, wf, steps, empty_runs)
+                aw, ae, _, _, ac = time_durable(engine, run_async, steps, empty_runs)
+                w, e, s, es, c = time_durable(engine, wf, steps, empty_runs)
                 f = time_floor(conn, insert, steps, payload)
             rt = time_round_trip(conn, steps)
             d = (w - e) / steps
@@ -487,6 +500,8 @@ def measure(
             step.append(d)
             async_step.append(ad)
             async_ratios.append(ad / d)
+            step_cpu.append(c)
+            async_cpu.append(ac)
             empty.append(e)
             full.append(w)
             round_trip.append(rt)
@@ -514,6 +529,10 @@ def measure(
             "of_medians": statistics.median(async_step) / step_s["median"],
             "paired": summarize(async_ratios),
         },
+        # The client's CPU time per step (this process, all threads): unlike wall time, it
+        # hardly moves when other processes compete for the CPU.
+        "durable_step_cpu_us": summarize(step_cpu),
+        "async_step_cpu_us": summarize(async_cpu),
         "empty_workflow_us": summarize(empty),
         "full_workflow_us": summarize(full),
         "round_trip_us": summarize(round_trip),
@@ -566,6 +585,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def print_report(results: dict[str, Any], console: Console) -> None:
     floor_median = results["floor_us"]["median"]
+    cpu_median = results["durable_step_cpu_us"]["median"]
     steps = results["config"]["steps"]
     table = Table(
         title=f"durable step overhead ({results['config']['rounds']} rounds of {steps} ops, "
@@ -581,9 +601,18 @@ def print_report(results: dict[str, Any], console: Console) -> None:
         ("floor: INSERT + commit", "floor_us"),
         ("durable @step (sync)", "durable_step_us"),
         ("durable @step (async def, awaited)", "async_step_us"),
+        ("  client CPU of a sync step", "durable_step_cpu_us"),
+        ("  client CPU of an async def step", "async_step_cpu_us"),
         ("empty workflow (per workflow)", "empty_workflow_us"),
         ("round trip: SELECT 1", "round_trip_us"),
     ]
+    ratio_to_sync = {
+        "async_step_us": f"{results['async_ratio']['of_medians']:.2f}",
+    }
+    if cpu_median > 0:
+        ratio_to_sync["async_step_cpu_us"] = (
+            f"{results['async_step_cpu_us']['median'] / cpu_median:.2f}"
+        )
     for label, key in rows:
         s = results[key]
         table.add_row(
@@ -591,8 +620,8 @@ def print_report(results: dict[str, Any], console: Console) -> None:
             f"{s['median']:.1f}",
             f"{s['p25']:.1f}",
             f"{s['p75']:.1f}",
-            f"{s['median'] / floor_median:.2f}",
-            f"{results['async_ratio']['of_medians']:.2f}" if key == "async_step_us" else "",
+            "" if key.endswith("_cpu_us") else f"{s['median'] / floor_median:.2f}",
+            ratio_to_sync.get(key, ""),
         )
     console.print(table)
     ratio = results["ratio"]

@@ -39,6 +39,8 @@ def check_results(results: dict[str, Any], path: Path) -> None:
     # The async driver is measured in the same rounds.
     assert len(results["async_step_us"]["samples"]) == 2
     assert math.isfinite(results["async_ratio"]["of_medians"])
+    assert len(results["durable_step_cpu_us"]["samples"]) == 2
+    assert len(results["async_step_cpu_us"]["samples"]) == 2
     assert results["payload_bytes"] > 0
     assert results["statements_per_step"] == 1
     assert results["statements_per_empty_workflow"] == 2
