@@ -681,7 +681,10 @@ def write_plot(results: dict[str, Any], path: Path, console: Console) -> None:
     ax.boxplot(data)
     ax.set_xticks([1, 2, 3], labels)
     ax.set_ylabel("µs per op")
-    ax.set_title(f"durable step vs INSERT + commit (ratio {results['ratio']['of_medians']:.2f})")
+    ax.set_title(
+        f"durable step vs INSERT + commit (ratio {results['ratio']['of_medians']:.2f});"
+        f" async/sync {results['async_ratio']['of_medians']:.2f}"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=120, bbox_inches="tight")
     plt.close(fig)
