@@ -31,7 +31,6 @@ from durable._protocol import (
     AppCall,
     AppEnd,
     AppExecute,
-    Atomic,
     AwaitWriter,
     Call,
     Enqueue,
@@ -166,8 +165,6 @@ def drive(run: Run, gen: Gen[T]) -> T:
                     value = db.run_on(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
                 elif kind is Call:
                     value = _call(op.fn, op.args, op.kwargs, op.scope)  # type: ignore[union-attr]
-                elif kind is Atomic:
-                    value = db.all_or_nothing(conn, op.statements)  # type: ignore[union-attr]
                 elif kind is WriteSteps:
                     value = db.write_steps(conn, op.rows)  # type: ignore[union-attr]
                 elif kind is Enqueue:

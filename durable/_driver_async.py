@@ -35,7 +35,6 @@ from durable._protocol import (
     AppCall,
     AppEnd,
     AppExecute,
-    Atomic,
     AwaitWriter,
     Call,
     Enqueue,
@@ -167,10 +166,6 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                 if kind is Execute:
                     conn = await lease.get()
                     value = await db.run_on_async(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
-                    continue
-                if kind is Atomic:
-                    conn = await lease.get()
-                    value = await db.all_or_nothing_async(conn, op.statements)  # type: ignore[union-attr]
                     continue
                 if kind is WriteSteps:
                     conn = await lease.get()

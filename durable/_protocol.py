@@ -82,14 +82,6 @@ class Execute:
 
 
 @dataclass(slots=True)
-class Atomic:
-    """Run named statements in one transaction; sends back False (everything rolled back)
-    if any of them wrote no row: a fence refused it."""
-
-    statements: list[tuple[str, dict[str, Any]]]
-
-
-@dataclass(slots=True)
 class WriteSteps:
     """Journal many step records in one statement; sends back the workflow id of each row
     written (a fence refuses rows of runs that lost ownership)."""
@@ -205,7 +197,6 @@ class Join:
 
 Op = (
     Execute
-    | Atomic
     | WriteSteps
     | Enqueue
     | AwaitWriter
@@ -1008,6 +999,7 @@ def _apply_effect(
     started = settings.clock.now()
     ids = {"workflow_id": run.workflow_id, "idempotency_key": key}
     existing = None
+    written_pending = False  # the write-ahead row went in already marked pending
     if not run.first_run or user_part is not None:
         existing = yield Execute("get_effect", ids, "one")
     if existing is None:
@@ -1022,6 +1014,8 @@ def _apply_effect(
             existing = yield Execute("get_effect", ids, "one")
             if existing is None:
                 raise StaleOwnerError(run.workflow_id, run.epoch)
+        else:
+            written_pending = True
         settings.crash_point("effect_after_intent")
     if existing is not None:
         if existing["effect_name"] != defn.name:
@@ -1060,7 +1054,8 @@ def _apply_effect(
     call_kwargs = {**kwargs, "idempotency_key": key}
     while True:
         attempt += 1
-        _fenced((yield Execute("effect_pending", {**ids, "epoch": run.epoch})), run)
+        if not (written_pending and attempt == 1):  # the first is marked by the intent row
+            _fenced((yield Execute("effect_pending", {**ids, "epoch": run.epoch})), run)
         settings.crash_point("effect_after_pending")
         outcome: Outcome = yield Call(defn.fn, args, call_kwargs, StepScope(defn.name))
         exc = outcome.error
@@ -1091,36 +1086,21 @@ def _settle(
     started: dt.datetime,
     reconciled: bool,
 ) -> Gen[None]:
-    """The effect's outcome and its journal row, in one transaction, fenced by epoch."""
-    written = yield Atomic(
-        [
-            (
-                "effect_settle",
-                {
-                    "workflow_id": run.workflow_id,
-                    "idempotency_key": key,
-                    "status": status.value,
-                    "result": result,
-                    "error": error,
-                    "reconciled": reconciled,
-                },
-            ),
-            (
-                "record_step",
-                {
-                    "workflow_id": run.workflow_id,
-                    "epoch": run.epoch,
-                    "step_seq": seq,
-                    "step_name": defn.name,
-                    "kind": StepKind.EFFECT.value,
-                    "output": result,
-                    "error": error,
-                    "attempts": 1,
-                    "child_workflow_id": None,
-                    "started_at": started,
-                },
-            ),
-        ]
+    """The effect's outcome and its journal row, in one statement fenced by epoch."""
+    written = yield Execute(
+        "settle_effect",
+        {
+            "workflow_id": run.workflow_id,
+            "epoch": run.epoch,
+            "idempotency_key": key,
+            "status": status.value,
+            "result": result,
+            "error": error,
+            "reconciled": reconciled,
+            "step_seq": seq,
+            "step_name": defn.name,
+            "started_at": started,
+        },
     )
     if not written:
         raise StaleOwnerError(run.workflow_id, run.epoch)

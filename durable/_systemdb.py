@@ -281,26 +281,6 @@ class SystemDB:
                 counts.append(cur.rowcount)
         return counts
 
-    def all_or_nothing(
-        self, conn: psycopg.Connection[Any], ops: Sequence[tuple[str, dict[str, Any]]]
-    ) -> bool:
-        """Run `ops` in one transaction on `conn`; if any writes no row (a fence refused it),
-        roll all of them back and return False."""
-
-        class _Refused(Exception):
-            pass
-
-        try:
-            with self._translate(ops[0][0]), conn.transaction():
-                for name, params in ops:
-                    cur = conn.execute(self._queries[name], params)
-                    self.counters.statements += 1
-                    if cur.rowcount == 0:
-                        raise _Refused
-        except _Refused:
-            return False
-        return True
-
     def write_steps(
         self, conn: psycopg.Connection[Any] | None, rows: Sequence[dict[str, Any]]
     ) -> list[str]:
@@ -362,27 +342,6 @@ class SystemDB:
                 return await (dcur.fetchone() if fetch == "one" else dcur.fetchall())
         except psycopg.Error as exc:
             raise translate(name, exc) from exc
-
-    async def all_or_nothing_async(
-        self, conn: psycopg.AsyncConnection[Any], ops: Sequence[tuple[str, dict[str, Any]]]
-    ) -> bool:
-        """all_or_nothing, awaited."""
-
-        class _Refused(Exception):
-            pass
-
-        try:
-            async with conn.transaction():
-                for name, params in ops:
-                    cur = await conn.execute(self._queries[name], params)
-                    self.counters.statements += 1
-                    if cur.rowcount == 0:
-                        raise _Refused
-        except _Refused:
-            return False
-        except psycopg.Error as exc:
-            raise translate(ops[0][0], exc) from exc
-        return True
 
     async def write_steps_async(
         self, conn: psycopg.AsyncConnection[Any], rows: Sequence[dict[str, Any]]

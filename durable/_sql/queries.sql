@@ -362,11 +362,13 @@ SELECT step_name, output, error FROM {schema}.transaction_outputs
 WHERE workflow_id = %(workflow_id)s AND step_seq = %(step_seq)s
 
 -- effect_intent --
--- Write an effect's intent ahead of the call, only while this run owns the workflow.
+-- Write an effect ahead of its call, only while this run owns the workflow: the intent and
+-- the mark that the call is starting are one write (status pending, first attempt), since
+-- nothing happens between them that a crash could tell apart.
 INSERT INTO {schema}.effects (workflow_id, step_seq, effect_name, idempotency_key, status,
-    params_fingerprint)
-SELECT workflow_id, %(step_seq)s, %(effect_name)s, %(idempotency_key)s, 'intent',
-    %(params_fingerprint)s
+    params_fingerprint, attempts)
+SELECT workflow_id, %(step_seq)s, %(effect_name)s, %(idempotency_key)s, 'pending',
+    %(params_fingerprint)s, 1
 FROM {schema}.workflows
 WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
 FOR SHARE
@@ -388,13 +390,27 @@ WHERE e.workflow_id = %(workflow_id)s AND e.idempotency_key = %(idempotency_key)
   AND w.workflow_id = e.workflow_id AND w.epoch = %(epoch)s AND w.status = 'RUNNING'
   AND e.status IN ('intent', 'pending')
 
--- effect_settle --
--- Record an effect's outcome (applied or failed); runs in the journal row's transaction.
-UPDATE {schema}.effects
-SET status = %(status)s, result = %(result)s, error = %(error)s,
-    reconciled = %(reconciled)s, updated_at = {schema}.current_time()
-WHERE workflow_id = %(workflow_id)s AND idempotency_key = %(idempotency_key)s
-  AND status IN ('intent', 'pending')
+-- settle_effect --
+-- Record an effect's outcome and journal it as this step in one statement, fenced by epoch:
+-- both or neither (0 rows: this run no longer owns the workflow, or the effect was settled).
+WITH owner AS (
+    SELECT workflow_id FROM {schema}.workflows
+    WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+    FOR SHARE
+), settled AS (
+    UPDATE {schema}.effects AS e
+    SET status = %(status)s, result = %(result)s, error = %(error)s,
+        reconciled = %(reconciled)s, updated_at = {schema}.current_time()
+    FROM owner
+    WHERE e.workflow_id = owner.workflow_id AND e.idempotency_key = %(idempotency_key)s
+      AND e.status IN ('intent', 'pending')
+    RETURNING e.workflow_id
+)
+INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+    child_workflow_id, started_at)
+SELECT workflow_id, %(step_seq)s, %(step_name)s, 'effect', %(result)s, %(error)s, 1, NULL,
+    %(started_at)s
+FROM settled
 
 -- list_effects --
 -- The effect ledger of one workflow, in call order.

@@ -15,7 +15,7 @@ Answers come, in this order, from:
 2. `statements[name]` for an `Execute` / `AppExecute` of that name: a value, a `Then(...)`
    of successive values, a `Raise(error)`, or a function of the operation.
 3. The defaults: a statement writes one row (fetch "count"), finds nothing ("one") or no
-   rows ("all"); an `Atomic` commits; a `WriteSteps` writes every row; a `Call` /
+   rows ("all"); a `WriteSteps` writes every row; a `Call` /
    `AppCall` calls the function like the driver does; `Pause` and the writer operations
    do nothing. A `RunChild` has no default: script it.
 
@@ -35,7 +35,6 @@ from durable._protocol import (
     AppCall,
     AppEnd,
     AppExecute,
-    Atomic,
     AwaitWriter,
     Call,
     Enqueue,
@@ -113,8 +112,6 @@ def label(op: Any) -> str:
         return f"{type(op).__name__} {op.name}"
     if isinstance(op, Call | AppCall):
         return f"{type(op).__name__} {getattr(op.fn, '__name__', repr(op.fn))}"
-    if isinstance(op, Atomic):
-        return "Atomic " + "+".join(name for name, _ in op.statements)
     if isinstance(op, Pause):
         return f"Pause {op.seconds:g}"
     if isinstance(op, WriteSteps):
@@ -196,8 +193,6 @@ class Script:
     def _default(self, op: Any) -> Any:
         if isinstance(op, Execute | AppExecute):
             return {"count": 1, "one": None, "all": []}[op.fetch]
-        if isinstance(op, Atomic):
-            return True
         if isinstance(op, WriteSteps):
             return [row["workflow_id"] for row in op.rows]
         if isinstance(op, Call):
@@ -215,14 +210,12 @@ class Script:
         return [label(op) for op in self.ops]
 
     def executed(self, name: str) -> list[dict[str, Any]]:
-        """The parameters of every statement `name` asked for (Execute, AppExecute, or
-        inside an Atomic), in order."""
+        """The parameters of every statement `name` asked for (Execute or AppExecute), in
+        order."""
         found: list[dict[str, Any]] = []
         for op in self.ops:
             if isinstance(op, Execute | AppExecute) and op.name == name:
                 found.append(op.params)
-            elif isinstance(op, Atomic):
-                found.extend(params for stmt, params in op.statements if stmt == name)
         return found
 
     def only(self, name: str) -> dict[str, Any]:

@@ -71,9 +71,8 @@ def test_exit_mode_writes_held_records_before_an_effect() -> None:
     assert script.labels[2:] == [
         "WriteSteps 2",
         "Execute effect_intent",
-        "Execute effect_pending",
         "Call notify",
-        "Atomic effect_settle+record_step",
+        "Execute settle_effect",
     ]
     assert script.of_type(WriteSteps)[0].rows == held
     assert run.pending == []

@@ -9,7 +9,7 @@ import pytest
 
 from durable import _protocol as protocol
 from durable._models import EffectStatus, RetryPolicy, StepKind
-from durable._protocol import Atomic, Call, Execute, Pause, decode_error
+from durable._protocol import Call, Execute, Pause, decode_error
 from durable.errors import (
     ApprovalDeniedError,
     IdempotencyKeyReusedError,
@@ -67,15 +67,14 @@ def run_effect(run: Any, script: Script, defn: Any = None, cents: int = 500) -> 
 # -- a fresh effect -------------------------------------------------------------------------
 
 
-def test_fresh_effect_writes_intent_pending_calls_then_settles_atomically() -> None:
+def test_fresh_effect_writes_ahead_calls_then_settles_with_its_record() -> None:
     script = Script()
     result = run_effect(make_run(), script)
     assert result == {"charged": 500, "key": KEY0}
     assert script.labels == [
         "Execute effect_intent",
-        "Execute effect_pending",
         "Call charge_card",
-        "Atomic effect_settle+record_step",
+        "Execute settle_effect",
     ]
     assert script.only("effect_intent") == {
         "workflow_id": WORKFLOW_ID,
@@ -85,36 +84,19 @@ def test_fresh_effect_writes_intent_pending_calls_then_settles_atomically() -> N
         "effect_name": "charge_card",
         "params_fingerprint": fingerprint(500),
     }
-    assert script.only("effect_pending") == {
-        "workflow_id": WORKFLOW_ID,
-        "idempotency_key": KEY0,
-        "epoch": EPOCH,
-    }
-    call = script.ops[2]
+    call = script.ops[1]
     assert (call.args, call.kwargs) == ((500,), {"idempotency_key": KEY0})
-    atomic = script.ops[3]
-    assert isinstance(atomic, Atomic)
-    (settle_name, settle), (record_name, record) = atomic.statements
-    assert (settle_name, record_name) == ("effect_settle", "record_step")
     result_text = SERIALIZER.dumps({"charged": 500, "key": KEY0})
-    assert settle == {
+    assert script.only("settle_effect") == {
         "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
         "idempotency_key": KEY0,
         "status": "applied",
         "result": result_text,
         "error": None,
         "reconciled": False,
-    }
-    assert record == {
-        "workflow_id": WORKFLOW_ID,
-        "epoch": EPOCH,
         "step_seq": 0,
         "step_name": "charge_card",
-        "kind": "effect",
-        "output": result_text,
-        "error": None,
-        "attempts": 1,
-        "child_workflow_id": None,
         "started_at": T0,
     }
 
@@ -137,19 +119,20 @@ def test_intent_conflicting_with_a_pending_row_resumes_it() -> None:
         "Execute get_effect",
         "Execute effect_pending",
         "Call charge_card",
-        "Atomic effect_settle+record_step",
+        "Execute settle_effect",
     ]
 
 
 def test_pending_refused_raises_stale_owner_before_the_call() -> None:
-    script = Script(statements={"effect_pending": 0})
+    row = effect_row(EffectStatus.PENDING, fingerprint(500))  # an attempt before a crash
+    script = Script(statements={"effect_intent": 0, "get_effect": row, "effect_pending": 0})
     with pytest.raises(StaleOwnerError):
         run_effect(make_run(), script)
     assert not script.of_type(Call)
 
 
 def test_settle_refused_raises_stale_owner() -> None:
-    script = Script(lambda op: False if isinstance(op, Atomic) else DEFAULT)
+    script = Script(statements={"settle_effect": 0})
     with pytest.raises(StaleOwnerError):
         run_effect(make_run(), script)
 
@@ -205,9 +188,9 @@ def test_pending_with_reconcile_adopts_the_outside_worlds_answer() -> None:
     assert script.labels == [
         "Execute get_effect",
         "Call lookup",
-        "Atomic effect_settle+record_step",
+        "Execute settle_effect",
     ]
-    settle = script.only("effect_settle")
+    settle = script.only("settle_effect")
     assert (settle["status"], settle["reconciled"]) == ("applied", True)
     assert settle["result"] == '{"found":500}'
 
@@ -222,9 +205,9 @@ def test_pending_with_reconcile_finding_nothing_calls_again_with_the_same_key() 
         "Call <lambda>",
         "Execute effect_pending",
         "Call charge_card",
-        "Atomic effect_settle+record_step",
+        "Execute settle_effect",
     ]
-    assert script.only("effect_settle")["reconciled"] is False
+    assert script.only("settle_effect")["reconciled"] is False
 
 
 def test_a_failing_reconcile_raises_and_settles_nothing() -> None:
@@ -290,10 +273,10 @@ def test_a_failing_effect_settles_failed_and_raises() -> None:
     script = Script()
     with pytest.raises(ValueError, match="declined"):
         run_effect(make_run(), script, effect_def(declined))
-    settle = script.only("effect_settle")
+    settle = script.only("settle_effect")
     assert (settle["status"], settle["result"]) == ("failed", None)
     assert decode_error(settle["error"])[:2] == ("builtins.ValueError", "declined")
-    assert script.only("record_step")["error"] == settle["error"]
+    assert settle["step_name"] == "declined"  # journaled in the same statement
 
 
 def test_a_retried_effect_pauses_then_marks_pending_again() -> None:
@@ -310,15 +293,14 @@ def test_a_retried_effect_pauses_then_marks_pending_again() -> None:
     assert run_effect(make_run(), script, defn) == "ok"
     assert script.labels == [
         "Execute effect_intent",
-        "Execute effect_pending",
         "Call flaky",
         "Pause 0.5",
         "Execute effect_pending",
         "Call flaky",
-        "Atomic effect_settle+record_step",
+        "Execute settle_effect",
     ]
     assert calls == [KEY0, KEY0]
-    assert isinstance(script.ops[3], Pause)
+    assert isinstance(script.ops[2], Pause)
 
 
 # -- around the effect ----------------------------------------------------------------------
@@ -404,9 +386,8 @@ def test_an_approved_effect_runs_at_the_next_position() -> None:
         "Execute record_step",  # the decision, journaled at position 0
         # The journal loaded was empty, so the effect is not looked up first.
         "Execute effect_intent",
-        "Execute effect_pending",
         "Call charge_card",
-        "Atomic effect_settle+record_step",
+        "Execute settle_effect",
     ]
     assert script.executed("record_step")[0]["step_name"] == "approval:charge_card#0"
 
@@ -445,12 +426,12 @@ def test_a_scripted_raise_is_thrown_into_the_effect() -> None:
     # The driver failing to perform an operation (here the database going away at the
     # settle) reaches the caller unchanged.
     def answer(op: Any) -> Any:
-        if isinstance(op, Atomic):
+        if isinstance(op, Execute) and op.name == "settle_effect":
             return Raise(ConnectionResetError("gone"))
         return DEFAULT
 
     script = Script(answer)
     with pytest.raises(ConnectionResetError):
         run_effect(make_run(), script)
-    assert isinstance(script.ops[-1], Atomic)
+    assert script.labels[-1] == "Execute settle_effect"
     assert not any(isinstance(op, Execute) and op.name == "record_step" for op in script.ops)
