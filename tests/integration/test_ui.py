@@ -15,6 +15,7 @@ import pytest
 from starlette.testclient import TestClient
 
 import durable
+from durable.testing import TemplateDatabases
 from durable.ui import TOKEN_HEADER, create_app
 
 TOKEN = "s3cret-token"
@@ -239,3 +240,11 @@ def test_an_id_prefix_is_matched_by_code_points() -> None:
     assert _prefix_end("ab") == "ac"
     assert _prefix_end("a\U0010ffff") == "b"
     assert _prefix_end("\ud7ff") == "\ue000"
+
+
+def test_the_list_benchmark_runs_at_a_tiny_size(pg_databases: TemplateDatabases) -> None:
+    from benchmarks import ui_list
+
+    results = ui_list.main(["--n", "3000", "--repeats", "2", "--admin-url", pg_databases.admin_url])
+    assert {r["case"] for r in results} >= {"first page", "GET /workflows"}
+    assert all(r["median_ms"] > 0 for r in results)
