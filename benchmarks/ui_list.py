@@ -22,15 +22,9 @@ import psycopg
 from psycopg import sql
 
 import durable
+from benchmarks.recovery import ADMIN_DEFAULT, _with_db
 
-ADMIN_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 PAGE = 50
-
-
-def _with_db(url: str, name: str) -> str:
-    info = psycopg.conninfo.conninfo_to_dict(url)
-    info["dbname"] = name
-    return psycopg.conninfo.make_conninfo("", **{k: str(v) for k, v in info.items()})
 
 
 def build(url: str, n: int) -> None:

@@ -22,10 +22,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import psycopg
 import pytest
 
 import durable
+from tests.acceptance.workers import scalar, wait_for
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -95,9 +95,9 @@ def console(database_url: str) -> Iterator[str]:
     """A `durable ui` process on a free port; yields its base URL."""
     port = _free_port()
     env = dict(os.environ, DURABLE_UI_TOKEN=TOKEN)
+    args = ["ui", "--port", str(port), "--database-url", database_url]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "durable.cli", "ui", "--port", str(port)]
-        + ["--database-url", database_url],
+        [sys.executable, "-m", "durable.cli", *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
@@ -127,20 +127,8 @@ def console(database_url: str) -> Iterator[str]:
             proc.stderr.close()
 
 
-def _status(url: str, workflow_id: str) -> str:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT status FROM durable.workflows WHERE workflow_id = %s", [workflow_id]
-        ).fetchone()
-    assert row is not None
-    return str(row[0])
-
-
-def _wait_for(check: Any, what: str, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.1)
+def _status(url: str, workflow_id: str) -> object:
+    return scalar(url, "SELECT status FROM durable.workflows WHERE workflow_id = %s", workflow_id)
 
 
 def _decide(driver: Any, workflow_id: str, token: str, comment: str) -> str:
@@ -154,7 +142,7 @@ def _decide(driver: Any, workflow_id: str, token: str, comment: str) -> str:
     form.find_element(By.NAME, "comment").send_keys(comment)
     form.find_element(By.NAME, "by").send_keys("ana")
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    _wait_for(lambda: driver.find_elements(By.ID, "message"), "no answer to the decision")
+    wait_for(lambda: driver.find_elements(By.ID, "message"), 30, "an answer to the decision")
     return str(driver.find_element(By.ID, "message").text)
 
 
@@ -173,7 +161,7 @@ def test_an_operator_approves_in_the_inbox_and_the_workflow_finishes(
             with pytest.raises(durable.errors.WorkflowFailedError):
                 engine.start(fails, "o-13", workflow_id="order-13").result(timeout=20)
             engine.start(refund, "o-42", 4000, SCRIPT, workflow_id="refund-o-42")
-            _wait_for(lambda: engine.list_approvals("refund-o-42"), "never reached the gate")
+            wait_for(lambda: engine.list_approvals("refund-o-42"), 30, "the gate")
 
             driver.get(console + "/workflows")
             assert "refund-o-42" in driver.find_element(By.ID, "workflows").text
@@ -197,9 +185,7 @@ def test_an_operator_approves_in_the_inbox_and_the_workflow_finishes(
             driver.get(console + "/approvals")
             approved = _decide(driver, "refund-o-42", TOKEN, "within policy")
             assert approved == "approved refund-over-limit of refund-o-42"
-            _wait_for(
-                lambda: _status(database_url, "refund-o-42") == "SUCCESS", "it never finished"
-            )
+            wait_for(lambda: _status(database_url, "refund-o-42") == "SUCCESS", 30, "SUCCESS")
             assert engine.retrieve("refund-o-42").result(timeout=5) == "charged o-42"
 
             driver.get(console + "/workflows/refund-o-42")
