@@ -11,14 +11,18 @@ workflows (see `_engine.py`).
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import inspect
 import logging
 import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+
+import psycopg
 
 from durable import _protocol as protocol
 from durable._clock import Clock, clock_from_env
@@ -563,6 +567,34 @@ class Client:
     def notify_channel(self) -> str:
         return f"{self.schema}_work"
 
+    @contextmanager
+    def notifications(self) -> Iterator[Callable[[float], list[str]]]:
+        """For watchers: LISTEN on the work channel, yielding `wait(seconds)`, which returns
+        the payloads (mostly workflow ids: woken, decided, sent to, cancelled, resumed)
+        notified within that time, [] when none came. Journal writes send no notification
+        (a step costs one round trip), so watchers poll too; without a LISTEN connection
+        `wait` only sleeps."""
+        try:
+            conn: Any = self.db.listen_connection(self.notify_channel)
+        except (DatabaseUnavailableError, OSError, psycopg.Error):
+            conn = None
+
+        def wait(seconds: float) -> list[str]:
+            if conn is None:
+                time.sleep(seconds)
+                return []
+            try:
+                return [n.payload for n in conn.notifies(timeout=seconds, stop_after=1)]
+            except (psycopg.Error, OSError):
+                time.sleep(seconds)
+                return []
+
+        try:
+            yield wait
+        finally:
+            if conn is not None:
+                conn.close()
+
     # -- operator actions --------------------------------------------------------------------
 
     def cancel(self, workflow_id: str, reason: str = "cancelled") -> WorkflowStatus:
@@ -947,11 +979,19 @@ class Client:
         *,
         name: str | None = None,
         limit: int = 100,
+        id_prefix: str | None = None,
+        created_from: dt.datetime | None = None,
+        created_to: dt.datetime | None = None,
+        after: tuple[dt.datetime, str] | None = None,
     ) -> list[WorkflowInfo]:
-        """Stored workflows, newest first (at most `limit`, 1 to 100,000)."""
+        """Stored workflows, newest first (at most `limit`, 1 to 100,000), optionally only
+        those whose id starts with `id_prefix` or created in [created_from, created_to).
+        Page with `after`: the (created_at, workflow_id) of the last row of the page before
+        (a keyset, so a page costs the same at any depth)."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
             raise ConfigurationError(f"limit={limit!r}: give a whole number from 1 to 100,000")
         check_name("name", name, optional=True)
+        check_name("id_prefix", id_prefix, optional=True)
         if status is not None:
             try:
                 status = WorkflowStatus(status)
@@ -959,9 +999,21 @@ class Client:
                 raise ConfigurationError(
                     f"status={status!r}: use one of {', '.join(s.value for s in WorkflowStatus)}"
                 ) from None
+        after_at, after_id = after if after is not None else (None, None)
+        check_name("after", after_id, optional=True)
         rows = self.db.fetch_all(
             "list_workflows",
-            {"status": None if status is None else str(status), "name": name, "limit": limit},
+            {
+                "status": None if status is None else str(status),
+                "name": name,
+                "id_from": id_prefix,
+                "id_to": None if id_prefix is None else _prefix_end(id_prefix),
+                "created_from": created_from,
+                "created_to": created_to,
+                "after_at": after_at,
+                "after_id": after_id,
+                "limit": limit,
+            },
         )
         return [WorkflowInfo.from_row(r) for r in rows]
 
@@ -1158,6 +1210,18 @@ class Client:
 
     def _retention_policy(self) -> RetentionPolicy | None:
         return None
+
+
+def _prefix_end(prefix: str) -> str:
+    """The least string above every string starting with `prefix`, in byte (code point)
+    order: the prefix with its last character incremented (surrogates are not text)."""
+    for i in range(len(prefix) - 1, -1, -1):
+        code = ord(prefix[i]) + 1
+        if code == 0xD800:
+            code = 0xE000
+        if code <= 0x10FFFF:
+            return prefix[:i] + chr(code)
+    return prefix + "\U0010ffff"  # only U+10FFFF characters: nothing sorts above; unreachable
 
 
 def place_child(

@@ -158,6 +158,8 @@ def _info_dict(info: WorkflowInfo) -> dict[str, Any]:
 )
 @click.option("--name", default=None, help="Only workflows registered under this name.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--watch", is_flag=True, help="Refresh the table until Ctrl-C.")
+@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True)
 @json_option
 @_handle_errors
 def list_cmd(
@@ -166,25 +168,51 @@ def list_cmd(
     status: str | None,
     name: str | None,
     limit: int,
+    watch: bool,
+    interval: float,
     as_json: bool,
 ) -> None:
     """List workflows, newest first."""
+    from durable._watch import refresh, workflow_table
+
     with _client(database_url, schema) as client:
-        infos = client.list_workflows(status, name=name, limit=limit)
+
+        def listed() -> list[WorkflowInfo]:
+            return client.list_workflows(status, name=name, limit=limit)
+
+        if watch:
+            with _interruptible():
+                refresh(client, lambda: workflow_table(listed()), _console(), interval)
+        infos = listed()
     if as_json:
         click.echo(json.dumps([_info_dict(i) for i in infos], indent=2))
         return
-    table = Table("id", "name", "status", "epoch", "created", "finished")
-    for i in infos:
-        table.add_row(
-            i.workflow_id,
-            i.name if i.version is None else f"{i.name}@{i.version}",
-            i.status.value,
-            str(i.epoch),
-            i.created_at.strftime("%Y-%m-%d %H:%M:%S"),
-            i.finished_at.strftime("%Y-%m-%d %H:%M:%S") if i.finished_at else "",
-        )
-    _console().print(table)
+    _console().print(workflow_table(infos))
+
+
+@workflows.command("watch")
+@click.argument("workflow_id")
+@url_option
+@schema_option
+@click.option("--interval", type=click.FloatRange(min=0.05), default=0.5, show_default=True)
+@_handle_errors
+def watch(workflow_id: str, database_url: str | None, schema: str, interval: float) -> None:
+    """Follow a workflow live: its steps as they are journaled, its waits and budget, until
+    it finishes (exit 0 on SUCCESS, 1 otherwise)."""
+    from durable._watch import follow
+
+    with _client(database_url, schema) as client, _interruptible():
+        status = follow(client, workflow_id, _console(), interval)
+    sys.exit(0 if status is WorkflowStatus.SUCCESS else 1)
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C ends a watch quietly, with exit code 0."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        sys.exit(0)
 
 
 _FULL = False  # `workflows show --full`: set for the one command that runs
@@ -879,6 +907,46 @@ def _pause_command(paused: bool) -> click.Command:
 
 schedules.add_command(_pause_command(True))
 schedules.add_command(_pause_command(False))
+
+
+@main.command()
+@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@click.option("--port", default=8321, show_default=True, type=click.IntRange(0, 65535))
+@click.option(
+    "--token",
+    envvar="DURABLE_UI_TOKEN",
+    default=None,
+    help="What actions must present ($DURABLE_UI_TOKEN; default: a new one, printed).",
+)
+@click.option("--read-only", is_flag=True, help="No actions at all (and no token).")
+@url_option
+@schema_option
+@_handle_errors
+def ui(
+    host: str,
+    port: int,
+    token: str | None,
+    read_only: bool,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Serve the web console (pip install 'durable-pg[ui]')."""
+    try:
+        import uvicorn
+
+        from durable.ui import create_app
+    except ImportError as exc:
+        hint = "install the console with pip install 'durable-pg[ui]'"
+        raise click.UsageError(f"{exc}: {hint}") from None
+    if not read_only and not token:
+        import secrets
+
+        token = secrets.token_urlsafe(18)
+        click.echo(f"actions need this token (or set DURABLE_UI_TOKEN): {token}", err=True)
+    with _client(database_url, schema) as client:
+        app = create_app(client, token=None if read_only else token, read_only=read_only)
+        click.echo(f"durable console on http://{host}:{port}/ (Ctrl-C stops)", err=True)
+        uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 @main.group()

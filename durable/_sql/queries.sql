@@ -37,14 +37,22 @@ SELECT status, output, error, serializer FROM {schema}.workflows
 WHERE workflow_id = %(workflow_id)s
 
 -- list_workflows --
--- Workflows, newest first, optionally filtered by status and name.
+-- Workflows, newest first, optionally filtered (status, name, id prefix, created range), one
+-- page after the keyset (after_at, after_id). Each filter is folded away when its parameter
+-- is NULL (plans are made for the values given), leaving a walk of one index (0012).
 SELECT workflow_id, name, version, status, inputs, output, error, serializer, durability,
     parent_id, parent_step_seq, owner, epoch, lease_expires_at, recovery_attempts,
     created_at, updated_at, finished_at
 FROM {schema}.workflows
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
-ORDER BY created_at DESC, workflow_id
+  AND (%(id_from)s::text IS NULL OR (workflow_id COLLATE "C" >= %(id_from)s::text
+       AND workflow_id COLLATE "C" < %(id_to)s::text AND starts_with(workflow_id, %(id_from)s)))
+  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  AND (%(after_at)s::timestamptz IS NULL
+       OR (created_at, workflow_id) < (%(after_at)s::timestamptz, %(after_id)s::text))
+ORDER BY created_at DESC, workflow_id DESC
 LIMIT %(limit)s
 
 -- load_journal --

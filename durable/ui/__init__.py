@@ -1,0 +1,21 @@
+"""The web console: workflows, one workflow's journal and ledgers, an approvals inbox,
+operator actions, executors, queues and schedules. Server-rendered (Starlette + Jinja2,
+`pip install 'durable-pg[ui]'`), no build step; every read and action goes through a
+`durable.Client`.
+
+Run it with `durable ui`, or mount it in your own ASGI app:
+
+    from starlette.routing import Mount
+    console = durable.ui.create_app(client, token=os.environ["DURABLE_UI_TOKEN"])
+    app.routes.append(Mount("/durable", app=console))
+
+Safe by default: actions need the token (a form field, or the `X-Durable-Token` header
+for scripts), forms carry a CSRF token bound to a SameSite=Strict cookie, a read-only
+console has no actions at all, and every stored value is escaped when rendered.
+"""
+
+from __future__ import annotations
+
+from durable.ui._app import TOKEN_HEADER, create_app
+
+__all__ = ["TOKEN_HEADER", "create_app"]

@@ -1,0 +1,337 @@
+"""The console's routes. Pages are plain GETs rendered from Client reads; actions are POSTs
+that check the CSRF token, then the operator token, then call the Client in a thread."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hmac
+import json
+import secrets
+import zoneinfo
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlencode
+
+from croniter import croniter
+from jinja2 import Environment, FileSystemLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from durable._client import Client
+from durable._models import WorkflowStatus
+from durable._protocol import decode_error
+from durable.errors import ConfigurationError, DurableError, WorkflowNotFoundError
+
+TOKEN_HEADER = "X-Durable-Token"
+CSRF_COOKIE = "durable_csrf"
+PAGE_SIZE = 50
+PREVIEW = 120
+HERE = Path(__file__).parent
+
+
+def create_app(client: Client, *, token: str | None = None, read_only: bool = False) -> Starlette:
+    """The console as an ASGI app over a connected `client`.
+
+    token: what every action must present (a form field or the X-Durable-Token header).
+    read_only: no actions at all (no forms are shown, every POST is refused); then no token
+    is needed. A console that is neither read-only nor given a token is refused, so that a
+    mounted console never acts for anyone who can reach it.
+    """
+    if not read_only and not token:
+        raise ConfigurationError(
+            "the console's actions need a token: give token=... (durable ui: --token or "
+            "DURABLE_UI_TOKEN), or read_only=True"
+        )
+    console = _Console(client, token, read_only)
+    routes = [
+        Route("/", console.home),
+        Route("/workflows", console.workflows),
+        Route("/workflows/{workflow_id:path}", console.workflow),
+        Route("/approvals", console.approvals),
+        Route("/executors", console.executors),
+        Route("/queues", console.queues),
+        Route("/schedules", console.schedules),
+        Route("/actions/{action}", console.act, methods=["POST"]),
+        Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    return Starlette(routes=routes)
+
+
+def _short(value: Any, width: int = PREVIEW) -> str:
+    text = "" if value is None else value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _pretty(text: str | None) -> str:
+    """Stored JSON, indented (or the text as stored if it is not JSON)."""
+    if text is None:
+        return ""
+    try:
+        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
+    except ValueError:
+        return text
+
+
+def _error(text: str | None) -> str:
+    if not text:
+        return ""
+    try:
+        kind, message, trace = decode_error(text)
+    except (ValueError, AttributeError):
+        return text
+    return f"{kind}: {message}" + (f"\n\n{trace}" if trace else "")
+
+
+def _when(value: dt.datetime | None) -> str:
+    return "" if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _duration(start: dt.datetime | None, end: dt.datetime | None) -> str:
+    if start is None or end is None:
+        return ""
+    seconds = (end - start).total_seconds()
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
+
+
+def _next_tick(row: dict[str, Any]) -> str:
+    if row["paused"]:
+        return ""
+    try:
+        now = dt.datetime.now(zoneinfo.ZoneInfo(row["timezone"]))
+        return _when(croniter(row["cron"], now).get_next(dt.datetime))
+    except (ValueError, KeyError, zoneinfo.ZoneInfoNotFoundError):
+        return ""
+
+
+def _time_param(text: str | None) -> dt.datetime | None:
+    """A time from a filter field (ISO 8601; without a zone, UTC)."""
+    if not text:
+        return None
+    value = dt.datetime.fromisoformat(text.strip())
+    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
+
+
+def _templates() -> Environment:
+    env = Environment(
+        loader=FileSystemLoader(HERE / "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
+    env.filters.update(short=_short, pretty=_pretty, error=_error, when=_when)
+    env.globals.update(duration=_duration)
+    return env
+
+
+class _Console:
+    def __init__(self, client: Client, token: str | None, read_only: bool) -> None:
+        self.client = client
+        self.token = token
+        self.read_only = read_only
+        self.env = _templates()
+
+    # -- rendering -----------------------------------------------------------------------
+
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
+        base = request.scope.get("root_path", "")
+        html = self.env.get_template(name).render(
+            base=base, csrf=csrf, read_only=self.read_only, request=request, **context
+        )
+        response = HTMLResponse(html, status_code=status)
+        if request.cookies.get(CSRF_COOKIE) != csrf:
+            response.set_cookie(
+                CSRF_COOKIE, csrf, httponly=True, samesite="strict", path=base or "/"
+            )
+        response.headers["Content-Security-Policy"] = (
+            "default-src 'self'; script-src 'self'; style-src 'self'; frame-ancestors 'none'"
+        )
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Referrer-Policy"] = "same-origin"
+        return response
+
+    def message(self, request: Request, text: str, status: int, back: str = "") -> Response:
+        return self.render(request, "message.html", status, text=text, back=back)
+
+    # -- pages -----------------------------------------------------------------------------
+
+    async def home(self, request: Request) -> Response:
+        return RedirectResponse(request.scope.get("root_path", "") + "/workflows", 303)
+
+    async def workflows(self, request: Request) -> Response:
+        q = request.query_params
+        filters = {k: q.get(k, "").strip() for k in ("status", "name", "id", "from", "to")}
+        try:
+            limit = min(500, max(1, int(q.get("limit") or PAGE_SIZE)))
+            after_at = _time_param(q.get("after_at"))
+            after = (after_at, q.get("after_id", "")) if after_at else None
+            infos = await run_in_threadpool(
+                self.client.list_workflows,
+                filters["status"].upper() or None,
+                name=filters["name"] or None,
+                id_prefix=filters["id"] or None,
+                created_from=_time_param(filters["from"]),
+                created_to=_time_param(filters["to"]),
+                after=after,
+                limit=limit,
+            )
+        except (ValueError, DurableError) as exc:
+            return self.message(request, f"bad filter: {exc}", 400, back="/workflows")
+        older = None
+        if len(infos) == limit:
+            last = infos[-1]
+            older = urlencode(
+                {k: v for k, v in filters.items() if v}
+                | {"after_at": last.created_at.isoformat(), "after_id": last.workflow_id}
+            )
+        return self.render(
+            request,
+            "workflows.html",
+            infos=infos,
+            filters=filters,
+            statuses=[s.value for s in WorkflowStatus],
+            older=older,
+            paged=after is not None,
+            newest=urlencode({k: v for k, v in filters.items() if v}),
+        )
+
+    async def workflow(self, request: Request) -> Response:
+        workflow_id = request.path_params["workflow_id"]
+        try:
+            data = await run_in_threadpool(self._workflow_data, workflow_id)
+        except WorkflowNotFoundError as exc:
+            return self.message(request, str(exc), 404, back="/workflows")
+        return self.render(request, "workflow.html", **data)
+
+    def _workflow_data(self, workflow_id: str) -> dict[str, Any]:
+        c = self.client
+        info = c.get_workflow(workflow_id)
+        steps = c.steps(workflow_id)
+        return {
+            "info": info,
+            "steps": steps,
+            "children": [s.child_workflow_id for s in steps if s.child_workflow_id],
+            "effects": c.effects(workflow_id),
+            "budget": c.budget(workflow_id),
+            "state": c.state_text(workflow_id),
+            "conversation": c.conversation(workflow_id),
+            "tools": c.tool_calls(workflow_id),
+            "events": c.events(workflow_id),
+            "gates": c.list_approvals(workflow_id, waiting_only=False, limit=500),
+        }
+
+    async def approvals(self, request: Request) -> Response:
+        show_all = request.query_params.get("all") == "1"
+        rows = await run_in_threadpool(
+            self.client.list_approvals, waiting_only=not show_all, limit=500
+        )
+        return self.render(request, "approvals.html", gates=rows, show_all=show_all)
+
+    async def executors(self, request: Request) -> Response:
+        rows, waiting = await run_in_threadpool(
+            lambda: (self.client.executors(), self.client.waiting_for_worker())
+        )
+        return self.render(request, "executors.html", executors=rows, waiting=waiting)
+
+    async def queues(self, request: Request) -> Response:
+        rows = await run_in_threadpool(self.client.queues)
+        return self.render(request, "queues.html", queues=rows)
+
+    async def schedules(self, request: Request) -> Response:
+        rows = await run_in_threadpool(self.client.list_schedules)
+        for row in rows:
+            row["next_tick"] = _next_tick(row)
+        return self.render(request, "schedules.html", schedules=rows)
+
+    # -- actions ---------------------------------------------------------------------------
+
+    async def act(self, request: Request) -> Response:
+        if self.read_only:
+            return self.message(request, "this console is read-only: no actions", 403)
+        form = _form(await request.body())
+        header_token = request.headers.get(TOKEN_HEADER)
+        if header_token is None:  # a browser's form: it must come from one of our pages
+            cookie = request.cookies.get(CSRF_COOKIE, "")
+            if not cookie or not hmac.compare_digest(cookie, form.get("csrf", "")):
+                return self.message(request, "CSRF check failed: reload the page", 403)
+            if not _same_origin(request):
+                return self.message(request, "CSRF check failed: another origin", 403)
+        given = header_token if header_token is not None else form.get("token", "")
+        assert self.token is not None
+        if not hmac.compare_digest(given.encode(), self.token.encode()):
+            return self.message(request, "refused: this action needs the console's token", 403)
+        action = _ACTIONS.get(request.path_params["action"])
+        if action is None:
+            return self.message(request, "no such action", 404)
+        back = form.get("back", "")
+        back = back if back.startswith("/") and not back.startswith("//") else ""
+        try:
+            text = await run_in_threadpool(action, self.client, form)
+        except (DurableError, ValueError, KeyError) as exc:
+            status = 409 if type(exc).__name__ == "ApprovalConflictError" else 400
+            if isinstance(exc, WorkflowNotFoundError):
+                status = 404
+            return self.message(request, f"not done: {exc}", status, back=back)
+        return self.message(request, text, 200, back=back)
+
+
+def _form(body: bytes) -> dict[str, str]:
+    """An url-encoded form's fields (last value wins); multipart is never needed here."""
+    parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+    return {k: v[-1] for k, v in parsed.items()}
+
+
+def _same_origin(request: Request) -> bool:
+    origin = request.headers.get("origin")
+    if origin is None or origin == "null":
+        return origin is None
+    host = request.headers.get("host", "")
+    return origin.split("://", 1)[-1] == host
+
+
+def _decide(client: Client, form: dict[str, str]) -> str:
+    approve = form["decision"] == "approve"
+    if form["decision"] not in ("approve", "deny"):
+        raise ValueError(f"decision={form['decision']!r}: approve or deny")
+    client.decide(
+        form["workflow_id"],
+        form["name"],
+        approve,
+        comment=form.get("comment") or None,
+        decided_by=form.get("by") or "console",
+    )
+    verb = "approved" if approve else "denied"
+    return f"{verb} {form['name']} of {form['workflow_id']}"
+
+
+def _cancel(client: Client, form: dict[str, str]) -> str:
+    status = client.cancel(form["workflow_id"], form.get("reason") or "cancelled from the console")
+    return f"cancel requested for {form['workflow_id']} (now {status.value})"
+
+
+def _resume(client: Client, form: dict[str, str]) -> str:
+    client.resume(form["workflow_id"])
+    return f"resumed {form['workflow_id']}"
+
+
+def _fork(client: Client, form: dict[str, str]) -> str:
+    handle = client.fork(form["workflow_id"], from_step=int(form["from_step"]))
+    return f"forked {form['workflow_id']} from step {form['from_step']} as {handle.workflow_id}"
+
+
+def _schedule(client: Client, form: dict[str, str]) -> str:
+    paused = form["paused"] == "1"
+    client.pause_schedule(form["name"], paused)
+    return f"{'paused' if paused else 'resumed'} schedule {form['name']}"
+
+
+_ACTIONS: dict[str, Callable[[Client, dict[str, str]], str]] = {
+    "decide": _decide,
+    "cancel": _cancel,
+    "resume": _resume,
+    "fork": _fork,
+    "schedule": _schedule,
+}

@@ -1,0 +1,116 @@
+"""Live progress in the terminal: `durable workflows watch ID` follows a workflow through a
+wait to its end; `durable workflows list --watch` redraws until Ctrl-C."""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import durable
+
+reg = durable.Registry()
+
+
+@durable.step(registry=reg, name="watch.fetch")
+def fetch(order: str) -> dict[str, str]:
+    return {"order": order}
+
+
+@durable.workflow(registry=reg, name="watch.gated", budget=durable.Budget(dollars=5))
+def gated(order: str) -> str:
+    fetch(order)
+    decision = durable.approval("ship", payload={"order": order}, timeout=3600)
+    return "shipped" if decision.approved else "held"
+
+
+class Lines:
+    """A subprocess's stdout, line by line, with a deadline on each wait."""
+
+    def __init__(self, *args: str) -> None:
+        env = dict(os.environ, PYTHONUNBUFFERED="1", COLUMNS="160")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "durable.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
+        self.seen: list[str] = []
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._lines.put(line)
+
+    def until(self, text: str, count: int = 1, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while sum(text in line for line in self.seen) < count:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} never printed; got:\n{''.join(self.seen)}"
+            try:
+                self.seen.append(self._lines.get(timeout=left))
+            except queue.Empty:
+                continue
+
+    def finish(self, timeout: float = 30) -> int:
+        code = self.proc.wait(timeout=timeout)
+        self._reader.join(timeout=10)
+        while not self._lines.empty():
+            self.seen.append(self._lines.get())
+        return code
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.finish()
+        assert self.proc.stdout is not None
+        self.proc.stdout.close()
+
+
+def test_watch_follows_a_workflow_through_its_wait_to_the_end(database_url: str) -> None:
+    with durable.Engine(database_url, registry=reg) as engine:
+        engine.start(gated, "o-7", workflow_id="watch-1")
+        out = Lines("workflows", "watch", "watch-1", "--database-url", database_url)
+        try:
+            out.until("waiting: approval 'ship'")
+            out.until("budget: dollars 0.0/5.0")
+            engine.decide("watch-1", "ship", True, decided_by="ops")
+            code = out.finish()
+        finally:
+            out.close()
+    text = "".join(out.seen)
+    assert code == 0, text
+    assert "#0 step watch.fetch" in text and '{"order":"o-7"}' in text.replace(" ", "")
+    assert "#1 approval approval:ship" in text
+    assert text.rstrip().splitlines()[-1].startswith('SUCCESS "shipped"')
+
+
+def test_watch_of_an_unknown_workflow_fails(database_url: str) -> None:
+    out = Lines("workflows", "watch", "nope", "--database-url", database_url)
+    assert out.finish() == 1
+    out.close()
+    assert "nope" in "".join(out.seen)
+
+
+def test_list_watch_redraws_until_interrupted(database_url: str) -> None:
+    with durable.Client(database_url) as client:
+        client.submit(gated, "o-1", workflow_id="listed-1")
+        out = Lines(
+            "workflows", "list", "--watch", "--interval", "0.2", "--database-url", database_url
+        )
+        try:
+            out.until("listed-1", count=2)
+            client.submit(gated, "o-2", workflow_id="listed-2")
+            out.until("listed-2")
+            out.proc.send_signal(signal.SIGINT)
+            assert out.finish() == 0
+        finally:
+            out.close()

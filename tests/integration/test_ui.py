@@ -1,0 +1,250 @@
+"""The web console over a real database, through Starlette's TestClient: pages render,
+actions need the token and a CSRF token from one of its pages, a read-only console acts
+for nobody, stored values are escaped, the first decision wins, and the list pages by
+keyset."""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+import durable
+from durable.testing import TemplateDatabases
+from durable.ui import TOKEN_HEADER, create_app
+
+TOKEN = "s3cret-token"
+SCRIPT = "<script>alert('owned')</script>"
+
+reg = durable.Registry()
+
+
+@durable.step(registry=reg, name="ui.prepare")
+def prepare(note: str) -> dict[str, str]:
+    return {"note": note}
+
+
+@durable.workflow(registry=reg, name="ui.gated")
+def gated(note: str) -> str:
+    prepared = prepare(note)
+    decision = durable.approval("ship", payload=prepared, timeout=3600)
+    return f"{'shipped' if decision.approved else 'held'}: {decision.comment}"
+
+
+@durable.workflow(registry=reg, name="ui.idle")
+def idle(n: int) -> int:
+    return n
+
+
+@pytest.fixture
+def engine(database_url: str) -> Iterator[durable.Engine]:
+    with durable.Engine(database_url, registry=reg) as eng:
+        yield eng
+
+
+def _at_gate(engine: durable.Engine, workflow_id: str, note: str = "hello") -> None:
+    engine.start(gated, note, workflow_id=workflow_id)
+    deadline = time.monotonic() + 20
+    while not engine.list_approvals(workflow_id):
+        assert time.monotonic() < deadline, "the workflow never reached its gate"
+        time.sleep(0.05)
+
+
+def _csrf(web: TestClient, path: str = "/approvals") -> str:
+    page = web.get(path)
+    assert page.status_code == 200
+    found = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert found, "the page carries no CSRF field"
+    return found.group(1)
+
+
+def _decide(web: TestClient, workflow_id: str, decision: str, **extra: str) -> Any:
+    form = {"workflow_id": workflow_id, "name": "ship", "decision": decision} | extra
+    return web.post("/actions/decide", data=form)
+
+
+def test_a_console_without_token_must_be_read_only(engine: durable.Engine) -> None:
+    with pytest.raises(durable.errors.ConfigurationError, match="token"):
+        create_app(engine)
+    create_app(engine, read_only=True)
+
+
+def test_every_page_renders(engine: durable.Engine) -> None:
+    _at_gate(engine, "page-1")
+    web = TestClient(create_app(engine, token=TOKEN))
+    assert web.get("/", follow_redirects=False).headers["location"] == "/workflows"
+    for path in ("/workflows", "/approvals", "/approvals?all=1", "/executors", "/queues"):
+        page = web.get(path)
+        assert page.status_code == 200, path
+        assert "page-1" in page.text or path in ("/executors", "/queues"), path
+    page = web.get("/workflows/page-1")
+    assert page.status_code == 200
+    assert "ui.prepare" in page.text and "SUSPENDED" in page.text and "ship" in page.text
+    assert page.headers["content-security-policy"].startswith("default-src 'self'")
+    assert web.get("/schedules").status_code == 200
+    assert web.get("/workflows/nope").status_code == 404
+    assert web.get("/static/console.css").status_code == 200
+
+
+def test_approving_needs_the_token_then_the_workflow_finishes(engine: durable.Engine) -> None:
+    _at_gate(engine, "tok-1")
+    web = TestClient(create_app(engine, token=TOKEN))
+    csrf = _csrf(web)
+    assert _decide(web, "tok-1", "approve", csrf=csrf).status_code == 403
+    refused = _decide(web, "tok-1", "approve", csrf=csrf, token="wrong")
+    assert refused.status_code == 403 and "needs the console" in refused.text
+    assert engine.list_approvals("tok-1")  # still waiting
+    done = _decide(web, "tok-1", "approve", csrf=csrf, token=TOKEN, comment="ok", by="ana")
+    assert done.status_code == 200 and "approved ship of tok-1" in done.text
+    assert engine.retrieve("tok-1").result(timeout=20) == "shipped: ok"
+    (gate,) = engine.list_approvals("tok-1", waiting_only=False)
+    assert (gate["status"], gate["decided_by"]) == ("approved", "ana")
+
+
+def test_posts_need_a_csrf_token_from_a_console_page(engine: durable.Engine) -> None:
+    _at_gate(engine, "csrf-1")
+    web = TestClient(create_app(engine, token=TOKEN))
+    assert _decide(web, "csrf-1", "approve", token=TOKEN).status_code == 403  # no cookie
+    csrf = _csrf(web)
+    assert _decide(web, "csrf-1", "approve", token=TOKEN, csrf="forged").status_code == 403
+    elsewhere = web.post(
+        "/actions/decide",
+        data={"workflow_id": "csrf-1", "name": "ship", "decision": "approve"}
+        | {"token": TOKEN, "csrf": csrf},
+        headers={"origin": "https://evil.example"},
+    )
+    assert elsewhere.status_code == 403 and "another origin" in elsewhere.text
+    assert engine.list_approvals("csrf-1")  # nothing was decided
+    # A script sends the token in a header (which no other site's page can set): no CSRF.
+    scripted = TestClient(create_app(engine, token=TOKEN)).post(
+        "/actions/decide",
+        data={"workflow_id": "csrf-1", "name": "ship", "decision": "deny"},
+        headers={TOKEN_HEADER: TOKEN},
+    )
+    assert scripted.status_code == 200
+    assert engine.retrieve("csrf-1").result(timeout=20) == "held: None"
+
+
+def test_a_read_only_console_shows_no_forms_and_refuses_every_action(
+    engine: durable.Engine,
+) -> None:
+    _at_gate(engine, "ro-1")
+    web = TestClient(create_app(engine, read_only=True))
+    inbox = web.get("/approvals")
+    assert "ro-1" in inbox.text and '<form class="action"' not in inbox.text
+    assert "read-only" in inbox.text
+    assert '<form class="action"' not in web.get("/workflows/ro-1").text
+    refused = web.post(
+        "/actions/decide",
+        data={"workflow_id": "ro-1", "name": "ship", "decision": "approve"},
+        headers={TOKEN_HEADER: TOKEN},
+    )
+    assert refused.status_code == 403 and "read-only" in refused.text
+    assert engine.list_approvals("ro-1")
+
+
+def test_stored_markup_is_shown_as_text(engine: durable.Engine) -> None:
+    _at_gate(engine, "xss-1", note=SCRIPT)
+    engine.start(idle, 1, workflow_id=SCRIPT).result(timeout=10)
+    web = TestClient(create_app(engine, token=TOKEN))
+    for path in ("/workflows", "/workflows/xss-1", "/approvals"):
+        page = web.get(path)
+        assert "<script>alert" not in page.text, path
+        assert "&lt;script&gt;alert(" in page.text, path
+    listed = web.get("/workflows")
+    assert 'href="/workflows/%3Cscript%3Ealert' in listed.text  # the id, quoted in its link
+
+
+def test_the_first_decision_wins(engine: durable.Engine) -> None:
+    _at_gate(engine, "first-1")
+    web = TestClient(create_app(engine, token=TOKEN))
+    csrf = _csrf(web)
+    assert _decide(web, "first-1", "approve", csrf=csrf, token=TOKEN).status_code == 200
+    again = _decide(web, "first-1", "approve", csrf=csrf, token=TOKEN)
+    assert again.status_code == 200  # the same decision twice is harmless
+    second = _decide(web, "first-1", "deny", csrf=csrf, token=TOKEN)
+    assert second.status_code == 409
+    assert "already decided (approved)" in second.text and "first decision wins" in second.text
+    assert engine.retrieve("first-1").result(timeout=20) == "shipped: None"
+
+
+def test_cancel_resume_fork_and_schedules(engine: durable.Engine) -> None:
+    _at_gate(engine, "act-1")
+    engine.schedule("nightly", idle, "0 3 * * *")
+    web = TestClient(create_app(engine, token=TOKEN))
+    csrf = _csrf(web, "/workflows/act-1")
+    forked = web.post(
+        "/actions/fork",
+        data={"workflow_id": "act-1", "from_step": "1", "token": TOKEN, "csrf": csrf},
+    )
+    assert forked.status_code == 200 and "forked act-1 from step 1" in forked.text
+    cancel = {"workflow_id": "act-1", "reason": "test", "token": TOKEN, "csrf": csrf}
+    assert web.post("/actions/cancel", data=cancel).status_code == 200
+    with pytest.raises(durable.errors.WorkflowCancelledError):
+        engine.retrieve("act-1").result(timeout=20)
+    resumed = web.post("/actions/resume", data=cancel)
+    assert resumed.status_code == 200 and "resumed act-1" in resumed.text
+    pause = {"name": "nightly", "paused": "1", "token": TOKEN, "csrf": csrf}
+    assert web.post("/actions/schedule", data=pause).status_code == 200
+    assert [s["paused"] for s in engine.list_schedules()] == [True]
+    assert "Resume" in web.get("/schedules").text
+    missing = web.post("/actions/resume", data=cancel | {"workflow_id": "nope"})
+    assert missing.status_code == 404
+
+
+def test_the_list_pages_by_keyset_and_filters(database_url: str) -> None:
+    with durable.Client(database_url) as client:
+        for i in range(120):
+            client.submit(idle, i, workflow_id=f"batch-{i:03d}")
+        client.submit(gated, "x", workflow_id="other-1")
+        web = TestClient(create_app(client, read_only=True))
+        seen: list[str] = []
+        path = "/workflows?name=ui.idle"
+        while path:
+            page = web.get(path)
+            assert page.status_code == 200
+            seen += re.findall(r'<td><a href="/workflows/[^"]+">([^<]+)</a></td>', page.text)
+            older = re.search(r'id="older" href="([^"]+)"', page.text)
+            path = older.group(1).replace("&amp;", "&") if older else ""
+        assert len(seen) == 120 and set(seen) == {f"batch-{i:03d}" for i in range(120)}
+
+        everything = client.list_workflows(limit=1000)
+        assert len(everything) == 121
+        keys = [(w.created_at, w.workflow_id) for w in everything]
+        assert keys == sorted(keys, reverse=True)
+        first = client.list_workflows(limit=50)
+        rest = client.list_workflows(limit=100, after=(first[-1].created_at, first[-1].workflow_id))
+        assert [w.workflow_id for w in first + rest] == [w.workflow_id for w in everything]
+
+        assert len(client.list_workflows(id_prefix="batch-11")) == 10
+        assert [w.workflow_id for w in client.list_workflows(id_prefix="oth")] == ["other-1"]
+        assert client.list_workflows(id_prefix="batch-1200") == []
+        assert len(client.list_workflows(status="PENDING", name="ui.gated")) == 1
+        now = dt.datetime.now(dt.UTC)
+        hour = dt.timedelta(hours=1)
+        assert len(client.list_workflows(created_from=now - hour, created_to=now + hour)) == 100
+        assert client.list_workflows(created_from=now + hour) == []
+        page = web.get("/workflows?id=other&status=pending&from=2000-01-01T00:00")
+        assert "other-1" in page.text and "batch-" not in page.text
+        assert web.get("/workflows?from=yesterday").status_code == 400
+
+
+def test_an_id_prefix_is_matched_by_code_points() -> None:
+    from durable._client import _prefix_end
+
+    assert _prefix_end("ab") == "ac"
+    assert _prefix_end("a\U0010ffff") == "b"
+    assert _prefix_end("\ud7ff") == "\ue000"
+
+
+def test_the_list_benchmark_runs_at_a_tiny_size(pg_databases: TemplateDatabases) -> None:
+    from benchmarks import ui_list
+
+    results = ui_list.main(["--n", "3000", "--repeats", "2", "--admin-url", pg_databases.admin_url])
+    assert {r["case"] for r in results} >= {"first page", "GET /workflows"}
+    assert all(r["median_ms"] > 0 for r in results)
