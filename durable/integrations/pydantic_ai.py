@@ -63,6 +63,9 @@ class DurableAgent(BaseDurabilityCapability[Any]):
         durable_unit_noun="step",
         durable_container_noun="workflow",
         codec=JSON_CODEC,  # steps journal JSON
+        # A response's tool calls run one after another in a workflow: run concurrently,
+        # their steps could take their journal positions in another order on replay.
+        sequential_tools_in_durable_context=True,
     )
 
     def __init__(
