@@ -30,6 +30,7 @@ from durable._retention import PruneReport, RetentionPolicy
 from durable._schedules import scheduled
 from durable._state import append_turn, append_turn_async, conversation, state
 from durable._streams import close_stream, close_stream_async, write_stream, write_stream_async
+from durable._tracing import instrument_psycopg
 from durable._waits import (
     approval,
     approval_async,
@@ -77,6 +78,7 @@ __all__ = [
     "conversation",
     "default_registry",
     "effect",
+    "instrument_psycopg",
     "recv",
     "recv_async",
     "reserve",

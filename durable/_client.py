@@ -25,11 +25,13 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 import psycopg
 
 from durable import _protocol as protocol
+from durable import _tracing as tracing
 from durable._clock import Clock, clock_from_env
 from durable._context import current_run, workflow_code_run
 from durable._decorators import workflow_def
 from durable._driver import drive
 from durable._driver_async import drive_async
+from durable._migrate import MigrationProgress
 from durable._models import (
     ApprovalStatus,
     Budget,
@@ -43,7 +45,7 @@ from durable._names import check_name, check_text
 from durable._protocol import Run, decode_error, encode_error
 from durable._queues import Queue
 from durable._registry import WorkflowDef
-from durable._retention import PruneReport, RetentionPolicy, prune
+from durable._retention import PruneProgress, PruneReport, RetentionPolicy, prune
 from durable._schedules import Schedule
 from durable._systemdb import SystemDB, is_unique_violation
 from durable.errors import (
@@ -275,8 +277,10 @@ class Client:
         self.connect_timeout = connect_timeout
         self.clock: Clock = clock if clock is not None else clock_from_env()
         self._db: SystemDB | None = None
-        # Versions of the migrations this client applied when it connected (migrate=True).
+        # Versions of the migrations this client applied when it connected (migrate=True),
+        # and who hears of each as it is applied (`durable migrate` shows them).
         self.applied_migrations: list[int] = []
+        self._migration_progress: MigrationProgress | None = None
 
     # -- connection --------------------------------------------------------------------------
 
@@ -306,7 +310,7 @@ class Client:
         db.open(timeout=self.connect_timeout, create_database=create_database)
         try:
             if self.migrate_on_launch:
-                self.applied_migrations = db.migrate()
+                self.applied_migrations = db.migrate(self._migration_progress)
             else:
                 db.check_schema()
         except BaseException:
@@ -439,6 +443,7 @@ class Client:
             "parent_step_seq": parent[1] if parent else None,
             "timeout_seconds": defn.timeout,
             "budget_id": _budget_for(defn, workflow_id, parent),
+            "trace_context": tracing.start_context(defn.name, workflow_id),
         }
 
     @property
@@ -670,7 +675,12 @@ class Client:
         check_name("workflow_id", workflow_id)
         check_name("new_id", new_id, optional=True)
         new_id = new_id or str(uuid.uuid4())
-        params = {"workflow_id": workflow_id, "new_id": new_id, "before_seq": from_step}
+        params = {
+            "workflow_id": workflow_id,
+            "new_id": new_id,
+            "before_seq": from_step,
+            "trace_context": tracing.start_context("fork", new_id),
+        }
         try:
             counts = self.db.execute_many_in_transaction(
                 [("fork_workflow", params), ("fork_steps", params), ("fork_charges", params)]
@@ -1189,16 +1199,23 @@ class Client:
         rows = self.db.fetch_all("list_turns", {"workflow_id": workflow_id})
         return [self.serializer.loads(r["output"]) for r in rows]
 
-    def prune(self, policy: RetentionPolicy | None = None, *, dry_run: bool = False) -> PruneReport:
+    def prune(
+        self,
+        policy: RetentionPolicy | None = None,
+        *,
+        dry_run: bool = False,
+        progress: PruneProgress | None = None,
+    ) -> PruneReport:
         """Apply a retention policy once (this engine's, if none is given). Safe while
-        workers run: only finished workflows and old effects of finished work are deleted."""
+        workers run: only finished workflows and old effects of finished work are deleted.
+        `progress(what, done, total)` is called after each batch."""
         chosen = policy or self._retention_policy()
         if chosen is None:
             raise ConfigurationError(
                 "prune() needs a policy: pass durable.RetentionPolicy(...) (or give "
                 "Engine(retention=...))"
             )
-        report = prune(self.db, chosen, dry_run=dry_run)
+        report = prune(self.db, chosen, dry_run=dry_run, progress=progress)
         if not dry_run and (report.workflows or report.effects):
             logger.info(
                 "pruned %d finished workflows (%d journal rows) and %d effect records",

@@ -19,6 +19,7 @@ from contextlib import AbstractContextManager, ExitStack
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durable import _protocol as protocol
+from durable import _tracing as tracing
 from durable._context import (
     ActiveEngine,
     current_engine,
@@ -91,19 +92,24 @@ def _call(
     fn: Callable[..., Any],
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
-    scope: StepScope | None = None,
+    scope: StepScope | None,
+    run: Run,
 ) -> Outcome:
     began = time.perf_counter()
     token = current_step.set(scope) if scope is not None else None
-    try:
-        value = fn(*args, **kwargs)
-    except Exception as exc:
-        return Outcome(None, exc, time.perf_counter() - began)
-    finally:
-        if token is not None:
-            current_step.reset(token)
-    if inspect.isawaitable(value):
-        return Outcome(None, _awaitable_in_sync_code(fn, value), time.perf_counter() - began)
+    with tracing.step_span(run, scope) as traced:
+        try:
+            value = fn(*args, **kwargs)
+        except Exception as exc:
+            traced(exc)
+            return Outcome(None, exc, time.perf_counter() - began)
+        finally:
+            if token is not None:
+                current_step.reset(token)
+        if inspect.isawaitable(value):
+            error = _awaitable_in_sync_code(fn, value)
+            traced(error)
+            return Outcome(None, error, time.perf_counter() - began)
     return Outcome(value, None, time.perf_counter() - began)
 
 
@@ -164,7 +170,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
                 if kind is Execute:
                     value = db.run_on(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
                 elif kind is Call:
-                    value = _call(op.fn, op.args, op.kwargs, op.scope)  # type: ignore[union-attr]
+                    value = _call(op.fn, op.args, op.kwargs, op.scope, run)  # type: ignore[union-attr]
                 elif kind is WriteSteps:
                     value = db.write_steps(conn, op.rows)  # type: ignore[union-attr]
                 elif kind is Enqueue:
@@ -184,7 +190,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
                     value = db.app_run(app.conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
                 elif kind is AppCall:
                     assert app is not None
-                    value = _call(op.fn, (app.conn, *op.args), op.kwargs, op.scope)  # type: ignore[union-attr]
+                    value = _call(op.fn, (app.conn, *op.args), op.kwargs, op.scope, run)  # type: ignore[union-attr]
                 elif kind is AppEnd:
                     if app is not None:
                         ending, app = app, None
@@ -233,7 +239,8 @@ def _execute(
     step_token = current_step.set(None)  # a workflow started inside a step is its own run
     engine_token = current_engine.set(host.active)
     try:
-        return drive(run, protocol.workflow(run, defn, args, kwargs))
+        with tracing.run_span(run):
+            return drive(run, protocol.workflow(run, defn, args, kwargs))
     finally:
         current_run.reset(run_token)
         current_step.reset(step_token)

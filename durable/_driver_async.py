@@ -22,6 +22,7 @@ from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durable import _protocol as protocol
+from durable import _tracing as tracing
 from durable._context import (
     ActiveEngine,
     current_engine,
@@ -253,6 +254,8 @@ async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None)
     watched = task is not None and scope is not None and (scope.charging or isinstance(op, AppCall))
     if watched:
         host.watch(run, task)  # type: ignore[arg-type]
+    span = tracing.step_span(run, scope)
+    traced = span.__enter__()
     try:
         if watched:
             # A cancel that arrived before this attempt was watched (during a backoff, or
@@ -283,8 +286,10 @@ async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None)
                         raise WorkflowInterrupted(run.workflow_id, TIMEOUT_REASON, True) from None
                     assert scope is not None and timeout is not None
                     error = StepTimeoutError(scope.name, timeout)
+                    traced(error)
                     return Outcome(None, error, time.perf_counter() - began)
-    except asyncio.CancelledError:
+    except asyncio.CancelledError as exc:
+        traced(exc)
         if watched and host.unwatch(run, task):  # type: ignore[arg-type]
             watched = False
             # Cancelled by this run's cancellation (not by the loop): the workflow stops.
@@ -293,8 +298,10 @@ async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None)
             raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON) from None
         raise
     except Exception as exc:
+        traced(exc)
         return Outcome(None, exc, time.perf_counter() - began)
     finally:
+        span.__exit__(None, None, None)
         if watched:
             host.unwatch(run, task)  # type: ignore[arg-type]
         if token is not None:
@@ -334,7 +341,8 @@ async def execute_run_async(
     step_token = current_step.set(None)
     engine_token = current_engine.set(host.active)
     try:
-        return await drive_async(run, protocol.workflow(run, defn, args, kwargs))
+        with tracing.run_span(run):
+            return await drive_async(run, protocol.workflow(run, defn, args, kwargs))
     finally:
         current_run.reset(run_token)
         current_step.reset(step_token)

@@ -9,7 +9,9 @@ then sees the versions the first applied and does nothing.
 from __future__ import annotations
 
 import re
+import time
 import zlib
+from collections.abc import Callable
 from importlib import resources
 from typing import cast
 
@@ -45,7 +47,15 @@ def render(text: str, schema: str) -> sql.Composed:
     return sql.SQL(text).format(schema=sql.Identifier(schema))
 
 
-def migrate(conn: psycopg.Connection[object], schema: str) -> list[int]:
+# Told of each migration this call applies: (version, name, index, count, seconds), once
+# with seconds None as it begins and once with its duration when done (an index on a large
+# table can take minutes; an operator should see which one is running).
+MigrationProgress = Callable[[int, str, int, int, float | None], None]
+
+
+def migrate(
+    conn: psycopg.Connection[object], schema: str, progress: MigrationProgress | None = None
+) -> list[int]:
     """Bring `schema` up to date; returns the versions applied by this call."""
     applied_now: list[int] = []
     with conn.transaction():
@@ -62,9 +72,11 @@ def migrate(conn: psycopg.Connection[object], schema: str) -> list[int]:
             sql.SQL("SELECT version FROM {}.schema_migrations").format(sql.Identifier(schema))
         ).fetchall()
         done = {int(cast(tuple[int], row)[0]) for row in rows}
-        for version, name, text in available():
-            if version in done:
-                continue
+        todo = [m for m in available() if m[0] not in done]
+        for index, (version, name, text) in enumerate(todo, 1):
+            if progress is not None:
+                progress(version, name, index, len(todo), None)
+            began = time.monotonic()
             conn.execute(render(text, schema))
             conn.execute(
                 sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(
@@ -73,6 +85,8 @@ def migrate(conn: psycopg.Connection[object], schema: str) -> list[int]:
                 [version, name],
             )
             applied_now.append(version)
+            if progress is not None:
+                progress(version, name, index, len(todo), time.monotonic() - began)
     return applied_now
 
 

@@ -118,6 +118,11 @@ class StepScope:
     reserved_dollars: Decimal = Decimal(0)
     reserved_tokens: int = 0
     refused: str | None = None
+    # Where the step is in the journal, what it is and which attempt runs (for its span);
+    # seq -1: code that is no journaled position of its own.
+    seq: int = -1
+    kind: str = "step"
+    attempt: int = 1
 
 
 @dataclass(slots=True)
@@ -284,6 +289,7 @@ class Settings:
     classify_app_error: how the driver sees an application-database error: "lost" (the
         connection), "unique:<constraint>", or None.
     stream_channel: the NOTIFY channel that wakes stream readers.
+    executor_id: the executor running the runs (an attribute of their spans).
     """
 
     serializer: Serializer
@@ -295,6 +301,7 @@ class Settings:
     cancel_request: Callable[[str, int], str | None] = _no_request
     classify_app_error: Callable[[BaseException], str | None] = _no_fault
     stream_channel: str = "durable_streams"
+    executor_id: str = ""
 
 
 @dataclass
@@ -344,6 +351,10 @@ class Run:
     # the run: rebuilt by replay, since every update is a journaled call.
     state: str | None = None
     turns: list[Any] = field(default_factory=list)
+    # The trace the workflow belongs to (stored when it was created), and whether this run
+    # has a recording span (then each step attempt gets one too).
+    trace_context: str | None = None
+    traced: bool = False
 
     def dumps(self, value: Any, what: str) -> str:
         s = self.settings
@@ -559,13 +570,14 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
         )
     settings.crash_point("before_step")
     started = settings.clock.now()
-    scope = StepScope(defn.name, charging=True)
+    scope = StepScope(defn.name, charging=True, seq=seq, kind=defn.kind.value)
     attempt = refusals = 0
     elapsed = 0.0
     run.inflight.append(scope)
     try:
         while True:
             attempt += 1
+            scope.attempt = attempt
             outcome: Outcome = yield Call(defn.fn, args, kwargs, scope, defn.timeout)
             elapsed += outcome.seconds
             exc = outcome.error
@@ -710,7 +722,8 @@ def transaction(
                     raise NondeterminismError(run.workflow_id, seq, row["step_name"], defn.name)
                 adopted = row["output"]
         if adopted is None:
-            outcome: Outcome = yield AppCall(defn.fn, args, kwargs, StepScope(defn.name))
+            scope = StepScope(defn.name, seq=seq, kind=StepKind.TRANSACTION.value)
+            outcome: Outcome = yield AppCall(defn.fn, args, kwargs, scope)
             if outcome.error is not None:
                 raise outcome.error
             params["output"], value = run.keep(
@@ -1057,7 +1070,8 @@ def _apply_effect(
         if not (written_pending and attempt == 1):  # the first is marked by the intent row
             _fenced((yield Execute("effect_pending", {**ids, "epoch": run.epoch})), run)
         settings.crash_point("effect_after_pending")
-        outcome: Outcome = yield Call(defn.fn, args, call_kwargs, StepScope(defn.name))
+        scope = StepScope(defn.name, seq=seq, kind="effect", attempt=attempt)
+        outcome: Outcome = yield Call(defn.fn, args, call_kwargs, scope)
         exc = outcome.error
         if exc is None:
             break

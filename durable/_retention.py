@@ -12,6 +12,7 @@ are never pruned, nor are the effects of such workflows.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -70,7 +71,18 @@ class PruneReport:
     dry_run: bool
 
 
-def prune(db: SystemDB, policy: RetentionPolicy, *, dry_run: bool = False) -> PruneReport:
+# What a long prune reports after each batch: ("workflows" or "effects", done, total), the
+# totals counted before it began (rows finishing meanwhile may add a few).
+PruneProgress = Callable[[str, int, int], None]
+
+
+def prune(
+    db: SystemDB,
+    policy: RetentionPolicy,
+    *,
+    dry_run: bool = False,
+    progress: PruneProgress | None = None,
+) -> PruneReport:
     """Apply `policy` once: bounded batches until nothing old is left."""
     finished = _seconds("finished_after", policy.finished_after)
     effects = _seconds("effects_after", policy.effects_after)
@@ -83,11 +95,15 @@ def prune(db: SystemDB, policy: RetentionPolicy, *, dry_run: bool = False) -> Pr
         rows = db.fetch_all("prune_finished", {"older_than": finished, "batch": policy.batch_size})
         deleted_workflows += len(rows)
         deleted_steps += sum(int(r["steps"]) for r in rows)
+        if progress is not None:
+            progress("workflows", deleted_workflows, max(counts["workflows"], deleted_workflows))
         if len(rows) < policy.batch_size:
             break
     while True:
         n = db.execute("prune_effects", {"older_than": effects, "batch": policy.batch_size})
         deleted_effects += n
+        if progress is not None:
+            progress("effects", deleted_effects, max(counts["effects"], deleted_effects))
         if n < policy.batch_size:
             break
     return PruneReport(deleted_workflows, deleted_steps, deleted_effects, False)

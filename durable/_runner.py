@@ -100,6 +100,7 @@ class Claimed(NamedTuple):
     cancel_reason: str | None
     budget_id: str | None = None
     first_run: bool = False
+    trace_context: str | None = None
 
 
 class AsyncSide(Protocol):
@@ -230,6 +231,7 @@ class Runner:
             cancel_request=self._cancel_request,
             classify_app_error=app_error_fault,
             stream_channel=f"{engine.schema}_streams",
+            executor_id=engine.executor_id,
         )
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=engine.max_workers, thread_name_prefix="durable-workflow"
@@ -311,6 +313,7 @@ class Runner:
             cancel_reason=claimed.cancel_reason,
             budget_id=claimed.budget_id,
             first_run=claimed.first_run,
+            trace_context=claimed.trace_context,
         )
 
     def execute(self, claimed: Claimed) -> Any:
@@ -447,6 +450,7 @@ class Runner:
             None,
             params["budget_id"],
             True,
+            params["trace_context"],
         )
 
     def claim_free(self, workflow_ids: list[str] | None, limit: int) -> list[tuple[str, Any]]:
@@ -546,6 +550,7 @@ class Runner:
             row["deadline_at"],
             row["cancel_reason"],
             row["budget_id"],
+            trace_context=row.get("trace_context"),
         )
 
     def submit_claim(self, workflow_id: str) -> concurrent.futures.Future[Any] | None:

@@ -146,9 +146,9 @@ class SystemDB:
     def close(self) -> None:
         self._pool.close()
 
-    def migrate(self) -> list[int]:
+    def migrate(self, progress: _migrate.MigrationProgress | None = None) -> list[int]:
         with self._pool.connection() as conn:
-            return _migrate.migrate(cast("psycopg.Connection[object]", conn), self.schema)
+            return _migrate.migrate(cast("psycopg.Connection[object]", conn), self.schema, progress)
 
     def check_schema(self) -> None:
         with self._pool.connection() as conn:

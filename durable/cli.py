@@ -115,14 +115,84 @@ def main() -> None:
     """durable: durable workflows journaled in PostgreSQL."""
 
 
+progress_option = click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Show progress on stderr (default: a bar when stderr is a terminal).",
+)
+
+
+class _Progress:
+    """Progress of a long command on stderr: a rich bar per task on a terminal, or (asked
+    for with --progress elsewhere, as in a job's log) a plain line per update."""
+
+    def __init__(self, enabled: bool | None) -> None:
+        terminal = sys.stderr.isatty()
+        self.lines = bool(enabled) and not terminal
+        self._bar: Any = None
+        self._tasks: dict[str, Any] = {}
+        if (enabled is None or enabled) and terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=Console(stderr=True, markup=False, emoji=False, highlight=False),
+                transient=False,
+            )
+
+    def __enter__(self) -> _Progress:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    @property
+    def active(self) -> bool:
+        return self.lines or self._bar is not None
+
+    def update(self, what: str, done: int, total: int, note: str = "") -> None:
+        if self._bar is not None:
+            if what not in self._tasks:
+                self._tasks[what] = self._bar.add_task(what, total=total)
+            self._bar.update(self._tasks[what], completed=done, total=total)
+        elif self.lines:
+            click.echo(f"{what}: {done}/{total}{note}", err=True)
+
+
 @main.command()
 @url_option
 @schema_option
+@progress_option
 @_handle_errors
-def migrate(database_url: str | None, schema: str) -> None:
-    """Create or upgrade durable's tables (safe to run concurrently)."""
-    with _client(database_url, schema, migrate=True) as client:
-        applied = client.applied_migrations
+def migrate(database_url: str | None, schema: str, progress: bool | None) -> None:
+    """Create or upgrade durable's tables (safe to run concurrently: a second run waits for
+    the first, then finds nothing to do)."""
+    client = Client(_resolve_url(database_url), schema=schema, migrate=True, connect_timeout=10)
+    with _Progress(progress) as shown:
+        if shown.active:
+
+            def report(version: int, name: str, index: int, count: int, took: float | None) -> None:
+                label = f"migration {version:04d}_{name}"
+                if took is None:
+                    shown.update("migrations", index - 1, count, f" (applying {label})")
+                else:
+                    shown.update("migrations", index, count, f" ({label} took {took:.2f} s)")
+
+            client._migration_progress = report
+        with client:
+            applied = client.applied_migrations
     click.echo(f"applied migrations: {applied}" if applied else "schema is up to date")
 
 
@@ -738,6 +808,7 @@ def send(
 @url_option
 @schema_option
 @json_option
+@progress_option
 @_handle_errors
 def prune(
     finished_after: dt.timedelta,
@@ -747,6 +818,7 @@ def prune(
     database_url: str | None,
     schema: str,
     as_json: bool,
+    progress: bool | None,
 ) -> None:
     """Delete journals of long-finished workflows and old effect records (retention).
 
@@ -756,8 +828,10 @@ def prune(
     policy = RetentionPolicy(
         finished_after=finished_after, effects_after=effects_after, batch_size=batch_size
     )
-    with _client(database_url, schema) as client:
-        report = client.prune(policy, dry_run=dry_run)
+    with _client(database_url, schema) as client, _Progress(progress) as shown:
+        report = client.prune(
+            policy, dry_run=dry_run, progress=shown.update if shown.active else None
+        )
     if as_json:
         click.echo(json.dumps(dataclasses.asdict(report)))
         return

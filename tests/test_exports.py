@@ -46,6 +46,7 @@ PUBLIC = {
     "compensate",
     "default_registry",
     "effect",
+    "instrument_psycopg",
     "recv",
     "scheduled",
     "set_event",

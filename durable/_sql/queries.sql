@@ -6,21 +6,22 @@
 -- Create a workflow already owned by this run (epoch 1); nothing is returned if the id exists.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, owner, epoch, lease_expires_at, timeout_seconds,
-    deadline_at, budget_id)
+    deadline_at, budget_id, trace_context)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'RUNNING', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(owner)s, 1,
     {schema}.current_time() + make_interval(secs => %(lease_seconds)s), %(timeout_seconds)s,
     {schema}.current_time() + make_interval(secs => %(timeout_seconds)s::float8),
-    %(budget_id)s)
+    %(budget_id)s, %(trace_context)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch, deadline_at
 
 -- insert_workflow_pending --
 -- Create a runnable workflow that no one owns yet (a worker will claim it).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability, parent_id, parent_step_seq, timeout_seconds, budget_id)
+    durability, parent_id, parent_step_seq, timeout_seconds, budget_id, trace_context)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'PENDING', %(inputs)s, %(serializer)s,
-    %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s)
+    %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s,
+    %(trace_context)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 
@@ -202,9 +203,10 @@ SELECT r.workflow_id, (SELECT count(*) FROM forgotten) AS forgotten FROM resumed
 -- A forked root gets a ledger of its own (seeded with the copied steps' charges); a
 -- forked child keeps drawing from its root's.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability, budget_id, timeout_seconds)
+    durability, budget_id, timeout_seconds, trace_context)
 SELECT %(new_id)s, name, version, 'PENDING', inputs, serializer, durability,
-    CASE WHEN budget_id = workflow_id THEN %(new_id)s ELSE budget_id END, timeout_seconds
+    CASE WHEN budget_id = workflow_id THEN %(new_id)s ELSE budget_id END, timeout_seconds,
+    %(trace_context)s
 FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
 RETURNING workflow_id
 
@@ -298,7 +300,7 @@ FROM (
 ) AS c
 WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context
 
 -- renew_leases --
 -- Extend the lease of every workflow this executor runs (the heartbeat).
@@ -664,13 +666,14 @@ RETURNING schedule_name
 -- already queued or unfinished raises a unique violation of workflows_dedup_idx).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, timeout_seconds, budget_id, queue_name, priority,
-    dedup_key, available_at)
+    dedup_key, available_at, trace_context)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'ENQUEUED', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s,
     %(queue_name)s,
     %(priority)s, %(dedup_key)s,
     CASE WHEN %(delay_seconds)s::float8 > 0
-         THEN {schema}.current_time() + make_interval(secs => %(delay_seconds)s::float8) END)
+         THEN {schema}.current_time() + make_interval(secs => %(delay_seconds)s::float8) END,
+    %(trace_context)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 
@@ -723,7 +726,7 @@ SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
 FROM picked
 WHERE w.workflow_id = picked.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context
 
 -- ensure_budget --
 -- Create a workflow tree's budget from its code's limits at first start (kept afterwards,

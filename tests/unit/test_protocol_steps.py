@@ -130,7 +130,7 @@ def test_fresh_step_calls_then_records() -> None:
     script = Script()
     assert script.run(protocol.step(run, step_def(fetch), (7,), {})) == {"x": 7}
     call, write = script.ops
-    assert call == Call(fetch, (7,), {}, protocol.StepScope("fetch", charging=True))
+    assert call == Call(fetch, (7,), {}, protocol.StepScope("fetch", charging=True, seq=0))
     assert write == Execute(
         "record_step",
         {

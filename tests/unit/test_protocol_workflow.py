@@ -298,7 +298,9 @@ def test_same_database_transaction_records_inside_the_users_transaction() -> Non
         "AppEnd commit",
     ]
     assert script.ops[0] == AppBegin("SERIALIZABLE")
-    assert script.ops[1] == AppCall(move_money, (250,), {}, protocol.StepScope("move_money"))
+    assert script.ops[1] == AppCall(
+        move_money, (250,), {}, protocol.StepScope("move_money", seq=0, kind="transaction")
+    )
     assert script.only("record_step") == {
         "workflow_id": WORKFLOW_ID,
         "epoch": EPOCH,
