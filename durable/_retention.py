@@ -92,12 +92,14 @@ def prune(
         return PruneReport(counts["workflows"], counts["steps"], counts["effects"], True)
     deleted_workflows = deleted_steps = deleted_effects = 0
     while True:
-        rows = db.fetch_all("prune_finished", {"older_than": finished, "batch": policy.batch_size})
-        deleted_workflows += len(rows)
-        deleted_steps += sum(int(r["steps"]) for r in rows)
+        row = db.fetch_one("prune_finished", {"older_than": finished, "batch": policy.batch_size})
+        assert row is not None
+        batch = int(row["workflows"])
+        deleted_workflows += batch
+        deleted_steps += int(row["steps"])
         if progress is not None:
             progress("workflows", deleted_workflows, max(counts["workflows"], deleted_workflows))
-        if len(rows) < policy.batch_size:
+        if batch < policy.batch_size:
             break
     while True:
         n = db.execute("prune_effects", {"older_than": effects, "batch": policy.batch_size})

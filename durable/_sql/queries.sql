@@ -500,13 +500,15 @@ LIMIT %(limit)s
 
 -- record_steps --
 -- Journal many steps (of one or many workflows) in one statement; each row is fenced by its
--- own run's epoch, and RETURNING tells which runs' rows were refused.
+-- own run's epoch, and RETURNING tells which runs' rows were refused. Outputs and errors go
+-- as binary arrays: a text array literal escapes every quote of every JSON payload (a 1 MB
+-- payload took seconds to send that way; binary, milliseconds).
 INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
     started_at)
 SELECT w.workflow_id, u.step_seq, u.step_name, u.kind, u.output, u.error, u.attempts,
     u.started_at
 FROM unnest(%(workflow_ids)s::text[], %(epochs)s::bigint[], %(seqs)s::int[],
-            %(names)s::text[], %(kinds)s::text[], %(outputs)s::text[], %(errors)s::text[],
+            %(names)s::text[], %(kinds)s::text[], %(outputs)b::text[], %(errors)b::text[],
             %(attempts)s::int[], %(started)s::timestamptz[])
      AS u (workflow_id, epoch, step_seq, step_name, kind, output, error, attempts, started_at)
 JOIN {schema}.workflows AS w
@@ -847,8 +849,9 @@ SELECT step_seq, output FROM {schema}.steps
 WHERE workflow_id = %(workflow_id)s AND kind = 'turn' ORDER BY step_seq
 
 -- prune_finished --
--- Delete up to `batch` finished workflows older than the cutoff with their journals
--- (steps, messages, events, approvals, charges cascade); the effect ledger stays.
+-- Delete up to `batch` finished workflows older than the cutoff with their journals (steps
+-- explicitly, since a journal row is fenced rather than referenced; messages, events,
+-- approvals and charges cascade); the effect ledger stays. One row: what was deleted.
 WITH doomed AS (
     SELECT workflow_id FROM {schema}.workflows
     WHERE finished_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
@@ -856,11 +859,16 @@ WITH doomed AS (
     ORDER BY finished_at
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
+), journal AS (
+    DELETE FROM {schema}.steps AS s USING doomed AS d
+    WHERE s.workflow_id = d.workflow_id
+    RETURNING 1
+), gone AS (
+    DELETE FROM {schema}.workflows AS w USING doomed AS d
+    WHERE w.workflow_id = d.workflow_id
+    RETURNING 1
 )
-DELETE FROM {schema}.workflows AS w USING doomed AS d
-WHERE w.workflow_id = d.workflow_id
-RETURNING (SELECT count(*) FROM {schema}.steps AS s WHERE s.workflow_id = w.workflow_id)
-    AS steps
+SELECT (SELECT count(*) FROM gone) AS workflows, (SELECT count(*) FROM journal) AS steps
 
 -- prune_effects --
 -- Delete up to `batch` effect-ledger rows older than the cutoff whose workflow is gone or

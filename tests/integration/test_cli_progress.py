@@ -29,6 +29,13 @@ def test_prune_reports_each_batch(database_url: str) -> None:
             "INSERT INTO durable.workflows (workflow_id, name, status, inputs, finished_at)"
             " VALUES ('recent', 'new', 'SUCCESS', '[]', now())"
         )
+        # Two journal rows each: prune deletes them with their workflows (a journal row is
+        # fenced by its workflow's row, not tied to it by a foreign key that would cascade).
+        conn.execute(
+            "INSERT INTO durable.steps (workflow_id, step_seq, step_name, kind, output)"
+            " SELECT w.workflow_id, s, 'a', 'step', '1' FROM durable.workflows AS w,"
+            " generate_series(0, 1) AS s"
+        )
     pruned = cli(
         "prune",
         "--finished-after",
@@ -42,7 +49,10 @@ def test_prune_reports_each_batch(database_url: str) -> None:
     assert pruned.returncode == 0, pruned.stderr
     lines = [line for line in pruned.stderr.splitlines() if line.startswith("workflows:")]
     assert lines == ["workflows: 500/1200", "workflows: 1000/1200", "workflows: 1200/1200"]
-    assert "deleted 1200 finished workflows" in pruned.stdout
+    assert "deleted 1200 finished workflows (2400 journal rows)" in pruned.stdout
+    with psycopg.connect(database_url) as conn:
+        left = conn.execute("SELECT workflow_id, count(*) FROM durable.steps GROUP BY 1").fetchall()
+    assert left == [("recent", 2)]
     quiet = cli("prune", "--finished-after", "7d", "--database-url", database_url)
     assert quiet.returncode == 0 and quiet.stderr == ""  # not a terminal, not asked: no noise
 
