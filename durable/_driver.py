@@ -215,17 +215,25 @@ def _run_child(host: Host, op: RunChild) -> Outcome:
 
 
 def execute_run(
-    host: Host, run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+    host: Host,
+    run: Run,
+    defn: WorkflowDef,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    conn: Any = None,
 ) -> Any:
     """Run one claimed workflow on this thread: the body, then its outcome.
 
     The run writes through one connection, checked out once (a checkout per step costs
-    about as much as the step's own client-side work); a child called inline shares its
-    parent's (one per thread, so nested runs cannot exhaust the pool)."""
+    about as much as the step's own client-side work): `conn` if the caller holds one
+    (it created the workflow on it), else a child called inline shares its parent's (one
+    per thread, so nested runs cannot exhaust the pool), else one from the pool."""
     run.host = host
     outer = current_run.get()
-    if outer is not None and outer.conn is not None:
-        run.conn = outer.conn
+    if conn is None and outer is not None and outer.conn is not None:
+        conn = outer.conn
+    if conn is not None:
+        run.conn = conn
         return _execute(host, run, defn, args, kwargs)
     with host.db.connection() as conn:
         run.conn = conn

@@ -18,12 +18,13 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import psycopg
 
 from durable import _driver
+from durable._context import current_run
 from durable._durability import AsyncWriter
 from durable._models import StepRecord, WorkflowStatus
 from durable._protocol import Journal, Run, Settings, encode_error
@@ -316,10 +317,10 @@ class Runner:
             trace_context=claimed.trace_context,
         )
 
-    def execute(self, claimed: Claimed) -> Any:
+    def execute(self, claimed: Claimed, conn: psycopg.Connection[Any] | None = None) -> Any:
         try:
             return _driver.execute_run(
-                self, self.new_run(claimed), claimed.defn, claimed.args, claimed.kwargs
+                self, self.new_run(claimed), claimed.defn, claimed.args, claimed.kwargs, conn
             )
         except (Exception, WorkflowSuspended, WorkflowInterrupted):
             raise
@@ -429,14 +430,23 @@ class Runner:
     # -- claims --------------------------------------------------------------------------------
 
     def insert(
-        self, defn: WorkflowDef, workflow_id: str, inputs: str, parent: tuple[str, int] | None
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        inputs: str,
+        parent: tuple[str, int] | None,
+        conn: psycopg.Connection[Any] | None = None,
     ) -> Claimed | None:
-        """Create the workflow owned by this executor, ready to run; None if it exists."""
+        """Create the workflow owned by this executor, ready to run; None if it exists.
+        `conn`: the connection the run will use (one checkout for the start and the run)."""
         engine = self.engine
         params = engine.workflow_params(defn, workflow_id, inputs, parent, engine.durability)
         params["owner"] = engine.executor_id
         params["lease_seconds"] = engine.lease_seconds
-        row = self.db.fetch_one("insert_workflow", params)
+        if conn is None:
+            row = self.db.fetch_one("insert_workflow", params)
+        else:
+            row = self.db.run_on(conn, "insert_workflow", params, "one")
         if row is None:
             return None
         return Claimed(
@@ -673,14 +683,21 @@ class Runner:
             return self.async_side.run_here(defn, workflow_id, args, kwargs, parent)
         engine = self.engine
         inputs = engine.encode_inputs(defn, args, kwargs)
-        created = self.insert(defn, workflow_id, inputs, parent)
-        if created is not None:
-            args, kwargs = engine.decode_inputs(inputs, defn)  # what a replay will see
-            claimed = created._replace(args=args, kwargs=kwargs)
-            try:
-                return contextvars.copy_context().run(self.execute, claimed)
-            except WorkflowSuspended:
-                pass  # waits without holding anything; resumed below once it is runnable
+        outer = current_run.get()
+        # The start and the run share one connection (a child's is its parent's).
+        with (
+            nullcontext(outer.conn)
+            if outer is not None and outer.conn is not None
+            else self.db.connection()
+        ) as conn:
+            created = self.insert(defn, workflow_id, inputs, parent, conn)
+            if created is not None:
+                args, kwargs = engine.decode_inputs(inputs, defn)  # what a replay will see
+                claimed = created._replace(args=args, kwargs=kwargs)
+                try:
+                    return contextvars.copy_context().run(self.execute, claimed, conn)
+                except WorkflowSuspended:
+                    pass  # waits without holding anything; resumed below once runnable
         engine.existing(defn, workflow_id)
         delay = _POLL_MIN
         while True:
