@@ -88,3 +88,25 @@ def test_engine_default_mode_and_bad_mode(database_url: str) -> None:
     with durable.Engine(database_url, registry=reg, durability="exit") as engine:
         engine.start(mixed, 5, -1, workflow_id="d").result(timeout=10)
         assert engine.get_workflow("d").durability == "exit"
+
+
+@pytest.mark.parametrize("mode", ["async", "exit"])
+def test_batched_records_keep_awkward_payloads_byte_for_byte(database_url: str, mode: str) -> None:
+    """Lazy modes write many records in one statement (binary arrays): outputs full of
+    quotes, backslashes, braces, commas, the word NULL and non-ASCII, and a 1 MB one, read
+    back exactly as the sync mode stores them."""
+    reg = durable.Registry()
+    awkward = ['a "quoted", {braced} \\ back\\slash', "NULL", "", "ünïcødé ✓", "x" * 1_000_000]
+
+    @durable.step(registry=reg, name="echo")
+    def echo(value: str) -> str:
+        return value
+
+    @durable.workflow(registry=reg, name="echoes", durability=mode)  # type: ignore[arg-type]
+    def echoes() -> list[str]:
+        return [echo(v) for v in awkward]
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(echoes, workflow_id="awkward").result(timeout=30) == awkward
+        stored = [engine.serializer.loads(r.output) for r in engine.steps("awkward")]
+    assert stored == awkward
