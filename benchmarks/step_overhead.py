@@ -14,6 +14,13 @@ threshold, same URL):
                the benchmark's (the async driver); its ratio to the sync step is the
                async driver's cost (target: at most ASYNC_TARGET);
   round trip   a bare `SELECT 1`, for context (a round trip with no durable commit);
+  transaction  a workflow of N `@durable.transaction` steps, each inserting one row into an
+               application table through SQLAlchemy, against the same insert in a plain
+               SQLAlchemy transaction (`with engine.app_connection() as c, c.begin()`): the
+               journal's cost inside the application's own commit;
+  effect       a workflow of N `@durable.effect` calls (write-ahead intent, the call, the
+               settled outcome with its journal row), per effect, with its statements and
+               server-side commits;
   client CPU   this process's CPU time per step (time.process_time, all its threads) of
                either driver, measured alongside: the async driver's own cost, which wall
                times on a busy machine can hide or inflate.
@@ -58,6 +65,7 @@ from typing import Any
 
 import psycopg
 import psycopg.conninfo
+import sqlalchemy
 from psycopg import sql
 from rich.console import Console
 from rich.table import Table
@@ -109,6 +117,42 @@ def make_app() -> tuple[durable.Registry, Workflow, AsyncWorkflow]:
         return n
 
     return registry, bench_workflow, bench_async_workflow
+
+
+APP_TABLE = "bench_app_rows"
+
+
+def make_units(schema: str) -> tuple[durable.Registry, Workflow, Workflow]:
+    """The transaction and effect workloads: (registry, N transaction steps, N effects)."""
+    registry = durable.Registry()
+    insert = app_insert(schema)
+
+    @durable.transaction(name="bench.tx", registry=registry)
+    def bench_tx(conn: sqlalchemy.Connection, i: int) -> int:
+        conn.execute(insert, {"i": i, "payload": _PAD})
+        return i
+
+    @durable.workflow(name="bench.tx_workflow", registry=registry)
+    def tx_workflow(n: int) -> int:
+        for i in range(n):
+            bench_tx(i)
+        return n
+
+    @durable.effect(name="bench.effect", registry=registry, idempotent=True)
+    def bench_effect(i: int, *, idempotency_key: str) -> dict[str, Any]:
+        return step_output(i)
+
+    @durable.workflow(name="bench.effect_workflow", registry=registry)
+    def effect_workflow(n: int) -> int:
+        for i in range(n):
+            bench_effect(i)
+        return n
+
+    return registry, tx_workflow, effect_workflow
+
+
+def app_insert(schema: str) -> sqlalchemy.TextClause:
+    return sqlalchemy.text(f'INSERT INTO "{schema}".{APP_TABLE} (i, payload) VALUES (:i, :payload)')
 
 
 def floor_payload() -> str:
@@ -196,6 +240,11 @@ class Target:
                     "CREATE TABLE {} (workflow_id text NOT NULL, seq integer NOT NULL,"
                     " name text NOT NULL, output text, PRIMARY KEY (workflow_id, seq))"
                 ).format(self.floor_table)
+            )
+            conn.execute(
+                sql.SQL("CREATE TABLE {} (id bigserial PRIMARY KEY, i int, payload text)").format(
+                    sql.Identifier(self.schema, APP_TABLE)
+                )
             )
 
     def drop(self) -> None:
@@ -547,6 +596,82 @@ def measure(
     }
 
 
+def time_app_transactions(engine: durable.Engine, schema: str, n: int) -> float:
+    """µs per plain SQLAlchemy transaction inserting the row a transaction step inserts."""
+    insert = app_insert(schema)
+    gc.collect()
+    start = time.perf_counter_ns()
+    for i in range(n):
+        with engine.app_connection() as conn, conn.begin():
+            conn.execute(insert, {"i": i, "payload": _PAD})
+    return elapsed_us(start) / n
+
+
+def measure_units(target: Target, steps: int, rounds: int, warmup: int) -> dict[str, Any]:
+    """Transaction steps against their plain transactions, and effects, per op: in ABBA
+    rounds like the steps, each workflow less an empty run of the same engine."""
+    registry, tx_wf, effect_wf = make_units(target.schema)
+    plain: list[float] = []
+    tx: list[float] = []
+    effect: list[float] = []
+    tx_ratios: list[float] = []
+    statements: list[int] = []
+    with target.engine(registry) as engine:
+        counters = engine.db.counters
+
+        def per_op(wf: Workflow) -> float:
+            empty = statistics.median(time_workflow(wf, 0)[0] for _ in range(3))
+            return (time_workflow(wf, steps)[0] - empty) / steps
+
+        for r in range(warmup + rounds):
+            if r % 2 == 0:
+                p = time_app_transactions(engine, target.schema, steps)
+                t = per_op(tx_wf)
+                before = counters.statements
+                e = per_op(effect_wf)
+            else:
+                before = counters.statements
+                e = per_op(effect_wf)
+                t = per_op(tx_wf)
+                p = time_app_transactions(engine, target.schema, steps)
+            if r < warmup:
+                continue
+            plain.append(p)
+            tx.append(t)
+            effect.append(e)
+            tx_ratios.append(t / p)
+            statements.append(counters.statements - before)
+    # An effect run = 3 empty runs + N effects; an empty run is 2 statements.
+    per_effect = (min(statements) - 4 * 2) / steps
+    observer = target.observer_url()
+    commits: float | None = None
+    if observer is not None:
+        counter = CommitCounter(target, observer)
+
+        def session(k: int) -> Callable[[], None]:
+            def run() -> None:
+                with target.engine(registry):
+                    effect_wf(k)
+
+            return run
+
+        try:
+            commits = (counter.delta(session(10 + steps)) - counter.delta(session(10))) / steps
+        except (TimeoutError, RuntimeError, psycopg.Error):
+            commits = None
+    return {
+        "app_transaction_us": summarize(plain),
+        "transaction_step_us": summarize(tx),
+        "transaction_ratio": {
+            "of_medians": statistics.median(tx) / statistics.median(plain),
+            "paired": summarize(tx_ratios),
+        },
+        "effect_us": summarize(effect),
+        "statements_per_effect": per_effect,
+        "commits_per_effect": commits,
+    }
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.step_overhead",
@@ -603,8 +728,11 @@ def print_report(results: dict[str, Any], console: Console) -> None:
         ("durable @step (async def, awaited)", "async_step_us"),
         ("  client CPU of a sync step", "durable_step_cpu_us"),
         ("  client CPU of an async def step", "async_step_cpu_us"),
-        ("empty workflow (per workflow)", "empty_workflow_us"),
+        ("empty workflow: start + finish", "empty_workflow_us"),
         ("round trip: SELECT 1", "round_trip_us"),
+        ("app transaction, unjournaled (SQLAlchemy)", "app_transaction_us"),
+        ("durable @transaction step", "transaction_step_us"),
+        ("durable @effect", "effect_us"),
     ]
     ratio_to_sync = {
         "async_step_us": f"{results['async_ratio']['of_medians']:.2f}",
@@ -652,6 +780,19 @@ def print_report(results: dict[str, Any], console: Console) -> None:
         )
     else:
         console.print(f"server-side commits per step: not reported ({commits['note']})")
+    tx_ratio = results["transaction_ratio"]
+    commits_per_effect = results["commits_per_effect"]
+    console.print(
+        f"@transaction step / the same app transaction unjournaled: "
+        f"{tx_ratio['of_medians']:.3f} (per-round median {tx_ratio['paired']['median']:.3f}); "
+        f"@effect: {results['statements_per_effect']:.2f} statements and "
+        + (
+            f"{commits_per_effect:.2f} server-side commits"
+            if commits_per_effect is not None
+            else "(commits not counted)"
+        )
+        + " per effect"
+    )
     server = results["server"]
     console.print(
         f"server: {server['version'].split(' on ')[0]}, fsync={server['fsync']}, "
@@ -698,6 +839,7 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> d
     with prepared_target(args.database_url, scratch=not args.no_scratch) as target:
         server = server_info(target.url)
         results = measure(target, args.steps, args.rounds, args.warmup, args.empty_runs)
+        results.update(measure_units(target, args.steps, args.rounds, args.warmup))
     results = {
         "benchmark": "step_overhead",
         "config": {

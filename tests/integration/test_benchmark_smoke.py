@@ -44,6 +44,12 @@ def check_results(results: dict[str, Any], path: Path) -> None:
     assert results["payload_bytes"] > 0
     assert results["statements_per_step"] == 1
     assert results["statements_per_empty_workflow"] == 2
+    # @transaction steps against the same app transactions, and effects, in the same run.
+    for key in ("app_transaction_us", "transaction_step_us", "effect_us"):
+        assert len(results[key]["samples"]) == 2, key
+    assert math.isfinite(results["transaction_ratio"]["of_medians"])
+    assert results["statements_per_effect"] == 2  # write-ahead intent, settled outcome
+    assert results["commits_per_effect"] in (None, 2)
     commits = results["commits"]
     if commits["reliable"]:
         assert commits["floor_per_insert"] == 1
