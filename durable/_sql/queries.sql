@@ -1,6 +1,13 @@
 -- Every statement durable runs. Each starts with `-- <name> --` and a one-line purpose.
 -- {schema} is replaced by the quoted schema name once, when the engine starts; every value
 -- is a bind parameter.
+--
+-- The fence of a run's writes is written `workflow_id = ? AND (epoch, status) IS NOT
+-- DISTINCT FROM (?, 'RUNNING')`, not `epoch = ? AND status = 'RUNNING'`: the same test
+-- (neither column is ever NULL), but one no index on status can answer, so the primary
+-- key is the only way to the row. With equalities, statistics gathered while few
+-- workflows ran make the planner walk an index of every running workflow instead (a step
+-- took 5 ms among 20,000 running workflows, against 0.1 ms by the key).
 
 -- insert_workflow --
 -- Create a workflow already owned by this run (epoch 1); nothing is returned if the id exists.
@@ -77,7 +84,8 @@ ORDER BY workflow_id, step_seq
 UPDATE {schema}.workflows
 SET owner = 'abandoned:' || owner, lease_expires_at = {schema}.current_time(),
     updated_at = {schema}.current_time()
-WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
 
 -- prune_executors --
 -- Forget executors whose heartbeat stopped long ago (killed workers) and that own nothing.
@@ -119,7 +127,8 @@ GROUP BY queue_name ORDER BY queue_name
 UPDATE {schema}.workflows
 SET status = 'PENDING', owner = NULL, lease_expires_at = NULL,
     updated_at = {schema}.current_time()
-WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
 
 -- cancel_workflow --
 -- Cancel a workflow and its descendants. Running ones (live lease) are asked and stop at
@@ -260,7 +269,8 @@ INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, erro
 SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
     %(attempts)s, %(child_workflow_id)s, %(started_at)s
 FROM {schema}.workflows
-WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
 FOR SHARE
 
 -- finish_workflow --
@@ -269,7 +279,8 @@ UPDATE {schema}.workflows
 SET status = %(status)s, output = %(output)s, error = %(error)s, owner = NULL,
     lease_expires_at = NULL, finished_at = {schema}.current_time(),
     updated_at = {schema}.current_time()
-WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
 
 -- claim_batch --
 -- Take up to `limit` runnable workflows this executor can run (new, released, or with an
@@ -380,7 +391,8 @@ INSERT INTO {schema}.effects (workflow_id, step_seq, effect_name, idempotency_ke
 SELECT workflow_id, %(step_seq)s, %(effect_name)s, %(idempotency_key)s, 'pending',
     %(params_fingerprint)s, 1
 FROM {schema}.workflows
-WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
 FOR SHARE
 ON CONFLICT DO NOTHING
 
@@ -397,7 +409,8 @@ UPDATE {schema}.effects AS e
 SET status = 'pending', attempts = e.attempts + 1, updated_at = {schema}.current_time()
 FROM {schema}.workflows AS w
 WHERE e.workflow_id = %(workflow_id)s AND e.idempotency_key = %(idempotency_key)s
-  AND w.workflow_id = e.workflow_id AND w.epoch = %(epoch)s AND w.status = 'RUNNING'
+  AND w.workflow_id = e.workflow_id
+  AND (w.epoch, w.status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
   AND e.status IN ('intent', 'pending')
 
 -- settle_effect --
@@ -405,7 +418,8 @@ WHERE e.workflow_id = %(workflow_id)s AND e.idempotency_key = %(idempotency_key)
 -- both or neither (0 rows: this run no longer owns the workflow, or the effect was settled).
 WITH owner AS (
     SELECT workflow_id FROM {schema}.workflows
-    WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+    WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
     FOR SHARE
 ), settled AS (
     UPDATE {schema}.effects AS e
@@ -435,7 +449,8 @@ INSERT INTO {schema}.approvals (workflow_id, name, step_seq, status, payload,
 SELECT workflow_id, %(name)s, %(step_seq)s, 'waiting', %(payload)s, %(default_approved)s,
     {schema}.current_time() + make_interval(secs => %(timeout_seconds)s)
 FROM {schema}.workflows
-WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
 FOR SHARE
 ON CONFLICT DO NOTHING
 
@@ -450,7 +465,8 @@ FROM {schema}.approvals WHERE workflow_id = %(workflow_id)s AND name = %(name)s
 UPDATE {schema}.workflows
 SET status = 'SUSPENDED', owner = NULL, lease_expires_at = NULL,
     updated_at = {schema}.current_time()
-WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
   AND NOT EXISTS (
       SELECT 1 FROM {schema}.approvals
       WHERE workflow_id = %(workflow_id)s AND name = %(name)s AND status <> 'waiting')
@@ -512,7 +528,8 @@ FROM unnest(%(workflow_ids)s::text[], %(epochs)s::bigint[], %(seqs)s::int[],
             %(attempts)s::int[], %(started)s::timestamptz[])
      AS u (workflow_id, epoch, step_seq, step_name, kind, output, error, attempts, started_at)
 JOIN {schema}.workflows AS w
-  ON w.workflow_id = u.workflow_id AND w.epoch = u.epoch AND w.status = 'RUNNING'
+  ON w.workflow_id = u.workflow_id
+  AND (w.epoch, w.status) IS NOT DISTINCT FROM (u.epoch, 'RUNNING')
 ORDER BY u.workflow_id, u.step_seq
 FOR SHARE OF w
 RETURNING workflow_id
@@ -522,7 +539,8 @@ RETURNING workflow_id
 UPDATE {schema}.workflows
 SET status = 'SUSPENDED', owner = NULL, lease_expires_at = NULL, wake_at = %(wake_at)s,
     updated_at = {schema}.current_time()
-WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
   AND (%(topic)s::text IS NULL OR NOT EXISTS (
       SELECT 1 FROM {schema}.messages
       WHERE workflow_id = %(workflow_id)s AND topic = %(topic)s::text AND consumed_at IS NULL))
@@ -561,7 +579,8 @@ WITH picked AS (
     FOR UPDATE
 ), owner AS (
     SELECT workflow_id FROM {schema}.workflows
-    WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+    WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
     FOR SHARE
 ), consumed AS (
     UPDATE {schema}.messages AS m
@@ -580,7 +599,8 @@ WITH journaled AS (
     INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
     SELECT workflow_id, %(step_seq)s, %(step_name)s, 'event', %(value)s
     FROM {schema}.workflows
-    WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+    WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
     FOR SHARE
     RETURNING workflow_id
 )
@@ -596,7 +616,8 @@ WITH journaled AS (
     INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
     SELECT workflow_id, %(step_seq)s, %(step_name)s, 'stream', %(value)s
     FROM {schema}.workflows
-    WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+    WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
     FOR SHARE
     RETURNING workflow_id
 ), appended AS (
@@ -796,7 +817,8 @@ WITH journaled AS (
     SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
         %(attempts)s, %(started_at)s
     FROM {schema}.workflows
-    WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'RUNNING'
+    WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
     FOR SHARE
     RETURNING workflow_id
 ), charged AS (
