@@ -77,8 +77,15 @@ class Worker:
                 # Queue entries hold their queue's slot from the moment they are dequeued,
                 # so take only what can start now, never a backlog.
                 room = engine.max_workers - engine.running_count()
+                backlog = False
                 if room > 0:
-                    claimed += engine.recover_queues(limit=room)
+                    dequeued = engine.recover_queues(limit=room)
+                    # Every slot it was allowed was taken: entries are likely still
+                    # waiting, so the next freed slot dequeues at once, not at the next poll.
+                    backlog = len(dequeued) >= room
+                    claimed += dequeued
+                else:
+                    backlog = bool(engine.registry.queues())
                 if outage_logged:
                     logger.info("database is back; worker resumed")
                 outage_logged = False
@@ -107,9 +114,11 @@ class Worker:
                 ):
                     pass
                 continue
-            if claimed:
+            if claimed and not backlog:
                 continue  # there may be more
             self._wake.clear()
+            # With a backlog, a workflow that ends wakes this loop (to dequeue the next).
+            engine.runner.wake_on_free = self._wake if backlog else None
             self._wait(stop)
         self._drain()
         if self._listener is not None:

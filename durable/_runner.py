@@ -145,6 +145,8 @@ class Runner:
         self._lock = threading.Lock()
         self._interrupted: set[tuple[str, int]] = set()
         self.slot_freed = threading.Event()
+        # Set too when a workflow ends, while the worker loop waits with queue entries left.
+        self.wake_on_free: threading.Event | None = None
         self._crash_points = _read_crash_points()
         self._crash_counts: dict[str, int] = {}
         # workflow_id -> (epoch, reason), for the runs this executor owns that were asked
@@ -396,6 +398,9 @@ class Runner:
             self._futures.discard(future)
             self._async_futures.discard(future)
         self.slot_freed.set()
+        wake = self.wake_on_free
+        if wake is not None:
+            wake.set()
 
     def in_pool(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
         """Run `fn(*args)` on this runner's threads, awaitable from an event loop."""

@@ -200,3 +200,31 @@ def test_notify_wakes_a_waiting_workflow_without_polling_also_after_reconnect(
         time.sleep(1.0)  # the listener notices and reconnects (with backoff)
         engine.send("inbox", "second", topic="mail")
         assert handle.result(timeout=15) == ["first", "second"]
+
+
+def test_a_freed_slot_takes_the_next_queue_entry_without_waiting_for_a_poll(
+    database_url: str,
+) -> None:
+    """A worker whose slots are all busy with queue entries, with more entries waiting,
+    dequeues the next one as soon as one ends, not at its next poll (30 s here: the six
+    entries, two at a time, would take a minute or more)."""
+    reg = durable.Registry()
+    backlog = durable.Queue("backlog", registry=reg)
+
+    @durable.step(registry=reg, name="nap")
+    def nap(i: int) -> int:
+        time.sleep(0.05)
+        return i
+
+    @durable.workflow(registry=reg, name="napper")
+    def napper(i: int) -> int:
+        return nap(i)
+
+    with durable.Client(database_url, migrate=True) as client:
+        for i in range(6):
+            client.enqueue(backlog, napper, i, workflow_id=f"entry-{i}")
+    with durable.Engine(
+        database_url, registry=reg, worker=True, max_workers=2, poll_interval=30.0
+    ) as engine:
+        results = [engine.retrieve(f"entry-{i}").result(timeout=20) for i in range(6)]
+    assert results == list(range(6))
