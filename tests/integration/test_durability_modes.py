@@ -110,3 +110,39 @@ def test_batched_records_keep_awkward_payloads_byte_for_byte(database_url: str, 
         assert engine.start(echoes, workflow_id="awkward").result(timeout=30) == awkward
         stored = [engine.serializer.loads(r.output) for r in engine.steps("awkward")]
     assert stored == awkward
+
+
+@pytest.mark.parametrize("size", [10, 50_000])
+def test_a_batch_of_records_says_whose_rows_the_fence_refused(database_url: str, size: int) -> None:
+    """Small records go as one statement over arrays, large ones as a pipeline of fenced
+    single-row inserts in one transaction: either way a run that lost its epoch has its
+    rows refused and named, and the others are written."""
+    import datetime as dt
+
+    with durable.Client(database_url, migrate=True) as client:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO durable.workflows (workflow_id, name, status, inputs, owner, epoch)"
+                " VALUES ('owned', 'x', 'RUNNING', '[]', 'me', 2),"
+                " ('taken', 'x', 'RUNNING', '[]', 'other', 3)"
+            )
+        now = dt.datetime.now(dt.UTC)
+        rows = [
+            {
+                "workflow_id": wid,
+                "epoch": 2,
+                "step_seq": seq,
+                "step_name": "s",
+                "kind": "step",
+                "output": '"' + "y" * size + '"',
+                "error": None,
+                "attempts": 1,
+                "child_workflow_id": None,
+                "started_at": now,
+            }
+            for wid in ("owned", "taken")
+            for seq in range(3)
+        ]
+        assert client.db.write_steps(None, rows) == ["owned"] * 3
+        assert [r.step_seq for r in client.steps("owned")] == [0, 1, 2]
+        assert client.steps("taken") == []
