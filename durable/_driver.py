@@ -172,7 +172,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
                 elif kind is Call:
                     value = _call(op.fn, op.args, op.kwargs, op.scope, run)  # type: ignore[union-attr]
                 elif kind is WriteSteps:
-                    value = db.write_steps(conn, op.rows)  # type: ignore[union-attr]
+                    value = db.write_steps(conn, op.rows, op.finish)  # type: ignore[union-attr]
                 elif kind is Enqueue:
                     assert host.writer is not None
                     host.writer.put(op.row)  # type: ignore[union-attr]

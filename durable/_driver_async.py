@@ -170,7 +170,7 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                     continue
                 if kind is WriteSteps:
                     conn = await lease.get()
-                    value = await db.write_steps_async(conn, op.rows)  # type: ignore[union-attr]
+                    value = await db.write_steps_async(conn, op.rows, op.finish)  # type: ignore[union-attr]
                     continue
                 if kind is Enqueue:
                     assert host.writer is not None

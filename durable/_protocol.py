@@ -84,9 +84,12 @@ class Execute:
 @dataclass(slots=True)
 class WriteSteps:
     """Journal many step records in one statement; sends back the workflow id of each row
-    written (a fence refuses rows of runs that lost ownership)."""
+    written (a fence refuses rows of runs that lost ownership). With `finish` (the
+    finish_workflow parameters of the rows' one run), the run's outcome is written in the
+    same statement: all of it or, if the run lost ownership, none."""
 
     rows: list[dict[str, Any]]
+    finish: dict[str, Any] | None = None
 
 
 @dataclass(slots=True)
@@ -891,8 +894,9 @@ def _stop(run: Run, defn: WorkflowDef, stop: WorkflowInterrupted) -> Gen[Workflo
 
 
 def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | None) -> Gen[None]:
-    """Write the outcome and release ownership (a barrier first)."""
-    yield from barrier(run)
+    """Write the outcome and release ownership (a barrier first). In exit mode the records
+    the run still holds go with the outcome, in one statement and one commit: a crash
+    before it loses both (the pure steps run again), after it neither."""
     params = {
         "workflow_id": run.workflow_id,
         "epoch": run.epoch,
@@ -900,6 +904,13 @@ def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | No
         "output": output,
         "error": error,
     }
+    if run.mode == "exit" and run.pending:
+        rows, run.pending = run.pending, []
+        written = yield WriteSteps(rows, params)
+        if len(written) < len(rows):
+            raise StaleOwnerError(run.workflow_id, run.epoch)
+        return
+    yield from barrier(run)
     _fenced((yield Execute("finish_workflow", params)), run)
 
 

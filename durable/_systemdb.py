@@ -282,28 +282,45 @@ class SystemDB:
         return counts
 
     def write_steps(
-        self, conn: psycopg.Connection[Any] | None, rows: Sequence[dict[str, Any]]
+        self,
+        conn: psycopg.Connection[Any] | None,
+        rows: Sequence[dict[str, Any]],
+        finish: dict[str, Any] | None = None,
     ) -> list[str]:
         """Journal many step records in one statement; returns the workflow id of each row
-        written (rows of runs that lost ownership are refused by the fence)."""
-        with self._translate("record_steps"):
-            if conn is not None:
-                return self._write_steps(conn, rows)
-            with self.connection() as pooled:
-                return self._write_steps(pooled, rows)
+        written (rows of runs that lost ownership are refused by the fence). With `finish`
+        (finish_workflow's parameters; the rows are that run's), the run's outcome is
+        written in the same transaction, and nothing at all if the run lost ownership."""
+        try:
+            with self._translate("record_steps"):
+                if conn is not None:
+                    return self._write_steps(conn, rows, finish)
+                with self.connection() as pooled:
+                    return self._write_steps(pooled, rows, finish)
+        except _Refused:
+            return []
 
     def _write_steps(
-        self, conn: psycopg.Connection[Any], rows: Sequence[dict[str, Any]]
+        self,
+        conn: psycopg.Connection[Any],
+        rows: Sequence[dict[str, Any]],
+        finish: dict[str, Any] | None,
     ) -> list[str]:
         if not _large(rows):
-            cur = conn.execute(self._queries["record_steps"], _steps_params(rows))
+            name, params = _batch_statement(rows, finish)
+            cur = conn.execute(self._queries[name], params)
             self.counters.statements += 1
             return [str(r[0]) for r in cur.fetchall()]
         with conn.transaction():
             cur = conn.cursor()
             cur.executemany(self._queries["record_step_returning"], rows, returning=True)
             self.counters.statements += len(rows)
-            return _returned(cur)
+            written = _returned(cur)
+            if finish is not None and len(written) == len(rows):
+                self.counters.statements += 1
+                if conn.execute(self._queries["finish_workflow"], finish).rowcount != 1:
+                    raise _Refused()
+            return written
 
     # -- the async driver's side: the same statements on psycopg's AsyncConnection ------------
 
@@ -351,12 +368,16 @@ class SystemDB:
             raise translate(name, exc) from exc
 
     async def write_steps_async(
-        self, conn: psycopg.AsyncConnection[Any], rows: Sequence[dict[str, Any]]
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        rows: Sequence[dict[str, Any]],
+        finish: dict[str, Any] | None = None,
     ) -> list[str]:
         """write_steps, awaited."""
         try:
             if not _large(rows):
-                cur = await conn.execute(self._queries["record_steps"], _steps_params(rows))
+                name, params = _batch_statement(rows, finish)
+                cur = await conn.execute(self._queries[name], params)
                 self.counters.statements += 1
                 return [str(r[0]) for r in await cur.fetchall()]
             async with conn.transaction():
@@ -367,7 +388,15 @@ class SystemDB:
                 while True:
                     written += [str(r[0]) for r in await acur.fetchall()]
                     if not acur.nextset():
-                        return written
+                        break
+                if finish is not None and len(written) == len(rows):
+                    self.counters.statements += 1
+                    done = await conn.execute(self._queries["finish_workflow"], finish)
+                    if done.rowcount != 1:
+                        raise _Refused()
+                return written
+        except _Refused:
+            return []
         except psycopg.Error as exc:
             raise translate("record_steps", exc) from exc
 
@@ -418,6 +447,18 @@ def _returned(cur: psycopg.Cursor[Any]) -> list[str]:
         written += [str(r[0]) for r in cur.fetchall()]
         if not cur.nextset():
             return written
+
+
+class _Refused(Exception):
+    """Rolls back a batch whose run's outcome the fence refused (its rows go with it)."""
+
+
+def _batch_statement(
+    rows: Sequence[dict[str, Any]], finish: dict[str, Any] | None
+) -> tuple[str, dict[str, Any]]:
+    if finish is None:
+        return "record_steps", _steps_params(rows)
+    return "finish_with_steps", {**finish, **_steps_params(rows)}
 
 
 def _steps_params(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:

@@ -295,6 +295,30 @@ SET status = %(status)s, output = %(output)s, error = %(error)s, owner = NULL,
 WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
 
+-- finish_with_steps --
+-- An exit-mode run's last records and its outcome in one statement, one commit: the outcome
+-- is written only while this run's epoch owns the workflow (the UPDATE locks the row and
+-- fences), the records only with it. RETURNING: the workflow id of each record written.
+WITH finished AS (
+    UPDATE {schema}.workflows
+    SET status = %(status)s, output = %(output)s, error = %(error)s, owner = NULL,
+        lease_expires_at = NULL, finished_at = {schema}.current_time(),
+        updated_at = {schema}.current_time()
+    WHERE workflow_id = %(workflow_id)s
+        AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+    RETURNING workflow_id
+)
+INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+    started_at)
+SELECT f.workflow_id, u.step_seq, u.step_name, u.kind, u.output, u.error, u.attempts,
+    u.started_at
+FROM finished AS f,
+     unnest(%(seqs)s::int[], %(names)s::text[], %(kinds)s::text[], %(outputs)b::text[],
+            %(errors)b::text[], %(attempts)s::int[], %(started)s::timestamptz[])
+     AS u (step_seq, step_name, kind, output, error, attempts, started_at)
+ORDER BY u.step_seq
+RETURNING workflow_id
+
 -- claim_batch --
 -- Take up to `limit` runnable workflows this executor can run (new, released, or with an
 -- expired lease), optionally only among given ids; each claim bumps the epoch.

@@ -146,3 +146,52 @@ def test_a_batch_of_records_says_whose_rows_the_fence_refused(database_url: str,
         assert client.db.write_steps(None, rows) == ["owned"] * 3
         assert [r.step_seq for r in client.steps("owned")] == [0, 1, 2]
         assert client.steps("taken") == []
+
+
+@pytest.mark.parametrize("size", [10, 50_000])
+def test_an_exit_mode_finish_writes_records_and_outcome_together_or_not_at_all(
+    database_url: str, size: int
+) -> None:
+    import datetime as dt
+
+    with durable.Client(database_url, migrate=True) as client:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO durable.workflows (workflow_id, name, status, inputs, owner, epoch)"
+                " VALUES ('owned', 'x', 'RUNNING', '[]', 'me', 2),"
+                " ('taken', 'x', 'RUNNING', '[]', 'other', 3)"
+            )
+        now = dt.datetime.now(dt.UTC)
+
+        def rows(wid: str) -> list[dict[str, Any]]:
+            return [
+                {
+                    "workflow_id": wid,
+                    "epoch": 2,
+                    "step_seq": seq,
+                    "step_name": "s",
+                    "kind": "step",
+                    "output": '"' + "y" * size + '"',
+                    "error": None,
+                    "attempts": 1,
+                    "child_workflow_id": None,
+                    "started_at": now,
+                }
+                for seq in range(3)
+            ]
+
+        def outcome(wid: str) -> dict[str, Any]:
+            return {
+                "workflow_id": wid,
+                "epoch": 2,
+                "status": "SUCCESS",
+                "output": "7",
+                "error": None,
+            }
+
+        assert client.db.write_steps(None, rows("owned"), outcome("owned")) == ["owned"] * 3
+        assert client.db.write_steps(None, rows("taken"), outcome("taken")) == []
+        assert client.get_workflow("owned").status == durable.WorkflowStatus.SUCCESS
+        assert [r.step_seq for r in client.steps("owned")] == [0, 1, 2]
+        assert client.get_workflow("taken").status == durable.WorkflowStatus.RUNNING
+        assert client.steps("taken") == []

@@ -86,12 +86,27 @@ def test_exit_mode_writes_held_records_before_a_transaction() -> None:
     assert script.labels[1:3] == ["WriteSteps 1", "AppBegin"]
 
 
-def test_exit_mode_writes_held_records_before_the_finish() -> None:
+def test_exit_mode_writes_held_records_with_the_finish_in_one_operation() -> None:
     run = make_run(mode="exit")
     script = Script()
     run_steps(run, script, 3)
     script.run(protocol.finish(run, WorkflowStatus.SUCCESS, '"ok"', None))
-    assert script.labels[3:] == ["WriteSteps 3", "Execute finish_workflow"]
+    assert script.labels[3:] == ["WriteSteps 3"]
+    (write,) = [op for op in script.ops if isinstance(op, WriteSteps)]
+    assert write.finish == {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": run.epoch,
+        "status": "SUCCESS",
+        "output": '"ok"',
+        "error": None,
+    }
+    assert run.pending == []
+
+
+def test_exit_mode_with_nothing_held_finishes_with_one_statement() -> None:
+    script = Script()
+    script.run(protocol.finish(make_run(mode="exit"), WorkflowStatus.SUCCESS, None, None))
+    assert script.labels == ["Execute finish_workflow"]
 
 
 def test_a_barrier_with_nothing_held_writes_nothing() -> None:
