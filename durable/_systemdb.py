@@ -313,7 +313,7 @@ class SystemDB:
             return [str(r[0]) for r in cur.fetchall()]
         with conn.transaction():
             cur = conn.cursor()
-            cur.executemany(self._queries["record_step_returning"], rows, returning=True)
+            cur.executemany(self._queries["record_step"], rows, returning=True)
             self.counters.statements += len(rows)
             written = _returned(cur)
             if finish is not None and len(written) == len(rows):
@@ -382,7 +382,7 @@ class SystemDB:
                 return [str(r[0]) for r in await cur.fetchall()]
             async with conn.transaction():
                 acur = conn.cursor()
-                await acur.executemany(self._queries["record_step_returning"], rows, returning=True)
+                await acur.executemany(self._queries["record_step"], rows, returning=True)
                 self.counters.statements += len(rows)
                 written: list[str] = []
                 while True:

@@ -264,17 +264,7 @@ ORDER BY w.created_at LIMIT %(limit)s
 
 -- record_step --
 -- Journal one step, only while this run's epoch owns the workflow (one statement, one commit).
-INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
-    child_workflow_id, started_at)
-SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
-    %(attempts)s, %(child_workflow_id)s, %(started_at)s
-FROM {schema}.workflows
-WHERE workflow_id = %(workflow_id)s
-    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
-FOR SHARE
-
--- record_step_returning --
--- record_step, saying whose row it wrote: lazy modes send batches of large records as one
+-- RETURNING says whose row it wrote: lazy modes send batches of large records as one
 -- pipeline of these in one transaction (see SystemDB.write_steps).
 INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
     child_workflow_id, started_at)

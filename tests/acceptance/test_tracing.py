@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.acceptance.workers import scalar, stop_worker, wait_for, world
+from tests.acceptance.workers import scalar, start_worker, stop_worker, wait_for, world
 
 APP = "tests.apps.traced_app"
 
@@ -55,23 +55,7 @@ def test_recovered_workflow_is_one_trace_with_one_span_per_executed_step(
     first_pid = crashed_pids = set(_spans(tmp_path))
     assert len(crashed_pids) == 1
 
-    worker = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "durable.cli",
-            "worker",
-            "--app",
-            APP,
-            "--lease-seconds",
-            "1",
-            "--poll-interval",
-            "0.1",
-        ],
-        env={**env, "DURABLE_DATABASE_URL": database_url, "DURABLE_LOG_LEVEL": "WARNING"},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    worker = start_worker(env, database_url, app=APP)
     try:
         wait_for(
             lambda: (

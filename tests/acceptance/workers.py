@@ -28,6 +28,7 @@ def start_worker(
     grace: float = 5.0,
     clock_file: str | None = None,
     extra: list[str] | None = None,
+    app: str = APP,
 ) -> subprocess.Popen[bytes]:
     child_env = dict(env)
     if clock_file:
@@ -44,7 +45,7 @@ def start_worker(
             "durable.cli",
             "worker",
             "--app",
-            APP,
+            app,
             "--lease-seconds",
             str(lease),
             "--poll-interval",

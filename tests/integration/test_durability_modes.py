@@ -112,37 +112,46 @@ def test_batched_records_keep_awkward_payloads_byte_for_byte(database_url: str, 
     assert stored == awkward
 
 
+def _records(workflow_id: str, size: int) -> list[dict[str, Any]]:
+    """Three step records of one run (epoch 2), each with an output of about `size` bytes."""
+    import datetime as dt
+
+    now = dt.datetime.now(dt.UTC)
+    return [
+        {
+            "workflow_id": workflow_id,
+            "epoch": 2,
+            "step_seq": seq,
+            "step_name": "s",
+            "kind": "step",
+            "output": '"' + "y" * size + '"',
+            "error": None,
+            "attempts": 1,
+            "child_workflow_id": None,
+            "started_at": now,
+        }
+        for seq in range(3)
+    ]
+
+
+def _two_runs(database_url: str) -> None:
+    """'owned' is run at epoch 2; 'taken' was claimed since (epoch 3)."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO durable.workflows (workflow_id, name, status, inputs, owner, epoch)"
+            " VALUES ('owned', 'x', 'RUNNING', '[]', 'me', 2),"
+            " ('taken', 'x', 'RUNNING', '[]', 'other', 3)"
+        )
+
+
 @pytest.mark.parametrize("size", [10, 50_000])
 def test_a_batch_of_records_says_whose_rows_the_fence_refused(database_url: str, size: int) -> None:
     """Small records go as one statement over arrays, large ones as a pipeline of fenced
     single-row inserts in one transaction: either way a run that lost its epoch has its
     rows refused and named, and the others are written."""
-    import datetime as dt
-
     with durable.Client(database_url, migrate=True) as client:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(
-                "INSERT INTO durable.workflows (workflow_id, name, status, inputs, owner, epoch)"
-                " VALUES ('owned', 'x', 'RUNNING', '[]', 'me', 2),"
-                " ('taken', 'x', 'RUNNING', '[]', 'other', 3)"
-            )
-        now = dt.datetime.now(dt.UTC)
-        rows = [
-            {
-                "workflow_id": wid,
-                "epoch": 2,
-                "step_seq": seq,
-                "step_name": "s",
-                "kind": "step",
-                "output": '"' + "y" * size + '"',
-                "error": None,
-                "attempts": 1,
-                "child_workflow_id": None,
-                "started_at": now,
-            }
-            for wid in ("owned", "taken")
-            for seq in range(3)
-        ]
+        _two_runs(database_url)
+        rows = _records("owned", size) + _records("taken", size)
         assert client.db.write_steps(None, rows) == ["owned"] * 3
         assert [r.step_seq for r in client.steps("owned")] == [0, 1, 2]
         assert client.steps("taken") == []
@@ -152,45 +161,14 @@ def test_a_batch_of_records_says_whose_rows_the_fence_refused(database_url: str,
 def test_an_exit_mode_finish_writes_records_and_outcome_together_or_not_at_all(
     database_url: str, size: int
 ) -> None:
-    import datetime as dt
+    def outcome(wid: str) -> dict[str, Any]:
+        return {"workflow_id": wid, "epoch": 2, "status": "SUCCESS", "output": "7", "error": None}
 
     with durable.Client(database_url, migrate=True) as client:
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(
-                "INSERT INTO durable.workflows (workflow_id, name, status, inputs, owner, epoch)"
-                " VALUES ('owned', 'x', 'RUNNING', '[]', 'me', 2),"
-                " ('taken', 'x', 'RUNNING', '[]', 'other', 3)"
-            )
-        now = dt.datetime.now(dt.UTC)
-
-        def rows(wid: str) -> list[dict[str, Any]]:
-            return [
-                {
-                    "workflow_id": wid,
-                    "epoch": 2,
-                    "step_seq": seq,
-                    "step_name": "s",
-                    "kind": "step",
-                    "output": '"' + "y" * size + '"',
-                    "error": None,
-                    "attempts": 1,
-                    "child_workflow_id": None,
-                    "started_at": now,
-                }
-                for seq in range(3)
-            ]
-
-        def outcome(wid: str) -> dict[str, Any]:
-            return {
-                "workflow_id": wid,
-                "epoch": 2,
-                "status": "SUCCESS",
-                "output": "7",
-                "error": None,
-            }
-
-        assert client.db.write_steps(None, rows("owned"), outcome("owned")) == ["owned"] * 3
-        assert client.db.write_steps(None, rows("taken"), outcome("taken")) == []
+        _two_runs(database_url)
+        written = client.db.write_steps(None, _records("owned", size), outcome("owned"))
+        assert written == ["owned"] * 3
+        assert client.db.write_steps(None, _records("taken", size), outcome("taken")) == []
         assert client.get_workflow("owned").status == durable.WorkflowStatus.SUCCESS
         assert [r.step_seq for r in client.steps("owned")] == [0, 1, 2]
         assert client.get_workflow("taken").status == durable.WorkflowStatus.RUNNING
