@@ -1,0 +1,316 @@
+"""Run every benchmark once and write docs/benchmarks.md with its charts.
+
+    python -m benchmarks.report            # run all, then write the page (about 10 minutes)
+    python -m benchmarks.report --quick    # tiny sizes, to check the pipeline
+    python -m benchmarks.report --render   # only rewrite the page from the stored results
+
+Each benchmark keeps its own JSON under benchmarks/results/ (the page is made from those
+files, so it always shows one run of each) and draws its PNG into docs/benchmarks/. The
+page states the server, its settings and the versions measured, since every number here
+depends on them: compare ratios measured in one run, not microseconds across machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+CHARTS = ROOT / "docs" / "benchmarks"
+PAGE = ROOT / "docs" / "benchmarks.md"
+DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def _load(name: str) -> Any:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text("utf-8")) if path.exists() else None
+
+
+def _run_all(url: str, quick: bool) -> None:
+    from benchmarks import checkpoint_overhead, recovery, step_overhead
+
+    CHARTS.mkdir(parents=True, exist_ok=True)
+    small = ["--steps", "20", "--rounds", "2", "--empty-runs", "2"] if quick else []
+    step_overhead.main(
+        [
+            "--database-url",
+            url,
+            "--json",
+            str(RESULTS / "step_overhead.json"),
+            "--plot",
+            str(CHARTS / "step_overhead.png"),
+            *small,
+        ]
+    )
+    checkpoint_overhead.main(
+        [
+            "--database-url",
+            url,
+            "--rounds",
+            "2" if quick else "3",
+            "--json",
+            str(RESULTS / "checkpoint_overhead.json"),
+            "--plot",
+            str(CHARTS / "checkpoint_overhead.png"),
+            *(["--quick", "--no-peers"] if quick else []),
+        ]
+    )
+    recovery.main(
+        [
+            "--database-url",
+            url,
+            "--rounds",
+            "1",
+            *(["--n", "50"] if quick else ["--n", "1000", "--n", "10000"]),
+            "--json",
+            str(RESULTS / "recovery.json"),
+        ]
+    )
+    if importlib.util.find_spec("benchmarks.throughput") is not None:
+        throughput: Any = importlib.import_module("benchmarks.throughput")
+        args = ["--database-url", url, "--json", str(RESULTS / "throughput.json")]
+        args += ["--plot", str(CHARTS / "throughput.png")]
+        if quick:
+            args += ["--workflows", "20", "--workers", "1", "--modes", "sync"]
+        throughput.main(args)
+
+
+def _f(value: Any, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |"]
+    lines.append("|" + "|".join("---:" if i else "---" for i in range(len(header))) + "|")
+    lines += ["| " + " | ".join(r) + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def _units(so: dict[str, Any]) -> str:
+    floor = so["floor_us"]["median"]
+    rows = []
+    labels = [
+        ("bare `INSERT` + commit (the floor)", "floor_us", "1", "1"),
+        ("`@step`, sync mode", "durable_step_us", _f(so["statements_per_step"]), "1"),
+        ("`async def` `@step`, sync mode", "async_step_us", "1", "1"),
+        (
+            "empty workflow: start + finish",
+            "empty_workflow_us",
+            str(so["statements_per_empty_workflow"]),
+            "2",
+        ),
+        ("round trip: `SELECT 1`", "round_trip_us", "1", "0"),
+        ("app transaction, unjournaled (SQLAlchemy)", "app_transaction_us", "", "1"),
+        ("`@transaction` step (the same transaction, journaled)", "transaction_step_us", "", "1"),
+        (
+            "`@effect`",
+            "effect_us",
+            _f(so.get("statements_per_effect")),
+            _f(so.get("commits_per_effect")),
+        ),
+    ]
+    for label, key, statements, commits in labels:
+        if key not in so:
+            continue
+        s = so[key]
+        rows.append(
+            [
+                label,
+                _f(s["median"], 0),
+                f"{_f(s['p25'], 0)}-{_f(s['p75'], 0)}",
+                _f(s["median"] / floor),
+                statements,
+                commits,
+            ]
+        )
+    table = _table(
+        ["what", "median µs", "IQR µs", "x floor", "statements", "commits"],
+        rows,
+    )
+    cpu = so.get("durable_step_cpu_us", {}).get("median")
+    acpu = so.get("async_step_cpu_us", {}).get("median")
+    notes = [
+        f"- A sync step / the floor: **{_f(so['ratio']['of_medians'])}** (per-round median "
+        f"{_f(so['ratio']['paired']['median'])}); an `async def` step / a sync step: "
+        f"**{_f(so['async_ratio']['of_medians'])}**.",
+    ]
+    if "transaction_ratio" in so:
+        notes.append(
+            f"- A `@transaction` step / the same transaction unjournaled: "
+            f"**{_f(so['transaction_ratio']['of_medians'])}**."
+        )
+    if cpu is not None and acpu is not None:
+        notes.append(
+            f"- Client CPU per step: sync {_f(cpu, 0)} µs, `async def` {_f(acpu, 0)} µs "
+            "(this process, all threads; steadier than wall time on a busy machine)."
+        )
+    commits = so.get("commits", {})
+    if commits.get("reliable"):
+        notes.append(
+            f"- Server-side commits per step: {_f(commits['durable_per_step'])} "
+            f"({commits['note']})."
+        )
+    cfg = so["config"]
+    head = (
+        f"{cfg['rounds']} rounds of {cfg['steps']} operations, "
+        f"{so['payload_bytes']}-byte step outputs, medians (IQR over rounds)."
+    )
+    return head + "\n\n" + table + "\n\n" + "\n".join(notes)
+
+
+def _modes(rows: list[dict[str, Any]]) -> str:
+    body = []
+    for r in rows:
+        body.append(
+            [
+                r["system"],
+                r["mode"],
+                r["payload"],
+                str(r["steps"]),
+                _f(r["median_us"], 1),
+                _f(r.get("ratio_to_floor")),
+                _f(r.get("commits_per_step")),
+            ]
+        )
+    return _table(
+        ["system", "mode", "payload", "steps", "median µs / step", "x floor", "commits / step"],
+        body,
+    )
+
+
+def _recovery(rows: list[dict[str, Any]]) -> str:
+    return _table(
+        ["workflows", "steps each", "median s", "workflows / s"],
+        [
+            [
+                str(r["workflows"]),
+                str(r["steps_per_workflow"]),
+                _f(r["median_seconds"]),
+                _f(r["workflows_per_second"], 0),
+            ]
+            for r in rows
+        ],
+    )
+
+
+def _generic(data: Any) -> str:
+    rows = data if isinstance(data, list) else data.get("rows", [])
+    if not rows or not isinstance(rows[0], dict):
+        return "```json\n" + json.dumps(data, indent=2)[:4000] + "\n```"
+    keys = [k for k, v in rows[0].items() if not isinstance(v, dict | list)]
+    return _table(keys, [[_f(r.get(k)) for k in keys] for r in rows])
+
+
+def render() -> str:
+    so = _load("step_overhead")
+    parts = [
+        "# Benchmarks",
+        "",
+        "Made by `python -m benchmarks.report` (every benchmark once, then this page; "
+        "`--render` rewrites the page from the stored results in `benchmarks/results/`). "
+        "Each benchmark is also a program of its own: `python -m benchmarks.<name> -h`. "
+        "Every ratio compares numbers measured in the same run on the same server; "
+        "microseconds move with the machine, ratios much less. Where the server's disk "
+        "flush time varies from minute to minute (a virtual machine's often does: the "
+        "floor's IQR shows it), read a ratio with its per-round IQR, and compare systems "
+        "and modes within one table rather than across runs.",
+        "",
+    ]
+    if so is not None:
+        server = so["server"]
+        client = so["client"]
+        parts += [
+            "## Where it was measured",
+            "",
+            f"- Server: {server['version'].split(' on ')[0]}, fsync={server['fsync']}, "
+            f"synchronous_commit={server['synchronous_commit']}, "
+            f"wal_sync_method={server['wal_sync_method']}, reached over "
+            f"{server['host']}:{server['port']}.",
+            f"- Client: Python {client['python']}, psycopg {client['psycopg']} "
+            f"({client['psycopg_impl']}), durable {client['durable']}; "
+            f"{platform.machine()}, {os.cpu_count()} CPUs.",
+            "",
+            "## One unit of work",
+            "",
+            "What a step, a workflow's start and finish, a `@transaction` step and an effect "
+            "cost against the physical limit of a durable write on this server: one bare "
+            "`INSERT` and its commit (`benchmarks/step_overhead.py`).",
+            "",
+            _units(so),
+            "",
+            "![step overhead](benchmarks/step_overhead.png)",
+            "",
+        ]
+    modes = _load("checkpoint_overhead")
+    if modes:
+        parts += [
+            "## Durability modes and payload sizes",
+            "",
+            "Per step, for each durability mode, payload size and workflow length, plain "
+            "`def` and `async def`, beside peers when installed "
+            "(`benchmarks/checkpoint_overhead.py`).",
+            "",
+            _modes(modes),
+            "",
+            "![checkpoint overhead](benchmarks/checkpoint_overhead.png)",
+            "",
+        ]
+    recovery = _load("recovery")
+    if recovery:
+        parts += [
+            "## Recovery",
+            "",
+            "One worker recovering workflows interrupted after all their steps were "
+            "journaled: claim, journal read, replay, outcome (`benchmarks/recovery.py`).",
+            "",
+            _recovery(recovery),
+            "",
+        ]
+    throughput = _load("throughput")
+    if throughput:
+        parts += [
+            "## Throughput with many workers",
+            "",
+            "Worker processes draining a queue of 10-step workflows, against the server's own "
+            "commit rate from plain `INSERT`s (`benchmarks/throughput.py`).",
+            "",
+            _generic(throughput),
+            "",
+            "![throughput](benchmarks/throughput.png)",
+            "",
+        ]
+    return "\n".join(parts).rstrip() + "\n"
+
+
+def main(argv: list[str] | None = None, write: Callable[[str], None] | None = None) -> str:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.report", description=__doc__)
+    parser.add_argument(
+        "--database-url", default=os.environ.get("DURABLE_BENCH_ADMIN_URL", DEFAULT_URL)
+    )
+    parser.add_argument("--quick", action="store_true", help="tiny sizes")
+    parser.add_argument("--render", action="store_true", help="only rewrite the page")
+    args = parser.parse_args(argv)
+    if not args.render:
+        _run_all(args.database_url, args.quick)
+    page = render()
+    if write is None:
+        PAGE.write_text(page, "utf-8")
+        print(f"wrote {PAGE.relative_to(ROOT)}")
+    else:
+        write(page)
+    return page
+
+
+if __name__ == "__main__":
+    main()

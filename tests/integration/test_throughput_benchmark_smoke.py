@@ -1,0 +1,62 @@
+"""Keeps benchmarks/throughput.py (and the page benchmarks/report.py writes) working: tiny
+sizes, no timing assertions."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich.console import Console
+
+from benchmarks import report, throughput
+from durable.testing import TemplateDatabases
+
+
+def test_throughput_runs(pg_databases: TemplateDatabases, tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    results = throughput.main(
+        [
+            "--database-url",
+            pg_databases.admin_url,
+            "--workflows",
+            "12",
+            "--workers",
+            "1",
+            "2",
+            "--modes",
+            "sync",
+            "async",
+            "--group-commit",
+            "both",
+            "--concurrency",
+            "4",
+            "--insert-seconds",
+            "0.3",
+            "--connections",
+            "1",
+            "2",
+            "--json",
+            str(out),
+        ],
+        console=Console(quiet=True),
+    )
+    assert json.loads(out.read_text()) == json.loads(json.dumps(results))
+    assert all(v > 0 for v in results["insert_rate"].values())
+    rows = results["durable"]
+    assert {(r["mode"], r["group_commit"], r["workers"]) for r in rows} == {
+        (m, g, w) for m in ("sync", "async") for g in (False, True) for w in (1, 2)
+    }
+    for r in rows:
+        assert r["workflows"] == 12 and r["workflows_per_s"] > 0
+        assert abs(r["steps_per_s"] - r["workflows_per_s"] * 10) < 1e-6 * r["steps_per_s"]
+        if r["mode"] == "sync":
+            assert r["commits_per_step"] >= 1  # every step commits, and polls commit too
+        assert r["wal_syncs_per_step"] >= 0
+
+
+def test_the_benchmarks_page_renders_from_stored_results() -> None:
+    written: list[str] = []
+    page = report.main(["--render"], write=written.append)
+    assert written == [page]
+    assert page.startswith("# Benchmarks\n")
+    assert "## One unit of work" in page and "x floor" in page
