@@ -140,7 +140,21 @@ def _units(so: dict[str, Any]) -> str:
     )
     cpu = so.get("durable_step_cpu_us", {}).get("median")
     acpu = so.get("async_step_cpu_us", {}).get("median")
-    notes = [
+    notes = []
+    inter = so.get("interleaved")
+    if inter:
+        notes.append(
+            f"- **Steps and floor INSERTs interleaved in blocks of {inter['block']} inside one "
+            f"workflow** ({inter['blocks']} blocks; the steadier measure on a disk whose "
+            "flush time wanders), step / floor, median (IQR): "
+            + "; ".join(
+                f"{mode} mode **{_f(inter[mode]['ratio']['median'])}** "
+                f"({_f(inter[mode]['ratio']['p25'])}-{_f(inter[mode]['ratio']['p75'])})"
+                for mode in ("sync", "async", "exit")
+            )
+            + "."
+        )
+    notes += [
         f"- A sync step / the floor: **{_f(so['ratio']['of_medians'])}** (per-round median "
         f"{_f(so['ratio']['paired']['median'])}); an `async def` step / a sync step: "
         f"**{_f(so['async_ratio']['of_medians'])}**.",

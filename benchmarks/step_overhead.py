@@ -607,6 +607,61 @@ def time_app_transactions(engine: durable.Engine, schema: str, n: int) -> float:
     return elapsed_us(start) / n
 
 
+BLOCK = 20  # operations per block in the interleaved measurement
+
+
+def measure_interleaved(target: Target, blocks: int) -> dict[str, Any]:
+    """Steps and floor INSERTs interleaved in blocks of BLOCK inside one workflow run, per
+    durability mode: each block of steps is timed from the workflow's own code, then a block
+    of floor INSERTs on a connection of its own, and the ratio is taken block by block. A
+    disk whose flush time changes from second to second (a virtual machine's) moves both
+    sides of a block alike, so the median of the block ratios holds still where ratios of
+    whole rounds do not. Start and finish are outside the blocks: this is the step alone."""
+    modes = {mode: _interleaved(target, mode, blocks) for mode in ("sync", "async", "exit")}
+    return {"interleaved": {"block": BLOCK, "blocks": blocks, **modes}}
+
+
+def _interleaved(target: Target, mode: str, blocks: int) -> dict[str, Any]:
+    payload = floor_payload()
+    registry = durable.Registry()
+    ratios: list[float] = []
+    step_us: list[float] = []
+    floor_us: list[float] = []
+
+    @durable.step(name=STEP_NAME + ".blocks", registry=registry)
+    def block_step(i: int) -> dict[str, Any]:
+        return step_output(i)
+
+    with connect(target.url) as conn:
+        insert = target.floor_insert(conn)
+        floor_id = str(uuid.uuid4())
+
+        @durable.workflow(name=f"{WORKFLOW_NAME}.blocks.{mode}", registry=registry)
+        def blocks_workflow(n: int) -> int:
+            for b in range(n):
+                start = time.perf_counter_ns()
+                for i in range(BLOCK):
+                    block_step(b * BLOCK + i)
+                d = elapsed_us(start) / BLOCK
+                start = time.perf_counter_ns()
+                for i in range(BLOCK):
+                    conn.execute(insert, (floor_id, b * BLOCK + i, STEP_NAME, payload))
+                f = elapsed_us(start) / BLOCK
+                if b:  # the first block warms both up
+                    step_us.append(d)
+                    floor_us.append(f)
+                    ratios.append(d / f)
+            return n
+
+        with durable.Engine(target.url, registry=registry, schema=target.schema, durability=mode):
+            blocks_workflow(blocks + 1)
+    return {
+        "ratio": summarize(ratios),
+        "step_us": summarize(step_us),
+        "floor_us": summarize(floor_us),
+    }
+
+
 def measure_units(target: Target, steps: int, rounds: int, warmup: int) -> dict[str, Any]:
     """Transaction steps against their plain transactions, and effects, per op: in ABBA
     rounds like the steps, each workflow less an empty run of the same engine."""
@@ -780,6 +835,16 @@ def print_report(results: dict[str, Any], console: Console) -> None:
         )
     else:
         console.print(f"server-side commits per step: not reported ({commits['note']})")
+    inter = results["interleaved"]
+    console.print(
+        f"interleaved in blocks of {inter['block']} inside one workflow ({inter['blocks']} "
+        "blocks), step / floor per block, median (IQR): "
+        + "; ".join(
+            f"{mode} {inter[mode]['ratio']['median']:.3f} "
+            f"({inter[mode]['ratio']['p25']:.2f}-{inter[mode]['ratio']['p75']:.2f})"
+            for mode in ("sync", "async", "exit")
+        )
+    )
     tx_ratio = results["transaction_ratio"]
     commits_per_effect = results["commits_per_effect"]
     console.print(
@@ -840,6 +905,7 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> d
         server = server_info(target.url)
         results = measure(target, args.steps, args.rounds, args.warmup, args.empty_runs)
         results.update(measure_units(target, args.steps, args.rounds, args.warmup))
+        results.update(measure_interleaved(target, max(3, args.rounds * args.steps // BLOCK)))
     results = {
         "benchmark": "step_overhead",
         "config": {

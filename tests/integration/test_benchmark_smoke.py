@@ -50,6 +50,11 @@ def check_results(results: dict[str, Any], path: Path) -> None:
     assert math.isfinite(results["transaction_ratio"]["of_medians"])
     assert results["statements_per_effect"] == 2  # write-ahead intent, settled outcome
     assert results["commits_per_effect"] in (None, 2)
+    # Steps and floor INSERTs interleaved block by block, per durability mode.
+    inter = results["interleaved"]
+    for mode in ("sync", "async", "exit"):
+        assert len(inter[mode]["ratio"]["samples"]) == inter["blocks"]
+        assert all(r > 0 for r in inter[mode]["ratio"]["samples"])
     commits = results["commits"]
     if commits["reliable"]:
         assert commits["floor_per_insert"] == 1
