@@ -101,6 +101,10 @@ _NOT_RESUMABLE = frozenset(
 )
 
 
+# A stream reader's stand-in for its LISTEN connection when notifications are off.
+_POLLING = object()
+
+
 def libpq_url(url: str) -> str:
     """psycopg does not understand SQLAlchemy's `postgresql+psycopg://` prefix."""
     if url.startswith("postgresql+"):
@@ -247,6 +251,7 @@ class Client:
         max_payload_bytes: int = 2_000_000,
         connect_timeout: float = 15.0,
         clock: Clock | None = None,
+        listen: bool | None = None,
     ) -> None:
         if not isinstance(schema, str) or not schema:
             raise ConfigurationError(f"schema={schema!r}: give a non-empty schema name")
@@ -276,6 +281,10 @@ class Client:
         self.max_payload_bytes = max_payload_bytes
         self.connect_timeout = connect_timeout
         self.clock: Clock = clock if clock is not None else clock_from_env()
+        # LISTEN/NOTIFY wake-ups (workers, stream readers, watchers). Off (listen=False, or
+        # DURABLE_LISTEN=0) everything polls: for a pooler in transaction mode, or a
+        # distributed PostgreSQL without LISTEN.
+        self.listen = listen if listen is not None else os.environ.get("DURABLE_LISTEN", "1") != "0"
         self._db: SystemDB | None = None
         # Versions of the migrations this client applied when it connected (migrate=True),
         # and who hears of each as it is applied (`durable migrate` shows them).
@@ -306,7 +315,9 @@ class Client:
         return self._db is not None
 
     def _open_db(self, max_size: int, create_database: bool = False) -> SystemDB:
-        db = SystemDB(self.database_url, self.schema, max_size=max_size, clock=self.clock)
+        db = SystemDB(
+            self.database_url, self.schema, max_size=max_size, clock=self.clock, listen=self.listen
+        )
         db.open(timeout=self.connect_timeout, create_database=create_database)
         try:
             if self.migrate_on_launch:
@@ -800,12 +811,15 @@ class Client:
                 if rows:
                     continue
                 if listener is None:  # listen, then look once more: nothing falls between
-                    listener = self.db.listen_connection(self.stream_channel)
+                    listener = self.db.listen_connection(self.stream_channel) or _POLLING
+                    continue
+                if listener is _POLLING:
+                    time.sleep(poll_interval)
                     continue
                 for _ in listener.notifies(timeout=poll_interval, stop_after=1):
                     pass
         finally:
-            if listener is not None:
+            if listener is not None and listener is not _POLLING:
                 listener.close()
 
     async def read_stream_async(
@@ -826,12 +840,17 @@ class Client:
                 if rows:
                     continue
                 if listener is None:
-                    listener = await self.db.listen_connection_async(self.stream_channel)
+                    listener = (
+                        await self.db.listen_connection_async(self.stream_channel) or _POLLING
+                    )
+                    continue
+                if listener is _POLLING:
+                    await asyncio.sleep(poll_interval)
                     continue
                 async for _ in listener.notifies(timeout=poll_interval, stop_after=1):
                     pass
         finally:
-            if listener is not None:
+            if listener is not None and listener is not _POLLING:
                 await listener.close()
 
     def _stream_args(self, workflow_id: str, key: str, offset: int) -> int:

@@ -122,6 +122,7 @@ class Engine(Client):
         clock: Clock | None = None,
         retention: RetentionPolicy | None = None,
         create_database: bool | None = None,
+        listen: bool | None = None,
     ) -> None:
         super().__init__(
             database_url,
@@ -131,6 +132,7 @@ class Engine(Client):
             max_payload_bytes=max_payload_bytes,
             connect_timeout=connect_timeout,
             clock=clock,
+            listen=listen,
         )
         if lease_seconds <= 0:
             raise ConfigurationError(f"lease_seconds={lease_seconds!r}: use a positive number")

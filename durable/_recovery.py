@@ -42,10 +42,11 @@ class Worker:
 
     def run(self, stop: threading.Event) -> None:
         engine = self.engine
-        self._listener = threading.Thread(
-            target=self._listen, args=(stop,), name="durable-listen", daemon=True
-        )
-        self._listener.start()
+        if engine.listen:  # else every wake-up is a poll
+            self._listener = threading.Thread(
+                target=self._listen, args=(stop,), name="durable-listen", daemon=True
+            )
+            self._listener.start()
         logger.info(
             "worker %s started: %d slots, lease %.1f s",
             engine.executor_id,
@@ -178,6 +179,8 @@ class Worker:
             conn: psycopg.Connection[Any] | None = None
             try:
                 conn = engine.db.listen_connection(engine.notify_channel)
+                if conn is None:
+                    return  # notifications are off: the loop polls
                 if failing:
                     logger.info("LISTEN restored")
                     # Work submitted while the connection was down sent its notification

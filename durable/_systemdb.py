@@ -82,8 +82,10 @@ class SystemDB:
         min_size: int = 1,
         max_size: int = 10,
         clock: Clock | None = None,
+        listen: bool = True,
     ) -> None:
         self.url = url
+        self.listen = listen
         # A fake clock is handed to SQL on every checkout (see _clock.py); the real one
         # costs nothing.
         self._fake_clock = clock if clock is not None and not clock.is_system else None
@@ -415,14 +417,19 @@ class SystemDB:
         rows = [dict(r._mapping) for r in result]
         return (rows[0] if rows else None) if fetch == "one" else rows
 
-    def listen_connection(self, channel: str) -> psycopg.Connection[Any]:
-        """A dedicated autocommit connection LISTENing on `channel` (not from the pool)."""
+    def listen_connection(self, channel: str) -> psycopg.Connection[Any] | None:
+        """A dedicated autocommit connection LISTENing on `channel` (not from the pool);
+        None when notifications are off (the caller polls)."""
+        if not self.listen:
+            return None
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         return conn
 
-    async def listen_connection_async(self, channel: str) -> psycopg.AsyncConnection[Any]:
+    async def listen_connection_async(self, channel: str) -> psycopg.AsyncConnection[Any] | None:
         """listen_connection, for an event loop."""
+        if not self.listen:
+            return None
         conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=10)
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
         return conn
