@@ -77,3 +77,19 @@ def test_check_rejects_newer_schema(database_url: str) -> None:
         conn.execute("INSERT INTO durable.schema_migrations (version, name) VALUES (9999, 'x')")
         with pytest.raises(MigrationError, match="upgrade durable-pg"):
             _migrate.check(conn, "durable")
+
+
+def test_migrations_apply_on_a_sql_ascii_database(bare_database_url: str) -> None:
+    # initdb without a UTF-8 locale (pg_autoctl's default, for one) makes SQL_ASCII
+    # databases, whose client encoding is ASCII: migration text must be plain ASCII.
+    ascii_url = psycopg.conninfo.make_conninfo(bare_database_url, dbname="durable_ascii_db")
+    admin = bare_database_url
+    with psycopg.connect(admin, autocommit=True) as conn:
+        conn.execute("DROP DATABASE IF EXISTS durable_ascii_db")
+        conn.execute("CREATE DATABASE durable_ascii_db ENCODING 'SQL_ASCII' TEMPLATE template0")
+    try:
+        with psycopg.connect(ascii_url, autocommit=True) as conn:
+            assert _migrate.migrate(conn, "durable")
+    finally:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            conn.execute("DROP DATABASE durable_ascii_db WITH (FORCE)")

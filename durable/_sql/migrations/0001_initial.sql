@@ -10,7 +10,7 @@
 -- there are no sequences and no triggers.
 
 -- Every call in the body is STABLE, so PostgreSQL inlines it (a volatile clock_timestamp()
--- here would make every statement that uses it set up a function call: ~30 µs each).
+-- here would make every statement that uses it set up a function call: ~30 us each).
 -- Statements run in autocommit, so statement_timestamp() is the time of the write.
 CREATE FUNCTION {schema}.current_time() RETURNS timestamptz
 LANGUAGE sql STABLE AS $$
