@@ -170,6 +170,7 @@ class AsyncHost:
             return await runner.in_pool(runner.execute, claimed)
         run = runner.new_run(claimed)
         run.is_async = True
+        runner.hold(claimed)
         try:
             return await execute_run_async(self, run, claimed.defn, claimed.args, claimed.kwargs)
         except (Exception, WorkflowSuspended, WorkflowInterrupted):
@@ -181,6 +182,8 @@ class AsyncHost:
         except BaseException:
             await _quietly(runner, "abandon_workflow", claimed)  # as Runner.execute
             raise
+        finally:
+            runner.let_go(claimed)
 
     async def task(self, claimed: Claimed) -> Any:
         """A claimed run as a task of its own: the Runner's bookkeeping of its end."""

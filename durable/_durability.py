@@ -111,7 +111,7 @@ class AsyncWriter:
                 except DatabaseUnavailableError as exc:
                     # Keep the batch: it is written once the database answers.
                     if not failing:
-                        logger.warning("async writer: database unavailable, retrying: %s", exc)
+                        logger.debug("async writer: database unavailable, retrying: %s", exc)
                     failing = True
                     time.sleep(0.5)
                 except Exception as exc:
@@ -121,7 +121,7 @@ class AsyncWriter:
                     written, error = Counter(), exc
                     break
             if failing:
-                logger.info("async writer: database is back")
+                logger.debug("async writer: database is back")
             failing = False
             per_key = Counter((r["workflow_id"], r["epoch"]) for r in rows)
             with self._cond:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 
+from durable import _systemdb
 from durable.errors import DatabaseUnavailableError
 
 if TYPE_CHECKING:
@@ -88,12 +89,13 @@ class Worker:
                 else:
                     backlog = bool(engine.registry.queues())
                 if outage_logged:
-                    logger.info("database is back; worker resumed")
+                    logger.debug("database is back; worker resumed")
                 outage_logged = False
                 backoff = 0.0
             except DatabaseUnavailableError as exc:
                 if not outage_logged:
-                    logger.warning("database unavailable, retrying with backoff: %s", exc)
+                    # Said once by SystemDB.outage; here only how the loop copes.
+                    logger.debug("database unavailable, retrying with backoff: %s", exc)
                     outage_logged = True
                 backoff = min(_BACKOFF_MAX, max(0.2, backoff * 2))
                 stop.wait(backoff)
@@ -182,7 +184,7 @@ class Worker:
                 if conn is None:
                     return  # notifications are off: the loop polls
                 if failing:
-                    logger.info("LISTEN restored")
+                    logger.debug("LISTEN restored")
                     # Work submitted while the connection was down sent its notification
                     # to nobody: look for it now rather than a poll interval later.
                     self._wake.set()
@@ -192,7 +194,11 @@ class Worker:
                         self._wake.set()
             except (psycopg.Error, OSError) as exc:
                 if not failing:
-                    logger.warning("LISTEN connection lost, reconnecting: %s", exc)
+                    logger.debug("LISTEN connection lost, reconnecting: %s", exc)
+                    if _systemdb.is_outage(exc):
+                        engine.db.outage.lost(exc)
+                    else:
+                        logger.warning("LISTEN connection failed, reconnecting: %s", exc)
                 failing = True
                 backoff = min(_BACKOFF_MAX, max(0.2, backoff * 2))
                 stop.wait(backoff)
@@ -244,14 +250,22 @@ class Heartbeat:
                 if time.monotonic() < next_renewal:
                     continue
                 next_renewal = time.monotonic() + interval
-                db.execute(
-                    "renew_leases",
-                    {"owner": engine.executor_id, "lease_seconds": engine.lease_seconds},
-                )
+                held = engine.runner.held()
+                if held:
+                    db.execute(
+                        "renew_leases",
+                        {
+                            "owner": engine.executor_id,
+                            "lease_seconds": engine.lease_seconds,
+                            "held": held,
+                        },
+                    )
                 db.execute("heartbeat_executor", {"executor_id": engine.executor_id})
                 if failing:
                     logger.info("heartbeat restored")
                 failing = False
+            except DatabaseUnavailableError:
+                failing = True  # the outage is said once, by SystemDB.outage
             except Exception:
                 if not failing:
                     logger.warning("heartbeat failed; retrying", exc_info=True)

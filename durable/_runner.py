@@ -157,6 +157,25 @@ class Runner:
         # Workflows this engine started (or enqueued) and has not seen finish: an engine
         # that is not a worker still resumes these when they wait (see Engine._keep).
         self._own: set[str] = set()
+        # workflow_id -> epoch of every claim this executor is running or has queued to
+        # run. The heartbeat renews these leases and no others: a claim whose commit
+        # reached the server but whose answer never came back (the connection died), or
+        # whose journal could not be loaded, is owned in the table yet run by nobody, and
+        # must expire so that a worker recovers it.
+        self._held: dict[str, int] = {}
+
+    def hold(self, claimed: Claimed) -> None:
+        with self._lock:
+            self._held[claimed.workflow_id] = claimed.epoch
+
+    def let_go(self, claimed: Claimed) -> None:
+        with self._lock:
+            if self._held.get(claimed.workflow_id) == claimed.epoch:
+                del self._held[claimed.workflow_id]
+
+    def held(self) -> list[str]:
+        with self._lock:
+            return list(self._held)
 
     @property
     def cancel_requests(self) -> dict[str, tuple[int, str]]:
@@ -320,6 +339,7 @@ class Runner:
         )
 
     def execute(self, claimed: Claimed, conn: psycopg.Connection[Any] | None = None) -> Any:
+        self.hold(claimed)
         try:
             return _driver.execute_run(
                 self, self.new_run(claimed), claimed.defn, claimed.args, claimed.kwargs, conn
@@ -338,6 +358,8 @@ class Runner:
             except Exception:
                 logger.warning("could not give up workflow %s", claimed.workflow_id)
             raise
+        finally:
+            self.let_go(claimed)
 
     @contextmanager
     def outcome_of(self, workflow_id: str, epoch: int) -> Iterator[None]:
@@ -356,7 +378,9 @@ class Runner:
             self.forget([workflow_id])
             return
         except DatabaseUnavailableError:
-            logger.warning("workflow %s interrupted by a database outage", workflow_id)
+            # The outage itself is said once (SystemDB.outage); each run is a detail.
+            logger.debug("workflow %s interrupted by a database outage", workflow_id)
+            self.db.outage.note_interrupted()
             with self._lock:
                 self._interrupted.add((workflow_id, epoch))
             raise
@@ -369,6 +393,7 @@ class Runner:
     def submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]:
         """Run a claimed workflow on the pool (an async one on an event loop); the future
         holds its value (or error)."""
+        self.hold(claimed)  # a queued claim's lease is renewed too
         if claimed.defn.is_async:
             if self.async_side is None:
                 raise EngineNotRunningError()

@@ -15,6 +15,7 @@ import os
 import re
 import socket
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -71,6 +72,96 @@ class Counters:
     statements: int = 0
 
 
+class Outage:
+    """Says in one log line that the system database was lost, and in one that it is back.
+
+    An outage reaches every part of a worker at once (each running workflow, the claim
+    loop, the LISTEN connection, the async writer, the pool's reconnect attempts); a line
+    from each would bury what happened. The first lost connection reports the outage and
+    where the server was; the first good checkout afterwards reports how long it took, how
+    many runs it interrupted and whether another server answered (a failover).
+    """
+
+    def __init__(self, url: str) -> None:
+        self._lock = threading.Lock()
+        self._url = url
+        self.down_since: float | None = None
+        self.server: str | None = None  # host:port of the last server that answered
+        self.interrupted = 0
+
+    def lost(self, exc: BaseException) -> bool:
+        """Report an outage; True if this is its first report."""
+        with self._lock:
+            if self.down_since is not None:
+                return False
+            self.down_since = time.monotonic()
+            self.interrupted = 0
+            _QUIET_POOLS.add(id(self))
+        reason = _first_line(exc)
+        logger.warning(
+            "lost the system database at %s (%s): runs in flight are interrupted, not "
+            "failed, and resume when it is back; reconnecting to %s",
+            self.server or redact(self._url),
+            reason,
+            _hosts(self._url),
+        )
+        return True
+
+    def note_interrupted(self) -> None:
+        with self._lock:
+            self.interrupted += 1
+
+    def seen(self, info: psycopg.ConnectionInfo) -> None:
+        """A connection works: remember its server; end an outage if there was one."""
+        server = f"{info.host}:{info.port}"
+        with self._lock:
+            since, before = self.down_since, self.server
+            self.down_since, self.server = None, server
+            interrupted = self.interrupted
+            _QUIET_POOLS.discard(id(self))
+        if since is None:
+            return
+        moved = f" (was {before}: a failover)" if before and before != server else ""
+        logger.warning(
+            "the system database is back after %.1f s at %s%s; %d interrupted runs resume",
+            time.monotonic() - since,
+            server,
+            moved,
+            interrupted,
+        )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _hosts(url: str) -> str:
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "<unparseable url>"
+    hosts = str(info.get("host") or "localhost").split(",")
+    ports = str(info.get("port") or "5432").split(",")
+    if len(ports) == 1:
+        ports = ports * len(hosts)
+    return ", ".join(f"{h}:{p}" for h, p in zip(hosts, ports, strict=False))
+
+
+# Outages under way in this process (ids of Outage objects). While one is, psycopg_pool's
+# warning per failed reconnect attempt and per discarded connection says nothing the
+# outage line did not: they are dropped (at DEBUG they still show).
+_QUIET_POOLS: set[int] = set()
+_POOL_NOISE = ("error connecting in %r: %s", "discarding closed connection: %s")
+
+
+def _quiet_pool(record: logging.LogRecord) -> bool:
+    return not (_QUIET_POOLS and record.levelno < logging.ERROR and record.msg in _POOL_NOISE)
+
+
+logging.getLogger("psycopg.pool").addFilter(_quiet_pool)
+
+
 class SystemDB:
     """A connection pool to the system database plus the named statements."""
 
@@ -91,6 +182,7 @@ class SystemDB:
         self._fake_clock = clock if clock is not None and not clock.is_system else None
         self.schema = schema
         self.counters = Counters()
+        self.outage = Outage(url)
         self._lock = threading.Lock()
         self._pool = ConnectionPool(
             url,
@@ -99,6 +191,9 @@ class SystemDB:
             kwargs={"autocommit": True},
             open=False,
             name="durable-pool",
+            # A new connection is the proof that a server answers again (a checkout is
+            # not: an idle connection to a dead server looks fine until it is used).
+            configure=lambda conn: self.outage.seen(conn.info),
         )
         self._raw = load_queries()
         self._queries: dict[str, bytes] = {}
@@ -170,13 +265,19 @@ class SystemDB:
             except (psycopg.Error, PoolTimeout) as exc:
                 # No connection to be had (an outage, or a pool exhausted for its whole
                 # timeout): the run is interrupted, not failed.
-                raise translate("checkout", exc) from exc
+                raise self.error("checkout", exc) from exc
             if self._fake_clock is not None:
                 conn.execute(
                     "SELECT set_config('durable.fake_now', %s, false)",
                     [self._fake_clock.now().isoformat()],
                 )
-            yield conn
+            try:
+                yield conn
+            except DatabaseUnavailableError:
+                # A connection an outage came through is not put back for the next run
+                # (a server that turned read-only would refuse it every write).
+                conn.close()
+                raise
 
     @contextmanager
     def transaction(self) -> Iterator[psycopg.Connection[Any]]:
@@ -189,7 +290,23 @@ class SystemDB:
         try:
             yield
         except (psycopg.Error, PoolTimeout) as exc:
-            raise translate(name, exc) from exc
+            raise self.error(name, exc) from exc
+
+    def error(self, name: str, exc: BaseException) -> Exception:
+        """translate(), and an outage reported once (see Outage)."""
+        err = translate(name, exc)
+        if isinstance(err, DatabaseUnavailableError) and self.outage.lost(exc):
+            # The pool's idle connections went down with the server: drop them now, so
+            # that none is handed to a run after the database is back.
+            check = threading.Thread(target=self._check_pool, name="durable-check", daemon=True)
+            check.start()
+        return err
+
+    def _check_pool(self) -> None:
+        try:
+            self._pool.check()
+        except Exception:
+            logger.debug("pool check failed", exc_info=True)
 
     def run_on(
         self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any], fetch: str
@@ -207,7 +324,7 @@ class SystemDB:
                 self.counters.statements += 1
                 return dcur.fetchone() if fetch == "one" else dcur.fetchall()
         except (psycopg.Error, PoolTimeout) as exc:
-            raise translate(name, exc) from exc
+            raise self.error(name, exc) from exc
 
     def app_run(
         self, conn: sqlalchemy.Connection, name: str, params: dict[str, Any], fetch: str
@@ -335,7 +452,11 @@ class SystemDB:
             kwargs={"autocommit": True},
             open=False,
             name="durable-async-pool",
+            configure=self._configure_async,
         )
+
+    async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        self.outage.seen(conn.info)
 
     @asynccontextmanager
     async def async_connection(
@@ -348,9 +469,13 @@ class SystemDB:
                         "SELECT set_config('durable.fake_now', %s, false)",
                         [self._fake_clock.now().isoformat()],
                     )
-                yield conn
+                try:
+                    yield conn
+                except DatabaseUnavailableError:
+                    await conn.close()  # not back into the pool (see connection())
+                    raise
         except PoolTimeout as exc:
-            raise translate("checkout", exc) from exc
+            raise self.error("checkout", exc) from exc
 
     async def run_on_async(
         self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any], fetch: str
@@ -367,7 +492,7 @@ class SystemDB:
                 self.counters.statements += 1
                 return await (dcur.fetchone() if fetch == "one" else dcur.fetchall())
         except psycopg.Error as exc:
-            raise translate(name, exc) from exc
+            raise self.error(name, exc) from exc
 
     async def write_steps_async(
         self,
@@ -400,7 +525,7 @@ class SystemDB:
         except _Refused:
             return []
         except psycopg.Error as exc:
-            raise translate("record_steps", exc) from exc
+            raise self.error("record_steps", exc) from exc
 
     async def app_run_async(
         self,
@@ -424,6 +549,7 @@ class SystemDB:
             return None
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        self.outage.seen(conn.info)
         return conn
 
     async def listen_connection_async(self, channel: str) -> psycopg.AsyncConnection[Any] | None:
@@ -485,6 +611,9 @@ def _steps_params(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
 
 # SQLSTATEs that mean "the server is going away or not taking connections": an outage.
 _OUTAGE_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "58030"})
+# "cannot execute ... in a read-only transaction": the server this connection reached was
+# a primary and is now a standby (a switchover demoted it); another server takes writes.
+_READ_ONLY = "25006"
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -492,6 +621,8 @@ def is_outage(exc: BaseException) -> bool:
     opposed to a statement it refused (a timeout, a value too large, a constraint), which
     retrying would only repeat forever."""
     if isinstance(exc, PoolTimeout):
+        return True
+    if isinstance(exc, psycopg.Error) and exc.sqlstate == _READ_ONLY:
         return True
     if not isinstance(exc, psycopg.OperationalError):
         return False

@@ -341,10 +341,11 @@ RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context
 
 -- renew_leases --
--- Extend the lease of every workflow this executor runs (the heartbeat).
+-- Extend the lease of every workflow this executor runs (the heartbeat): those it holds,
+-- not every row it owns (a claim it never heard back about must expire).
 UPDATE {schema}.workflows
 SET lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s)
-WHERE owner = %(owner)s AND status = 'RUNNING'
+WHERE owner = %(owner)s AND status = 'RUNNING' AND workflow_id = ANY(%(held)s::text[])
 
 -- release_owned --
 -- Hand every workflow this executor still owns back to the pool (clean shutdown).

@@ -5,6 +5,7 @@ import sys
 import threading
 import time
 
+import psycopg
 import pytest
 
 import durable
@@ -228,3 +229,24 @@ def test_a_freed_slot_takes_the_next_queue_entry_without_waiting_for_a_poll(
     ) as engine:
         results = [engine.retrieve(f"entry-{i}").result(timeout=20) for i in range(6)]
     assert results == list(range(6))
+
+
+def test_a_claim_the_worker_never_heard_back_about_expires_and_runs(database_url: str) -> None:
+    # A claim that committed on the server while the answer was lost (the connection died
+    # with it, as in a failover) leaves a row owned by this worker that no thread runs.
+    # The heartbeat must not keep it alive: its lease expires and a worker recovers it.
+    reg, ticker, runs, gate = make_app()
+    gate.set()
+    with durable.Engine(database_url, registry=reg) as client:
+        client.submit(ticker, 3, workflow_id="orphan")
+    with durable.Engine(
+        database_url, registry=reg, worker=True, poll_interval=0.05, lease_seconds=1.0
+    ) as worker:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE durable.workflows SET status = 'RUNNING', owner = %s, epoch = epoch + 1,"
+                " lease_expires_at = now() + interval '1 second' WHERE workflow_id = 'orphan'",
+                [worker.executor_id],
+            )
+        assert worker.retrieve("orphan").result(timeout=20) == 3
+    assert sorted(runs) == [0, 1, 2]
