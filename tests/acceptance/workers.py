@@ -37,7 +37,20 @@ def start_worker(
     child_env["DURABLE_LOG_LEVEL"] = env.get("DURABLE_LOG_LEVEL", "WARNING")
     if crash:
         child_env["DURABLE_CRASH_POINTS"] = crash
-    out = open(log, "wb") if log else subprocess.DEVNULL
+    with open(log, "wb") if log else contextlib.nullcontext(subprocess.DEVNULL) as out:
+        return _popen(app, lease, concurrency, grace, extra, child_env, out, log)
+
+
+def _popen(
+    app: str,
+    lease: float,
+    concurrency: int,
+    grace: float,
+    extra: list[str] | None,
+    child_env: dict[str, str],
+    out: object,
+    log: str | None,
+) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
         [
             sys.executable,
@@ -57,7 +70,7 @@ def start_worker(
             *(extra or []),
         ],
         env=child_env,
-        stdout=out,
+        stdout=out,  # type: ignore[arg-type]
         stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
     )
 
