@@ -23,6 +23,7 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import random
 import traceback as tb
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -141,6 +142,17 @@ class Call:
     kwargs: Mapping[str, Any]
     scope: StepScope | None = None
     timeout: float | None = None
+
+
+# How many times a transaction step runs when the database reports a serialization
+# failure or a deadlock (SQLSTATE 40001, 40P01) before the error is the step's outcome.
+CONFLICT_ATTEMPTS = 10
+
+
+def conflict_backoff(attempt: int) -> float:
+    """Seconds to wait before attempt `attempt + 1` after a conflict: 2 ms doubling to
+    0.2 s, with jitter so that two transactions that collided do not collide again."""
+    return min(0.2, 0.002 * 2.0 ** (attempt - 1)) * (0.5 + random.random())
 
 
 @dataclass(slots=True)
@@ -290,7 +302,8 @@ class Settings:
     cancel_request: the reason this executor was asked to stop a run (a workflow at an
         epoch: a request for an earlier run of a resumed workflow is not this run's).
     classify_app_error: how the driver sees an application-database error: "lost" (the
-        connection), "unique:<constraint>", or None.
+        connection), "conflict" (a serialization failure or deadlock: retry the
+        transaction), "unique:<constraint>", or None.
     stream_channel: the NOTIFY channel that wakes stream readers.
     executor_id: the executor running the runs (an attribute of their spans).
     """
@@ -712,52 +725,66 @@ def transaction(
     }
     adopted: str | None = None
     value: Any = None
-    yield AppBegin(defn.isolation_level)
-    try:
-        if separate and not run.first_run:
-            # The app database may hold this step's record although the journal does not
-            # (a crash between the two commits): adopt it.
-            row = yield AppExecute(
-                "app_get_transaction", {"workflow_id": run.workflow_id, "step_seq": seq}, "one"
+    attempt = 0
+    while True:
+        attempt += 1
+        yield AppBegin(defn.isolation_level)
+        try:
+            if separate and not run.first_run:
+                # The app database may hold this step's record although the journal does
+                # not (a crash between the two commits): adopt it.
+                row = yield AppExecute(
+                    "app_get_transaction", {"workflow_id": run.workflow_id, "step_seq": seq}, "one"
+                )
+                if row is not None:
+                    if row["step_name"] != defn.name:
+                        raise NondeterminismError(run.workflow_id, seq, row["step_name"], defn.name)
+                    adopted = row["output"]
+            if adopted is None:
+                scope = StepScope(defn.name, seq=seq, kind=StepKind.TRANSACTION.value)
+                outcome: Outcome = yield AppCall(defn.fn, args, kwargs, scope)
+                if outcome.error is not None:
+                    raise outcome.error
+                params["output"], value = run.keep(
+                    outcome.value, f"the output of transaction {defn.name!r}", defn.fn
+                )
+                if separate:
+                    yield AppExecute("app_record_transaction", params)
+                else:
+                    _fenced((yield AppExecute("record_step", params)), run)
+                settings.crash_point("before_transaction_commit")
+            yield AppEnd(commit=True)
+        except BaseException as exc:
+            if isinstance(exc, GeneratorExit):
+                raise
+            yield AppEnd(commit=False)
+            if not isinstance(exc, Exception) or isinstance(exc, _PASS_THROUGH):
+                raise
+            fault = settings.classify_app_error(exc)
+            if fault == "conflict" and attempt < CONFLICT_ATTEMPTS:
+                # A serialization failure or a deadlock (SERIALIZABLE isolation, or
+                # CockroachDB's default): everything rolled back, the user's writes and
+                # the record alike, so the whole transaction runs again, as the database
+                # asks. Nothing of the failed attempt was journaled.
+                yield Pause(conflict_backoff(attempt))
+                continue
+            if separate and fault == "unique:transaction_outputs_pkey":
+                # Another owner recorded this position first: our writes rolled back.
+                raise StaleOwnerError(run.workflow_id, run.epoch) from exc
+            if fault == "lost":
+                # The commit may or may not have landed: interrupted, not failed. Recovery
+                # adopts the app-side record if it did (separate database), or finds
+                # neither.
+                raise DatabaseUnavailableError(
+                    f"lost the database in a transaction: {exc}"
+                ) from exc
+            # The user's transaction rolled back; the failure itself is journaled so a
+            # replay raises the same error instead of running the transaction again.
+            yield from record(
+                run, seq, defn.name, StepKind.TRANSACTION, None, encode_error(exc), 1, started
             )
-            if row is not None:
-                if row["step_name"] != defn.name:
-                    raise NondeterminismError(run.workflow_id, seq, row["step_name"], defn.name)
-                adopted = row["output"]
-        if adopted is None:
-            scope = StepScope(defn.name, seq=seq, kind=StepKind.TRANSACTION.value)
-            outcome: Outcome = yield AppCall(defn.fn, args, kwargs, scope)
-            if outcome.error is not None:
-                raise outcome.error
-            params["output"], value = run.keep(
-                outcome.value, f"the output of transaction {defn.name!r}", defn.fn
-            )
-            if separate:
-                yield AppExecute("app_record_transaction", params)
-            else:
-                _fenced((yield AppExecute("record_step", params)), run)
-            settings.crash_point("before_transaction_commit")
-        yield AppEnd(commit=True)
-    except BaseException as exc:
-        if isinstance(exc, GeneratorExit):
             raise
-        yield AppEnd(commit=False)
-        if not isinstance(exc, Exception) or isinstance(exc, _PASS_THROUGH):
-            raise
-        fault = settings.classify_app_error(exc)
-        if separate and fault == "unique:transaction_outputs_pkey":
-            # Another owner recorded this position first: our writes rolled back with it.
-            raise StaleOwnerError(run.workflow_id, run.epoch) from exc
-        if fault == "lost":
-            # The commit may or may not have landed: interrupted, not failed. Recovery
-            # adopts the app-side record if it did (separate database), or finds neither.
-            raise DatabaseUnavailableError(f"lost the database in a transaction: {exc}") from exc
-        # The user's transaction rolled back; the failure itself is journaled so a replay
-        # raises the same error instead of running the transaction again.
-        yield from record(
-            run, seq, defn.name, StepKind.TRANSACTION, None, encode_error(exc), 1, started
-        )
-        raise
+        break
     if adopted is not None:
         yield from record(run, seq, defn.name, StepKind.TRANSACTION, adopted, None, 1, started)
         return restore(run, adopted, defn.fn)

@@ -28,6 +28,7 @@ from durable.errors import DatabaseUnavailableError, InvalidScheduleError
 
 if TYPE_CHECKING:
     from durable._client import Client
+    from durable._systemdb import Tx
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -194,9 +195,10 @@ def _fire_one(
     now: dt.datetime,
 ) -> int:
     """Fire one schedule's due ticks under its row lock; how many workflows started."""
-    started = 0
     schedule_name = candidate["schedule_name"]
-    with client.db.in_transaction() as tx:
+
+    def fire(tx: Tx) -> int:  # run again from the start after a conflict
+        started = 0
         locked = tx.fetch_one("lock_schedule", {"schedule_name": schedule_name})
         if locked is None:
             return 0  # another worker is firing it right now
@@ -210,4 +212,6 @@ def _fire_one(
             started += tx.execute("insert_workflow_pending", params)
         if mark is not None:
             tx.execute("set_schedule_mark", {"schedule_name": schedule_name, "last_tick": mark})
-    return started
+        return started
+
+    return client.db.atomically(fire, "fire_schedule")

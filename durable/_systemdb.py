@@ -10,24 +10,27 @@ SQLSTATE, into durable's typed errors.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import re
 import socket
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from importlib import resources
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import psycopg
 from psycopg import sql
+from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from durable import _migrate
+from durable._protocol import CONFLICT_ATTEMPTS, conflict_backoff
 from durable.errors import ConfigurationError, DatabaseUnavailableError, StatementError
 
 if TYPE_CHECKING:
@@ -39,6 +42,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("durable.systemdb")
 
 Row = dict[str, Any]
+T = TypeVar("T")
 
 
 def parse_queries(text: str) -> dict[str, str]:
@@ -70,6 +74,7 @@ class Counters:
     """Statements this SystemDB sent, for tests and benchmarks."""
 
     statements: int = 0
+    conflicts: int = 0  # serialization failures and deadlocks retried
 
 
 class Outage:
@@ -312,19 +317,39 @@ class SystemDB:
         self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any], fetch: str
     ) -> Any:
         """A named statement on a run's own connection: the row count ("count"), the first
-        row ("one") or every row ("all"), as dicts. The drivers' one way to the database."""
+        row ("one") or every row ("all"), as dicts. The drivers' one way to the database.
+        A statement that is its own transaction (autocommit, none open) is run again after
+        a serialization failure or deadlock; inside a transaction the caller retries."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return self.raw_run(conn, name, params, fetch)
+            except (psycopg.Error, PoolTimeout) as exc:
+                if (
+                    is_conflict(exc)
+                    and attempt < CONFLICT_ATTEMPTS
+                    and conn.autocommit
+                    and conn.info.transaction_status == TransactionStatus.IDLE
+                ):
+                    self.counters.conflicts += 1
+                    time.sleep(conflict_backoff(attempt))
+                    continue
+                raise self.error(name, exc) from exc
+
+    def raw_run(
+        self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any], fetch: str
+    ) -> Any:
+        """run_on without translation or retries (inside `atomically`)."""
         query = self._queries[name]
-        try:
-            if fetch == "count":
-                cur = conn.execute(query, params)
-                self.counters.statements += 1
-                return cur.rowcount
-            with conn.cursor(row_factory=dict_row) as dcur:
-                dcur.execute(query, params)
-                self.counters.statements += 1
-                return dcur.fetchone() if fetch == "one" else dcur.fetchall()
-        except (psycopg.Error, PoolTimeout) as exc:
-            raise self.error(name, exc) from exc
+        if fetch == "count":
+            cur = conn.execute(query, params)
+            self.counters.statements += 1
+            return cur.rowcount
+        with conn.cursor(row_factory=dict_row) as dcur:
+            dcur.execute(query, params)
+            self.counters.statements += 1
+            return dcur.fetchone() if fetch == "one" else dcur.fetchall()
 
     def app_run(
         self, conn: sqlalchemy.Connection, name: str, params: dict[str, Any], fetch: str
@@ -349,56 +374,56 @@ class SystemDB:
             conn.exec_driver_sql(self.statement("app_migration_lock"), lock)
             conn.exec_driver_sql(rendered.as_string(raw))
 
-    @contextmanager
-    def in_transaction(self) -> Iterator[Tx]:
-        """Named statements in one transaction on a pooled connection (committed on success)."""
-        with self.transaction() as conn:
-            yield Tx(self, conn)
-
     def dequeue(self, params: dict[str, Any]) -> list[Row]:
         """Take what a queue's limits allow under its lock; [] if another worker holds it."""
-        with self.in_transaction() as tx:
+
+        def take(tx: Tx) -> list[Row]:
             locked = tx.fetch_one("lock_queue", params)
             if locked is None or not locked["locked"]:
                 return []
             return tx.fetch_all("dequeue", params)
 
+        return self.atomically(take, "dequeue")
+
     def execute(self, name: str, params: dict[str, Any]) -> int:
         """Run a statement, return its row count (0 means a fence refused the write)."""
-        query = self._queries[name]
-        with self._translate(name), self.connection() as conn:
-            cur = conn.execute(query, params)
-            self.counters.statements += 1
-            return cur.rowcount
-
-    @contextmanager
-    def _run(self, name: str, params: dict[str, Any]) -> Iterator[psycopg.Cursor[Row]]:
-        with (
-            self._translate(name),
-            self.connection() as conn,
-            conn.cursor(row_factory=dict_row) as cur,
-        ):
-            cur.execute(self._queries[name], params)
-            self.counters.statements += 1
-            yield cur
+        return int(self.atomically(lambda tx: tx.execute(name, params), name, single=True))
 
     def fetch_one(self, name: str, params: dict[str, Any]) -> Row | None:
-        with self._run(name, params) as cur:
-            return cur.fetchone()
+        row: Row | None = self.atomically(lambda tx: tx.fetch_one(name, params), name, single=True)
+        return row
 
     def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
-        with self._run(name, params) as cur:
-            return cur.fetchall()
+        rows: list[Row] = self.atomically(lambda tx: tx.fetch_all(name, params), name, single=True)
+        return rows
 
     def execute_many_in_transaction(self, ops: Sequence[tuple[str, dict[str, Any]]]) -> list[int]:
         """Run several statements in one transaction; returns each row count."""
-        counts: list[int] = []
-        with self._translate(ops[0][0]), self.connection() as conn, conn.transaction():
-            for name, params in ops:
-                cur = conn.execute(self._queries[name], params)
-                self.counters.statements += 1
-                counts.append(cur.rowcount)
-        return counts
+        return self.atomically(lambda tx: [tx.execute(n, p) for n, p in ops], ops[0][0])
+
+    def atomically(
+        self, work: Callable[[Tx], T], name: str = "transaction", *, single: bool = False
+    ) -> T:
+        """`work(tx)` in one transaction on a pooled connection, committed on success; run
+        again from the start when the database reports a serialization failure or a
+        deadlock (SQLSTATE 40001, 40P01: under SERIALIZABLE isolation, or on CockroachDB,
+        a transaction that collided with another must be retried by its client). `single`:
+        the work is one statement, which autocommit makes its own transaction."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                with self.connection() as conn:
+                    if single:
+                        return work(Tx(self, conn, raw=True))
+                    with conn.transaction():
+                        return work(Tx(self, conn, raw=True))
+            except (psycopg.Error, PoolTimeout) as exc:
+                if is_conflict(exc) and attempt < CONFLICT_ATTEMPTS:
+                    self.counters.conflicts += 1
+                    time.sleep(conflict_backoff(attempt))
+                    continue
+                raise self.error(name, exc) from exc
 
     def write_steps(
         self,
@@ -410,14 +435,23 @@ class SystemDB:
         written (rows of runs that lost ownership are refused by the fence). With `finish`
         (finish_workflow's parameters; the rows are that run's), the run's outcome is
         written in the same transaction, and nothing at all if the run lost ownership."""
-        try:
-            with self._translate("record_steps"):
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
                 if conn is not None:
                     return self._write_steps(conn, rows, finish)
                 with self.connection() as pooled:
                     return self._write_steps(pooled, rows, finish)
-        except _Refused:
-            return []
+            except _Refused:
+                return []
+            except (psycopg.Error, PoolTimeout) as exc:
+                # One statement, or one transaction that rolled back whole: run it again.
+                if is_conflict(exc) and attempt < CONFLICT_ATTEMPTS:
+                    self.counters.conflicts += 1
+                    time.sleep(conflict_backoff(attempt))
+                    continue
+                raise self.error("record_steps", exc) from exc
 
     def _write_steps(
         self,
@@ -482,17 +516,29 @@ class SystemDB:
     ) -> Any:
         """run_on, awaited."""
         query = self._queries[name]
-        try:
-            if fetch == "count":
-                cur = await conn.execute(query, params)
-                self.counters.statements += 1
-                return cur.rowcount
-            async with conn.cursor(row_factory=dict_row) as dcur:
-                await dcur.execute(query, params)
-                self.counters.statements += 1
-                return await (dcur.fetchone() if fetch == "one" else dcur.fetchall())
-        except psycopg.Error as exc:
-            raise self.error(name, exc) from exc
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if fetch == "count":
+                    cur = await conn.execute(query, params)
+                    self.counters.statements += 1
+                    return cur.rowcount
+                async with conn.cursor(row_factory=dict_row) as dcur:
+                    await dcur.execute(query, params)
+                    self.counters.statements += 1
+                    return await (dcur.fetchone() if fetch == "one" else dcur.fetchall())
+            except psycopg.Error as exc:
+                if (
+                    is_conflict(exc)
+                    and attempt < CONFLICT_ATTEMPTS
+                    and conn.autocommit
+                    and conn.info.transaction_status == TransactionStatus.IDLE
+                ):
+                    self.counters.conflicts += 1
+                    await asyncio.sleep(conflict_backoff(attempt))
+                    continue
+                raise self.error(name, exc) from exc
 
     async def write_steps_async(
         self,
@@ -500,32 +546,47 @@ class SystemDB:
         rows: Sequence[dict[str, Any]],
         finish: dict[str, Any] | None = None,
     ) -> list[str]:
-        """write_steps, awaited."""
-        try:
-            if not _large(rows):
-                name, params = _batch_statement(rows, finish)
-                cur = await conn.execute(self._queries[name], params)
+        """write_steps, awaited (a conflict is retried as in write_steps)."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._write_steps_async(conn, rows, finish)
+            except _Refused:
+                return []
+            except psycopg.Error as exc:
+                if is_conflict(exc) and attempt < CONFLICT_ATTEMPTS:
+                    self.counters.conflicts += 1
+                    await asyncio.sleep(conflict_backoff(attempt))
+                    continue
+                raise self.error("record_steps", exc) from exc
+
+    async def _write_steps_async(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        rows: Sequence[dict[str, Any]],
+        finish: dict[str, Any] | None,
+    ) -> list[str]:
+        if not _large(rows):
+            name, params = _batch_statement(rows, finish)
+            cur = await conn.execute(self._queries[name], params)
+            self.counters.statements += 1
+            return [str(r[0]) for r in await cur.fetchall()]
+        async with conn.transaction():
+            acur = conn.cursor()
+            await acur.executemany(self._queries["record_step"], rows, returning=True)
+            self.counters.statements += len(rows)
+            written: list[str] = []
+            while True:
+                written += [str(r[0]) for r in await acur.fetchall()]
+                if not acur.nextset():
+                    break
+            if finish is not None and len(written) == len(rows):
                 self.counters.statements += 1
-                return [str(r[0]) for r in await cur.fetchall()]
-            async with conn.transaction():
-                acur = conn.cursor()
-                await acur.executemany(self._queries["record_step"], rows, returning=True)
-                self.counters.statements += len(rows)
-                written: list[str] = []
-                while True:
-                    written += [str(r[0]) for r in await acur.fetchall()]
-                    if not acur.nextset():
-                        break
-                if finish is not None and len(written) == len(rows):
-                    self.counters.statements += 1
-                    done = await conn.execute(self._queries["finish_workflow"], finish)
-                    if done.rowcount != 1:
-                        raise _Refused()
-                return written
-        except _Refused:
-            return []
-        except psycopg.Error as exc:
-            raise self.error("record_steps", exc) from exc
+                done = await conn.execute(self._queries["finish_workflow"], finish)
+                if done.rowcount != 1:
+                    raise _Refused()
+            return written
 
     async def app_run_async(
         self,
@@ -614,6 +675,15 @@ _OUTAGE_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "58030"})
 # "cannot execute ... in a read-only transaction": the server this connection reached was
 # a primary and is now a standby (a switchover demoted it); another server takes writes.
 _READ_ONLY = "25006"
+
+
+_CONFLICT_STATES = frozenset({"40001", "40P01"})
+
+
+def is_conflict(exc: BaseException | None) -> bool:
+    """A serialization failure or a deadlock: the transaction rolled back whole, and the
+    database asks its client to run it again."""
+    return isinstance(exc, psycopg.Error) and exc.sqlstate in _CONFLICT_STATES
 
 
 def is_outage(exc: BaseException) -> bool:
@@ -761,21 +831,23 @@ def is_unique_violation(exc: BaseException | None, constraint: str) -> bool:
 
 
 class Tx:
-    """Named statements inside one transaction of a SystemDB (see in_transaction)."""
+    """Named statements inside one transaction of a SystemDB (see atomically)."""
 
-    def __init__(self, db: SystemDB, conn: psycopg.Connection[Any]) -> None:
+    def __init__(self, db: SystemDB, conn: psycopg.Connection[Any], raw: bool = False) -> None:
         self._db = db
         self._conn = conn
+        # Inside `atomically`, errors reach it untranslated (it retries conflicts).
+        self._run = db.raw_run if raw else db.run_on
 
     def execute(self, name: str, params: dict[str, Any]) -> int:
-        return int(self._db.run_on(self._conn, name, params, "count"))
+        return int(self._run(self._conn, name, params, "count"))
 
     def fetch_one(self, name: str, params: dict[str, Any]) -> Row | None:
-        row: Row | None = self._db.run_on(self._conn, name, params, "one")
+        row: Row | None = self._run(self._conn, name, params, "one")
         return row
 
     def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
-        rows: list[Row] = self._db.run_on(self._conn, name, params, "all")
+        rows: list[Row] = self._run(self._conn, name, params, "all")
         return rows
 
 
@@ -793,4 +865,8 @@ def app_error_fault(exc: BaseException) -> str | None:
         exc.connection_invalidated or (exc.orig is not None and is_outage(exc.orig))
     ):
         return "lost"
+    if isinstance(exc, sqlalchemy.exc.DBAPIError) and is_conflict(exc.orig):
+        return "conflict"
+    if is_conflict(exc):
+        return "conflict"
     return None

@@ -111,11 +111,28 @@ def _with_dbname(url: str, dbname: str) -> str:
 
 
 class TemplateDatabases:
-    """One migrated template database; `create()` clones a fresh database from it."""
+    """One migrated template database; `create()` clones a fresh database from it.
 
-    def __init__(self, admin_url: str, schema: str = "durable", prefix: str = "durable_test"):
+    `isolation` (default: DURABLE_TEST_ISOLATION) sets each new database's
+    `default_transaction_isolation`: "serializable" runs a suite the way CockroachDB runs
+    every transaction, so that serialization failures (SQLSTATE 40001) really happen and
+    their retries are exercised."""
+
+    def __init__(
+        self,
+        admin_url: str,
+        schema: str = "durable",
+        prefix: str = "durable_test",
+        isolation: str | None = None,
+    ):
         self.admin_url = admin_url
         self.schema = schema
+        self.isolation = isolation or os.environ.get("DURABLE_TEST_ISOLATION") or None
+        if self.isolation not in (None, "serializable", "repeatable read", "read committed"):
+            raise ConfigurationError(
+                f"isolation={self.isolation!r}: use 'serializable', 'repeatable read' or "
+                "'read committed'"
+            )
         self.prefix = f"{prefix}_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         self.template = f"{self.prefix}_tpl"
         self._created: list[str] = []
@@ -146,6 +163,12 @@ class TemplateDatabases:
                 )
             else:
                 conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+            if self.isolation is not None:
+                conn.execute(
+                    sql.SQL("ALTER DATABASE {} SET default_transaction_isolation = {}").format(
+                        sql.Identifier(name), sql.Literal(self.isolation)
+                    )
+                )
         self._created.append(name)
         return _with_dbname(self.admin_url, name)
 

@@ -112,6 +112,8 @@ def world(url: str, workflow_id: str | None = None) -> list[tuple[str, str, int]
 
 
 def scalar(url: str, query: str, *params: object) -> object:
-    with psycopg.connect(url) as conn:
-        row = conn.execute(query, list(params)).fetchone()
+    # The test's own reads, at READ COMMITTED whatever the database's default is (under
+    # DURABLE_TEST_ISOLATION=serializable even a read can be refused with 40001).
+    with psycopg.connect(url, options="-c default_transaction_isolation=read\\ committed") as c:
+        row = c.execute(query, list(params)).fetchone()
     return None if row is None else row[0]
