@@ -47,7 +47,7 @@ from durable._queues import Queue
 from durable._registry import WorkflowDef
 from durable._retention import PruneProgress, PruneReport, RetentionPolicy, prune
 from durable._schedules import Schedule
-from durable._systemdb import SystemDB, is_unique_violation
+from durable._systemdb import SystemDB, Tx, is_unique_violation
 from durable.errors import (
     ApprovalConflictError,
     AsyncInSyncError,
@@ -556,17 +556,10 @@ class Client:
             dedup_key=dedup_key,
             delay_seconds=float(delay or 0.0),
         )
-        try:
+        if dedup_key is None:
             row = self.db.fetch_one("enqueue_workflow", params)
-        except Exception as exc:
-            if not is_unique_violation(exc, "workflows_dedup_idx"):
-                raise
-            holder = self.db.fetch_one(
-                "find_dedup", {"queue_name": queue.name, "dedup_key": dedup_key}
-            )
-            raise QueueDedupError(
-                queue.name, str(dedup_key), None if holder is None else holder["workflow_id"]
-            ) from None
+        else:
+            row = self.db.atomically(lambda tx: _enqueue_deduplicated(tx, params), "enqueue")
         if row is None:
             self.existing(defn, workflow_id)
         else:
@@ -1296,3 +1289,19 @@ def _budget_for(defn: WorkflowDef, workflow_id: str, parent: tuple[str, int] | N
         if run is not None and run.workflow_id == parent[0] and run.budget_id is not None:
             return run.budget_id
     return workflow_id if defn.budget is not None else None
+
+
+def _enqueue_deduplicated(tx: Tx, params: dict[str, Any]) -> dict[str, Any] | None:
+    """Enqueue holding a dedup key: take the key (or find its holder, locked), and refuse
+    while the holder is queued or unfinished; a finished holder's key passes to this
+    workflow. One transaction, run again from the start after a conflict."""
+    key = {k: params[k] for k in ("queue_name", "dedup_key", "workflow_id")}
+    taken = tx.fetch_one("take_dedup", key)
+    assert taken is not None
+    holder = str(taken["workflow_id"])
+    if holder != params["workflow_id"]:
+        active = tx.fetch_one("dedup_holder_active", {"holder": holder})
+        if active is not None and active["active"]:
+            raise QueueDedupError(params["queue_name"], str(params["dedup_key"]), holder)
+        tx.execute("pass_dedup", key)
+    return tx.fetch_one("enqueue_workflow", params)

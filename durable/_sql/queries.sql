@@ -714,8 +714,8 @@ WHERE schedule_name = %(schedule_name)s
 RETURNING schedule_name
 
 -- enqueue_workflow --
--- Put a workflow on a queue; nothing is returned if the id exists (a dedup key that is
--- already queued or unfinished raises a unique violation of workflows_dedup_idx).
+-- Put a workflow on a queue; nothing is returned if the id exists (a dedup key is taken
+-- first, in the same transaction: take_dedup).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, timeout_seconds, budget_id, queue_name, priority,
     dedup_key, available_at, trace_context)
@@ -729,11 +729,27 @@ VALUES (%(workflow_id)s, %(name)s, %(version)s, 'ENQUEUED', %(inputs)s, %(serial
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 
--- find_dedup --
--- The queued or unfinished workflow holding a dedup key.
-SELECT workflow_id FROM {schema}.workflows
+-- take_dedup --
+-- Take a queue's dedup key for a workflow, inside the enqueue's transaction. A key already
+-- held is not taken here: its row is locked (a no-op update) and its holder returned, so
+-- two enqueues with one key are decided one after the other.
+INSERT INTO {schema}.queue_dedup AS d (queue_name, dedup_key, workflow_id)
+VALUES (%(queue_name)s, %(dedup_key)s, %(workflow_id)s)
+ON CONFLICT (queue_name, dedup_key) DO UPDATE SET workflow_id = d.workflow_id
+RETURNING workflow_id
+
+-- dedup_holder_active --
+-- Whether the workflow holding a dedup key is still queued or unfinished (a statement of
+-- its own after take_dedup's lock, so that it sees the holder's latest committed row).
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.workflows WHERE workflow_id = %(holder)s
+      AND status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
+) AS active
+
+-- pass_dedup --
+-- Hand a released dedup key (its holder finished) to the workflow now enqueued with it.
+UPDATE {schema}.queue_dedup SET workflow_id = %(workflow_id)s
 WHERE queue_name = %(queue_name)s AND dedup_key = %(dedup_key)s
-  AND status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
 
 -- lock_queue --
 -- Serialize dequeuing of one queue (inside the dequeue's transaction); false: another

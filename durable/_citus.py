@@ -1,0 +1,80 @@
+"""Distributing durable's tables over a Citus cluster: which table is sharded by what.
+
+A durable workflow's rows (its journal, effects, messages, waits, budget) are read and
+written together, by one run, keyed by the workflow's id. Sharding every per-workflow
+table by `workflow_id`, colocated, keeps each run's statements on one shard: a step's
+journal write, fenced by the workflow's row, is a single-shard statement. The few tables
+that are not a workflow's (workers, schedules) are small and read by every worker, so
+they are copied to every node (reference tables).
+
+The schema test (tests/migration/test_schema_distribution.py) holds the schema to this
+map: a table missing from it, a key of a per-workflow table not led by its distribution
+column, a foreign key between different workflows' rows, a sequence or a trigger fails
+it. `durable migrate --citus --dry-run` prints the statements below; docs/scaling.md
+explains them.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+# Per-workflow tables and the column each is sharded by. A budget belongs to the root of
+# a workflow tree: its id is that workflow's id.
+BY_WORKFLOW: dict[str, str] = {
+    "workflows": "workflow_id",
+    "steps": "workflow_id",
+    "effects": "workflow_id",
+    "approvals": "workflow_id",
+    "messages": "workflow_id",
+    "events": "workflow_id",
+    "charges": "workflow_id",
+    "tool_calls": "workflow_id",
+    "streams": "workflow_id",
+    "budgets": "budget_id",
+}
+
+# Tables sharded by a key of their own (not colocated with workflows): a queue's dedup
+# keys, by queue. An enqueue with a key writes this shard and the new workflow's shard in
+# one (two-phase) transaction.
+BY_OWN_KEY: dict[str, str] = {
+    "queue_dedup": "queue_name",
+}
+
+# Small tables every worker reads: one copy on every node.
+REFERENCE: tuple[str, ...] = ("executors", "schedules")
+
+# Kept on the coordinator only: read when connecting, written by migrations.
+LOCAL: tuple[str, ...] = ("schema_migrations",)
+
+ANCHOR = "workflows"  # the table the others are colocated with
+
+
+def statements(schema: str = "durable") -> list[str]:
+    """The statements that distribute a migrated schema, in the order they must run."""
+
+    def table(name: str) -> str:
+        return sql.Identifier(schema, name).as_string(None)
+
+    def literal(text: str) -> str:
+        return sql.Literal(text).as_string(None)
+
+    out = ["CREATE EXTENSION IF NOT EXISTS citus"]
+    for name in REFERENCE:
+        out.append(f"SELECT create_reference_table({literal(table(name))})")
+    anchor = table(ANCHOR)
+    out.append(
+        f"SELECT create_distributed_table({literal(anchor)}, {literal(BY_WORKFLOW[ANCHOR])})"
+    )
+    for name, column in BY_WORKFLOW.items():
+        if name == ANCHOR:
+            continue
+        out.append(
+            f"SELECT create_distributed_table({literal(table(name))}, {literal(column)}, "
+            f"colocate_with => {literal(anchor)})"
+        )
+    for name, column in BY_OWN_KEY.items():
+        out.append(
+            f"SELECT create_distributed_table({literal(table(name))}, {literal(column)}, "
+            "colocate_with => 'none')"
+        )
+    return out
