@@ -49,8 +49,10 @@ LOCAL: tuple[str, ...] = ("schema_migrations",)
 ANCHOR = "workflows"  # the table the others are colocated with
 
 
-def statements(schema: str = "durable") -> list[str]:
-    """The statements that distribute a migrated schema, in the order they must run."""
+def plan(schema: str = "durable") -> list[tuple[str | None, str]]:
+    """(table it distributes or None, statement), in the order they must run: reference
+    tables first (a distributed table may refer to them), then the anchor, then the tables
+    colocated with it."""
 
     def table(name: str) -> str:
         return sql.Identifier(schema, name).as_string(None)
@@ -58,23 +60,37 @@ def statements(schema: str = "durable") -> list[str]:
     def literal(text: str) -> str:
         return sql.Literal(text).as_string(None)
 
-    out = ["CREATE EXTENSION IF NOT EXISTS citus"]
+    out: list[tuple[str | None, str]] = [(None, "CREATE EXTENSION IF NOT EXISTS citus")]
     for name in REFERENCE:
-        out.append(f"SELECT create_reference_table({literal(table(name))})")
+        out.append((table(name), f"SELECT create_reference_table({literal(table(name))})"))
     anchor = table(ANCHOR)
     out.append(
-        f"SELECT create_distributed_table({literal(anchor)}, {literal(BY_WORKFLOW[ANCHOR])})"
+        (
+            anchor,
+            f"SELECT create_distributed_table({literal(anchor)}, {literal(BY_WORKFLOW[ANCHOR])})",
+        )
     )
     for name, column in BY_WORKFLOW.items():
         if name == ANCHOR:
             continue
         out.append(
-            f"SELECT create_distributed_table({literal(table(name))}, {literal(column)}, "
-            f"colocate_with => {literal(anchor)})"
+            (
+                table(name),
+                f"SELECT create_distributed_table({literal(table(name))}, {literal(column)}, "
+                f"colocate_with => {literal(anchor)})",
+            )
         )
     for name, column in BY_OWN_KEY.items():
         out.append(
-            f"SELECT create_distributed_table({literal(table(name))}, {literal(column)}, "
-            "colocate_with => 'none')"
+            (
+                table(name),
+                f"SELECT create_distributed_table({literal(table(name))}, {literal(column)}, "
+                "colocate_with => 'none')",
+            )
         )
     return out
+
+
+def statements(schema: str = "durable") -> list[str]:
+    """The statements that distribute a migrated schema (what `--dry-run` prints)."""
+    return [statement for _, statement in plan(schema)]

@@ -1059,6 +1059,13 @@ class Client:
         """Every queue with entries: how many wait for a slot, hold one, have finished."""
         return self.db.fetch_all("queue_depths", {})
 
+    def distribute_citus(self) -> int:
+        """Distribute durable's tables over the Citus cluster this client is connected to
+        (its coordinator): per-workflow tables by workflow id, colocated; small shared
+        tables as reference tables. See docs/scaling.md. Returns how many were distributed;
+        raises ConfigurationError where there is no citus extension."""
+        return self.db.distribute_citus()
+
     def prune_executors(self, stale_seconds: float = 600.0) -> int:
         """Forget executors silent for `stale_seconds` that own nothing; returns how many."""
         return self.db.execute("prune_executors", {"stale_seconds": stale_seconds})

@@ -29,7 +29,7 @@ from psycopg.pq import TransactionStatus
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
-from durable import _migrate
+from durable import _citus, _migrate
 from durable._protocol import CONFLICT_ATTEMPTS, conflict_backoff
 from durable.errors import ConfigurationError, DatabaseUnavailableError, StatementError
 
@@ -251,6 +251,32 @@ class SystemDB:
     def migrate(self, progress: _migrate.MigrationProgress | None = None) -> list[int]:
         with self._pool.connection() as conn:
             return _migrate.migrate(cast("psycopg.Connection[object]", conn), self.schema, progress)
+
+    def distribute_citus(self) -> int:
+        """Distribute the migrated tables over Citus (durable/_citus.py's plan); tables
+        already distributed are left as they are. Returns how many it distributed."""
+        with self._translate("distribute_citus"), self.connection() as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_available_extensions WHERE name = 'citus'"
+            ).fetchone()
+            if not row or not row[0]:
+                raise ConfigurationError(
+                    f"the server at {redact(self.url)} has no citus extension: run "
+                    "`durable migrate --citus` against a Citus coordinator (or see the "
+                    "statements with `durable migrate --citus --dry-run`)"
+                )
+            done = 0
+            for table, statement in _citus.plan(self.schema):
+                if table is not None:
+                    found = conn.execute(
+                        "SELECT count(*) FROM pg_dist_partition WHERE logicalrelid = %s::regclass",
+                        [table],
+                    ).fetchone()
+                    if found and found[0]:
+                        continue
+                    done += 1
+                conn.execute(statement.encode())
+            return done
 
     def check_schema(self) -> None:
         with self._pool.connection() as conn:

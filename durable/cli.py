@@ -21,6 +21,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from durable import _citus
 from durable._client import Client
 from durable._models import WorkflowInfo, WorkflowStatus
 from durable._protocol import decode_error
@@ -175,10 +176,28 @@ class _Progress:
 @url_option
 @schema_option
 @progress_option
+@click.option(
+    "--citus",
+    is_flag=True,
+    help="Then distribute the tables over a Citus cluster (see docs/scaling.md).",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="With --citus: print the statements it would run, connect to nothing.",
+)
 @_handle_errors
-def migrate(database_url: str | None, schema: str, progress: bool | None) -> None:
+def migrate(
+    database_url: str | None, schema: str, progress: bool | None, citus: bool, dry_run: bool
+) -> None:
     """Create or upgrade durable's tables (safe to run concurrently: a second run waits for
     the first, then finds nothing to do)."""
+    if dry_run and not citus:
+        raise click.UsageError("--dry-run goes with --citus")
+    if dry_run:
+        for statement in _citus.statements(schema):
+            click.echo(f"{statement};")
+        return
     client = Client(_resolve_url(database_url), schema=schema, migrate=True, connect_timeout=10)
     with _Progress(progress) as shown:
         if shown.active:
@@ -193,7 +212,10 @@ def migrate(database_url: str | None, schema: str, progress: bool | None) -> Non
             client._migration_progress = report
         with client:
             applied = client.applied_migrations
+            distributed = client.distribute_citus() if citus else None
     click.echo(f"applied migrations: {applied}" if applied else "schema is up to date")
+    if distributed is not None:
+        click.echo(f"distributed {distributed} tables over Citus")
 
 
 @main.group()

@@ -43,3 +43,24 @@ def test_workflows_list_and_show(database_url: str) -> None:
     missing = cli("workflows", "show", "nope", "--database-url", database_url)
     assert missing.returncode == 1
     assert "workflows list" in missing.stderr
+
+
+def test_migrate_citus_dry_run_prints_the_distribution_and_connects_to_nothing() -> None:
+    from durable import _citus
+
+    shown = cli("migrate", "--citus", "--dry-run", "--schema", "jobs")
+    assert shown.returncode == 0, shown.stderr
+    assert shown.stdout.splitlines() == [f"{s};" for s in _citus.statements("jobs")]
+    assert "create_distributed_table('\"jobs\".\"steps\"', 'workflow_id'" in shown.stdout
+    assert cli("migrate", "--dry-run").returncode != 0  # --dry-run goes with --citus
+
+
+def test_migrate_citus_without_citus_says_so_and_leaves_the_schema_usable(
+    bare_database_url: str,
+) -> None:
+    done = cli("migrate", "--citus", "--database-url", bare_database_url)
+    assert done.returncode != 0
+    assert "no citus extension" in done.stderr and "--dry-run" in done.stderr
+    # The migrations ran first; nothing was half-distributed.
+    again = cli("migrate", "--database-url", bare_database_url)
+    assert again.returncode == 0 and "up to date" in again.stdout
