@@ -518,8 +518,7 @@ class Runner:
             for d in engine.registry.workflows()
             if asynchronous is None or d.is_async == asynchronous
         ]
-        return self.db.fetch_all(
-            "claim_batch",
+        return self.db.claim_batch(
             {
                 "workflow_ids": workflow_ids,
                 "owner": engine.executor_id,

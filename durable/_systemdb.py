@@ -188,6 +188,7 @@ class SystemDB:
         self.schema = schema
         self.counters = Counters()
         self.outage = Outage(url)
+        self.cas_claims = False
         self._lock = threading.Lock()
         self._pool = ConnectionPool(
             url,
@@ -244,6 +245,33 @@ class SystemDB:
             for name, text in self._raw.items():
                 composed = sql.SQL(text).format(schema=ident)
                 self._queries[name] = composed.as_bytes(conn)
+            self.cas_claims = self._wants_cas_claims(conn)
+
+    def _wants_cas_claims(self, conn: psycopg.Connection[Any]) -> bool:
+        """Claim without row locks (claim_batch_cas, dequeue_cas) on a Citus-distributed
+        schema, or when DURABLE_CLAIMS=cas asks for it."""
+        wanted = os.environ.get("DURABLE_CLAIMS", "")
+        if wanted not in ("", "cas", "skip-locked"):
+            raise ConfigurationError(
+                f"DURABLE_CLAIMS={wanted!r}: use 'cas' (compare-and-set claims) or "
+                "'skip-locked' (the default on one server)"
+            )
+        if wanted:
+            return wanted == "cas"
+        row = conn.execute(
+            "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
+        ).fetchone()
+        if not row or not row[0]:
+            return False
+        found = conn.execute(
+            "SELECT count(*) FROM pg_catalog.pg_dist_partition WHERE logicalrelid = %s::regclass",
+            [sql.Identifier(self.schema, "workflows").as_string(conn)],
+        ).fetchone()
+        return bool(found and found[0])
+
+    def claim_batch(self, params: dict[str, Any]) -> list[Row]:
+        """Claim runnable workflows (FOR UPDATE SKIP LOCKED, or compare-and-set)."""
+        return self.fetch_all("claim_batch_cas" if self.cas_claims else "claim_batch", params)
 
     def close(self) -> None:
         self._pool.close()
@@ -407,7 +435,7 @@ class SystemDB:
             locked = tx.fetch_one("lock_queue", params)
             if locked is None or not locked["locked"]:
                 return []
-            return tx.fetch_all("dequeue", params)
+            return tx.fetch_all("dequeue_cas" if self.cas_claims else "dequeue", params)
 
         return self.atomically(take, "dequeue")
 

@@ -340,6 +340,41 @@ WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context
 
+-- claim_batch_cas --
+-- claim_batch for distributed PostgreSQL, which cannot lock rows of many shards in one
+-- statement (FOR UPDATE SKIP LOCKED): read the candidates, then claim each only if it is
+-- still claimable, a compare-and-set in the UPDATE's WHERE. A row another worker claimed
+-- in between is re-checked after its lock and skipped.
+WITH c AS (
+    SELECT workflow_id FROM {schema}.workflows
+    WHERE (status = 'PENDING'
+           OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
+      AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
+      AND (name, coalesce(version, '')) IN (
+          SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+    ORDER BY created_at
+    LIMIT %(limit)s
+)
+UPDATE {schema}.workflows AS w
+SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+                  THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
+    owner = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+                 THEN NULL ELSE %(owner)s END,
+    lease_expires_at = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+                 THEN NULL
+                 ELSE {schema}.current_time() + make_interval(secs => %(lease_seconds)s) END,
+    recovery_attempts = w.recovery_attempts + (CASE WHEN w.status = 'RUNNING' THEN 1 ELSE 0 END),
+    epoch = w.epoch + 1,
+    deadline_at = coalesce(w.deadline_at,
+        {schema}.current_time() + make_interval(secs => w.timeout_seconds)),
+    updated_at = {schema}.current_time()
+FROM c
+WHERE w.workflow_id = c.workflow_id
+  AND (w.status = 'PENDING'
+       OR (w.status = 'RUNNING' AND w.lease_expires_at < {schema}.current_time()))
+RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context
+
 -- renew_leases --
 -- Extend the lease of every workflow this executor runs (the heartbeat): those it holds,
 -- not every row it owns (a claim it never heard back about must expire).
@@ -793,6 +828,46 @@ SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
     deadline_at = {schema}.current_time() + make_interval(secs => w.timeout_seconds)
 FROM picked
 WHERE w.workflow_id = picked.workflow_id
+RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context
+
+-- dequeue_cas --
+-- dequeue for distributed PostgreSQL: the entries are read without a row lock and taken
+-- only if still ENQUEUED (compare-and-set); the queue's advisory lock still orders the
+-- dequeuers of one queue, so its limits hold.
+WITH allowed AS (
+    SELECT greatest(0, least(
+        %(limit)s,
+        coalesce(%(concurrency)s - (
+            SELECT count(*) FROM {schema}.workflows
+            WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
+              AND status IN ('PENDING', 'RUNNING', 'SUSPENDED')), %(limit)s),
+        coalesce(%(worker_concurrency)s - (
+            SELECT count(*) FROM {schema}.workflows
+            WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
+              AND status = 'RUNNING' AND owner = %(owner)s), %(limit)s),
+        coalesce(%(rate_count)s - (
+            SELECT count(*) FROM {schema}.workflows
+            WHERE queue_name = %(queue_name)s AND dequeued_at > {schema}.current_time()
+                  - make_interval(secs => %(rate_period)s::float8)), %(limit)s)
+    )) AS n
+), picked AS (
+    SELECT workflow_id FROM {schema}.workflows
+    WHERE status = 'ENQUEUED' AND queue_name = %(queue_name)s
+      AND (available_at IS NULL OR available_at <= {schema}.current_time())
+      AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
+      AND (name, coalesce(version, '')) IN (
+          SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+    ORDER BY CASE WHEN %(by_priority)s THEN priority ELSE 0 END, created_at, workflow_id
+    LIMIT (SELECT n FROM allowed)
+)
+UPDATE {schema}.workflows AS w
+SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
+    lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s),
+    dequeued_at = {schema}.current_time(), updated_at = {schema}.current_time(),
+    deadline_at = {schema}.current_time() + make_interval(secs => w.timeout_seconds)
+FROM picked
+WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context
 

@@ -1,0 +1,57 @@
+"""Claims without row locks (compare-and-set), as on a Citus-distributed schema: two
+workers claiming the same backlog at once run each workflow exactly once, and a queue's
+entries are dequeued once each, within its limit."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import pytest
+
+import durable
+
+
+def test_two_workers_claiming_by_compare_and_set_run_everything_once(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DURABLE_CLAIMS", "cas")
+    reg = durable.Registry()
+    queue = durable.Queue("cas-q", concurrency=3, registry=reg)
+    runs: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    @durable.step(registry=reg, name="touch")
+    def touch(key: str) -> str:
+        with lock:
+            runs[key] += 1
+        return key
+
+    @durable.workflow(registry=reg, name="one")
+    def one(key: str) -> str:
+        return touch(key)
+
+    with durable.Client(database_url) as client:
+        for i in range(120):
+            client.submit(one, f"w{i}", workflow_id=f"w{i}")
+        for i in range(30):
+            client.enqueue(queue, one, f"q{i}", workflow_id=f"q{i}")
+    workers = [
+        durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.02, max_workers=4)
+        for _ in range(2)
+    ]
+    with workers[0] as a, workers[1] as b:
+        assert a.db.cas_claims and b.db.cas_claims
+        for i in range(120):
+            assert a.retrieve(f"w{i}").result(timeout=60) == f"w{i}"
+        for i in range(30):
+            assert a.retrieve(f"q{i}").result(timeout=60) == f"q{i}"
+    assert runs == Counter({f"w{i}": 1 for i in range(120)} | {f"q{i}": 1 for i in range(30)})
+
+
+def test_an_unknown_claim_mode_is_refused(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DURABLE_CLAIMS", "optimistic")
+    with pytest.raises(durable.errors.ConfigurationError, match="DURABLE_CLAIMS"):
+        durable.Client(database_url).connect()
