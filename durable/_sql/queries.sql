@@ -525,8 +525,11 @@ FROM {schema}.approvals WHERE workflow_id = %(workflow_id)s AND name = %(name)s
 
 -- suspend_for_approval --
 -- Park the workflow without a process until the gate is decided (unless it already is).
+-- A cancel that arrived after the run last looked makes it runnable instead, so that a
+-- worker stops it (a parked workflow would wait for a decision nobody will make).
 UPDATE {schema}.workflows
-SET status = 'SUSPENDED', owner = NULL, lease_expires_at = NULL,
+SET status = CASE WHEN cancel_reason IS NULL THEN 'SUSPENDED' ELSE 'PENDING' END,
+    owner = NULL, lease_expires_at = NULL,
     updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
@@ -600,8 +603,11 @@ RETURNING workflow_id
 
 -- suspend_until --
 -- Park the workflow until wake_at (NULL: until woken), unless a message it waits for is here.
+-- A cancel that arrived after the run last looked makes it runnable instead (see
+-- suspend_for_approval).
 UPDATE {schema}.workflows
-SET status = 'SUSPENDED', owner = NULL, lease_expires_at = NULL, wake_at = %(wake_at)s,
+SET status = CASE WHEN cancel_reason IS NULL THEN 'SUSPENDED' ELSE 'PENDING' END,
+    owner = NULL, lease_expires_at = NULL, wake_at = %(wake_at)s,
     updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')

@@ -115,3 +115,43 @@ def test_a_decision_made_while_the_row_is_locked_still_wakes_the_gate(database_u
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(q["wake_if_decided"], {"workflow_id": "g1", "name": "ship"})
     assert _status(database_url, "g1") == "PENDING"
+
+
+gate_entered = threading.Event()
+gate_open = threading.Event()
+
+
+@durable.step(registry=reg, name="races.gate")
+def gate() -> None:
+    gate_entered.set()
+    gate_open.wait(20)
+
+
+@durable.workflow(registry=reg, name="races.waits_after_a_step")
+def waits_after_a_step() -> str:
+    gate()
+    return str(durable.recv("go", timeout=600))
+
+
+def test_a_cancel_that_lands_while_the_run_suspends_still_stops_it(database_url: str) -> None:
+    # The cancel is written while the run is between its last look at cancel requests and
+    # its suspension: the suspension must not park a cancelled workflow for good.
+    gate_entered.clear()
+    gate_open.clear()
+    with durable.Engine(database_url, registry=reg) as engine:
+        engine.cancel_poll_interval = 60.0  # the run does not hear of the cancel itself
+        handle = engine.start(waits_after_a_step, workflow_id="cancel-race")
+        assert gate_entered.wait(10)
+        with psycopg.connect(database_url) as conn:
+            # Hold the row while asking, as a cancel racing the run's journal write does.
+            conn.execute(
+                "UPDATE durable.workflows SET cancel_reason = 'the user left'"
+                " WHERE workflow_id = 'cancel-race'"
+            )
+            gate_open.set()
+            time.sleep(0.3)  # the run's record of the step waits for this commit
+        try:
+            handle.result(timeout=20)
+        except durable.errors.WorkflowCancelledError:
+            pass
+        assert engine.retrieve("cancel-race").status() == "CANCELLED"
