@@ -68,6 +68,7 @@ class AsyncHost:
 
     async def open(self, timeout: float) -> None:
         await self._pool.open(wait=True, timeout=timeout)
+        self.runner.db.watch_async_pool(self._pool, asyncio.get_running_loop())
 
     async def close(self, wait: bool, grace_seconds: float) -> None:
         """Let the runs of this loop finish (up to `grace_seconds`), then close its pools.
@@ -92,6 +93,7 @@ class AsyncHost:
         # When the loop itself is ending, the pool's worker tasks were cancelled with
         # everything else and its close() stops at them: close its idle connections here.
         idle = list(getattr(self._pool, "_pool", ()))
+        self.runner.db.unwatch_async_pool(self._pool)
         try:
             await self._pool.close()
         except asyncio.CancelledError:

@@ -196,7 +196,7 @@ class Worker:
                 if not failing:
                     logger.debug("LISTEN connection lost, reconnecting: %s", exc)
                     if _systemdb.is_outage(exc):
-                        engine.db.outage.lost(exc)
+                        engine.db.outage.lost(exc, "LISTEN", conn)
                     else:
                         logger.warning("LISTEN connection failed, reconnecting: %s", exc)
                 failing = True

@@ -17,6 +17,7 @@ import re
 import socket
 import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
@@ -93,21 +94,29 @@ class Outage:
         self.down_since: float | None = None
         self.server: str | None = None  # host:port of the last server that answered
         self.interrupted = 0
+        # Outages survived so far, and for each live connection how many there had been
+        # when it was made: one made before the last outage ended and failing only now
+        # (an idle run's connection to the old primary) is that outage, not a new one.
+        self.generation = 0
+        self._born: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
 
-    def lost(self, exc: BaseException) -> bool:
+    def lost(self, exc: BaseException, during: str = "", conn: object = None) -> bool:
         """Report an outage; True if this is its first report."""
         with self._lock:
             if self.down_since is not None:
                 return False
+            if conn is not None and self._born.get(conn, self.generation) < self.generation:
+                return False  # a connection from before the last outage (see __init__)
             self.down_since = time.monotonic()
             self.interrupted = 0
             _QUIET_POOLS.add(id(self))
         reason = _first_line(exc)
         logger.warning(
-            "lost the system database at %s (%s): runs in flight are interrupted, not "
+            "lost the system database at %s (%s%s): runs in flight are interrupted, not "
             "failed, and resume when it is back; reconnecting to %s",
             self.server or redact(self._url),
             reason,
+            f", in {during}" if during else "",
             _hosts(self._url),
         )
         return True
@@ -116,11 +125,14 @@ class Outage:
         with self._lock:
             self.interrupted += 1
 
-    def seen(self, info: psycopg.ConnectionInfo) -> None:
-        """A connection works: remember its server; end an outage if there was one."""
-        server = f"{info.host}:{info.port}"
+    def seen(self, conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> None:
+        """A new connection works: remember its server; end an outage if there was one."""
+        server = f"{conn.info.host}:{conn.info.port}"
         with self._lock:
             since, before = self.down_since, self.server
+            if since is not None:
+                self.generation += 1
+            self._born[conn] = self.generation
             self.down_since, self.server = None, server
             interrupted = self.interrupted
             _QUIET_POOLS.discard(id(self))
@@ -189,6 +201,7 @@ class SystemDB:
         self.counters = Counters()
         self.outage = Outage(url)
         self.cas_claims = False
+        self._async_pools: dict[AsyncConnectionPool, asyncio.AbstractEventLoop] = {}
         self._lock = threading.Lock()
         self._pool = ConnectionPool(
             url,
@@ -199,7 +212,7 @@ class SystemDB:
             name="durable-pool",
             # A new connection is the proof that a server answers again (a checkout is
             # not: an idle connection to a dead server looks fine until it is used).
-            configure=lambda conn: self.outage.seen(conn.info),
+            configure=self.outage.seen,
         )
         self._raw = load_queries()
         self._queries: dict[str, bytes] = {}
@@ -332,10 +345,11 @@ class SystemDB:
                 )
             try:
                 yield conn
-            except DatabaseUnavailableError:
+            except (DatabaseUnavailableError, psycopg.Error) as exc:
                 # A connection an outage came through is not put back for the next run
                 # (a server that turned read-only would refuse it every write).
-                conn.close()
+                if isinstance(exc, DatabaseUnavailableError) or is_outage(exc):
+                    conn.close()
                 raise
 
     @contextmanager
@@ -351,10 +365,11 @@ class SystemDB:
         except (psycopg.Error, PoolTimeout) as exc:
             raise self.error(name, exc) from exc
 
-    def error(self, name: str, exc: BaseException) -> Exception:
-        """translate(), and an outage reported once (see Outage)."""
+    def error(self, name: str, exc: BaseException, conn: object = None) -> Exception:
+        """translate(), and an outage reported once (see Outage); `conn`: the connection
+        the error came from, if known."""
         err = translate(name, exc)
-        if isinstance(err, DatabaseUnavailableError) and self.outage.lost(exc):
+        if isinstance(err, DatabaseUnavailableError) and self.outage.lost(exc, name, conn):
             # The pool's idle connections went down with the server: drop them now, so
             # that none is handed to a run after the database is back.
             check = threading.Thread(target=self._check_pool, name="durable-check", daemon=True)
@@ -362,10 +377,27 @@ class SystemDB:
         return err
 
     def _check_pool(self) -> None:
+        with self._lock:
+            async_pools = list(self._async_pools.items())
+        for pool, loop in async_pools:
+            # Each event loop's pool is checked on its own loop.
+            try:
+                asyncio.run_coroutine_threadsafe(pool.check(), loop)
+            except RuntimeError:
+                pass  # that loop is closing
         try:
             self._pool.check()
         except Exception:
             logger.debug("pool check failed", exc_info=True)
+
+    def watch_async_pool(self, pool: AsyncConnectionPool, loop: asyncio.AbstractEventLoop) -> None:
+        """An open pool of an event loop: checked too when an outage begins."""
+        with self._lock:
+            self._async_pools[pool] = loop
+
+    def unwatch_async_pool(self, pool: AsyncConnectionPool) -> None:
+        with self._lock:
+            self._async_pools.pop(pool, None)
 
     def run_on(
         self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any], fetch: str
@@ -389,7 +421,7 @@ class SystemDB:
                     self.counters.conflicts += 1
                     time.sleep(conflict_backoff(attempt))
                     continue
-                raise self.error(name, exc) from exc
+                raise self.error(name, exc, conn) from exc
 
     def raw_run(
         self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any], fetch: str
@@ -466,8 +498,10 @@ class SystemDB:
         attempt = 0
         while True:
             attempt += 1
+            used: psycopg.Connection[Any] | None = None
             try:
                 with self.connection() as conn:
+                    used = conn
                     if single:
                         return work(Tx(self, conn, raw=True))
                     with conn.transaction():
@@ -477,7 +511,7 @@ class SystemDB:
                     self.counters.conflicts += 1
                     time.sleep(conflict_backoff(attempt))
                     continue
-                raise self.error(name, exc) from exc
+                raise self.error(name, exc, used) from exc
 
     def write_steps(
         self,
@@ -505,7 +539,7 @@ class SystemDB:
                     self.counters.conflicts += 1
                     time.sleep(conflict_backoff(attempt))
                     continue
-                raise self.error("record_steps", exc) from exc
+                raise self.error("record_steps", exc, conn) from exc
 
     def _write_steps(
         self,
@@ -544,7 +578,7 @@ class SystemDB:
         )
 
     async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self.outage.seen(conn.info)
+        self.outage.seen(conn)
 
     @asynccontextmanager
     async def async_connection(
@@ -592,7 +626,7 @@ class SystemDB:
                     self.counters.conflicts += 1
                     await asyncio.sleep(conflict_backoff(attempt))
                     continue
-                raise self.error(name, exc) from exc
+                raise self.error(name, exc, conn) from exc
 
     async def write_steps_async(
         self,
@@ -613,7 +647,7 @@ class SystemDB:
                     self.counters.conflicts += 1
                     await asyncio.sleep(conflict_backoff(attempt))
                     continue
-                raise self.error("record_steps", exc) from exc
+                raise self.error("record_steps", exc, conn) from exc
 
     async def _write_steps_async(
         self,
@@ -664,7 +698,7 @@ class SystemDB:
             return None
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
         conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        self.outage.seen(conn.info)
+        self.outage.seen(conn)
         return conn
 
     async def listen_connection_async(self, channel: str) -> psycopg.AsyncConnection[Any] | None:

@@ -35,10 +35,14 @@ INSTALL = "apt-get install -y " + " ".join(PACKAGES)
 # How fast the monitor notices a dead primary (defaults: 5 s checks, 20 s to unhealthy).
 MONITOR_SETTINGS = {
     "pgautofailover.health_check_period": "1000",
-    "pgautofailover.health_check_timeout": "1000",
-    "pgautofailover.health_check_max_retries": "1",
+    "pgautofailover.health_check_timeout": "2000",
+    "pgautofailover.health_check_max_retries": "2",
     "pgautofailover.health_check_retry_delay": "500",
-    "pgautofailover.node_considered_unhealthy_timeout": "3000",
+    # A node whose keeper has not reported for this long is unhealthy. Too short and a
+    # busy machine makes the *standby* look unhealthy: the monitor then turns synchronous
+    # replication off (wait_primary) to keep the primary writable, and a kill in that
+    # window loses acknowledged commits, which is what the test is there to catch.
+    "pgautofailover.node_considered_unhealthy_timeout": "5000",
     # How long the monitor waits for a lost primary to demote itself before it promotes
     # the standby (default 30 s). The killed primary here cannot answer at all.
     "pgautofailover.primary_demote_timeout": "3000",
@@ -270,7 +274,14 @@ class HACluster:
         raise LookupError(f"no primary: {states}")
 
     def kill_primary(self) -> Node:
-        """SIGKILL the primary's postmaster and its supervisor (so nothing restarts it)."""
+        """SIGKILL the primary's postmaster and its supervisor (so nothing restarts it),
+        once commits are seen waiting for the standby."""
+        deadline = time.monotonic() + 60
+        self._wait(
+            lambda: sorted(self._states().values()) == ["primary", "secondary"] and self._sync_on(),
+            deadline,
+            "synchronous replication before the kill",
+        )
         node = self.primary()
         assert node.proc is not None
         pid_file = node.pgdata / "postmaster.pid"

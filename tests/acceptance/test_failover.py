@@ -1,11 +1,12 @@
 """A PostgreSQL failover under two running workers loses nothing.
 
 A pg_auto_failover pair (tests/ha.py): a primary and a synchronous standby on loopback.
-300 workflows of 10 journaled positions, one of them a payment to a vendor that does not
-deduplicate keys, run on two `durable worker` processes that know both nodes only through
-a multi-host URL. Midway the primary's postmaster and supervisor are SIGKILLed; the
-monitor promotes the standby. The world (every run of a step's code, every payment that
-moved) is kept on another server, which the failover does not touch.
+300 workflows of 10 journaled positions (sync, durability="async" and `async def`), one of
+them a payment to a vendor that does not deduplicate keys, run on two `durable worker`
+processes that know both nodes only through a multi-host URL. Midway the primary's
+postmaster and supervisor are SIGKILLed; the monitor promotes the standby. The world
+(every run of a step's code, every payment that moved) is kept on another server, which
+the failover does not touch.
 """
 
 from __future__ import annotations
@@ -86,9 +87,12 @@ def test_failover_under_two_workers_loses_nothing(
     world = database_url  # the ordinary test server: outlives the HA pair's primary
     failover_app.setup(world)
     env = dict(subprocess_env, DURABLE_VENDOR_URL=world, DURABLE_LOG_LEVEL="INFO")
+    # A third each: sync journal writes, the background writer (durability="async"), and
+    # `async def` workflows on the async pool.
+    kinds = [failover_app.ten, failover_app.ten_batched, failover_app.ten_async]
     with durable.Client(cluster.url, migrate=True) as client:
         for i in range(N_WORKFLOWS):
-            client.submit(failover_app.ten, f"F{i}", workflow_id=f"F{i}")
+            client.submit(kinds[i % 3], f"F{i}", workflow_id=f"F{i}")  # type: ignore[arg-type]
     logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
     workers = [
         start_worker(
@@ -148,8 +152,11 @@ def test_failover_under_two_workers_loses_nothing(
     # the earlier step would run again after a later one; per workflow the positions run
     # never go back. A step cut off before its commit may run twice, one after the other.
     for workflow_id, positions in runs:
-        assert list(positions) == sorted(positions), (workflow_id, positions)
         assert set(positions) == set(range(failover_app.STEPS)), (workflow_id, positions)
+        # durability="async" acknowledges a step before its row commits (its barrier is
+        # the effect and the end): a cut-off batch legitimately runs steps again.
+        if int(str(workflow_id)[1:]) % 3 != 1:
+            assert list(positions) == sorted(positions), (workflow_id, positions)
     rerun = sum(len(p) - failover_app.STEPS for _, p in runs)
     assert first_new is not None and first_new[0] is not None
     resumed_after = (first_new[0] - killed_at).total_seconds()

@@ -1,5 +1,11 @@
 """The failover test's workflows: ten journaled positions each, one of them a payment.
 
+Three variants, so that a failover meets every path to the database: `ten` (a sync
+workflow whose steps are journaled one commit each), `ten_batched` (durability="async":
+its steps go through the background writer, which must hold its batch across the
+outage) and `ten_async` (an `async def` workflow on the worker's event loop and its
+async connection pool).
+
 Every run of a step's code is recorded in `failover_world`, and every payment that moved
 in the vendor's tables, both on a server that is not the one durable runs on (the URL in
 DURABLE_VENDOR_URL), so that they show what happened across the failover.
@@ -7,6 +13,7 @@ DURABLE_VENDOR_URL), so that they show what happened across the failover.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import time
 from typing import Any
@@ -57,12 +64,41 @@ def charge(workflow_id: str, cents: int, *, idempotency_key: str) -> dict[str, A
     return vendor.refund(workflow_id, cents, idempotency_key, dedup=False)
 
 
-@durable.workflow(registry=registry, name="failover.ten")
-def ten(tag: str) -> int:
+def _ten(tag: str) -> int:
     total = 0
     for position in range(STEPS):
         if position == EFFECT_AT:
             total += int(charge(tag, 100)["cents"])
         else:
             total += work(tag, position)
+    return total
+
+
+ten = durable.workflow(registry=registry, name="failover.ten")(_ten)
+ten_batched = durable.workflow(registry=registry, name="failover.ten_batched", durability="async")(
+    _ten
+)
+
+
+@durable.step(registry=registry, name="failover.work_async")
+async def work_async(workflow_id: str, position: int) -> int:
+    await asyncio.to_thread(_record, workflow_id, position)
+    await asyncio.sleep(0.02)
+    return position
+
+
+@durable.effect(registry=registry, name="failover.charge_async", reconcile=lookup)
+async def charge_async(workflow_id: str, cents: int, *, idempotency_key: str) -> dict[str, Any]:
+    await asyncio.to_thread(_record, workflow_id, EFFECT_AT)
+    return await asyncio.to_thread(vendor.refund, workflow_id, cents, idempotency_key, dedup=False)
+
+
+@durable.workflow(registry=registry, name="failover.ten_async")
+async def ten_async(tag: str) -> int:
+    total = 0
+    for position in range(STEPS):
+        if position == EFFECT_AT:
+            total += int((await charge_async(tag, 100))["cents"])
+        else:
+            total += await work_async(tag, position)
     return total
