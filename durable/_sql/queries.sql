@@ -285,6 +285,21 @@ SET status = %(status)s, output = %(output)s, error = %(error)s, owner = NULL,
 WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
 
+-- finish_workflows --
+-- Many runs' outcomes in one statement and one commit (a group commit: runs that finish
+-- at the same moment, as during a recovery, share it). Each row is fenced by its own run's
+-- epoch; RETURNING tells which were written.
+UPDATE {schema}.workflows AS w
+SET status = f.status, output = f.output, error = f.error, owner = NULL,
+    lease_expires_at = NULL, finished_at = {schema}.current_time(),
+    updated_at = {schema}.current_time()
+FROM unnest(%(workflow_ids)b::text[], %(epochs)b::bigint[], %(statuses)b::text[],
+            %(outputs)b::text[], %(errors)b::text[])
+     AS f (workflow_id, epoch, status, output, error)
+WHERE w.workflow_id = f.workflow_id
+  AND (w.epoch, w.status) IS NOT DISTINCT FROM (f.epoch, 'RUNNING')
+RETURNING w.workflow_id
+
 -- finish_with_steps --
 -- An exit-mode run's last records and its outcome in one statement, one commit: the outcome
 -- is written only while this run's epoch owns the workflow (the UPDATE locks the row and
