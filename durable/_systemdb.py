@@ -354,17 +354,29 @@ class SystemDB:
                 raise
 
     @contextmanager
-    def transaction(self) -> Iterator[psycopg.Connection[Any]]:
-        """A connection inside one transaction (committed on success), errors translated."""
-        with self._translate("transaction"), self.connection() as conn, conn.transaction():
-            yield conn
-
-    @contextmanager
     def _translate(self, name: str) -> Iterator[None]:
         try:
             yield
         except (psycopg.Error, PoolTimeout) as exc:
             raise self.error(name, exc) from exc
+
+    def _again(
+        self,
+        exc: BaseException,
+        attempt: int,
+        conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
+    ) -> bool:
+        """Whether to run the statement or transaction that raised `exc` again: a
+        serialization failure or deadlock, attempts left, and (for a statement on a run's
+        connection, `conn`) no transaction of the caller's open around it."""
+        if not is_conflict(exc) or attempt >= CONFLICT_ATTEMPTS:
+            return False
+        if conn is not None and not (
+            conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
+        ):
+            return False
+        self.counters.conflicts += 1
+        return True
 
     def error(self, name: str, exc: BaseException, conn: object = None) -> Exception:
         """translate(), and an outage reported once (see Outage); `conn`: the connection
@@ -413,13 +425,7 @@ class SystemDB:
             try:
                 return self.raw_run(conn, name, params, fetch)
             except (psycopg.Error, PoolTimeout) as exc:
-                if (
-                    is_conflict(exc)
-                    and attempt < CONFLICT_ATTEMPTS
-                    and conn.autocommit
-                    and conn.info.transaction_status == TransactionStatus.IDLE
-                ):
-                    self.counters.conflicts += 1
+                if self._again(exc, attempt, conn):
                     time.sleep(conflict_backoff(attempt))
                     continue
                 raise self.error(name, exc, conn) from exc
@@ -508,8 +514,7 @@ class SystemDB:
                     with conn.transaction():
                         return work(Tx(self, conn, raw=True))
             except (psycopg.Error, PoolTimeout) as exc:
-                if is_conflict(exc) and attempt < CONFLICT_ATTEMPTS:
-                    self.counters.conflicts += 1
+                if self._again(exc, attempt):
                     time.sleep(conflict_backoff(attempt))
                     continue
                 raise self.error(name, exc, used) from exc
@@ -536,8 +541,7 @@ class SystemDB:
                 return []
             except (psycopg.Error, PoolTimeout) as exc:
                 # One statement, or one transaction that rolled back whole: run it again.
-                if is_conflict(exc) and attempt < CONFLICT_ATTEMPTS:
-                    self.counters.conflicts += 1
+                if self._again(exc, attempt):
                     time.sleep(conflict_backoff(attempt))
                     continue
                 raise self.error("record_steps", exc, conn) from exc
@@ -618,13 +622,7 @@ class SystemDB:
                     self.counters.statements += 1
                     return await (dcur.fetchone() if fetch == "one" else dcur.fetchall())
             except psycopg.Error as exc:
-                if (
-                    is_conflict(exc)
-                    and attempt < CONFLICT_ATTEMPTS
-                    and conn.autocommit
-                    and conn.info.transaction_status == TransactionStatus.IDLE
-                ):
-                    self.counters.conflicts += 1
+                if self._again(exc, attempt, conn):
                     await asyncio.sleep(conflict_backoff(attempt))
                     continue
                 raise self.error(name, exc, conn) from exc
@@ -644,8 +642,7 @@ class SystemDB:
             except _Refused:
                 return []
             except psycopg.Error as exc:
-                if is_conflict(exc) and attempt < CONFLICT_ATTEMPTS:
-                    self.counters.conflicts += 1
+                if self._again(exc, attempt):
                     await asyncio.sleep(conflict_backoff(attempt))
                     continue
                 raise self.error("record_steps", exc, conn) from exc
@@ -973,6 +970,16 @@ class FinishGroup:
             except Exception as exc:
                 for f in batch:
                     f.error = exc
+            except BaseException:
+                # The leader's thread is going down (KeyboardInterrupt, SystemExit): those
+                # waiting on it and behind it are not left waiting; their runs end
+                # unfinished and are recovered like any interrupted run.
+                with self._lock:
+                    stranded, self._queue, self._writing = batch + self._queue, [], False
+                for f in stranded:
+                    f.error = DatabaseUnavailableError("the run writing this outcome stopped")
+                    f.done.set()
+                raise
             for f in batch:
                 f.done.set()
 
