@@ -394,6 +394,16 @@ class Runner:
         """Run a claimed workflow on the pool (an async one on an event loop); the future
         holds its value (or error)."""
         self.hold(claimed)  # a queued claim's lease is renewed too
+        try:
+            future = self._start(claimed)
+        except BaseException:
+            self.let_go(claimed)
+            raise
+        # Also when the run never starts (its pool shut down first).
+        future.add_done_callback(lambda _: self.let_go(claimed))
+        return future
+
+    def _start(self, claimed: Claimed) -> concurrent.futures.Future[Any]:
         if claimed.defn.is_async:
             if self.async_side is None:
                 raise EngineNotRunningError()
