@@ -1,0 +1,40 @@
+"""The compare-and-set claims (for a distributed schema) are the locking claims without
+their row lock and with the claimability checked again in the UPDATE: they must not drift
+apart when one of them changes."""
+
+from __future__ import annotations
+
+import re
+
+from durable._systemdb import load_queries
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text).strip()
+
+
+def _between(text: str, start: str, end: str) -> str:
+    return _norm(text.split(start, 1)[1].split(end, 1)[0])
+
+
+def test_claim_batch_cas_is_claim_batch_without_the_lock() -> None:
+    q = load_queries()
+    locked, cas = q["claim_batch"], q["claim_batch_cas"]
+    candidates = _between(locked, "FROM (", ") AS c")
+    assert candidates.endswith("FOR UPDATE SKIP LOCKED")
+    assert _between(cas, "WITH c AS (", ")\nUPDATE") == _norm(
+        candidates.removesuffix("FOR UPDATE SKIP LOCKED")
+    )
+    assert _between(locked, "SET", "FROM (") == _between(cas, "SET", "FROM c")
+    assert _norm(locked.split("RETURNING", 1)[1]) == _norm(cas.split("RETURNING", 1)[1])
+    assert "FOR UPDATE" not in cas
+
+
+def test_dequeue_cas_is_dequeue_without_the_lock() -> None:
+    q = load_queries()
+    locked, cas = _norm(q["dequeue"]), _norm(q["dequeue_cas"])
+    assert "FOR UPDATE" not in cas
+    assert cas == locked.replace(" FOR UPDATE SKIP LOCKED", "").replace(
+        "WHERE w.workflow_id = picked.workflow_id",
+        "WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'",
+    )
