@@ -1,5 +1,5 @@
-"""Parallel async steps (and children) under asyncio.gather, SIGKILLed after six of ten
-were journaled: a worker in a fresh process runs only the other four and returns the
+"""Parallel async steps (and children) under asyncio.gather, SIGKILLed once six of ten
+were journaled: a worker in a fresh process runs only the ones not journaled and returns the
 same list in the same order."""
 
 from __future__ import annotations
@@ -52,7 +52,9 @@ def test_a_kill_after_six_of_ten_parallel_steps_reruns_only_the_other_four(
             ).fetchall()
         }
     squares = {i * i for i in range(10)}
-    assert len(journaled) == 6 and journaled <= squares
+    # The kill comes when the sixth record has returned to its task; another task's record,
+    # on its own connection, may have committed in that instant, so six or more are kept.
+    assert 6 <= len(journaled) <= 9 and journaled <= squares
 
     worker = subprocess.Popen(
         [
@@ -92,5 +94,5 @@ def test_a_kill_after_six_of_ten_parallel_steps_reruns_only_the_other_four(
     assert json.loads(str(output)) == [i * i for i in range(10)]  # same list, same order
     after = [(i, pid) for i, pid in calls(database_url, workflow_id) if pid != first_pid]
     rerun = sorted(i for i, _ in after)
-    assert rerun == sorted(i for i in range(10) if i * i not in journaled)  # only the other 4
-    assert len(rerun) == 4
+    assert rerun == sorted(i for i in range(10) if i * i not in journaled)  # only the others
+    assert len(rerun) == 10 - len(journaled)
