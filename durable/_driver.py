@@ -139,13 +139,19 @@ class _AppTransaction:
             self._stack.close()
             raise
 
-    def end(self, commit: bool) -> None:
+    def end(self, commit: bool, last: AppExecute | None = None, db: Any = None) -> int | None:
+        """Commit or roll back; with `last`, that statement and the COMMIT go in one
+        pipeline (its row count is returned). Always gives the connection back."""
         try:
+            written = None
             if self._tx.is_active:
                 if commit:
-                    self._tx.commit()
+                    if last is not None:
+                        written = db.app_commit_with(self.conn, last.name, last.params)
+                    self._tx.commit()  # after the pipeline's COMMIT: SQLAlchemy's bookkeeping
                 else:
                     self._tx.rollback()
+            return written
         finally:
             self._stack.close()
 
@@ -198,7 +204,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
                 elif kind is AppEnd:
                     if app is not None:
                         ending, app = app, None
-                        ending.end(op.commit)  # type: ignore[union-attr]
+                        value = ending.end(op.commit, op.last, db)  # type: ignore[union-attr]
                 elif kind is Join:
                     pass  # a sync run has no branches
                 else:  # pragma: no cover - a protocol bug

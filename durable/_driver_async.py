@@ -137,11 +137,21 @@ class _AppTransaction:
             await self._cm.__aexit__(None, None, None)
             raise
 
-    async def end(self, commit: bool) -> None:
+    async def end(self, commit: bool, last: AppExecute | None = None, db: Any = None) -> int | None:
+        """Commit or roll back; with `last`, that statement and the COMMIT go in one
+        pipeline (its row count is returned). Always gives the connection back."""
         try:
+            written = None
             tx = self._tx
             if tx is not None and tx.is_active:
-                await (tx.commit() if commit else tx.rollback())
+                if commit:
+                    if last is not None:
+                        assert self.conn is not None
+                        written = await db.app_commit_with_async(self.conn, last.name, last.params)
+                    await tx.commit()  # after the pipeline's COMMIT: SQLAlchemy's bookkeeping
+                else:
+                    await tx.rollback()
+            return written
         finally:
             await self._cm.__aexit__(None, None, None)
 
@@ -198,7 +208,7 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                 elif kind is AppEnd:
                     if app is not None:
                         ending, app = app, None
-                        await ending.end(op.commit)  # type: ignore[union-attr]
+                        value = await ending.end(op.commit, op.last, db)  # type: ignore[union-attr]
                 elif kind is Join:
                     await _join(run)
                 else:  # pragma: no cover - a protocol bug

@@ -203,9 +203,13 @@ class AppCall:
 @dataclass(slots=True)
 class AppEnd:
     """Commit (or roll back) the open application transaction. A rollback with nothing
-    open does nothing."""
+    open does nothing.
+
+    `last`: a statement sent in one pipeline with the COMMIT (one round trip for both);
+    if it fails, nothing commits and its error is raised. Sends back its row count."""
 
     commit: bool
+    last: AppExecute | None = None
 
 
 @dataclass(slots=True)
@@ -748,12 +752,19 @@ def transaction(
                 params["output"], value = run.keep(
                     outcome.value, f"the output of transaction {defn.name!r}", defn.fn
                 )
-                if separate:
-                    yield AppExecute("app_record_transaction", params)
-                else:
-                    _fenced((yield AppExecute("record_step", params)), run)
                 settings.crash_point("before_transaction_commit")
-            yield AppEnd(commit=True)
+                # The record and the COMMIT travel together. Inside the system database
+                # the record is fenced by raising when this run lost the workflow (so the
+                # COMMIT behind it keeps nothing); in a separate application database its
+                # primary key is the fence.
+                journal_row = AppExecute(
+                    "app_record_transaction" if separate else "record_step_in_app", params
+                )
+                written = yield AppEnd(commit=True, last=journal_row)
+                if not separate:
+                    _fenced(written, run)
+            else:
+                yield AppEnd(commit=True)
         except BaseException as exc:
             if isinstance(exc, GeneratorExit):
                 raise
@@ -768,7 +779,7 @@ def transaction(
                 # asks. Nothing of the failed attempt was journaled.
                 yield Pause(conflict_backoff(attempt))
                 continue
-            if separate and fault == "unique:transaction_outputs_pkey":
+            if fault == "fence" or (separate and fault == "unique:transaction_outputs_pkey"):
                 # Another owner recorded this position first: our writes rolled back.
                 raise StaleOwnerError(run.workflow_id, run.epoch) from exc
             if fault == "lost":

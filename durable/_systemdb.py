@@ -455,6 +455,45 @@ class SystemDB:
         rows = [dict(r._mapping) for r in result]
         return (rows[0] if rows else None) if fetch == "one" else rows
 
+    def app_commit_with(
+        self, conn: sqlalchemy.Connection, name: str, params: dict[str, Any]
+    ) -> int:
+        """Run a named statement and COMMIT the application transaction in one pipeline
+        (one round trip). If the statement fails, the COMMIT is skipped by the server and
+        the error is raised, the transaction left aborted for the caller's rollback.
+        Returns the statement's row count."""
+        raw = conn.connection.driver_connection
+        assert isinstance(raw, psycopg.Connection)
+        try:
+            with raw.pipeline():  # one Sync, at the block's end: one round trip
+                cursor = raw.execute(self._queries[name], params)
+                # Not raw.commit(): in a pipeline it syncs at once, and the block's exit
+                # syncs again (two round trips).
+                raw.execute(b"COMMIT")
+        except psycopg.Error as exc:
+            if raw.closed or is_outage(exc):
+                conn.invalidate()  # SQLAlchemy must not hand this connection out again
+            raise
+        self.counters.statements += 1
+        return cursor.rowcount
+
+    async def app_commit_with_async(
+        self, conn: sqlalchemy.ext.asyncio.AsyncConnection, name: str, params: dict[str, Any]
+    ) -> int:
+        """app_commit_with, awaited (a SQLAlchemy AsyncConnection)."""
+        raw = (await conn.get_raw_connection()).driver_connection
+        assert isinstance(raw, psycopg.AsyncConnection)
+        try:
+            async with raw.pipeline():  # one Sync, at the block's end: one round trip
+                cursor = await raw.execute(self._queries[name], params)
+                await raw.execute(b"COMMIT")
+        except psycopg.Error as exc:
+            if raw.closed or is_outage(exc):
+                await conn.invalidate()
+            raise
+        self.counters.statements += 1
+        return cursor.rowcount
+
     def migrate_app(self, app_engine: sqlalchemy.Engine) -> None:
         """Create the application database's `transaction_outputs` (when it is not the
         system database), under the same advisory lock as the system migrations."""
@@ -764,6 +803,9 @@ _READ_ONLY = "25006"
 
 
 _CONFLICT_STATES = frozenset({"40001", "40P01"})
+# Raised by {schema}.fence_lost (migration 0016): a run's record inside its @transaction
+# step's own transaction found that the run no longer owns the workflow.
+FENCE_LOST = "UD001"
 
 
 def is_conflict(exc: BaseException | None) -> bool:
@@ -1027,9 +1069,18 @@ class Tx:
 
 def app_error_fault(exc: BaseException) -> str | None:
     """How an error from the application database looks to the protocol: "lost" (the
-    connection), "unique:<constraint>" (a unique violation), or None."""
+    connection), "fence" (the run lost its workflow: fence_lost), "conflict" (retry the
+    transaction), "unique:<constraint>" (a unique violation), or None."""
     import sqlalchemy.exc
 
+    if isinstance(exc, psycopg.Error):  # raised by psycopg itself (app_commit_with)
+        if exc.sqlstate == FENCE_LOST:
+            return "fence"
+        if isinstance(exc, psycopg.errors.UniqueViolation):
+            return f"unique:{exc.diag.constraint_name}"
+        if is_outage(exc):
+            return "lost"
+        return "conflict" if is_conflict(exc) else None
     if isinstance(exc, sqlalchemy.exc.IntegrityError):
         orig = exc.orig
         if isinstance(orig, psycopg.errors.UniqueViolation):

@@ -276,6 +276,26 @@ WHERE workflow_id = %(workflow_id)s
 FOR SHARE
 RETURNING workflow_id
 
+-- record_step_in_app --
+-- record_step inside a @transaction step's own transaction, sent in one pipeline with its
+-- COMMIT (one round trip for both). Where record_step would insert nothing because this
+-- run lost the workflow, this raises (fence_lost, SQLSTATE UD001): the transaction is then
+-- aborted and the COMMIT behind it keeps none of its writes.
+WITH rec AS (
+    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error,
+        attempts, child_workflow_id, started_at)
+    SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
+        %(attempts)s, %(child_workflow_id)s, %(started_at)s
+    FROM {schema}.workflows
+    WHERE workflow_id = %(workflow_id)s
+        AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+    FOR SHARE
+    RETURNING workflow_id
+)
+SELECT CASE WHEN count(*) = 1 THEN 1
+    ELSE {schema}.fence_lost(%(workflow_id)s, %(epoch)s::bigint) END AS written
+FROM rec
+
 -- finish_workflow --
 -- Write a run's outcome and release ownership, only while this run's epoch owns it.
 UPDATE {schema}.workflows

@@ -256,6 +256,42 @@ def test_async_transaction_commits_with_its_record(database_url: str) -> None:
     run(main())
 
 
+def test_async_stale_owner_transaction_rolls_back_its_app_write(database_url: str) -> None:
+    """The record goes with the COMMIT in one pipeline: when this run lost its workflow
+    meanwhile, the record raises and the COMMIT behind it keeps nothing."""
+    import psycopg
+
+    reg = durable.Registry()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE ledger (what text)")
+
+    @durable.transaction(registry=reg, name="write_ledger")
+    async def write_ledger(conn: Any, what: str) -> str:
+        await conn.execute(sqlalchemy.text("INSERT INTO ledger VALUES (:w)"), {"w": what})
+        async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as other:
+            await other.execute(
+                "UPDATE durable.workflows SET epoch = epoch + 1, owner = 'other-worker'"
+                " WHERE status = 'RUNNING'"
+            )
+        return what
+
+    @durable.workflow(registry=reg, name="zombie_tx")
+    async def zombie_tx() -> str:
+        return await write_ledger("refund o1")
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            with pytest.raises(errors.StaleOwnerError):
+                await zombie_tx()
+            (info,) = engine.list_workflows()
+            assert engine.steps(info.workflow_id) == []
+            assert info.status == "RUNNING" and info.owner == "other-worker"
+
+    run(main())
+    with psycopg.connect(database_url) as conn:
+        assert conn.execute("SELECT count(*) FROM ledger").fetchone() == (0,)
+
+
 def test_parallel_children_messages_events_state_and_charges(database_url: str) -> None:
     reg = durable.Registry()
 

@@ -121,6 +121,8 @@ def label(op: Any) -> str:
     if isinstance(op, RunChild):
         return f"RunChild {op.workflow_id}"
     if isinstance(op, AppEnd):
+        if op.last is not None:
+            return f"AppEnd commit with {op.last.name}"
         return "AppEnd commit" if op.commit else "AppEnd rollback"
     return type(op).__name__  # AwaitWriter, AppBegin, Join
 
@@ -181,6 +183,8 @@ class Script:
             result = self.answer(op)
             if result is not DEFAULT:
                 return result
+        if isinstance(op, AppEnd) and op.last is not None:
+            op = op.last  # the statement sent with the COMMIT answers for both
         if isinstance(op, Execute | AppExecute) and op.name in self.statements:
             scripted = self.statements[op.name]
             if isinstance(scripted, Then):
@@ -214,6 +218,8 @@ class Script:
         order."""
         found: list[dict[str, Any]] = []
         for op in self.ops:
+            if isinstance(op, AppEnd) and op.last is not None:
+                op = op.last
             if isinstance(op, Execute | AppExecute) and op.name == name:
                 found.append(op.params)
         return found

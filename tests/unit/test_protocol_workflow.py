@@ -10,7 +10,7 @@ import pytest
 
 from durable import _protocol as protocol
 from durable._models import Budget, StepKind
-from durable._protocol import AppBegin, AppCall, AppEnd, Call, Outcome, RunChild, decode_error
+from durable._protocol import AppBegin, AppCall, Call, Outcome, RunChild, decode_error
 from durable._registry import StepDef
 from durable.errors import (
     DatabaseUnavailableError,
@@ -294,14 +294,13 @@ def test_same_database_transaction_records_inside_the_users_transaction() -> Non
     assert script.labels == [
         "AppBegin",
         "AppCall move_money",
-        "AppExecute record_step",
-        "AppEnd commit",
+        "AppEnd commit with record_step_in_app",
     ]
     assert script.ops[0] == AppBegin("SERIALIZABLE")
     assert script.ops[1] == AppCall(
         move_money, (250,), {}, protocol.StepScope("move_money", seq=0, kind="transaction")
     )
-    assert script.only("record_step") == {
+    assert script.only("record_step_in_app") == {
         "workflow_id": WORKFLOW_ID,
         "epoch": EPOCH,
         "step_seq": 0,
@@ -316,11 +315,21 @@ def test_same_database_transaction_records_inside_the_users_transaction() -> Non
 
 
 def test_same_database_fence_refusal_rolls_back() -> None:
-    script = Script(statements={"record_step": 0})
+    lost = RuntimeError("run 3 of workflow wf no longer owns it")
+    run = make_run(classify_app_error=lambda exc: "fence" if exc is lost else None)
+    script = Script(statements={"record_step_in_app": Raise(lost)})
+    with pytest.raises(StaleOwnerError) as info:
+        script.run(protocol.transaction(run, txn(), (1,), {}))
+    assert info.value.__cause__ is lost
+    assert script.labels[-2:] == ["AppEnd commit with record_step_in_app", "AppEnd rollback"]
+    assert script.executed("record_step") == []  # the refusal is not journaled as a failure
+
+
+def test_same_database_record_that_wrote_nothing_is_a_refusal() -> None:
+    script = Script(statements={"record_step_in_app": 0})
     with pytest.raises(StaleOwnerError):
         script.run(protocol.transaction(make_run(), txn(), (1,), {}))
-    assert script.labels[-1] == "AppEnd rollback"
-    assert AppEnd(commit=True) not in script.ops
+    assert script.executed("record_step") == []
 
 
 def test_separate_database_records_on_both_sides_in_order() -> None:
@@ -329,8 +338,7 @@ def test_separate_database_records_on_both_sides_in_order() -> None:
     assert script.labels == [
         "AppBegin",
         "AppCall move_money",
-        "AppExecute app_record_transaction",
-        "AppEnd commit",
+        "AppEnd commit with app_record_transaction",
         "Execute record_step",
     ]
     assert script.only("app_record_transaction") == script.only("record_step")
