@@ -48,10 +48,17 @@ LOCAL: tuple[str, ...] = ("schema_migrations",)
 
 ANCHOR = "workflows"  # the table the others are colocated with
 
+# durable's functions, called inside statements that run on the shards: created on every
+# node (create_distributed_function), as functions made before the extension are not.
+FUNCTIONS: dict[str, str] = {
+    "current_time": "",
+    "fence_lost": "text, bigint",
+}
+
 
 def plan(schema: str = "durable") -> list[tuple[str | None, str]]:
-    """(table it distributes or None, statement), in the order they must run: reference
-    tables first (a distributed table may refer to them), then the anchor, then the tables
+    """(table it distributes or None, statement), in the order they must run: functions,
+    reference tables (a distributed table may refer to them), then the anchor, then the tables
     colocated with it."""
 
     def table(name: str) -> str:
@@ -61,6 +68,9 @@ def plan(schema: str = "durable") -> list[tuple[str | None, str]]:
         return sql.Literal(text).as_string(None)
 
     out: list[tuple[str | None, str]] = [(None, "CREATE EXTENSION IF NOT EXISTS citus")]
+    for name, args in FUNCTIONS.items():
+        signature = f"{sql.Identifier(schema, name).as_string(None)}({args})"
+        out.append((None, f"SELECT create_distributed_function({literal(signature)})"))
     for name in REFERENCE:
         out.append((table(name), f"SELECT create_reference_table({literal(table(name))})"))
     anchor = table(ANCHOR)

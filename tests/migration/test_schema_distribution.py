@@ -103,7 +103,22 @@ def test_citus_statements_distribute_every_sharded_table_colocated() -> None:
             ) in stmts
     for name in _citus.REFERENCE:
         assert f'SELECT create_reference_table(\'"durable"."{name}"\')' in stmts
-    # Reference tables first (a distributed table may point at them), the anchor before
-    # the tables colocated with it.
+    assert 'SELECT create_distributed_function(\'"durable"."fence_lost"(text, bigint)\')' in stmts
+    # Functions, then reference tables (a distributed table may point at them), the anchor
+    # before the tables colocated with it.
+    order = ["SELECT create_distributed_function", "SELECT create_reference_table"]
     kinds = [s.split("(")[0] for s in stmts[1:]]
-    assert kinds == sorted(kinds, key=lambda k: k != "SELECT create_reference_table")
+    assert kinds == sorted(kinds, key=lambda k: order.index(k) if k in order else len(order))
+
+
+def test_every_function_of_the_schema_is_created_on_every_node(database_url: str) -> None:
+    """A function a statement calls on a shard must exist on the worker holding it."""
+    found = {
+        (r[0], r[1])
+        for r in rows(
+            database_url,
+            "SELECT proname, oidvectortypes(proargtypes) FROM pg_proc"
+            " WHERE pronamespace = 'durable'::regnamespace",
+        )
+    }
+    assert found == set(_citus.FUNCTIONS.items())
