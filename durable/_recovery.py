@@ -114,14 +114,15 @@ class Worker:
                 stop.wait(backoff)
                 continue
             if claimed and engine.running_count() >= 2 * engine.max_workers:
-                # Full: wait for a slot to free up (or stop).
-                engine.runner.slot_freed.clear()
-                while (
-                    not stop.is_set()
-                    and engine.running_count() >= 2 * engine.max_workers
-                    and not engine.runner.slot_freed.wait(self.poll_interval)
-                ):
-                    pass
+                # Full: wait until the queued batch has gone into the threads (no more
+                # running than there are threads), then claim a whole batch again. Claiming
+                # each time one slot frees made batches of one or two workflows, each
+                # costing a claim, a journal read and a wake-up check.
+                while not stop.is_set() and engine.running_count() > engine.max_workers:
+                    engine.runner.slot_freed.clear()
+                    if engine.running_count() <= engine.max_workers:
+                        break
+                    engine.runner.slot_freed.wait(self.poll_interval)
                 continue
             if claimed and not backlog:
                 continue  # there may be more
