@@ -1,7 +1,9 @@
 """Checkpoint overhead per durability mode, against the floor and against peers.
 
 Measured in ONE run on the same PostgreSQL, per step (total time of an N-step run / N),
-medians over rounds with the interquartile range:
+medians over rounds with the interquartile range. Every system runs in rounds
+interleaved with the floor (ABBA), and "x floor" is the median of its per-round ratios
+to the floor of the same round: a disk whose flush time wanders moves both alike.
 
 - floor: a bare psycopg INSERT + COMMIT of the same payload; and a plain Python call;
 - durable in sync, async and exit modes, for several payload sizes and workflow lengths,
@@ -93,21 +95,30 @@ def timed(run: Callable[[], Any], steps: int, rounds: int) -> list[float]:
     return out
 
 
-def timed_pair(
-    a: Callable[[], Any], b: Callable[[], Any], steps: int, rounds: int
-) -> tuple[list[float], list[float]]:
-    """µs per step of `a` and of `b`, in interleaved rounds (ABBA order, so slow drift
-    affects both alike) after one warm-up run of each."""
-    a()
-    b()
-    samples: tuple[list[float], list[float]] = ([], [])
+def timed_with_floor(
+    floor: Callable[[], Any], runs: list[Callable[[], Any]], steps: int, rounds: int
+) -> tuple[list[float], list[list[float]]]:
+    """µs per step of the floor and of each run, in interleaved rounds: every round runs
+    the floor and each of `runs` once, in an order reversed every other round (ABBA), after
+    one warm-up run of each. A disk whose flush time wanders from second to second (a
+    virtual machine's) then moves a round's floor and its runs alike, so the per-round
+    ratio to the floor holds still where ratios of separately timed phases do not."""
+    floor()
+    for run in runs:
+        run()
+    floor_samples: list[float] = []
+    samples: list[list[float]] = [[] for _ in runs]
     for r in range(rounds):
-        order = ((a, samples[0]), (b, samples[1]))
+        order = [(floor, floor_samples), *zip(runs, samples, strict=True)]
         for run, out in order if r % 2 == 0 else order[::-1]:
             start = time.perf_counter()
             run()
             out.append((time.perf_counter() - start) / steps * 1e6)
-    return samples
+    return floor_samples, samples
+
+
+def round_ratios(samples: list[float], floor: list[float]) -> list[float]:
+    return [a / f for a, f in zip(samples, floor, strict=True)]
 
 
 # -- systems ------------------------------------------------------------------------------------
@@ -298,6 +309,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         samples: list[float],
         per_step_commits: float | None,
         statements: float | None = None,
+        floor_ratios: list[float] | None = None,
     ) -> None:
         q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
         rows.append(
@@ -311,88 +323,140 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "p75_us": q[2],
                 "commits_per_step": per_step_commits,
                 "statements_per_step": statements,
+                # The median of per-round ratios to the floor timed in the same rounds.
+                "ratio_to_floor": statistics.median(floor_ratios) if floor_ratios else None,
             }
         )
 
     for label, size, steps in cases:
         payload = "x" * size
-        with scratch_db(admin, "floor") as url, bench_floor(url, payload, steps) as run:
-            before = commits(admin, url)
-            run()
-            c = (commits(admin, url) - before) / steps
-            add("floor", "INSERT+COMMIT", label, steps, timed(run, steps, args.rounds), c, 1.0)
-        add(
-            "floor",
-            "plain call",
-            label,
-            steps,
-            timed(plain_calls(payload, steps), steps, args.rounds),
-            0.0,
-            0.0,
-        )
-        reg, wfs = make_durable_app()
-        with scratch_db(admin, "durable") as url:
-            loop = asyncio.new_event_loop()
-            with durable.Engine(url, registry=reg, max_payload_bytes=5_000_000) as engine:
-                for mode in MODES:
-                    # Both drivers in the same rounds: the plain-def workflow and its
-                    # async def twin, awaited on the benchmark's loop.
-                    pair = {
-                        mode: bench_durable(engine, wfs[mode], payload, steps),
-                        f"async def/{mode}": bench_durable_async(
-                            engine, loop, wfs[f"async def/{mode}"], payload, steps
-                        ),
-                    }
-                    counts = {}
-                    for name, run in pair.items():
-                        s0 = engine.db.counters.statements
-                        before = commits(admin, url)
-                        run()
-                        c = (commits(admin, url) - before) / steps
-                        counts[name] = (c, (engine.db.counters.statements - s0) / steps)
-                    sync_samples, async_samples = timed_pair(
-                        pair[mode], pair[f"async def/{mode}"], steps, args.rounds
-                    )
-                    add("durable", mode, label, steps, sync_samples, *counts[mode])
-                    add(
-                        "durable",
-                        f"async def/{mode}",
-                        label,
-                        steps,
-                        async_samples,
-                        *counts[f"async def/{mode}"],
-                    )
-                end_loop(loop)
-        if not args.no_peers:
-            try:
-                import dbos  # noqa: F401
+        floor_samples: list[float] = []
+        with contextlib.ExitStack() as case:
+            furl = case.enter_context(scratch_db(admin, "floor"))
+            floor_run = case.enter_context(bench_floor(furl, payload, steps))
+            before = commits(admin, furl)
+            floor_run()
+            floor_commits = (commits(admin, furl) - before) / steps
+            add(
+                "floor",
+                "plain call",
+                label,
+                steps,
+                timed(plain_calls(payload, steps), steps, args.rounds),
+                0.0,
+                0.0,
+            )
+            reg, wfs = make_durable_app()
+            with scratch_db(admin, "durable") as url:
+                loop = asyncio.new_event_loop()
+                with durable.Engine(url, registry=reg, max_payload_bytes=5_000_000) as engine:
+                    for mode in MODES:
+                        # Both drivers in the same rounds as the floor: the plain-def
+                        # workflow and its async def twin, awaited on the benchmark's loop.
+                        pair = {
+                            mode: bench_durable(engine, wfs[mode], payload, steps),
+                            f"async def/{mode}": bench_durable_async(
+                                engine, loop, wfs[f"async def/{mode}"], payload, steps
+                            ),
+                        }
+                        counts = {}
+                        for name, run in pair.items():
+                            s0 = engine.db.counters.statements
+                            before = commits(admin, url)
+                            run()
+                            c = (commits(admin, url) - before) / steps
+                            counts[name] = (c, (engine.db.counters.statements - s0) / steps)
+                        fl, (sync_samples, async_samples) = timed_with_floor(
+                            floor_run, list(pair.values()), steps, args.rounds
+                        )
+                        floor_samples += fl
+                        add(
+                            "durable",
+                            mode,
+                            label,
+                            steps,
+                            sync_samples,
+                            *counts[mode],
+                            round_ratios(sync_samples, fl),
+                        )
+                        add(
+                            "durable",
+                            f"async def/{mode}",
+                            label,
+                            steps,
+                            async_samples,
+                            *counts[f"async def/{mode}"],
+                            round_ratios(async_samples, fl),
+                        )
+                    end_loop(loop)
+            if not args.no_peers:
+                try:
+                    import dbos  # noqa: F401
 
-                with scratch_db(admin, "dbos") as url:
-                    run, stop = bench_dbos(url, payload, steps)
-                    try:
-                        before = commits(admin, url)
-                        run()
-                        c = (commits(admin, url) - before) / steps
-                        add("DBOS", "default", label, steps, timed(run, steps, args.rounds), c)
-                    finally:
-                        stop()
-            except ImportError:
-                print("DBOS skipped: pip install -e '.[bench]'")
-            try:
-                import langgraph.checkpoint.postgres  # noqa: F401
-
-                for mode in ("sync", "async", "exit"):
-                    with scratch_db(admin, "lg") as url:
-                        run, cm = bench_langgraph(url, payload, steps, mode)
+                    with scratch_db(admin, "dbos") as url:
+                        run, stop = bench_dbos(url, payload, steps)
                         try:
                             before = commits(admin, url)
                             run()
                             c = (commits(admin, url) - before) / steps
-                            add("LangGraph", mode, label, steps, timed(run, steps, args.rounds), c)
+                            fl, (peer,) = timed_with_floor(floor_run, [run], steps, args.rounds)
+                            floor_samples += fl
+                            add(
+                                "DBOS",
+                                "default",
+                                label,
+                                steps,
+                                peer,
+                                c,
+                                None,
+                                round_ratios(peer, fl),
+                            )
                         finally:
-                            cm.__exit__(None, None, None)
-            except ImportError:
-                print("LangGraph skipped: pip install -e '.[bench]'")
+                            stop()
+                except ImportError:
+                    print("DBOS skipped: pip install -e '.[bench]'")
+                try:
+                    import langgraph.checkpoint.postgres  # noqa: F401
+
+                    for mode in ("sync", "async", "exit"):
+                        with scratch_db(admin, "lg") as url:
+                            run, cm = bench_langgraph(url, payload, steps, mode)
+                            try:
+                                before = commits(admin, url)
+                                run()
+                                c = (commits(admin, url) - before) / steps
+                                fl, (peer,) = timed_with_floor(floor_run, [run], steps, args.rounds)
+                                floor_samples += fl
+                                add(
+                                    "LangGraph",
+                                    mode,
+                                    label,
+                                    steps,
+                                    peer,
+                                    c,
+                                    None,
+                                    round_ratios(peer, fl),
+                                )
+                            finally:
+                                cm.__exit__(None, None, None)
+                except ImportError:
+                    print("LangGraph skipped: pip install -e '.[bench]'")
+        # The floor's row: every round it ran in, beside every system (ratio 1 by definition).
+        rows.insert(
+            next(i for i, r in enumerate(rows) if r["payload"] == label),
+            {
+                "system": "floor",
+                "mode": "INSERT+COMMIT",
+                "payload": label,
+                "steps": steps,
+                "median_us": statistics.median(floor_samples),
+                "p25_us": statistics.quantiles(floor_samples, n=4)[0],
+                "p75_us": statistics.quantiles(floor_samples, n=4)[2],
+                "commits_per_step": floor_commits,
+                "statements_per_step": 1.0,
+                "ratio_to_floor": 1.0,
+            },
+        )
 
     # Flat cost per step: durable sync and exit across workflow lengths (100 B).
     reg, wfs = make_durable_app()
@@ -448,7 +512,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 None,
             )
         r["ratio_to_sync_driver"] = r["median_us"] / twin["median_us"] if twin else None
-    table = Table(title="checkpoint overhead per step (median of rounds; one server, one run)")
+    table = Table(
+        title="checkpoint overhead per step (median of rounds; x floor: median of per-round "
+        "ratios to the floor timed in the same rounds; one server, one run)"
+    )
     for col in (
         "system",
         "mode",
@@ -464,7 +531,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         table.add_column(col, justify="right")
     for r in rows:
         floor = floors.get((r["payload"], r["steps"]))
-        r["ratio_to_floor"] = r["median_us"] / floor if floor else None
+        if r.get("ratio_to_floor") is None and floor and "length" not in r["mode"]:
+            r["ratio_to_floor"] = r["median_us"] / floor  # timed apart from the floor
         r["dbos_ratio"] = (
             dbos_cost[r["payload"]] / r["median_us"]
             if r["payload"] in dbos_cost and r["system"] == "durable"
