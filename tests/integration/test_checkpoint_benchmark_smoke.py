@@ -37,4 +37,10 @@ def test_checkpoint_overhead_runs(pg_databases: TemplateDatabases, tmp_path: Pat
         assert row["median_us"] > 0
         assert row["commits_per_step"] is None or row["commits_per_step"] > 0
     assert all(r["median_us"] > 0 for r in rows if r["mode"] != "plain call")
+    # Every system was timed in the floor's rounds, with the median of its per-round ratios.
+    floor = next(r for r in rows if r["mode"] == "INSERT+COMMIT")
+    for r in rows:
+        if r["system"] == "durable" and "length" not in r["mode"]:
+            assert r["ratio_to_floor"] is not None
+    assert floor["ratio_to_floor"] == 1.0
     assert json.loads(out.read_text()) == rows
