@@ -274,7 +274,7 @@ def render() -> str:
             "Per step, for each durability mode, payload size and workflow length, plain "
             "`def` and `async def`, beside peers when installed "
             "(`benchmarks/checkpoint_overhead.py`). Every system runs in rounds interleaved "
-            "with the floor; \"x floor\" is the median of its per-round ratios to the floor "
+            'with the floor; "x floor" is the median of its per-round ratios to the floor '
             "of the same round.",
             "",
             _modes(modes),

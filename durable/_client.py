@@ -90,6 +90,23 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 _MAX_SCHEMA_BYTES = 58
+
+
+def check_schema(schema: object) -> None:
+    """ConfigurationError unless `schema` can name durable's schema (what Client and
+    `durable migrate --citus --dry-run` accept alike)."""
+    if not isinstance(schema, str) or not schema:
+        raise ConfigurationError(f"schema={schema!r}: give a non-empty schema name")
+    check_name("schema", schema)
+    if len(schema.encode("utf-8")) > _MAX_SCHEMA_BYTES:
+        # PostgreSQL truncates identifiers to 63 bytes; the work channel is "<schema>_work".
+        raise ConfigurationError(
+            f"schema={schema!r} is {len(schema.encode('utf-8'))} bytes: give at most "
+            f"{_MAX_SCHEMA_BYTES} (PostgreSQL names are at most 63 bytes, and the "
+            "notification channel adds '_work')"
+        )
+
+
 # The longest wait or delay accepted (100 years): beyond it a timestamp overflows.
 MAX_WAIT_SECONDS = 100 * 365.25 * 86400
 POLL_MIN = 0.005
@@ -253,16 +270,7 @@ class Client:
         clock: Clock | None = None,
         listen: bool | None = None,
     ) -> None:
-        if not isinstance(schema, str) or not schema:
-            raise ConfigurationError(f"schema={schema!r}: give a non-empty schema name")
-        check_name("schema", schema)
-        if len(schema.encode("utf-8")) > _MAX_SCHEMA_BYTES:
-            # PostgreSQL truncates identifiers to 63 bytes; the work channel is "<schema>_work".
-            raise ConfigurationError(
-                f"schema={schema!r} is {len(schema.encode('utf-8'))} bytes: give at most "
-                f"{_MAX_SCHEMA_BYTES} (PostgreSQL names are at most 63 bytes, and the "
-                "notification channel adds '_work')"
-            )
+        check_schema(schema)
         if max_payload_bytes <= 0:
             raise ConfigurationError(f"max_payload_bytes={max_payload_bytes!r}: use > 0")
         self._database_url = database_url

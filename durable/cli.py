@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from durable import _citus
-from durable._client import Client
+from durable._client import Client, check_schema
 from durable._models import WorkflowInfo, WorkflowStatus
 from durable._protocol import decode_error
 from durable.errors import DurableError
@@ -195,6 +195,7 @@ def migrate(
     if dry_run and not citus:
         raise click.UsageError("--dry-run goes with --citus")
     if dry_run:
+        check_schema(schema)  # what the real run would refuse, refused here too
         for statement in _citus.statements(schema):
             click.echo(f"{statement};")
         return

@@ -53,6 +53,13 @@ def test_migrate_citus_dry_run_prints_the_distribution_and_connects_to_nothing()
     assert shown.stdout.splitlines() == [f"{s};" for s in _citus.statements("jobs")]
     assert "create_distributed_table('\"jobs\".\"steps\"', 'workflow_id'" in shown.stdout
     assert cli("migrate", "--dry-run").returncode != 0  # --dry-run goes with --citus
+    # A quote is quoted; a name the real run refuses is refused by the dry run too.
+    quoted = cli("migrate", "--citus", "--dry-run", "--schema", 'a"b')
+    assert 'create_distributed_table(\'"a""b"."steps"\'' in quoted.stdout
+    for bad in ("", "x" * 59):
+        refused = cli("migrate", "--citus", "--dry-run", "--schema", bad)
+        assert refused.returncode != 0 and "schema=" in refused.stderr, (bad, refused)
+        assert "CREATE" not in refused.stdout
 
 
 def test_migrate_citus_without_citus_says_so_and_leaves_the_schema_usable(
