@@ -75,28 +75,45 @@ def make_interrupted(url: str, n: int) -> None:
         conn.execute("VACUUM ANALYZE durable.steps")
 
 
-def recover_all(url: str, n: int, concurrency: int) -> float:
+def recover_all(url: str, n: int, concurrency: int, timeout: float = 600.0) -> float:
+    """Seconds until one worker has finished all N; checks every workflow's output (the
+    sum its 10 replayed steps return), so a recovery that skips or garbles work fails."""
     engine = durable.Engine(url, registry=registry, max_workers=concurrency, poll_interval=0.05)
     with engine:
         stop = threading.Event()
         start = time.perf_counter()
         thread = threading.Thread(target=engine.run_worker, args=(stop,), daemon=True)
         thread.start()
-        with psycopg.connect(url, autocommit=True) as conn:
-            while True:
-                row = conn.execute(
-                    "SELECT count(*) FROM durable.workflows WHERE status = 'SUCCESS'"
+        try:
+            with psycopg.connect(url, autocommit=True) as conn:
+                while True:
+                    row = conn.execute(
+                        "SELECT count(*) FROM durable.workflows WHERE status = 'SUCCESS'"
+                    ).fetchone()
+                    if row is not None and row[0] >= n:
+                        break
+                    if time.perf_counter() - start > timeout:
+                        raise RuntimeError(
+                            f"only {row[0] if row else 0} of {n} workflows recovered "
+                            f"in {timeout:.0f} s"
+                        )
+                    time.sleep(0.01)
+                elapsed = time.perf_counter() - start
+                right = conn.execute(
+                    "SELECT count(*) FROM durable.workflows WHERE output = %s",
+                    [json.dumps(sum(range(STEPS)))],
                 ).fetchone()
-                if row is not None and row[0] >= n:
-                    break
-                time.sleep(0.01)
-        elapsed = time.perf_counter() - start
-        stop.set()
-        thread.join()
+                if right is None or right[0] != n:
+                    raise RuntimeError(f"{n - (right[0] if right else 0)} outputs are wrong")
+        finally:
+            stop.set()
+            thread.join()
     return elapsed
 
 
-def run(admin_url: str, sizes: list[int], rounds: int, concurrency: int) -> list[dict[str, Any]]:
+def run(
+    admin_url: str, sizes: list[int], rounds: int, concurrency: int, timeout: float = 600.0
+) -> list[dict[str, Any]]:
     results = []
     for n in sizes:
         times = []
@@ -109,7 +126,7 @@ def run(admin_url: str, sizes: list[int], rounds: int, concurrency: int) -> list
                 with durable.Engine(url, registry=registry):
                     pass  # migrate
                 make_interrupted(url, n)
-                times.append(recover_all(url, n, concurrency))
+                times.append(recover_all(url, n, concurrency, timeout))
             finally:
                 with psycopg.connect(admin_url, autocommit=True) as conn:
                     conn.execute(
@@ -144,9 +161,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--json", default="benchmarks/results/recovery.json")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds per round")
     args = parser.parse_args(argv)
     sizes = args.n or [1000, 10000]
-    results = run(args.database_url, sizes, args.rounds, args.concurrency)
+    results = run(args.database_url, sizes, args.rounds, args.concurrency, args.timeout)
     table = Table(title=f"recovery of interrupted {STEPS}-step workflows, one worker")
     for col in ("workflows", "median s", "min s", "max s", "ms / workflow", "workflows / s"):
         table.add_column(col, justify="right")

@@ -218,6 +218,47 @@ def _recovery(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def _throughput(data: dict[str, Any]) -> str:
+    """The throughput run as a table, and the server's own rate beside it."""
+    rates = ", ".join(
+        f"{_f(float(rate), 0)}/s from {n} connection{'s' if n != '1' else ''}"
+        for n, rate in data["insert_rate"].items()
+    )
+    table = _table(
+        [
+            "mode",
+            "group commit",
+            "workers",
+            "workflows / s",
+            "steps / s",
+            "x insert rate",
+            "commits / step",
+            "WAL flushes / step",
+            "server CPU s / 1k steps",
+            "worker CPU s / 1k steps",
+        ],
+        [
+            [
+                r["mode"],
+                "on" if r["group_commit"] else "off",
+                str(r["workers"]),
+                _f(r["workflows_per_s"], 0),
+                _f(r["steps_per_s"], 0),
+                _f(r["ratio_to_insert_rate"]),
+                _f(r["commits_per_step"]),
+                _f(r["wal_syncs_per_step"]),
+                _f(r["server_cpu_s_per_1k_steps"]),
+                _f(r["worker_cpu_s_per_1k_steps"]),
+            ]
+            for r in data["durable"]
+        ],
+    )
+    return (
+        f'Plain autocommit `INSERT`s on the same server: {rates}. "x insert rate" is '
+        f"steps/s over the {data['insert_rate_connections']}-connection rate.\n\n{table}"
+    )
+
+
 def _generic(data: Any) -> str:
     rows = data if isinstance(data, list) else data.get("rows", [])
     if not rows or not isinstance(rows[0], dict):
@@ -301,7 +342,7 @@ def render() -> str:
             "Worker processes draining a queue of 10-step workflows, against the server's own "
             "commit rate from plain `INSERT`s (`benchmarks/throughput.py`).",
             "",
-            _generic(throughput),
+            _throughput(throughput) if "durable" in throughput else _generic(throughput),
             "",
             "![throughput](benchmarks/throughput.png)",
             "",

@@ -117,3 +117,32 @@ def test_conversation_storage_benchmark_runs_at_tiny_sizes(database_url: str) ->
     # grows faster than that.
     assert 1.9 < sizes[("per turn", 10)] / sizes[("per turn", 5)] < 2.1
     assert sizes[("whole state", 10)] > 3 * sizes[("whole state", 5)]
+
+
+def test_recovery_benchmark_recovers_every_workflow(
+    pg_databases: TemplateDatabases, tmp_path: Path
+) -> None:
+    """benchmarks/recovery.py at a tiny size: it checks every recovered workflow's output
+    itself (and gives up after --timeout), so a broken recovery fails here, not hangs."""
+    from benchmarks import recovery
+
+    out = tmp_path / "recovery.json"
+    rows = recovery.main(
+        [
+            "--database-url",
+            pg_databases.admin_url,
+            "--n",
+            "30",
+            "--rounds",
+            "1",
+            "--concurrency",
+            "4",
+            "--timeout",
+            "60",
+            "--json",
+            str(out),
+        ]
+    )
+    assert [r["workflows"] for r in rows] == [30]
+    assert rows[0]["median_seconds"] > 0
+    assert json.loads(out.read_text("utf-8")) == rows
