@@ -117,6 +117,18 @@ def timed_with_floor(
     return floor_samples, samples
 
 
+def measure_peer(
+    admin: str, url: str, run: Callable[[], Any], floor: Callable[[], Any], steps: int, rounds: int
+) -> tuple[float, list[float], list[float]]:
+    """A peer's server-side commits per step (one counted run), then its µs per step and
+    the floor's, in interleaved rounds."""
+    before = commits(admin, url)
+    run()
+    per_step = (commits(admin, url) - before) / steps
+    floor_samples, (samples,) = timed_with_floor(floor, [run], steps, rounds)
+    return per_step, samples, floor_samples
+
+
 def round_ratios(samples: list[float], floor: list[float]) -> list[float]:
     return [a / f for a, f in zip(samples, floor, strict=True)]
 
@@ -389,6 +401,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                             round_ratios(async_samples, fl),
                         )
                     end_loop(loop)
+
             if not args.no_peers:
                 try:
                     import dbos  # noqa: F401
@@ -396,10 +409,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                     with scratch_db(admin, "dbos") as url:
                         run, stop = bench_dbos(url, payload, steps)
                         try:
-                            before = commits(admin, url)
-                            run()
-                            c = (commits(admin, url) - before) / steps
-                            fl, (peer,) = timed_with_floor(floor_run, [run], steps, args.rounds)
+                            c, peer, fl = measure_peer(
+                                admin, url, run, floor_run, steps, args.rounds
+                            )
                             floor_samples += fl
                             add(
                                 "DBOS",
@@ -422,10 +434,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         with scratch_db(admin, "lg") as url:
                             run, cm = bench_langgraph(url, payload, steps, mode)
                             try:
-                                before = commits(admin, url)
-                                run()
-                                c = (commits(admin, url) - before) / steps
-                                fl, (peer,) = timed_with_floor(floor_run, [run], steps, args.rounds)
+                                c, peer, fl = measure_peer(
+                                    admin, url, run, floor_run, steps, args.rounds
+                                )
                                 floor_samples += fl
                                 add(
                                     "LangGraph",

@@ -27,6 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 import durable
+from benchmarks._common import wait_for_success
 
 ADMIN_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 STEPS = 10
@@ -86,18 +87,7 @@ def recover_all(url: str, n: int, concurrency: int, timeout: float = 600.0) -> f
         thread.start()
         try:
             with psycopg.connect(url, autocommit=True) as conn:
-                while True:
-                    row = conn.execute(
-                        "SELECT count(*) FROM durable.workflows WHERE status = 'SUCCESS'"
-                    ).fetchone()
-                    if row is not None and row[0] >= n:
-                        break
-                    if time.perf_counter() - start > timeout:
-                        raise RuntimeError(
-                            f"only {row[0] if row else 0} of {n} workflows recovered "
-                            f"in {timeout:.0f} s"
-                        )
-                    time.sleep(0.01)
+                wait_for_success(conn, n, timeout, "recovery")
                 elapsed = time.perf_counter() - start
                 right = conn.execute(
                     "SELECT count(*) FROM durable.workflows WHERE output = %s",

@@ -46,6 +46,7 @@ from rich.table import Table
 
 import durable
 from benchmarks import throughput_app
+from benchmarks._common import wait_for_success
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 ROOT = Path(__file__).resolve().parent.parent
@@ -186,16 +187,7 @@ def run_config(
         worker_cpu = 0.0
         try:
             with psycopg.connect(url, autocommit=True) as conn:
-                deadline = time.monotonic() + max(120.0, n / 20)
-                while True:
-                    row = conn.execute(
-                        "SELECT count(*) FROM durable.workflows WHERE status = 'SUCCESS'"
-                    ).fetchone()
-                    if row is not None and row[0] >= n:
-                        break
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"{label}: only {row} of {n} workflows finished")
-                    time.sleep(0.1)
+                wait_for_success(conn, n, max(120.0, n / 20), label, poll=0.1)
             busy1, own1 = _busy_seconds(), time.process_time()
         finally:
             for p in procs:
