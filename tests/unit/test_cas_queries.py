@@ -1,6 +1,7 @@
-"""The compare-and-set claims (for a distributed schema) are the locking claims without
-their row lock and with the claimability checked again in the UPDATE: they must not drift
-apart when one of them changes."""
+"""Statements that are variants of another must not drift apart when one changes: the
+compare-and-set claims (for a distributed schema) are the locking claims without their row
+lock and with the claimability checked again in the UPDATE; a @transaction step's record
+is record_step made to raise when its fence refuses."""
 
 from __future__ import annotations
 
@@ -38,3 +39,14 @@ def test_dequeue_cas_is_dequeue_without_the_lock() -> None:
         "WHERE w.workflow_id = picked.workflow_id",
         "WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'",
     )
+
+
+def test_record_step_in_app_is_record_step_that_raises_instead_of_writing_nothing() -> None:
+    """The record a @transaction step sends with its COMMIT is the fenced record_step,
+    wrapped so that a refused fence raises (fence_lost) instead of inserting no row."""
+    q = load_queries()
+    plain = _norm(q["record_step"])
+    wrapped = _between(q["record_step_in_app"], "WITH rec AS (", ")\nSELECT CASE")
+    assert wrapped == plain
+    tail = _norm(q["record_step_in_app"].split(")\nSELECT CASE", 1)[1])
+    assert "fence_lost(%(workflow_id)s, %(epoch)s::bigint)" in tail
