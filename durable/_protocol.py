@@ -52,6 +52,7 @@ from durable.errors import (
     StaleOwnerError,
     StepError,
     StreamClosedError,
+    TransactionStepError,
     WorkflowCancelledError,
     WorkflowInterrupted,
     WorkflowSuspended,
@@ -206,7 +207,8 @@ class AppEnd:
     open does nothing.
 
     `last`: a statement sent in one pipeline with the COMMIT (one round trip for both);
-    if it fails, nothing commits and its error is raised. Sends back its row count."""
+    if it fails, nothing commits and its error is raised. Sends back its row count, or
+    None when no transaction was open any more (the step's code ended it)."""
 
     commit: bool
     last: AppExecute | None = None
@@ -697,6 +699,20 @@ def _record_call(
 _PASS_THROUGH = (StaleOwnerError, SerializationError, DatabaseUnavailableError, NondeterminismError)
 
 
+def _app_refuses_writes() -> Gen[bool]:
+    """Whether the application database refuses every write (a standby, a database
+    read-only by default): an outage to wait out, not one transaction's doing. When the
+    question itself fails, the database is as good as gone."""
+    try:
+        yield AppBegin(None)
+        row = yield AppExecute("app_refuses_writes", {}, "one")
+    except Exception:
+        yield AppEnd(commit=False)
+        return True
+    yield AppEnd(commit=False)
+    return bool(row["refuses"])
+
+
 def transaction(
     run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Gen[Any]:
@@ -732,6 +748,7 @@ def transaction(
     attempt = 0
     while True:
         attempt += 1
+        recording = False
         yield AppBegin(defn.isolation_level)
         try:
             if separate and not run.first_run:
@@ -760,7 +777,19 @@ def transaction(
                 journal_row = AppExecute(
                     "app_record_transaction" if separate else "record_step_in_app", params
                 )
+                recording = True
                 written = yield AppEnd(commit=True, last=journal_row)
+                if written is None:
+                    # The step's code ended the transaction: whatever it committed is
+                    # beyond recall, and the record has no transaction to go in.
+                    raise TransactionStepError(
+                        defn.name,
+                        "its code ended the transaction itself (conn.commit(), "
+                        "conn.rollback() or conn.close()), so the step's journal record had "
+                        "no transaction to commit in",
+                        "durable commits the transaction with the record: return to commit, "
+                        "raise to roll back, and leave the connection open",
+                    )
                 if not separate:
                     _fenced(written, run)
             else:
@@ -772,6 +801,24 @@ def transaction(
             if not isinstance(exc, Exception) or isinstance(exc, _PASS_THROUGH):
                 raise
             fault = settings.classify_app_error(exc)
+            if fault == "read_only":
+                # A standby mid-failover refuses writes with the same error as a
+                # transaction the step's code made read-only: ask the server which.
+                if (yield from _app_refuses_writes()):
+                    fault = "lost"
+                elif recording:
+                    # The user's code succeeded; the record could not follow it.
+                    misuse = TransactionStepError(
+                        defn.name,
+                        "its code made the transaction read-only (SET TRANSACTION READ "
+                        "ONLY), so the step's journal record could not be written in it",
+                        "read in a @step instead, or leave the transaction writable",
+                    )
+                    error = encode_error(misuse)
+                    yield from record(
+                        run, seq, defn.name, StepKind.TRANSACTION, None, error, 1, started
+                    )
+                    raise misuse from exc
             if fault == "conflict" and attempt < CONFLICT_ATTEMPTS:
                 # A serialization failure or a deadlock (SERIALIZABLE isolation, or
                 # CockroachDB's default): everything rolled back, the user's writes and

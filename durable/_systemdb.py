@@ -471,9 +471,10 @@ class SystemDB:
                 # syncs again (two round trips).
                 raw.execute(b"COMMIT")
         except psycopg.Error as exc:
-            if raw.closed or is_outage(exc):
+            lost = raw.closed or is_outage(exc)
+            if lost:
                 conn.invalidate()  # SQLAlchemy must not hand this connection out again
-            raise
+            raise _as_sqlalchemy(exc, self.statement(name), conn.dialect, lost) from exc
         self.counters.statements += 1
         return cursor.rowcount
 
@@ -488,9 +489,10 @@ class SystemDB:
                 cursor = await raw.execute(self._queries[name], params)
                 await raw.execute(b"COMMIT")
         except psycopg.Error as exc:
-            if raw.closed or is_outage(exc):
+            lost = raw.closed or is_outage(exc)
+            if lost:
                 await conn.invalidate()
-            raise
+            raise _as_sqlalchemy(exc, self.statement(name), conn.dialect, lost) from exc
         self.counters.statements += 1
         return cursor.rowcount
 
@@ -1067,31 +1069,46 @@ class Tx:
         return rows
 
 
+def _as_sqlalchemy(
+    exc: psycopg.Error, statement: str, dialect: Any, invalidated: bool
+) -> BaseException:
+    """An error psycopg raised under a SQLAlchemy connection, wrapped the way SQLAlchemy
+    wraps its own (IntegrityError, OperationalError, ...): the step's code and its callers
+    catch one family of errors whichever statement failed."""
+    import sqlalchemy.exc
+
+    return sqlalchemy.exc.DBAPIError.instance(
+        f"{statement}; COMMIT",
+        None,
+        exc,
+        psycopg.Error,
+        connection_invalidated=invalidated,
+        dialect=dialect,
+    )
+
+
 def app_error_fault(exc: BaseException) -> str | None:
     """How an error from the application database looks to the protocol: "lost" (the
     connection), "fence" (the run lost its workflow: fence_lost), "conflict" (retry the
-    transaction), "unique:<constraint>" (a unique violation), or None."""
+    transaction), "unique:<constraint>" (a unique violation), "read_only" (a write refused:
+    the server is a standby, or the transaction was made read-only), or None. The error
+    may be psycopg's or SQLAlchemy's wrapping of it."""
     import sqlalchemy.exc
 
-    if isinstance(exc, psycopg.Error):  # raised by psycopg itself (app_commit_with)
-        if exc.sqlstate == FENCE_LOST:
+    orig: BaseException | None = exc
+    invalidated = False
+    if isinstance(exc, sqlalchemy.exc.DBAPIError):
+        orig, invalidated = exc.orig, exc.connection_invalidated
+    if isinstance(orig, psycopg.Error):
+        if orig.sqlstate == FENCE_LOST:
             return "fence"
-        if isinstance(exc, psycopg.errors.UniqueViolation):
-            return f"unique:{exc.diag.constraint_name}"
-        if is_outage(exc):
-            return "lost"
-        return "conflict" if is_conflict(exc) else None
-    if isinstance(exc, sqlalchemy.exc.IntegrityError):
-        orig = exc.orig
+        if orig.sqlstate == _READ_ONLY:
+            return "read_only"
         if isinstance(orig, psycopg.errors.UniqueViolation):
             return f"unique:{orig.diag.constraint_name}"
-        return None
-    if isinstance(exc, sqlalchemy.exc.DBAPIError) and (
-        exc.connection_invalidated or (exc.orig is not None and is_outage(exc.orig))
-    ):
+        if invalidated or is_outage(orig):
+            return "lost"
+        return "conflict" if is_conflict(orig) else None
+    if invalidated:
         return "lost"
-    if isinstance(exc, sqlalchemy.exc.DBAPIError) and is_conflict(exc.orig):
-        return "conflict"
-    if is_conflict(exc):
-        return "conflict"
-    return None
+    return "conflict" if is_conflict(exc) else None

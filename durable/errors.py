@@ -424,6 +424,17 @@ class StepTimeoutError(DurableError, TimeoutError):
         )
 
 
+class TransactionStepError(DurableError):
+    """A @transaction step's code left its transaction unable to hold the step's journal
+    record, which commits in that same transaction: it ended the transaction itself
+    (`conn.commit()`, `conn.rollback()`, `conn.close()`) or made it read-only. Nothing of
+    the step is journaled as a success; the failure is, so a replay raises it again."""
+
+    def __init__(self, step_name: str, problem: str, fix: str) -> None:
+        self.step_name = step_name
+        super().__init__(f"transaction step {step_name!r}: {problem}; {fix}")
+
+
 class AsyncInSyncError(DurableError, TypeError):
     """Sync code met an async step or workflow: a plain `def` cannot await it. Make the
     calling workflow `async def` and `await` the call."""

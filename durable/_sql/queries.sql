@@ -480,6 +480,12 @@ VALUES (%(workflow_id)s, %(step_seq)s, %(step_name)s, %(output)s, %(error)s)
 SELECT step_name, output, error FROM {schema}.transaction_outputs
 WHERE workflow_id = %(workflow_id)s AND step_seq = %(step_seq)s
 
+-- app_refuses_writes --
+-- Whether the application database refuses every write (a standby mid-failover, or a
+-- database read-only by default), as opposed to one transaction a step made read-only.
+SELECT pg_is_in_recovery() OR current_setting('default_transaction_read_only')::boolean
+    AS refuses
+
 -- effect_intent --
 -- Write an effect ahead of its call, only while this run owns the workflow: the intent and
 -- the mark that the call is starting are one write (status pending, first attempt), since

@@ -17,6 +17,7 @@ from durable.errors import (
     NondeterminismError,
     SerializationError,
     StaleOwnerError,
+    TransactionStepError,
     WorkflowCancelledError,
     WorkflowInterrupted,
     WorkflowSuspended,
@@ -329,6 +330,44 @@ def test_same_database_record_that_wrote_nothing_is_a_refusal() -> None:
     script = Script(statements={"record_step_in_app": 0})
     with pytest.raises(StaleOwnerError):
         script.run(protocol.transaction(make_run(), txn(), (1,), {}))
+    assert script.executed("record_step") == []
+
+
+def test_a_transaction_the_steps_code_ended_fails_the_step_and_is_journaled() -> None:
+    # The driver sends back None: no transaction was open for the record any more.
+    script = Script(statements={"record_step_in_app": None})
+    with pytest.raises(TransactionStepError, match=r"conn\.commit\(\)"):
+        script.run(protocol.transaction(make_run(), txn(), (1,), {}))
+    (row,) = script.executed("record_step")
+    assert row["error"] is not None and "TransactionStepError" in row["error"]
+    assert row["output"] is None
+
+
+def read_only_run(refuses: Any) -> tuple[Any, Script, BaseException]:
+    refused = RuntimeError("cannot execute INSERT in a read-only transaction")
+    run = make_run(classify_app_error=lambda exc: "read_only" if exc is refused else None)
+    answers: dict[str, Any] = {"record_step_in_app": Raise(refused)}
+    answers["app_refuses_writes"] = refuses
+    return run, Script(statements=answers), refused
+
+
+def test_a_read_only_transaction_of_the_steps_own_is_its_error() -> None:
+    run, script, refused = read_only_run({"refuses": False})
+    with pytest.raises(TransactionStepError, match="READ ONLY") as info:
+        script.run(protocol.transaction(run, txn(), (1,), {}))
+    assert info.value.__cause__ is refused
+    assert script.labels[-4:-1] == ["AppBegin", "AppExecute app_refuses_writes", "AppEnd rollback"]
+    (row,) = script.executed("record_step")
+    assert "TransactionStepError" in row["error"]
+
+
+@pytest.mark.parametrize("refuses", [{"refuses": True}, Raise(RuntimeError("no server"))])
+def test_a_database_that_refuses_every_write_is_an_outage(refuses: Any) -> None:
+    # A standby mid-failover, or a database read-only by default: wait it out, journal
+    # nothing.
+    run, script, _ = read_only_run(refuses)
+    with pytest.raises(DatabaseUnavailableError):
+        script.run(protocol.transaction(run, txn(), (1,), {}))
     assert script.executed("record_step") == []
 
 
