@@ -670,7 +670,6 @@ def measure_units(target: Target, steps: int, rounds: int, warmup: int) -> dict[
     tx: list[float] = []
     effect: list[float] = []
     tx_ratios: list[float] = []
-    statements: list[int] = []
     with target.engine(registry) as engine:
         counters = engine.db.counters
 
@@ -682,10 +681,8 @@ def measure_units(target: Target, steps: int, rounds: int, warmup: int) -> dict[
             if r % 2 == 0:
                 p = time_app_transactions(engine, target.schema, steps)
                 t = per_op(tx_wf)
-                before = counters.statements
                 e = per_op(effect_wf)
             else:
-                before = counters.statements
                 e = per_op(effect_wf)
                 t = per_op(tx_wf)
                 p = time_app_transactions(engine, target.schema, steps)
@@ -695,9 +692,17 @@ def measure_units(target: Target, steps: int, rounds: int, warmup: int) -> dict[
             tx.append(t)
             effect.append(e)
             tx_ratios.append(t / p)
-            statements.append(counters.statements - before)
-    # An effect run = 3 empty runs + N effects; an empty run is 2 statements.
-    per_effect = (min(statements) - 4 * 2) / steps
+
+        def statements_of(n: int) -> int:
+            before = counters.statements
+            time_workflow(effect_wf, n)
+            return counters.statements - before
+
+        # The counter is the engine's: its background loops may add a statement to any
+        # window, never take one away, so the fewest seen is the workflow's own.
+        full = min(statements_of(steps) for _ in range(3))
+        empty = min(statements_of(0) for _ in range(3))
+    per_effect = (full - empty) / steps
     observer = target.observer_url()
     commits: float | None = None
     if observer is not None:
