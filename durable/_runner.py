@@ -102,6 +102,8 @@ class Claimed(NamedTuple):
     budget_id: str | None = None
     first_run: bool = False
     trace_context: str | None = None
+    # When the claim was taken (time.monotonic()); 0 for a run this process started.
+    claimed_at: float = 0.0
 
 
 class AsyncSide(Protocol):
@@ -419,6 +421,8 @@ class Runner:
 
         def task() -> Any:
             with self.outcome_of(claimed.workflow_id, claimed.epoch):
+                if not self.still_owned(claimed):
+                    raise StaleOwnerError(claimed.workflow_id, claimed.epoch)
                 return context.run(self.execute, claimed)
             return None
 
@@ -427,6 +431,23 @@ class Runner:
             self._futures.add(future)
         future.add_done_callback(self._forget)
         return future
+
+    def still_owned(self, claimed: Claimed) -> bool:
+        """Whether a claim that waited in the pool's queue is still this executor's. Its
+        lease is renewed while it waits, but not while the database is down: one that
+        waited through an outage may have expired and been finished by another worker,
+        and running it would run its first step's code once more, as a zombie. A claim
+        that waited half its lease or more is looked up (one statement); a renewal the
+        heartbeat sent meanwhile cannot vouch for it, since renewing a lease another
+        worker took matches no row and says nothing."""
+        if not claimed.claimed_at:
+            return True
+        if time.monotonic() - claimed.claimed_at < self.engine.lease_seconds / 2:
+            return True
+        found = self.db.fetch_one(
+            "owns_workflow", {"workflow_id": claimed.workflow_id, "epoch": claimed.epoch}
+        )
+        return found is not None
 
     def _forget(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
@@ -600,6 +621,7 @@ class Runner:
             row["cancel_reason"],
             row["budget_id"],
             trace_context=row.get("trace_context"),
+            claimed_at=time.monotonic(),
         )
 
     def submit_claim(self, workflow_id: str) -> concurrent.futures.Future[Any] | None:

@@ -410,6 +410,12 @@ WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context
 
+-- owns_workflow --
+-- Whether a claim is still this run's (a claim that waited through an outage may not be).
+SELECT 1 AS owned FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+
 -- renew_leases --
 -- Extend the lease of every workflow this executor runs (the heartbeat): those it holds,
 -- not every row it owns (a claim it never heard back about must expire).

@@ -250,3 +250,36 @@ def test_a_claim_the_worker_never_heard_back_about_expires_and_runs(database_url
             )
         assert worker.retrieve("orphan").result(timeout=20) == 3
     assert sorted(runs) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("stolen", [True, False])
+def test_a_claim_that_waited_through_its_lease_runs_only_if_still_owned(
+    database_url: str, stolen: bool
+) -> None:
+    # A claim queued behind busy threads while the database was down was not renewed: it
+    # may have expired and been finished by another worker. Started late, it must not run
+    # its first step's code again as a zombie; one still owned runs as usual.
+    reg, ticker, runs, gate = make_app()
+    gate.set()
+    with durable.Engine(database_url, registry=reg, lease_seconds=4.0) as engine:
+        engine.submit(ticker, 3, workflow_id="queued")
+        claimed = engine.runner.claim("queued")
+        assert claimed is not None and claimed.claimed_at > 0
+        if stolen:
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                conn.execute(
+                    "UPDATE durable.workflows SET epoch = epoch + 1, owner = 'other-worker',"
+                    " lease_expires_at = now() + interval '1 minute'"
+                    " WHERE workflow_id = 'queued'"
+                )
+        # As if it had waited in the pool's queue for the whole lease.
+        late = claimed._replace(claimed_at=claimed.claimed_at - 4.0)
+        future = engine.runner.submit(late)
+        if stolen:
+            assert future.result(timeout=20) is None
+            assert runs == []
+            info = engine.get_workflow("queued")
+            assert (info.status, info.owner) == ("RUNNING", "other-worker")
+        else:
+            assert future.result(timeout=20) == 3
+            assert runs == [0, 1, 2]
