@@ -50,6 +50,7 @@ from durable.errors import (
     BlockingCallError,
     EffectOutsideWorkflowError,
     NoEngineError,
+    StaleOwnerError,
 )
 
 if TYPE_CHECKING:
@@ -156,6 +157,17 @@ class _AppTransaction:
             self._stack.close()
 
 
+def _prove_claim(run: Run, db: Any, conn: Any) -> None:
+    """Before the run's code: after an outage, prove the claim still holds (reclaim)."""
+    outages = db.outage.generation
+    check = protocol.reclaim(run, outages)
+    if check is None:
+        return
+    if db.run_on(conn, check.name, check.params, check.fetch) is None:
+        raise StaleOwnerError(run.workflow_id, run.epoch)
+    run.outages_seen = outages
+
+
 def drive(run: Run, gen: Gen[T]) -> T:
     """Run a protocol generator to its end on this thread; return what it returns."""
     host: Host = run.host
@@ -180,6 +192,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
                     else:
                         value = db.run_on(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
                 elif kind is Call:
+                    _prove_claim(run, db, conn)
                     value = _call(op.fn, op.args, op.kwargs, op.scope, run)  # type: ignore[union-attr]
                 elif kind is WriteSteps:
                     value = db.write_steps(conn, op.rows, op.finish)  # type: ignore[union-attr]
@@ -200,6 +213,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
                     value = db.app_run(app.conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
                 elif kind is AppCall:
                     assert app is not None
+                    _prove_claim(run, db, conn)
                     value = _call(op.fn, (app.conn, *op.args), op.kwargs, op.scope, run)  # type: ignore[union-attr]
                 elif kind is AppEnd:
                     if app is not None:

@@ -52,6 +52,7 @@ from durable.errors import (
     AsyncInSyncError,
     EffectOutsideWorkflowError,
     NoEngineError,
+    StaleOwnerError,
     StepTimeoutError,
     WorkflowInterrupted,
 )
@@ -186,6 +187,8 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                     assert host.writer is not None
                     host.writer.put(op.row)  # type: ignore[union-attr]
                     continue
+                if kind is Call or kind is AppCall:
+                    await _prove_claim(run, db, lease)
                 await lease.release()  # what follows may wait: hold no connection meanwhile
                 if kind is Call:
                     value = await _call(run, op)  # type: ignore[arg-type]
@@ -245,6 +248,18 @@ async def _join(run: Run) -> None:
         if not others:
             return
         await asyncio.wait(others)
+
+
+async def _prove_claim(run: Run, db: Any, lease: _Lease) -> None:
+    """Before the run's code: after an outage, prove the claim still holds (reclaim)."""
+    outages = db.outage.generation
+    check = protocol.reclaim(run, outages)
+    if check is None:
+        return
+    conn = await lease.get()
+    if await db.run_on_async(conn, check.name, check.params, check.fetch) is None:
+        raise StaleOwnerError(run.workflow_id, run.epoch)
+    run.outages_seen = outages
 
 
 async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None) -> Outcome:

@@ -312,6 +312,7 @@ class Settings:
         transaction), "unique:<constraint>", or None.
     stream_channel: the NOTIFY channel that wakes stream readers.
     executor_id: the executor running the runs (an attribute of their spans).
+    lease_seconds: how long a claim holds without renewal (see reclaim).
     """
 
     serializer: Serializer
@@ -324,6 +325,7 @@ class Settings:
     classify_app_error: Callable[[BaseException], str | None] = _no_fault
     stream_channel: str = "durable_streams"
     executor_id: str = ""
+    lease_seconds: float = 30.0
 
 
 @dataclass
@@ -373,6 +375,9 @@ class Run:
     # the run: rebuilt by replay, since every update is a journaled call.
     state: str | None = None
     turns: list[Any] = field(default_factory=list)
+    # How many outages of the system database the driver had seen when this run's claim
+    # was last proven (see reclaim).
+    outages_seen: int = 0
     # The trace the workflow belongs to (stored when it was created), and whether this run
     # has a recording span (then each step attempt gets one too).
     trace_context: str | None = None
@@ -509,6 +514,27 @@ def check_interrupt(run: Run) -> None:
     reason = stop_reason(run)
     if reason is not None:
         raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
+
+
+def reclaim(run: Run, outages: int) -> Execute | None:
+    """The statement that proves a run still holds its workflow before its code runs, when
+    the system database went away since the claim was last proven; None otherwise (the
+    cost in the common case is one comparison).
+
+    While the database is down nobody renews leases: a run that waited through an outage
+    (queued behind busy threads, or blocked on a connection) may have lost its workflow to
+    another worker, which may even have finished it. Its fenced writes would be refused,
+    but only after its next step's code had run again, in the world. So it renews its
+    lease by its epoch first: no row means it is no longer the owner. The driver counts
+    outages (`outages`) and raises StaleOwnerError on no row."""
+    if outages == run.outages_seen:
+        return None
+    params = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "lease_seconds": run.settings.lease_seconds,
+    }
+    return Execute("renew_claim", params, "one")
 
 
 def _fenced(count: int, run: Run) -> None:

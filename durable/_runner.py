@@ -102,8 +102,10 @@ class Claimed(NamedTuple):
     budget_id: str | None = None
     first_run: bool = False
     trace_context: str | None = None
-    # When the claim was taken (time.monotonic()); 0 for a run this process started.
-    claimed_at: float = 0.0
+    # The system database's outage count (Outage.generation) when the claim was made:
+    # after an outage a run proves its claim again before its code runs (see
+    # _protocol.reclaim). -1: now.
+    outages: int = -1
 
 
 class AsyncSide(Protocol):
@@ -256,6 +258,7 @@ class Runner:
             classify_app_error=app_error_fault,
             stream_channel=f"{engine.schema}_streams",
             executor_id=engine.executor_id,
+            lease_seconds=engine.lease_seconds,
         )
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=engine.max_workers, thread_name_prefix="durable-workflow"
@@ -338,6 +341,7 @@ class Runner:
             budget_id=claimed.budget_id,
             first_run=claimed.first_run,
             trace_context=claimed.trace_context,
+            outages_seen=claimed.outages if claimed.outages >= 0 else self.db.outage.generation,
         )
 
     def execute(self, claimed: Claimed, conn: psycopg.Connection[Any] | None = None) -> Any:
@@ -421,8 +425,6 @@ class Runner:
 
         def task() -> Any:
             with self.outcome_of(claimed.workflow_id, claimed.epoch):
-                if not self.still_owned(claimed):
-                    raise StaleOwnerError(claimed.workflow_id, claimed.epoch)
                 return context.run(self.execute, claimed)
             return None
 
@@ -431,23 +433,6 @@ class Runner:
             self._futures.add(future)
         future.add_done_callback(self._forget)
         return future
-
-    def still_owned(self, claimed: Claimed) -> bool:
-        """Whether a claim that waited in the pool's queue is still this executor's. Its
-        lease is renewed while it waits, but not while the database is down: one that
-        waited through an outage may have expired and been finished by another worker,
-        and running it would run its first step's code once more, as a zombie. A claim
-        that waited half its lease or more is looked up (one statement); a renewal the
-        heartbeat sent meanwhile cannot vouch for it, since renewing a lease another
-        worker took matches no row and says nothing."""
-        if not claimed.claimed_at:
-            return True
-        if time.monotonic() - claimed.claimed_at < self.engine.lease_seconds / 2:
-            return True
-        found = self.db.fetch_one(
-            "owns_workflow", {"workflow_id": claimed.workflow_id, "epoch": claimed.epoch}
-        )
-        return found is not None
 
     def _forget(self, future: concurrent.futures.Future[Any]) -> None:
         with self._lock:
@@ -504,6 +489,7 @@ class Runner:
         params = engine.workflow_params(defn, workflow_id, inputs, parent, engine.durability)
         params["owner"] = engine.executor_id
         params["lease_seconds"] = engine.lease_seconds
+        outages = self.db.outage.generation
         if conn is None:
             row = self.db.fetch_one("insert_workflow", params)
         else:
@@ -522,6 +508,7 @@ class Runner:
             params["budget_id"],
             True,
             params["trace_context"],
+            outages,
         )
 
     def claim_free(self, workflow_ids: list[str] | None, limit: int) -> list[tuple[str, Any]]:
@@ -544,12 +531,13 @@ class Runner:
         engine = self.engine
         # Sleepers whose time has come become claimable here, by whoever claims next.
         self.db.execute("wake_due", {})
+        outages = self.db.outage.generation  # before the claim: an outage after it counts
         defs = [
             d
             for d in engine.registry.workflows()
             if asynchronous is None or d.is_async == asynchronous
         ]
-        return self.db.claim_batch(
+        rows = self.db.claim_batch(
             {
                 "workflow_ids": workflow_ids,
                 "owner": engine.executor_id,
@@ -560,6 +548,9 @@ class Runner:
                 "limit": limit,
             },
         )
+        for row in rows:
+            row["outages"] = outages
+        return rows
 
     def claim(self, workflow_id: str) -> Claimed | None:
         """Claim one runnable workflow and load its journal, or None if someone holds it."""
@@ -621,7 +612,7 @@ class Runner:
             row["cancel_reason"],
             row["budget_id"],
             trace_context=row.get("trace_context"),
-            claimed_at=time.monotonic(),
+            outages=row.get("outages", -1),
         )
 
     def submit_claim(self, workflow_id: str) -> concurrent.futures.Future[Any] | None:
@@ -709,7 +700,11 @@ class Runner:
                 limit=limit - len(started),
                 only=only,
             )
-            started += self.start_claimed(self.db.dequeue(params))
+            outages = self.db.outage.generation  # before the claim (see Claimed.outages)
+            rows = self.db.dequeue(params)
+            for row in rows:
+                row["outages"] = outages
+            started += self.start_claimed(rows)
         return started
 
     # -- running here (direct calls and children) ------------------------------------------------

@@ -86,7 +86,14 @@ class Outage:
     from each would bury what happened. The first lost connection reports the outage and
     where the server was; the first good checkout afterwards reports how long it took, how
     many runs it interrupted and whether another server answered (a failover).
+
+    A failover is rarely one clean cut: pg_auto_failover, for one, restarts the promoted
+    server moments after it first accepts writes, closing the connections made in between.
+    Connections lost within `SETTLE_SECONDS` of the database coming back are that same
+    event: said at INFO, not as a new outage.
     """
+
+    SETTLE_SECONDS = 10.0
 
     def __init__(self, url: str) -> None:
         self._lock = threading.Lock()
@@ -99,6 +106,8 @@ class Outage:
         # (an idle run's connection to the old primary) is that outage, not a new one.
         self.generation = 0
         self._born: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
+        self.ended_at: float | None = None  # when the last outage ended (monotonic)
+        self._aftershock = False  # the outage under way began just after one ended
 
     def lost(self, exc: BaseException, during: str = "", conn: object = None) -> bool:
         """Report an outage; True if this is its first report."""
@@ -107,10 +116,22 @@ class Outage:
                 return False
             if conn is not None and self._born.get(conn, self.generation) < self.generation:
                 return False  # a connection from before the last outage (see __init__)
-            self.down_since = time.monotonic()
+            self.down_since = now = time.monotonic()
+            ended = self.ended_at
+            self._aftershock = ended is not None and now - ended < self.SETTLE_SECONDS
             self.interrupted = 0
             _QUIET_POOLS.add(id(self))
         reason = _first_line(exc)
+        if self._aftershock and ended is not None:
+            logger.info(
+                "the system database at %s closed connections again %.1f s after it came "
+                "back (%s%s); reconnecting",
+                self.server or redact(self._url),
+                now - ended,
+                reason,
+                f", in {during}" if during else "",
+            )
+            return True
         logger.warning(
             "lost the system database at %s (%s%s): runs in flight are interrupted, not "
             "failed, and resume when it is back; reconnecting to %s",
@@ -135,8 +156,18 @@ class Outage:
             self._born[conn] = self.generation
             self.down_since, self.server = None, server
             interrupted = self.interrupted
+            aftershock, self._aftershock = self._aftershock, False
+            if since is not None:
+                self.ended_at = time.monotonic()
             _QUIET_POOLS.discard(id(self))
         if since is None:
+            return
+        if aftershock:
+            logger.info(
+                "the system database is back again after %.1f s at %s",
+                time.monotonic() - since,
+                server,
+            )
             return
         moved = f" (was {before}: a failover)" if before and before != server else ""
         logger.warning(

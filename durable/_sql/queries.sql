@@ -410,11 +410,15 @@ WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context
 
--- owns_workflow --
--- Whether a claim is still this run's (a claim that waited through an outage may not be).
-SELECT 1 AS owned FROM {schema}.workflows
+-- renew_claim --
+-- Keep a claim that waited in the queue, if it is still this run's: renewing its lease
+-- in the same statement means no other worker can take it between the answer and the
+-- run (its lease may have run out, untaken, while it waited).
+UPDATE {schema}.workflows
+SET lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s)
 WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+RETURNING 1 AS owned
 
 -- renew_leases --
 -- Extend the lease of every workflow this executor runs (the heartbeat): those it holds,

@@ -252,19 +252,38 @@ def test_a_claim_the_worker_never_heard_back_about_expires_and_runs(database_url
     assert sorted(runs) == [0, 1, 2]
 
 
+def outage(engine: durable.Engine, url: str) -> None:
+    """A real, short outage of the system database as this engine sees it: the server
+    drops every connection of the engine's, the engine notices, and reconnects."""
+    before = engine.db.outage.generation
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+    deadline = time.monotonic() + 20
+    while engine.db.outage.generation == before:
+        assert time.monotonic() < deadline, "the engine never saw the outage end"
+        try:
+            engine.list_workflows()
+        except errors.DatabaseUnavailableError:
+            time.sleep(0.05)
+
+
 @pytest.mark.parametrize("stolen", [True, False])
-def test_a_claim_that_waited_through_its_lease_runs_only_if_still_owned(
+def test_a_claim_that_waited_through_an_outage_runs_only_if_still_owned(
     database_url: str, stolen: bool
 ) -> None:
-    # A claim queued behind busy threads while the database was down was not renewed: it
-    # may have expired and been finished by another worker. Started late, it must not run
-    # its first step's code again as a zombie; one still owned runs as usual.
+    # A claim queued behind busy threads (or blocked on a connection) while the database
+    # was down was not renewed: it may have expired and been taken, even finished, by
+    # another worker. Started late, it must not run its first step's code again as a
+    # zombie; one still owned runs as usual.
     reg, ticker, runs, gate = make_app()
     gate.set()
     with durable.Engine(database_url, registry=reg, lease_seconds=4.0) as engine:
         engine.submit(ticker, 3, workflow_id="queued")
         claimed = engine.runner.claim("queued")
-        assert claimed is not None and claimed.claimed_at > 0
+        assert claimed is not None and claimed.outages == engine.db.outage.generation
         if stolen:
             with psycopg.connect(database_url, autocommit=True) as conn:
                 conn.execute(
@@ -272,9 +291,8 @@ def test_a_claim_that_waited_through_its_lease_runs_only_if_still_owned(
                     " lease_expires_at = now() + interval '1 minute'"
                     " WHERE workflow_id = 'queued'"
                 )
-        # As if it had waited in the pool's queue for the whole lease.
-        late = claimed._replace(claimed_at=claimed.claimed_at - 4.0)
-        future = engine.runner.submit(late)
+        outage(engine, database_url)
+        future = engine.runner.submit(claimed)
         if stolen:
             assert future.result(timeout=20) is None
             assert runs == []
@@ -283,3 +301,54 @@ def test_a_claim_that_waited_through_its_lease_runs_only_if_still_owned(
         else:
             assert future.result(timeout=20) == 3
             assert runs == [0, 1, 2]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_claim_whose_lease_ran_out_untaken_in_an_outage_is_renewed_before_it_runs(
+    database_url: str, asynchronous: bool
+) -> None:
+    # Nobody took it while the database was down: it is still this worker's, but a lease
+    # in the past would let another worker take it while it runs. It is renewed first.
+    reg = durable.Registry()
+
+    def lease_left(workflow_id: str) -> float:
+        with psycopg.connect(database_url) as conn:
+            row = conn.execute(
+                "SELECT extract(epoch FROM lease_expires_at - now())::float"
+                " FROM durable.workflows WHERE workflow_id = %s",
+                [workflow_id],
+            ).fetchone()
+        assert row is not None
+        return float(row[0])
+
+    if asynchronous:
+
+        @durable.step(registry=reg, name="lease_left")
+        async def lease_left_async(workflow_id: str) -> float:
+            return lease_left(workflow_id)
+
+        @durable.workflow(registry=reg, name="leased")
+        async def leased_async() -> float:
+            return await lease_left_async("late")
+
+        leased: object = leased_async
+    else:
+        step = durable.step(registry=reg, name="lease_left")(lease_left)
+
+        @durable.workflow(registry=reg, name="leased")
+        def leased_sync() -> float:
+            return step("late")
+
+        leased = leased_sync
+
+    with durable.Engine(database_url, registry=reg, lease_seconds=4.0) as engine:
+        engine.submit(leased, workflow_id="late")  # type: ignore[arg-type]
+        claimed = engine.runner.claim("late")
+        assert claimed is not None
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE durable.workflows SET lease_expires_at = now() - interval '1 second'"
+                " WHERE workflow_id = 'late'"
+            )
+        outage(engine, database_url)
+        assert engine.runner.submit(claimed).result(timeout=20) > 2.0

@@ -591,3 +591,16 @@ def test_a_child_in_exit_mode_writes_held_records_first() -> None:
     script = Script(child_answer(Outcome(1)))
     script.run(protocol.child(run, workflow_def(sub), (), {}))
     assert script.labels[:2] == ["WriteSteps 1", "RunChild wf-1:child:0"]
+
+
+def test_a_run_proves_its_claim_again_only_after_an_outage() -> None:
+    run = make_run()
+    run.outages_seen = 2
+    assert protocol.reclaim(run, 2) is None  # the common case: one comparison
+    check = protocol.reclaim(run, 3)
+    assert check is not None and check.name == "renew_claim" and check.fetch == "one"
+    assert check.params == {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
+        "lease_seconds": run.settings.lease_seconds,
+    }
