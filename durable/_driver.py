@@ -159,13 +159,14 @@ class _AppTransaction:
 
 def _prove_claim(run: Run, db: Any, conn: Any) -> None:
     """Before the run's code: after an outage, prove the claim still holds (reclaim)."""
-    outages = db.outage.generation
-    check = protocol.reclaim(run, outages)
+    outage = db.outage
+    doubts, now = outage.doubts, time.monotonic()
+    check = protocol.reclaim(run, doubts, outage.renewed_at, now)
     if check is None:
         return
     if db.run_on(conn, check.name, check.params, check.fetch) is None:
         raise StaleOwnerError(run.workflow_id, run.epoch)
-    run.outages_seen = outages
+    run.doubts_seen, run.proven_at = doubts, now
 
 
 def drive(run: Run, gen: Gen[T]) -> T:

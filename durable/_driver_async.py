@@ -252,14 +252,15 @@ async def _join(run: Run) -> None:
 
 async def _prove_claim(run: Run, db: Any, lease: _Lease) -> None:
     """Before the run's code: after an outage, prove the claim still holds (reclaim)."""
-    outages = db.outage.generation
-    check = protocol.reclaim(run, outages)
+    outage = db.outage
+    doubts, now = outage.doubts, time.monotonic()
+    check = protocol.reclaim(run, doubts, outage.renewed_at, now)
     if check is None:
         return
     conn = await lease.get()
     if await db.run_on_async(conn, check.name, check.params, check.fetch) is None:
         raise StaleOwnerError(run.workflow_id, run.epoch)
-    run.outages_seen = outages
+    run.doubts_seen, run.proven_at = doubts, now
 
 
 async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None) -> Outcome:

@@ -375,9 +375,10 @@ class Run:
     # the run: rebuilt by replay, since every update is a journaled call.
     state: str | None = None
     turns: list[Any] = field(default_factory=list)
-    # How many outages of the system database the driver had seen when this run's claim
-    # was last proven (see reclaim).
-    outages_seen: int = 0
+    # When this run's claim was last proven (see reclaim): the count of doubts on this
+    # process's claims then (Outage.doubts), and the time (time.monotonic()).
+    doubts_seen: int = 0
+    proven_at: float = 0.0
     # The trace the workflow belongs to (stored when it was created), and whether this run
     # has a recording span (then each step attempt gets one too).
     trace_context: str | None = None
@@ -516,18 +517,24 @@ def check_interrupt(run: Run) -> None:
         raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
 
 
-def reclaim(run: Run, outages: int) -> Execute | None:
+def reclaim(run: Run, doubts: int, renewed_at: float, now: float) -> Execute | None:
     """The statement that proves a run still holds its workflow before its code runs, when
-    the system database went away since the claim was last proven; None otherwise (the
-    cost in the common case is one comparison).
+    its lease may have lapsed since the claim was last proven; None otherwise (the cost in
+    the common case is two comparisons).
 
-    While the database is down nobody renews leases: a run that waited through an outage
-    (queued behind busy threads, or blocked on a connection) may have lost its workflow to
-    another worker, which may even have finished it. Its fenced writes would be refused,
-    but only after its next step's code had run again, in the world. So it renews its
-    lease by its epoch first: no row means it is no longer the owner. The driver counts
-    outages (`outages`) and raises StaleOwnerError on no row."""
-    if outages == run.outages_seen:
+    A lease lapses when nobody renews it: while the database is down, or while the
+    heartbeat is starved or late. A run that waited meanwhile (queued behind busy
+    threads, or blocked on a connection) may have lost its workflow to another worker,
+    which may even have finished it. Its fenced writes would be refused, but only after
+    its next step's code had run again, in the world; and an effect's call could overlap
+    the new owner's. So it renews its lease by its epoch first: no row means it is no
+    longer the owner.
+
+    doubts: how many outages ended and heartbeat gaps of half a lease were seen in this
+    process (Outage.doubts); renewed_at: when the heartbeat last renewed every held lease;
+    now: time.monotonic(). The driver raises StaleOwnerError on no row."""
+    fresh = max(run.proven_at, renewed_at)
+    if doubts == run.doubts_seen and now - fresh < run.settings.lease_seconds / 2:
         return None
     params = {
         "workflow_id": run.workflow_id,

@@ -258,6 +258,7 @@ class Heartbeat:
                     continue
                 next_renewal = time.monotonic() + interval
                 held = engine.runner.held()
+                sent = time.monotonic()
                 if held:
                     db.execute(
                         "renew_leases",
@@ -268,6 +269,7 @@ class Heartbeat:
                         },
                     )
                 db.execute("heartbeat_executor", {"executor_id": engine.executor_id})
+                db.outage.renewed(sent, engine.lease_seconds)
                 if failing:
                     logger.info("heartbeat restored")
                 failing = False

@@ -102,10 +102,11 @@ class Claimed(NamedTuple):
     budget_id: str | None = None
     first_run: bool = False
     trace_context: str | None = None
-    # The system database's outage count (Outage.generation) when the claim was made:
-    # after an outage a run proves its claim again before its code runs (see
-    # _protocol.reclaim). -1: now.
-    outages: int = -1
+    # The doubts on this process's claims (Outage.doubts) and the time (monotonic) just
+    # before the claim was made: its run proves the claim again before its code runs when
+    # its lease may have lapsed since (see _protocol.reclaim). -1 and 0: now.
+    doubts: int = -1
+    claimed_at: float = 0.0
 
 
 class AsyncSide(Protocol):
@@ -341,7 +342,8 @@ class Runner:
             budget_id=claimed.budget_id,
             first_run=claimed.first_run,
             trace_context=claimed.trace_context,
-            outages_seen=claimed.outages if claimed.outages >= 0 else self.db.outage.generation,
+            doubts_seen=claimed.doubts if claimed.doubts >= 0 else self.db.outage.doubts,
+            proven_at=claimed.claimed_at or time.monotonic(),
         )
 
     def execute(self, claimed: Claimed, conn: psycopg.Connection[Any] | None = None) -> Any:
@@ -489,7 +491,7 @@ class Runner:
         params = engine.workflow_params(defn, workflow_id, inputs, parent, engine.durability)
         params["owner"] = engine.executor_id
         params["lease_seconds"] = engine.lease_seconds
-        outages = self.db.outage.generation
+        doubts, claimed_at = self.db.outage.doubts, time.monotonic()
         if conn is None:
             row = self.db.fetch_one("insert_workflow", params)
         else:
@@ -508,7 +510,8 @@ class Runner:
             params["budget_id"],
             True,
             params["trace_context"],
-            outages,
+            doubts,
+            claimed_at,
         )
 
     def claim_free(self, workflow_ids: list[str] | None, limit: int) -> list[tuple[str, Any]]:
@@ -531,7 +534,7 @@ class Runner:
         engine = self.engine
         # Sleepers whose time has come become claimable here, by whoever claims next.
         self.db.execute("wake_due", {})
-        outages = self.db.outage.generation  # before the claim: an outage after it counts
+        doubts, claimed_at = self.db.outage.doubts, time.monotonic()  # before the claim
         defs = [
             d
             for d in engine.registry.workflows()
@@ -549,7 +552,7 @@ class Runner:
             },
         )
         for row in rows:
-            row["outages"] = outages
+            row["doubts"], row["claimed_at"] = doubts, claimed_at
         return rows
 
     def claim(self, workflow_id: str) -> Claimed | None:
@@ -612,7 +615,8 @@ class Runner:
             row["cancel_reason"],
             row["budget_id"],
             trace_context=row.get("trace_context"),
-            outages=row.get("outages", -1),
+            doubts=row.get("doubts", -1),
+            claimed_at=row.get("claimed_at", 0.0),
         )
 
     def submit_claim(self, workflow_id: str) -> concurrent.futures.Future[Any] | None:
@@ -700,10 +704,10 @@ class Runner:
                 limit=limit - len(started),
                 only=only,
             )
-            outages = self.db.outage.generation  # before the claim (see Claimed.outages)
+            doubts, claimed_at = self.db.outage.doubts, time.monotonic()  # (Claimed.doubts)
             rows = self.db.dequeue(params)
             for row in rows:
-                row["outages"] = outages
+                row["doubts"], row["claimed_at"] = doubts, claimed_at
             started += self.start_claimed(rows)
         return started
 

@@ -107,6 +107,11 @@ class Outage:
         self.generation = 0
         self._born: weakref.WeakKeyDictionary[object, int] = weakref.WeakKeyDictionary()
         self.ended_at: float | None = None  # when the last outage ended (monotonic)
+        # Leases: when the heartbeat last renewed every held one (monotonic, taken before
+        # the renewal was sent), and how many gaps of half a lease it left between two
+        # renewals (see doubts).
+        self.renewed_at = 0.0
+        self.gaps = 0
         self._aftershock = False  # the outage under way began just after one ended
 
     def lost(self, exc: BaseException, during: str = "", conn: object = None) -> bool:
@@ -141,6 +146,20 @@ class Outage:
             _hosts(self._url),
         )
         return True
+
+    @property
+    def doubts(self) -> int:
+        """How many times this process's leases may have lapsed: outages that ended, and
+        gaps in the heartbeat's renewals. A run claimed before the latest one proves its
+        claim again before its code runs (_protocol.reclaim)."""
+        return self.generation + self.gaps
+
+    def renewed(self, sent: float, lease_seconds: float) -> None:
+        """The heartbeat renewed every held lease, sending the renewal at `sent`."""
+        with self._lock:
+            if self.renewed_at and sent - self.renewed_at >= lease_seconds / 2:
+                self.gaps += 1  # a lease may have run out, untaken or taken, meanwhile
+            self.renewed_at = sent
 
     def note_interrupted(self) -> None:
         with self._lock:

@@ -283,7 +283,7 @@ def test_a_claim_that_waited_through_an_outage_runs_only_if_still_owned(
     with durable.Engine(database_url, registry=reg, lease_seconds=4.0) as engine:
         engine.submit(ticker, 3, workflow_id="queued")
         claimed = engine.runner.claim("queued")
-        assert claimed is not None and claimed.outages == engine.db.outage.generation
+        assert claimed is not None and claimed.doubts == engine.db.outage.doubts
         if stolen:
             with psycopg.connect(database_url, autocommit=True) as conn:
                 conn.execute(
@@ -352,3 +352,27 @@ def test_a_claim_whose_lease_ran_out_untaken_in_an_outage_is_renewed_before_it_r
             )
         outage(engine, database_url)
         assert engine.runner.submit(claimed).result(timeout=20) > 2.0
+
+
+def test_a_claim_that_waited_longer_than_its_lease_without_renewal_is_proven_first(
+    database_url: str,
+) -> None:
+    # No outage: the heartbeat was starved (or the claim sat in the queue past its lease
+    # before a renewal covered it), the lease ran out and another worker took the
+    # workflow. The late run must not run its first step as a zombie.
+    reg, ticker, runs, gate = make_app()
+    gate.set()
+    # A long lease keeps the heartbeat from renewing anything while the test runs.
+    with durable.Engine(database_url, registry=reg, lease_seconds=30.0) as engine:
+        engine.submit(ticker, 3, workflow_id="starved")
+        claimed = engine.runner.claim("starved")
+        assert claimed is not None
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE durable.workflows SET epoch = epoch + 1, owner = 'other-worker'"
+                " WHERE workflow_id = 'starved'"
+            )
+        engine.db.outage.renewed_at = 0.0  # no renewal since (what a starved heartbeat leaves)
+        late = claimed._replace(claimed_at=claimed.claimed_at - 30.0)
+        assert engine.runner.submit(late).result(timeout=20) is None
+        assert runs == []

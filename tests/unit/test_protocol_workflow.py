@@ -593,14 +593,17 @@ def test_a_child_in_exit_mode_writes_held_records_first() -> None:
     assert script.labels[:2] == ["WriteSteps 1", "RunChild wf-1:child:0"]
 
 
-def test_a_run_proves_its_claim_again_only_after_an_outage() -> None:
+def test_a_run_proves_its_claim_again_only_when_its_lease_may_have_lapsed() -> None:
     run = make_run()
-    run.outages_seen = 2
-    assert protocol.reclaim(run, 2) is None  # the common case: one comparison
-    check = protocol.reclaim(run, 3)
-    assert check is not None and check.name == "renew_claim" and check.fetch == "one"
-    assert check.params == {
-        "workflow_id": WORKFLOW_ID,
-        "epoch": EPOCH,
-        "lease_seconds": run.settings.lease_seconds,
-    }
+    lease = run.settings.lease_seconds
+    run.doubts_seen, run.proven_at = 2, 100.0
+    # The common case: nothing since the claim, renewed lately: two comparisons.
+    assert protocol.reclaim(run, 2, 100.0 + lease / 3, 100.0 + lease / 3 + 1) is None
+    assert protocol.reclaim(run, 2, 0.0, 100.0 + lease / 2 - 0.1) is None
+    for asked in [
+        protocol.reclaim(run, 3, 100.0, 100.1),  # an outage ended, or the heartbeat lagged
+        protocol.reclaim(run, 2, 0.0, 100.0 + lease / 2),  # never renewed since the claim
+        protocol.reclaim(run, 2, 100.0 + lease, 100.0 + 1.5 * lease),  # renewed too long ago
+    ]:
+        assert asked is not None and asked.name == "renew_claim" and asked.fetch == "one"
+        assert asked.params == {"workflow_id": WORKFLOW_ID, "epoch": EPOCH, "lease_seconds": lease}
