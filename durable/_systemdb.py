@@ -87,8 +87,9 @@ class Outage:
     where the server was; the first good checkout afterwards reports how long it took, how
     many runs it interrupted and whether another server answered (a failover).
 
-    A failover is rarely one clean cut: pg_auto_failover, for one, restarts the promoted
-    server moments after it first accepts writes, closing the connections made in between.
+    A failover is rarely one clean cut: under pg_auto_failover, for one, the promoted
+    server's postmaster goes down once more moments after it first accepts writes,
+    closing the connections made in between.
     Connections lost within `SETTLE_SECONDS` of the database coming back are that same
     event: said at INFO, not as a new outage.
     """
