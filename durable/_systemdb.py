@@ -113,6 +113,11 @@ class Outage:
         # renewals (see doubts).
         self.renewed_at = 0.0
         self.gaps = 0
+        # How many times this process's leases may have lapsed: outages that ended, and
+        # gaps in the heartbeat's renewals (generation + gaps, kept as one number since
+        # every call of a run's code reads it). A run claimed before the latest one
+        # proves its claim again before its code runs (_protocol.reclaim).
+        self.doubts = 0
         self._aftershock = False  # the outage under way began just after one ended
 
     def lost(self, exc: BaseException, during: str = "", conn: object = None) -> bool:
@@ -148,18 +153,12 @@ class Outage:
         )
         return True
 
-    @property
-    def doubts(self) -> int:
-        """How many times this process's leases may have lapsed: outages that ended, and
-        gaps in the heartbeat's renewals. A run claimed before the latest one proves its
-        claim again before its code runs (_protocol.reclaim)."""
-        return self.generation + self.gaps
-
     def renewed(self, sent: float, lease_seconds: float) -> None:
         """The heartbeat renewed every held lease, sending the renewal at `sent`."""
         with self._lock:
             if self.renewed_at and sent - self.renewed_at >= lease_seconds / 2:
                 self.gaps += 1  # a lease may have run out, untaken or taken, meanwhile
+                self.doubts += 1
             self.renewed_at = sent
 
     def note_interrupted(self) -> None:
@@ -173,6 +172,7 @@ class Outage:
             since, before = self.down_since, self.server
             if since is not None:
                 self.generation += 1
+                self.doubts += 1
             self._born[conn] = self.generation
             self.down_since, self.server = None, server
             interrupted = self.interrupted
