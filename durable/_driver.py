@@ -28,6 +28,7 @@ from durable._context import (
     workflow_code_run,
 )
 from durable._protocol import (
+    ABORTED,
     AppBegin,
     AppCall,
     AppEnd,
@@ -140,16 +141,20 @@ class _AppTransaction:
             self._stack.close()
             raise
 
-    def end(self, commit: bool, last: AppExecute | None = None, db: Any = None) -> int | None:
+    def end(self, commit: bool, last: AppExecute | None = None, db: Any = None) -> int | str | None:
         """Commit or roll back; with `last`, that statement and the COMMIT go in one
-        pipeline (its row count is returned). Always gives the connection back."""
+        pipeline (its row count is returned; see AppEnd for None and "aborted"). Always
+        gives the connection back."""
         try:
-            written = None
+            written: int | str | None = None
             if self._tx.is_active:
                 if commit:
                     if last is not None:
                         written = db.app_commit_with(self.conn, last.name, last.params)
-                    self._tx.commit()  # after the pipeline's COMMIT: SQLAlchemy's bookkeeping
+                    if written == ABORTED:
+                        self._tx.rollback()
+                    else:
+                        self._tx.commit()  # after the pipeline's COMMIT: SQLAlchemy's books
                 else:
                     self._tx.rollback()
             return written

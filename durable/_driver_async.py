@@ -31,6 +31,7 @@ from durable._context import (
     workflow_code_run,
 )
 from durable._protocol import (
+    ABORTED,
     TIMEOUT_REASON,
     AppBegin,
     AppCall,
@@ -138,18 +139,24 @@ class _AppTransaction:
             await self._cm.__aexit__(None, None, None)
             raise
 
-    async def end(self, commit: bool, last: AppExecute | None = None, db: Any = None) -> int | None:
+    async def end(
+        self, commit: bool, last: AppExecute | None = None, db: Any = None
+    ) -> int | str | None:
         """Commit or roll back; with `last`, that statement and the COMMIT go in one
-        pipeline (its row count is returned). Always gives the connection back."""
+        pipeline (its row count is returned; see AppEnd for None and "aborted"). Always
+        gives the connection back."""
         try:
-            written = None
+            written: int | str | None = None
             tx = self._tx
             if tx is not None and tx.is_active:
                 if commit:
                     if last is not None:
                         assert self.conn is not None
                         written = await db.app_commit_with_async(self.conn, last.name, last.params)
-                    await tx.commit()  # after the pipeline's COMMIT: SQLAlchemy's bookkeeping
+                    if written == ABORTED:
+                        await tx.rollback()
+                    else:
+                        await tx.commit()  # after the pipeline's COMMIT: SQLAlchemy's books
                 else:
                     await tx.rollback()
             return written

@@ -201,14 +201,19 @@ class AppCall:
     scope: StepScope | None = None
 
 
+ABORTED = "aborted"  # AppEnd's answer for a transaction found in error
+
+
 @dataclass(slots=True)
 class AppEnd:
     """Commit (or roll back) the open application transaction. A rollback with nothing
     open does nothing.
 
     `last`: a statement sent in one pipeline with the COMMIT (one round trip for both);
-    if it fails, nothing commits and its error is raised. Sends back its row count, or
-    None when no transaction was open any more (the step's code ended it)."""
+    if it fails, nothing commits and its error is raised. Sends back its row count; None
+    when no transaction was open any more (the step's code ended it, through SQLAlchemy
+    or with a COMMIT or ROLLBACK of its own); ABORTED, rolled back and nothing sent, when
+    the transaction was in error (the step's code caught a database error and went on)."""
 
     commit: bool
     last: AppExecute | None = None
@@ -818,10 +823,18 @@ def transaction(
                     raise TransactionStepError(
                         defn.name,
                         "its code ended the transaction itself (conn.commit(), "
-                        "conn.rollback() or conn.close()), so the step's journal record had "
-                        "no transaction to commit in",
+                        "conn.rollback(), conn.close(), or a COMMIT or ROLLBACK statement), "
+                        "so the step's journal record had no transaction to commit in",
                         "durable commits the transaction with the record: return to commit, "
                         "raise to roll back, and leave the connection open",
+                    )
+                if written == ABORTED:
+                    raise TransactionStepError(
+                        defn.name,
+                        "its code caught a database error and returned, but the error had "
+                        "aborted the transaction, so nothing of it could commit",
+                        "let the error propagate (the step fails and rolls back), or run the "
+                        "statement that may fail in a savepoint: with conn.begin_nested(): ...",
                     )
                 if not separate:
                     _fenced(written, run)

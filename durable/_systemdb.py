@@ -31,7 +31,7 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from durable import _citus, _migrate
-from durable._protocol import CONFLICT_ATTEMPTS, conflict_backoff
+from durable._protocol import ABORTED, CONFLICT_ATTEMPTS, conflict_backoff
 from durable.errors import ConfigurationError, DatabaseUnavailableError, StatementError
 
 if TYPE_CHECKING:
@@ -508,13 +508,17 @@ class SystemDB:
 
     def app_commit_with(
         self, conn: sqlalchemy.Connection, name: str, params: dict[str, Any]
-    ) -> int:
+    ) -> int | str | None:
         """Run a named statement and COMMIT the application transaction in one pipeline
         (one round trip). If the statement fails, the COMMIT is skipped by the server and
         the error is raised, the transaction left aborted for the caller's rollback.
-        Returns the statement's row count."""
+        Returns the statement's row count; sends nothing and returns None or ABORTED when
+        the connection has no transaction open or one in error (see _ENDED)."""
         raw = conn.connection.driver_connection
         assert isinstance(raw, psycopg.Connection)
+        status = raw.info.transaction_status
+        if status in _ENDED:
+            return _ENDED[status]
         try:
             with raw.pipeline():  # one Sync, at the block's end: one round trip
                 cursor = raw.execute(self._queries[name], params)
@@ -531,10 +535,13 @@ class SystemDB:
 
     async def app_commit_with_async(
         self, conn: sqlalchemy.ext.asyncio.AsyncConnection, name: str, params: dict[str, Any]
-    ) -> int:
+    ) -> int | str | None:
         """app_commit_with, awaited (a SQLAlchemy AsyncConnection)."""
         raw = (await conn.get_raw_connection()).driver_connection
         assert isinstance(raw, psycopg.AsyncConnection)
+        status = raw.info.transaction_status
+        if status in _ENDED:
+            return _ENDED[status]
         try:
             async with raw.pipeline():  # one Sync, at the block's end: one round trip
                 cursor = await raw.execute(self._queries[name], params)
@@ -1118,6 +1125,15 @@ class Tx:
     def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
         rows: list[Row] = self._run(self._conn, name, params, "all")
         return rows
+
+
+# What the application connection's own state says before a step's record is sent (read
+# locally, no round trip): no transaction open (None: the step's code sent COMMIT or
+# ROLLBACK itself), or one in error (ABORTED: it caught a database error and went on).
+_ENDED: dict[TransactionStatus, str | None] = {
+    TransactionStatus.IDLE: None,
+    TransactionStatus.INERROR: ABORTED,
+}
 
 
 def _as_sqlalchemy(

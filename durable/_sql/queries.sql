@@ -492,9 +492,11 @@ WHERE workflow_id = %(workflow_id)s AND step_seq = %(step_seq)s
 
 -- app_refuses_writes --
 -- Whether the application database refuses every write (a standby mid-failover, or a
--- database read-only by default), as opposed to one transaction a step made read-only.
-SELECT pg_is_in_recovery() OR current_setting('default_transaction_read_only')::boolean
-    AS refuses
+-- database or role read-only by default), as opposed to what a step's code made
+-- read-only: its transaction, or its session (reset_val ignores a session's SET).
+SELECT pg_is_in_recovery() OR (
+    SELECT reset_val::boolean FROM pg_settings WHERE name = 'default_transaction_read_only'
+) AS refuses
 
 -- effect_intent --
 -- Write an effect ahead of its call, only while this run owns the workflow: the intent and

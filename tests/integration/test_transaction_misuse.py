@@ -44,7 +44,15 @@ def make_app(url: str, mode: str, body: str) -> tuple[durable.Registry, Any, lis
                     conn.execute(text("INSERT INTO ledger VALUES ('x')"))
                 return "read"
             conn.execute(text("INSERT INTO ledger VALUES ('x')"))
-            getattr(conn, body)()
+            if body.startswith("sql_"):  # COMMIT or ROLLBACK as a statement of its own
+                conn.exec_driver_sql(body[4:].upper())
+            elif body == "swallow":
+                try:
+                    conn.execute(text("SELECT 1 / 0"))
+                except sqlalchemy.exc.DBAPIError:
+                    pass  # and carry on, in an aborted transaction
+            else:
+                getattr(conn, body)()
             return "wrote"
 
         @durable.workflow(registry=reg, name="flow")
@@ -62,7 +70,15 @@ def make_app(url: str, mode: str, body: str) -> tuple[durable.Registry, Any, lis
                     await conn.execute(text("INSERT INTO ledger VALUES ('x')"))
                 return "read"
             await conn.execute(text("INSERT INTO ledger VALUES ('x')"))
-            await getattr(conn, body)()
+            if body.startswith("sql_"):
+                await conn.exec_driver_sql(body[4:].upper())
+            elif body == "swallow":
+                try:
+                    await conn.execute(text("SELECT 1 / 0"))
+                except sqlalchemy.exc.DBAPIError:
+                    pass
+            else:
+                await getattr(conn, body)()
             return "wrote"
 
         @durable.workflow(registry=reg, name="flow")
@@ -99,7 +115,7 @@ def journaled_failure(steps: Any) -> str:
 
 
 @pytest.mark.parametrize("mode", MODES)
-@pytest.mark.parametrize("body", ["commit", "rollback", "close"])
+@pytest.mark.parametrize("body", ["commit", "rollback", "close", "sql_commit", "sql_rollback"])
 def test_a_step_that_ends_its_own_transaction_fails_with_a_clear_error(
     database_url: str, mode: str, body: str
 ) -> None:
@@ -111,7 +127,7 @@ def test_a_step_that_ends_its_own_transaction_fails_with_a_clear_error(
     # Journaled as the step's failure, so a replay raises it instead of running it again.
     assert "TransactionStepError" in journaled_failure(steps) and calls == [1]
     # What the step's code committed itself stays committed; nothing else does.
-    assert ledger(database_url) == (["x"] if body == "commit" else [])
+    assert ledger(database_url) == (["x"] if body.endswith("commit") else [])
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -199,3 +215,75 @@ def test_a_deferred_constraint_failing_at_commit_raises_sqlalchemys_integrity_er
     assert step.error is not None and calls == [1]
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT count(*) FROM children").fetchone() == (0,)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_step_that_swallows_a_database_error_fails_with_a_clear_error(
+    database_url: str, mode: str
+) -> None:
+    reg, flow, calls = make_app(database_url, mode, "swallow")
+    failure, steps = run_to_failure(database_url, reg, flow, mode)
+    assert failure.error_type.endswith("TransactionStepError")
+    assert "caught a database error" in failure.error_message
+    assert "begin_nested" in failure.error_message
+    assert "TransactionStepError" in journaled_failure(steps) and calls == [1]
+    assert ledger(database_url) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_session_made_read_only_by_a_step_is_not_an_outage(database_url: str, mode: str) -> None:
+    """`SET SESSION CHARACTERISTICS` outlives its step on the pooled connection: the next
+    step's write is refused as a standby would refuse it. The database itself takes
+    writes, so that step fails (journaled) instead of waiting forever for a failover."""
+    reg = durable.Registry()
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE ledger (what text)")
+    poison = text("SET SESSION CHARACTERISTICS AS TRANSACTION READ ONLY")
+    write = text("INSERT INTO ledger VALUES ('b')")
+    if mode == "sync":
+
+        @durable.transaction(registry=reg, name="a")
+        def a(conn: sqlalchemy.Connection) -> None:
+            conn.execute(poison)
+
+        @durable.transaction(registry=reg, name="b")
+        def b(conn: sqlalchemy.Connection) -> None:
+            conn.execute(write)
+
+        @durable.workflow(registry=reg, name="flow")
+        def flow() -> None:
+            a()
+            b()
+
+    else:
+
+        @durable.transaction(registry=reg, name="a")
+        async def a_async(conn: Any) -> None:
+            await conn.execute(poison)
+
+        @durable.transaction(registry=reg, name="b")
+        async def b_async(conn: Any) -> None:
+            await conn.execute(write)
+
+        @durable.workflow(registry=reg, name="flow")
+        async def flow_async() -> None:
+            await a_async()
+            await b_async()
+
+        flow = flow_async  # type: ignore[assignment]
+    # b gets the connection a poisoned: the only one the application pool has opened.
+    with durable.Engine(database_url, registry=reg) as engine:
+        if mode == "sync":
+            with pytest.raises(errors.WorkflowFailedError) as failed:
+                engine.start(flow, workflow_id="w").result(timeout=20)
+        else:
+
+            async def main() -> None:
+                handle = await engine.start_async(flow, workflow_id="w")
+                await handle.result(timeout=20)
+
+            with pytest.raises(errors.WorkflowFailedError) as failed:
+                asyncio.run(main())
+        assert "read-only transaction" in failed.value.error_message
+        steps = engine.steps("w")
+    assert [s.step_name for s in steps] == ["a", "b"] and steps[1].error is not None

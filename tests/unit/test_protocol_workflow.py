@@ -343,6 +343,15 @@ def test_a_transaction_the_steps_code_ended_fails_the_step_and_is_journaled() ->
     assert row["output"] is None
 
 
+def test_a_transaction_left_in_error_by_the_steps_code_fails_the_step() -> None:
+    # The step's code caught a database error and returned: the driver sent nothing.
+    script = Script(statements={"record_step_in_app": protocol.ABORTED})
+    with pytest.raises(TransactionStepError, match="caught a database error"):
+        script.run(protocol.transaction(make_run(), txn(), (1,), {}))
+    (row,) = script.executed("record_step")
+    assert "TransactionStepError" in row["error"]
+
+
 def read_only_run(refuses: Any) -> tuple[Any, Script, BaseException]:
     refused = RuntimeError("cannot execute INSERT in a read-only transaction")
     run = make_run(classify_app_error=lambda exc: "read_only" if exc is refused else None)
