@@ -163,7 +163,8 @@ class _AppTransaction:
 
 
 def _prove_claim(run: Run, db: Any, conn: Any) -> None:
-    """Before the run's code: after an outage, prove the claim still holds (reclaim)."""
+    """Before the run's code: when its lease may have lapsed (an outage, a late
+    heartbeat), prove that the claim still holds (see _protocol.reclaim)."""
     outage = db.outage
     doubts, now = outage.doubts, time.monotonic()
     check = protocol.reclaim(run, doubts, outage.renewed_at, now)

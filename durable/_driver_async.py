@@ -258,7 +258,8 @@ async def _join(run: Run) -> None:
 
 
 async def _prove_claim(run: Run, db: Any, lease: _Lease) -> None:
-    """Before the run's code: after an outage, prove the claim still holds (reclaim)."""
+    """Before the run's code: when its lease may have lapsed (an outage, a late
+    heartbeat), prove that the claim still holds (see _protocol.reclaim)."""
     outage = db.outage
     doubts, now = outage.doubts, time.monotonic()
     check = protocol.reclaim(run, doubts, outage.renewed_at, now)
