@@ -22,17 +22,33 @@ def count_status(url: str, status: str) -> int:
     return int(str(scalar(url, "SELECT count(*) FROM durable.workflows WHERE status = %s", status)))
 
 
+def running_on(url: str, pid: int) -> int:
+    """How many workflows the worker process `pid` holds running now."""
+    query = (
+        "SELECT count(*) FROM durable.workflows AS w JOIN durable.executors AS e"
+        " ON e.executor_id = w.owner WHERE e.pid = %s AND w.status = 'RUNNING'"
+    )
+    return int(str(scalar(url, query, pid)))
+
+
 def test_load_with_a_worker_killed(database_url: str, subprocess_env: dict[str, str]) -> None:
     with client(database_url) as engine:
         for i in range(N_WORKFLOWS):
             engine.submit(counter_app.load, f"L{i}", 10, workflow_id=f"L{i}")
         a = start_worker(subprocess_env, database_url, lease=2.0, concurrency=8)
-        b = start_worker(subprocess_env, database_url, lease=2.0, concurrency=8)
+        workers = [a]
         try:
+            # A is running work before B starts (on a busy machine a slow start could
+            # leave it nothing to do), and it is killed midway while it holds some.
+            wait_for(lambda: running_on(database_url, a.pid) > 0, timeout=120, what="A")
+            workers.append(start_worker(subprocess_env, database_url, lease=2.0, concurrency=8))
             wait_for(
-                lambda: count_status(database_url, "SUCCESS") >= N_WORKFLOWS // 3,
+                lambda: (
+                    count_status(database_url, "SUCCESS") >= N_WORKFLOWS // 3
+                    and running_on(database_url, a.pid) > 0
+                ),
                 timeout=300,
-                what="a third of the workflows",
+                what="a third of the workflows, and worker A running some",
             )
             a.send_signal(signal.SIGKILL)
             a.wait()
@@ -42,7 +58,8 @@ def test_load_with_a_worker_killed(database_url: str, subprocess_env: dict[str, 
                 what="every workflow",
             )
         finally:
-            stop_worker(b)
+            for proc in workers:
+                stop_worker(proc)
     assert count_status(database_url, "ERROR") == 0
     # marks has UNIQUE (workflow_id, i): a transaction step that ran twice would have failed.
     assert scalar(database_url, "SELECT count(*) FROM marks") == N_WORKFLOWS * 5
