@@ -4,6 +4,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import psycopg
 import pytest
@@ -270,6 +271,24 @@ def outage(engine: durable.Engine, url: str) -> None:
             time.sleep(0.05)
 
 
+def claim_submitted(engine: durable.Engine, ticker: Any, workflow_id: str) -> Any:
+    """Submit a three-tick workflow and claim it by hand, as the worker loop would."""
+    engine.submit(ticker, 3, workflow_id=workflow_id)
+    claimed = engine.runner.claim(workflow_id)
+    assert claimed is not None
+    return claimed
+
+
+def take_over(url: str, workflow_id: str) -> None:
+    """Another worker claims the workflow (its epoch moves on)."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE durable.workflows SET epoch = epoch + 1, owner = 'other-worker',"
+            " lease_expires_at = now() + interval '1 minute' WHERE workflow_id = %s",
+            [workflow_id],
+        )
+
+
 @pytest.mark.parametrize("stolen", [True, False])
 def test_a_claim_that_waited_through_an_outage_runs_only_if_still_owned(
     database_url: str, stolen: bool
@@ -281,16 +300,10 @@ def test_a_claim_that_waited_through_an_outage_runs_only_if_still_owned(
     reg, ticker, runs, gate = make_app()
     gate.set()
     with durable.Engine(database_url, registry=reg, lease_seconds=4.0) as engine:
-        engine.submit(ticker, 3, workflow_id="queued")
-        claimed = engine.runner.claim("queued")
-        assert claimed is not None and claimed.doubts == engine.db.outage.doubts
+        claimed = claim_submitted(engine, ticker, "queued")
+        assert claimed.doubts == engine.db.outage.doubts
         if stolen:
-            with psycopg.connect(database_url, autocommit=True) as conn:
-                conn.execute(
-                    "UPDATE durable.workflows SET epoch = epoch + 1, owner = 'other-worker',"
-                    " lease_expires_at = now() + interval '1 minute'"
-                    " WHERE workflow_id = 'queued'"
-                )
+            take_over(database_url, "queued")
         outage(engine, database_url)
         future = engine.runner.submit(claimed)
         if stolen:
@@ -364,14 +377,8 @@ def test_a_claim_that_waited_longer_than_its_lease_without_renewal_is_proven_fir
     gate.set()
     # A long lease keeps the heartbeat from renewing anything while the test runs.
     with durable.Engine(database_url, registry=reg, lease_seconds=30.0) as engine:
-        engine.submit(ticker, 3, workflow_id="starved")
-        claimed = engine.runner.claim("starved")
-        assert claimed is not None
-        with psycopg.connect(database_url, autocommit=True) as conn:
-            conn.execute(
-                "UPDATE durable.workflows SET epoch = epoch + 1, owner = 'other-worker'"
-                " WHERE workflow_id = 'starved'"
-            )
+        claimed = claim_submitted(engine, ticker, "starved")
+        take_over(database_url, "starved")
         engine.db.outage.renewed_at = 0.0  # no renewal since (what a starved heartbeat leaves)
         late = claimed._replace(claimed_at=claimed.claimed_at - 30.0)
         assert engine.runner.submit(late).result(timeout=20) is None
