@@ -40,6 +40,7 @@ from durable._protocol import (
     Gen,
     Join,
     Outcome,
+    Park,
     Pause,
     Run,
     RunChild,
@@ -228,6 +229,8 @@ def drive(run: Run, gen: Gen[T]) -> T:
                         value = ending.end(op.commit, op.last, db)  # type: ignore[union-attr]
                 elif kind is Join:
                     pass  # a sync run has no branches
+                elif kind is Park:
+                    value = False  # nor a sibling to wait for
                 else:  # pragma: no cover - a protocol bug
                     raise TypeError(f"unknown protocol operation {op!r}")
             except BaseException as exc:

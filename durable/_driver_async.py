@@ -15,9 +15,10 @@ The decorators' async entry points live here too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -44,6 +45,7 @@ from durable._protocol import (
     Gen,
     Join,
     Outcome,
+    Park,
     Pause,
     Run,
     RunChild,
@@ -56,6 +58,7 @@ from durable.errors import (
     StaleOwnerError,
     StepTimeoutError,
     WorkflowInterrupted,
+    WorkflowSuspended,
 )
 
 if TYPE_CHECKING:
@@ -168,11 +171,12 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
     """Run a protocol generator to its end on this event loop; return what it returns."""
     host: LoopHost = run.host
     db = host.db
-    _enter(run)
+    branches, task = _enter(run)
     lease = _Lease(host)
     app: _AppTransaction | None = None
     value: Any = None
     error: BaseException | None = None
+    parking = False  # this call holds the run's turn to park it
     try:
         while True:
             try:
@@ -183,6 +187,13 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
             kind = type(op)
             try:
                 if kind is Execute:
+                    if op.serial:  # type: ignore[union-attr]
+                        if branches.serial.locked():
+                            await lease.release()  # the branch whose turn it is may need it
+                        async with branches.serial:
+                            conn = await lease.get()
+                            value = await db.run_on_async(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
+                        continue
                     conn = await lease.get()
                     value = await db.run_on_async(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
                     continue
@@ -195,10 +206,19 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                     host.writer.put(op.row)  # type: ignore[union-attr]
                     continue
                 if kind is Call or kind is AppCall:
+                    if run.parked:  # a sibling parked the run: its record would be refused
+                        raise WorkflowSuspended(run.workflow_id)
                     await _prove_claim(run, db, lease)
                 await lease.release()  # what follows may wait: hold no connection meanwhile
-                if kind is Call:
+                if kind is Call and op.body:  # type: ignore[union-attr]
+                    with branches.idle(task):  # waits on its branches, runs none itself
+                        value = await _call(run, op)  # type: ignore[arg-type]
+                elif kind is Call:
                     value = await _call(run, op)  # type: ignore[arg-type]
+                elif kind is Park:
+                    with branches.idle(task):
+                        value = await branches.park(run, task)
+                    parking = not value
                 elif kind is AwaitWriter:
                     if host.writer is not None:
                         await asyncio.to_thread(host.writer.wait, run.workflow_id, run.epoch)
@@ -220,12 +240,14 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                         ending, app = app, None
                         value = await ending.end(op.commit, op.last, db)  # type: ignore[union-attr]
                 elif kind is Join:
-                    await _join(run)
+                    with branches.idle(task):
+                        await _join(run)
                 else:  # pragma: no cover - a protocol bug
                     raise TypeError(f"unknown protocol operation {op!r}")
             except BaseException as exc:
                 error = exc
     finally:
+        branches.leave(task, parking)
         try:
             await lease.release()
         finally:
@@ -233,17 +255,83 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                 await app.end(False)
 
 
-def _enter(run: Run) -> None:
-    """Count the calling task among the run's branches (until it ends)."""
-    task = asyncio.current_task()
-    if task is None:
-        return
-    branches: set[asyncio.Task[Any]] | None = run.branches
+class _Branches:
+    """The tasks of one async run that made durable calls (its branches: the body's task
+    and the tasks of asyncio.gather), and which of them are inside a durable call now.
+
+    A task is busy while one of its durable calls is in progress, except while it waits
+    for others: the body waiting on its branches, a Join, a Park. Parking the workflow
+    waits until no other task is busy, and one branch at a time holds the turn to park
+    it; the others then join its suspension (Park). `serial` sends the run's ledger
+    statements one at a time (Execute.serial)."""
+
+    def __init__(self) -> None:
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.busy: dict[asyncio.Task[Any], int] = {}
+        self.turn: asyncio.Task[Any] | None = None
+        self.changed = asyncio.Event()
+        self.serial = asyncio.Lock()
+
+    def enter(self, task: asyncio.Task[Any]) -> None:
+        if task not in self.tasks:
+            self.tasks.add(task)
+            task.add_done_callback(self._ended)
+        self.busy[task] = self.busy.get(task, 0) + 1
+
+    def leave(self, task: asyncio.Task[Any] | None, parking: bool) -> None:
+        if task is None:
+            return
+        if task in self.busy:
+            self.busy[task] -= 1
+        if parking and self.turn is task:
+            self.turn = None
+        self.changed.set()
+
+    def _ended(self, task: asyncio.Task[Any]) -> None:
+        self.tasks.discard(task)
+        self.busy.pop(task, None)
+        if self.turn is task:
+            self.turn = None
+        self.changed.set()
+
+    @contextlib.contextmanager
+    def idle(self, task: asyncio.Task[Any] | None) -> Iterator[None]:
+        """The task waits for other tasks of the run: it does not hold a park back."""
+        if task is None or task not in self.busy:
+            yield
+            return
+        self.busy[task] -= 1
+        self.changed.set()
+        try:
+            yield
+        finally:
+            self.busy[task] += 1
+
+    async def park(self, run: Run, task: asyncio.Task[Any] | None) -> bool:
+        """Wait for the turn to park the run (no other task busy, no other turn held):
+        False, this task parks it; True once a sibling has parked it."""
+        while True:
+            if run.parked:
+                return True
+            if self.turn is None and not any(
+                n > 0 for t, n in self.busy.items() if t is not task and not t.done()
+            ):
+                self.turn = task
+                return False
+            self.changed.clear()
+            await self.changed.wait()
+
+
+def _enter(run: Run) -> tuple[_Branches, asyncio.Task[Any] | None]:
+    """Count the calling task among the run's branches (until it ends), busy for the
+    durable call that begins."""
+    branches: _Branches | None = run.branches
     if branches is None:
-        branches = run.branches = set()
-    if task not in branches:
-        branches.add(task)
-        task.add_done_callback(branches.discard)
+        branches = run.branches = _Branches()
+    task = asyncio.current_task()
+    if task is not None:
+        branches.enter(task)
+    return branches, task
 
 
 async def _join(run: Run) -> None:
@@ -251,7 +339,8 @@ async def _join(run: Run) -> None:
     the workflow body returned or raised)."""
     me = asyncio.current_task()
     while True:
-        others = [t for t in (run.branches or ()) if t is not me and not t.done()]
+        branches: _Branches | None = run.branches
+        others = [t for t in (branches.tasks if branches else ()) if t is not me and not t.done()]
         if not others:
             return
         await asyncio.wait(others)

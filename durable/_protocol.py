@@ -26,7 +26,7 @@ import logging
 import random
 import traceback as tb
 from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -76,11 +76,18 @@ Fetch = Literal["count", "one", "all"]
 @dataclass(slots=True)
 class Execute:
     """Run a named statement on the run's system-database connection (autocommit: one
-    statement, one commit). Sends back the row count, the first row or all rows."""
+    statement, one commit). Sends back the row count, the first row or all rows.
+
+    `serial`: a statement that reads or writes the run's budget ledger. Parallel branches
+    of an async run use connections of their own, so their answers could arrive in any
+    order; the driver sends a run's serial statements one at a time, so each answer is
+    applied to the run's copy of the ledger in the order the database committed them (a
+    charge is never counted by neither copy nor by both)."""
 
     name: str
     params: dict[str, Any]
     fetch: Fetch = "count"
+    serial: bool = False
 
 
 @dataclass(slots=True)
@@ -136,13 +143,16 @@ class Call:
     anything else, such as a suspension or a KeyboardInterrupt, into the generator).
     `scope`: the step the code runs as (None: the workflow's own body, a compensation or
     a reconcile function). `timeout`: an attempt running longer is cancelled and fails
-    with StepTimeoutError (async code only)."""
+    with StepTimeoutError (async code only). `body`: the workflow function itself, whose
+    task waits on its branches rather than running a durable call of its own (see Park).
+    """
 
     fn: Callable[..., Any]
     args: Sequence[Any]
     kwargs: Mapping[str, Any]
     scope: StepScope | None = None
     timeout: float | None = None
+    body: bool = False
 
 
 # How many times a transaction step runs when the database reports a serialization
@@ -220,6 +230,17 @@ class AppEnd:
 
 
 @dataclass(slots=True)
+class Park:
+    """Before a branch parks the workflow (a gate, a sleep or a wait for a message that
+    suspends): wait until no other branch of the run is inside a durable call and no
+    other branch is parking. A suspension ends the run: a sibling still running a step
+    would have its record refused and its code run again on resume (a model call paid
+    twice). Sends back True when a sibling parked the run meanwhile: this branch's wait
+    then joins that suspension instead of writing one. A sync run has one branch: the
+    driver sends back False at once."""
+
+
+@dataclass(slots=True)
 class Join:
     """Wait until every other branch of this run has ended: the tasks an async workflow
     started (asyncio.gather) that are still making durable calls after its body returned.
@@ -238,6 +259,7 @@ Op = (
     | AppExecute
     | AppCall
     | AppEnd
+    | Park
     | Join
 )
 Gen = Generator[Op, Any, T]
@@ -353,6 +375,9 @@ class Run:
     # driver's record of the tasks making durable calls for it.
     is_async: bool = False
     branches: Any = None
+    # Set once a branch of this run parked the workflow (Park): the run is over, and a
+    # branch that reaches user code after it stops instead (its record would be refused).
+    parked: bool = False
     # Exit mode: step records not yet written.
     pending: list[dict[str, Any]] = field(default_factory=list)
     # Undo actions of applied effects, in the order they were registered (a saga). Rebuilt
@@ -620,21 +645,25 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
         return replay(run, found, defn.fn)
     check_interrupt(run)
     settings = run.settings
+    scope = StepScope(defn.name, charging=True, seq=seq, kind=defn.kind.value)
     if run.ledger is not None:
         yield from budget_gate(run, seq, defn.name)
-    arguments = None
-    if defn.kind is StepKind.TOOL:
-        # A tool call's arguments are part of its record; checked before it runs.
-        arguments = run.dumps(
-            {"args": list(args), "kwargs": dict(kwargs)}, f"the arguments of tool {defn.name!r}"
-        )
-    settings.crash_point("before_step")
-    started = settings.clock.now()
-    scope = StepScope(defn.name, charging=True, seq=seq, kind=defn.kind.value)
-    attempt = refusals = 0
-    elapsed = 0.0
+    # Counted against the budget from the gate's decision (nothing is yielded in between,
+    # so parallel branches cannot all pass a gate that has room for one) until the
+    # step's record is answered and its charge is in the run's ledger.
     run.inflight.append(scope)
     try:
+        arguments = None
+        if defn.kind is StepKind.TOOL:
+            # A tool call's arguments are part of its record; checked before it runs.
+            arguments = run.dumps(
+                {"args": list(args), "kwargs": dict(kwargs)},
+                f"the arguments of tool {defn.name!r}",
+            )
+        settings.crash_point("before_step")
+        started = settings.clock.now()
+        attempt = refusals = 0
+        elapsed = 0.0
         while True:
             attempt += 1
             scope.attempt = attempt
@@ -669,13 +698,13 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
                 run, seq, defn, scope, None, encode_error(exc), attempt, started, arguments, elapsed
             )
             raise exc
+        output, value = run.keep(outcome.value, f"the output of step {defn.name!r}", defn.fn)
+        settings.crash_point("before_step_record")
+        yield from _record_call(
+            run, seq, defn, scope, output, None, attempt, started, arguments, elapsed
+        )
     finally:
         run.inflight = [s for s in run.inflight if s is not scope]
-    output, value = run.keep(outcome.value, f"the output of step {defn.name!r}", defn.fn)
-    settings.crash_point("before_step_record")
-    yield from _record_call(
-        run, seq, defn, scope, output, None, attempt, started, arguments, elapsed
-    )
     settings.crash_point("after_step_record")
     return value
 
@@ -724,6 +753,7 @@ def _record_call(
             "latency_ms": seconds * 1000.0,
         },
         "one",
+        serial=True,
     )
     scope.dollars, scope.tokens = Decimal(0), 0
     if row is None or not row["written"]:
@@ -968,10 +998,13 @@ def workflow(
     leaves the status alone: its owner (or recovery) decides what happens next."""
     yield from open_ledger(run, defn.budget)
     try:
-        outcome: Outcome = yield Call(defn.fn, args, kwargs)
+        outcome: Outcome = yield Call(defn.fn, args, kwargs, body=True)
     except WorkflowInterrupted as stop:
         yield Join()  # branches still running stop at their next step or wait
         raise (yield from _stop(run, defn, stop)) from None
+    except WorkflowSuspended:
+        yield Join()  # the other branches waiting to park join the suspension
+        raise
     # The outcome is written once nothing of the run is still running: a branch that
     # applies an effect after a sibling failed is compensated with the rest.
     yield Join()
@@ -1293,7 +1326,14 @@ def gate(
         _fenced((yield Execute("approval_request", asked)), run)
     elif row["status"] != ApprovalStatus.WAITING:
         return Decision.from_row(row)
+    if (yield Park()):
+        # A sibling parked the run: this gate's request is written, and any decision
+        # wakes the workflow; one made before the sibling parked it is looked for now.
+        yield Execute("wake_if_decided", ids)
+        raise WorkflowSuspended(run.workflow_id)
+    check_interrupt(run)  # asked to stop while the siblings finished
     if (yield Execute("suspend_for_approval", {**ids, "epoch": run.epoch})):
+        run.parked = True
         yield Execute("wake_if_decided", ids)  # a decision made during the suspension
         logger.info(
             "workflow %s waits at gate %s",
@@ -1358,9 +1398,25 @@ def refresh_ledger(run: Run) -> Gen[None]:
     """Re-read the ledger (after a child, which spends from the same row, returns)."""
     if run.ledger is None:
         return
-    row = yield Execute("get_budget", {"budget_id": run.ledger.budget_id}, "one")
+    row = yield Execute("get_budget", {"budget_id": run.ledger.budget_id}, "one", serial=True)
     if row is not None:
         run.ledger = Ledger.from_row(row)
+
+
+def with_running_steps(run: Run) -> Ledger:
+    """The run's ledger as it will be once the steps of this run executing now have
+    recorded: each counts one step and what it charged or reserved (the larger of the
+    two). Parallel steps of an async run pass the gate only while this has room."""
+    ledger = run.ledger
+    assert ledger is not None
+    running = [s for s in run.inflight if s.charging]
+    return replace(
+        ledger,
+        spent_dollars=ledger.spent_dollars
+        + sum((max(s.dollars, s.reserved_dollars) for s in running), Decimal(0)),
+        spent_tokens=ledger.spent_tokens + sum(max(s.tokens, s.reserved_tokens) for s in running),
+        spent_steps=ledger.spent_steps + len(running),
+    )
 
 
 def budget_gate(run: Run, seq: int, step_name: str) -> Gen[None]:
@@ -1371,8 +1427,7 @@ def budget_gate(run: Run, seq: int, step_name: str) -> Gen[None]:
     replay after the decision reaches the same step at the same position. A resumed run
     first looks for a denied gate at this position: a denial ends the step without
     running it again."""
-    ledger = run.ledger
-    if ledger is None:
+    if run.ledger is None:
         return
     if not run.first_run:
         denied = yield Execute(
@@ -1381,11 +1436,10 @@ def budget_gate(run: Run, seq: int, step_name: str) -> Gen[None]:
         if denied is not None:
             raise BudgetExceededError(run.workflow_id, step_name, denied["comment"] or "denied")
     now = run.settings.clock.now()
-    if ledger.exhausted(now) is None:
+    if with_running_steps(run).exhausted(now) is None:
         return
     yield from refresh_ledger(run)
-    ledger = run.ledger
-    assert ledger is not None
+    ledger = with_running_steps(run)
     why = ledger.exhausted(now)
     if why is None:
         return  # raised meanwhile
@@ -1520,11 +1574,21 @@ def _suspend(run: Run, wake_at: dt.datetime | None, topic: str | None) -> Gen[No
     # workflow at its deadline, whatever it waits for).
     check_interrupt(run)
     yield from barrier(run)
+    if (yield Park()):
+        # A sibling parked the run: wake it by this wait's time too, and by a message on
+        # this topic sent before the sibling parked it (any later message wakes it).
+        ids = {"workflow_id": run.workflow_id, "epoch": run.epoch}
+        yield Execute("join_suspension", {**ids, "wake_at": wake_at})
+        if topic is not None:
+            yield Execute("wake_if_message", {"workflow_id": run.workflow_id, "topic": topic})
+        raise WorkflowSuspended(run.workflow_id)
+    check_interrupt(run)  # asked to stop while the siblings finished
     suspended = yield Execute(
         "suspend_until",
         {"workflow_id": run.workflow_id, "epoch": run.epoch, "wake_at": wake_at, "topic": topic},
     )
     if suspended:
+        run.parked = True
         if topic is not None:
             # A message sent while this suspension waited for the row lock is invisible to
             # its snapshot: look again, now that it is committed, and wake up if it is here.

@@ -449,6 +449,12 @@ WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED' AND EXISTS (
     SELECT 1 FROM {schema}.messages
     WHERE workflow_id = %(workflow_id)s AND topic = %(topic)s AND consumed_at IS NULL)
 
+-- join_suspension --
+-- A branch of a run whose sibling parked the workflow adds its own wait: the workflow wakes
+-- at the earlier of the two times (LEAST ignores a NULL: a wait with no time adds none).
+UPDATE {schema}.workflows SET wake_at = LEAST(wake_at, %(wake_at)s::timestamptz)
+WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'SUSPENDED'
+
 -- wake_if_decided --
 -- After a run suspended at a gate: a decision made while the suspension waited for the
 -- row wakes it now (the same race as wake_if_message).

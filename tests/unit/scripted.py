@@ -16,7 +16,8 @@ Answers come, in this order, from:
    of successive values, a `Raise(error)`, or a function of the operation.
 3. The defaults: a statement writes one row (fetch "count"), finds nothing ("one") or no
    rows ("all"); a `WriteSteps` writes every row; a `Call` /
-   `AppCall` calls the function like the driver does; `Pause` and the writer operations
+   `AppCall` calls the function like the driver does; `Park` sends back False (no sibling
+   parked the run); `Pause` and the writer operations
    do nothing. A `RunChild` has no default: script it.
 
 Nothing here pretends to run SQL: the answers are whatever the test says the database did.
@@ -42,6 +43,7 @@ from durable._protocol import (
     Join,
     Journal,
     Outcome,
+    Park,
     Pause,
     Run,
     RunChild,
@@ -124,7 +126,7 @@ def label(op: Any) -> str:
         if op.last is not None:
             return f"AppEnd commit with {op.last.name}"
         return "AppEnd commit" if op.commit else "AppEnd rollback"
-    return type(op).__name__  # AwaitWriter, AppBegin, Join
+    return type(op).__name__  # AwaitWriter, AppBegin, Park, Join
 
 
 def call_like_driver(fn: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -205,6 +207,8 @@ class Script:
             return call_like_driver(op.fn, (APP_CONN, *op.args), op.kwargs)
         if isinstance(op, Pause | Enqueue | AwaitWriter | AppBegin | AppEnd | Join):
             return None
+        if isinstance(op, Park):
+            return False  # no sibling parked the run
         raise ScriptError(f"no answer scripted for {label(op)}")
 
     # -- what was asked ------------------------------------------------------------------

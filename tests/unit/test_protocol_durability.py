@@ -135,6 +135,7 @@ def test_exit_mode_writes_a_non_lazy_record_after_the_held_ones() -> None:
     assert script.labels[1:] == [
         "WriteSteps 1",
         "Execute record_step",
+        "Park",
         "Execute suspend_until",
     ]
 

@@ -363,6 +363,7 @@ def test_an_effect_that_requires_approval_asks_and_suspends() -> None:
     assert script.labels == [
         "Execute get_approval",
         "Execute approval_request",
+        "Park",
         "Execute suspend_for_approval",
         "Execute wake_if_decided",
     ]

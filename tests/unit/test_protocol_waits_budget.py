@@ -52,6 +52,7 @@ def test_approval_with_no_row_requests_then_suspends() -> None:
     assert script.labels == [
         "Execute get_approval",
         "Execute approval_request",
+        "Park",
         "Execute suspend_for_approval",
         "Execute wake_if_decided",
     ]
@@ -87,6 +88,7 @@ def test_a_decision_landing_before_the_suspend_is_returned_and_journaled() -> No
     assert script.labels == [
         "Execute get_approval",
         "Execute approval_request",
+        "Park",
         "Execute suspend_for_approval",
         "Execute get_approval",
         "Execute record_step",
@@ -126,6 +128,7 @@ def test_a_waiting_gate_asked_before_suspends_without_asking_again() -> None:
         script.run(protocol.approval(make_run(), "ship"))
     assert script.labels == [
         "Execute get_approval",
+        "Park",
         "Execute suspend_for_approval",
         "Execute wake_if_decided",
     ]
@@ -225,6 +228,7 @@ def test_an_exhausted_ledger_is_refreshed_then_gated() -> None:
         "Execute get_budget",
         "Execute get_approval",
         "Execute approval_request",
+        "Park",
         "Execute suspend_for_approval",
         "Execute wake_if_decided",
     ]
@@ -291,7 +295,7 @@ def test_sleep_journals_its_wake_time_then_suspends() -> None:
     with pytest.raises(WorkflowSuspended):
         script.run(protocol.sleep(make_run(), 60))
     wake = T0 + dt.timedelta(seconds=60)
-    assert script.labels == ["Execute record_step", "Execute suspend_until"]
+    assert script.labels == ["Execute record_step", "Park", "Execute suspend_until"]
     record = script.only("record_step")
     assert (record["step_name"], record["kind"]) == ("sleep", "sleep")
     assert SERIALIZER.loads(record["output"]) == wake.isoformat()
@@ -337,7 +341,7 @@ def test_a_replayed_sleep_waits_only_for_what_is_left() -> None:
     script = Script()
     with pytest.raises(WorkflowSuspended):
         script.run(protocol.sleep(run, 3600))
-    assert script.labels == ["Execute suspend_until"]
+    assert script.labels == ["Park", "Execute suspend_until"]
     assert script.only("suspend_until")["wake_at"] == wake
 
 
@@ -364,6 +368,7 @@ def test_recv_with_nothing_there_suspends_on_the_topic() -> None:
         script.run(protocol.recv(make_run(), None, None))
     assert script.labels == [
         "Execute consume_message",
+        "Park",
         "Execute suspend_until",
         "Execute wake_if_message",
     ]
@@ -378,6 +383,7 @@ def test_recv_consumes_a_message_that_arrived_before_the_suspend() -> None:
     assert script.run(protocol.recv(make_run(), "t", None)) == "late"
     assert script.labels == [
         "Execute consume_message",
+        "Park",
         "Execute suspend_until",
         "Execute consume_message",
     ]
@@ -390,6 +396,7 @@ def test_recv_with_a_timeout_journals_its_deadline_and_suspends_until_it() -> No
     assert script.labels == [
         "Execute record_step",
         "Execute consume_message",
+        "Park",
         "Execute suspend_until",
         "Execute wake_if_message",
     ]
@@ -590,3 +597,158 @@ def test_stream_writes_take_offsets_in_order_and_a_replay_writes_nothing() -> No
 def test_a_fenced_stream_write_is_a_lost_claim() -> None:
     with pytest.raises(StaleOwnerError):
         Script(statements={"write_stream": 0}).run(protocol.write_stream(make_run(), "k", 1))
+
+
+# -- the cap across parallel steps of one run ---------------------------------------------------
+
+
+def test_a_step_counts_against_the_cap_until_its_record_is_answered() -> None:
+    """A sibling charging while this step's record is on its way sees this step's charge
+    (it is neither in the ledger the run holds nor to be forgotten)."""
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.3"))
+    sibling = protocol.StepScope("sibling", charging=True)
+    seen: list[str] = []
+    verdicts: list[str | None] = []
+
+    def recorded(op: Any) -> dict[str, Any]:
+        # While the record is in flight: 0.3 recorded + 0.3 this step + 0.3 the sibling
+        # would be 0.9, fine; + 0.5 would pass the cap.
+        verdicts.append(protocol.over_cap(run, sibling, Decimal("0.5")))
+        return ledger_row(limit_dollars="1", spent_dollars="0.6", spent_steps=1, written=True)
+
+    script = Script(_charging(run, ["0.3"], seen), statements={"record_charged_step": recorded})
+    assert script.run(protocol.step(run, step_def(llm), (), {})) == "ok"
+    assert verdicts[0] is not None and "would pass the limit of 1" in verdicts[0]
+    # Answered: the charge is the ledger's now, counted once.
+    assert run.inflight == [] and run.ledger is not None
+    assert run.ledger.spent_dollars == Decimal("0.6")
+    assert protocol.over_cap(run, sibling, Decimal("0.4")) is None
+
+
+def test_statements_that_read_or_write_the_ledger_are_answered_in_order() -> None:
+    """Parallel branches of a run use connections of their own: the ledger's statements
+    are marked serial, so the driver sends them one at a time and the run's copy of the
+    ledger is never replaced by an older answer."""
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1"))
+    seen: list[str] = []
+    script = Script(
+        _charging(run, ["0.3"], seen),
+        statements={"record_charged_step": ledger_row(limit_dollars="1", written=True)},
+    )
+    script.run(protocol.step(run, step_def(llm), (), {}))
+    (op,) = [o for o in script.ops if getattr(o, "name", None) == "record_charged_step"]
+    assert op.serial
+    script = Script(statements={"get_budget": ledger_row(limit_dollars="1")})
+    script.run(protocol.refresh_ledger(run))
+    (op,) = [o for o in script.ops if getattr(o, "name", None) == "get_budget"]
+    assert op.serial
+
+
+def test_a_step_limit_counts_the_steps_running_in_parallel() -> None:
+    """One step of three allowed is recorded and two are running: a fourth must wait at
+    the gate instead of running."""
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_steps=3, spent_steps=1))
+    run.inflight = [protocol.StepScope("a", charging=True), protocol.StepScope("b", charging=True)]
+    script = Script(
+        statements={
+            "get_budget": ledger_row(limit_steps=3, spent_steps=1),
+            "get_approval": None,
+            "suspend_for_approval": 1,
+        }
+    )
+    ran: list[str] = []
+
+    def body() -> str:
+        ran.append("body")
+        return "ok"
+
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.step(run, step_def(body), (), {}))
+    assert ran == []
+    payload = SERIALIZER.loads(script.only("approval_request")["payload"])
+    assert payload["exhausted"].startswith("steps: 3 of 3")
+
+
+def test_dollars_charged_by_running_steps_close_the_gate_for_a_new_one() -> None:
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.4"))
+    running = protocol.StepScope("a", charging=True, dollars=Decimal("0.6"))
+    run.inflight = [running]
+    script = Script(
+        statements={
+            "get_budget": ledger_row(limit_dollars="1", spent_dollars="0.4"),
+            "get_approval": None,
+            "suspend_for_approval": 1,
+        }
+    )
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.step(run, step_def(llm), (), {}))
+    assert script.only("approval_request")["name"] == "budget@0"
+
+
+# -- parking a run whose branches run in parallel ----------------------------------------------
+
+
+def _joined(op: Any) -> Any:
+    return True if isinstance(op, protocol.Park) else DEFAULT
+
+
+def test_a_gate_whose_sibling_parked_the_run_asks_and_joins_that_suspension() -> None:
+    run = make_run()
+    script = Script(_joined, statements={"get_approval": None})
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.approval(run, "ship", {"order": 1}))
+    # Its request is written (a decision on it wakes the workflow); no second suspension.
+    assert script.labels == [
+        "Execute get_approval",
+        "Execute approval_request",
+        "Park",
+        "Execute wake_if_decided",
+    ]
+    assert not run.parked
+
+
+def test_a_sleep_whose_sibling_parked_the_run_adds_its_wake_time() -> None:
+    run = make_run()
+    script = Script(_joined)
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.sleep(run, 60))
+    assert script.labels == ["Execute record_step", "Park", "Execute join_suspension"]
+    joined = script.only("join_suspension")
+    assert joined["wake_at"] == T0 + dt.timedelta(seconds=60)
+    assert joined["epoch"] == EPOCH
+
+
+def test_a_recv_whose_sibling_parked_the_run_looks_for_its_message() -> None:
+    run = make_run()
+    script = Script(_joined)
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.recv(run, "go", None))
+    assert script.labels[-3:] == ["Park", "Execute join_suspension", "Execute wake_if_message"]
+    assert script.only("join_suspension")["wake_at"] is None
+
+
+def test_the_branch_that_parks_the_run_marks_it_parked() -> None:
+    run = make_run()
+    script = Script(statements={"get_approval": None, "suspend_for_approval": 1})
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.approval(run, "ship", {"order": 1}))
+    assert run.parked
+    run = make_run()
+    with pytest.raises(WorkflowSuspended):
+        Script().run(protocol.sleep(run, 60))
+    assert run.parked
+
+
+def test_a_cancel_seen_after_the_siblings_finished_stops_instead_of_parking() -> None:
+    run = make_run()
+
+    def cancelled_meanwhile(op: Any) -> Any:
+        if isinstance(op, protocol.Park):
+            run.cancel_reason = "operator"
+            return False
+        return DEFAULT
+
+    script = Script(cancelled_meanwhile, statements={"get_approval": None})
+    with pytest.raises(WorkflowInterrupted):
+        script.run(protocol.approval(run, "ship", {"order": 1}))
+    assert "Execute suspend_for_approval" not in script.labels
