@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import inspect
+import json
 import logging
 import os
 import time
@@ -112,10 +113,18 @@ MAX_WAIT_SECONDS = 100 * 365.25 * 86400
 POLL_MIN = 0.005
 POLL_MAX = 0.25
 
-# A workflow resume cannot run again: it succeeded, or its undo already ran.
-_NOT_RESUMABLE = frozenset(
-    {WorkflowStatus.SUCCESS, WorkflowStatus.COMPENSATED, WorkflowStatus.COMPENSATION_FAILED}
-)
+# A workflow resume cannot run again: its undo already ran (or failed half-way).
+_NOT_RESUMABLE = frozenset({WorkflowStatus.COMPENSATED, WorkflowStatus.COMPENSATION_FAILED})
+
+
+def _compensated(info: WorkflowInfo) -> bool:
+    """Whether a CANCELLED workflow's compensations ran (its stored error says so)."""
+    if info.status is not WorkflowStatus.CANCELLED or not info.error:
+        return False
+    try:
+        return json.loads(info.error).get("compensated") is True
+    except (ValueError, AttributeError):
+        return False
 
 
 # A stream reader's stand-in for its LISTEN connection when notifications are off.
@@ -661,15 +670,24 @@ class Client:
     def resume(self, workflow_id: str) -> WorkflowHandle:
         """Run a stopped workflow again from its journal: completed steps replay, the rest
         run. Resumes a CANCELLED, ERROR or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflow (and one
-        waiting for a worker); any worker with its code picks it up. A workflow that is
-        still going is left as it is; one that succeeded or was compensated raises
-        WorkflowNotResumableError (fork it instead). Returns its handle."""
+        waiting for a worker); any worker with its code picks it up. Returns its handle.
+
+        A workflow that is still going is left as it is, and so is one that succeeded
+        (nothing runs, nothing is written: its handle gives its result, as DBOS's
+        resume_workflow does). One whose undo ran raises WorkflowNotResumableError (fork
+        it instead): COMPENSATED, COMPENSATION_FAILED, and CANCELLED after its
+        compensations ran, since a replay would redo its effects on top of their undo and
+        undo them again under new keys."""
         check_name("workflow_id", workflow_id)
         row = self.db.fetch_one("resume_workflow", {"workflow_id": workflow_id})
         if row is None:
             info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
             if info.status in _NOT_RESUMABLE:
                 raise WorkflowNotResumableError(workflow_id, info.status.value)
+            if _compensated(info):
+                raise WorkflowNotResumableError(
+                    workflow_id, "CANCELLED after its compensations ran"
+                )
         else:
             self.notify_work(workflow_id)
         return self.handle(workflow_id)

@@ -1099,7 +1099,12 @@ def compensate(
         break
     run.compensations.clear()
     if error is None:
-        yield from finish(run, final, None, encode_error(failure))
+        text = encode_error(failure)
+        if final is WorkflowStatus.CANCELLED:
+            # Resume refuses a workflow whose undo ran (it would replay the effects on top
+            # of their undo); the stored error says so.
+            text = json.dumps({**json.loads(text), "compensated": True})
+        yield from finish(run, final, None, text)
         return
     detail = json.loads(encode_error(error))
     detail["message"] = f"compensation {failed_step!r} failed: {detail['message']}"

@@ -503,6 +503,8 @@ def resume(workflow_id: str, database_url: str | None, schema: str) -> None:
         status = client.resume(workflow_id).status()
     if status is WorkflowStatus.PENDING:
         click.echo(f"resumed {workflow_id}: a worker will pick it up")
+    elif status is WorkflowStatus.SUCCESS:
+        click.echo(f"{workflow_id} already succeeded: nothing to resume")
     else:
         click.echo(f"{workflow_id} is {status}: it is still going, nothing to resume")
 

@@ -192,8 +192,9 @@ class WorkflowNotFoundError(DurableError):
 
 
 class WorkflowNotResumableError(DurableError):
-    """This workflow finished in a way that resume cannot undo (it succeeded, or its
-    compensations already ran): fork it to run it again (`client.fork(id, from_step=N)`)."""
+    """This workflow's undo already ran (it was compensated, or cancelled and its
+    compensations ran), so resume would redo its effects on top of their undo: fork it to
+    run it again (`client.fork(id, from_step=N)`)."""
 
     def __init__(self, workflow_id: str, status: str) -> None:
         self.workflow_id = workflow_id

@@ -193,6 +193,10 @@ WITH resumed AS (
         updated_at = {schema}.current_time()
     WHERE workflow_id = %(workflow_id)s
       AND status IN ('CANCELLED', 'ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+      -- A cancel whose compensations ran is final: a replay would redo the effects on
+      -- top of their undo (the error, always JSON from encode_error, says so).
+      AND NOT (status = 'CANCELLED'
+               AND coalesce((error::jsonb ->> 'compensated')::boolean, false))
     RETURNING workflow_id
 ), forgotten AS (
     DELETE FROM {schema}.steps AS s

@@ -118,3 +118,73 @@ def test_timeout_counts_across_a_sigkill_and_ends_a_long_sleep(
     with psycopg.connect(database_url) as conn:
         status = conn.execute("SELECT status FROM durable.workflows").fetchone()
     assert status == ("CANCELLED",)
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_resume_after_a_cancel_whose_compensations_ran_is_refused_and_pays_nothing_twice(
+    database_url: str, subprocess_env: dict[str, str], driver: str
+) -> None:
+    """Cancelled while it waits, the workflow's booking is undone once. Resuming it would
+    replay the booking on top of its undo (and undo it again with a new key): resume is
+    refused with WorkflowNotResumableError naming fork, and nothing more moves."""
+    with client(database_url) as engine:
+        handle = engine.submit(
+            counter_app.pick(counter_app.booked_wait, driver), "bw", workflow_id="bw"
+        )
+        worker = start_worker(subprocess_env, database_url)
+        try:
+            wait_for(lambda: handle.status() == "SUSPENDED", what="the recv to suspend")
+            engine.cancel("bw")
+            with pytest.raises(errors.WorkflowCancelledError):
+                handle.result(timeout=60)
+            assert vendor.moved(database_url) == [7, -7]
+            journal = [(s.step_seq, s.step_name) for s in engine.steps("bw")]
+            with pytest.raises(errors.WorkflowNotResumableError, match="fork"):
+                engine.resume("bw")
+            engine.send("bw", "go", topic="go")
+            time.sleep(1.0)  # a worker that took it up again would have run by now
+            assert engine.get_workflow("bw").status == "CANCELLED"
+        finally:
+            stop_worker(worker)
+        assert vendor.moved(database_url) == [7, -7]  # one booking, one undo
+        assert world(database_url, "bw") == []  # never shipped
+        assert [(s.step_seq, s.step_name) for s in engine.steps("bw")] == journal
+
+
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_resume_of_a_cancelled_workflow_with_nothing_to_undo_still_runs_it(
+    database_url: str, subprocess_env: dict[str, str], driver: str
+) -> None:
+    with client(database_url) as engine:
+        handle = engine.submit(
+            counter_app.pick(counter_app.booked_nap, driver), "nap", 3600.0, workflow_id="nap"
+        )
+        engine.cancel("nap")  # never started: cancelled at once, nothing to undo
+        assert handle.status() == "CANCELLED"
+        worker = start_worker(subprocess_env, database_url)
+        try:
+            with durable.Client(database_url) as operator:
+                operator.resume("nap")  # a worker runs it
+            wait_for(lambda: handle.status() == "SUSPENDED", what="the resumed run's sleep")
+        finally:
+            stop_worker(worker)
+        assert vendor.moved(database_url) == [7]
+
+
+def test_resume_of_a_succeeded_workflow_returns_its_handle_and_runs_nothing(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    with client(database_url) as engine:
+        handle = engine.submit(counter_app.three_steps, "done", workflow_id="done")
+        worker = start_worker(subprocess_env, database_url)
+        try:
+            result = handle.result(timeout=60)
+            before = engine.get_workflow("done")
+            again = engine.resume("done")
+            assert again.workflow_id == "done"
+            assert again.result(timeout=5) == result
+            after = engine.get_workflow("done")
+            assert (after.status, after.updated_at) == ("SUCCESS", before.updated_at)
+        finally:
+            stop_worker(worker)
+        assert len(world(database_url, "done")) == 3  # each step once

@@ -295,6 +295,14 @@ def booked_nap(workflow_id: str, seconds: float) -> str:
     return count_step(workflow_id, "after")
 
 
+@durable.workflow(registry=registry, name="counter.booked_wait")
+def booked_wait(workflow_id: str) -> str:
+    """Books a car (undone by its compensation), waits for "go", then ships."""
+    book("car", 7)
+    durable.recv("go", timeout=3600)
+    return count_step(workflow_id, "ship")
+
+
 @durable.workflow(registry=registry, name="counter.deadline_nap", timeout=3600)
 def deadline_nap(workflow_id: str, seconds: float) -> str:
     """Sleeps longer than its one-hour timeout allows."""
@@ -483,6 +491,13 @@ async def booked_nap_async(workflow_id: str, seconds: float) -> str:
     return await count_step_async(workflow_id, "after")
 
 
+@durable.workflow(registry=registry, name="counter.booked_wait.async")
+async def booked_wait_async(workflow_id: str) -> str:
+    await book_async("car", 7)
+    await durable.recv_async("go", timeout=3600)
+    return await count_step_async(workflow_id, "ship")
+
+
 @durable.effect(registry=registry, name="counter.charge_card.async", idempotent=True)
 async def charge_card_async(cents: int, *, idempotency_key: str) -> None:
     raise ValueError("card declined")
@@ -533,6 +548,7 @@ ASYNC: dict[object, object] = {
     long_trip: long_trip_async,
     tree: tree_async,
     booked_nap: booked_nap_async,
+    booked_wait: booked_wait_async,
     trip: trip_async,
     deadline_nap: deadline_nap_async,
     queued: queued_async,

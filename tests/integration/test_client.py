@@ -426,7 +426,11 @@ def test_fork_reuses_the_steps_before_from_step_and_runs_the_rest(database_url: 
 # -- refusals and aliases --------------------------------------------------------------------------
 
 
-def test_resume_refuses_finished_and_unknown_workflows(database_url: str) -> None:
+def test_resume_of_a_succeeded_workflow_returns_it_untouched_and_refuses_unknown_ones(
+    database_url: str,
+) -> None:
+    """As DBOS's resume_workflow: resuming a finished workflow gives back its handle and runs
+    nothing, so scripts may call resume unconditionally."""
     app = make_app("t7")
     app.gate.set()
     with worker(database_url, app) as engine:
@@ -435,10 +439,9 @@ def test_resume_refuses_finished_and_unknown_workflows(database_url: str) -> Non
         with durable.Client(database_url) as client:
             for actor in (engine, client):
                 for resume in (actor.resume, actor.resume_workflow):
-                    with pytest.raises(errors.WorkflowNotResumableError) as refused:
-                        resume("done")
-                    assert refused.value.status == "SUCCESS"
-                    assert "fork" in str(refused.value)
+                    handle = resume("done")
+                    assert handle.workflow_id == "done"
+                    assert handle.result(timeout=5) == [0, 10]
                     with pytest.raises(errors.WorkflowNotFoundError, match="'nope'"):
                         resume("nope")
             assert client.get_workflow("done") == stored  # untouched: same epoch, output
@@ -580,10 +583,9 @@ def test_cli_resume_and_fork_act_like_the_python_methods(
             assert client.retrieve("c").result(timeout=10) == EXPECTED
             assert app.ran("c") == [0, 1, 1, 2, 3, 2, 3]  # resume ran ticks 2 and 3 only
 
-        # Refusals exit 1 with the error's message and change nothing.
+        # A succeeded workflow is left as it is; refusals exit 1 and change nothing.
         done = cli(subprocess_env, "workflows", "resume", "e", *url)
-        assert done.returncode == 1
-        assert "ended as SUCCESS" in done.stderr and "fork" in done.stderr
+        assert done.returncode == 0 and "already succeeded" in done.stdout
         taken = cli(
             subprocess_env, "workflows", "fork", "e", "--from-step", "0", "--new-id", "c", *url
         )

@@ -260,6 +260,16 @@ def test_an_interrupt_runs_the_compensations_then_finishes_cancelled() -> None:
         "Execute finish_workflow",
     ]
     assert finish_params(script)["status"] == "CANCELLED"
+    # The stored error says the undo ran: resume refuses it (a replay would redo the
+    # effect on top of its undo, and undo it again under a new key).
+    assert json.loads(finish_params(script)["error"])["compensated"] is True
+
+
+def test_a_cancel_with_nothing_to_undo_is_not_marked_compensated() -> None:
+    script = Script(interrupted("user asked"))
+    with pytest.raises(WorkflowCancelledError):
+        script.run(protocol.workflow(make_run(), workflow_def(body), (), {}))
+    assert "compensated" not in json.loads(finish_params(script)["error"])
 
 
 def test_an_interrupt_during_error_compensation_still_finishes() -> None:
