@@ -806,6 +806,7 @@ class SystemDB:
             return None
         conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=10)
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        self.outage.seen(conn)
         return conn
 
 
