@@ -9,7 +9,9 @@ import asyncio
 
 import psycopg
 import pytest
+from psycopg import sql
 
+import durable
 from durable import errors
 from durable._systemdb import SystemDB
 
@@ -63,3 +65,40 @@ def test_a_write_refused_by_a_read_only_server_closes_the_connection_in_both_dri
         assert asyncio.run(refused())
     finally:
         db.close()
+
+
+def test_no_connection_for_a_new_event_loop_is_an_outage_as_for_a_new_engine(
+    database_url: str,
+) -> None:
+    """While the database takes no new connections, a new engine fails to launch with
+    DatabaseUnavailableError; so does a running engine's first use of a new event loop
+    (which opens that loop's pool), not with psycopg_pool's PoolTimeout."""
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="one")
+    async def one() -> int:
+        return 1
+
+    name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+
+    def allow(yes: bool) -> None:
+        admin = psycopg.conninfo.make_conninfo(database_url, dbname="postgres")
+        with psycopg.connect(admin, autocommit=True) as c:
+            c.execute(
+                sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
+                    sql.Identifier(str(name)), sql.SQL("true" if yes else "false")
+                )
+            )
+
+    async def start(engine: durable.Engine) -> None:
+        await engine.start_async(one)
+
+    with durable.Engine(database_url, registry=reg, connect_timeout=1) as engine:
+        allow(False)
+        try:
+            with pytest.raises(errors.DatabaseUnavailableError):
+                durable.Engine(database_url, registry=reg, connect_timeout=1).launch()
+            with pytest.raises(errors.DatabaseUnavailableError):
+                asyncio.run(start(engine))
+        finally:
+            allow(True)
