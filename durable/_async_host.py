@@ -24,6 +24,8 @@ from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from psycopg_pool import PoolTimeout
+
 from durable._driver_async import execute_run_async
 from durable._protocol import Run
 from durable._runner import Claimed, Runner
@@ -67,7 +69,12 @@ class AsyncHost:
         self.guard: asyncio.Task[Any] | None = None
 
     async def open(self, timeout: float) -> None:
-        await self._pool.open(wait=True, timeout=timeout)
+        try:
+            await self._pool.open(wait=True, timeout=timeout)
+        except PoolTimeout as exc:
+            # No connection to be had: an outage, as a sync run's checkout says it (the
+            # pool closed itself).
+            raise self.runner.db.error("checkout", exc) from exc
         self.runner.db.watch_async_pool(self._pool, asyncio.get_running_loop())
 
     async def close(self, wait: bool, grace_seconds: float) -> None:

@@ -205,6 +205,14 @@ def _next_wait(
     return min(delay, left)
 
 
+def _retrieved(waiter: asyncio.Future[Any]) -> None:
+    """The local run ended: what it raised is in the database (and was logged), where
+    result() reads it, so the future's copy counts as read rather than being reported by
+    the event loop as 'never retrieved' (also when the caller never asks)."""
+    if not waiter.cancelled():
+        waiter.exception()
+
+
 class AsyncWorkflowHandle:
     """A WorkflowHandle for async code: `await handle.result()`, `await handle.status()`.
     Waiting holds no thread: each look at the database is a short call in a worker
@@ -216,6 +224,8 @@ class AsyncWorkflowHandle:
         self._client = client
         self._workflow_id = workflow_id
         self._waiter = waiter
+        if waiter is not None:
+            waiter.add_done_callback(_retrieved)
 
     @property
     def workflow_id(self) -> str:

@@ -106,12 +106,17 @@ class LoopHost(Protocol):
 
 class _Lease:
     """The system-database connection of a stretch of consecutive statements: checked out
-    at the first, given back before anything that may wait (user code, a pause, a child)."""
+    at the first, given back before anything that may wait (user code, a pause, a child),
+    and at once when something raised while it was held."""
 
     def __init__(self, host: LoopHost) -> None:
         self._host = host
         self._cm: AbstractAsyncContextManager[psycopg.AsyncConnection[Any]] | None = None
         self._conn: psycopg.AsyncConnection[Any] | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._cm is not None
 
     async def get(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None:
@@ -120,10 +125,17 @@ class _Lease:
             self._cm = cm
         return self._conn
 
-    async def release(self) -> None:
+    async def release(self, error: BaseException | None = None) -> None:
+        """Give the connection back. `error`, what raised while it was held, goes to its
+        checkout as a sync run's error goes to its own (SystemDB.connection): after an
+        outage the connection is closed, not pooled for the next run to meet."""
         cm, self._cm, self._conn = self._cm, None, None
-        if cm is not None:
+        if cm is None:
+            return
+        if error is None:
             await cm.__aexit__(None, None, None)
+        else:
+            await cm.__aexit__(type(error), error, error.__traceback__)
 
 
 class _AppTransaction:
@@ -177,6 +189,7 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
     value: Any = None
     error: BaseException | None = None
     parking = False  # this call holds the run's turn to park it
+    escaping: BaseException | None = None
     try:
         while True:
             try:
@@ -246,10 +259,18 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                     raise TypeError(f"unknown protocol operation {op!r}")
             except BaseException as exc:
                 error = exc
+                if lease.held:
+                    try:
+                        await lease.release(exc)
+                    except BaseException as later:
+                        error = later
+    except BaseException as exc:
+        escaping = exc
+        raise
     finally:
         branches.leave(task, parking)
         try:
-            await lease.release()
+            await lease.release(escaping)
         finally:
             if app is not None:
                 await app.end(False)

@@ -435,11 +435,12 @@ class Engine(Client):
             else:
                 future = await asyncio.to_thread(runner.submit_claim, workflow_id)
                 waiter = None if future is None else asyncio.wrap_future(future)
+        handle = AsyncWorkflowHandle(self, workflow_id, waiter)  # (reads the run's error)
         if run is not None and parent is not None:
             await drive_async(
                 run, protocol.record_child_started(run, parent[1], defn.name, workflow_id)
             )
-        return AsyncWorkflowHandle(self, workflow_id, waiter)
+        return handle
 
     async def run_direct_async(
         self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]

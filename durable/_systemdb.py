@@ -19,7 +19,7 @@ import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import ExitStack, asynccontextmanager, contextmanager
+from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar, cast
@@ -398,9 +398,7 @@ class SystemDB:
             try:
                 yield conn
             except (DatabaseUnavailableError, psycopg.Error) as exc:
-                # A connection an outage came through is not put back for the next run
-                # (a server that turned read-only would refuse it every write).
-                if isinstance(exc, DatabaseUnavailableError) or is_outage(exc):
+                if _spoils(exc):
                     conn.close()
                 raise
 
@@ -688,20 +686,24 @@ class SystemDB:
     async def async_connection(
         self, pool: AsyncConnectionPool
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        try:
-            async with pool.connection() as conn:
-                if self._fake_clock is not None:
-                    await conn.execute(
-                        "SELECT set_config('durable.fake_now', %s, false)",
-                        [self._fake_clock.now().isoformat()],
-                    )
-                try:
-                    yield conn
-                except DatabaseUnavailableError:
-                    await conn.close()  # not back into the pool (see connection())
-                    raise
-        except PoolTimeout as exc:
-            raise self.error("checkout", exc) from exc
+        """connection(), from an event loop's pool: the same checkout, the same errors,
+        and a connection an outage came through closed in the same way."""
+        async with AsyncExitStack() as stack:
+            try:
+                conn = await stack.enter_async_context(pool.connection())  # checkout
+            except (psycopg.Error, PoolTimeout) as exc:
+                raise self.error("checkout", exc) from exc
+            if self._fake_clock is not None:
+                await conn.execute(
+                    "SELECT set_config('durable.fake_now', %s, false)",
+                    [self._fake_clock.now().isoformat()],
+                )
+            try:
+                yield conn
+            except (DatabaseUnavailableError, psycopg.Error) as exc:
+                if _spoils(exc):
+                    await conn.close()
+                raise
 
     async def run_on_async(
         self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any], fetch: str
@@ -804,6 +806,7 @@ class SystemDB:
             return None
         conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=10)
         await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        self.outage.seen(conn)
         return conn
 
 
@@ -886,6 +889,12 @@ def is_outage(exc: BaseException) -> bool:
         return False
     state = exc.sqlstate
     return state is None or state.startswith("08") or state in _OUTAGE_STATES
+
+
+def _spoils(exc: BaseException) -> bool:
+    """Whether a connection that `exc` came through must not go back into its pool: an
+    outage (a server that turned read-only would refuse it every later write)."""
+    return isinstance(exc, DatabaseUnavailableError) or is_outage(exc)
 
 
 def translate(name: str, exc: BaseException) -> Exception:

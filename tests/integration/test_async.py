@@ -6,6 +6,7 @@ mixing sync and async says what to do instead."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import random
 import threading
 import time
@@ -498,3 +499,43 @@ def test_async_workflows_from_a_queue_and_a_schedule(database_url: str) -> None:
         engine.fire_schedules()
         tick = "2026-01-05T07:59:00+00:00"
         assert engine.retrieve(f"schedule:every-minute:{tick}").result(timeout=20) == tick
+
+
+@pytest.mark.parametrize(
+    ("kind", "stored"),
+    [("sync", "new"), ("sync", "pending"), ("async", "new"), ("async", "pending")],
+)
+def test_a_failure_the_caller_awaited_is_not_reported_again_as_never_retrieved(
+    database_url: str, kind: str, stored: str
+) -> None:
+    """A workflow started with start_async fails; its caller awaits the result and catches
+    the error. That error was retrieved: the event loop must not report a future whose
+    exception 'was never retrieved', whether the workflow is sync (run on the engine's
+    threads) or async, new or already recorded (pending) when it was started."""
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="fails_sync")
+    def fails_sync() -> None:
+        raise ValueError("sync boom")
+
+    @durable.workflow(registry=reg, name="fails_async")
+    async def fails_async() -> None:
+        raise ValueError("async boom")
+
+    flow: Any = fails_sync if kind == "sync" else fails_async
+    reported: list[dict[str, Any]] = []
+
+    async def main() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda _, ctx: reported.append(ctx))
+        async with durable.Engine(database_url, registry=reg) as engine:
+            if stored == "pending":
+                await asyncio.to_thread(engine.submit, flow, workflow_id="f")
+            handle = await engine.start_async(flow, workflow_id="f")
+            with pytest.raises(errors.WorkflowFailedError, match="boom"):
+                await handle.result(timeout=20)
+            del handle
+            gc.collect()  # a future dropped with its exception unread is reported here
+
+    run(main())
+    gc.collect()
+    assert [ctx["message"] for ctx in reported] == []

@@ -5,6 +5,8 @@ pruned; a worker whose LISTEN connection was cut looks for work at once."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import re
 import secrets
@@ -223,6 +225,63 @@ def test_a_lost_connection_in_a_transaction_is_an_outage_and_runs_again(
     assert stored["epoch"] == 2  # handed back once, claimed again
     with psycopg.connect(database_url) as conn:
         assert conn.execute("SELECT attempt FROM paid").fetchall() == [(2,)]
+
+
+async def refuse_writes(pool: Any) -> list[int]:
+    """Every idle connection of an async pool now reaches a server that refuses writes (a
+    demoted primary, a disk-full guard), while a new connection reaches one that takes
+    them: what a pool holds after a failover. Returns their backend pids."""
+    async with contextlib.AsyncExitStack() as stack:
+        idle = pool.get_stats()["pool_available"]
+        conns = [await stack.enter_async_context(pool.connection()) for _ in range(idle)]
+        for conn in conns:
+            await conn.execute("SET default_transaction_read_only = on")
+        return [conn.info.backend_pid for conn in conns]
+
+
+def test_an_async_runs_connection_refusing_writes_is_not_used_again(database_url: str) -> None:
+    """A write refused because the server turned read-only is an outage: the run is
+    interrupted, handed back and run again, and the connection the refusal came through is
+    closed, not put back into the loop's pool (as a sync run's is), or every later run of
+    that loop would be refused the same way and the workflow would never finish."""
+    reg = durable.Registry()
+    calls: list[int] = []
+
+    @durable.step(registry=reg, name="note")
+    async def note(i: int) -> int:
+        calls.append(i)
+        return i
+
+    @durable.workflow(registry=reg, name="noting")
+    async def noting(i: int) -> int:
+        return await note(i)
+
+    def connected(pids: list[int]) -> list[int]:
+        with psycopg.connect(database_url) as conn:
+            rows = conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE pid = ANY(%s)", [pids]
+            ).fetchall()
+        return [row[0] for row in rows]
+
+    async def main() -> None:
+        async with durable.Engine(
+            database_url, registry=reg, worker=True, poll_interval=0.05
+        ) as engine:
+            warm = await engine.start_async(noting, 0, workflow_id="warm")
+            assert await warm.result(timeout=20) == 0
+            host = await engine.runner.async_side.here()  # type: ignore[union-attr]
+            refusing = await refuse_writes(host._pool)
+            assert refusing
+            handle = await engine.start_async(noting, 1, workflow_id="after")
+            assert await handle.result(timeout=30) == 1
+            # Each refusing connection interrupted one run at most, and is gone.
+            stored = workflow_row(database_url, "after")
+            assert (stored["status"], stored["recovery_attempts"]) == ("SUCCESS", 0)
+            assert 2 <= stored["epoch"] <= 1 + len(refusing)
+            assert await asyncio.to_thread(connected, refusing) == []
+
+    asyncio.run(main())
+    assert calls[0] == 0 and set(calls[1:]) == {1}
 
 
 def test_an_effect_key_too_long_for_its_index_is_refused_at_the_call(database_url: str) -> None:

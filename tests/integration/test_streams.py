@@ -5,8 +5,11 @@ nothing stored."""
 from __future__ import annotations
 
 import asyncio
+import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import psycopg
 import pytest
 
 import durable
@@ -58,6 +61,59 @@ def test_the_async_reader_follows_an_async_writer_live(database_url: str) -> Non
             assert got == list(range(20))  # live: LISTEN woke it, polling every 5 s could not
 
     asyncio.run(main())
+
+
+def listening(url: str, channel: str) -> bool:
+    with psycopg.connect(url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND query = %s",
+            [f'LISTEN "{channel}"'],
+        ).fetchone()
+    return bool(row and row[0])
+
+
+@pytest.mark.parametrize("asynchronous", [False, True])
+def test_a_readers_listen_connection_shows_the_database_is_back(
+    database_url: str, asynchronous: bool
+) -> None:
+    """A new connection proves that the system database answers again: a pooled one does,
+    and so does a stream reader's LISTEN connection, sync or async. A reader that connects
+    while its process counts an outage ends that outage."""
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg)
+    def speaker() -> None:
+        durable.recv("go")
+        durable.write_stream("out", "x")
+        durable.close_stream("out")
+
+    with (
+        durable.Engine(database_url, registry=reg) as engine,
+        durable.Client(database_url) as reader,
+    ):
+        engine.start(speaker, workflow_id="s")
+        outage = reader.db.outage
+        assert outage.lost(psycopg.OperationalError("server closed the connection"), "test")
+
+        def read() -> list[Any]:
+            if not asynchronous:
+                return list(reader.read_stream("s", "out", poll_interval=0.05))
+
+            async def collect() -> list[Any]:
+                return [v async for v in reader.read_stream_async("s", "out", poll_interval=0.05)]
+
+            return asyncio.run(collect())
+
+        with ThreadPoolExecutor(1) as pool:
+            got = pool.submit(read)
+            deadline = time.monotonic() + 20
+            while not listening(database_url, reader.stream_channel):
+                assert time.monotonic() < deadline, "the reader never listened"
+                time.sleep(0.02)
+            engine.send("s", 1, topic="go")
+            assert got.result(timeout=20) == ["x"]
+        assert outage.down_since is None
 
 
 def test_bad_stream_input_is_refused_and_nothing_is_stored(database_url: str) -> None:
