@@ -40,7 +40,7 @@ from durable._retention import PruneReport, RetentionPolicy
 from durable._runner import Runner
 from durable._schedules import fire
 from durable._systemdb import executor_identity, is_local
-from durable.errors import ConfigurationError, EngineNotRunningError
+from durable.errors import ConfigurationError, EngineNotRunningError, ExecutorIdTakenError
 from durable.serialization import Serializer
 
 if TYPE_CHECKING:
@@ -159,6 +159,13 @@ class Engine(Client):
         # stable identity: a restart takes back its interrupted workflows at once. A random
         # id is never reused, so nothing can be taken from a live process by mistake.
         self._explicit_id = executor_id is not None
+        # This process's incarnation of its executor id, drawn at each launch and written
+        # in the executor row: statements under the id act only while the row names it.
+        self.incarnation = ""
+        # Set once another process has taken the id over (see lose_id).
+        self._superseded = threading.Event()
+        self._holder: str | None = None  # who holds the id then, as "pid N on HOST"
+        self._registration: dict[str, Any] = {}
         self.worker = worker
         self.poll_interval = poll_interval
         self.grace_seconds = grace_seconds
@@ -212,10 +219,31 @@ class Engine(Client):
             self.runner.async_side = AsyncHosts(
                 self.runner, max(4, self.max_workers), self.connect_timeout
             )
+            holder_dead = self._refuse_a_live_twin(db) if self._explicit_id else True
+            self.incarnation = uuid.uuid4().hex
+            self._superseded.clear()
+            hostname, pid = executor_identity()
+            capabilities = [[d.name, d.version] for d in self.registry.workflows()]
+            self._registration = {
+                "executor_id": self.executor_id,
+                "hostname": hostname,
+                "pid": pid,
+                "capabilities": json.dumps(capabilities),
+                "incarnation": self.incarnation,
+            }
+            # From here on this incarnation holds the id; a process that held it before
+            # (paused past its lease, and perhaps resumed) touches nothing under it.
+            db.execute("upsert_executor", self._registration)
             if self._explicit_id:
-                self._refuse_a_live_twin(db)
                 # The same identity as a process that crashed: its runs are ours to retake.
-                taken = db.execute("abandon_owned", {"owner": self.executor_id})
+                taken = db.execute(
+                    "abandon_owned",
+                    {
+                        "owner": self.executor_id,
+                        "incarnation": self.incarnation,
+                        "dead": holder_dead,
+                    },
+                )
                 if taken:
                     logger.info(
                         "executor %s restarted: taking back %d interrupted workflows",
@@ -223,17 +251,6 @@ class Engine(Client):
                         taken,
                         extra={"event": "takeover", "executor_id": self.executor_id},
                     )
-            hostname, pid = executor_identity()
-            capabilities = [[d.name, d.version] for d in self.registry.workflows()]
-            db.execute(
-                "upsert_executor",
-                {
-                    "executor_id": self.executor_id,
-                    "hostname": hostname,
-                    "pid": pid,
-                    "capabilities": json.dumps(capabilities),
-                },
-            )
             for schedule in self.registry.schedules():
                 db.execute("upsert_schedule", schedule.row())
         except BaseException:
@@ -269,30 +286,100 @@ class Engine(Client):
         if self._keeper is not None:
             self._keeper.join(timeout=5)
             self._keeper = None
+        if self.superseded:
+            # Its leases are no longer renewed and what it holds is not its to release:
+            # waiting for its runs would only let them go on past their leases.
+            wait = False
+        # The claims this process holds, queued ones included (closing the runner drops
+        # those that never started).
+        held = self.runner.held_epochs()
         self.runner.close(wait, self.grace_seconds)
+        held.update(self.runner.held_epochs())
         self._heartbeat.stop()
         try:
             if wait:
                 # Anything still owned here was interrupted: hand it back at once instead of
                 # making another worker wait for the lease to expire.
-                db.execute("release_owned", {"owner": self.executor_id})
-            db.execute("delete_executor", {"executor_id": self.executor_id})
+                db.execute("release_owned", self.held_params(held))
+            gone = db.execute("delete_executor", self._incarnation_params())
+            if not gone and not self.superseded:
+                row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
+                if row is not None:  # not ours, so another incarnation's
+                    self.lose_id(row)
         except Exception:
             logger.warning("could not release workflows at shutdown", exc_info=True)
         db.close()
         self._db = None
 
-    def _refuse_a_live_twin(self, db: Any) -> None:
+    # -- the executor id: this process's incarnation of it ---------------------------------------
+
+    @property
+    def superseded(self) -> bool:
+        """Another process took this engine's executor id over (this one was paused or cut
+        off past its lease): the engine claims, renews and releases nothing any more."""
+        return self._superseded.is_set()
+
+    def _incarnation_params(self) -> dict[str, Any]:
+        return {"executor_id": self.executor_id, "incarnation": self.incarnation}
+
+    def held_params(self, held: Mapping[str, int]) -> dict[str, Any]:
+        """The parameters of a statement on the claims `held` (workflow id -> epoch),
+        fenced by this process's incarnation of its executor id."""
+        return {
+            "owner": self.executor_id,
+            "incarnation": self.incarnation,
+            "held": list(held),
+            "epochs": list(held.values()),
+            "lease_seconds": self.lease_seconds,
+        }
+
+    def beat(self) -> bool:
+        """Refresh this executor's heartbeat; False (and the engine stops) if another
+        process holds its id now."""
+        if self.db.fetch_one("heartbeat_executor", self._registration) is not None:
+            return True
+        self.lose_id(self.db.fetch_one("get_executor", {"executor_id": self.executor_id}))
+        return False
+
+    def lose_id(self, holder: Mapping[str, Any] | None) -> None:
+        """Another process holds this engine's executor id: stop claiming, say so once.
+
+        The statements under the id are fenced by the incarnation, so this process already
+        touches nothing of the new holder's; stopping is what keeps its own runs from going
+        on past leases it can no longer renew. `durable worker` then exits with an error."""
+        if self._superseded.is_set():
+            return
+        if holder is not None:
+            self._holder = f"pid {holder['pid']} on {holder['hostname']}"
+        self._superseded.set()
+        self._worker_stop.set()
+        error = ExecutorIdTakenError(self.executor_id, self._holder)
+        logger.error(
+            "%s",
+            error,
+            extra={"event": "superseded", "executor_id": self.executor_id},
+        )
+
+    def check_id(self) -> None:
+        """Raise ExecutorIdTakenError once another process holds this engine's id."""
+        if self._superseded.is_set():
+            raise ExecutorIdTakenError(self.executor_id, self._holder)
+
+    def _refuse_a_live_twin(self, db: Any) -> bool:
         """An explicit executor id still beating for another process is in use: taking its
-        runs would run their steps twice. Refuse before anything is touched."""
+        runs would run their steps twice. Refuse before anything is touched. Otherwise say
+        whether the process that held the id is known to be gone (then all it owned is
+        ours to take back at once; else only what it let expire)."""
         row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
         if row is None:
-            return
-        if float(row["heartbeat_age"]) > self.lease_seconds:
-            return  # it stopped beating a lease ago: gone
+            return True
         hostname, _ = executor_identity()
         if row["hostname"] == hostname and not _pid_alive(int(row["pid"])):
-            return  # on this host we can ask: that process died (a crash): take its runs back
+            return True  # on this host we can ask: that process died (a crash): take its runs back
+        if float(row["heartbeat_age"]) > self.lease_seconds:
+            # It stopped beating a lease ago: paused, cut off or gone. If it comes back, it
+            # finds its id taken and stops (the executor row names this incarnation now).
+            return False
         # A live process (this one included) beats under this id: a twin.
         raise ConfigurationError(
             f"executor id {self.executor_id!r} is in use by pid {row['pid']} on "

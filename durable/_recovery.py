@@ -58,7 +58,7 @@ class Worker:
         outage_logged = False
         next_executor_prune = 0.0
         next_housekeeping = 0.0
-        while not stop.is_set():
+        while not self._stopping(stop):
             try:
                 if engine.release_interrupted():
                     raise DatabaseUnavailableError("interrupted workflows still held")
@@ -118,7 +118,7 @@ class Worker:
                 # running than there are threads), then claim a whole batch again. Claiming
                 # each time one slot frees made batches of one or two workflows, each
                 # costing a claim, a journal read and a wake-up check.
-                while not stop.is_set() and engine.running_count() > engine.max_workers:
+                while not self._stopping(stop) and engine.running_count() > engine.max_workers:
                     engine.runner.slot_freed.clear()
                     if engine.running_count() <= engine.max_workers:
                         break
@@ -153,27 +153,41 @@ class Worker:
                 extra={"event": "orphan", "workflow_id": row["workflow_id"], "workflow": label},
             )
 
+    def _stopping(self, stop: threading.Event) -> bool:
+        """Asked to stop, or another process took this worker's executor id over."""
+        return stop.is_set() or self.engine.superseded
+
     def _wait(self, stop: threading.Event) -> None:
         deadline = time.monotonic() + self.poll_interval
-        while not stop.is_set() and time.monotonic() < deadline:
+        while not self._stopping(stop) and time.monotonic() < deadline:
             if self._wake.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
                 return
 
     def _drain(self) -> None:
-        """Stop claiming; give running workflows the grace period; release the rest."""
+        """Stop claiming; give running workflows the grace period; release the rest.
+
+        A worker whose executor id another process took over does neither: its leases are
+        no longer renewed, so its runs must not go on, and what it could release is not
+        its own (the process exits at once, see `durable worker`)."""
         engine = self.engine
+        if engine.superseded:
+            logger.info(
+                "worker %s stopped: its executor id is held by another process", engine.executor_id
+            )
+            return
         deadline = time.monotonic() + self.grace_seconds
 
         def running() -> int:
             return engine.running_count() + engine.runner.async_running_count()
 
-        while running() and time.monotonic() < deadline:
+        while running() and time.monotonic() < deadline and not engine.superseded:
             time.sleep(0.05)
         left = running()
         if left:
             logger.warning("%d workflows still running after the grace period", left)
         try:
-            engine.db.execute("release_owned", {"owner": engine.executor_id})
+            held = engine.runner.held_epochs()
+            engine.db.execute("release_owned", engine.held_params(held))
             engine.notify_work("released")
         except DatabaseUnavailableError:
             logger.warning("could not release workflows; their leases will expire")
@@ -250,25 +264,22 @@ class Heartbeat:
                 return
             db = engine.db
             try:
-                rows = db.fetch_all("owned_cancel_requests", {"owner": engine.executor_id})
+                rows = db.fetch_all(
+                    "owned_cancel_requests",
+                    {"owner": engine.executor_id, "incarnation": engine.incarnation},
+                )
                 engine.runner.cancel_requests = {
                     r["workflow_id"]: (int(r["epoch"]), r["cancel_reason"]) for r in rows
                 }
                 if time.monotonic() < next_renewal:
                     continue
                 next_renewal = time.monotonic() + interval
-                held = engine.runner.held()
+                held = engine.runner.held_epochs()
                 sent = time.monotonic()
                 if held:
-                    db.execute(
-                        "renew_leases",
-                        {
-                            "owner": engine.executor_id,
-                            "lease_seconds": engine.lease_seconds,
-                            "held": held,
-                        },
-                    )
-                db.execute("heartbeat_executor", {"executor_id": engine.executor_id})
+                    db.execute("renew_leases", engine.held_params(held))
+                if not engine.beat():
+                    return  # another process holds the id: renew nothing more (lose_id)
                 db.outage.renewed(sent, engine.lease_seconds)
                 if failing:
                     logger.info("heartbeat restored")

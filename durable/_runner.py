@@ -178,9 +178,10 @@ class Runner:
             if self._held.get(claimed.workflow_id) == claimed.epoch:
                 del self._held[claimed.workflow_id]
 
-    def held(self) -> list[str]:
+    def held_epochs(self) -> dict[str, int]:
+        """The claims this executor holds: workflow id -> the epoch of its claim."""
         with self._lock:
-            return list(self._held)
+            return dict(self._held)
 
     @property
     def cancel_requests(self) -> dict[str, tuple[int, str]]:
@@ -488,6 +489,10 @@ class Runner:
         """Create the workflow owned by this executor, ready to run; None if it exists.
         `conn`: the connection the run will use (one checkout for the start and the run)."""
         engine = self.engine
+        if current_run.get() is None:
+            # A process that lost its id starts nothing new under it. (A child of a run in
+            # flight is left to that run's epoch fence: failing the call would fail the run.)
+            engine.check_id()
         params = engine.workflow_params(defn, workflow_id, inputs, parent, engine.durability)
         params["owner"] = engine.executor_id
         params["lease_seconds"] = engine.lease_seconds
@@ -544,6 +549,7 @@ class Runner:
             {
                 "workflow_ids": workflow_ids,
                 "owner": engine.executor_id,
+                "incarnation": engine.incarnation,
                 "lease_seconds": engine.lease_seconds,
                 "max_attempts": engine.max_recovery_attempts,
                 "names": [d.name for d in defs],
@@ -704,6 +710,7 @@ class Runner:
                 limit=limit - len(started),
                 only=only,
             )
+            params["incarnation"] = engine.incarnation
             doubts, claimed_at = self.db.outage.doubts, time.monotonic()  # (Claimed.doubts)
             rows = self.db.dequeue(params)
             for row in rows:

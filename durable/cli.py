@@ -741,7 +741,8 @@ def queues_list(database_url: str | None, schema: str, as_json: bool) -> None:
     "--executor-id",
     default=None,
     help="Stable identity of this worker (unique per process): a restart takes back its "
-    "interrupted workflows at once instead of after their lease.",
+    "interrupted workflows at once instead of after their lease. A worker whose id another "
+    "process took over (it was paused past its lease) exits with code 1.",
 )
 @url_option
 @schema_option
@@ -796,7 +797,16 @@ def worker(
     try:
         engine.run_worker(stop, grace_seconds=grace_seconds)
     finally:
-        engine.shutdown(wait=True)
+        engine.shutdown(wait=not engine.superseded)
+    if engine.superseded:
+        # Another process holds this worker's executor id (the engine logged it, as an
+        # error): exit now, non-zero, for a supervisor to restart it. Not a clean exit,
+        # which would wait for the runs still inside a step: this process can no longer
+        # renew their leases, so another worker may take them over while they run.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
 
 
 @main.command()

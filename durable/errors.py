@@ -14,7 +14,8 @@ The tree::
     │   ├── UnknownModelPriceError
     │   ├── InvalidScheduleError
     │   ├── EmbeddedServerError
-    │   └── DatabaseUnavailableError
+    │   ├── DatabaseUnavailableError
+    │   └── ExecutorIdTakenError
     ├── StatementError
     ├── SerializationError
     │   └── PayloadTooLargeError
@@ -114,6 +115,23 @@ class EmbeddedServerError(ConfigurationError):
 
 class DatabaseUnavailableError(ConfigurationError):
     """The database cannot be reached: check the URL and that PostgreSQL is running."""
+
+
+class ExecutorIdTakenError(ConfigurationError):
+    """Another process took this process's executor id over while it was paused or cut off
+    past its lease: it now claims, renews and releases nothing under the id, and stops.
+    Restart it (a supervisor does), and give each process its own executor id."""
+
+    def __init__(self, executor_id: str, holder: str | None = None) -> None:
+        self.executor_id = executor_id
+        self.holder = holder
+        super().__init__(
+            f"executor id {executor_id!r} was taken over by {holder or 'another process'} "
+            "while this process was paused or cut off past its lease: this process claims, "
+            "renews and releases nothing under it any more, and stops. Restart it (a "
+            "supervisor does), and give each process its own --executor-id / "
+            "Engine(executor_id=...)"
+        )
 
 
 class InvalidNameError(ConfigurationError):

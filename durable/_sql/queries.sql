@@ -107,10 +107,16 @@ WHERE w.workflow_id IS NULL
 -- An executor restarting under the same id: whatever it owned was interrupted by its own
 -- crash. Expire those leases now (and stop the heartbeat renewing them), so they are
 -- claimed at once, each claim counting a recovery attempt, instead of after the lease.
+-- Only while this process holds the id (the row names its incarnation); and unless the
+-- process before is known to be dead, only the leases that expired already: a lease
+-- that has not was taken by a process that is alive after all (paused, then resumed).
 UPDATE {schema}.workflows
 SET owner = 'abandoned:' || owner, lease_expires_at = {schema}.current_time(),
     updated_at = {schema}.current_time()
 WHERE owner = %(owner)s AND status = 'RUNNING'
+  AND (%(dead)s::boolean OR lease_expires_at < {schema}.current_time())
+  AND EXISTS (SELECT 1 FROM {schema}.executors
+              WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
 
 -- queue_depths --
 -- Per queue: entries waiting for a slot, entries holding one, and finished ones.
@@ -175,9 +181,12 @@ SELECT cancel_reason, timeout_seconds FROM {schema}.workflows
 WHERE workflow_id = %(workflow_id)s
 
 -- owned_cancel_requests --
--- The running workflows of this executor that were asked to stop (polled by its runner).
+-- The running workflows of this executor that were asked to stop (polled by its runner),
+-- while its incarnation holds the id.
 SELECT workflow_id, epoch, cancel_reason FROM {schema}.workflows
 WHERE owner = %(owner)s AND status = 'RUNNING' AND cancel_requested_at IS NOT NULL
+  AND EXISTS (SELECT 1 FROM {schema}.executors
+              WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
 
 -- resume_workflow --
 -- Make a stopped workflow runnable again (cancelled, failed, or out of recovery attempts).
@@ -350,7 +359,8 @@ RETURNING workflow_id
 
 -- claim_batch --
 -- Take up to `limit` runnable workflows this executor can run (new, released, or with an
--- expired lease), optionally only among given ids; each claim bumps the epoch.
+-- expired lease), optionally only among given ids; each claim bumps the epoch. Nothing
+-- once another incarnation holds this executor's id (see 0017).
 UPDATE {schema}.workflows AS w
 SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
                   THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
@@ -371,6 +381,8 @@ FROM (
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+      AND EXISTS (SELECT 1 FROM {schema}.executors
+                  WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
     ORDER BY created_at
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
@@ -391,6 +403,8 @@ WITH c AS (
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+      AND EXISTS (SELECT 1 FROM {schema}.executors
+                  WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
     ORDER BY created_at
     LIMIT %(limit)s
 )
@@ -425,18 +439,30 @@ WHERE workflow_id = %(workflow_id)s
 RETURNING 1 AS owned
 
 -- renew_leases --
--- Extend the lease of every workflow this executor runs (the heartbeat): those it holds,
--- not every row it owns (a claim it never heard back about must expire).
+-- Extend the lease of every workflow this executor runs (the heartbeat): the claims it
+-- holds, each (workflow, epoch), not every row it owns (a claim it never heard back about
+-- must expire), and only while its incarnation holds the id.
 UPDATE {schema}.workflows
 SET lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s)
 WHERE owner = %(owner)s AND status = 'RUNNING' AND workflow_id = ANY(%(held)s::text[])
+  AND (workflow_id, epoch) IN (
+      SELECT i, e FROM unnest(%(held)s::text[], %(epochs)s::bigint[]) AS h (i, e))
+  AND EXISTS (SELECT 1 FROM {schema}.executors
+              WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
 
 -- release_owned --
--- Hand every workflow this executor still owns back to the pool (clean shutdown).
+-- Hand every claim this executor still holds back to the pool (clean shutdown): each
+-- (workflow, epoch) it holds, only while its incarnation holds the id. A process resumed
+-- after another took its id over releases nothing: the rows under the id are the new
+-- holder's, and one released while its run is inside a step would run that step twice.
 UPDATE {schema}.workflows
 SET status = 'PENDING', owner = NULL, lease_expires_at = NULL,
     updated_at = {schema}.current_time()
-WHERE owner = %(owner)s AND status = 'RUNNING'
+WHERE owner = %(owner)s AND status = 'RUNNING' AND workflow_id = ANY(%(held)s::text[])
+  AND (workflow_id, epoch) IN (
+      SELECT i, e FROM unnest(%(held)s::text[], %(epochs)s::bigint[]) AS h (i, e))
+  AND EXISTS (SELECT 1 FROM {schema}.executors
+              WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
 
 -- get_executor --
 -- One executor's row, with how long ago it last beat (is that id in use right now?).
@@ -468,23 +494,32 @@ WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED' AND EXISTS (
     WHERE workflow_id = %(workflow_id)s AND name = %(name)s AND status <> 'waiting')
 
 -- upsert_executor --
--- Register this executor (or refresh its heartbeat).
+-- Register this executor at start: its incarnation holds the id from now on (an earlier
+-- process under the id, if any, is a stale incarnation that touches nothing any more).
 INSERT INTO {schema}.executors (executor_id, hostname, pid, started_at, heartbeat_at,
-    capabilities)
+    capabilities, incarnation)
 VALUES (%(executor_id)s, %(hostname)s, %(pid)s, {schema}.current_time(),
-    {schema}.current_time(), %(capabilities)s)
+    {schema}.current_time(), %(capabilities)s, %(incarnation)s)
 ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = {schema}.current_time(),
     hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
-    capabilities = EXCLUDED.capabilities
+    capabilities = EXCLUDED.capabilities, incarnation = EXCLUDED.incarnation
 
 -- heartbeat_executor --
--- Refresh this executor's heartbeat.
-UPDATE {schema}.executors SET heartbeat_at = {schema}.current_time()
-WHERE executor_id = %(executor_id)s
+-- Refresh this executor's heartbeat while its incarnation holds the id (registering it
+-- again if its row was pruned while it was silent). No row back: another process took
+-- the id over, and this one must stop.
+INSERT INTO {schema}.executors AS e (executor_id, hostname, pid, started_at, heartbeat_at,
+    capabilities, incarnation)
+VALUES (%(executor_id)s, %(hostname)s, %(pid)s, {schema}.current_time(),
+    {schema}.current_time(), %(capabilities)s, %(incarnation)s)
+ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = {schema}.current_time()
+    WHERE e.incarnation = EXCLUDED.incarnation
+RETURNING 1 AS held
 
 -- delete_executor --
--- Forget this executor (clean shutdown).
-DELETE FROM {schema}.executors WHERE executor_id = %(executor_id)s
+-- Forget this executor (clean shutdown), if its incarnation still holds the id.
+DELETE FROM {schema}.executors
+WHERE executor_id = %(executor_id)s AND incarnation = %(incarnation)s
 
 -- app_migration_lock --
 -- Serialize creating the application database's tables (inside that transaction).
@@ -862,7 +897,8 @@ SELECT pg_try_advisory_xact_lock(hashtextextended(%(lock_key)s, 0)) AS locked
 
 -- dequeue --
 -- Take as many entries as the queue's limits allow, oldest (or lowest priority) first,
--- and start them owned by this executor. NULL limits are unlimited.
+-- and start them owned by this executor (none once another incarnation holds its id).
+-- NULL limits are unlimited.
 WITH allowed AS (
     SELECT greatest(0, least(
         %(limit)s,
@@ -886,6 +922,8 @@ WITH allowed AS (
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+      AND EXISTS (SELECT 1 FROM {schema}.executors
+                  WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
     ORDER BY CASE WHEN %(by_priority)s THEN priority ELSE 0 END, created_at, workflow_id
     LIMIT (SELECT n FROM allowed)
     FOR UPDATE SKIP LOCKED
@@ -927,6 +965,8 @@ WITH allowed AS (
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+      AND EXISTS (SELECT 1 FROM {schema}.executors
+                  WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
     ORDER BY CASE WHEN %(by_priority)s THEN priority ELSE 0 END, created_at, workflow_id
     LIMIT (SELECT n FROM allowed)
 )
