@@ -279,6 +279,7 @@ class Engine(Client):
             db.execute("delete_executor", {"executor_id": self.executor_id})
         except Exception:
             logger.warning("could not release workflows at shutdown", exc_info=True)
+        self.close_listener()
         db.close()
         self._db = None
 
