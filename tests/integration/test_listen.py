@@ -7,7 +7,8 @@ process hold one LISTEN connection beside the pool and each sees every value; pa
 limit, when no LISTEN connection can be had, they poll and still see every value, and the
 listener comes back once the server lets it; a cut LISTEN connection is made again and the
 readers waiting on it are woken; with DURABLE_LISTEN=0 nothing listens and all of them
-poll. The writer is an Engine connected as the test's superuser, outside that budget."""
+poll. The writer is an Engine connected as the test's superuser, outside that budget.
+The tests that need LISTEN ask for it (listen=True), so they hold under DURABLE_LISTEN=0."""
 
 from __future__ import annotations
 
@@ -189,10 +190,12 @@ def test_120_readers_share_one_listen_connection_and_each_sees_every_value(
     # does not.
     with (
         limited_role(database_url, limit=6) as (reader_url, role),
-        durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.1) as engine,
+        durable.Engine(
+            database_url, registry=reg, worker=True, poll_interval=0.1, listen=True
+        ) as engine,
     ):
         started(engine, "t")
-        with durable.Client(reader_url) as client:
+        with durable.Client(reader_url, listen=True) as client:
             sampler = Sampler(database_url, role)
             # Polling once in 10 minutes: only a notification brings the values in time.
             readers = Readers(client, "t", READERS, poll_interval=600)
@@ -215,7 +218,9 @@ def test_120_readers_share_one_listen_connection_and_each_sees_every_value(
 def test_past_the_connection_limit_readers_poll_then_listen_again(database_url: str) -> None:
     with (
         limited_role(database_url, limit=3) as (reader_url, role),
-        durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.1) as engine,
+        durable.Engine(
+            database_url, registry=reg, worker=True, poll_interval=0.1, listen=True
+        ) as engine,
     ):
         started(engine, "t1")
         started(engine, "t2")
@@ -223,7 +228,7 @@ def test_past_the_connection_limit_readers_poll_then_listen_again(database_url: 
         # no LISTEN connection can be had.
         others = [psycopg.connect(reader_url) for _ in range(2)]
         try:
-            with durable.Client(reader_url) as client:
+            with durable.Client(reader_url, listen=True) as client:
                 sampler = Sampler(database_url, role)
                 readers = Readers(client, "t1", READERS, poll_interval=1.0)
                 wait_until(
@@ -263,10 +268,12 @@ def test_past_the_connection_limit_readers_poll_then_listen_again(database_url: 
 def test_readers_keep_following_after_their_listen_connection_is_cut(database_url: str) -> None:
     with (
         limited_role(database_url, limit=6) as (reader_url, role),
-        durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.1) as engine,
+        durable.Engine(
+            database_url, registry=reg, worker=True, poll_interval=0.1, listen=True
+        ) as engine,
     ):
         started(engine, "t")
-        with durable.Client(reader_url) as client:
+        with durable.Client(reader_url, listen=True) as client:
             readers = Readers(client, "t", READERS, poll_interval=600)
             wait_until(
                 lambda: readers.errors or client.listener.subscribers == READERS,
@@ -304,7 +311,9 @@ def test_an_engines_worker_watcher_and_readers_share_one_listen_connection(
     payloads: list[str] = []
     stop = threading.Event()
     # A poll every 10 minutes: only a notification wakes the worker within the test.
-    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=600) as engine:
+    with durable.Engine(
+        database_url, registry=reg, worker=True, poll_interval=600, listen=True
+    ) as engine:
 
         def watch() -> None:
             with engine.notifications() as wait:
