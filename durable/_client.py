@@ -1,11 +1,12 @@
 """The Client: everything that reads or changes stored workflows, and nothing that runs them.
 
 A Client is a connection pool and the named statements: no threads, no heartbeat, no
-executor row. It records workflows for workers to run (submit, enqueue), hands out
-handles, reads journals and ledgers, and carries every operator action (cancel, resume,
-fork, send, decide, raise a budget, schedules, prune). The CLI is a Client; so is any
-process that only starts or inspects work. The Engine is a Client that also runs
-workflows (see `_engine.py`).
+executor row (while a stream reader or watcher waits, one thread reads the client's one
+LISTEN connection: see `_listen.py`). It records workflows for workers to run (submit,
+enqueue), hands out handles, reads journals and ledgers, and carries every operator
+action (cancel, resume, fork, send, decide, raise a budget, schedules, prune). The CLI is
+a Client; so is any process that only starts or inspects work. The Engine is a Client
+that also runs workflows (see `_engine.py`).
 """
 
 from __future__ import annotations
@@ -16,14 +17,13 @@ import inspect
 import json
 import logging
 import os
+import threading
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
-
-import psycopg
 
 from durable import _protocol as protocol
 from durable import _tracing as tracing
@@ -32,6 +32,7 @@ from durable._context import current_run, workflow_code_run
 from durable._decorators import workflow_def
 from durable._driver import drive
 from durable._driver_async import drive_async
+from durable._listen import Listener, Subscription
 from durable._migrate import MigrationProgress
 from durable._models import (
     ApprovalStatus,
@@ -125,10 +126,6 @@ def _compensated(info: WorkflowInfo) -> bool:
         return json.loads(info.error).get("compensated") is True
     except (ValueError, AttributeError):
         return False
-
-
-# A stream reader's stand-in for its LISTEN connection when notifications are off.
-_POLLING = object()
 
 
 def libpq_url(url: str) -> str:
@@ -260,7 +257,8 @@ class AsyncWorkflowHandle:
 
 class Client:
     """Reads and changes stored workflows in one PostgreSQL system database; runs nothing:
-    no heartbeat, no worker loop, no executor row (only its connection pool's threads).
+    no heartbeat, no worker loop, no executor row (only its connection pool's threads, and
+    its listener's while a stream reader or watcher waits).
 
     Arguments (all optional):
       database_url: libpq URL of the system database. Default: DURABLE_DATABASE_URL, else
@@ -313,6 +311,8 @@ class Client:
         # distributed PostgreSQL without LISTEN.
         self.listen = listen if listen is not None else os.environ.get("DURABLE_LISTEN", "1") != "0"
         self._db: SystemDB | None = None
+        self._listener: Listener | None = None
+        self._listener_lock = threading.Lock()
         # Versions of the migrations this client applied when it connected (migrate=True),
         # and who hears of each as it is applied (`durable migrate` shows them).
         self.applied_migrations: list[int] = []
@@ -363,8 +363,25 @@ class Client:
 
     def close(self) -> None:
         if self._db is not None:
+            self.close_listener()
             self._db.close()
             self._db = None
+
+    @property
+    def listener(self) -> Listener:
+        """This client's one LISTEN connection, shared by its stream readers, watchers and
+        worker (see _listen.py); opened by the first of them to wait."""
+        db = self.db
+        with self._listener_lock:
+            if self._listener is None or self._listener.db is not db:
+                self._listener = Listener(db, (self.notify_channel, self.stream_channel))
+            return self._listener
+
+    def close_listener(self) -> None:
+        with self._listener_lock:
+            listener, self._listener = self._listener, None
+        if listener is not None:
+            listener.close()
 
     def __enter__(self) -> Client:
         self.connect()
@@ -605,31 +622,16 @@ class Client:
 
     @contextmanager
     def notifications(self) -> Iterator[Callable[[float], list[str]]]:
-        """For watchers: LISTEN on the work channel, yielding `wait(seconds)`, which returns
-        the payloads (mostly workflow ids: woken, decided, sent to, cancelled, resumed)
-        notified within that time, [] when none came. Journal writes send no notification
-        (a step costs one round trip), so watchers poll too; without a LISTEN connection
-        `wait` only sleeps."""
+        """For watchers: LISTEN on the work channel (the client's shared listener), yielding
+        `wait(seconds)`, which returns the payloads (mostly workflow ids: woken, decided,
+        sent to, cancelled, resumed) notified since the last call, waiting up to `seconds`
+        for one; [] when none came. Journal writes send no notification (a step costs one
+        round trip), so watchers poll too; without a LISTEN connection `wait` only sleeps."""
+        subscription = self.listener.subscribe(self.notify_channel)
         try:
-            conn: Any = self.db.listen_connection(self.notify_channel)
-        except (DatabaseUnavailableError, OSError, psycopg.Error):
-            conn = None
-
-        def wait(seconds: float) -> list[str]:
-            if conn is None:
-                time.sleep(seconds)
-                return []
-            try:
-                return [n.payload for n in conn.notifies(timeout=seconds, stop_after=1)]
-            except (psycopg.Error, OSError):
-                time.sleep(seconds)
-                return []
-
-        try:
-            yield wait
+            yield subscription.wait
         finally:
-            if conn is not None:
-                conn.close()
+            subscription.close()
 
     # -- operator actions --------------------------------------------------------------------
 
@@ -826,11 +828,12 @@ class Client:
     ) -> Iterator[Any]:
         """The values of a workflow's stream `key` from `offset` on, in order, each once,
         following it live until it is closed (or the workflow finished and nothing more is
-        there). Waits on LISTEN for new values, looking again every `poll_interval`
-        seconds in case a notification was lost. Reconnecting from the offset after the
-        last value seen continues where a reader left off."""
+        there). Waits for new values on the client's one LISTEN connection (shared by all
+        its readers), looking again every `poll_interval` seconds in case a notification
+        was lost or no LISTEN connection could be had. Reconnecting from the offset after
+        the last value seen continues where a reader left off."""
         start = self._stream_args(workflow_id, key, offset)
-        listener: Any = None
+        subscription: Subscription | None = None
         try:
             while True:
                 rows, start, ended = self._stream_rows(workflow_id, key, start)
@@ -839,24 +842,20 @@ class Client:
                     return
                 if rows:
                     continue
-                if listener is None:  # listen, then look once more: nothing falls between
-                    listener = self.db.listen_connection(self.stream_channel) or _POLLING
+                if subscription is None:  # listen, then look once more: nothing falls between
+                    subscription = self.listener.subscribe(self.stream_channel, workflow_id)
                     continue
-                if listener is _POLLING:
-                    time.sleep(poll_interval)
-                    continue
-                for _ in listener.notifies(timeout=poll_interval, stop_after=1):
-                    pass
+                subscription.wait(poll_interval)
         finally:
-            if listener is not None and listener is not _POLLING:
-                listener.close()
+            if subscription is not None:
+                subscription.close()
 
     async def read_stream_async(
         self, workflow_id: str, key: str, offset: int = 0, *, poll_interval: float = 1.0
     ) -> AsyncIterator[Any]:
         """read_stream, as an async iterator (no thread is held while it waits)."""
         start = self._stream_args(workflow_id, key, offset)
-        listener: Any = None
+        subscription: Subscription | None = None
         try:
             while True:
                 rows, start, ended = await asyncio.to_thread(
@@ -868,19 +867,15 @@ class Client:
                     return
                 if rows:
                     continue
-                if listener is None:
-                    listener = (
-                        await self.db.listen_connection_async(self.stream_channel) or _POLLING
+                if subscription is None:
+                    subscription = await self.listener.subscribe_async(
+                        self.stream_channel, workflow_id
                     )
                     continue
-                if listener is _POLLING:
-                    await asyncio.sleep(poll_interval)
-                    continue
-                async for _ in listener.notifies(timeout=poll_interval, stop_after=1):
-                    pass
+                await subscription.wait_async(poll_interval)
         finally:
-            if listener is not None and listener is not _POLLING:
-                await listener.close()
+            if subscription is not None:
+                subscription.close()
 
     def _stream_args(self, workflow_id: str, key: str, offset: int) -> int:
         check_name("workflow_id", workflow_id)

@@ -308,6 +308,7 @@ class Engine(Client):
                     self.lose_id(row)
         except Exception:
             logger.warning("could not release workflows at shutdown", exc_info=True)
+        self.close_listener()
         db.close()
         self._db = None
 

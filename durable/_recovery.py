@@ -12,11 +12,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-import psycopg
-
-from durable import _systemdb
 from durable.errors import DatabaseUnavailableError
 
 if TYPE_CHECKING:
@@ -38,16 +35,23 @@ class Worker:
         self.poll_interval = poll_interval
         self.grace_seconds = grace_seconds
         self._wake = threading.Event()
-        self._listener: threading.Thread | None = None
         self._warned: set[str] = set()
 
     def run(self, stop: threading.Event) -> None:
+        # Notifications on the work channel set the wake event, through the engine's one
+        # LISTEN connection (shared with its stream readers and watchers). Without one (off,
+        # lost, refused) every wake-up is a poll; when it comes back the listener wakes us,
+        # since work submitted meanwhile notified nobody.
+        subscription = self.engine.listener.subscribe(
+            self.engine.notify_channel, wake=self._wake.set, settle=False
+        )
+        try:
+            self._run(stop)
+        finally:
+            subscription.close()
+
+    def _run(self, stop: threading.Event) -> None:
         engine = self.engine
-        if engine.listen:  # else every wake-up is a poll
-            self._listener = threading.Thread(
-                target=self._listen, args=(stop,), name="durable-listen", daemon=True
-            )
-            self._listener.start()
         logger.info(
             "worker %s started: %d slots, lease %.1f s",
             engine.executor_id,
@@ -131,9 +135,6 @@ class Worker:
             engine.runner.wake_on_free = self._wake if backlog else None
             self._wait(stop)
         self._drain()
-        if self._listener is not None:
-            self._listener.join(timeout=5)  # it sees `stop` within its 0.2 s wait
-            self._listener = None
 
     def _warn_orphans(self) -> None:
         """Say (once per workflow) when work waits for code no live worker has: a renamed
@@ -192,43 +193,6 @@ class Worker:
         except DatabaseUnavailableError:
             logger.warning("could not release workflows; their leases will expire")
         logger.info("worker %s stopped", engine.executor_id)
-
-    def _listen(self, stop: threading.Event) -> None:
-        """Keep a LISTEN connection open; set the wake event on each notification."""
-        engine = self.engine
-        backoff = 0.0
-        failing = False
-        while not stop.is_set():
-            conn: psycopg.Connection[Any] | None = None
-            try:
-                conn = engine.db.listen_connection(engine.notify_channel)
-                if conn is None:
-                    return  # notifications are off: the loop polls
-                if failing:
-                    logger.debug("LISTEN restored")
-                    # Work submitted while the connection was down sent its notification
-                    # to nobody: look for it now rather than a poll interval later.
-                    self._wake.set()
-                failing, backoff = False, 0.0
-                while not stop.is_set():
-                    for _notify in conn.notifies(timeout=0.2):
-                        self._wake.set()
-            except (psycopg.Error, OSError) as exc:
-                if not failing:
-                    logger.debug("LISTEN connection lost, reconnecting: %s", exc)
-                    if _systemdb.is_outage(exc):
-                        engine.db.outage.lost(exc, "LISTEN", conn)
-                    else:
-                        logger.warning("LISTEN connection failed, reconnecting: %s", exc)
-                failing = True
-                backoff = min(_BACKOFF_MAX, max(0.2, backoff * 2))
-                stop.wait(backoff)
-            finally:
-                if conn is not None:
-                    try:
-                        conn.close()
-                    except psycopg.Error:
-                        pass
 
 
 class Heartbeat:

@@ -790,13 +790,18 @@ class SystemDB:
         rows = [dict(r._mapping) for r in result]
         return (rows[0] if rows else None) if fetch == "one" else rows
 
-    def listen_connection(self, channel: str) -> psycopg.Connection[Any] | None:
-        """A dedicated autocommit connection LISTENing on `channel` (not from the pool);
+    def listen_connection(self, *channels: str) -> psycopg.Connection[Any] | None:
+        """A dedicated autocommit connection LISTENing on `channels` (not from the pool);
         None when notifications are off (the caller polls)."""
         if not self.listen:
             return None
         conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
-        conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        try:
+            for channel in channels:
+                conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
+        except BaseException:
+            conn.close()
+            raise
         self.outage.seen(conn)
         return conn
 
