@@ -805,15 +805,6 @@ class SystemDB:
         self.outage.seen(conn)
         return conn
 
-    async def listen_connection_async(self, channel: str) -> psycopg.AsyncConnection[Any] | None:
-        """listen_connection, for an event loop."""
-        if not self.listen:
-            return None
-        conn = await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=10)
-        await conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-        self.outage.seen(conn)
-        return conn
-
 
 # Above this many bytes of output and error per record on average, a batch goes as a
 # pipeline of single-row statements in one transaction rather than as one statement over
