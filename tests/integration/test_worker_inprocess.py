@@ -240,6 +240,13 @@ def test_a_claim_the_worker_never_heard_back_about_expires_and_runs(database_url
     gate.set()
     with durable.Engine(database_url, registry=reg) as client:
         client.submit(ticker, 3, workflow_id="orphan")
+    # Held by nobody the worker could take it from until the test hands it over (else the
+    # worker may claim it first, and the hand-over below would fence its run).
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "UPDATE durable.workflows SET status = 'RUNNING', owner = 'elsewhere',"
+            " lease_expires_at = now() + interval '1 hour' WHERE workflow_id = 'orphan'"
+        )
     with durable.Engine(
         database_url, registry=reg, worker=True, poll_interval=0.05, lease_seconds=1.0
     ) as worker:
