@@ -356,12 +356,14 @@ class _Console:
             )
         except (ValueError, DurableError) as exc:
             return self.message(request, f"bad filter: {exc}", 400, back="/workflows")
+        kept = {k: v for k, v in filters.items() if v}
+        if q.get("limit"):
+            kept["limit"] = str(limit)
         older = None
         if len(infos) == limit:
             last = infos[-1]
             older = urlencode(
-                {k: v for k, v in filters.items() if v}
-                | {"after_at": last.created_at.isoformat(), "after_id": last.workflow_id}
+                kept | {"after_at": last.created_at.isoformat(), "after_id": last.workflow_id}
             )
         return self.render(
             request,
@@ -371,7 +373,7 @@ class _Console:
             statuses=[s.value for s in WorkflowStatus],
             older=older,
             paged=after is not None,
-            newest=urlencode({k: v for k, v in filters.items() if v}),
+            newest=urlencode(kept),
         )
 
     async def workflow(self, request: Request) -> Response:

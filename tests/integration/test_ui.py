@@ -240,6 +240,24 @@ def test_the_list_pages_by_keyset_and_filters(database_url: str) -> None:
         assert web.get("/workflows?from=yesterday").status_code == 400
 
 
+def test_the_older_link_keeps_the_page_size(database_url: str) -> None:
+    with durable.Client(database_url) as client:
+        for i in range(7):
+            client.submit(idle, i, workflow_id=f"size-{i}")
+        web = _web(create_app(client, read_only=True))
+        sizes: list[int] = []
+        path = "/workflows?limit=3&name=ui.idle"
+        while path:
+            page = web.get(path)
+            assert page.status_code == 200
+            sizes.append(len(re.findall(r'<td><a href="/workflows/size-', page.text)))
+            older = re.search(r'id="older" href="([^"]+)"', page.text)
+            path = older.group(1).replace("&amp;", "&") if older else ""
+            newest = re.search(r'href="(/workflows\?[^"]*)">newest', page.text)
+            assert newest is None or "limit=3" in newest.group(1)
+        assert sizes == [3, 3, 1]
+
+
 def test_a_page_asked_for_under_another_host_name_is_refused(engine: durable.Engine) -> None:
     """A DNS-rebinding page reaches a console bound to 127.0.0.1 under the page's own name,
     which its requests carry in the Host header: over loopback, the console answers only to
