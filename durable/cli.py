@@ -1050,12 +1050,18 @@ def ui(
         hint = "install the console with pip install 'durable-pg[ui]'"
         raise click.UsageError(f"{exc}: {hint}") from None
     beyond = not _is_loopback(host.strip("[]").lower())
-    if beyond or not read_only:
+    if beyond or allowed_hosts or not read_only:
         if not token:
             import secrets
 
             token = secrets.token_urlsafe(18)
-            needs = "every page needs" if beyond else "actions need"
+            needs = (
+                "every page needs"
+                if beyond
+                else "pages under an --allowed-host name need"
+                if read_only
+                else "actions need"
+            )
             click.echo(f"{needs} this token (or set DURABLE_UI_TOKEN): {token}", err=True)
     else:
         token = None

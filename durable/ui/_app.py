@@ -23,7 +23,7 @@ from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
@@ -34,7 +34,9 @@ from durable._models import WorkflowStatus
 from durable._protocol import decode_error
 from durable.errors import (
     ConfigurationError,
+    DatabaseUnavailableError,
     DurableError,
+    InvalidNameError,
     WorkflowNotFoundError,
 )
 
@@ -42,6 +44,7 @@ TOKEN_HEADER = "X-Durable-Token"
 CSRF_COOKIE = "durable_csrf"
 PAGE_SIZE = 50
 PREVIEW = 120
+MAX_FORM_BYTES = 64 * 1024  # an action's form is a few short fields
 HERE = Path(__file__).parent
 
 
@@ -76,10 +79,10 @@ def create_app(
             "the console's actions need a token: give token=... (durable ui: --token or "
             "DURABLE_UI_TOKEN), or read_only=True"
         )
-    if reads_need_token and not token:
+    if (reads_need_token or allowed_hosts) and not token:
         raise ConfigurationError(
-            "reads_need_token=True needs a token: give token=... (durable ui: --token or "
-            "DURABLE_UI_TOKEN)"
+            "reads_need_token and allowed_hosts need a token (the pages they serve ask for "
+            "it): give token=... (durable ui: --token or DURABLE_UI_TOKEN)"
         )
     if isinstance(allowed_hosts, str):
         raise ConfigurationError(
@@ -106,6 +109,7 @@ def create_app(
     return Starlette(
         routes=routes,
         middleware=[Middleware(_Guard, console=console)],
+        exception_handlers={DatabaseUnavailableError: console.unavailable},
     )
 
 
@@ -309,6 +313,12 @@ class _Console:
         password = _basic_password(request.headers.get("authorization"))
         return password is not None and hmac.compare_digest(password, expected)
 
+    async def unavailable(self, request: Request, exc: Exception) -> Response:
+        """A lost database is the server's trouble, not the request's: 503, try again."""
+        return self.message(
+            request, f"the database cannot be reached now ({exc}): try again shortly", 503
+        )
+
     # -- rendering -----------------------------------------------------------------------
 
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
@@ -343,7 +353,10 @@ class _Console:
         try:
             limit = min(500, max(1, int(q.get("limit") or PAGE_SIZE)))
             after_at = _time_param(q.get("after_at"))
-            after = (after_at, q.get("after_id", "")) if after_at else None
+            after_id = q.get("after_id", "")
+            if (after_at is None) != (not after_id):
+                raise ValueError("after_at and after_id go together (the older link has both)")
+            after = (after_at, after_id) if after_at else None
             infos = await run_in_threadpool(
                 self.client.list_workflows,
                 filters["status"].upper() or None,
@@ -354,6 +367,8 @@ class _Console:
                 after=after,
                 limit=limit,
             )
+        except DatabaseUnavailableError:
+            raise
         except (ValueError, DurableError) as exc:
             return self.message(request, f"bad filter: {exc}", 400, back="/workflows")
         kept = {k: v for k, v in filters.items() if v}
@@ -382,6 +397,8 @@ class _Console:
             data = await run_in_threadpool(self._workflow_data, workflow_id)
         except WorkflowNotFoundError as exc:
             return self.message(request, str(exc), 404, back="/workflows")
+        except InvalidNameError as exc:  # no stored id can be this one (NUL, over 512 bytes)
+            return self.message(request, f"no workflow has this id: {exc}", 404, back="/workflows")
         return self.render(request, "workflow.html", **data)
 
     def _workflow_data(self, workflow_id: str) -> dict[str, Any]:
@@ -429,25 +446,36 @@ class _Console:
     async def act(self, request: Request) -> Response:
         if self.read_only:
             return self.message(request, "this console is read-only: no actions", 403)
-        form = _form(await request.body())
+        body = await _body(request, MAX_FORM_BYTES)
+        if body is None:
+            return self.message(
+                request, f"refused: an action's form is at most {MAX_FORM_BYTES} bytes", 413
+            )
+        form = _Form(_form(body))
         header_token = request.headers.get(TOKEN_HEADER)
         if header_token is None:  # a browser's form: it must come from one of our pages
             cookie = request.cookies.get(CSRF_COOKIE, "")
-            if not cookie or not hmac.compare_digest(cookie, form.get("csrf", "")):
+            sent = form.get("csrf", "")
+            if not cookie or not hmac.compare_digest(cookie.encode(), sent.encode()):
                 return self.message(request, "CSRF check failed: reload the page", 403)
             if not _same_origin(request):
                 return self.message(request, "CSRF check failed: another origin", 403)
-        given = header_token if header_token is not None else form.get("token", "")
+        given = (
+            header_token.encode("latin-1")
+            if header_token is not None
+            else form.get("token", "").encode()
+        )
         assert self.token is not None
-        if not hmac.compare_digest(given.encode(), self.token.encode()):
+        if not hmac.compare_digest(given, self.token.encode()):
             return self.message(request, "refused: this action needs the console's token", 403)
         action = _ACTIONS.get(request.path_params["action"])
         if action is None:
             return self.message(request, "no such action", 404)
-        back = form.get("back", "")
-        back = back if back.startswith("/") and not back.startswith("//") else ""
+        back = _back(form.get("back", ""))
         try:
             text = await run_in_threadpool(action, self.client, form)
+        except DatabaseUnavailableError as exc:
+            return self.message(request, f"not done: {exc}; try again shortly", 503, back=back)
         except (DurableError, ValueError, KeyError) as exc:
             status = 409 if type(exc).__name__ == "ApprovalConflictError" else 400
             if isinstance(exc, WorkflowNotFoundError):
@@ -456,10 +484,42 @@ class _Console:
         return self.message(request, text, 200, back=back)
 
 
+async def _body(request: Request, limit: int) -> bytes | None:
+    """The request's body, read no further than `limit` bytes (None past it)."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+    except ClientDisconnect:
+        return b""
+    return b"".join(chunks)
+
+
 def _form(body: bytes) -> dict[str, str]:
     """An url-encoded form's fields (last value wins); multipart is never needed here."""
     parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     return {k: v[-1] for k, v in parsed.items()}
+
+
+class _Form(dict[str, str]):
+    """A form whose missing field is refused by name (a bare KeyError would say only 'key')."""
+
+    def __missing__(self, key: str) -> str:
+        raise ValueError(f"the form is missing its {key} field")
+
+
+def _back(path: str) -> str:
+    """Where a message page links back to: a path on this console, else nowhere. A browser
+    reads "/\\host" as "//host", and drops tabs and newlines, so those are refused too."""
+    if not path.startswith("/") or path.startswith("//"):
+        return ""
+    if "\\" in path or not path.isprintable():
+        return ""
+    return path
 
 
 def _same_origin(request: Request) -> bool:
@@ -501,6 +561,8 @@ def _fork(client: Client, form: dict[str, str]) -> str:
 
 
 def _schedule(client: Client, form: dict[str, str]) -> str:
+    if form["paused"] not in ("0", "1"):
+        raise ValueError(f"paused={form['paused']!r}: 1 pauses, 0 resumes")
     paused = form["paused"] == "1"
     client.pause_schedule(form["name"], paused)
     return f"{'paused' if paused else 'resumed'} schedule {form['name']}"

@@ -8,7 +8,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -321,8 +321,70 @@ def test_beyond_loopback_every_page_needs_the_token(engine: durable.Engine) -> N
     assert far.status_code == 403 and "token" in far.text and "secret-2" not in far.text
     read_only = _web(create_app(engine, read_only=True, token=TOKEN), host="192.0.2.10:8321")
     assert read_only.get("/workflows", auth=("", TOKEN)).status_code == 200
-    with pytest.raises(durable.errors.ConfigurationError, match="token"):
-        create_app(engine, read_only=True, reads_need_token=True)
+    for guarded_without_token in ({"reads_need_token": True}, {"allowed_hosts": ["a.example"]}):
+        with pytest.raises(durable.errors.ConfigurationError, match="need a token"):
+            create_app(engine, read_only=True, **guarded_without_token)
+
+
+def test_hostile_requests_get_a_page_not_a_server_error(engine: durable.Engine) -> None:
+    engine.start(idle, 1, workflow_id="h-1").result(timeout=10)
+    web = _web(create_app(engine, token=TOKEN))
+    for path in ("/workflows/%00", "/workflows/" + "x" * 600, "/workflows/%C3%A9" * 200):
+        page = web.get(path)
+        assert page.status_code == 404, path[:40]
+        assert "no workflow" in page.text, path[:40]
+    csrf = _csrf(web, "/workflows/h-1")
+    for forged in ("é", "\x00", csrf + "é"):
+        refused = web.post(
+            "/actions/cancel", data={"workflow_id": "h-1", "token": TOKEN, "csrf": forged}
+        )
+        assert refused.status_code == 403 and "CSRF" in refused.text, forged
+    refused = _web(create_app(engine, token=TOKEN)).post(
+        "/actions/cancel",
+        data={"workflow_id": "h-1", "token": TOKEN, "csrf": "é"},
+        headers={"cookie": "durable_csrf=é".encode()},
+    )
+    assert refused.status_code == 403
+    form = {"token": TOKEN, "csrf": csrf}
+    missing = web.post("/actions/fork", data=form | {"workflow_id": "h-1"})
+    assert missing.status_code == 400 and "from_step" in missing.text and "missing" in missing.text
+    maybe = web.post("/actions/schedule", data=form | {"name": "nightly", "paused": "maybe"})
+    assert maybe.status_code == 400 and "paused" in maybe.text
+    for back in ("/\\evil.example", "/\t/evil.example", "//evil.example", "https://evil.example"):
+        answer = web.post("/actions/resume", data=form | {"workflow_id": "nope", "back": back})
+        assert answer.status_code == 404
+        assert "evil.example" not in answer.text, back
+    huge = web.post(
+        "/actions/cancel",
+        content=f"csrf={csrf}&token={TOKEN}&workflow_id=h-1&reason=".encode() + b"r" * 2_000_000,
+        headers={"content-type": "application/x-www-form-urlencoded"},
+    )
+    assert huge.status_code == 413
+    keyset = web.get("/workflows?after_at=2020-01-01T00:00")
+    assert keyset.status_code == 400 and "after_id" in keyset.text
+
+
+def test_a_lost_database_is_answered_503(pg_databases: TemplateDatabases) -> None:
+    """The database dropped under a running console: the page, the list and an action each
+    answer 503 (a fresh database each, since once the pool knows the server is gone a
+    request waits out its checkout timeout first)."""
+    requests: dict[str, Callable[[TestClient, str], Any]] = {
+        "page": lambda web, csrf: web.get("/workflows/gone-1"),
+        "list": lambda web, csrf: web.get("/workflows"),
+        "action": lambda web, csrf: web.post(
+            "/actions/cancel", data={"workflow_id": "gone-1", "token": TOKEN, "csrf": csrf}
+        ),
+    }
+    for what, send in requests.items():
+        url = pg_databases.create()
+        with durable.Client(url) as client:
+            client.submit(idle, 1, workflow_id="gone-1")
+            web = _web(create_app(client, token=TOKEN))
+            csrf = _csrf(web, "/workflows/gone-1")
+            pg_databases.drop(url)
+            answer = send(web, csrf)
+            assert answer.status_code == 503, what
+            assert "database" in answer.text and "bad filter" not in answer.text, what
 
 
 def test_an_id_prefix_is_matched_by_code_points() -> None:
