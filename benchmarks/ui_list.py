@@ -98,7 +98,8 @@ def pages(client: durable.Client, repeats: int) -> list[dict[str, Any]]:
 
     from durable.ui import create_app
 
-    web = TestClient(create_app(client, read_only=True))
+    # Served on loopback, as `durable ui` is by default (elsewhere pages need the token).
+    web = TestClient(create_app(client, read_only=True), base_url="http://127.0.0.1:8321")
     out = []
     for path in ("/workflows", "/workflows?status=ERROR&name=app.flow_1", "/workflows?id=wf-ab"):
         times = []

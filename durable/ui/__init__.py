@@ -11,7 +11,9 @@ Run it with `durable ui`, or mount it in your own ASGI app:
 
 Safe by default: actions need the token (a form field, or the `X-Durable-Token` header
 for scripts), forms carry a CSRF token bound to a SameSite=Strict cookie, a read-only
-console has no actions at all, and every stored value is escaped when rendered.
+console has no actions at all, and every stored value is escaped when rendered. Over
+loopback it answers only to loopback's names (no DNS rebinding); reached any other way,
+every page needs the token too.
 """
 
 from __future__ import annotations

@@ -1,14 +1,19 @@
-"""The console's routes. Pages are plain GETs rendered from Client reads; actions are POSTs
-that check the CSRF token, then the operator token, then call the Client in a thread."""
+"""The console's routes. Every request first passes the guard (the Host header, and the token
+when it is reached beyond loopback); pages are plain GETs rendered from Client reads; actions
+are POSTs that check the CSRF token, then the operator token, then call the Client in a
+thread."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import datetime as dt
 import hmac
+import ipaddress
 import json
 import secrets
 import zoneinfo
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -17,37 +22,79 @@ from croniter import croniter
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.middleware import Middleware
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from durable._client import Client
 from durable._models import WorkflowStatus
 from durable._protocol import decode_error
-from durable.errors import ConfigurationError, DurableError, WorkflowNotFoundError
+from durable.errors import (
+    ConfigurationError,
+    DatabaseUnavailableError,
+    DurableError,
+    InvalidNameError,
+    WorkflowNotFoundError,
+)
 
 TOKEN_HEADER = "X-Durable-Token"
 CSRF_COOKIE = "durable_csrf"
 PAGE_SIZE = 50
 PREVIEW = 120
+MAX_FORM_BYTES = 64 * 1024  # an action's form is a few short fields
 HERE = Path(__file__).parent
 
 
-def create_app(client: Client, *, token: str | None = None, read_only: bool = False) -> Starlette:
+def create_app(
+    client: Client,
+    *,
+    token: str | None = None,
+    read_only: bool = False,
+    reads_need_token: bool = False,
+    allowed_hosts: Iterable[str] = (),
+) -> Starlette:
     """The console as an ASGI app over a connected `client`.
 
-    token: what every action must present (a form field or the X-Durable-Token header).
+    token: what every action must present (a form field or the X-Durable-Token header), and
+      every page reached beyond loopback (the browser asks for it as a password; scripts
+      send the header).
     read_only: no actions at all (no forms are shown, every POST is refused); then no token
-    is needed. A console that is neither read-only nor given a token is refused, so that a
-    mounted console never acts for anyone who can reach it.
+      is needed, but without one the console answers over loopback only.
+    reads_need_token: every page needs the token, over loopback too (`durable ui` sets it
+      when it listens beyond loopback). Default False: pages are open to a request that came
+      in on a loopback address under a loopback name (localhost, 127.0.0.1, [::1]).
+    allowed_hosts: more names the console answers to (a reverse proxy's public name), each
+      needing the token. Over loopback it answers to no other name, so that a DNS-rebinding
+      page (whose requests name the page's own host) is refused; given names, it answers to
+      no other name at all.
+
+    A console that is neither read-only nor given a token is refused, so that a mounted
+    console never acts for anyone who can reach it.
     """
     if not read_only and not token:
         raise ConfigurationError(
             "the console's actions need a token: give token=... (durable ui: --token or "
             "DURABLE_UI_TOKEN), or read_only=True"
         )
-    console = _Console(client, token, read_only)
+    if (reads_need_token or allowed_hosts) and not token:
+        raise ConfigurationError(
+            "reads_need_token and allowed_hosts need a token (the pages they serve ask for "
+            "it): give token=... (durable ui: --token or DURABLE_UI_TOKEN)"
+        )
+    if isinstance(allowed_hosts, str):
+        raise ConfigurationError(
+            f"allowed_hosts={allowed_hosts!r}: give a list of names, e.g. [{allowed_hosts!r}]"
+        )
+    hosts = set()
+    for name in allowed_hosts:
+        host = _host_name(name)
+        if not host:
+            raise ConfigurationError(f"allowed_hosts: {name!r} is not a host name")
+        hosts.add(host)
+    console = _Console(client, token, read_only, reads_need_token, frozenset(hosts))
     routes = [
         Route("/", console.home),
         Route("/workflows", console.workflows),
@@ -59,7 +106,79 @@ def create_app(client: Client, *, token: str | None = None, read_only: bool = Fa
         Route("/actions/{action}", console.act, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
-    return Starlette(routes=routes)
+    return Starlette(
+        routes=routes,
+        middleware=[Middleware(_Guard, console=console)],
+        exception_handlers={DatabaseUnavailableError: console.unavailable},
+    )
+
+
+def _is_loopback(host: str) -> bool:
+    """Whether a host name or address (no port, no brackets) is this machine's loopback."""
+    if host == "localhost":
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def _host_name(header: str | None) -> str | None:
+    """The host of a Host header ("name", "name:port", "[v6]:port"), lower case and without
+    its port or trailing dot; None when there is none or it is malformed."""
+    text = (header or "").strip().lower()
+    if text.startswith("["):
+        host, bracket, rest = text[1:].partition("]")
+        if not bracket or (rest and not (rest.startswith(":") and rest[1:].isdigit())):
+            return None
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+        if not port.isdigit():
+            return None
+    elif ":" in text:
+        return None
+    else:
+        host = text
+    host = host.rstrip(".")
+    if not host or any(c in host for c in "/\\@?# \t") or not host.isprintable():
+        return None
+    return host
+
+
+def _basic_password(header: str | None) -> bytes | None:
+    """The password of a Basic Authorization header (the user name is ignored)."""
+    scheme, _, encoded = (header or "").partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(encoded.strip(), validate=True)
+    except (binascii.Error, ValueError):
+        return None
+    _, colon, password = decoded.partition(b":")
+    return password if colon else None
+
+
+class _Guard:
+    """Runs before every route: refuses a Host that a request over loopback should not name
+    (DNS rebinding), and asks for the token when the request is not local."""
+
+    def __init__(self, app: ASGIApp, console: _Console) -> None:
+        self.app = app
+        self.console = console
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope, receive)
+        refusal = self.console.refusal(request)
+        if refusal is None:
+            await self.app(scope, receive, send)
+        else:
+            await refusal(scope, receive, send)
 
 
 def _short(value: Any, width: int = PREVIEW) -> str:
@@ -127,11 +246,78 @@ def _templates() -> Environment:
 
 
 class _Console:
-    def __init__(self, client: Client, token: str | None, read_only: bool) -> None:
+    def __init__(
+        self,
+        client: Client,
+        token: str | None,
+        read_only: bool,
+        reads_need_token: bool,
+        allowed_hosts: frozenset[str],
+    ) -> None:
         self.client = client
         self.token = token
         self.read_only = read_only
+        self.reads_need_token = reads_need_token
+        self.allowed_hosts = allowed_hosts
         self.env = _templates()
+
+    # -- the guard -------------------------------------------------------------------------
+
+    def refusal(self, request: Request) -> Response | None:
+        """The answer to a request the console must not serve, or None to serve it.
+
+        Over loopback the Host must name loopback (or an allowed host): a DNS-rebinding
+        page's requests come in on 127.0.0.1 but name the page's own host. A page is open
+        only to a request that came in on a loopback address under a loopback name; any
+        other needs the token."""
+        server = request.scope.get("server") or (None, None)  # the socket it came in on
+        via_loopback = _is_loopback(str(server[0]).lower())
+        host = _host_name(request.headers.get("host"))
+        named_loopback = host is not None and _is_loopback(host)
+        if not named_loopback and (via_loopback or self.allowed_hosts):
+            if host is None or host not in self.allowed_hosts:
+                shown = request.headers.get("host", "")
+                return self.message(
+                    request,
+                    f"refused: Host {shown!r} is not a name of this console; open it as "
+                    "http://127.0.0.1 or http://localhost (behind a proxy: add its name with "
+                    "allowed_hosts=..., durable ui --allowed-host)",
+                    400,
+                )
+        if via_loopback and named_loopback and not self.reads_need_token:
+            return None
+        if self.token is None:
+            return self.message(
+                request,
+                "refused: this console has no token, so it answers over loopback only; give "
+                "it one (durable ui --token, or create_app(token=...)) to serve it further",
+                403,
+            )
+        if self.presents_token(request):
+            return None
+        answer = self.message(
+            request,
+            "this console needs its token to show anything from here: give it as the "
+            f"password (any user name), or in the {TOKEN_HEADER} header",
+            401,
+        )
+        answer.headers["WWW-Authenticate"] = 'Basic realm="durable console", charset="UTF-8"'
+        return answer
+
+    def presents_token(self, request: Request) -> bool:
+        assert self.token is not None
+        expected = self.token.encode()
+        header = request.headers.get(TOKEN_HEADER)
+        if header is not None:
+            return hmac.compare_digest(header.encode("latin-1"), expected)
+        password = _basic_password(request.headers.get("authorization"))
+        return password is not None and hmac.compare_digest(password, expected)
+
+    async def unavailable(self, request: Request, exc: Exception) -> Response:
+        """A lost database is the server's trouble, not the request's: 503, try again."""
+        return self.message(
+            request, f"the database cannot be reached now ({exc}): try again shortly", 503
+        )
 
     # -- rendering -----------------------------------------------------------------------
 
@@ -167,7 +353,10 @@ class _Console:
         try:
             limit = min(500, max(1, int(q.get("limit") or PAGE_SIZE)))
             after_at = _time_param(q.get("after_at"))
-            after = (after_at, q.get("after_id", "")) if after_at else None
+            after_id = q.get("after_id", "")
+            if (after_at is None) != (not after_id):
+                raise ValueError("after_at and after_id go together (the older link has both)")
+            after = (after_at, after_id) if after_at else None
             infos = await run_in_threadpool(
                 self.client.list_workflows,
                 filters["status"].upper() or None,
@@ -178,14 +367,18 @@ class _Console:
                 after=after,
                 limit=limit,
             )
+        except DatabaseUnavailableError:
+            raise
         except (ValueError, DurableError) as exc:
             return self.message(request, f"bad filter: {exc}", 400, back="/workflows")
+        kept = {k: v for k, v in filters.items() if v}
+        if q.get("limit"):
+            kept["limit"] = str(limit)
         older = None
         if len(infos) == limit:
             last = infos[-1]
             older = urlencode(
-                {k: v for k, v in filters.items() if v}
-                | {"after_at": last.created_at.isoformat(), "after_id": last.workflow_id}
+                kept | {"after_at": last.created_at.isoformat(), "after_id": last.workflow_id}
             )
         return self.render(
             request,
@@ -195,7 +388,7 @@ class _Console:
             statuses=[s.value for s in WorkflowStatus],
             older=older,
             paged=after is not None,
-            newest=urlencode({k: v for k, v in filters.items() if v}),
+            newest=urlencode(kept),
         )
 
     async def workflow(self, request: Request) -> Response:
@@ -204,6 +397,8 @@ class _Console:
             data = await run_in_threadpool(self._workflow_data, workflow_id)
         except WorkflowNotFoundError as exc:
             return self.message(request, str(exc), 404, back="/workflows")
+        except InvalidNameError as exc:  # no stored id can be this one (NUL, over 512 bytes)
+            return self.message(request, f"no workflow has this id: {exc}", 404, back="/workflows")
         return self.render(request, "workflow.html", **data)
 
     def _workflow_data(self, workflow_id: str) -> dict[str, Any]:
@@ -251,25 +446,36 @@ class _Console:
     async def act(self, request: Request) -> Response:
         if self.read_only:
             return self.message(request, "this console is read-only: no actions", 403)
-        form = _form(await request.body())
+        body = await _body(request, MAX_FORM_BYTES)
+        if body is None:
+            return self.message(
+                request, f"refused: an action's form is at most {MAX_FORM_BYTES} bytes", 413
+            )
+        form = _Form(_form(body))
         header_token = request.headers.get(TOKEN_HEADER)
         if header_token is None:  # a browser's form: it must come from one of our pages
             cookie = request.cookies.get(CSRF_COOKIE, "")
-            if not cookie or not hmac.compare_digest(cookie, form.get("csrf", "")):
+            sent = form.get("csrf", "")
+            if not cookie or not hmac.compare_digest(cookie.encode(), sent.encode()):
                 return self.message(request, "CSRF check failed: reload the page", 403)
             if not _same_origin(request):
                 return self.message(request, "CSRF check failed: another origin", 403)
-        given = header_token if header_token is not None else form.get("token", "")
+        given = (
+            header_token.encode("latin-1")
+            if header_token is not None
+            else form.get("token", "").encode()
+        )
         assert self.token is not None
-        if not hmac.compare_digest(given.encode(), self.token.encode()):
+        if not hmac.compare_digest(given, self.token.encode()):
             return self.message(request, "refused: this action needs the console's token", 403)
         action = _ACTIONS.get(request.path_params["action"])
         if action is None:
             return self.message(request, "no such action", 404)
-        back = form.get("back", "")
-        back = back if back.startswith("/") and not back.startswith("//") else ""
+        back = _back(form.get("back", ""))
         try:
             text = await run_in_threadpool(action, self.client, form)
+        except DatabaseUnavailableError as exc:
+            return self.message(request, f"not done: {exc}; try again shortly", 503, back=back)
         except (DurableError, ValueError, KeyError) as exc:
             status = 409 if type(exc).__name__ == "ApprovalConflictError" else 400
             if isinstance(exc, WorkflowNotFoundError):
@@ -278,10 +484,42 @@ class _Console:
         return self.message(request, text, 200, back=back)
 
 
+async def _body(request: Request, limit: int) -> bytes | None:
+    """The request's body, read no further than `limit` bytes (None past it)."""
+    chunks: list[bytes] = []
+    size = 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+    except ClientDisconnect:
+        return b""
+    return b"".join(chunks)
+
+
 def _form(body: bytes) -> dict[str, str]:
     """An url-encoded form's fields (last value wins); multipart is never needed here."""
     parsed = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
     return {k: v[-1] for k, v in parsed.items()}
+
+
+class _Form(dict[str, str]):
+    """A form whose missing field is refused by name (a bare KeyError would say only 'key')."""
+
+    def __missing__(self, key: str) -> str:
+        raise ValueError(f"the form is missing its {key} field")
+
+
+def _back(path: str) -> str:
+    """Where a message page links back to: a path on this console, else nowhere. A browser
+    reads "/\\host" as "//host", and drops tabs and newlines, so those are refused too."""
+    if not path.startswith("/") or path.startswith("//"):
+        return ""
+    if "\\" in path or not path.isprintable():
+        return ""
+    return path
 
 
 def _same_origin(request: Request) -> bool:
@@ -323,6 +561,8 @@ def _fork(client: Client, form: dict[str, str]) -> str:
 
 
 def _schedule(client: Client, form: dict[str, str]) -> str:
+    if form["paused"] not in ("0", "1"):
+        raise ValueError(f"paused={form['paused']!r}: 1 pauses, 0 resumes")
     paused = form["paused"] == "1"
     client.pause_schedule(form["name"], paused)
     return f"{'paused' if paused else 'resumed'} schedule {form['name']}"
