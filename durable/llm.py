@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -47,7 +48,12 @@ from durable._budget import budget_left, charge
 from durable._context import current_step
 from durable._models import StepKind
 from durable._registry import StepDef
-from durable.errors import ConfigurationError, ModelUsageError, UnknownModelPriceError
+from durable.errors import (
+    ConfigurationError,
+    InvalidBudgetError,
+    ModelUsageError,
+    UnknownModelPriceError,
+)
 
 __all__ = ["DEFAULT_PRICES", "PRICES_AS_OF", "Price", "Usage", "wrap"]
 
@@ -61,6 +67,23 @@ class Price:
     input: float
     output: float
     cached_input: float | None = None
+
+    def __post_init__(self) -> None:
+        # Checked here, not when a reply is charged: by then the request was sent.
+        for name in ("input", "output", "cached_input"):
+            rate = getattr(self, name)
+            if rate is None and name == "cached_input":
+                continue
+            if (
+                isinstance(rate, bool)
+                or not isinstance(rate, int | float | Decimal)
+                or not math.isfinite(rate)
+                or rate < 0
+            ):
+                raise InvalidBudgetError(
+                    f"Price({name}={rate!r}): give dollars per million tokens, a number of "
+                    "zero or more"
+                )
 
     def dollars(self, usage: Usage) -> Decimal:
         cached_rate = self.input if self.cached_input is None else self.cached_input
@@ -370,6 +393,16 @@ def wrap(client: Any, *, prices: Mapping[str, Price | None] | None = None) -> An
             "client (OpenAI, AsyncOpenAI, Anthropic, AsyncAnthropic)"
         )
     table = dict(DEFAULT_PRICES if prices is None else prices)
+    for model, price in table.items():
+        if not isinstance(model, str) or not model:
+            raise ConfigurationError(
+                f"prices: the key {model!r} is not a model's name: give {{name: Price(...)}}"
+            )
+        if price is not None and not isinstance(price, Price):
+            raise ConfigurationError(
+                f"prices[{model!r}] = {price!r:.80}: give durable.llm.Price(input=..., "
+                "output=...) in dollars per million tokens, or None to charge tokens only"
+            )
     # AsyncOpenAI / AsyncAnthropic (their `create` methods are wrapped, so asking them
     # whether they are coroutine functions is not reliable).
     is_async = type(client).__name__.startswith("Async")

@@ -313,3 +313,25 @@ def test_usage_that_is_not_a_count_of_tokens_names_the_servers_field(
         assert error.error_type == "durable.errors.ModelUsageError", error.error_message
         assert field in error.error_message
         assert shown in error.error_message
+
+
+@pytest.mark.parametrize(
+    "rates",
+    [(-1.0, 2.0, None), (1.0, float("nan"), None), (1.0, 2.0, float("inf")), ("1", 2.0, None),
+     (True, 2.0, None), (1.0, 2.0, -0.5)],
+    ids=["negative", "nan", "infinite-cached", "string", "bool", "negative-cached"],
+)  # fmt: skip
+def test_a_price_that_is_not_one_is_refused_where_it_is_written(rates: tuple[Any, ...]) -> None:
+    # Not after the request was sent, inside the step that charges it.
+    with pytest.raises(errors.InvalidBudgetError, match="dollars per million tokens"):
+        llm.Price(*rates)
+
+
+@pytest.mark.parametrize(
+    ("prices", "named"),
+    [({"gpt-4o": 3.0}, "'gpt-4o'"), ({"": llm.Price(1, 1)}, "''"), ({5: None}, "5")],
+)
+def test_a_price_table_that_is_not_one_is_refused_by_wrap(prices: Any, named: str) -> None:
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="t")
+    with pytest.raises(errors.ConfigurationError, match=named):
+        llm.wrap(client, prices=prices)
