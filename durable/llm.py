@@ -194,12 +194,13 @@ def _count(data: Any, path: str, where: str, missing: list[tuple[str, str]] | No
             return 0
         if i < len(keys) - 1 and not _is_object(value):
             raise _NotACount(here, f"{where}'s {here} is {value!r:.80}, not an object")
+    sent = value
     if isinstance(value, float) and value.is_integer():
-        value = int(value)
+        value = int(value)  # 12.0: a count all the same
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_TOKENS:
         raise _NotACount(
             path,
-            f"{where}'s {path} is {value!r:.80}, not a count of tokens (a whole number from 0 "
+            f"{where}'s {path} is {sent!r:.80}, not a count of tokens (a whole number from 0 "
             f"to {_MAX_TOKENS})",
         )
     return value

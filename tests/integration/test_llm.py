@@ -270,6 +270,9 @@ BAD_USAGE = [
         _set("completion_tokens", float("inf")), "usage.completion_tokens", "inf", id="infinite"
     ),
     pytest.param(
+        _set("completion_tokens", 1e300), "usage.completion_tokens", "1e+300", id="huge-float"
+    ),
+    pytest.param(
         _set("completion_tokens", 10**30),
         "usage.completion_tokens",
         str(10**30),
