@@ -35,6 +35,7 @@ The tree::
     ├── QueueDedupError
     ├── NotInWorkflowError
     ├── BudgetExceededError
+    ├── ModelUsageError
     ├── StepError
     ├── StepTimeoutError (also a TimeoutError)
     ├── AsyncInSyncError (also a TypeError)
@@ -410,6 +411,18 @@ class BudgetExceededError(DurableError):
             f"({exhausted}) and the budget gate was denied; raise it with "
             "engine.raise_budget(workflow_id, ...) and resume the workflow"
         )
+
+
+class ModelUsageError(DurableError):
+    """A model call through durable.llm was answered without its usage, or with a usage
+    that is not a count of tokens, so what it cost could not be charged to the workflow's
+    budget; the request was sent. Have the server (or the proxy in front of it) report
+    usage, or run the workflow without a dollar or token limit."""
+
+    def __init__(self, step_name: str, field: str, message: str) -> None:
+        self.step_name = step_name
+        self.field = field
+        super().__init__(message)
 
 
 class WorkflowSuspended(BaseException):

@@ -15,6 +15,15 @@ what is journaled, and the caller gets an iterator (an async one for async clien
 them, the same on the first run and on a replay. The calls that consume the stream, not
 the iteration, are the step: a crash while the caller iterates replays the chunks.
 
+A reply's usage is checked before it is charged. A count that is not a whole number of
+tokens (negative, a string, a fraction, more cached tokens than input) fails the call with
+`ModelUsageError` naming the server's field (`usage.prompt_tokens`). A reply that leaves
+its usage out (a proxy that drops it, a server that reports none for streams) fails the
+call the same way when the workflow's budget has a token limit, or a dollar limit and the
+model a price: charging nothing would let it spend past the limit. Without such a limit
+the call goes on, charged only the tokens that were reported (none for what was left
+out), and a warning is logged once per client and field. Either way the request was sent.
+
 Prices are dollars per million tokens per model, matched by the longest model-name prefix.
 `DEFAULT_PRICES` lists a few models' list prices as published on `PRICES_AS_OF`: vendors
 change them, so pass your own table (`prices=`) for anything that matters. A model with
@@ -27,19 +36,28 @@ Install the SDKs with `pip install 'durable-pg[llm]'`.
 from __future__ import annotations
 
 import functools
+import logging
+import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from durable import _driver, _driver_async
-from durable._budget import charge
+from durable._budget import budget_left, charge
 from durable._context import current_step
 from durable._models import StepKind
 from durable._registry import StepDef
-from durable.errors import ConfigurationError, UnknownModelPriceError
+from durable.errors import (
+    ConfigurationError,
+    InvalidBudgetError,
+    ModelUsageError,
+    UnknownModelPriceError,
+)
 
 __all__ = ["DEFAULT_PRICES", "PRICES_AS_OF", "Price", "Usage", "wrap"]
+
+logger = logging.getLogger("durable.llm")
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,23 @@ class Price:
     input: float
     output: float
     cached_input: float | None = None
+
+    def __post_init__(self) -> None:
+        # Checked here, not when a reply is charged: by then the request was sent.
+        for name in ("input", "output", "cached_input"):
+            rate = getattr(self, name)
+            if rate is None and name == "cached_input":
+                continue
+            if (
+                isinstance(rate, bool)
+                or not isinstance(rate, int | float | Decimal)
+                or not math.isfinite(rate)
+                or rate < 0
+            ):
+                raise InvalidBudgetError(
+                    f"Price({name}={rate!r}): give dollars per million tokens, a number of "
+                    "zero or more"
+                )
 
     def dollars(self, usage: Usage) -> Decimal:
         cached_rate = self.input if self.cached_input is None else self.cached_input
@@ -102,33 +137,116 @@ class _Endpoint:
     step_name: str
     rebuild: Callable[[Any], Any]
     rebuild_chunk: Callable[[Any], Any]
-    usage: Callable[[dict[str, Any]], Usage]
-    stream_usage: Callable[[list[dict[str, Any]]], Usage]
+    usage: Callable[[Any], _Reading]
+    stream_usage: Callable[[list[Any]], _Reading]
     stream_options: Callable[[dict[str, Any]], dict[str, Any]] = lambda request: request
 
 
-def _get(data: Any, *keys: str) -> int:
-    for key in keys:
-        if not isinstance(data, dict):
+# The largest count of tokens one reply may report: the largest whole number every JSON
+# reader keeps exactly (and far below what the ledger's sums can hold).
+_MAX_TOKENS = 2**53 - 1
+
+
+class _NotACount(Exception):
+    """A count the server sent that is not a count of tokens (turned into ModelUsageError,
+    which names the step, by the caller)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+@dataclass
+class _Reading:
+    """The usage read from one reply, and the required counts the server left out, each
+    as (field, what is missing where: "the response has no usage.prompt_tokens")."""
+
+    usage: Usage = Usage()
+    missing: list[tuple[str, str]] = field(default_factory=list)
+
+
+def _at(value: Any, key: str) -> Any:
+    """`value[key]` of a dict, or the field `key` of an SDK object as the server sent it
+    (the SDKs build their objects without validating them, so a count keeps the type the
+    server gave it; their JSON dump would turn `true` into 1 and `Infinity` into null)."""
+    if isinstance(value, dict):
+        return value.get(key)
+    return getattr(value, key, None)
+
+
+def _is_object(value: Any) -> bool:
+    return isinstance(value, dict) or hasattr(type(value), "model_fields")
+
+
+def _count(data: Any, path: str, where: str, missing: list[tuple[str, str]] | None) -> int:
+    """The count at `path` (dotted) in `data`: 0 if it is not there (noted in `missing`
+    when it is required, by the first part of the path that is not there). A value there
+    that is not a whole number from 0 to _MAX_TOKENS (or a part of the path that is not an
+    object) is an error naming the field."""
+    value: Any = data
+    keys = path.split(".")
+    for i, key in enumerate(keys):
+        value = _at(value, key)
+        here = ".".join(keys[: i + 1])
+        if value is None:
+            if missing is not None and all(f != here for f, _ in missing):
+                missing.append((here, f"{where} has no {here}"))
             return 0
-        data = data.get(key)
-    return int(data or 0)
+        if i < len(keys) - 1 and not _is_object(value):
+            raise _NotACount(here, f"{where}'s {here} is {value!r:.80}, not an object")
+    sent = value
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)  # 12.0: a count all the same
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _MAX_TOKENS:
+        raise _NotACount(
+            path,
+            f"{where}'s {path} is {sent!r:.80}, not a count of tokens (a whole number from 0 "
+            f"to {_MAX_TOKENS})",
+        )
+    return value
 
 
-def _openai_chat_usage(data: dict[str, Any]) -> Usage:
-    usage = data.get("usage") or {}
-    return Usage(
-        _get(usage, "prompt_tokens"),
-        _get(usage, "completion_tokens"),
-        _get(usage, "prompt_tokens_details", "cached_tokens"),
+def _reading(
+    data: Any,
+    where: str,
+    input_field: str,
+    output_field: str,
+    cached_field: str,
+    also_input: tuple[str, ...] = (),
+) -> _Reading:
+    """Input, output and cached input tokens of one usage object. Input and output are
+    required; the cached count is optional (left out, the input is charged at the full
+    input price, which is never less). `also_input` are optional counts that add to the
+    input (Anthropic reports cache reads and writes beside `input_tokens`)."""
+    missing: list[tuple[str, str]] = []
+    tokens_in = _count(data, input_field, where, missing)
+    tokens_out = _count(data, output_field, where, missing)
+    cached = _count(data, cached_field, where, None)
+    tokens_in += sum(_count(data, name, where, None) for name in also_input)
+    if cached > tokens_in:
+        raise _NotACount(
+            cached_field,
+            f"{where}'s {cached_field} is {cached}, more than its {tokens_in} input tokens "
+            f"({input_field})",
+        )
+    return _Reading(Usage(tokens_in, tokens_out, cached), missing)
+
+
+def _openai_chat_usage(data: Any, where: str = "the response") -> _Reading:
+    return _reading(
+        data,
+        where,
+        "usage.prompt_tokens",
+        "usage.completion_tokens",
+        "usage.prompt_tokens_details.cached_tokens",
     )
 
 
-def _openai_chat_stream_usage(chunks: list[dict[str, Any]]) -> Usage:
+def _openai_chat_stream_usage(chunks: list[Any]) -> _Reading:
     for chunk in reversed(chunks):
-        if chunk.get("usage"):
-            return _openai_chat_usage(chunk)
-    return Usage()
+        if _at(chunk, "usage") is not None:
+            return _openai_chat_usage(chunk, "the stream's last chunk with usage")
+    return _Reading(missing=[("usage", "the stream has no chunk with usage")])
 
 
 def _include_usage(request: dict[str, Any]) -> dict[str, Any]:
@@ -138,41 +256,58 @@ def _include_usage(request: dict[str, Any]) -> dict[str, Any]:
     return {**request, "stream_options": options}
 
 
-def _openai_responses_usage(data: dict[str, Any]) -> Usage:
-    usage = data.get("usage") or {}
-    return Usage(
-        _get(usage, "input_tokens"),
-        _get(usage, "output_tokens"),
-        _get(usage, "input_tokens_details", "cached_tokens"),
+def _openai_responses_usage(data: Any, where: str = "the response") -> _Reading:
+    return _reading(
+        data,
+        where,
+        "usage.input_tokens",
+        "usage.output_tokens",
+        "usage.input_tokens_details.cached_tokens",
     )
 
 
-def _openai_responses_stream_usage(events: list[dict[str, Any]]) -> Usage:
+def _openai_responses_stream_usage(events: list[Any]) -> _Reading:
     for event in reversed(events):
-        response = event.get("response")
-        if isinstance(response, dict) and response.get("usage"):
-            return _openai_responses_usage(response)
-    return Usage()
+        response = _at(event, "response")
+        if response is not None and _at(response, "usage") is not None:
+            where = f"the stream's {_at(event, 'type')} event's response"
+            return _openai_responses_usage(response, where)
+    return _Reading(missing=[("response.usage", "the stream has no event with response.usage")])
 
 
-def _anthropic_usage(data: dict[str, Any]) -> Usage:
-    usage = data.get("usage") or {}
-    cached = _get(usage, "cache_read_input_tokens")
-    written = _get(usage, "cache_creation_input_tokens")
-    return Usage(
-        _get(usage, "input_tokens") + cached + written, _get(usage, "output_tokens"), cached
+def _anthropic_usage(data: Any, where: str = "the response") -> _Reading:
+    return _reading(
+        data,
+        where,
+        "usage.input_tokens",
+        "usage.output_tokens",
+        "usage.cache_read_input_tokens",
+        also_input=("usage.cache_read_input_tokens", "usage.cache_creation_input_tokens"),
     )
 
 
-def _anthropic_stream_usage(events: list[dict[str, Any]]) -> Usage:
-    start = Usage()
-    output = 0
+def _anthropic_stream_usage(events: list[Any]) -> _Reading:
+    """Input tokens from `message_start`, output tokens from the last `message_delta` that
+    has them (the count so far: the start's own is only the first token)."""
+    start: _Reading | None = None
+    output: int | None = None
     for event in events:
-        if event.get("type") == "message_start":
-            start = _anthropic_usage(event.get("message") or {})
-        elif event.get("type") == "message_delta":
-            output = _get(event, "usage", "output_tokens") or output
-    return Usage(start.input_tokens, output or start.output_tokens, start.cached_input_tokens)
+        kind = _at(event, "type")
+        if kind == "message_start":
+            where = "the stream's message_start event's message"
+            start = _anthropic_usage(_at(event, "message") or {}, where)
+        elif kind == "message_delta" and _at(_at(event, "usage"), "output_tokens") is not None:
+            output = _count(event, "usage.output_tokens", "the stream's message_delta event", None)
+    if start is None:
+        start = _Reading(missing=[("message_start", "the stream has no message_start event")])
+    missing = [m for m in start.missing if m[0] != "usage.output_tokens"]
+    if output is None:
+        field_ = "usage.output_tokens"
+        missing.append((field_, f"the stream has no message_delta event with {field_}"))
+    usage = start.usage
+    if output is not None:
+        usage = Usage(usage.input_tokens, output, usage.cached_input_tokens)
+    return _Reading(usage, missing)
 
 
 def _validator(type_path: str) -> Callable[[Any], Any]:
@@ -259,6 +394,16 @@ def wrap(client: Any, *, prices: Mapping[str, Price | None] | None = None) -> An
             "client (OpenAI, AsyncOpenAI, Anthropic, AsyncAnthropic)"
         )
     table = dict(DEFAULT_PRICES if prices is None else prices)
+    for model, price in table.items():
+        if not isinstance(model, str) or not model:
+            raise ConfigurationError(
+                f"prices: the key {model!r} is not a model's name: give {{name: Price(...)}}"
+            )
+        if price is not None and not isinstance(price, Price):
+            raise ConfigurationError(
+                f"prices[{model!r}] = {price!r:.80}: give durable.llm.Price(input=..., "
+                "output=...) in dollars per million tokens, or None to charge tokens only"
+            )
     # AsyncOpenAI / AsyncAnthropic (their `create` methods are wrapped, so asking them
     # whether they are coroutine functions is not reliable).
     is_async = type(client).__name__.startswith("Async")
@@ -274,6 +419,9 @@ class _Calls:
         self.prices = prices
         self.endpoints = {e.path: e for e in _ENDPOINTS[vendor]}
         self.prefixes = {e.path[:i] for e in _ENDPOINTS[vendor] for i in range(1, len(e.path))}
+        # (step name, field) pairs already warned about: usage left out, with no limit
+        # that needs it.
+        self.warned: set[tuple[str, str]] = set()
 
     def price(self, model: Any) -> Price | None:
         if not isinstance(model, str) or not model:
@@ -312,13 +460,12 @@ def _method(create: Callable[..., Any], endpoint: _Endpoint, calls: _Calls) -> C
     client. The price is looked up first, so an unpriced model fails before any request."""
     is_async = calls.is_async
 
-    def charged(
-        data: dict[str, Any] | list[dict[str, Any]], stream: bool, price: Price | None
-    ) -> None:
-        usage = endpoint.stream_usage(data) if stream else endpoint.usage(data)  # type: ignore[arg-type]
+    def charged(reply: Any, stream: bool, price: Price | None) -> None:
+        """Charge what the reply (the SDK's object, or its list of chunks) used."""
         scope = current_step.get()
         if scope is None or not scope.charging:
             return  # outside a workflow: a plain call, nothing to charge
+        usage = _usage_to_charge(endpoint, reply, stream, price, calls)
         dollars = 0.0 if price is None else float(price.dollars(usage))
         charge(dollars=dollars, tokens=usage.total)
 
@@ -328,10 +475,11 @@ def _method(create: Callable[..., Any], endpoint: _Endpoint, calls: _Calls) -> C
             stream = bool(request.get("stream"))
             response = await create(**request)
             if stream:
-                data: Any = [_dump(chunk) async for chunk in response]
+                response = [chunk async for chunk in response]
+                data: Any = [_dump(chunk) for chunk in response]
             else:
                 data = _dump(response)
-            charged(data, stream, price)
+            charged(response, stream, price)
             return data
 
         defn = StepDef(endpoint.step_name, call_async, StepKind.STEP)
@@ -352,10 +500,11 @@ def _method(create: Callable[..., Any], endpoint: _Endpoint, calls: _Calls) -> C
         stream = bool(request.get("stream"))
         response = create(**request)
         if stream:
+            response = list(response)
             data: Any = [_dump(chunk) for chunk in response]
         else:
             data = _dump(response)
-        charged(data, stream, price)
+        charged(response, stream, price)
         return data
 
     sync_defn = StepDef(endpoint.step_name, call, StepKind.STEP)
@@ -373,9 +522,65 @@ def _method(create: Callable[..., Any], endpoint: _Endpoint, calls: _Calls) -> C
     return wrapped
 
 
+def _usage_to_charge(
+    endpoint: _Endpoint, reply: Any, stream: bool, price: Price | None, calls: _Calls
+) -> Usage:
+    """The usage of a reply (the SDK's object, or its list of chunks), to charge.
+
+    A count that is not a count of tokens fails the call (ModelUsageError). A required
+    count the server left out fails it too when the workflow's budget has a limit that
+    needs it (tokens; dollars, for a priced model): charging nothing would let a proxy
+    that drops usage spend past the limit. Without such a limit what was reported is
+    charged (nothing for what was left out), with a warning."""
+    try:
+        reading = endpoint.stream_usage(reply) if stream else endpoint.usage(reply)
+    except _NotACount as bad:
+        raise ModelUsageError(
+            endpoint.step_name,
+            bad.field,
+            f"{endpoint.step_name}: {bad}, so what the call cost cannot be charged; the "
+            "request was sent. Fix the server, or the proxy in front of it, that reports it",
+        ) from None
+    if not reading.missing:
+        return reading.usage
+    field_, what = reading.missing[0]
+    left = budget_left()  # None where there is no limit
+    limit = None
+    if left.dollars is not None and price is not None:
+        limit = "dollar"
+    elif left.tokens is not None:
+        limit = "token"
+    if limit is not None:
+        hint = (
+            " (for a streamed chat completion, stream_options={'include_usage': True}, "
+            "which durable sets unless the request says otherwise)"
+            if stream and endpoint.stream_options is _include_usage
+            else ""
+        )
+        raise ModelUsageError(
+            endpoint.step_name,
+            field_,
+            f"{endpoint.step_name}: {what}, so what the call cost cannot be charged against "
+            f"the workflow's {limit} limit; the request was sent. Have the server, or the "
+            f"proxy in front of it, report usage{hint}, or run the workflow without a "
+            "dollar or token limit",
+        )
+    if (endpoint.step_name, field_) not in calls.warned:
+        calls.warned.add((endpoint.step_name, field_))
+        logger.warning(
+            "%s: %s; no dollar or token limit needs it, so the call is charged only the "
+            "tokens that were reported (this is said once per client and field)",
+            endpoint.step_name,
+            what,
+        )
+    return reading.usage
+
+
 def _dump(obj: Any) -> Any:
-    """What the server sent, as JSON (fields it left out stay out)."""
-    return obj.model_dump(mode="json", exclude_unset=True)
+    """What the server sent, as JSON (fields it left out stay out). A field of the wrong
+    type is dumped without pydantic's warning: the usage, read from the object itself,
+    names a wrong count."""
+    return obj.model_dump(mode="json", exclude_unset=True, warnings=False)
 
 
 def _iterate(chunks: list[dict[str, Any]], endpoint: _Endpoint) -> Iterator[Any]:

@@ -55,8 +55,13 @@ def _encode(value: Any) -> Any:
     if isinstance(value, dt.time):
         return {_TAG: "time", "v": value.isoformat()}
     if isinstance(value, dt.timedelta):
-        return {_TAG: "timedelta", "v": value.total_seconds()}
+        return {_TAG: "timedelta", "v": _timedelta_seconds(value)}
     if isinstance(value, decimal.Decimal):
+        if value.is_snan():
+            raise _Refused(
+                f"{value!r} is a signaling NaN, which raises on every comparison or "
+                "arithmetic: return Decimal('NaN') (or None) instead"
+            )
         return {_TAG: "decimal", "v": str(value)}
     if isinstance(value, uuid.UUID):
         return {_TAG: "uuid", "v": str(value)}
@@ -72,11 +77,48 @@ def _encode(value: Any) -> Any:
     raise TypeError(f"Object of type {type(value).__qualname__} is not JSON serializable")
 
 
+class _Refused(ValueError):
+    """A value this serializer will not store; the message says why and what to do."""
+
+
+# The microseconds of the longest timedelta, and a context that holds them exactly.
+_MAX_MICROSECONDS = (dt.timedelta.max.days * 86400 + 86399) * 1_000_000 + 999_999
+_EXACT = decimal.Context(prec=40, Emax=100, Emin=-100)
+
+
+def _timedelta_seconds(value: dt.timedelta) -> float | str:
+    """A timedelta's seconds: a number when a float holds them to the microsecond (as
+    journals always stored them, so older readers read them), else an exact decimal string
+    (past about 100 years a float cannot hold every microsecond)."""
+    seconds = value.total_seconds()
+    try:
+        if dt.timedelta(seconds=seconds) == value:
+            return seconds
+    except OverflowError:  # rounded up past timedelta.max
+        pass
+    micro = (value.days * 86400 + value.seconds) * 1_000_000 + value.microseconds
+    whole, fraction = divmod(abs(micro), 1_000_000)
+    return f"{'-' if micro < 0 else ''}{whole}.{fraction:06d}"
+
+
+def _timedelta(stored: Any) -> dt.timedelta:
+    if not isinstance(stored, str):
+        return dt.timedelta(seconds=stored)
+    micro = decimal.Decimal(stored).scaleb(6, context=_EXACT)
+    if (
+        not micro.is_finite()
+        or micro != micro.to_integral_value()
+        or abs(micro) > _MAX_MICROSECONDS
+    ):
+        raise ValueError("not a whole number of microseconds a timedelta can hold")
+    return dt.timedelta(microseconds=int(micro))
+
+
 _DECODERS: dict[str, Any] = {
     "datetime": dt.datetime.fromisoformat,
     "date": dt.date.fromisoformat,
     "time": dt.time.fromisoformat,
-    "timedelta": lambda v: dt.timedelta(seconds=v),
+    "timedelta": _timedelta,
     "decimal": decimal.Decimal,
     "uuid": uuid.UUID,
     "bytes": lambda v: base64.b64decode(v, validate=True),
@@ -111,7 +153,8 @@ def _decode(obj: dict[str, Any]) -> Any:
 
 
 class JSONSerializer:
-    """JSON with round-tripping hooks for datetime, date, time, timedelta, Decimal, UUID and
+    """JSON with round-tripping hooks for datetime, date, time, timedelta (to the
+    microsecond), Decimal (NaN and Infinity too; a signaling NaN is refused), UUID and
     bytes; dataclasses and pydantic models are stored as dicts. Tuples come back as lists."""
 
     def dumps(self, value: Any) -> str:
@@ -145,24 +188,89 @@ def dumps_checked(serializer: Serializer, value: Any, what: str, limit: int) -> 
     """Serialize `value` for `what` (e.g. "output of step 'x'"), raising typed errors.
 
     This runs before any write, so a value that cannot be stored never reaches the journal.
-    """
+    Whatever the encoding raises (the value's own code too: a model_dump, a __repr__) is
+    a SerializationError saying what is wrong."""
     from durable.errors import PayloadTooLargeError
 
     try:
         text = serializer.dumps(value)
-    except (TypeError, ValueError, OverflowError, RecursionError) as exc:
+    except SerializationError:
+        raise  # a serializer of the user's that says what is wrong itself
+    except Exception as exc:
         raise SerializationError(
-            f"cannot serialize {what}: {exc}. Return JSON-compatible values (dict, list, str, "
-            "int, float, bool, None, datetime, Decimal, UUID, dataclasses) or pass "
-            "Engine(serializer=...)",
-            what=what,
-            type_name=type(value).__qualname__,
+            f"cannot serialize {what}: {_why(exc)}", what=what, type_name=_kind(value)
         ) from exc
+    if type(serializer) in (JSONSerializer, PickleSerializer):
+        pass  # ASCII without NUL, always: nothing more to check
+    elif not isinstance(text, str):
+        raise SerializationError(
+            f"cannot store {what}: the serializer returned a {_kind(text)}, not a str",
+            what=what,
+            type_name=_kind(value),
+        )
+    elif not text.isascii() or "\x00" in text:
+        _check_storable(text, what, _kind(value))
     # Characters equal bytes for ASCII text, the common case; encode only when it is not.
     size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > limit:
         raise PayloadTooLargeError(what, size, limit)
     return text
+
+
+def _check_storable(text: str, what: str, type_name: str) -> None:
+    """Raise SerializationError if PostgreSQL cannot store `text` (a custom serializer's):
+    a NUL character, or a lone surrogate (not UTF-8)."""
+    if "\x00" in text:
+        raise SerializationError(
+            f"cannot store {what}: the serializer's text holds a NUL character (at "
+            f"{text.index(chr(0))}), which PostgreSQL cannot store in text: have it escape "
+            "such characters (JSONSerializer does)",
+            what=what,
+            type_name=type_name,
+        )
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SerializationError(
+            f"cannot store {what}: the serializer's text holds a lone surrogate "
+            f"({text[exc.start : exc.end]!r} at {exc.start}), which is not UTF-8: have it "
+            "escape such characters (JSONSerializer does)",
+            what=what,
+            type_name=type_name,
+        ) from None
+
+
+def _why(exc: Exception) -> str:
+    """What is wrong with a value whose encoding raised `exc`, and the fix."""
+    if isinstance(exc, _Refused):
+        return str(exc)
+    if isinstance(exc, RecursionError):
+        return (
+            "it is nested too deeply (or contains itself through a model's dump): return a "
+            "flatter value"
+        )
+    if isinstance(exc, ValueError) and str(exc) == "Circular reference detected":
+        return "it contains itself (a circular reference): return a copy without the loop"
+    if isinstance(exc, ValueError) and str(exc).startswith("Out of range float values"):
+        return (
+            "it holds a float NaN or infinity, which JSON cannot hold: return None, or a "
+            "Decimal (Decimal('NaN') and Decimal('Infinity') are kept)"
+        )
+    if isinstance(exc, ValueError) and str(exc).startswith("Exceeds the limit"):
+        return f"it holds an int too long to write as text ({exc}): return it as a str"
+    if isinstance(exc, TypeError | ValueError | OverflowError):
+        return (
+            f"{exc}. Return JSON-compatible values (dict, list, str, int, float, bool, None, "
+            "datetime, Decimal, UUID, dataclasses) or pass Engine(serializer=...)"
+        )
+    return f"{type(exc).__name__}: {_text(exc)} (raised while it was encoded)"
+
+
+def _text(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:  # a __str__ that raises must not hide the error it describes
+        return "<its str() raised>"
 
 
 _SCALARS = frozenset({str, int, float, bool, type(None)})
@@ -187,11 +295,21 @@ _PLAIN_TYPES = frozenset(
 )
 
 
-@functools.lru_cache(maxsize=1024)
 def _plain(annotation: Any) -> bool:
     """Whether the JSON form already decodes as `annotation` (no rebuilding needed): the
     scalars and tagged types, and lists, str-keyed dicts and unions of them."""
-    if annotation is None or annotation is Any or annotation in _PLAIN_TYPES:
+    try:
+        return _plain_cached(annotation)
+    except TypeError:  # unhashable (Annotated[..., {"a": 1}]): no memo
+        return _plain_of(annotation)
+
+
+def _plain_of(annotation: Any) -> bool:
+    try:
+        known = annotation in _PLAIN_TYPES
+    except TypeError:
+        known = False
+    if annotation is None or annotation is Any or known:
         return True
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
@@ -204,12 +322,21 @@ def _plain(annotation: Any) -> bool:
     return False
 
 
-@functools.lru_cache(maxsize=1024)
+_plain_cached = functools.lru_cache(maxsize=1024)(_plain_of)
+
+
 def _type_adapter(annotation: Any) -> Any:
     """pydantic's TypeAdapter for `annotation`, or None (no pydantic, or nothing to do:
     then pydantic is not even imported).
 
     A memo of pure values (an annotation's validator), not state: safe to share."""
+    try:
+        return _type_adapter_cached(annotation)
+    except TypeError:  # unhashable (Annotated[..., {"a": 1}]): no memo
+        return _type_adapter_of(annotation)
+
+
+def _type_adapter_of(annotation: Any) -> Any:
     if annotation is inspect.Parameter.empty or _plain(annotation):
         return None
     try:
@@ -220,6 +347,9 @@ def _type_adapter(annotation: Any) -> Any:
         return pydantic.TypeAdapter(annotation)
     except Exception:  # not a type pydantic understands: no typed decoding
         return None
+
+
+_type_adapter_cached = functools.lru_cache(maxsize=1024)(_type_adapter_of)
 
 
 def _hints(fn: Any) -> dict[str, Any]:
@@ -259,14 +389,23 @@ def faithful(serializer: Serializer, value: Any, text: str, annotation: Any, wha
     returned as is. Otherwise the stored text is decoded (and, with pydantic installed,
     rebuilt as `annotation`: a dataclass, a model, a tuple, `dict[int, ...]`, an enum);
     when the decoded value differs from `value` and no annotation rebuilds it, the call
-    fails now with SerializationError instead of a replay seeing something else."""
+    fails now with SerializationError instead of a replay seeing something else. The
+    value's own code (its __eq__, __hash__) is not run: it may raise, or lie."""
     if type(value) in _SCALARS and (annotation is None or annotation is type(value)):
         return value
     if _plain(annotation) and type(serializer) is JSONSerializer and _exact_json(value):
         return value  # reads back equal and of the same types: no need to decode it now
+    try:
+        decoded = serializer.loads(text)
+    except Exception as exc:
+        raise SerializationError(
+            f"{what} is stored as {text!r:.80} but cannot be read back: "
+            f"{type(exc).__name__}: {_text(exc)}. Return a plainer value, or fix the serializer",
+            what=what,
+            type_name=_kind(value),
+        ) from None
     if not isinstance(serializer, JSONSerializer):
-        return serializer.loads(text)  # other serializers round-trip by their contract
-    decoded = serializer.loads(text)
+        return decoded  # other serializers round-trip by their contract
     adapter = _type_adapter(annotation)
     if adapter is not None:
         clash = _key_clash(value)
@@ -284,10 +423,8 @@ def faithful(serializer: Serializer, value: Any, text: str, annotation: Any, wha
                 what=what,
                 type_name=_kind(value),
             ) from None
-    if type(decoded) is type(value) and decoded == value:
+    if _same(decoded, value):
         return decoded
-    if decoded == value and not isinstance(value, list | dict | tuple):
-        return decoded  # e.g. a str enum member is its value
     raise SerializationError(
         f"{what} would not read back the same after a restart: a {_kind(value)} is stored "
         f"as JSON and comes back as {_describe(decoded, value)}. Return JSON values (dict "
@@ -297,6 +434,44 @@ def faithful(serializer: Serializer, value: Any, text: str, annotation: Any, wha
         what=what,
         type_name=_kind(value),
     )
+
+
+def _same(decoded: Any, value: Any) -> bool:
+    """Whether `decoded` (what JSON gave back) stands for `value`: lists and dicts of
+    exactly those types, keys in the same order, and equal scalars. A walk, not `==`: no
+    code of the value's own runs, and a NaN Decimal is the same NaN."""
+    stack = [(decoded, value)]
+    while stack:
+        left, right = stack.pop()
+        kind = type(left)
+        if kind is list:
+            if type(right) is not list or len(left) != len(right):
+                return False
+            stack.extend(zip(left, right, strict=True))
+        elif kind is dict:
+            if type(right) is not dict or len(left) != len(right):
+                return False
+            for (lk, lv), (rk, rv) in zip(left.items(), right.items(), strict=True):
+                if not _same_scalar(lk, rk):
+                    return False
+                stack.append((lv, rv))
+        elif not _same_scalar(left, right):
+            return False
+    return True
+
+
+def _same_scalar(decoded: Any, value: Any) -> bool:
+    """A decoded scalar against the value's: by the decoded type's own equality, so a
+    subclass's value (a str enum member) is its value, and no __eq__ of the value's runs."""
+    kind: Any = type(decoded)
+    if decoded is None or not isinstance(value, kind):
+        return decoded is None and value is None
+    if kind is decimal.Decimal:
+        return bool(decoded.compare_total(value) == 0)  # exact form; NaN is NaN
+    try:
+        return kind.__eq__(decoded, value) is True
+    except Exception:
+        return False
 
 
 def _exact_json(value: Any, budget: int = 10_000) -> bool:
@@ -328,31 +503,50 @@ def _exact_json(value: Any, budget: int = 10_000) -> bool:
 
 
 def _key_clash(value: Any) -> str | None:
-    """Two keys of one dict that JSON stores as one (1 and "1"), anywhere in `value`."""
-    if isinstance(value, dict):
-        seen: dict[str, Any] = {}
-        for key in value:
-            text = key if isinstance(key, str) else json.dumps(key)
-            text = text.strip('"')
-            if text in seen and seen[text] != key:
-                return f"{seen[text]!r} and {key!r}"
-            seen[text] = key
-        items: Any = value.values()
-    elif isinstance(value, list | tuple | set | frozenset):
-        items = value
-    else:
-        return None
-    for item in items:
-        clash = _key_clash(item)
-        if clash is not None:
-            return clash
+    """Two keys of one dict that JSON stores as one (1 and "1"), anywhere in `value`. A
+    walk (a value deep enough for json is not too deep for it), running none of the keys'
+    own code."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            seen: dict[str, Any] = {}
+            for key in item:
+                text = _key_text(key)
+                if text is None:
+                    continue
+                if text in seen:  # distinct keys of one dict, one text: a clash
+                    return f"{_shown(seen[text])} and {_shown(key)}"
+                seen[text] = key
+            stack.extend(item.values())
+        elif isinstance(item, list | tuple | set | frozenset):
+            stack.extend(item)
     return None
+
+
+def _key_text(key: Any) -> str | None:
+    """The text JSON stores for a dict key (None: not a key JSON stores)."""
+    if isinstance(key, str):
+        return str.__str__(key)  # a subclass's content, without its own __str__
+    try:
+        return json.dumps(key)
+    except Exception:
+        return None
+
+
+def _shown(value: Any) -> str:
+    try:
+        return repr(value)[:80]
+    except Exception:
+        return f"a {_kind(value)}"
 
 
 def _describe(decoded: Any, value: Any) -> str:
     if type(decoded) is not type(value):
         return f"a {_kind(decoded)}"
-    return f"a {_kind(decoded)} with other contents (tuples become lists, keys become str)"
+    if isinstance(decoded, list | dict):
+        return f"a {_kind(decoded)} with other contents (tuples become lists, keys become str)"
+    return f"a {_kind(decoded)} that is not the same ({decoded!r:.80})"
 
 
 def check_faithful(serializer: Serializer, value: Any, annotation: Any, what: str) -> None:
@@ -362,7 +556,7 @@ def check_faithful(serializer: Serializer, value: Any, annotation: Any, what: st
         return
     try:
         text = serializer.dumps(value)
-    except (TypeError, ValueError, OverflowError, RecursionError):
+    except Exception:
         return  # the caller's dumps_checked reports it, by name
     faithful(serializer, value, text, annotation, what)
 

@@ -4,6 +4,8 @@ It answers `POST /v1/chat/completions`, `/v1/responses` and `/v1/messages`, as J
 a server-sent-event stream, with usage that depends on the request (so a test can sum
 it), and counts every request it received. Run it in the test's own process
 (`ModelStub().start()`): a SIGKILLed client cannot take the counts with it.
+`ModelStub(usage=...)` rewrites the usage of every reply as a proxy might (returning
+None drops it: the reply carries no usage).
 """
 
 from __future__ import annotations
@@ -11,8 +13,12 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+# Rewrites one reply's usage object; None drops it.
+UsageRewrite = Callable[[dict[str, Any]], dict[str, Any] | None]
 
 
 def usage_of(prompt: str) -> tuple[int, int]:
@@ -30,8 +36,9 @@ def _prompt(path: str, body: dict[str, Any]) -> str:
 
 
 class ModelStub:
-    def __init__(self) -> None:
+    def __init__(self, usage: UsageRewrite | None = None) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.usage = usage
         self._lock = threading.Lock()
         stub = self
 
@@ -57,6 +64,8 @@ class ModelStub:
                 else:
                     self.send_error(404)
                     return
+                if stub.usage is not None:
+                    events = _rewrite_usage(events, stub.usage)
                 if not body.get("stream"):
                     payload = json.dumps(events).encode()
                     self.send_response(200)
@@ -93,6 +102,22 @@ class ModelStub:
     def count(self) -> int:
         with self._lock:
             return len(self.requests)
+
+
+def _rewrite_usage(value: Any, rewrite: UsageRewrite) -> Any:
+    """`value` with every `usage` object in it rewritten (or dropped)."""
+    if isinstance(value, list):
+        return [_rewrite_usage(v, rewrite) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out: dict[str, Any] = {}
+    for key, item in value.items():
+        if key == "usage" and isinstance(item, dict):
+            item = rewrite(dict(item))
+            if item is None:
+                continue
+        out[key] = _rewrite_usage(item, rewrite)
+    return out
 
 
 def _chat(model: str, reply: str, tin: int, tout: int, stream: Any) -> Any:

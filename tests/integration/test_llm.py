@@ -1,11 +1,16 @@
 """durable.llm in one process, against the local model stub: a replay sends nothing, an
 unpriced model fails before any request, a model priced None is charged tokens only, and
-outside a workflow the wrapped client is the plain client."""
+outside a workflow the wrapped client is the plain client. A reply without usage (a proxy
+that drops it) fails the call under a dollar or token limit and is charged nothing without
+one; a usage that is not a count of tokens fails it, naming the server's field."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
+from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -80,3 +85,256 @@ def test_a_replay_sends_no_request_and_an_unpriced_model_sends_none(
     assert isinstance(client.models, openai.resources.Models)  # the rest passes through
     with pytest.raises(errors.ConfigurationError, match="openai or anthropic"):
         llm.wrap(object())
+
+
+# -- usage the server left out, or that is not a count --------------------------------------------
+
+PRICES: dict[str, llm.Price | None] = {"paid-model": llm.Price(1.00, 2.00), "free-model": None}
+ENDPOINTS = [
+    pytest.param(endpoint, stream, id=f"{endpoint}{'-stream' if stream else ''}")
+    for endpoint in ("chat", "responses", "messages")
+    for stream in (False, True)
+]
+
+Agents = dict[str, Any]
+
+
+def agents(reg: durable.Registry, stub: ModelStub, name: str, budget: durable.Budget) -> Agents:
+    """A sync and an async workflow (`name`, `name-async`) under `budget`, each making one
+    model call through a wrapped client: `endpoint` is chat, responses or messages."""
+    oa = llm.wrap(openai.OpenAI(base_url=stub.url, api_key="t", max_retries=0), prices=PRICES)
+    oa_async = llm.wrap(
+        openai.AsyncOpenAI(base_url=stub.url, api_key="t", max_retries=0), prices=PRICES
+    )
+    base = stub.url.removesuffix("/v1")
+    an = llm.wrap(anthropic.Anthropic(base_url=base, api_key="t", max_retries=0), prices=PRICES)
+    an_async = llm.wrap(
+        anthropic.AsyncAnthropic(base_url=base, api_key="t", max_retries=0), prices=PRICES
+    )
+    messages = [{"role": "user", "content": "hi"}]
+
+    @durable.workflow(registry=reg, name=name, budget=budget)
+    def ask(endpoint: str, stream: bool, model: str) -> str:
+        if endpoint == "chat":
+            reply = oa.chat.completions.create(model=model, messages=messages, stream=stream)
+        elif endpoint == "responses":
+            reply = oa.responses.create(model=model, input="hi", stream=stream)
+        else:
+            reply = an.messages.create(model=model, max_tokens=9, messages=messages, stream=stream)
+        return str(len(list(reply)) if stream else type(reply).__name__)
+
+    @durable.workflow(registry=reg, name=f"{name}-async", budget=budget)
+    async def ask_async(endpoint: str, stream: bool, model: str) -> str:
+        if endpoint == "chat":
+            reply = await oa_async.chat.completions.create(
+                model=model, messages=messages, stream=stream
+            )
+        elif endpoint == "responses":
+            reply = await oa_async.responses.create(model=model, input="hi", stream=stream)
+        else:
+            reply = await an_async.messages.create(
+                model=model, max_tokens=9, messages=messages, stream=stream
+            )
+        return str(len([c async for c in reply]) if stream else type(reply).__name__)
+
+    return {"sync": ask, "async": ask_async}
+
+
+def outcome(engine: durable.Engine, agent: Any, workflow_id: str, *args: Any) -> Any:
+    """What the workflow returned, or the WorkflowFailedError it ended with."""
+    try:
+        return engine.start(agent, *args, workflow_id=workflow_id).result(timeout=30)
+    except errors.WorkflowFailedError as failed:
+        return failed
+
+
+def spent(engine: durable.Engine, workflow_id: str) -> tuple[float, int]:
+    ledger = engine.budget(workflow_id)
+    assert ledger is not None
+    return ledger["spent"]["dollars"], ledger["spent"]["tokens"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(("endpoint", "stream"), ENDPOINTS)
+def test_a_reply_without_usage_fails_the_call_under_a_dollar_or_token_limit(
+    database_url: str, mode: str, endpoint: str, stream: bool
+) -> None:
+    stub = ModelStub(usage=lambda usage: None).start()  # a proxy that drops usage
+    try:
+        reg = durable.Registry()
+        dollars = agents(reg, stub, "dollars", durable.Budget(dollars=5.0))[mode]
+        tokens = agents(reg, stub, "tokens", durable.Budget(tokens=100_000))[mode]
+        with durable.Engine(database_url, registry=reg) as engine:
+            failed = [
+                outcome(engine, dollars, "d", endpoint, stream, "paid-model"),
+                # Priced None: only a token limit needs the usage.
+                outcome(engine, tokens, "t", endpoint, stream, "free-model"),
+            ]
+            assert [spent(engine, "d"), spent(engine, "t")] == [(0.0, 0), (0.0, 0)]
+            steps = engine.steps("d")
+    finally:
+        stub.stop()
+    for error, limit in zip(failed, ["dollar", "token"], strict=True):
+        assert isinstance(error, errors.WorkflowFailedError), error
+        assert error.error_type == "durable.errors.ModelUsageError"
+        assert "usage" in error.error_message
+        assert f"the workflow's {limit} limit" in error.error_message
+        assert "the request was sent" in error.error_message
+    assert stub.count() == 2  # one request each: the call was not retried
+    assert len(steps) == 1 and steps[0].error is not None  # the call is journaled as failed
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(("endpoint", "stream"), ENDPOINTS)
+def test_a_reply_without_usage_is_charged_nothing_without_such_a_limit(
+    database_url: str, mode: str, endpoint: str, stream: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="durable.llm")
+    stub = ModelStub(usage=lambda usage: None).start()
+    try:
+        reg = durable.Registry()
+        steps_only = agents(reg, stub, "steps", durable.Budget(steps=10))[mode]
+        dollars = agents(reg, stub, "dollars", durable.Budget(dollars=5.0))[mode]
+        with durable.Engine(database_url, registry=reg) as engine:
+            results = [
+                outcome(engine, steps_only, "s", endpoint, stream, "paid-model"),
+                # A dollar limit and a model priced None: its tokens cost no dollars.
+                outcome(engine, dollars, "d", endpoint, stream, "free-model"),
+            ]
+            assert [spent(engine, "s"), spent(engine, "d")] == [(0.0, 0), (0.0, 0)]
+    finally:
+        stub.stop()
+    assert not any(isinstance(r, errors.WorkflowFailedError) for r in results), results
+    assert stub.count() == 2
+    said = [r.getMessage() for r in caplog.records if r.name == "durable.llm"]
+    assert len(said) == 2 and all("no dollar or token limit needs it" in m for m in said), said
+
+
+def test_a_reply_that_leaves_out_one_count_names_it(database_url: str) -> None:
+    # Input tokens left out (output kept), and cached tokens left out (optional: charged
+    # at the full input price, which is never less).
+    def no_input(usage: dict[str, Any]) -> dict[str, Any]:
+        usage.pop("prompt_tokens", None)
+        usage.pop("input_tokens", None)
+        usage.pop("prompt_tokens_details", None)
+        usage.pop("input_tokens_details", None)
+        return usage
+
+    stub = ModelStub(usage=no_input).start()
+    try:
+        reg = durable.Registry()
+        ask = agents(reg, stub, "dollars", durable.Budget(dollars=5.0))
+        with durable.Engine(database_url, registry=reg) as engine:
+            failed = {
+                (endpoint, stream): outcome(
+                    engine, ask["sync"], f"{endpoint}-{stream}", endpoint, stream, "paid-model"
+                )
+                for endpoint in ("chat", "responses", "messages")
+                for stream in (False, True)
+            }
+    finally:
+        stub.stop()
+    fields = {
+        "chat": "usage.prompt_tokens",
+        "responses": "usage.input_tokens",
+        "messages": "usage.input_tokens",
+    }
+    for (endpoint, _), error in failed.items():
+        assert isinstance(error, errors.WorkflowFailedError), error
+        assert error.error_type == "durable.errors.ModelUsageError"
+        assert f"has no {fields[endpoint]}," in error.error_message
+
+
+def _set(field: str, value: Any) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def rewrite(usage: dict[str, Any]) -> dict[str, Any]:
+        if field in usage:
+            usage[field] = value
+        return usage
+
+    return rewrite
+
+
+def _cached_over_input(usage: dict[str, Any]) -> dict[str, Any]:
+    if "prompt_tokens" in usage:
+        usage["prompt_tokens_details"] = {"cached_tokens": usage["prompt_tokens"] + 1_000_000}
+    return usage
+
+
+BAD_USAGE = [
+    pytest.param(_set("prompt_tokens", -5), "usage.prompt_tokens", "-5", id="negative"),
+    pytest.param(_set("prompt_tokens", "lots"), "usage.prompt_tokens", "'lots'", id="string"),
+    pytest.param(_set("prompt_tokens", 12.5), "usage.prompt_tokens", "12.5", id="fraction"),
+    pytest.param(_set("prompt_tokens", {"n": 1}), "usage.prompt_tokens", "{'n': 1}", id="dict"),
+    pytest.param(lambda usage: "lots", "usage is 'lots', not an object", "", id="not-an-object"),
+    pytest.param(
+        _set("completion_tokens", float("inf")), "usage.completion_tokens", "inf", id="infinite"
+    ),
+    pytest.param(
+        _set("completion_tokens", 1e300), "usage.completion_tokens", "1e+300", id="huge-float"
+    ),
+    pytest.param(
+        _set("completion_tokens", 10**30),
+        "usage.completion_tokens",
+        str(10**30),
+        id="past-the-ledger",
+    ),
+    pytest.param(
+        _cached_over_input,
+        "usage.prompt_tokens_details.cached_tokens",
+        str(usage_of("hi")[0] + 1_000_000),
+        id="more-cached-than-input",
+    ),
+    pytest.param(_set("output_tokens", -1), "usage.output_tokens", "-1", id="anthropic-negative"),
+]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize(("rewrite", "field", "shown"), BAD_USAGE)
+def test_usage_that_is_not_a_count_of_tokens_names_the_servers_field(
+    database_url: str,
+    mode: str,
+    rewrite: Callable[[dict[str, Any]], dict[str, Any]],
+    field: str,
+    shown: str,
+) -> None:
+    # Even with no dollar or token limit: such a reply is broken, whatever it is charged to.
+    endpoint = "messages" if field == "usage.output_tokens" else "chat"
+    stub = ModelStub(usage=rewrite).start()
+    try:
+        reg = durable.Registry()
+        ask = agents(reg, stub, "steps", durable.Budget(steps=10))[mode]
+        with durable.Engine(database_url, registry=reg) as engine:
+            failed = [
+                outcome(engine, ask, f"w-{stream}", endpoint, stream, "paid-model")
+                for stream in (False, True)
+            ]
+            assert [spent(engine, "w-False"), spent(engine, "w-True")] == [(0.0, 0), (0.0, 0)]
+    finally:
+        stub.stop()
+    for error in failed:
+        assert isinstance(error, errors.WorkflowFailedError), error
+        assert error.error_type == "durable.errors.ModelUsageError", error.error_message
+        assert field in error.error_message
+        assert shown in error.error_message
+
+
+@pytest.mark.parametrize(
+    "rates",
+    [(-1.0, 2.0, None), (1.0, float("nan"), None), (1.0, 2.0, float("inf")), ("1", 2.0, None),
+     (True, 2.0, None), (1.0, 2.0, -0.5)],
+    ids=["negative", "nan", "infinite-cached", "string", "bool", "negative-cached"],
+)  # fmt: skip
+def test_a_price_that_is_not_one_is_refused_where_it_is_written(rates: tuple[Any, ...]) -> None:
+    # Not after the request was sent, inside the step that charges it.
+    with pytest.raises(errors.InvalidBudgetError, match="dollars per million tokens"):
+        llm.Price(*rates)
+
+
+@pytest.mark.parametrize(
+    ("prices", "named"),
+    [({"gpt-4o": 3.0}, "'gpt-4o'"), ({"": llm.Price(1, 1)}, "''"), ({5: None}, "5")],
+)
+def test_a_price_table_that_is_not_one_is_refused_by_wrap(prices: Any, named: str) -> None:
+    client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="t")
+    with pytest.raises(errors.ConfigurationError, match=named):
+        llm.wrap(client, prices=prices)
