@@ -25,6 +25,7 @@ from durable import _citus
 from durable._client import Client, check_schema
 from durable._models import WorkflowInfo, WorkflowStatus
 from durable._protocol import decode_error
+from durable._terminal import InertConsole, inert
 from durable.errors import DurableError
 
 if TYPE_CHECKING:
@@ -57,7 +58,7 @@ def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except DurableError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {inert(str(exc), keep_newlines=True)}", err=True)
             sys.exit(1)
 
     return wrapper
@@ -71,15 +72,11 @@ def _client(url: str | None, schema: str, *, migrate: bool = False) -> Iterator[
 
 
 def _console() -> Console:
-    # Stored values (inputs, outputs, names, errors) are data, never markup: with markup,
-    # an input holding "[/bold]" would crash the command and "[link=...]" would emit a
-    # hyperlink the operator never saw.
-    return Console(
-        width=max(100, int(os.environ.get("COLUMNS", "120"))),
-        markup=False,
-        emoji=False,
-        highlight=False,
-    )
+    # Stored values (inputs, outputs, names, errors) are data, never markup or terminal
+    # controls: with markup, an input holding "[/bold]" would crash the command and
+    # "[link=...]" would emit a hyperlink the operator never saw; raw, an id holding
+    # ESC]8;; would do the same (durable._terminal escapes them).
+    return InertConsole(width=max(100, int(os.environ.get("COLUMNS", "120"))))
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -146,7 +143,7 @@ class _Progress:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
-                console=Console(stderr=True, markup=False, emoji=False, highlight=False),
+                console=InertConsole(stderr=True),
                 transient=False,
             )
 
@@ -484,10 +481,12 @@ def cancel(workflow_id: str, reason: str, database_url: str | None, schema: str)
     others = len(asked) - 1
     children = f" and {others} descendant(s)" if others else ""
     if asked[workflow_id] is WorkflowStatus.CANCELLED:
-        click.echo(f"cancelled {workflow_id}{children}")
+        click.echo(inert(f"cancelled {workflow_id}{children}"))
     else:
         click.echo(
-            f"cancel requested for {workflow_id}{children}: it stops at its next step or wait"
+            inert(
+                f"cancel requested for {workflow_id}{children}: it stops at its next step or wait"
+            )
         )
 
 
@@ -502,9 +501,9 @@ def resume(workflow_id: str, database_url: str | None, schema: str) -> None:
     with _client(database_url, schema) as client:
         status = client.resume(workflow_id).status()
     if status is WorkflowStatus.PENDING:
-        click.echo(f"resumed {workflow_id}: a worker will pick it up")
+        click.echo(inert(f"resumed {workflow_id}: a worker will pick it up"))
     else:
-        click.echo(f"{workflow_id} is {status}: it is still going, nothing to resume")
+        click.echo(inert(f"{workflow_id} is {status}: it is still going, nothing to resume"))
 
 
 @workflows.command("raise-budget")
@@ -820,7 +819,7 @@ def send(
         value = message
     with _client(database_url, schema) as client:
         client.send(workflow_id, value, topic=topic, idempotency_key=idempotency_key)
-    click.echo(f"sent to {workflow_id}")
+    click.echo(inert(f"sent to {workflow_id}"))
 
 
 @main.command()
@@ -931,7 +930,7 @@ def _decision_command(approve: bool) -> click.Command:
     ) -> None:
         with _client(database_url, schema) as client:
             client.decide(workflow_id, name, approve, comment=comment, decided_by=by)
-        click.echo(f"{'approved' if approve else 'denied'} {name} of {workflow_id}")
+        click.echo(inert(f"{'approved' if approve else 'denied'} {name} of {workflow_id}"))
 
     command.__doc__ = (
         "Approve a gate: its workflow resumes on any worker."
@@ -992,7 +991,7 @@ def _pause_command(paused: bool) -> click.Command:
     def command(name: str, database_url: str | None, schema: str) -> None:
         with _client(database_url, schema) as client:
             client.pause_schedule(name, paused)
-        click.echo(f"{'paused' if paused else 'resumed'} schedule {name}")
+        click.echo(inert(f"{'paused' if paused else 'resumed'} schedule {name}"))
 
     command.__doc__ = (
         "Stop firing a schedule."
