@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -80,10 +81,15 @@ def _console() -> Console:
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# The longest duration an option takes. A retention window is subtracted from now() in
+# SQL, where a few thousand years already fall off the timestamp range, and a worker
+# sleeps an interval through threading, which refuses waits past ~292 years: a century
+# is "never" for every option here, and keeps each of them working.
+_MAX_DURATION = dt.timedelta(days=36500)
 
 
 class Duration(click.ParamType[dt.timedelta, Any]):
-    """A duration such as 90d, 12h, 30m, 45s or plain seconds."""
+    """A duration such as 90d, 12h, 30m, 45s or plain seconds, from zero to 36500d."""
 
     name = "duration"
 
@@ -99,12 +105,35 @@ class Duration(click.ParamType[dt.timedelta, Any]):
             amount = float(number)
         except ValueError:
             self.fail(f"{value!r}: give a duration such as 7d, 12h, 30m or 45s", param, ctx)
+        if math.isnan(amount):
+            self.fail(f"{value!r}: give a duration such as 7d, 12h, 30m or 45s", param, ctx)
         if amount < 0:
             self.fail(f"{value!r}: a duration is zero or more", param, ctx)
-        return dt.timedelta(seconds=amount * _UNITS[unit])
+        seconds = amount * _UNITS[unit]  # inf past the float range, refused just below
+        if seconds > _MAX_DURATION.total_seconds():
+            self.fail(f"{value!r}: a duration is at most {_MAX_DURATION.days}d", param, ctx)
+        return dt.timedelta(seconds=seconds)
 
 
 DURATION = Duration()
+
+
+class _FiniteRange(click.FloatRange):
+    """A finite number within a range. click's FloatRange lets NaN through (every
+    comparison with it is false) and, without a maximum, infinity: a wait of either
+    spins or never ends, and neither is an amount of money, so both are refused."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r}: give a finite number", param, ctx)
+        return number
+
+
+_HOUR = 3600.0
+_DAY = 86400.0
+_BIGINT = 2**63 - 1  # PostgreSQL's bigint, where token counts are kept
+_INTEGER = 2**31 - 1  # PostgreSQL's integer, where step counts are kept
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -249,7 +278,7 @@ def _info_dict(info: WorkflowInfo) -> dict[str, Any]:
 @click.option("--name", default=None, help="Only workflows registered under this name.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--watch", is_flag=True, help="Refresh the table until Ctrl-C.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True)
+@click.option("--interval", type=_FiniteRange(0.1, _HOUR), default=2.0, show_default=True)
 @json_option
 @_handle_errors
 def list_cmd(
@@ -284,7 +313,7 @@ def list_cmd(
 @click.argument("workflow_id")
 @url_option
 @schema_option
-@click.option("--interval", type=click.FloatRange(min=0.05), default=0.5, show_default=True)
+@click.option("--interval", type=_FiniteRange(0.05, _HOUR), default=0.5, show_default=True)
 @_handle_errors
 def watch(workflow_id: str, database_url: str | None, schema: str, interval: float) -> None:
     """Follow a workflow live: its steps as they are journaled, its waits and budget, until
@@ -508,9 +537,9 @@ def resume(workflow_id: str, database_url: str | None, schema: str) -> None:
 
 @workflows.command("raise-budget")
 @click.argument("workflow_id")
-@click.option("--dollars", type=click.FloatRange(min=0), default=None)
-@click.option("--tokens", type=click.IntRange(min=0), default=None)
-@click.option("--steps", type=click.IntRange(min=0), default=None)
+@click.option("--dollars", type=_FiniteRange(min=0), default=None)
+@click.option("--tokens", type=click.IntRange(0, _BIGINT), default=None)
+@click.option("--steps", type=click.IntRange(0, _INTEGER), default=None)
 @click.option("--by", default=lambda: os.environ.get("USER"), help="Who raises it.")
 @url_option
 @schema_option
@@ -709,11 +738,14 @@ def queues_list(database_url: str | None, schema: str, as_json: bool) -> None:
 @main.command()
 @click.option("--app", required=True, help="Module defining the workflows, or module:engine.")
 @click.option(
-    "--concurrency", type=click.IntRange(1), default=None, help="Workflows run at once (default 8)."
+    "--concurrency",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    help="Workflows run at once (default 8).",
 )
-@click.option("--lease-seconds", type=click.FloatRange(min=0.1), default=None)
-@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=None)
-@click.option("--grace-seconds", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@click.option("--lease-seconds", type=_FiniteRange(0.1, _DAY), default=None)
+@click.option("--poll-interval", type=_FiniteRange(0.01, _HOUR), default=None)
+@click.option("--grace-seconds", type=_FiniteRange(0, _DAY), default=30.0, show_default=True)
 @click.option(
     "--prune-finished-after",
     type=DURATION,
@@ -825,7 +857,7 @@ def send(
 @main.command()
 @click.option("--finished-after", type=DURATION, default="7d", show_default=True)
 @click.option("--effects-after", type=DURATION, default="90d", show_default=True)
-@click.option("--batch-size", type=click.IntRange(1), default=500, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=500, show_default=True)
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @url_option
 @schema_option

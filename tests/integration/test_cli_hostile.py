@@ -120,3 +120,54 @@ def test_an_error_message_on_stderr_is_printed_escaped(database_url: str) -> Non
     assert done.returncode == 1, done.stderr
     assert_inert(done)
     assert "no\\x1b]0;owned\\x07db" in done.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("prune", "--finished-after", "nan"),
+        ("prune", "--finished-after", "inf"),
+        ("prune", "--finished-after", "-inf"),
+        ("prune", "--finished-after", "1e400d"),
+        ("prune", "--finished-after", "1e12d"),
+        ("prune", "--finished-after", "1e8d"),
+        ("prune", "--effects-after", "nan"),
+        ("prune", "--effects-after", "1e12d"),
+        ("prune", "--batch-size", "9223372036854775808"),
+        ("executors", "list", "--stale", "inf"),
+        ("executors", "list", "--stale", "1e9d"),
+        ("executors", "prune", "--stale", "nan"),
+        ("executors", "prune", "--stale", "1e8d"),
+        ("workflows", "list", "--watch", "--interval", "nan"),
+        ("workflows", "list", "--watch", "--interval", "inf"),
+        ("workflows", "watch", "some-id", "--interval", "nan"),
+        ("workflows", "watch", "some-id", "--interval", "1e10"),
+        ("workflows", "raise-budget", "some-id", "--dollars", "nan"),
+        ("workflows", "raise-budget", "some-id", "--dollars", "inf"),
+        ("workflows", "raise-budget", "some-id", "--tokens", "9223372036854775808"),
+        ("workflows", "raise-budget", "some-id", "--steps", "2147483648"),
+        ("worker", "--app", "nowhere", "--lease-seconds", "nan"),
+        ("worker", "--app", "nowhere", "--lease-seconds", "1e12"),
+        ("worker", "--app", "nowhere", "--poll-interval", "inf"),
+        ("worker", "--app", "nowhere", "--grace-seconds", "nan"),
+        ("worker", "--app", "nowhere", "--concurrency", "99999999999999999999"),
+        ("worker", "--app", "nowhere", "--prune-finished-after", "inf"),
+        ("worker", "--app", "nowhere", "--prune-interval", "inf"),
+    ],
+    ids=" ".join,
+)
+def test_an_impossible_number_is_a_usage_error_naming_the_option(
+    database_url: str, args: tuple[str, ...]
+) -> None:
+    done = cli(*args, "--database-url", database_url)
+    option = next(a for a in reversed(args) if a.startswith("--") and a != "--watch")
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert f"Invalid value for '{option}'" in done.stderr, done.stderr
+
+
+@pytest.mark.parametrize("value", ["0", "1e-9", "36500d", "1_000s", " 7D "])
+def test_a_possible_duration_is_taken(database_url: str, value: str) -> None:
+    done = cli("prune", "--dry-run", "--finished-after", value, "--database-url", database_url)
+    assert done.returncode == 0, done.stderr
+    assert "would delete 0 finished workflows" in done.stdout
