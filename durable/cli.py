@@ -1085,8 +1085,8 @@ def db() -> None:
 @db.command("url")
 @_handle_errors
 def db_url() -> None:
-    """Start the embedded server if needed and print the URL of this project's database
-    (named after the working directory; the engine creates it on first use)."""
+    """Start the embedded server and create this project's database if needed (named after
+    the working directory), then print its URL: `psql "$(durable db url)"` works at once."""
     from durable import _embedded
 
     click.echo(_embedded.project_url())
