@@ -25,9 +25,10 @@ from rich.table import Table
 from durable import _citus
 from durable._client import Client, check_schema
 from durable._models import WorkflowInfo, WorkflowStatus
+from durable._names import check_name
 from durable._protocol import decode_error
 from durable._terminal import InertConsole, inert
-from durable.errors import DurableError
+from durable.errors import DurableError, InvalidNameError
 
 if TYPE_CHECKING:
     from durable._engine import Engine
@@ -77,7 +78,15 @@ def _console() -> Console:
     # controls: with markup, an input holding "[/bold]" would crash the command and
     # "[link=...]" would emit a hyperlink the operator never saw; raw, an id holding
     # ESC]8;; would do the same (durable._terminal escapes them).
-    return InertConsole(width=max(100, int(os.environ.get("COLUMNS", "120"))))
+    return InertConsole(width=max(100, _columns()))
+
+
+def _columns() -> int:
+    """The terminal's width from COLUMNS (120 when it is unset or not a number)."""
+    try:
+        return int(os.environ.get("COLUMNS", "120"))
+    except ValueError:
+        return 120
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
@@ -128,6 +137,17 @@ class _FiniteRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r}: give a finite number", param, ctx)
         return number
+
+
+def _checked_name(what: str, value: str | None) -> str | None:
+    """An id given on the command line, checked as the library checks ids (non-empty, at
+    most 512 bytes, no NUL): a bad one is a usage error before anything starts."""
+    if value is not None:
+        try:
+            check_name(what, value)
+        except InvalidNameError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
 
 
 _HOUR = 3600.0
@@ -769,6 +789,7 @@ def queues_list(database_url: str | None, schema: str, as_json: bool) -> None:
 @click.option(
     "--executor-id",
     default=None,
+    callback=lambda _ctx, _param, value: _checked_name("executor_id", value),
     help="Stable identity of this worker (unique per process): a restart takes back its "
     "interrupted workflows at once instead of after their lease.",
 )

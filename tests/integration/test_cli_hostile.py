@@ -1,6 +1,7 @@
 """The command line against hostile input: text stored by a workflow (ids, names, errors,
 payloads) reaches the operator's terminal visible and inert, never as escape sequences it
-obeys; an option given an impossible number is a usage error naming the option."""
+obeys; an option given an impossible value (a number or id it cannot use) is a usage
+error naming the option; a COLUMNS that is not a number is ignored."""
 
 from __future__ import annotations
 
@@ -56,8 +57,8 @@ def yearly(tick: object) -> None:
     """Fires once a year: stored, never run by this test."""
 
 
-def cli(*args: str) -> subprocess.CompletedProcess[str]:
-    env = dict(os.environ, COLUMNS="400")
+def cli(*args: str, columns: str = "400") -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, COLUMNS=columns)
     return subprocess.run(
         [sys.executable, "-m", "durable.cli", *args],
         capture_output=True,
@@ -153,10 +154,12 @@ def test_an_error_message_on_stderr_is_printed_escaped(database_url: str) -> Non
         ("worker", "--app", "nowhere", "--concurrency", "99999999999999999999"),
         ("worker", "--app", "nowhere", "--prune-finished-after", "inf"),
         ("worker", "--app", "nowhere", "--prune-interval", "inf"),
+        ("worker", "--app", "nowhere", "--executor-id", ""),
+        ("worker", "--app", "nowhere", "--executor-id", "x" * 513),
     ],
-    ids=" ".join,
+    ids=lambda args: " ".join(args)[:60],
 )
-def test_an_impossible_number_is_a_usage_error_naming_the_option(
+def test_an_impossible_option_value_is_a_usage_error_naming_the_option(
     database_url: str, args: tuple[str, ...]
 ) -> None:
     done = cli(*args, "--database-url", database_url)
@@ -171,3 +174,10 @@ def test_a_possible_duration_is_taken(database_url: str, value: str) -> None:
     done = cli("prune", "--dry-run", "--finished-after", value, "--database-url", database_url)
     assert done.returncode == 0, done.stderr
     assert "would delete 0 finished workflows" in done.stdout
+
+
+@pytest.mark.parametrize("columns", ["abc", "", "-5", "0"])
+def test_a_terminal_width_that_is_not_a_number_is_ignored(database_url: str, columns: str) -> None:
+    done = cli("workflows", "list", "--database-url", database_url, columns=columns)
+    assert done.returncode == 0, done.stderr
+    assert "status" in done.stdout
