@@ -213,7 +213,13 @@ def project_database(directory: Path | None = None) -> str:
     """The embedded database of a project: named after its directory (the working
     directory by default), with a hash of the full path so that two checkouts called
     alike still get two databases."""
-    path = (directory or Path.cwd()).resolve()
+    try:
+        path = (directory or Path.cwd()).resolve()
+    except FileNotFoundError:
+        raise EmbeddedServerError(
+            "the working directory no longer exists, and the embedded database of a project "
+            "is named after it: cd into the project's directory, or pass a database URL"
+        ) from None
     stem = "".join(c if c.isalnum() else "_" for c in path.name.lower())[:30].strip("_")
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:8]
     return f"durable_{stem or 'root'}_{digest}"
@@ -224,8 +230,8 @@ def project_url(directory: Path | None = None, data_dir: Path | None = None) -> 
     the database created if needed: the URL works at once, for `psql "$(durable db url)"`
     or `durable migrate` as for the engine."""
     data_dir = _resolve(data_dir)
+    name = project_database(directory)  # before the server starts: the cwd may be gone
     port = _ensure(data_dir)
-    name = project_database(directory)
     _create_database(port, data_dir, name)
     return _url(port, data_dir, name)
 

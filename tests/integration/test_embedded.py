@@ -314,3 +314,15 @@ def test_db_url_creates_the_projects_database(data_dir: Path, tmp_path: Path) ->
     out, err = (migrate := durable("migrate")).communicate(timeout=120)
     assert migrate.returncode == 0, err
     assert "applied migrations" in out
+
+
+def test_a_working_directory_that_is_gone_is_a_clear_error(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()  # a shell still inside a directory someone removed
+    with pytest.raises(EmbeddedServerError, match="working directory"):
+        _embedded.project_url(data_dir=data_dir)
+    assert not data_dir.exists()  # refused before anything was started
