@@ -1080,6 +1080,7 @@ class Client:
 
     def effects(self, workflow_id: str) -> list[dict[str, Any]]:
         """The effect ledger of one workflow: key, status, result or error, in order."""
+        check_name("workflow_id", workflow_id)
         return self.db.fetch_all("list_effects", {"workflow_id": workflow_id})
 
     def executors(self) -> list[dict[str, Any]]:
@@ -1141,6 +1142,7 @@ class Client:
     def budget(self, workflow_id: str) -> dict[str, Any] | None:
         """The budget ledger workflow `workflow_id` draws from: limits, spent, and every
         charge in order (None if it has no budget)."""
+        check_name("workflow_id", workflow_id)
         row = self.db.fetch_one("budget_of", {"workflow_id": workflow_id})
         if row is None:
             raise WorkflowNotFoundError(workflow_id)
@@ -1180,6 +1182,7 @@ class Client:
         """Add to the limits of the budget `workflow_id` draws from, and let every workflow
         paused at one of its budget gates continue (the gate is approved). Returns the
         ledger. Unlimited dimensions stay unlimited."""
+        check_name("workflow_id", workflow_id)
         Budget(dollars=dollars, tokens=tokens, steps=steps, seconds=seconds)  # zero or more
         row = self.db.fetch_one("budget_of", {"workflow_id": workflow_id})
         if row is None:
@@ -1214,6 +1217,7 @@ class Client:
 
     def tool_calls(self, workflow_id: str) -> list[dict[str, Any]]:
         """An agent's tool calls in order: name, arguments, result (or error), latency, cost."""
+        check_name("workflow_id", workflow_id)
         rows = self.db.fetch_all("list_tool_calls", {"workflow_id": workflow_id})
         loads = self.serializer.loads
         return [
@@ -1233,12 +1237,14 @@ class Client:
     def get_state(self, workflow_id: str, at_step: int | None = None) -> Any:
         """The workflow's durable.state: the latest, or as it was when the workflow reached
         step position `at_step` (what a fork from that step starts with)."""
+        check_name("workflow_id", workflow_id)
         before = 2**31 - 1 if at_step is None else at_step
         row = self.db.fetch_one("latest_state", {"workflow_id": workflow_id, "before_seq": before})
         return None if row is None else self.serializer.loads(row["output"])
 
     def state_text(self, workflow_id: str) -> str | None:
         """The latest durable.state as stored (serialized), or None."""
+        check_name("workflow_id", workflow_id)
         row = self.db.fetch_one(
             "latest_state", {"workflow_id": workflow_id, "before_seq": 2**31 - 1}
         )
@@ -1246,6 +1252,7 @@ class Client:
 
     def conversation(self, workflow_id: str) -> list[dict[str, Any]]:
         """The turns the workflow appended with durable.append_turn, oldest first."""
+        check_name("workflow_id", workflow_id)
         rows = self.db.fetch_all("list_turns", {"workflow_id": workflow_id})
         return [self.serializer.loads(r["output"]) for r in rows]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
+import math
 import os
 import sys
 from collections.abc import Callable, Iterator
@@ -24,8 +25,10 @@ from rich.table import Table
 from durable import _citus
 from durable._client import Client, check_schema
 from durable._models import WorkflowInfo, WorkflowStatus
+from durable._names import check_name
 from durable._protocol import decode_error
-from durable.errors import DurableError
+from durable._terminal import InertConsole, inert
+from durable.errors import DurableError, InvalidNameError
 
 if TYPE_CHECKING:
     from durable._engine import Engine
@@ -57,7 +60,7 @@ def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except DurableError as exc:
-            click.echo(f"error: {exc}", err=True)
+            click.echo(f"error: {inert(str(exc), keep_newlines=True)}", err=True)
             sys.exit(1)
 
     return wrapper
@@ -71,22 +74,31 @@ def _client(url: str | None, schema: str, *, migrate: bool = False) -> Iterator[
 
 
 def _console() -> Console:
-    # Stored values (inputs, outputs, names, errors) are data, never markup: with markup,
-    # an input holding "[/bold]" would crash the command and "[link=...]" would emit a
-    # hyperlink the operator never saw.
-    return Console(
-        width=max(100, int(os.environ.get("COLUMNS", "120"))),
-        markup=False,
-        emoji=False,
-        highlight=False,
-    )
+    # Stored values (inputs, outputs, names, errors) are data, never markup or terminal
+    # controls: with markup, an input holding "[/bold]" would crash the command and
+    # "[link=...]" would emit a hyperlink the operator never saw; raw, an id holding
+    # ESC]8;; would do the same (durable._terminal escapes them).
+    return InertConsole(width=max(100, _columns()))
+
+
+def _columns() -> int:
+    """The terminal's width from COLUMNS (120 when it is unset or not a number)."""
+    try:
+        return int(os.environ.get("COLUMNS", "120"))
+    except ValueError:
+        return 120
 
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+# The longest duration an option takes. A retention window is subtracted from now() in
+# SQL, where a few thousand years already fall off the timestamp range, and a worker
+# sleeps an interval through threading, which refuses waits past ~292 years: a century
+# is "never" for every option here, and keeps each of them working.
+_MAX_DURATION = dt.timedelta(days=36500)
 
 
 class Duration(click.ParamType[dt.timedelta, Any]):
-    """A duration such as 90d, 12h, 30m, 45s or plain seconds."""
+    """A duration such as 90d, 12h, 30m, 45s or plain seconds, from zero to 36500d."""
 
     name = "duration"
 
@@ -102,12 +114,46 @@ class Duration(click.ParamType[dt.timedelta, Any]):
             amount = float(number)
         except ValueError:
             self.fail(f"{value!r}: give a duration such as 7d, 12h, 30m or 45s", param, ctx)
+        if math.isnan(amount):
+            self.fail(f"{value!r}: give a duration such as 7d, 12h, 30m or 45s", param, ctx)
         if amount < 0:
             self.fail(f"{value!r}: a duration is zero or more", param, ctx)
-        return dt.timedelta(seconds=amount * _UNITS[unit])
+        seconds = amount * _UNITS[unit]  # inf past the float range, refused just below
+        if seconds > _MAX_DURATION.total_seconds():
+            self.fail(f"{value!r}: a duration is at most {_MAX_DURATION.days}d", param, ctx)
+        return dt.timedelta(seconds=seconds)
 
 
 DURATION = Duration()
+
+
+class _FiniteRange(click.FloatRange):
+    """A finite number within a range. click's FloatRange lets NaN through (every
+    comparison with it is false) and, without a maximum, infinity: a wait of either
+    spins or never ends, and neither is an amount of money, so both are refused."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r}: give a finite number", param, ctx)
+        return number
+
+
+def _checked_name(what: str, value: str | None) -> str | None:
+    """An id given on the command line, checked as the library checks ids (non-empty, at
+    most 512 bytes, no NUL): a bad one is a usage error before anything starts."""
+    if value is not None:
+        try:
+            check_name(what, value)
+        except InvalidNameError as exc:
+            raise click.BadParameter(str(exc)) from None
+    return value
+
+
+_HOUR = 3600.0
+_DAY = 86400.0
+_BIGINT = 2**63 - 1  # PostgreSQL's bigint, where token counts are kept
+_INTEGER = 2**31 - 1  # PostgreSQL's integer, where step counts are kept
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -146,7 +192,7 @@ class _Progress:
                 BarColumn(),
                 MofNCompleteColumn(),
                 TimeElapsedColumn(),
-                console=Console(stderr=True, markup=False, emoji=False, highlight=False),
+                console=InertConsole(stderr=True),
                 transient=False,
             )
 
@@ -252,7 +298,7 @@ def _info_dict(info: WorkflowInfo) -> dict[str, Any]:
 @click.option("--name", default=None, help="Only workflows registered under this name.")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--watch", is_flag=True, help="Refresh the table until Ctrl-C.")
-@click.option("--interval", type=click.FloatRange(min=0.1), default=2.0, show_default=True)
+@click.option("--interval", type=_FiniteRange(0.1, _HOUR), default=2.0, show_default=True)
 @json_option
 @_handle_errors
 def list_cmd(
@@ -287,7 +333,7 @@ def list_cmd(
 @click.argument("workflow_id")
 @url_option
 @schema_option
-@click.option("--interval", type=click.FloatRange(min=0.05), default=0.5, show_default=True)
+@click.option("--interval", type=_FiniteRange(0.05, _HOUR), default=0.5, show_default=True)
 @_handle_errors
 def watch(workflow_id: str, database_url: str | None, schema: str, interval: float) -> None:
     """Follow a workflow live: its steps as they are journaled, its waits and budget, until
@@ -484,10 +530,12 @@ def cancel(workflow_id: str, reason: str, database_url: str | None, schema: str)
     others = len(asked) - 1
     children = f" and {others} descendant(s)" if others else ""
     if asked[workflow_id] is WorkflowStatus.CANCELLED:
-        click.echo(f"cancelled {workflow_id}{children}")
+        click.echo(inert(f"cancelled {workflow_id}{children}"))
     else:
         click.echo(
-            f"cancel requested for {workflow_id}{children}: it stops at its next step or wait"
+            inert(
+                f"cancel requested for {workflow_id}{children}: it stops at its next step or wait"
+            )
         )
 
 
@@ -502,18 +550,18 @@ def resume(workflow_id: str, database_url: str | None, schema: str) -> None:
     with _client(database_url, schema) as client:
         status = client.resume(workflow_id).status()
     if status is WorkflowStatus.PENDING:
-        click.echo(f"resumed {workflow_id}: a worker will pick it up")
+        click.echo(inert(f"resumed {workflow_id}: a worker will pick it up"))
     elif status is WorkflowStatus.SUCCESS:
-        click.echo(f"{workflow_id} already succeeded: nothing to resume")
+        click.echo(inert(f"{workflow_id} already succeeded: nothing to resume"))
     else:
-        click.echo(f"{workflow_id} is {status}: it is still going, nothing to resume")
+        click.echo(inert(f"{workflow_id} is {status}: it is still going, nothing to resume"))
 
 
 @workflows.command("raise-budget")
 @click.argument("workflow_id")
-@click.option("--dollars", type=click.FloatRange(min=0), default=None)
-@click.option("--tokens", type=click.IntRange(min=0), default=None)
-@click.option("--steps", type=click.IntRange(min=0), default=None)
+@click.option("--dollars", type=_FiniteRange(min=0), default=None)
+@click.option("--tokens", type=click.IntRange(0, _BIGINT), default=None)
+@click.option("--steps", type=click.IntRange(0, _INTEGER), default=None)
 @click.option("--by", default=lambda: os.environ.get("USER"), help="Who raises it.")
 @url_option
 @schema_option
@@ -712,11 +760,14 @@ def queues_list(database_url: str | None, schema: str, as_json: bool) -> None:
 @main.command()
 @click.option("--app", required=True, help="Module defining the workflows, or module:engine.")
 @click.option(
-    "--concurrency", type=click.IntRange(1), default=None, help="Workflows run at once (default 8)."
+    "--concurrency",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    help="Workflows run at once (default 8).",
 )
-@click.option("--lease-seconds", type=click.FloatRange(min=0.1), default=None)
-@click.option("--poll-interval", type=click.FloatRange(min=0.01), default=None)
-@click.option("--grace-seconds", type=click.FloatRange(min=0), default=30.0, show_default=True)
+@click.option("--lease-seconds", type=_FiniteRange(0.1, _DAY), default=None)
+@click.option("--poll-interval", type=_FiniteRange(0.01, _HOUR), default=None)
+@click.option("--grace-seconds", type=_FiniteRange(0, _DAY), default=30.0, show_default=True)
 @click.option(
     "--prune-finished-after",
     type=DURATION,
@@ -740,6 +791,7 @@ def queues_list(database_url: str | None, schema: str, as_json: bool) -> None:
 @click.option(
     "--executor-id",
     default=None,
+    callback=lambda _ctx, _param, value: _checked_name("executor_id", value),
     help="Stable identity of this worker (unique per process): a restart takes back its "
     "interrupted workflows at once instead of after their lease. A worker whose id another "
     "process took over (it was paused past its lease) exits with code 1.",
@@ -832,13 +884,13 @@ def send(
         value = message
     with _client(database_url, schema) as client:
         client.send(workflow_id, value, topic=topic, idempotency_key=idempotency_key)
-    click.echo(f"sent to {workflow_id}")
+    click.echo(inert(f"sent to {workflow_id}"))
 
 
 @main.command()
 @click.option("--finished-after", type=DURATION, default="7d", show_default=True)
 @click.option("--effects-after", type=DURATION, default="90d", show_default=True)
-@click.option("--batch-size", type=click.IntRange(1), default=500, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1, 1_000_000), default=500, show_default=True)
 @click.option("--dry-run", is_flag=True, help="Count what would be deleted; delete nothing.")
 @url_option
 @schema_option
@@ -943,7 +995,7 @@ def _decision_command(approve: bool) -> click.Command:
     ) -> None:
         with _client(database_url, schema) as client:
             client.decide(workflow_id, name, approve, comment=comment, decided_by=by)
-        click.echo(f"{'approved' if approve else 'denied'} {name} of {workflow_id}")
+        click.echo(inert(f"{'approved' if approve else 'denied'} {name} of {workflow_id}"))
 
     command.__doc__ = (
         "Approve a gate: its workflow resumes on any worker."
@@ -1004,7 +1056,7 @@ def _pause_command(paused: bool) -> click.Command:
     def command(name: str, database_url: str | None, schema: str) -> None:
         with _client(database_url, schema) as client:
             client.pause_schedule(name, paused)
-        click.echo(f"{'paused' if paused else 'resumed'} schedule {name}")
+        click.echo(inert(f"{'paused' if paused else 'resumed'} schedule {name}"))
 
     command.__doc__ = (
         "Stop firing a schedule."
@@ -1104,8 +1156,8 @@ def db() -> None:
 @db.command("url")
 @_handle_errors
 def db_url() -> None:
-    """Start the embedded server if needed and print the URL of this project's database
-    (named after the working directory; the engine creates it on first use)."""
+    """Start the embedded server and create this project's database if needed (named after
+    the working directory), then print its URL: `psql "$(durable db url)"` works at once."""
     from durable import _embedded
 
     click.echo(_embedded.project_url())

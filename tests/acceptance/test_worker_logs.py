@@ -93,3 +93,45 @@ def test_the_worker_logs_one_json_line_per_event(
     assert recover["attempt"] == 1 and recover["workflow"] == "logs.steps"
     # Routine steps log nothing at INFO: no INFO line mentions the step.
     assert not any(e["level"] == "INFO" and "logs.a" in e["message"] for e in events)
+
+
+def test_the_text_log_escapes_what_workflows_stored(
+    database_url: str, subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    evil = logs_app.HOSTILE
+    workflow_id = "h" + evil
+    with durable.Client(database_url) as client:
+        client.submit(logs_app.hostile, evil, workflow_id=workflow_id)
+        log = tmp_path / "worker.log"
+        env = {**subprocess_env, "DURABLE_DATABASE_URL": database_url, "DURABLE_LOG_LEVEL": "INFO"}
+        with log.open("wb") as out:
+            worker = subprocess.Popen(
+                [
+                    *(
+                        sys.executable,
+                        "-m",
+                        "durable.cli",
+                        "worker",
+                        "--app",
+                        "tests.apps.logs_app",
+                    ),
+                    *("--poll-interval", "0.1", "--executor-id", "x" + evil),
+                ],
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+            try:
+                deadline = time.monotonic() + 30
+                while client.get_workflow(workflow_id).status is not durable.WorkflowStatus.ERROR:
+                    assert time.monotonic() < deadline, log.read_text()
+                    time.sleep(0.1)
+            finally:
+                worker.send_signal(signal.SIGTERM)
+                worker.wait(timeout=30)
+    text = log.read_bytes().decode()  # as written: read_text() would turn \r into \n
+    raw = {c for c in text if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F}
+    assert not raw | ({"\u202e"} & set(text)), text
+    # Visible instead: the id, the executor and the error as their escapes.
+    assert "h\\x1b[2J\\x1b]0;owned\\x07\\x9b31m\\r\\u202e" in text
+    assert "x\\x1b[2J" in text and "refused\\x1b[2J" in text

@@ -25,3 +25,12 @@ def fails() -> str:
 @durable.workflow(registry=registry, name="logs.gated")
 def gated() -> bool:
     return durable.approval("ship").approved
+
+
+# What a workflow may store and a worker then logs: escape sequences a terminal obeys.
+HOSTILE = "\x1b[2J\x1b]0;owned\x07\x9b31m\r\u202e"
+
+
+@durable.workflow(registry=registry, name="logs.hostile" + HOSTILE)
+def hostile(text: str) -> str:
+    raise ValueError("refused" + text)

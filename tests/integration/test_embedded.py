@@ -265,3 +265,64 @@ def test_restarts_after_the_server_was_killed(data_dir: Path) -> None:
     assert _embedded.server_url(data_dir) is None  # the stale pid file is not believed
     assert _embedded.ensure_server(data_dir) == url
     _select_one(url)
+
+
+def test_db_url_creates_the_projects_database(data_dir: Path, tmp_path: Path) -> None:
+    project = tmp_path / "shop"
+    project.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "DURABLE_DATA_DIR": str(data_dir),
+    }
+
+    def durable(*args: str) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "durable.cli", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=project,
+        )
+
+    # Three at once on a fresh data directory: they race for initdb, for the start and
+    # for creating the database.
+    procs = [durable("db", "url") for _ in range(3)]
+    results = [p.communicate(timeout=120) for p in procs]
+    for proc, (_, err) in zip(procs, results, strict=True):
+        assert proc.returncode == 0, err
+    urls = {out.strip() for out, _ in results}
+    assert len(urls) == 1, urls
+    (url,) = urls
+    name = _embedded.project_database(project)
+    assert psycopg.conninfo.conninfo_to_dict(url)["dbname"] == name
+    # `psql "$(durable db url)"` works at once, before any engine ran here.
+    psql = shutil.which("psql")
+    if psql is not None:
+        done = subprocess.run(
+            [psql, url, "-Atc", "SELECT current_database()"],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == name
+    else:
+        _select_one(url)
+    out, err = (migrate := durable("migrate")).communicate(timeout=120)
+    assert migrate.returncode == 0, err
+    assert "applied migrations" in out
+
+
+def test_a_working_directory_that_is_gone_is_a_clear_error(
+    data_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()  # a shell still inside a directory someone removed
+    with pytest.raises(EmbeddedServerError, match="working directory"):
+        _embedded.project_url(data_dir=data_dir)
+    assert not data_dir.exists()  # refused before anything was started

@@ -322,8 +322,7 @@ def test_binaries_the_server_account_cannot_reach_are_mirrored(
 
     printed = durable("db", "url")  # the README's first command, as root
     assert printed.returncode == 0, printed.stderr
-    # The project's database is made by the engine on first use; the server is up now.
-    _select_one(psycopg.conninfo.make_conninfo(printed.stdout.strip(), dbname="postgres"))
+    _select_one(printed.stdout.strip())  # the project's database, made by `db url`
     (pid,) = _postmasters(data_dir)
     binary = Path(os.readlink(f"/proc/{pid}/exe"))
     assert binary.is_relative_to(_embedded._root_fallback_base())  # the mirror, not the wheel

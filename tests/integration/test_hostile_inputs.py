@@ -637,6 +637,13 @@ NAMED_CALLS: dict[str, Callable[[Any, Any], Any]] = {
     "decide.name": lambda c, bad: c.decide("ok", bad, True),
     "retrieve.workflow_id": lambda c, bad: c.retrieve(bad),
     "steps.workflow_id": lambda c, bad: c.steps(bad),
+    "effects.workflow_id": lambda c, bad: c.effects(bad),
+    "budget.workflow_id": lambda c, bad: c.budget(bad),
+    "raise_budget.workflow_id": lambda c, bad: c.raise_budget(bad, dollars=1),
+    "tool_calls.workflow_id": lambda c, bad: c.tool_calls(bad),
+    "get_state.workflow_id": lambda c, bad: c.get_state(bad),
+    "state_text.workflow_id": lambda c, bad: c.state_text(bad),
+    "conversation.workflow_id": lambda c, bad: c.conversation(bad),
     "list_workflows.name": lambda c, bad: c.list_workflows(name=bad),
     "pause_schedule.name": lambda c, bad: c.pause_schedule(bad),
 }
