@@ -6,7 +6,9 @@ one; a usage that is not a count of tokens fails it, naming the server's field."
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -338,3 +340,40 @@ def test_a_price_table_that_is_not_one_is_refused_by_wrap(prices: Any, named: st
     client = openai.OpenAI(base_url="http://127.0.0.1:9/v1", api_key="t")
     with pytest.raises(errors.ConfigurationError, match=named):
         llm.wrap(client, prices=prices)
+
+
+def test_parallel_calls_of_a_wrapped_async_client_never_record_past_the_cap(
+    database_url: str, stub: ModelStub
+) -> None:
+    """Five gathered chat calls at $1.36 each under a $3 cap: the calls are in flight
+    together (the stub sees them all), but the ledger records two and the rest wait at
+    the budget gate; a denial ends the workflow with nothing more recorded."""
+    reg = durable.Registry()
+    dear = {"dear-model": llm.Price(10_000.0, 10_000.0)}  # "hi": 136 tokens, $1.36
+    client = llm.wrap(
+        openai.AsyncOpenAI(base_url=stub.url, api_key="t", max_retries=0), prices=dear
+    )
+
+    async def one(i: int) -> str:
+        reply = await client.chat.completions.create(
+            model="dear-model", messages=[{"role": "user", "content": "hi"}]
+        )
+        return str(reply.choices[0].message.content)
+
+    @durable.workflow(registry=reg, budget=durable.Budget(dollars=3.0))
+    async def fan_out() -> list[str]:
+        return list(await asyncio.gather(*(one(i) for i in range(5))))
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        engine.start(fan_out, workflow_id="fan")
+        deadline = time.monotonic() + 30
+        while engine.get_workflow("fan").status != "SUSPENDED":
+            assert time.monotonic() < deadline, engine.get_workflow("fan")
+            time.sleep(0.05)
+        dollars, tokens = spent(engine, "fan")
+        assert dollars <= 3.0 and (dollars, tokens) == (2.72, 272)
+        for gate in engine.list_approvals("fan"):
+            engine.decide("fan", gate["name"], False)
+        with pytest.raises(errors.WorkflowFailedError):
+            engine.retrieve("fan").result(timeout=30)
+        assert spent(engine, "fan") == (2.72, 272)
