@@ -711,7 +711,11 @@ class Client:
     ) -> WorkflowHandle:
         """Start a new workflow with the same inputs that reuses the journal before position
         `from_step` (their outputs, charges and tool records) and runs the rest anew. Any
-        worker with its code runs it. Returns the fork's handle."""
+        worker with its code runs it. Returns the fork's handle.
+
+        A reader of the fork sees what a reader of the original saw before `from_step`: the
+        stream values at their offsets and each event's value as it was there. What lies
+        at or after `from_step` the fork's run writes itself."""
         if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
             raise ConfigurationError(f"from_step={from_step!r}: give a step position >= 0")
         check_name("workflow_id", workflow_id)
@@ -722,11 +726,11 @@ class Client:
             "new_id": new_id,
             "before_seq": from_step,
             "trace_context": tracing.start_context("fork", new_id),
+            "event_prefix": protocol.EVENT_CALL,
         }
+        steps = ("fork_workflow", "fork_steps", "fork_charges", "fork_records")
         try:
-            counts = self.db.execute_many_in_transaction(
-                [("fork_workflow", params), ("fork_steps", params), ("fork_charges", params)]
-            )
+            counts = self.db.execute_many_in_transaction([(name, params) for name in steps])
         except Exception as exc:
             if is_unique_violation(exc, "workflows_pkey"):
                 raise ConfigurationError(

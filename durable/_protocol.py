@@ -1659,9 +1659,13 @@ def recv(run: Run, topic: str | None, timeout: float | None) -> Gen[Any]:
         refused = True
 
 
+# An event call's journaled name is this prefix and its key (a fork reads the key back).
+EVENT_CALL = "event:"
+
+
 def set_event(run: Run, key: str, value: Any) -> Gen[None]:
     """Publish `value` under `key`, journaled with its call in one statement."""
-    label = f"event:{key}"
+    label = f"{EVENT_CALL}{key}"
     seq, found = run.journal.next_call(label)
     if found is not None:
         return

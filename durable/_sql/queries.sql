@@ -242,15 +242,41 @@ FROM {schema}.steps WHERE workflow_id = %(workflow_id)s AND step_seq < %(before_
 
 -- fork_charges --
 -- Copy the charges and tool calls of the copied steps (what the fork starts having spent).
+-- Here and in fork_records a row comes along only with its step, joined on the fork's own
+-- copied journal: a row the original's run wrote after fork_steps read (its step left
+-- behind) stays behind too, and the fork's run writes it again.
 WITH copied_tools AS (
     INSERT INTO {schema}.tool_calls (workflow_id, step_seq, tool_name, arguments, latency_ms)
-    SELECT %(new_id)s, step_seq, tool_name, arguments, latency_ms FROM {schema}.tool_calls
-    WHERE workflow_id = %(workflow_id)s AND step_seq < %(before_seq)s
+    SELECT f.workflow_id, t.step_seq, t.tool_name, t.arguments, t.latency_ms
+    FROM {schema}.tool_calls AS t
+    JOIN {schema}.steps AS f ON f.workflow_id = %(new_id)s AND f.step_seq = t.step_seq
+    WHERE t.workflow_id = %(workflow_id)s AND t.step_seq < %(before_seq)s
 )
 INSERT INTO {schema}.charges (workflow_id, step_seq, budget_id, dollars, tokens, steps)
 SELECT %(new_id)s, c.step_seq, w.budget_id, c.dollars, c.tokens, c.steps
 FROM {schema}.charges AS c JOIN {schema}.workflows AS w ON w.workflow_id = %(new_id)s
+JOIN {schema}.steps AS f ON f.workflow_id = %(new_id)s AND f.step_seq = c.step_seq
 WHERE c.workflow_id = %(workflow_id)s AND c.step_seq < %(before_seq)s
+
+-- fork_records --
+-- What readers of the original saw before the fork point, for readers of the fork: stream
+-- values (and closes) at the same offsets, and each event's value as it was there (the
+-- latest event call per key in the copied journal: the events table keeps only a key's
+-- latest value, which may have been set at or after the fork point).
+WITH copied_streams AS (
+    INSERT INTO {schema}.streams (workflow_id, key, "offset", value, closed, step_seq,
+        created_at)
+    SELECT f.workflow_id, s.key, s."offset", s.value, s.closed, s.step_seq, s.created_at
+    FROM {schema}.streams AS s
+    JOIN {schema}.steps AS f ON f.workflow_id = %(new_id)s AND f.step_seq = s.step_seq
+    WHERE s.workflow_id = %(workflow_id)s AND s.step_seq < %(before_seq)s
+)
+INSERT INTO {schema}.events (workflow_id, key, value, step_seq, updated_at)
+SELECT DISTINCT ON (step_name) workflow_id,
+    substr(step_name, length(%(event_prefix)s) + 1), output, step_seq, finished_at
+FROM {schema}.steps
+WHERE workflow_id = %(new_id)s AND kind = 'event' AND output IS NOT NULL
+ORDER BY step_name, step_seq DESC
 
 -- notify_work --
 -- Wake idle workers: there is runnable work (NOTIFY is sent by the client, after its write).

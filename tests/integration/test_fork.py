@@ -1,0 +1,190 @@
+"""What a fork holds before its run: a reader of the fork sees what a reader of the original
+saw up to the fork point (stream values at their offsets, the events' values as they were
+there), and what lies at or after the
+fork point is written by the fork's own run, once.
+
+Each scenario runs with a sync and with an async workflow: the two drivers replay the
+copied journal and write what follows it. Values carry an "edition" that the test changes
+between the original's run and the fork's, so that a value copied from the original tells
+itself apart from the same value written again by the fork.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+import durable
+from durable import errors
+
+KINDS = ["sync", "async"]
+
+
+@dataclass
+class Writer:
+    """A workflow `writer` that journals, at positions 0 to 5: stream value a, event
+    progress=one, stream value b, event progress=two, stream value c, the stream's close.
+    Every value ends with the current edition."""
+
+    registry: durable.Registry
+    workflow: Callable[..., Any]
+    edition: list[str] = field(default_factory=lambda: ["1"])
+
+
+def make_writer(kind: str) -> Writer:
+    reg = durable.Registry()
+    app = Writer(reg, workflow=lambda: None)
+    if kind == "sync":
+
+        @durable.workflow(registry=reg, name="writer")
+        def writer() -> str:
+            e = app.edition[0]
+            durable.write_stream("s", "a" + e)
+            durable.set_event("progress", "one" + e)
+            durable.write_stream("s", "b" + e)
+            durable.set_event("progress", "two" + e)
+            durable.write_stream("s", "c" + e)
+            durable.close_stream("s")
+            return e
+
+        app.workflow = writer
+    else:
+
+        @durable.workflow(registry=reg, name="writer")
+        async def writer_async() -> str:
+            e = app.edition[0]
+            await durable.write_stream_async("s", "a" + e)
+            await durable.set_event_async("progress", "one" + e)
+            await durable.write_stream_async("s", "b" + e)
+            await durable.set_event_async("progress", "two" + e)
+            await durable.write_stream_async("s", "c" + e)
+            await durable.close_stream_async("s")
+            return e
+
+        app.workflow = writer_async
+    return app
+
+
+def stream(client: durable.Client, workflow_id: str, offset: int = 0) -> list[Any]:
+    """The stream `s` of a finished workflow (a reader stops at its close or its end)."""
+    return list(client.read_stream(workflow_id, "s", offset))
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fork_reads_the_stream_and_events_written_before_its_fork_point(
+    database_url: str, kind: str
+) -> None:
+    reg = durable.Registry()
+    if kind == "sync":
+
+        @durable.workflow(registry=reg, name="progress")
+        def progress() -> None:
+            durable.write_stream("tokens", "a")
+            durable.write_stream("tokens", "b")
+            durable.set_event("progress", {"done": 2})
+            durable.write_stream("tokens", "c")
+            durable.close_stream("tokens")
+
+        workflow: Callable[..., Any] = progress
+    else:
+
+        @durable.workflow(registry=reg, name="progress")
+        async def progress_async() -> None:
+            await durable.write_stream_async("tokens", "a")
+            await durable.write_stream_async("tokens", "b")
+            await durable.set_event_async("progress", {"done": 2})
+            await durable.write_stream_async("tokens", "c")
+            await durable.close_stream_async("tokens")
+
+        workflow = progress_async
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        engine.start(workflow, workflow_id="orig").result(timeout=10)
+        fork = engine.fork("orig", from_step=3, new_id="forked")
+        fork.result(timeout=10)
+        for wid in ("orig", "forked"):
+            assert list(engine.read_stream(wid, "tokens")) == ["a", "b", "c"]
+            assert list(engine.read_stream(wid, "tokens", offset=1)) == ["b", "c"]
+            assert engine.events(wid) == {"progress": {"done": 2}}
+            assert engine.get_event(wid, "progress") == {"done": 2}
+        # The fork wrote c and the close itself, once each.
+        assert [(s.step_seq, s.kind) for s in engine.steps("forked")] == [
+            (0, "stream"),
+            (1, "stream"),
+            (2, "event"),
+            (3, "stream"),
+            (4, "stream"),
+        ]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fork_at_each_point_holds_the_original_up_to_that_point(
+    database_url: str, kind: str
+) -> None:
+    app = make_writer(kind)
+    # What a reader of the original saw before each position (stream, events).
+    seen: list[tuple[list[str], dict[str, str]]] = [
+        ([], {}),
+        (["a1"], {}),
+        (["a1"], {"progress": "one1"}),
+        (["a1", "b1"], {"progress": "one1"}),
+        (["a1", "b1"], {"progress": "two1"}),
+        (["a1", "b1", "c1"], {"progress": "two1"}),
+        (["a1", "b1", "c1"], {"progress": "two1"}),  # and closed
+    ]
+    with durable.Engine(database_url, registry=app.registry) as engine:
+        assert engine.start(app.workflow, workflow_id="orig").result(timeout=10) == "1"
+        with durable.Client(database_url) as client:
+            for n in range(len(seen)):
+                client.fork("orig", from_step=n, new_id=f"at-{n}")
+                client.cancel(f"at-{n}")
+        # A fork cancelled before it ran stops at its fork point (a replay writes nothing;
+        # the first new call sees the cancel): readers see only what it was made with.
+        engine.recover()
+        for n, (values, events) in enumerate(seen):
+            with pytest.raises(errors.WorkflowCancelledError) if n < 6 else nullcontext():
+                engine.retrieve(f"at-{n}").result(timeout=10)
+            assert stream(engine, f"at-{n}") == values, n
+            assert engine.events(f"at-{n}") == events, n
+
+        # Run each fork with new code: the positions before n keep the original's values,
+        # the fork writes the rest at the offsets that follow them.
+        app.edition[0] = "2"
+        full = ["a", "b", "c"]
+        for n, (values, _) in enumerate(seen[:6]):
+            engine.resume(f"at-{n}").result(timeout=10)
+            expected = values + [f"{x}2" for x in full[len(values) :]]
+            assert stream(engine, f"at-{n}") == expected, n
+            assert stream(engine, f"at-{n}", offset=1) == expected[1:], n
+            assert engine.events(f"at-{n}") == {"progress": "two2" if n <= 3 else "two1"}, n
+        assert stream(engine, "orig") == ["a1", "b1", "c1"]
+        assert engine.events("orig") == {"progress": "two1"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fork_of_a_fork_holds_what_its_parent_fork_held(database_url: str, kind: str) -> None:
+    app = make_writer(kind)
+    with durable.Engine(database_url, registry=app.registry) as engine:
+        engine.start(app.workflow, workflow_id="orig").result(timeout=10)
+        app.edition[0] = "2"
+        engine.fork("orig", from_step=3, new_id="first").result(timeout=10)
+        assert stream(engine, "first") == ["a1", "b1", "c2"]
+        assert engine.events("first") == {"progress": "two2"}
+
+        app.edition[0] = "3"
+        # After every write but the close: all of it is the first fork's, copied.
+        engine.fork("first", from_step=5, new_id="second").result(timeout=10)
+        assert stream(engine, "second") == ["a1", "b1", "c2"]
+        assert engine.events("second") == {"progress": "two2"}
+        # Before the event the first fork wrote itself: it and c are written again.
+        engine.fork("first", from_step=3, new_id="third").result(timeout=10)
+        assert stream(engine, "third") == ["a1", "b1", "c3"]
+        assert engine.events("third") == {"progress": "two3"}
+        # A fork of a fork of a fork, from where the first one's own writes begin.
+        engine.fork("third", from_step=4, new_id="fourth").result(timeout=10)
+        assert stream(engine, "fourth") == ["a1", "b1", "c3"]
+        assert engine.events("fourth") == {"progress": "two3"}
