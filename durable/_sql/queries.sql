@@ -260,9 +260,12 @@ WHERE c.workflow_id = %(workflow_id)s AND c.step_seq < %(before_seq)s
 
 -- fork_records --
 -- What readers of the original saw before the fork point, for readers of the fork: stream
--- values (and closes) at the same offsets, and each event's value as it was there (the
--- latest event call per key in the copied journal: the events table keeps only a key's
--- latest value, which may have been set at or after the fork point).
+-- values (and closes) at the same offsets, each event's value as it was there (the latest
+-- event call per key in the copied journal: the events table keeps only a key's latest
+-- value, which may have been set at or after the fork point), the gates decided there and
+-- the messages consumed there (a retry of one with its key delivers nothing new, as to the
+-- original). Messages never consumed, or consumed at or after the fork point, stay the
+-- original's; a gate still waiting is asked again by the fork's run.
 WITH copied_streams AS (
     INSERT INTO {schema}.streams (workflow_id, key, "offset", value, closed, step_seq,
         created_at)
@@ -270,13 +273,30 @@ WITH copied_streams AS (
     FROM {schema}.streams AS s
     JOIN {schema}.steps AS f ON f.workflow_id = %(new_id)s AND f.step_seq = s.step_seq
     WHERE s.workflow_id = %(workflow_id)s AND s.step_seq < %(before_seq)s
+), copied_events AS (
+    INSERT INTO {schema}.events (workflow_id, key, value, step_seq, updated_at)
+    SELECT DISTINCT ON (step_name) workflow_id,
+        substr(step_name, length(%(event_prefix)s) + 1), output, step_seq, finished_at
+    FROM {schema}.steps
+    WHERE workflow_id = %(new_id)s AND kind = 'event' AND output IS NOT NULL
+    ORDER BY step_name, step_seq DESC
+), copied_gates AS (
+    INSERT INTO {schema}.approvals (workflow_id, name, step_seq, status, payload,
+        default_approved, comment, decided_by, requested_at, expires_at, decided_at)
+    SELECT f.workflow_id, a.name, a.step_seq, a.status, a.payload, a.default_approved,
+        a.comment, a.decided_by, a.requested_at, a.expires_at, a.decided_at
+    FROM {schema}.approvals AS a
+    JOIN {schema}.steps AS f ON f.workflow_id = %(new_id)s AND f.step_seq = a.step_seq
+    WHERE a.workflow_id = %(workflow_id)s AND a.step_seq < %(before_seq)s
+      AND a.status <> 'waiting'
 )
-INSERT INTO {schema}.events (workflow_id, key, value, step_seq, updated_at)
-SELECT DISTINCT ON (step_name) workflow_id,
-    substr(step_name, length(%(event_prefix)s) + 1), output, step_seq, finished_at
-FROM {schema}.steps
-WHERE workflow_id = %(new_id)s AND kind = 'event' AND output IS NOT NULL
-ORDER BY step_name, step_seq DESC
+INSERT INTO {schema}.messages (workflow_id, message_id, topic, payload, created_at,
+    consumed_at, consumed_seq)
+SELECT f.workflow_id, m.message_id, m.topic, m.payload, m.created_at, m.consumed_at,
+    m.consumed_seq
+FROM {schema}.messages AS m
+JOIN {schema}.steps AS f ON f.workflow_id = %(new_id)s AND f.step_seq = m.consumed_seq
+WHERE m.workflow_id = %(workflow_id)s AND m.consumed_seq < %(before_seq)s
 
 -- notify_work --
 -- Wake idle workers: there is runnable work (NOTIFY is sent by the client, after its write).

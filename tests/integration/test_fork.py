@@ -1,6 +1,6 @@
 """What a fork holds before its run: a reader of the fork sees what a reader of the original
 saw up to the fork point (stream values at their offsets, the events' values as they were
-there), and what lies at or after the
+there, the gates decided and the messages consumed there), and what lies at or after the
 fork point is written by the fork's own run, once.
 
 Each scenario runs with a sync and with an async workflow: the two drivers replay the
@@ -11,6 +11,7 @@ itself apart from the same value written again by the fork.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -188,3 +189,69 @@ def test_a_fork_of_a_fork_holds_what_its_parent_fork_held(database_url: str, kin
         engine.fork("third", from_step=4, new_id="fourth").result(timeout=10)
         assert stream(engine, "fourth") == ["a1", "b1", "c3"]
         assert engine.events("fourth") == {"progress": "two3"}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_fork_keeps_the_decisions_and_messages_before_its_fork_point(
+    database_url: str, kind: str
+) -> None:
+    reg = durable.Registry()
+    if kind == "sync":
+
+        @durable.workflow(registry=reg, name="mailbox")
+        def mailbox() -> list[Any]:
+            first = durable.recv("go")  # 0
+            decision = durable.approval("ship")  # 1
+            again = durable.recv("go", timeout=0)  # 2: nothing more has come
+            return [first, decision.approved, again]
+
+        workflow: Callable[..., Any] = mailbox
+    else:
+
+        @durable.workflow(registry=reg, name="mailbox")
+        async def mailbox_async() -> list[Any]:
+            first = await durable.recv_async("go")
+            decision = await durable.approval_async("ship")
+            again = await durable.recv_async("go", timeout=0)
+            return [first, decision.approved, again]
+
+        workflow = mailbox_async
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        handle = engine.start(workflow, workflow_id="orig")
+        engine.send("orig", "parcel", topic="go", idempotency_key="go-1")
+        wait_for_gate(engine, "orig", "ship")
+        engine.decide("orig", "ship", True, comment="fine", decided_by="ops")
+        assert handle.result(timeout=10) == ["parcel", True, None]
+
+        fork = engine.fork("orig", from_step=2, new_id="forked")
+        assert fork.result(timeout=10) == ["parcel", True, None]
+        gates = engine.list_approvals("forked", waiting_only=False)
+        assert [(g["name"], g["status"], g["comment"], g["decided_by"]) for g in gates] == [
+            ("ship", "approved", "fine", "ops")
+        ]
+        # The first decision wins in the fork as in the original.
+        with pytest.raises(errors.ApprovalConflictError):
+            engine.decide("forked", "ship", False)
+
+        with durable.Client(database_url) as client:
+            client.fork("orig", from_step=2, new_id="retried")
+            client.fork("orig", from_step=2, new_id="sent-anew")
+            # The message consumed before the fork point is the fork's too: a sender that
+            # retries it (same key) delivers nothing new, as it would to the original; a
+            # new message is the fork's to receive after its fork point.
+            client.send("retried", "parcel", topic="go", idempotency_key="go-1")
+            client.send("sent-anew", "box", topic="go", idempotency_key="go-2")
+        assert sorted(h.workflow_id for h in engine.recover()) == ["retried", "sent-anew"]
+        assert engine.retrieve("retried").result(timeout=10) == ["parcel", True, None]
+        assert engine.retrieve("sent-anew").result(timeout=10) == ["parcel", True, "box"]
+
+
+def wait_for_gate(engine: durable.Engine, workflow_id: str, name: str) -> None:
+    """Wait until the workflow asks at gate `name`."""
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if any(g["name"] == name for g in engine.list_approvals(workflow_id)):
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"{workflow_id} never asked at gate {name!r}")
