@@ -716,7 +716,9 @@ class Client:
         A reader of the fork sees what a reader of the original saw before `from_step`: the
         stream values at their offsets, each event's value as it was there, the gates
         decided and the messages consumed there. What lies at or after `from_step` the
-        fork's run writes itself."""
+        fork's run writes itself. What a fork shares with its original, and what it does
+        again (effects and their compensations, children, the budget): docs/discussions.md,
+        "Forks"."""
         if isinstance(from_step, bool) or not isinstance(from_step, int) or from_step < 0:
             raise ConfigurationError(f"from_step={from_step!r}: give a step position >= 0")
         check_name("workflow_id", workflow_id)
