@@ -38,6 +38,7 @@ from durable._models import (
     ApprovalStatus,
     Budget,
     Ledger,
+    StepKind,
     StepRecord,
     WorkflowInfo,
     WorkflowStatus,
@@ -57,6 +58,7 @@ from durable.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
     EngineNotRunningError,
+    ForkAfterUndoError,
     InvalidBudgetError,
     InvalidWaitError,
     PayloadTooLargeError,
@@ -723,6 +725,7 @@ class Client:
             raise ConfigurationError(f"from_step={from_step!r}: give a step position >= 0")
         check_name("workflow_id", workflow_id)
         check_name("new_id", new_id, optional=True)
+        self._refuse_fork_after_undo(workflow_id, from_step)
         new_id = new_id or str(uuid.uuid4())
         params = {
             "workflow_id": workflow_id,
@@ -746,6 +749,25 @@ class Client:
         return self.handle(new_id)
 
     fork_workflow = fork
+
+    def _refuse_fork_after_undo(self, workflow_id: str, from_step: int) -> None:
+        """ForkAfterUndoError when the original's compensations ran and the fork would
+        inherit an effect they undid (it would replay it as applied). Checked before the
+        fork's statements: an original is undone only once it has ended, and a finished
+        workflow does not change."""
+        info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
+        if info.status not in _NOT_RESUMABLE and not _compensated(info):
+            return
+        effects = [
+            s.step_seq
+            for s in self.steps(workflow_id)
+            if s.kind == StepKind.EFFECT and s.error is None and s.step_seq < from_step
+        ]
+        if effects:
+            status = info.status.value
+            if _compensated(info):
+                status += " after its compensations ran"
+            raise ForkAfterUndoError(workflow_id, status, min(effects))
 
     def decide(
         self,

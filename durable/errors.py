@@ -22,6 +22,7 @@ The tree::
     ├── WorkflowConflictError
     ├── WorkflowNotFoundError
     ├── WorkflowNotResumableError
+    │   └── ForkAfterUndoError
     ├── WorkflowArgumentsError (also a TypeError)
     ├── NondeterminismError
     ├── StaleOwnerError
@@ -223,6 +224,23 @@ class WorkflowNotResumableError(DurableError):
             f"fork it to run it again (client.fork({workflow_id!r}, from_step=N) or "
             "`durable workflows fork`)"
         )
+
+
+class ForkAfterUndoError(WorkflowNotResumableError):
+    """A fork from this position would inherit effects whose undo already ran in the
+    original (it would go on as if they stood, and undo them again under its own keys if
+    it failed): fork from a position before the first of them (`from_step=N`)."""
+
+    def __init__(self, workflow_id: str, status: str, first_effect: int) -> None:
+        self.first_effect = first_effect
+        DurableError.__init__(
+            self,
+            f"workflow {workflow_id!r} ended as {status}: its compensations undid the "
+            f"effects from position {first_effect} on, and a fork from after that would "
+            f"inherit them as if they stood: fork from_step={first_effect} or earlier",
+        )
+        self.workflow_id = workflow_id
+        self.status = status
 
 
 class WorkflowArgumentsError(DurableError, TypeError):

@@ -255,3 +255,60 @@ def wait_for_gate(engine: durable.Engine, workflow_id: str, name: str) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"{workflow_id} never asked at gate {name!r}")
+
+
+@pytest.mark.parametrize("ending", ["compensated", "cancelled"])
+def test_a_fork_after_an_undone_effect_is_refused_and_one_before_it_books_anew(
+    database_url: str, ending: str
+) -> None:
+    """The original's compensations undid its booking: a fork that would inherit the
+    booking (and go on as if it stood, or undo it again under the fork's key) is refused;
+    a fork from before it books again under the fork's own key."""
+    reg = durable.Registry()
+    booked: list[tuple[str, int]] = []
+    go = {"fail": True}
+
+    @durable.effect(registry=reg, name="book", idempotent=True)
+    def book(cents: int, *, idempotency_key: str) -> str:
+        booked.append((idempotency_key, cents))
+        return idempotency_key
+
+    @durable.effect(registry=reg, name="unbook", idempotent=True)
+    def unbook(cents: int, *, idempotency_key: str) -> str:
+        booked.append((idempotency_key, -cents))
+        return idempotency_key
+
+    book.compensation(unbook)  # type: ignore[attr-defined]
+
+    @durable.workflow(registry=reg, name="trip")
+    def trip() -> str:
+        book(10)
+        if ending == "cancelled":
+            durable.recv("go", timeout=3600)
+        elif go["fail"]:
+            raise ValueError("no hotel")
+        return "done"
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        handle = engine.start(trip, workflow_id="t")
+        if ending == "cancelled":
+            deadline = time.monotonic() + 20
+            while handle.status() != "SUSPENDED":
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            engine.cancel("t")
+        with pytest.raises((errors.WorkflowFailedError, errors.WorkflowCancelledError)):
+            handle.result(timeout=20)
+        assert [cents for _, cents in booked] == [10, -10]
+        with pytest.raises(errors.ForkAfterUndoError, match="from_step=0") as refused:
+            engine.fork("t", from_step=1, new_id="t-late")
+        assert refused.value.first_effect == 0
+        with pytest.raises(errors.WorkflowNotFoundError):
+            engine.get_workflow("t-late")
+        go["fail"] = False
+        fork = engine.fork("t", from_step=0, new_id="t-again")
+        if ending == "cancelled":
+            engine.send("t-again", "go", topic="go")
+        assert fork.result(timeout=20) == "done"
+        assert [cents for _, cents in booked] == [10, -10, 10]
+        assert booked[-1][0].startswith("t-again:")
