@@ -10,6 +10,13 @@ task ends at the suspension, like a sync run's thread does.
 
 Claims, inserts and status reads are the Runner's, made in a worker thread; only the run
 itself (every journal read and write of its steps) is awaited here.
+
+No exception from a workflow's code ends a loop. asyncio lets two of them out of a task
+and out of the loop itself: SystemExit and KeyboardInterrupt. Out of a step they unwind the
+run as in a sync run (it is given up at once and counted as a recovery attempt), and the
+run's task ends there without raising them again (but for a KeyboardInterrupt on the main
+thread, which may be the user's Ctrl-C); one that escapes all the same (from a task or a
+callback the workflow's code made) is logged, and the engine's loop runs on.
 """
 
 from __future__ import annotations
@@ -189,8 +196,17 @@ class AsyncHost:
 
     async def task(self, claimed: Claimed) -> Any:
         """A claimed run as a task of its own: the Runner's bookkeeping of its end."""
-        with self.runner.outcome_of(claimed.workflow_id, claimed.epoch):
-            return await self.run_claimed(claimed)
+        try:
+            with self.runner.outcome_of(claimed.workflow_id, claimed.epoch):
+                return await self.run_claimed(claimed)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            # Out of the workflow's code: the run was given up and logged. Raised out of
+            # this task, asyncio would raise it out of the loop itself, ending every other
+            # run on it (as a sync run's exit ends its thread's work, not the pool). On
+            # the main thread a KeyboardInterrupt may be the user's Ctrl-C: theirs to end
+            # the program with.
+            if isinstance(exc, KeyboardInterrupt) and _on_main_thread():
+                raise
         return None
 
     def spawn(self, claimed: Claimed) -> asyncio.Task[Any]:
@@ -283,6 +299,7 @@ class AsyncHosts:
         self._home: dict[str, AsyncHost] = {}  # where a workflow started here was started
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
 
     async def here(self) -> AsyncHost:
         """The host of the running loop, opened on first use."""
@@ -336,11 +353,29 @@ class AsyncHosts:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(
-                    target=loop.run_forever, name="durable-async-loop", daemon=True
+                    target=self._serve, args=(loop,), name="durable-async-loop", daemon=True
                 )
                 thread.start()
                 self._loop, self._thread = loop, thread
             return self._loop
+
+    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The engine's own loop, until close() stops it (see the module docstring)."""
+        while True:
+            try:
+                loop.run_forever()
+            except (SystemExit, KeyboardInterrupt) as exc:
+                # Out of a task or a callback of the workflows' code: what it ended is over
+                # (a task's end is in the task); the loop and the rest of its runs go on.
+                logger.warning(
+                    "%s raised out of a task or callback on the event loop of async "
+                    "workflows; the loop goes on",
+                    type(exc).__qualname__,
+                )
+                continue
+            if self._stopping:
+                return
+            # Stopped by code on it (loop.stop()), not by close(): it goes on.
 
     def _call(self, make: Any) -> concurrent.futures.Future[Any]:
         """Run `await make(host)` on the engine's own loop; a future for its value."""
@@ -420,6 +455,7 @@ class AsyncHosts:
         if self._loop is not None:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
+            self._stopping = True
             loop.call_soon_threadsafe(loop.stop)
             if thread is not None:
                 thread.join(timeout=10)
@@ -430,6 +466,10 @@ async def _close(host: AsyncHost, wait: bool, grace_seconds: float) -> None:
     await host.close(wait, grace_seconds)
     if host.guard is not None:
         host.guard.cancel()
+
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:
