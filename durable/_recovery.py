@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 import psycopg
 
 from durable import _systemdb
-from durable.errors import DatabaseUnavailableError
+from durable.errors import DatabaseUnavailableError, EngineNotRunningError
 
 if TYPE_CHECKING:
     from durable._engine import Engine
@@ -58,7 +58,7 @@ class Worker:
         outage_logged = False
         next_executor_prune = 0.0
         next_housekeeping = 0.0
-        while not stop.is_set():
+        while not stop.is_set() and engine.runner.loop_failure is None:
             try:
                 if engine.release_interrupted():
                     raise DatabaseUnavailableError("interrupted workflows still held")
@@ -130,10 +130,21 @@ class Worker:
             # With a backlog, a workflow that ends wakes this loop (to dequeue the next).
             engine.runner.wake_on_free = self._wake if backlog else None
             self._wait(stop)
+        if engine.runner.loop_failure is not None:
+            stop.set()  # the worker stops: its LISTEN thread too
         self._drain()
         if self._listener is not None:
             self._listener.join(timeout=5)  # it sees `stop` within its 0.2 s wait
             self._listener = None
+        failure = engine.runner.loop_failure
+        if failure is not None:
+            # Its runs were given up when it died; a process that can no longer run async
+            # workflows stops, so that its supervisor starts a whole one.
+            raise EngineNotRunningError(
+                f"worker {engine.executor_id} stopped: the event loop of its async workflows "
+                f"died ({type(failure).__qualname__}: {failure}); start the worker again "
+                "(other workers recover the workflows it held)"
+            )
 
     def _warn_orphans(self) -> None:
         """Say (once per workflow) when work waits for code no live worker has: a renamed
@@ -155,7 +166,8 @@ class Worker:
 
     def _wait(self, stop: threading.Event) -> None:
         deadline = time.monotonic() + self.poll_interval
-        while not stop.is_set() and time.monotonic() < deadline:
+        runner = self.engine.runner
+        while not stop.is_set() and time.monotonic() < deadline and runner.loop_failure is None:
             if self._wake.wait(min(0.05, max(0.0, deadline - time.monotonic()))):
                 return
 

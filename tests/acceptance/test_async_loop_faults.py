@@ -4,6 +4,9 @@
   branch of an asyncio.gather) gives that run up and counts it, as for a sync step: the
   poison workflow ends MAX_RECOVERY_ATTEMPTS_EXCEEDED, the harmless ones beside it finish,
   and the worker lives on and keeps running workflows.
+- When the loop itself dies anyway (its machinery raises), the worker stops renewing the
+  leases of the runs it held and exits non-zero at once, and another worker takes its runs
+  over.
 
 Judged by the world (tests/apps/counter_app.py's `world` table, with the pid of the process
 that ran each step) and the stored statuses, never by log lines. The workers run
@@ -13,6 +16,7 @@ tests/apps/loop_faults_app.py.
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -111,3 +115,57 @@ def test_exit_in_an_async_step_gives_up_its_run_and_the_worker_lives_on(
     for w in HARMLESS:
         assert found[w] == ("SUCCESS", None)
         assert len(pids(url, w, "nap-end")) >= 1
+
+
+def test_a_worker_whose_event_loop_dies_exits_and_another_takes_its_runs_over(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    url = database_url
+    a = b = None
+    try:
+        with client(url) as c:
+            harmless = [c.submit(loop_faults_app.napping, w, 3.0, workflow_id=w) for w in HARMLESS]
+            breaking = c.submit(loop_faults_app.breaking, "k1", workflow_id="k1")
+            a = worker(subprocess_env, url, "worker-a")
+            wait_for(
+                lambda: (
+                    all(pids(url, w, "nap-start") for w in HARMLESS) and pids(url, "k1", "break")
+                ),
+                timeout=60,
+                what="worker A to run every workflow",
+            )
+            b = worker(subprocess_env, url, "worker-b")
+            wait_for(
+                lambda: scalar(url, "SELECT count(*) FROM durable.executors") == 2,
+                timeout=60,
+                what="worker B to start",
+            )
+            held = statuses(url)
+            assert all(held[w] == ("RUNNING", "worker-a") for w in [*HARMLESS, "k1"]), held
+            say_go(url, "k1")
+            began = time.monotonic()
+            code = a.wait(timeout=30)
+            exited = time.monotonic() - began
+            assert code != 0, "a worker whose event loop died must exit with an error"
+            wait_for(
+                lambda: all(b.pid in pids(url, w, "nap-start") for w in HARMLESS),
+                timeout=60,
+                what="worker B to take the harmless workflows over",
+            )
+            taken = time.monotonic() - began
+            for h in harmless:
+                assert h.result(timeout=60) == "rested"
+            assert breaking.result(timeout=60) == "intact"
+            assert stop_worker(b) == 0
+    finally:
+        for proc in (a, b):
+            if proc is not None and proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    print(f"worker A exited {exited:.2f} s after its loop broke; B ran its runs by {taken:.2f} s")
+    assert b is not None
+    for w in HARMLESS:
+        # Started on A, whose loop died under them; finished on B.
+        assert pids(url, w, "nap-end")[-1] == b.pid
+    assert pids(url, "k1", "after-break") == [b.pid]
+    assert all(status == ("SUCCESS", None) for status in statuses(url).values())
