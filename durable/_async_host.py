@@ -10,6 +10,16 @@ task ends at the suspension, like a sync run's thread does.
 
 Claims, inserts and status reads are the Runner's, made in a worker thread; only the run
 itself (every journal read and write of its steps) is awaited here.
+
+No exception from a workflow's code ends a loop. asyncio lets two of them out of a task
+and out of the loop itself: SystemExit and KeyboardInterrupt. Out of a step they unwind the
+run as in a sync run (it is given up at once and counted as a recovery attempt), and the
+run's task ends there without raising them again (but for a KeyboardInterrupt on the main
+thread, which may be the user's Ctrl-C); one that escapes all the same (from a task or a
+callback the workflow's code made) is logged, and the engine's loop runs on. If
+the engine's loop dies anyway (its own machinery failed), its runs are given up and let go
+(the heartbeat stops renewing them, so other workers take them over), nothing more is run
+on it, and a worker stops with an error so that its supervisor restarts the process.
 """
 
 from __future__ import annotations
@@ -31,6 +41,7 @@ from durable._protocol import Run
 from durable._runner import Claimed, Runner
 from durable.errors import (
     EngineNotRunningError,
+    WorkflowAbandoned,
     WorkflowInterrupted,
     WorkflowSuspended,
 )
@@ -65,6 +76,8 @@ class AsyncHost:
         # cancelled because their workflow was cancelled (told apart from a loop's own).
         self._stepping: dict[str, set[asyncio.Task[Any]]] = {}
         self._interrupted: set[asyncio.Task[Any]] = set()
+        # The claims this loop is running (given up if the loop dies under them).
+        self._running: dict[str, Claimed] = {}
         self.closed = False
         self.guard: asyncio.Task[Any] | None = None
 
@@ -180,6 +193,7 @@ class AsyncHost:
         run = runner.new_run(claimed)
         run.is_async = True
         runner.hold(claimed)
+        self._running[claimed.workflow_id] = claimed
         try:
             return await execute_run_async(self, run, claimed.defn, claimed.args, claimed.kwargs)
         except (Exception, WorkflowSuspended, WorkflowInterrupted):
@@ -192,12 +206,26 @@ class AsyncHost:
             await _quietly(runner, "abandon_workflow", claimed)  # as Runner.execute
             raise
         finally:
+            if self._running.get(claimed.workflow_id) is claimed:
+                del self._running[claimed.workflow_id]
             runner.let_go(claimed)
+
+    def running(self) -> list[Claimed]:
+        return list(self._running.values())
 
     async def task(self, claimed: Claimed) -> Any:
         """A claimed run as a task of its own: the Runner's bookkeeping of its end."""
-        with self.runner.outcome_of(claimed.workflow_id, claimed.epoch):
-            return await self.run_claimed(claimed)
+        try:
+            with self.runner.outcome_of(claimed.workflow_id, claimed.epoch):
+                return await self.run_claimed(claimed)
+        except (SystemExit, KeyboardInterrupt) as exc:
+            # Out of the workflow's code: the run was given up and logged. Raised out of
+            # this task, asyncio would raise it out of the loop itself, ending every other
+            # run on it (as a sync run's exit ends its thread's work, not the pool). On
+            # the main thread a KeyboardInterrupt may be the user's Ctrl-C: theirs to end
+            # the program with.
+            if isinstance(exc, KeyboardInterrupt) and _on_main_thread():
+                raise
         return None
 
     def spawn(self, claimed: Claimed) -> asyncio.Task[Any]:
@@ -290,6 +318,13 @@ class AsyncHosts:
         self._home: dict[str, AsyncHost] = {}  # where a workflow started here was started
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping = False
+        # Futures of what was handed to our own loop, and the claim each runs (None: a run
+        # waited for by a thread); failed at once if the loop dies.
+        self._pending: dict[concurrent.futures.Future[Any], Claimed | None] = {}
+        # What ended our own loop, if it died: nothing more is run on it.
+        self.failure: BaseException | None = None
+        self._dead: tuple[asyncio.AbstractEventLoop, AsyncHost | None] | None = None
 
     async def here(self) -> AsyncHost:
         """The host of the running loop, opened on first use."""
@@ -343,19 +378,97 @@ class AsyncHosts:
             if self._loop is None:
                 loop = asyncio.new_event_loop()
                 thread = threading.Thread(
-                    target=loop.run_forever, name="durable-async-loop", daemon=True
+                    target=self._serve, args=(loop,), name="durable-async-loop", daemon=True
                 )
                 thread.start()
                 self._loop, self._thread = loop, thread
             return self._loop
 
-    def _call(self, make: Any) -> concurrent.futures.Future[Any]:
+    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+        """The engine's own loop, until close() stops it (see the module docstring)."""
+        while True:
+            try:
+                loop.run_forever()
+            except (SystemExit, KeyboardInterrupt) as exc:
+                # Out of a task or a callback of the workflows' code: what it ended is over
+                # (a task's end is in the task); the loop and the rest of its runs go on.
+                logger.warning(
+                    "%s raised out of a task or callback on the event loop of async "
+                    "workflows; the loop goes on",
+                    type(exc).__qualname__,
+                )
+                continue
+            except BaseException as exc:
+                self._died(loop, exc)
+                return
+            if self._stopping:
+                return
+            # Stopped by code on it (loop.stop()), not by close(): it goes on.
+
+    def _died(self, loop: asyncio.AbstractEventLoop, exc: BaseException) -> None:
+        """Our loop died under its runs: give them up (each counted as a recovery attempt,
+        as a crash does) and let them go, so that the heartbeat no longer renews their
+        leases and other workers take them over at once; whoever waits is told."""
+        with self._lock:
+            self.failure = exc
+            pending, self._pending = self._pending, {}
+            host = self._hosts.pop(loop, None)
+            # Kept, never closed: closing would finalize its frozen tasks, running the
+            # rest of their code (finally blocks) outside any loop, after their runs were
+            # given up and while other workers take them over.
+            self._dead = (loop, host)
+        logger.critical(
+            "the event loop of async workflows died; its runs are given up and this engine "
+            "runs no more async workflows: restart the process",
+            exc_info=exc,
+            extra={"event": "loop_died", "error_type": type(exc).__qualname__},
+        )
+        claims: dict[tuple[str, int], Claimed] = {}
+        if host is not None:
+            host.closed = True
+            claims.update(((c.workflow_id, c.epoch), c) for c in host.running())
+        claims.update(((c.workflow_id, c.epoch), c) for c in pending.values() if c is not None)
+        for claimed in claims.values():
+            params = {"workflow_id": claimed.workflow_id, "epoch": claimed.epoch}
+            try:
+                self.runner.db.execute("abandon_workflow", params)
+            except Exception:
+                logger.warning("could not give up workflow %s", claimed.workflow_id)
+            self.runner.let_go(claimed)
+        reason = f"the event loop it ran on died ({type(exc).__qualname__}: {exc})"
+        for future, run in pending.items():
+            workflow_id = run.workflow_id if run is not None else None
+            try:
+                future.set_exception(WorkflowAbandoned(workflow_id, reason))
+            except concurrent.futures.InvalidStateError:
+                pass  # it had ended
+
+    def _call(self, make: Any, claimed: Claimed | None = None) -> concurrent.futures.Future[Any]:
         """Run `await make(host)` on the engine's own loop; a future for its value."""
 
         async def call() -> Any:
             return await make(await self.here())
 
-        return asyncio.run_coroutine_threadsafe(call(), self._own_loop())
+        self._refuse_if_dead()
+        loop = self._own_loop()
+        with self._lock:
+            self._refuse_if_dead()
+            future = asyncio.run_coroutine_threadsafe(call(), loop)
+            self._pending[future] = claimed
+        future.add_done_callback(self._settled)
+        return future
+
+    def _refuse_if_dead(self) -> None:
+        failure = self.failure
+        if failure is not None:
+            raise EngineNotRunningError(
+                "this engine's event loop of async workflows died "
+                f"({type(failure).__qualname__}: {failure}): restart the process"
+            )
+
+    def _settled(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            self._pending.pop(future, None)
 
     def submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]:
         """Run a claimed async workflow: on the loop it was started from if that loop still
@@ -369,7 +482,7 @@ class AsyncHosts:
             and not home.loop.is_closed()
         ):
             return asyncio.run_coroutine_threadsafe(_awaited(home.spawn(claimed)), home.loop)
-        return self._call(lambda host: _awaited(host.spawn(claimed)))
+        return self._call(lambda host: _awaited(host.spawn(claimed)), claimed)
 
     def run_here(
         self,
@@ -427,6 +540,9 @@ class AsyncHosts:
         if self._loop is not None:
             loop, thread = self._loop, self._thread
             self._loop = self._thread = None
+            self._stopping = True
+            if self._dead is not None and self._dead[0] is loop:
+                return  # it died (see _died)
             loop.call_soon_threadsafe(loop.stop)
             if thread is not None:
                 thread.join(timeout=10)
@@ -437,6 +553,10 @@ async def _close(host: AsyncHost, wait: bool, grace_seconds: float) -> None:
     await host.close(wait, grace_seconds)
     if host.guard is not None:
         host.guard.cancel()
+
+
+def _on_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop) -> bool:

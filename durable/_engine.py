@@ -262,7 +262,7 @@ class Engine(Client):
         self._worker_stop = threading.Event()
         if self.worker:
             self._worker_thread = threading.Thread(
-                target=self.run_worker,
+                target=self._work,
                 args=(self._worker_stop,),
                 name="durable-worker",
                 daemon=True,
@@ -273,6 +273,14 @@ class Engine(Client):
                 target=self._keep, args=(self._worker_stop,), name="durable-keeper", daemon=True
             )
             self._keeper.start()
+
+    def _work(self, stop: threading.Event) -> None:
+        """The in-process worker's thread. A worker that stopped with an error (the event
+        loop of its async workflows died) says so in the log: the application goes on."""
+        try:
+            self.run_worker(stop)
+        except EngineNotRunningError as exc:
+            logger.critical("%s", exc)
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop: wait for running workflows (if `wait`), release what is still owned."""

@@ -14,7 +14,7 @@ import threading
 import time
 from typing import TYPE_CHECKING
 
-from durable.errors import DatabaseUnavailableError
+from durable.errors import DatabaseUnavailableError, EngineNotRunningError
 
 if TYPE_CHECKING:
     from durable._engine import Engine
@@ -134,7 +134,18 @@ class Worker:
             # With a backlog, a workflow that ends wakes this loop (to dequeue the next).
             engine.runner.wake_on_free = self._wake if backlog else None
             self._wait(stop)
+        if engine.runner.loop_failure is not None:
+            stop.set()  # the worker stops: its LISTEN thread too
         self._drain()
+        failure = engine.runner.loop_failure
+        if failure is not None:
+            # Its runs were given up when it died; a process that can no longer run async
+            # workflows stops, so that its supervisor starts a whole one.
+            raise EngineNotRunningError(
+                f"worker {engine.executor_id} stopped: the event loop of its async workflows "
+                f"died ({type(failure).__qualname__}: {failure}); start the worker again "
+                "(other workers recover the workflows it held)"
+            )
 
     def _warn_orphans(self) -> None:
         """Say (once per workflow) when work waits for code no live worker has: a renamed
@@ -155,8 +166,10 @@ class Worker:
             )
 
     def _stopping(self, stop: threading.Event) -> bool:
-        """Asked to stop, or another process took this worker's executor id over."""
-        return stop.is_set() or self.engine.superseded
+        """Asked to stop, another process took this worker's executor id over, or the
+        event loop of its async workflows died."""
+        engine = self.engine
+        return stop.is_set() or engine.superseded or engine.runner.loop_failure is not None
 
     def _wait(self, stop: threading.Event) -> None:
         deadline = time.monotonic() + self.poll_interval

@@ -125,6 +125,10 @@ class AsyncSide(Protocol):
 
     def interrupt(self, workflow_ids: Iterable[str]) -> None: ...
 
+    # What ended the engine's own event loop, if it died (no async workflow runs here then).
+    @property
+    def failure(self) -> BaseException | None: ...
+
     def forget(self, workflow_ids: Iterable[str]) -> None: ...
 
     def close(self, wait: bool, grace_seconds: float) -> None: ...
@@ -457,6 +461,11 @@ class Runner:
         with self._lock:
             return len(self._futures)
 
+    @property
+    def loop_failure(self) -> BaseException | None:
+        """What ended the event loop of this runner's async workflows, if it died."""
+        return None if self.async_side is None else self.async_side.failure
+
     def async_running_count(self) -> int:
         with self._lock:
             return len(self._async_futures)
@@ -527,7 +536,7 @@ class Runner:
         if limit > 0 and any(not d.is_async for d in defs):
             started += self.start_claimed(self.claim_rows(workflow_ids, limit, False))
         room = self.engine.max_async - self.async_running_count()
-        if room > 0 and any(d.is_async for d in defs):
+        if room > 0 and self.loop_failure is None and any(d.is_async for d in defs):
             started += self.start_claimed(self.claim_rows(workflow_ids, room, True))
         return started
 
@@ -699,6 +708,8 @@ class Runner:
         engine = self.engine
         started: list[tuple[str, concurrent.futures.Future[Any]]] = []
         defs = engine.registry.workflows()
+        if self.loop_failure is not None:
+            defs = [d for d in defs if not d.is_async]  # nowhere to run them
         for queue in engine.registry.queues():
             if len(started) >= limit:
                 break

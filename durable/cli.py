@@ -848,6 +848,18 @@ def worker(
     engine.launch()
     try:
         engine.run_worker(stop, grace_seconds=grace_seconds)
+    except DurableError as exc:
+        if engine.runner.loop_failure is None:
+            raise
+        # The event loop of async workflows died: its runs were given up. Their tasks,
+        # frozen on it, and the threads they started must neither hold the process up
+        # nor run their code as it ends: release what is left, then leave at once.
+        engine.shutdown(wait=True)
+        click.echo(f"error: {exc}", err=True)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
     finally:
         engine.shutdown(wait=not engine.superseded)
     if engine.superseded:

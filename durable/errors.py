@@ -47,9 +47,10 @@ The tree::
     ├── ResultTimeoutError (also a TimeoutError)
     └── MigrationError
 
-WorkflowSuspended and WorkflowInterrupted derive from BaseException (not DurableError):
-they are control flow that unwinds a workflow while it waits or when it is asked to stop,
-and a broad `except Exception` must not swallow them.
+WorkflowSuspended, WorkflowInterrupted and WorkflowAbandoned derive from BaseException (not
+DurableError): they are control flow that unwinds a workflow while it waits, when it is
+asked to stop, or when the event loop it ran on died, and a broad `except Exception` must
+not swallow them.
 
 Each class's docstring is its default message and ends with the fix; the context of a
 particular failure is kept in attributes so that callers never parse messages.
@@ -542,6 +543,21 @@ class WorkflowInterrupted(BaseException):
         self.reason = reason
         self.timed_out = timed_out
         super().__init__(f"workflow {workflow_id!r} interrupted: {reason}")
+
+
+class WorkflowAbandoned(BaseException):
+    """Unwinds whoever waits for a run on an event loop that died: the run was given up (a
+    worker recovers its workflow) and this engine runs no more async workflows; restart the
+    process. Like WorkflowSuspended it is control flow: a sync parent waiting for the run
+    is given up with it, as after a SystemExit in its code."""
+
+    def __init__(self, workflow_id: str | None, reason: str) -> None:
+        self.workflow_id = workflow_id
+        self.reason = reason
+        which = f"workflow {workflow_id!r}" if workflow_id is not None else "an async workflow"
+        super().__init__(
+            f"{which} was given up: {reason}; restart the process (a worker recovers it)"
+        )
 
 
 class ResultTimeoutError(DurableError, TimeoutError):
