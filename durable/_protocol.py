@@ -755,11 +755,12 @@ def _record_call(
         "one",
         serial=True,
     )
-    scope.dollars, scope.tokens = Decimal(0), 0
     if row is None or not row["written"]:
+        scope.dollars, scope.tokens = Decimal(0), 0
         raise StaleOwnerError(run.workflow_id, run.epoch)
     if row["budget_id"] is not None:
-        run.ledger = Ledger.from_row(row)
+        run.ledger = Ledger.from_row(row)  # first: see over_cap for the order
+    scope.dollars, scope.tokens = Decimal(0), 0
 
 
 # -- @transaction ----------------------------------------------------------------------------------
@@ -1485,10 +1486,13 @@ def over_cap(
     Counts what is recorded (the run's ledger) plus what every step of this run now
     executing has charged or reserved (the larger of the two: a reservation is an
     estimate the real charges use up)."""
-    ledger = run.ledger
-    if ledger is None:
+    if run.ledger is None:
         return None
-    total_dollars, total_tokens = ledger.spent_dollars, ledger.spent_tokens
+    # The running steps are read before the ledger: a sync step charging from a worker
+    # thread may be deciding while the loop applies a sibling's record, which puts the
+    # charge in the ledger before taking it off the step (_record_call). Read in this
+    # order, a charge on its way is counted once or twice, never by neither.
+    total_dollars, total_tokens = Decimal(0), 0
     steps = run.inflight if any(s is scope for s in run.inflight) else [*run.inflight, scope]
     for step_scope in steps:
         d, t = step_scope.dollars, step_scope.tokens
@@ -1497,6 +1501,9 @@ def over_cap(
             d, t, rd, rt = d + dollars, t + tokens, rd + reserve_dollars, rt + reserve_tokens
         total_dollars += max(d, rd)
         total_tokens += max(t, rt)
+    ledger = run.ledger
+    total_dollars += ledger.spent_dollars
+    total_tokens += ledger.spent_tokens
     if ledger.limit_dollars is not None and total_dollars > ledger.limit_dollars:
         return f"dollars: {total_dollars} would pass the limit of {ledger.limit_dollars}"
     if ledger.limit_tokens is not None and total_tokens > ledger.limit_tokens:

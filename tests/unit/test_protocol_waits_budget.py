@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import sys
+import threading
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
+import durable
 from durable import _protocol as protocol
+from durable._context import current_run, current_step
 from durable._models import Budget, Decision, Ledger, StepKind
 from durable._protocol import Call, Pause
 from durable.errors import (
@@ -551,6 +556,40 @@ def test_reservations_count_until_released_and_against_parallel_steps() -> None:
     protocol.charge(run, b, Decimal("0.3"), 0)  # a now counts 0.2: 0.5 + 0.2 + 0.3 = 1
     with pytest.raises(BudgetExceededError):
         protocol.charge(run, b, Decimal("0.01"), 0)
+
+
+def test_sync_steps_charging_from_threads_at_once_never_pass_the_cap() -> None:
+    """durable.to_thread runs parallel sync steps in worker threads: their charges are
+    decided at the same moment, and a charge checked before a sibling's was added (a
+    thread switch between the check and the addition) would pass the cap unseen."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can: the race shows
+    try:
+        for _ in range(1500):
+            run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1"))
+            scopes = [protocol.StepScope(f"s{i}", charging=True) for i in range(8)]
+            run.inflight = list(scopes)
+            start = threading.Barrier(len(scopes))
+
+            def charge_in(
+                scope: protocol.StepScope,
+                run: protocol.Run = run,
+                start: threading.Barrier = start,
+            ) -> None:
+                current_run.set(run)
+                current_step.set(scope)
+                start.wait()
+                with contextlib.suppress(BudgetExceededError):
+                    durable.charge(dollars=0.2)
+
+            threads = [threading.Thread(target=charge_in, args=(s,)) for s in scopes]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sum(s.dollars for s in scopes) <= Decimal(1)
+    finally:
+        sys.setswitchinterval(switch)
 
 
 def test_a_time_budget_is_used_up_by_the_clock() -> None:
