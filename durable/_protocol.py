@@ -1567,10 +1567,12 @@ def budget_left(run: Run, scope: StepScope | None = None) -> Budget:
 SLEEP_IN_PLACE = 1.0  # seconds: shorter waits sleep in place instead of suspending
 
 
-def _wake_time(run: Run, label: str, seconds: float) -> Gen[dt.datetime]:
+def _wake_time(
+    run: Run, label: str, seconds: float, position: tuple[int, StepRecord | None] | None = None
+) -> Gen[dt.datetime]:
     """Journal (or replay) the time a wait ends, so a resume never waits again for the part
-    already waited."""
-    seq, found = run.journal.next_call(label)
+    already waited. `position`: the one its caller took for it (see recv)."""
+    seq, found = run.journal.next_call(label) if position is None else position
     if found is not None:
         return dt.datetime.fromisoformat(run.loads(found.output))
     wake_at = run.settings.clock.now() + dt.timedelta(seconds=seconds)
@@ -1628,11 +1630,15 @@ def recv(run: Run, topic: str | None, timeout: float | None) -> Gen[Any]:
     """The oldest message on `topic`, consumed in the statement that journals it; or None
     once the timeout passed. Suspends while nothing is there."""
     topic_key = topic or ""
+    label = f"recv:{topic_key}"
+    # Both positions are taken before the deadline is written: branches of a gather
+    # start calls while it is, and would take the message's position on this run but not
+    # on a replay, where the deadline returns without a write.
+    waits = None if timeout is None else run.journal.next_call(f"recv-deadline:{topic_key}")
+    seq, found = run.journal.next_call(label)
     deadline = None
     if timeout is not None:
-        deadline = yield from _wake_time(run, f"recv-deadline:{topic_key}", timeout)
-    label = f"recv:{topic_key}"
-    seq, found = run.journal.next_call(label)
+        deadline = yield from _wake_time(run, f"recv-deadline:{topic_key}", timeout, waits)
     if found is not None:
         return run.loads(found.output)
     check_interrupt(run)

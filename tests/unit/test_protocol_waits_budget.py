@@ -411,6 +411,23 @@ def test_recv_with_a_timeout_journals_its_deadline_and_suspends_until_it() -> No
     assert script.only("suspend_until")["wake_at"] == T0 + dt.timedelta(seconds=30)
 
 
+def test_recv_with_a_timeout_takes_both_its_positions_before_it_waits() -> None:
+    """A recv with a timeout is two journaled calls (its deadline, its message). In a
+    gather, the sibling branches run while the deadline is written: had the message's
+    position been taken after that write, a sibling would take it on the first run but
+    not on a replay (where the deadline returns at once), and the replay would meet
+    another call's record there (NondeterminismError, or a step of the same name
+    answering with a sibling's output)."""
+    run = make_run()
+    gen = protocol.recv(run, "t", 30)
+    first = next(gen)  # the deadline's write: siblings may start calls meanwhile
+    assert isinstance(first, protocol.Execute) and first.name == "record_step"
+    assert run.journal.next_seq == 2
+    sibling_seq, _ = run.journal.next_call("a sibling's step")
+    assert sibling_seq == 2
+    gen.close()
+
+
 def test_recv_past_its_timeout_records_none() -> None:
     past = (T0 - dt.timedelta(seconds=1)).isoformat()
     run = make_run(records=[done(0, "recv-deadline:t", past, StepKind.SLEEP)])
