@@ -731,3 +731,39 @@ def test_gathered_recvs_with_timeouts_replay_beside_a_step_that_ran_once(
             assert ran == ["w"]
 
     run(main())
+
+
+def test_a_task_branch_that_parks_the_run_leaves_no_unretrieved_error(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A branch made with asyncio.create_task that the body never awaits parks the run:
+    the suspension it raised ends the run, is nobody's to read, and is not logged by
+    asyncio as 'Task exception was never retrieved'."""
+    reg = durable.Registry()
+    ran: list[str] = []
+
+    @durable.step(registry=reg)
+    async def work(tag: str) -> str:
+        ran.append(tag)
+        return tag
+
+    async def later() -> None:
+        await durable.sleep_async(1.5)  # long enough to suspend
+
+    @durable.workflow(registry=reg)
+    async def wf() -> str:
+        asyncio.create_task(later())  # noqa: RUF006 - fire and forget, on purpose
+        return await work("w")
+
+    async def main() -> None:
+        async with durable.Engine(
+            database_url, registry=reg, poll_interval=0.05, worker=True
+        ) as engine:
+            h = await engine.start_async(wf, workflow_id="forget")
+            assert await h.result(timeout=30) == "w"
+            gc.collect()  # an unretrieved task error is logged when the task is collected
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        run(main())
+    assert ran == ["w"]
+    assert not [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]
