@@ -24,6 +24,7 @@ are in `_protocol` (`open_ledger`, `budget_gate`); these are the public function
 
 from __future__ import annotations
 
+import threading
 from decimal import Decimal
 
 from durable import _protocol as protocol
@@ -33,6 +34,11 @@ from durable._protocol import StepScope
 from durable.errors import NotInWorkflowError
 
 __all__ = ["Budget", "Ledger", "Reservation", "budget_left", "charge", "dollars_exact", "reserve"]
+
+# A charge is checked against what the run's running steps hold, then added: parallel sync
+# steps (durable.to_thread) charge from worker threads at once, and a thread switch
+# between the check and the addition would let both pass a cap that has room for one.
+_deciding = threading.Lock()
 
 
 def charge(*, dollars: float = 0.0, tokens: int = 0) -> None:
@@ -50,7 +56,8 @@ def charge(*, dollars: float = 0.0, tokens: int = 0) -> None:
         )
     check_amount("dollars", dollars, whole=False)
     check_amount("tokens", tokens, whole=True)
-    protocol.charge(run, scope, Decimal(str(dollars)), int(tokens))
+    with _deciding:
+        protocol.charge(run, scope, Decimal(str(dollars)), int(tokens))
 
 
 class Reservation:
@@ -66,7 +73,8 @@ class Reservation:
     def release(self) -> None:
         if self._open:
             self._open = False
-            protocol.release(self._scope, self.dollars, self.tokens)
+            with _deciding:
+                protocol.release(self._scope, self.dollars, self.tokens)
 
     def __enter__(self) -> Reservation:
         return self
@@ -93,7 +101,8 @@ def reserve(*, dollars: float = 0.0, tokens: int = 0) -> Reservation:
     check_amount("dollars", dollars, whole=False)
     check_amount("tokens", tokens, whole=True)
     amount, count = Decimal(str(dollars)), int(tokens)
-    protocol.reserve(run, scope, amount, count)
+    with _deciding:
+        protocol.reserve(run, scope, amount, count)
     return Reservation(scope, amount, count)
 
 

@@ -692,6 +692,14 @@ class Client:
         it instead): COMPENSATED, COMPENSATION_FAILED, and CANCELLED after its
         compensations ran, since a replay would redo its effects on top of their undo and
         undo them again under new keys."""
+        self._resume(workflow_id)
+        return self.handle(workflow_id)
+
+    resume_workflow = resume
+
+    def _resume(self, workflow_id: str) -> bool:
+        """resume(); True when this call made the workflow runnable (a status read after
+        it cannot tell: a worker may have claimed, or finished, the workflow since)."""
         check_name("workflow_id", workflow_id)
         row = self.db.fetch_one("resume_workflow", {"workflow_id": workflow_id})
         if row is None:
@@ -702,11 +710,9 @@ class Client:
                 raise WorkflowNotResumableError(
                     workflow_id, "CANCELLED after its compensations ran"
                 )
-        else:
-            self.notify_work(workflow_id)
-        return self.handle(workflow_id)
-
-    resume_workflow = resume
+            return False
+        self.notify_work(workflow_id)
+        return True
 
     def fork(
         self, workflow_id: str, *, from_step: int, new_id: str | None = None

@@ -224,6 +224,7 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                     await _prove_claim(run, db, lease)
                 await lease.release()  # what follows may wait: hold no connection meanwhile
                 if kind is Call and op.body:  # type: ignore[union-attr]
+                    branches.body = task
                     with branches.idle(task):  # waits on its branches, runs none itself
                         value = await _call(run, op)  # type: ignore[arg-type]
                 elif kind is Call:
@@ -266,6 +267,8 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                         error = later
     except BaseException as exc:
         escaping = exc
+        if isinstance(exc, WorkflowSuspended | WorkflowInterrupted):
+            branches.ending_run(task)
         raise
     finally:
         branches.leave(task, parking)
@@ -292,6 +295,10 @@ class _Branches:
         self.turn: asyncio.Task[Any] | None = None
         self.changed = asyncio.Event()
         self.serial = asyncio.Lock()
+        # The task running the workflow body (its host's), and the other tasks whose
+        # durable call raised the run's end (its suspension or its stop).
+        self.body: asyncio.Task[Any] | None = None
+        self.ended_run: set[asyncio.Task[Any]] = set()
 
     def enter(self, task: asyncio.Task[Any]) -> None:
         if task not in self.tasks:
@@ -308,7 +315,18 @@ class _Branches:
             self.turn = None
         self.changed.set()
 
+    def ending_run(self, task: asyncio.Task[Any] | None) -> None:
+        if task is not None and task is not self.body:
+            self.ended_run.add(task)
+
     def _ended(self, task: asyncio.Task[Any]) -> None:
+        if task in self.ended_run:
+            self.ended_run.discard(task)
+            if not task.cancelled():
+                # A branch made with asyncio.create_task that the body never awaited ends
+                # with the run's suspension or stop: nobody's to read (the run is over),
+                # and not an error for asyncio to log as never retrieved.
+                task.exception()
         self.tasks.discard(task)
         self.busy.pop(task, None)
         if self.turn is task:

@@ -755,11 +755,12 @@ def _record_call(
         "one",
         serial=True,
     )
-    scope.dollars, scope.tokens = Decimal(0), 0
     if row is None or not row["written"]:
+        scope.dollars, scope.tokens = Decimal(0), 0
         raise StaleOwnerError(run.workflow_id, run.epoch)
     if row["budget_id"] is not None:
-        run.ledger = Ledger.from_row(row)
+        run.ledger = Ledger.from_row(row)  # first: see over_cap for the order
+    scope.dollars, scope.tokens = Decimal(0), 0
 
 
 # -- @transaction ----------------------------------------------------------------------------------
@@ -1485,10 +1486,13 @@ def over_cap(
     Counts what is recorded (the run's ledger) plus what every step of this run now
     executing has charged or reserved (the larger of the two: a reservation is an
     estimate the real charges use up)."""
-    ledger = run.ledger
-    if ledger is None:
+    if run.ledger is None:
         return None
-    total_dollars, total_tokens = ledger.spent_dollars, ledger.spent_tokens
+    # The running steps are read before the ledger: a sync step charging from a worker
+    # thread may be deciding while the loop applies a sibling's record, which puts the
+    # charge in the ledger before taking it off the step (_record_call). Read in this
+    # order, a charge on its way is counted once or twice, never by neither.
+    total_dollars, total_tokens = Decimal(0), 0
     steps = run.inflight if any(s is scope for s in run.inflight) else [*run.inflight, scope]
     for step_scope in steps:
         d, t = step_scope.dollars, step_scope.tokens
@@ -1497,6 +1501,9 @@ def over_cap(
             d, t, rd, rt = d + dollars, t + tokens, rd + reserve_dollars, rt + reserve_tokens
         total_dollars += max(d, rd)
         total_tokens += max(t, rt)
+    ledger = run.ledger
+    total_dollars += ledger.spent_dollars
+    total_tokens += ledger.spent_tokens
     if ledger.limit_dollars is not None and total_dollars > ledger.limit_dollars:
         return f"dollars: {total_dollars} would pass the limit of {ledger.limit_dollars}"
     if ledger.limit_tokens is not None and total_tokens > ledger.limit_tokens:
@@ -1560,10 +1567,12 @@ def budget_left(run: Run, scope: StepScope | None = None) -> Budget:
 SLEEP_IN_PLACE = 1.0  # seconds: shorter waits sleep in place instead of suspending
 
 
-def _wake_time(run: Run, label: str, seconds: float) -> Gen[dt.datetime]:
+def _wake_time(
+    run: Run, label: str, seconds: float, position: tuple[int, StepRecord | None] | None = None
+) -> Gen[dt.datetime]:
     """Journal (or replay) the time a wait ends, so a resume never waits again for the part
-    already waited."""
-    seq, found = run.journal.next_call(label)
+    already waited. `position`: the one its caller took for it (see recv)."""
+    seq, found = run.journal.next_call(label) if position is None else position
     if found is not None:
         return dt.datetime.fromisoformat(run.loads(found.output))
     wake_at = run.settings.clock.now() + dt.timedelta(seconds=seconds)
@@ -1621,11 +1630,15 @@ def recv(run: Run, topic: str | None, timeout: float | None) -> Gen[Any]:
     """The oldest message on `topic`, consumed in the statement that journals it; or None
     once the timeout passed. Suspends while nothing is there."""
     topic_key = topic or ""
+    label = f"recv:{topic_key}"
+    # Both positions are taken before the deadline is written: branches of a gather
+    # start calls while it is, and would take the message's position on this run but not
+    # on a replay, where the deadline returns without a write.
+    waits = None if timeout is None else run.journal.next_call(f"recv-deadline:{topic_key}")
+    seq, found = run.journal.next_call(label)
     deadline = None
     if timeout is not None:
-        deadline = yield from _wake_time(run, f"recv-deadline:{topic_key}", timeout)
-    label = f"recv:{topic_key}"
-    seq, found = run.journal.next_call(label)
+        deadline = yield from _wake_time(run, f"recv-deadline:{topic_key}", timeout, waits)
     if found is not None:
         return run.loads(found.output)
     check_interrupt(run)

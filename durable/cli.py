@@ -548,10 +548,11 @@ def resume(workflow_id: str, database_url: str | None, schema: str) -> None:
     """Run a cancelled, failed or given-up workflow again from its journal (any worker
     picks it up; completed steps are not run again)."""
     with _client(database_url, schema) as client:
-        status = client.resume(workflow_id).status()
-    if status is WorkflowStatus.PENDING:
-        click.echo(inert(f"resumed {workflow_id}: a worker will pick it up"))
-    elif status is WorkflowStatus.SUCCESS:
+        if client._resume(workflow_id):
+            click.echo(inert(f"resumed {workflow_id}: a worker will pick it up"))
+            return
+        status = client.get_workflow(workflow_id).status
+    if status is WorkflowStatus.SUCCESS:
         click.echo(inert(f"{workflow_id} already succeeded: nothing to resume"))
     else:
         click.echo(inert(f"{workflow_id} is {status}: it is still going, nothing to resume"))

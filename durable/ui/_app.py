@@ -551,8 +551,13 @@ def _cancel(client: Client, form: dict[str, str]) -> str:
 
 
 def _resume(client: Client, form: dict[str, str]) -> str:
-    client.resume(form["workflow_id"])
-    return f"resumed {form['workflow_id']}"
+    workflow_id = form["workflow_id"]
+    if client._resume(workflow_id):
+        return f"resumed {workflow_id}"
+    status = client.get_workflow(workflow_id).status
+    if status is WorkflowStatus.SUCCESS:
+        return f"{workflow_id} already succeeded: nothing to resume"
+    return f"{workflow_id} is {status.value}: it is still going, nothing to resume"
 
 
 def _fork(client: Client, form: dict[str, str]) -> str:

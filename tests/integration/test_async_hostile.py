@@ -694,3 +694,75 @@ def test_fork_of_an_async_workflow_replays_up_to_the_fork_point(database_url: st
             assert calls == [2]
 
     run(main())
+
+
+def test_gathered_recvs_with_timeouts_replay_beside_a_step_that_ran_once(
+    database_url: str,
+) -> None:
+    """Two recvs with timeouts and a step in one gather: the workflow parks, each message
+    wakes it, and every replay finds each call at its position (the step runs once)."""
+    reg = durable.Registry()
+    ran: list[str] = []
+
+    @durable.step(registry=reg)
+    async def work(tag: str) -> str:
+        ran.append(tag)
+        return tag
+
+    @durable.workflow(registry=reg)
+    async def wf() -> list[Any]:
+        return list(
+            await asyncio.gather(
+                durable.recv_async("a", timeout=120),
+                durable.recv_async("b", timeout=120),
+                work("w"),
+            )
+        )
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg, poll_interval=0.05) as engine:
+            h = await engine.start_async(wf, workflow_id="recvs")
+            while await h.status() != durable.WorkflowStatus.SUSPENDED:
+                await asyncio.sleep(0.02)
+            await engine.send_async("recvs", "B", topic="b")
+            await engine.send_async("recvs", "A", topic="a")
+            assert await h.result(timeout=30) == ["A", "B", "w"]
+            assert ran == ["w"]
+
+    run(main())
+
+
+def test_a_task_branch_that_parks_the_run_leaves_no_unretrieved_error(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A branch made with asyncio.create_task that the body never awaits parks the run:
+    the suspension it raised ends the run, is nobody's to read, and is not logged by
+    asyncio as 'Task exception was never retrieved'."""
+    reg = durable.Registry()
+    ran: list[str] = []
+
+    @durable.step(registry=reg)
+    async def work(tag: str) -> str:
+        ran.append(tag)
+        return tag
+
+    async def later() -> None:
+        await durable.sleep_async(1.5)  # long enough to suspend
+
+    @durable.workflow(registry=reg)
+    async def wf() -> str:
+        asyncio.create_task(later())  # noqa: RUF006 - fire and forget, on purpose
+        return await work("w")
+
+    async def main() -> None:
+        async with durable.Engine(
+            database_url, registry=reg, poll_interval=0.05, worker=True
+        ) as engine:
+            h = await engine.start_async(wf, workflow_id="forget")
+            assert await h.result(timeout=30) == "w"
+            gc.collect()  # an unretrieved task error is logged when the task is collected
+
+    with caplog.at_level("ERROR", logger="asyncio"):
+        run(main())
+    assert ran == ["w"]
+    assert not [r.getMessage() for r in caplog.records if "never retrieved" in r.getMessage()]

@@ -543,6 +543,35 @@ def test_a_client_runs_nothing_and_registers_no_executor(database_url: str) -> N
 # -- the CLI ---------------------------------------------------------------------------------------
 
 
+def test_cli_resume_says_it_resumed_even_when_a_worker_finished_it_before_it_looked(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    """`durable workflows resume` read the status after resuming: a worker that claimed
+    (or finished) the workflow in between made it print 'still going, nothing to
+    resume' or 'already succeeded'. A trigger stands for a worker that is that quick."""
+    app = make_app("t11")
+    with worker(database_url, app) as engine:
+        cancel_at_step_1(engine, app, "c")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            """
+            CREATE FUNCTION quick_worker() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF NEW.status = 'PENDING' AND OLD.status = 'CANCELLED' THEN
+                    NEW.status := 'SUCCESS';
+                    NEW.output := '"done"';
+                END IF;
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER quick_worker BEFORE UPDATE ON durable.workflows
+                FOR EACH ROW EXECUTE FUNCTION quick_worker();
+            """
+        )
+    out = cli(subprocess_env, "workflows", "resume", "c", "--database-url", database_url)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "resumed c: a worker will pick it up"
+
+
 def test_cli_resume_and_fork_act_like_the_python_methods(
     database_url: str, subprocess_env: dict[str, str]
 ) -> None:

@@ -203,6 +203,19 @@ def test_cancel_resume_fork_and_schedules(engine: durable.Engine) -> None:
     assert missing.status_code == 404
 
 
+def test_resume_of_a_succeeded_workflow_says_nothing_was_resumed(
+    engine: durable.Engine,
+) -> None:
+    assert engine.start(idle, 7, workflow_id="done-1").result(timeout=20) == 7
+    web = _web(create_app(engine, token=TOKEN))
+    csrf = _csrf(web, "/workflows/done-1")
+    form = {"workflow_id": "done-1", "token": TOKEN, "csrf": csrf}
+    page = web.post("/actions/resume", data=form)
+    assert page.status_code == 200
+    assert "done-1 already succeeded: nothing to resume" in page.text
+    assert "resumed done-1" not in page.text
+
+
 def test_the_list_pages_by_keyset_and_filters(database_url: str) -> None:
     with durable.Client(database_url) as client:
         for i in range(120):

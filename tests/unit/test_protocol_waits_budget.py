@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import sys
+import threading
 from decimal import Decimal
 from typing import Any
 
 import pytest
 
+import durable
 from durable import _protocol as protocol
+from durable._context import current_run, current_step
 from durable._models import Budget, Decision, Ledger, StepKind
 from durable._protocol import Call, Pause
 from durable.errors import (
@@ -406,6 +411,23 @@ def test_recv_with_a_timeout_journals_its_deadline_and_suspends_until_it() -> No
     assert script.only("suspend_until")["wake_at"] == T0 + dt.timedelta(seconds=30)
 
 
+def test_recv_with_a_timeout_takes_both_its_positions_before_it_waits() -> None:
+    """A recv with a timeout is two journaled calls (its deadline, its message). In a
+    gather, the sibling branches run while the deadline is written: had the message's
+    position been taken after that write, a sibling would take it on the first run but
+    not on a replay (where the deadline returns at once), and the replay would meet
+    another call's record there (NondeterminismError, or a step of the same name
+    answering with a sibling's output)."""
+    run = make_run()
+    gen = protocol.recv(run, "t", 30)
+    first = next(gen)  # the deadline's write: siblings may start calls meanwhile
+    assert isinstance(first, protocol.Execute) and first.name == "record_step"
+    assert run.journal.next_seq == 2
+    sibling_seq, _ = run.journal.next_call("a sibling's step")
+    assert sibling_seq == 2
+    gen.close()
+
+
 def test_recv_past_its_timeout_records_none() -> None:
     past = (T0 - dt.timedelta(seconds=1)).isoformat()
     run = make_run(records=[done(0, "recv-deadline:t", past, StepKind.SLEEP)])
@@ -551,6 +573,40 @@ def test_reservations_count_until_released_and_against_parallel_steps() -> None:
     protocol.charge(run, b, Decimal("0.3"), 0)  # a now counts 0.2: 0.5 + 0.2 + 0.3 = 1
     with pytest.raises(BudgetExceededError):
         protocol.charge(run, b, Decimal("0.01"), 0)
+
+
+def test_sync_steps_charging_from_threads_at_once_never_pass_the_cap() -> None:
+    """durable.to_thread runs parallel sync steps in worker threads: their charges are
+    decided at the same moment, and a charge checked before a sibling's was added (a
+    thread switch between the check and the addition) would pass the cap unseen."""
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch as often as they can: the race shows
+    try:
+        for _ in range(1500):
+            run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1"))
+            scopes = [protocol.StepScope(f"s{i}", charging=True) for i in range(8)]
+            run.inflight = list(scopes)
+            start = threading.Barrier(len(scopes))
+
+            def charge_in(
+                scope: protocol.StepScope,
+                run: protocol.Run = run,
+                start: threading.Barrier = start,
+            ) -> None:
+                current_run.set(run)
+                current_step.set(scope)
+                start.wait()
+                with contextlib.suppress(BudgetExceededError):
+                    durable.charge(dollars=0.2)
+
+            threads = [threading.Thread(target=charge_in, args=(s,)) for s in scopes]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            assert sum(s.dollars for s in scopes) <= Decimal(1)
+    finally:
+        sys.setswitchinterval(switch)
 
 
 def test_a_time_budget_is_used_up_by_the_clock() -> None:
