@@ -328,8 +328,10 @@ class SystemDB:
         ).fetchone()
         if not row or not row[0]:
             return False
+        # to_regclass, not a cast: before the first migration the schema does not exist.
         found = conn.execute(
-            "SELECT count(*) FROM pg_catalog.pg_dist_partition WHERE logicalrelid = %s::regclass",
+            "SELECT count(*) FROM pg_catalog.pg_dist_partition"
+            " WHERE logicalrelid = to_regclass(%s)",
             [sql.Identifier(self.schema, "workflows").as_string(conn)],
         ).fetchone()
         return bool(found and found[0])
