@@ -351,14 +351,19 @@ class SystemDB:
         """Distribute the migrated tables over Citus (durable/_citus.py's plan); tables
         already distributed are left as they are. Returns how many it distributed."""
         with self._translate("distribute_citus"), self.connection() as conn:
+            # Installed files are not enough: Citus runs only when the server preloads it.
             row = conn.execute(
-                "SELECT count(*) FROM pg_available_extensions WHERE name = 'citus'"
+                "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'citus')"
+                " AND (EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+                " OR 'citus' = ANY(string_to_array("
+                "replace(current_setting('shared_preload_libraries'), ' ', ''), ',')))"
             ).fetchone()
             if not row or not row[0]:
                 raise ConfigurationError(
-                    f"the server at {redact(self.url)} has no citus extension: run "
-                    "`durable migrate --citus` against a Citus coordinator (or see the "
-                    "statements with `durable migrate --citus --dry-run`)"
+                    f"the server at {redact(self.url)} has no citus extension loaded: run "
+                    "`durable migrate --citus` against a Citus coordinator (a server with "
+                    "shared_preload_libraries = 'citus'), or see the statements with "
+                    "`durable migrate --citus --dry-run`"
                 )
             done = 0
             for table, statement in _citus.plan(self.schema):
