@@ -468,12 +468,13 @@ WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED' AND EXISTS (
     WHERE workflow_id = %(workflow_id)s AND name = %(name)s AND status <> 'waiting')
 
 -- upsert_executor --
--- Register this executor (or refresh its heartbeat).
+-- Register this executor (or refresh its heartbeat). The time is read once, in VALUES:
+-- Citus refuses a function that is not IMMUTABLE in DO UPDATE SET.
 INSERT INTO {schema}.executors (executor_id, hostname, pid, started_at, heartbeat_at,
     capabilities)
 VALUES (%(executor_id)s, %(hostname)s, %(pid)s, {schema}.current_time(),
     {schema}.current_time(), %(capabilities)s)
-ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = {schema}.current_time(),
+ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at,
     hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
     capabilities = EXCLUDED.capabilities
 
@@ -728,6 +729,7 @@ RETURNING output
 
 -- set_event --
 -- Publish an event and journal it as this step in one statement, fenced by epoch.
+-- (updated_at: the time its insert would have had, as in upsert_executor.)
 WITH journaled AS (
     INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
     SELECT workflow_id, %(step_seq)s, %(step_name)s, 'event', %(value)s
@@ -740,7 +742,7 @@ WITH journaled AS (
 INSERT INTO {schema}.events (workflow_id, key, value, step_seq)
 SELECT workflow_id, %(key)s, %(value)s, %(step_seq)s FROM journaled
 ON CONFLICT (workflow_id, key) DO UPDATE
-SET value = excluded.value, step_seq = excluded.step_seq, updated_at = {schema}.current_time()
+SET value = excluded.value, step_seq = excluded.step_seq, updated_at = excluded.updated_at
 
 -- write_stream --
 -- Append a value (or the closing row) to a stream and journal it as this step in one
@@ -778,6 +780,7 @@ SELECT value FROM {schema}.events WHERE workflow_id = %(workflow_id)s AND key = 
 
 -- upsert_schedule --
 -- Store a schedule, or update its definition; its pause state and last tick are kept.
+-- (updated_at: the time its insert would have had, as in upsert_executor.)
 INSERT INTO {schema}.schedules (schedule_name, workflow_name, workflow_version, cron,
     timezone, catch_up)
 VALUES (%(schedule_name)s, %(workflow_name)s, %(workflow_version)s, %(cron)s, %(timezone)s,
@@ -785,7 +788,7 @@ VALUES (%(schedule_name)s, %(workflow_name)s, %(workflow_version)s, %(cron)s, %(
 ON CONFLICT (schedule_name) DO UPDATE
 SET workflow_name = excluded.workflow_name, workflow_version = excluded.workflow_version,
     cron = excluded.cron, timezone = excluded.timezone, catch_up = excluded.catch_up,
-    updated_at = {schema}.current_time()
+    updated_at = excluded.updated_at
 
 -- due_schedules --
 -- Unpaused schedules of workflows this executor can run.

@@ -6,12 +6,14 @@ its own on it.
 
 from __future__ import annotations
 
+import datetime as dt
 import subprocess
 import sys
 
 import psycopg
 import pytest
 
+import durable
 from durable import _citus
 
 pytestmark = pytest.mark.citus
@@ -55,3 +57,23 @@ def test_migrate_citus_on_a_fresh_cluster_database_distributes_every_table(
     again = cli("migrate", "--citus", "--database-url", citus_bare_url)
     assert again.returncode == 0, again.stderr
     assert "up to date" in again.stdout and "distributed 0 tables" in again.stdout
+
+
+def test_an_engine_starts_on_the_distributed_schema_on_its_clock(citus_url: str) -> None:
+    # Registering the executor was an upsert whose DO UPDATE SET called current_time(),
+    # which Citus refuses on a distributed (or reference) table, and current_time() itself
+    # was a COALESCE, which Citus refuses around a function that is not IMMUTABLE: 0A000
+    # as the engine started.
+    clock = durable.FakeClock(dt.datetime(2030, 1, 1, tzinfo=dt.UTC))
+    reg = durable.Registry()
+    with durable.Engine(citus_url, registry=reg, executor_id="e-1", clock=clock) as engine:
+        clock.advance(3600)
+        # The same executor registering again (a restart): the upsert's DO UPDATE.
+        engine.db.execute(
+            "upsert_executor",
+            {"executor_id": "e-1", "hostname": "h", "pid": 1, "capabilities": "[]"},
+        )
+        row = engine.db.fetch_one("get_executor", {"executor_id": "e-1"})
+    # Its heartbeat is on the engine's clock (the server's own time is years away).
+    assert row is not None and row["hostname"] == "h"
+    assert abs(float(row["heartbeat_age"])) < 60, row
