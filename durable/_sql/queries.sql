@@ -270,7 +270,7 @@ ORDER BY w.created_at LIMIT %(limit)s
 -- Journal one step, only while this run's epoch owns the workflow (one statement, one commit).
 -- RETURNING says whose row it wrote: lazy modes send batches of large records as one
 -- pipeline of these in one transaction (see SystemDB.write_steps).
-INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error, attempts,
     child_workflow_id, started_at)
 SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
     %(attempts)s, %(child_workflow_id)s, %(started_at)s
@@ -286,7 +286,7 @@ RETURNING workflow_id
 -- run lost the workflow, this raises (fence_lost, SQLSTATE UD001): the transaction is then
 -- aborted and the COMMIT behind it keeps none of its writes.
 WITH rec AS (
-    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error,
+    INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error,
         attempts, child_workflow_id, started_at)
     SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
         %(attempts)s, %(child_workflow_id)s, %(started_at)s
@@ -337,7 +337,7 @@ WITH finished AS (
         AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
     RETURNING workflow_id
 )
-INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error, attempts,
     started_at)
 SELECT f.workflow_id, u.step_seq, u.step_name, u.kind, u.output, u.error, u.attempts,
     u.started_at
@@ -650,7 +650,7 @@ LIMIT %(limit)s
 -- binary: a text array literal is built by escaping every element (a 1 MB JSON payload
 -- took seconds to send that way, binary milliseconds; and for small records the escaping
 -- was a third of a lazy step's client time).
-INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error, attempts,
     started_at)
 SELECT w.workflow_id, u.step_seq, u.step_name, u.kind, u.output, u.error, u.attempts,
     u.started_at
@@ -723,7 +723,7 @@ WITH picked AS (
     WHERE m.workflow_id = picked.workflow_id AND m.message_id = picked.message_id
     RETURNING m.workflow_id, m.payload
 )
-INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
+INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output)
 SELECT workflow_id, %(step_seq)s, %(step_name)s, 'recv', payload FROM consumed
 RETURNING output
 
@@ -731,7 +731,7 @@ RETURNING output
 -- Publish an event and journal it as this step in one statement, fenced by epoch.
 -- (updated_at: the time its insert would have had, as in upsert_executor.)
 WITH journaled AS (
-    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
+    INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output)
     SELECT workflow_id, %(step_seq)s, %(step_name)s, 'event', %(value)s
     FROM {schema}.workflows
     WHERE workflow_id = %(workflow_id)s
@@ -748,7 +748,7 @@ SET value = excluded.value, step_seq = excluded.step_seq, updated_at = excluded.
 -- Append a value (or the closing row) to a stream and journal it as this step in one
 -- statement, fenced by epoch; readers following the stream are woken by the NOTIFY.
 WITH journaled AS (
-    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
+    INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output)
     SELECT workflow_id, %(step_seq)s, %(step_name)s, 'stream', %(value)s
     FROM {schema}.workflows
     WHERE workflow_id = %(workflow_id)s
@@ -1004,7 +1004,7 @@ WHERE w.budget_id = %(budget_id)s AND a.status = 'waiting' AND a.name LIKE 'budg
 -- Journal a step together with what it spent (and, for a tool, its call record) in one
 -- fenced statement; `written` is 0 if this run no longer owns the workflow.
 WITH journaled AS (
-    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+    INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error, attempts,
         started_at)
     SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
         %(attempts)s, %(started_at)s
