@@ -613,8 +613,7 @@ WITH decided AS (
     -- RUNNING too, for the same reason as send_message: a suspend in flight is waited for.
     UPDATE {schema}.workflows
     SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
-        updated_at = CASE WHEN status = 'SUSPENDED' THEN {schema}.current_time()
-                          ELSE updated_at END
+        updated_at = {schema}.current_time()
     WHERE workflow_id IN (SELECT workflow_id FROM decided)
       AND status IN ('SUSPENDED', 'RUNNING')
     RETURNING workflow_id
@@ -631,7 +630,7 @@ WITH expired AS (
 )
 UPDATE {schema}.workflows
 SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
-    updated_at = CASE WHEN status = 'SUSPENDED' THEN {schema}.current_time() ELSE updated_at END
+    updated_at = {schema}.current_time()
 WHERE workflow_id IN (SELECT workflow_id FROM expired) AND status IN ('SUSPENDED', 'RUNNING')
 
 -- list_approvals --
@@ -688,9 +687,11 @@ WHERE status = 'SUSPENDED'
 
 -- send_message --
 -- Deliver a message once per message id, and wake the workflow if it is waiting.
--- A RUNNING row is matched too (and left as it is): if its run is suspending right now,
--- this waits for that statement's row lock and then sees SUSPENDED and wakes it. Matching
--- SUSPENDED alone would miss a suspend that checked for messages before this one landed.
+-- A RUNNING row is matched too (and left as it is, but for updated_at): if its run is
+-- suspending right now, this waits for that statement's row lock and then sees SUSPENDED
+-- and wakes it. Matching SUSPENDED alone would miss a suspend that checked for messages
+-- before this one landed. (updated_at is set either way: Citus refuses the time inside a
+-- CASE.)
 WITH delivered AS (
     INSERT INTO {schema}.messages (workflow_id, message_id, topic, payload)
     VALUES (%(workflow_id)s, %(message_id)s, %(topic)s, %(payload)s)
@@ -700,7 +701,7 @@ WITH delivered AS (
 UPDATE {schema}.workflows
 SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
     wake_at = CASE WHEN status = 'SUSPENDED' THEN NULL ELSE wake_at END,
-    updated_at = CASE WHEN status = 'SUSPENDED' THEN {schema}.current_time() ELSE updated_at END
+    updated_at = {schema}.current_time()
 WHERE workflow_id IN (SELECT workflow_id FROM delivered) AND status IN ('SUSPENDED', 'RUNNING')
 
 -- consume_message --
