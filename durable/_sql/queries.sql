@@ -201,7 +201,9 @@ WITH resumed AS (
 ), forgotten AS (
     DELETE FROM {schema}.steps AS s
     USING resumed AS r
-    WHERE s.workflow_id = r.workflow_id
+    -- The id again, not only through r: Citus then sends the whole statement to the
+    -- workflow's shard, instead of planning each part apart.
+    WHERE s.workflow_id = %(workflow_id)s AND s.workflow_id = r.workflow_id
       AND s.error IS NOT NULL
       AND s.kind IN ('step', 'tool', 'transaction', 'child')
       AND s.step_seq > coalesce((
