@@ -358,13 +358,16 @@ SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_att
                   THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
     owner = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
                  THEN NULL ELSE %(owner)s END,
-    lease_expires_at = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
-                 THEN NULL
-                 ELSE {schema}.current_time() + make_interval(secs => %(lease_seconds)s) END,
+    -- NULL when out of attempts. The time is never inside a CASE or a COALESCE (Citus
+    -- refuses it there), and a column is added to it by plus_seconds (IMMUTABLE).
+    lease_expires_at = {schema}.plus_seconds({schema}.current_time(),
+        CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+             THEN NULL ELSE %(lease_seconds)s END),
     recovery_attempts = w.recovery_attempts + (CASE WHEN w.status = 'RUNNING' THEN 1 ELSE 0 END),
     epoch = w.epoch + 1,
-    deadline_at = coalesce(w.deadline_at,
-        {schema}.current_time() + make_interval(secs => w.timeout_seconds)),
+    -- The first claim's deadline is kept: LEAST ignores the NULL given once it is set.
+    deadline_at = LEAST(w.deadline_at, {schema}.plus_seconds({schema}.current_time(),
+        CASE WHEN w.deadline_at IS NULL THEN w.timeout_seconds END)),
     updated_at = {schema}.current_time()
 FROM (
     SELECT workflow_id FROM {schema}.workflows
@@ -401,13 +404,16 @@ SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_att
                   THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
     owner = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
                  THEN NULL ELSE %(owner)s END,
-    lease_expires_at = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
-                 THEN NULL
-                 ELSE {schema}.current_time() + make_interval(secs => %(lease_seconds)s) END,
+    -- NULL when out of attempts. The time is never inside a CASE or a COALESCE (Citus
+    -- refuses it there), and a column is added to it by plus_seconds (IMMUTABLE).
+    lease_expires_at = {schema}.plus_seconds({schema}.current_time(),
+        CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+             THEN NULL ELSE %(lease_seconds)s END),
     recovery_attempts = w.recovery_attempts + (CASE WHEN w.status = 'RUNNING' THEN 1 ELSE 0 END),
     epoch = w.epoch + 1,
-    deadline_at = coalesce(w.deadline_at,
-        {schema}.current_time() + make_interval(secs => w.timeout_seconds)),
+    -- The first claim's deadline is kept: LEAST ignores the NULL given once it is set.
+    deadline_at = LEAST(w.deadline_at, {schema}.plus_seconds({schema}.current_time(),
+        CASE WHEN w.deadline_at IS NULL THEN w.timeout_seconds END)),
     updated_at = {schema}.current_time()
 FROM c
 WHERE w.workflow_id = c.workflow_id
@@ -666,6 +672,24 @@ ORDER BY u.workflow_id, u.step_seq
 FOR SHARE OF w
 RETURNING workflow_id
 
+-- record_run_steps --
+-- record_steps for the records of one run, named by its workflow id and epoch: on a schema
+-- distributed by Citus, which cannot lock rows of many shards in one statement, a batch
+-- goes as one of these per run, each on its workflow's shard. RETURNING as record_steps.
+INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error, attempts,
+    started_at)
+SELECT w.workflow_id, u.step_seq, u.step_name, u.kind, u.output, u.error, u.attempts,
+    u.started_at
+FROM {schema}.workflows AS w,
+     unnest(%(seqs)b::int[], %(names)b::text[], %(kinds)b::text[], %(outputs)b::text[],
+            %(errors)b::text[], %(attempts)b::int[], %(started)b::timestamptz[])
+     AS u (step_seq, step_name, kind, output, error, attempts, started_at)
+WHERE w.workflow_id = %(workflow_id)s
+  AND (w.epoch, w.status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+ORDER BY u.step_seq
+FOR SHARE OF w
+RETURNING workflow_id
+
 -- suspend_until --
 -- Park the workflow until wake_at (NULL: until woken), unless a message it waits for is here.
 -- A cancel that arrived after the run last looked makes it runnable instead (see
@@ -900,33 +924,37 @@ UPDATE {schema}.workflows AS w
 SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
     lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s),
     dequeued_at = {schema}.current_time(), updated_at = {schema}.current_time(),
-    deadline_at = {schema}.current_time() + make_interval(secs => w.timeout_seconds)
+    deadline_at = {schema}.plus_seconds({schema}.current_time(), w.timeout_seconds)
 FROM picked
 WHERE w.workflow_id = picked.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context
 
+-- queue_allowance --
+-- How many entries one dequeue of a queue may take now, within its limits (dequeue's
+-- `allowed`): dequeue_cas's LIMIT, counted by a statement of its own since Citus takes no
+-- subquery in a LIMIT. Run under the queue's lock, in the dequeue's transaction.
+SELECT greatest(0, least(
+    %(limit)s,
+    coalesce(%(concurrency)s - (
+        SELECT count(*) FROM {schema}.workflows
+        WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
+          AND status IN ('PENDING', 'RUNNING', 'SUSPENDED')), %(limit)s),
+    coalesce(%(worker_concurrency)s - (
+        SELECT count(*) FROM {schema}.workflows
+        WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
+          AND status = 'RUNNING' AND owner = %(owner)s), %(limit)s),
+    coalesce(%(rate_count)s - (
+        SELECT count(*) FROM {schema}.workflows
+        WHERE queue_name = %(queue_name)s AND dequeued_at > {schema}.current_time()
+              - make_interval(secs => %(rate_period)s::float8)), %(limit)s)
+)) AS n
+
 -- dequeue_cas --
 -- dequeue for distributed PostgreSQL: the entries are read without a row lock and taken
 -- only if still ENQUEUED (compare-and-set); the queue's advisory lock still orders the
--- dequeuers of one queue, so its limits hold.
-WITH allowed AS (
-    SELECT greatest(0, least(
-        %(limit)s,
-        coalesce(%(concurrency)s - (
-            SELECT count(*) FROM {schema}.workflows
-            WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
-              AND status IN ('PENDING', 'RUNNING', 'SUSPENDED')), %(limit)s),
-        coalesce(%(worker_concurrency)s - (
-            SELECT count(*) FROM {schema}.workflows
-            WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
-              AND status = 'RUNNING' AND owner = %(owner)s), %(limit)s),
-        coalesce(%(rate_count)s - (
-            SELECT count(*) FROM {schema}.workflows
-            WHERE queue_name = %(queue_name)s AND dequeued_at > {schema}.current_time()
-                  - make_interval(secs => %(rate_period)s::float8)), %(limit)s)
-    )) AS n
-), picked AS (
+-- dequeuers of one queue, so its limits hold. %(allowed)s: what queue_allowance said.
+WITH picked AS (
     SELECT workflow_id FROM {schema}.workflows
     WHERE status = 'ENQUEUED' AND queue_name = %(queue_name)s
       AND (available_at IS NULL OR available_at <= {schema}.current_time())
@@ -934,13 +962,13 @@ WITH allowed AS (
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
     ORDER BY CASE WHEN %(by_priority)s THEN priority ELSE 0 END, created_at, workflow_id
-    LIMIT (SELECT n FROM allowed)
+    LIMIT %(allowed)s
 )
 UPDATE {schema}.workflows AS w
 SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
     lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s),
     dequeued_at = {schema}.current_time(), updated_at = {schema}.current_time(),
-    deadline_at = {schema}.current_time() + make_interval(secs => w.timeout_seconds)
+    deadline_at = {schema}.plus_seconds({schema}.current_time(), w.timeout_seconds)
 FROM picked
 WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,

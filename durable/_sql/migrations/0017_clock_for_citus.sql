@@ -12,3 +12,13 @@ LANGUAGE sql STABLE AS $$
                  greatest(nullif(current_setting('durable.fake_now', true), '')::timestamptz,
                           statement_timestamp()))
 $$;
+
+-- `t` plus `seconds` seconds, as an IMMUTABLE expression: Citus refuses, in an UPDATE of a
+-- distributed table, a function that is not IMMUTABLE given a column (timestamptz +
+-- interval is STABLE, as a day can have 23 hours in some time zone) and one inside a
+-- COALESCE or a CASE. Seconds are the same in every zone, so the sum is computed in UTC,
+-- where it is IMMUTABLE. Inlined by PostgreSQL like current_time().
+CREATE FUNCTION {schema}.plus_seconds(t timestamptz, seconds float8) RETURNS timestamptz
+LANGUAGE sql IMMUTABLE AS $$
+    SELECT ((t AT TIME ZONE 'UTC') + make_interval(secs => seconds)) AT TIME ZONE 'UTC'
+$$;
