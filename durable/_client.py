@@ -723,7 +723,12 @@ class Client:
         }
         try:
             counts = self.db.execute_many_in_transaction(
-                [("fork_workflow", params), ("fork_steps", params), ("fork_charges", params)]
+                [
+                    ("fork_workflow", params),
+                    ("fork_steps", params),
+                    ("fork_tool_calls", params),
+                    ("fork_charges", params),
+                ]
             )
         except Exception as exc:
             if is_unique_violation(exc, "workflows_pkey"):

@@ -89,11 +89,15 @@ WHERE workflow_id = %(workflow_id)s
 
 -- prune_executors --
 -- Forget executors whose heartbeat stopped long ago (killed workers) and that own nothing.
+-- (The owners are read first: Citus deletes from a table copied to every node, as
+-- executors is, only with what it has read beforehand from distributed tables.)
+WITH busy AS (
+    SELECT DISTINCT owner FROM {schema}.workflows
+    WHERE status = 'RUNNING' AND owner IS NOT NULL
+)
 DELETE FROM {schema}.executors AS e
 WHERE e.heartbeat_at < {schema}.current_time() - make_interval(secs => %(stale_seconds)s)
-  AND NOT EXISTS (
-      SELECT 1 FROM {schema}.workflows AS w
-      WHERE w.owner = e.executor_id AND w.status = 'RUNNING')
+  AND e.executor_id NOT IN (SELECT owner FROM busy)
 
 -- finished_among --
 -- Which of these workflows have finished (or are gone): an engine stops watching them.
@@ -233,16 +237,21 @@ SELECT %(new_id)s, step_seq, step_name, kind, output, error, attempts, child_wor
     started_at, finished_at
 FROM {schema}.steps WHERE workflow_id = %(workflow_id)s AND step_seq < %(before_seq)s
 
+-- fork_tool_calls --
+-- Copy the tool calls of the copied steps into a fork.
+INSERT INTO {schema}.tool_calls (workflow_id, step_seq, tool_name, arguments, latency_ms)
+SELECT %(new_id)s, step_seq, tool_name, arguments, latency_ms FROM {schema}.tool_calls
+WHERE workflow_id = %(workflow_id)s AND step_seq < %(before_seq)s
+
 -- fork_charges --
--- Copy the charges and tool calls of the copied steps (what the fork starts having spent).
-WITH copied_tools AS (
-    INSERT INTO {schema}.tool_calls (workflow_id, step_seq, tool_name, arguments, latency_ms)
-    SELECT %(new_id)s, step_seq, tool_name, arguments, latency_ms FROM {schema}.tool_calls
-    WHERE workflow_id = %(workflow_id)s AND step_seq < %(before_seq)s
-)
+-- Copy the charges of the copied steps (what the fork starts having spent), under the
+-- fork's budget: its own when the original had its own, else the same (as fork_workflow
+-- decides). Reads the original's shard only: the fork may live on another.
 INSERT INTO {schema}.charges (workflow_id, step_seq, budget_id, dollars, tokens, steps)
-SELECT %(new_id)s, c.step_seq, w.budget_id, c.dollars, c.tokens, c.steps
-FROM {schema}.charges AS c JOIN {schema}.workflows AS w ON w.workflow_id = %(new_id)s
+SELECT %(new_id)s, c.step_seq,
+    CASE WHEN c.budget_id = %(workflow_id)s THEN %(new_id)s ELSE c.budget_id END,
+    c.dollars, c.tokens, c.steps
+FROM {schema}.charges AS c
 WHERE c.workflow_id = %(workflow_id)s AND c.step_seq < %(before_seq)s
 
 -- notify_work --
@@ -251,11 +260,17 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- list_executors --
 -- Every registered executor, with its heartbeat age and the workflows it owns.
+-- (Counted per owner, then joined: Citus takes no correlated subquery beside a table copied
+-- to every node, as executors is.)
 SELECT e.executor_id, e.hostname, e.pid, e.started_at, e.heartbeat_at, e.capabilities,
     ({schema}.current_time() - e.heartbeat_at) AS heartbeat_age,
-    (SELECT count(*) FROM {schema}.workflows w
-     WHERE w.owner = e.executor_id AND w.status = 'RUNNING') AS running
-FROM {schema}.executors e ORDER BY e.started_at
+    coalesce(r.running, 0) AS running
+FROM {schema}.executors e
+LEFT JOIN (
+    SELECT owner, count(*) AS running FROM {schema}.workflows
+    WHERE status = 'RUNNING' AND owner IS NOT NULL GROUP BY owner
+) AS r ON r.owner = e.executor_id
+ORDER BY e.started_at
 
 -- waiting_for_worker --
 -- Runnable (or interrupted) workflows that no live executor has the code for.
@@ -1097,27 +1112,31 @@ WHERE workflow_id = %(workflow_id)s AND kind = 'turn' ORDER BY step_seq
 -- Delete up to `batch` finished workflows older than the cutoff with their journals (steps
 -- explicitly, since a journal row is fenced rather than referenced; messages, events,
 -- approvals and charges cascade); the effect ledger stays. One row: what was deleted.
+-- The candidates are read without a row lock (Citus takes none over many shards); each is
+-- deleted only if still finished as of its own row lock (one resumed meanwhile is kept,
+-- with its journal), and two pruners at once delete each workflow once.
 WITH doomed AS (
     SELECT workflow_id FROM {schema}.workflows
     WHERE finished_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
       AND status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'COMPENSATED', 'COMPENSATION_FAILED')
     ORDER BY finished_at
     LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-), journal AS (
-    DELETE FROM {schema}.steps AS s USING doomed AS d
-    WHERE s.workflow_id = d.workflow_id
-    RETURNING 1
 ), gone AS (
     DELETE FROM {schema}.workflows AS w USING doomed AS d
     WHERE w.workflow_id = d.workflow_id
+      AND w.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'COMPENSATED', 'COMPENSATION_FAILED')
+    RETURNING w.workflow_id
+), journal AS (
+    DELETE FROM {schema}.steps AS s USING gone AS g
+    WHERE s.workflow_id = g.workflow_id
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone) AS workflows, (SELECT count(*) FROM journal) AS steps
 
 -- prune_effects --
 -- Delete up to `batch` effect-ledger rows older than the cutoff whose workflow is gone or
--- finished.
+-- finished. (Read without a row lock, as in prune_finished: a settled effect of a finished
+-- workflow is not written again.)
 WITH doomed AS (
     SELECT e.workflow_id, e.step_seq FROM {schema}.effects AS e
     WHERE e.updated_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
@@ -1127,7 +1146,6 @@ WITH doomed AS (
                              'COMPENSATING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'))
     ORDER BY e.updated_at
     LIMIT %(batch)s
-    FOR UPDATE OF e SKIP LOCKED
 )
 DELETE FROM {schema}.effects AS e USING doomed AS d
 WHERE e.workflow_id = d.workflow_id AND e.step_seq = d.step_seq
