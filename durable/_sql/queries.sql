@@ -2,6 +2,10 @@
 -- {schema} is replaced by the quoted schema name once, when the engine starts; every value
 -- is a bind parameter.
 --
+-- On a schema distributed by Citus, a statement goes to one shard only when every table it
+-- reads or writes is filtered by its distribution column (the workflow id) given as a value:
+-- a run's statements name the id again where a join would imply it.
+--
 -- The fence of a run's writes is written `workflow_id = ? AND (epoch, status) IS NOT
 -- DISTINCT FROM (?, 'RUNNING')`, not `epoch = ? AND status = 'RUNNING'`: the same test
 -- (neither column is ever NULL), but one no index on status can answer, so the primary
@@ -432,6 +436,7 @@ SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_att
     updated_at = {schema}.current_time()
 FROM c
 WHERE w.workflow_id = c.workflow_id
+  AND (%(workflow_ids)s::text[] IS NULL OR w.workflow_id = ANY(%(workflow_ids)s::text[]))
   AND (w.status = 'PENDING'
        OR (w.status = 'RUNNING' AND w.lease_expires_at < {schema}.current_time()))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
@@ -576,7 +581,8 @@ WITH owner AS (
     SET status = %(status)s, result = %(result)s, error = %(error)s,
         reconciled = %(reconciled)s, updated_at = {schema}.current_time()
     FROM owner
-    WHERE e.workflow_id = owner.workflow_id AND e.idempotency_key = %(idempotency_key)s
+    WHERE e.workflow_id = %(workflow_id)s AND e.workflow_id = owner.workflow_id
+      AND e.idempotency_key = %(idempotency_key)s
       AND e.status IN ('intent', 'pending')
     RETURNING e.workflow_id
 )
@@ -637,7 +643,7 @@ WITH decided AS (
     UPDATE {schema}.workflows
     SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
         updated_at = {schema}.current_time()
-    WHERE workflow_id IN (SELECT workflow_id FROM decided)
+    WHERE workflow_id = %(workflow_id)s AND workflow_id IN (SELECT workflow_id FROM decided)
       AND status IN ('SUSPENDED', 'RUNNING')
     RETURNING workflow_id
 )
@@ -743,7 +749,8 @@ UPDATE {schema}.workflows
 SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
     wake_at = CASE WHEN status = 'SUSPENDED' THEN NULL ELSE wake_at END,
     updated_at = {schema}.current_time()
-WHERE workflow_id IN (SELECT workflow_id FROM delivered) AND status IN ('SUSPENDED', 'RUNNING')
+WHERE workflow_id = %(workflow_id)s AND workflow_id IN (SELECT workflow_id FROM delivered)
+  AND status IN ('SUSPENDED', 'RUNNING')
 
 -- consume_message --
 -- Consume the oldest message of a topic and journal it as this step, in one statement.
@@ -762,7 +769,8 @@ WITH picked AS (
     UPDATE {schema}.messages AS m
     SET consumed_at = {schema}.current_time(), consumed_seq = %(step_seq)s
     FROM picked, owner
-    WHERE m.workflow_id = picked.workflow_id AND m.message_id = picked.message_id
+    WHERE m.workflow_id = %(workflow_id)s
+      AND m.workflow_id = picked.workflow_id AND m.message_id = picked.message_id
     RETURNING m.workflow_id, m.payload
 )
 INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output)
@@ -992,14 +1000,15 @@ RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.
 -- ensure_budget --
 -- Create a workflow tree's budget from its code's limits at first start (kept afterwards,
 -- so a raise survives restarts), and read it.
--- Charges already recorded under this id (a fork's copied steps) are its starting spend.
+-- Charges already recorded under this id (a fork's copied steps) are its starting spend:
+-- those of the root itself, since no other workflow of the tree has run yet.
 WITH created AS (
     INSERT INTO {schema}.budgets (budget_id, limit_dollars, limit_tokens, limit_steps,
         limit_seconds, spent_dollars, spent_tokens, spent_steps)
     SELECT %(budget_id)s, %(limit_dollars)s, %(limit_tokens)s, %(limit_steps)s,
         %(limit_seconds)s, coalesce(sum(dollars), 0), coalesce(sum(tokens), 0),
         coalesce(sum(steps), 0)
-    FROM {schema}.charges WHERE budget_id = %(budget_id)s
+    FROM {schema}.charges WHERE workflow_id = %(budget_id)s AND budget_id = %(budget_id)s
     ON CONFLICT (budget_id) DO NOTHING
     RETURNING budget_id, limit_dollars, limit_tokens, limit_steps, limit_seconds,
         spent_dollars, spent_tokens, spent_steps, created_at AS started_at
@@ -1073,7 +1082,7 @@ WITH journaled AS (
     SET spent_dollars = b.spent_dollars + c.dollars, spent_tokens = b.spent_tokens + c.tokens,
         spent_steps = b.spent_steps + c.steps, updated_at = {schema}.current_time()
     FROM charged AS c
-    WHERE b.budget_id = c.budget_id
+    WHERE b.budget_id = %(budget_id)s AND b.budget_id = c.budget_id
     RETURNING b.budget_id, b.limit_dollars, b.limit_tokens, b.limit_steps, b.limit_seconds,
         b.spent_dollars, b.spent_tokens, b.spent_steps, b.created_at AS started_at
 )
