@@ -7,6 +7,7 @@ its own on it.
 from __future__ import annotations
 
 import datetime as dt
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ import psycopg
 import pytest
 
 import durable
-from durable import _citus
+from durable import _citus, _migrate
 
 pytestmark = pytest.mark.citus
 
@@ -77,3 +78,38 @@ def test_an_engine_starts_on_the_distributed_schema_on_its_clock(citus_url: str)
     # Its heartbeat is on the engine's clock (the server's own time is years away).
     assert row is not None and row["hostname"] == "h"
     assert abs(float(row["heartbeat_age"])) < 60, row
+
+
+def test_the_latest_migration_applies_to_a_schema_distributed_before_it(
+    citus_bare_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An upgrade on a cluster: a schema migrated and distributed by the previous release,
+    then `durable migrate --citus` of this one (its new migration runs on distributed
+    tables), then a workflow whose claim uses what the migration made."""
+    shipped = _migrate.available()
+    monkeypatch.setattr(_migrate, "available", lambda: shipped[:-1])
+    with durable.Client(citus_bare_url, migrate=True):
+        pass
+    with psycopg.connect(citus_bare_url, autocommit=True) as conn:
+        for _, statement in _citus.plan():
+            name = re.search(r"create_distributed_function\('(.*)'\)", statement)
+            if name is not None:
+                found = conn.execute("SELECT to_regprocedure(%s)", [name.group(1)]).fetchone()
+                if found is None or found[0] is None:
+                    continue  # made by a later migration
+            conn.execute(statement.encode())
+    monkeypatch.undo()
+    done = cli("migrate", "--citus", "--database-url", citus_bare_url)
+    assert done.returncode == 0, done.stderr
+    assert f"applied migrations: [{shipped[-1][0]}]" in done.stdout
+
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, timeout=60)
+    def answer() -> int:
+        return 42
+
+    with durable.Client(citus_bare_url) as client:
+        handle = client.submit(answer)  # claimed by the engine's worker
+        with durable.Engine(citus_bare_url, registry=reg, worker=True, poll_interval=0.1):
+            assert handle.result(timeout=30) == 42
