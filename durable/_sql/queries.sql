@@ -138,17 +138,21 @@ SET status = 'PENDING', owner = NULL, lease_expires_at = NULL,
 WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
 
--- cancel_workflow --
--- Cancel a workflow and its descendants. Running ones (live lease) are asked and stop at
--- their next step; started ones that are not running become runnable so a worker stops
--- them (running their compensations); never-started ones are cancelled at once, with the
--- epoch bumped to fence any stale runner.
-WITH RECURSIVE tree AS (
-    SELECT workflow_id FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
-    UNION
-    SELECT w.workflow_id FROM {schema}.workflows AS w JOIN tree AS t ON w.parent_id = t.workflow_id
-), targets AS (
-    SELECT w.workflow_id,
+-- children_of --
+-- The workflows these workflows started: one level of a tree, which a cancel walks down a
+-- level per statement (a recursive query over parent_id, not the distribution column,
+-- cannot run on a schema sharded by workflow id).
+SELECT workflow_id FROM {schema}.workflows WHERE parent_id = ANY(%(workflow_ids)s::text[])
+
+-- cancel_workflows --
+-- Cancel these workflows (one and its descendants, found by children_of). Running ones
+-- (live lease) are asked and stop at their next step; started ones that are not running
+-- become runnable so a worker stops them (running their compensations); never-started ones
+-- are cancelled at once, with the epoch bumped to fence any stale runner. Each is decided
+-- from its row as read, and written only if that row is unchanged under its lock (compare-
+-- and-set: no row locks over many shards); `settled` false: it changed meanwhile, ask again.
+WITH targets AS (
+    SELECT w.workflow_id, w.epoch, w.status, {schema}.current_time() AS now,
         CASE WHEN w.status = 'RUNNING' AND w.lease_expires_at >= {schema}.current_time()
                  THEN 'RUNNING'
              -- Started (a journaled call, or an effect that may be in flight): a worker
@@ -158,24 +162,30 @@ WITH RECURSIVE tree AS (
                              WHERE e.workflow_id = w.workflow_id)
                  THEN 'PENDING'
              ELSE 'CANCELLED' END AS next_status
-    FROM {schema}.workflows AS w JOIN tree USING (workflow_id)
-    WHERE w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
-    FOR UPDATE OF w
+    FROM {schema}.workflows AS w
+    WHERE w.workflow_id = ANY(%(workflow_ids)s::text[])
+      AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
+), cancelled AS (
+    UPDATE {schema}.workflows AS w
+    SET status = t.next_status,
+        cancel_requested_at = coalesce(w.cancel_requested_at, t.now),
+        cancel_reason = coalesce(w.cancel_reason, %(reason)s),
+        owner = CASE WHEN t.next_status = 'RUNNING' THEN w.owner END,
+        lease_expires_at = CASE WHEN t.next_status = 'RUNNING' THEN w.lease_expires_at END,
+        wake_at = NULL,
+        epoch = CASE WHEN t.next_status = 'CANCELLED' THEN w.epoch + 1 ELSE w.epoch END,
+        error = CASE WHEN t.next_status = 'CANCELLED' THEN %(error)s ELSE w.error END,
+        finished_at = CASE WHEN t.next_status = 'CANCELLED' THEN t.now END,
+        updated_at = t.now
+    FROM targets AS t
+    WHERE w.workflow_id = ANY(%(workflow_ids)s::text[])
+      AND w.workflow_id = t.workflow_id AND w.epoch = t.epoch AND w.status = t.status
+    RETURNING w.workflow_id, w.status, w.epoch
 )
-UPDATE {schema}.workflows AS w
-SET status = t.next_status,
-    cancel_requested_at = coalesce(w.cancel_requested_at, {schema}.current_time()),
-    cancel_reason = coalesce(w.cancel_reason, %(reason)s),
-    owner = CASE WHEN t.next_status = 'RUNNING' THEN w.owner END,
-    lease_expires_at = CASE WHEN t.next_status = 'RUNNING' THEN w.lease_expires_at END,
-    wake_at = NULL,
-    epoch = CASE WHEN t.next_status = 'CANCELLED' THEN w.epoch + 1 ELSE w.epoch END,
-    error = CASE WHEN t.next_status = 'CANCELLED' THEN %(error)s ELSE w.error END,
-    finished_at = CASE WHEN t.next_status = 'CANCELLED' THEN {schema}.current_time() END,
-    updated_at = {schema}.current_time()
-FROM targets AS t
-WHERE w.workflow_id = t.workflow_id
-RETURNING w.workflow_id, w.status, w.epoch
+SELECT workflow_id, status, epoch, true AS settled FROM cancelled
+UNION ALL
+SELECT workflow_id, status, epoch, false FROM targets
+WHERE workflow_id NOT IN (SELECT workflow_id FROM cancelled)
 
 -- get_cancel_request --
 -- Why a workflow was asked to stop (NULL: it was not), and its timeout.

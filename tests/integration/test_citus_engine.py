@@ -206,3 +206,38 @@ def wait_gate(engine: durable.Engine, workflow_id: str, name: str, timeout: floa
         if time.monotonic() > deadline:
             raise AssertionError(f"no gate {name} in {workflow_id}")
         time.sleep(0.05)
+
+
+def test_a_cancel_and_a_timeout_stop_workflow_trees_on_the_cluster(citus_url: str) -> None:
+    # A cancel walked the tree with a recursive query over parent_id, which Citus refuses
+    # on a table sharded by workflow id: cancels and timeouts failed.
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg)
+    def waiter(i: int) -> str:
+        return str(durable.recv("never", timeout=600))
+
+    @durable.workflow(registry=reg)
+    def parent(n: int) -> list[str]:
+        return [waiter(i) for i in range(n)]
+
+    @durable.workflow(registry=reg, timeout=1)
+    def slow() -> str:
+        durable.sleep(60)
+        return "late"
+
+    with durable.Engine(citus_url, registry=reg, worker=True, poll_interval=0.1) as engine:
+        tree = engine.submit(parent, 2, workflow_id="tree")
+        deadline = time.monotonic() + 60
+        while not [w for w in engine.list_workflows() if w.parent_id == "tree"]:
+            assert time.monotonic() < deadline, "the child never started"
+            time.sleep(0.05)
+        child = next(w for w in engine.list_workflows() if w.parent_id == "tree")
+        wait_status(engine.retrieve(child.workflow_id), "SUSPENDED")
+        engine.cancel("tree")
+        with pytest.raises(durable.errors.WorkflowCancelledError):
+            tree.result(timeout=60)
+        assert engine.get_workflow(child.workflow_id).status == "CANCELLED"
+        timed = engine.submit(slow)
+        with pytest.raises(durable.errors.WorkflowTimeoutError):
+            timed.result(timeout=60)

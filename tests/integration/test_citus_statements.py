@@ -256,7 +256,12 @@ def params(name: str, w: str) -> dict[str, Any]:
         "abandon_owned": {"owner": f"exec-{w}"},
         "queue_depths": {},
         "release_workflow": fenced,
-        "cancel_workflow": {"workflow_id": w, "reason": "stop", "error": '{"type": "x"}'},
+        "children_of": {"workflow_ids": [w]},
+        "cancel_workflows": {
+            "workflow_ids": [w, f"{w}-child", f"{w}-pending", f"{w}-asleep"],
+            "reason": "stop",
+            "error": '{"type": "x"}',
+        },
         "get_cancel_request": {"workflow_id": w},
         "owned_cancel_requests": {"owner": "me"},
         "resume_workflow": {"workflow_id": f"{w}-failed"},
@@ -468,13 +473,6 @@ REPLACED: dict[str, tuple[str, ...]] = {
     "record_steps": ("record_run_steps",),  # one per run
 }
 
-# Refused on the cluster still: a recursive walk of a workflow's descendants over
-# parent_id, which is not the distribution column.
-REFUSED = {
-    "cancel_workflow": "recursive CTEs are only supported when they contain a filter on "
-    "the distribution column",
-}
-
 
 def test_the_engine_sends_the_distributed_variants(cluster_db: str) -> None:
     """On a distributed schema the engine claims, dequeues and journals batches with the
@@ -493,15 +491,7 @@ BEFORE: dict[str, list[str]] = {
 }
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(reason=REFUSED[n], strict=True))
-        if n in REFUSED
-        else n
-        for n in sorted(set(load_queries()) - set(REPLACED))
-    ],
-)
+@pytest.mark.parametrize("name", sorted(set(load_queries()) - set(REPLACED)))
 def test_the_statement_runs_on_the_distributed_schema(
     cluster_db: str, statements: dict[str, str], name: str
 ) -> None:
