@@ -250,7 +250,14 @@ class Heartbeat:
                 return
             db = engine.db
             try:
-                rows = db.fetch_all("owned_cancel_requests", {"owner": engine.executor_id})
+                holding = engine.runner.held()
+                rows = (
+                    db.fetch_all(
+                        "owned_cancel_requests", {"owner": engine.executor_id, "held": holding}
+                    )
+                    if holding
+                    else []
+                )
                 engine.runner.cancel_requests = {
                     r["workflow_id"]: (int(r["epoch"]), r["cancel_reason"]) for r in rows
                 }

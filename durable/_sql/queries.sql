@@ -193,9 +193,11 @@ SELECT cancel_reason, timeout_seconds FROM {schema}.workflows
 WHERE workflow_id = %(workflow_id)s
 
 -- owned_cancel_requests --
--- The running workflows of this executor that were asked to stop (polled by its runner).
+-- The running workflows of this executor that were asked to stop (polled by its runner),
+-- among those it holds: on a distributed schema only their shards are asked.
 SELECT workflow_id, epoch, cancel_reason FROM {schema}.workflows
 WHERE owner = %(owner)s AND status = 'RUNNING' AND cancel_requested_at IS NOT NULL
+  AND workflow_id = ANY(%(held)s::text[])
 
 -- resume_workflow --
 -- Make a stopped workflow runnable again (cancelled, failed, or out of recovery attempts).

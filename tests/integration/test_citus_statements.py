@@ -263,7 +263,7 @@ def params(name: str, w: str) -> dict[str, Any]:
             "error": '{"type": "x"}',
         },
         "get_cancel_request": {"workflow_id": w},
-        "owned_cancel_requests": {"owner": "me"},
+        "owned_cancel_requests": {"owner": "me", "held": [w, f"{w}-child"]},
         "resume_workflow": {"workflow_id": f"{w}-failed"},
         "fork_workflow": {"workflow_id": w, "new_id": f"{w}-fork", "trace_context": None},
         "fork_steps": {"workflow_id": w, "new_id": f"{w}-fork", "before_seq": 3},
