@@ -48,6 +48,8 @@ SETTINGS = {
     "listen_addresses": "'127.0.0.1'",
     "max_connections": "200",
     "max_prepared_transactions": "200",
+    # Citus runs a maintenance worker per database that has the extension.
+    "max_worker_processes": "32",
     "shared_buffers": "'64MB'",
     "fsync": "off",
     "full_page_writes": "off",
