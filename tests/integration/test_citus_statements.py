@@ -11,8 +11,9 @@ multi-shard row lock, ...): each named statement of queries.sql must run without
 
 The hot statements of one run (step records, fences, claims of one workflow, finishes,
 waits) must each be routed to a single shard: their plans are checked, not timed, as
-test_fence_plans does on one server. The statements that fan out over every shard are
-listed in FAN_OUT (docs/scaling.md says what each costs per shard).
+test_fence_plans does on one server, and so are the commands Citus sends when it runs them.
+The statements that fan out over every shard are the others; docs/scaling.md lists them
+with what each costs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import json
 import re
 from collections.abc import Iterator
 from decimal import Decimal
+from importlib import resources
 from typing import Any
 
 import psycopg
@@ -45,12 +47,7 @@ def cluster_db(citus_cluster: CitusCluster) -> Iterator[str]:
     url = citus_cluster.create_database()
     with durable.Client(url, migrate=True) as client:
         client.distribute_citus()
-        text = (
-            __import__("importlib.resources", fromlist=["files"])
-            .files("durable._sql")
-            .joinpath("app_migrations.sql")
-            .read_text()
-        )
+        text = resources.files("durable._sql").joinpath("app_migrations.sql").read_text()
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL(text).format(schema=sql.Identifier("durable")))
     yield url
@@ -73,7 +70,7 @@ def seed(conn: psycopg.Connection[Any], w: str) -> None:
         " now() + interval '60 s')"
     )
     conn.execute(running, [w, w])
-    conn.execute(running.replace("'RUNNING'", "'RUNNING'"), [f"{w}-child", w])
+    conn.execute(running, [f"{w}-child", w])
     conn.execute(
         "UPDATE durable.workflows SET parent_id = %s, parent_step_seq = 7 WHERE workflow_id = %s",
         [w, f"{w}-child"],
