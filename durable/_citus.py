@@ -53,6 +53,7 @@ ANCHOR = "workflows"  # the table the others are colocated with
 FUNCTIONS: dict[str, str] = {
     "current_time": "",
     "fence_lost": "text, bigint",
+    "plus_seconds": "timestamp with time zone, double precision",
 }
 
 

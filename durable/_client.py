@@ -91,6 +91,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger("durable.client")
 
 P = ParamSpec("P")
+T = TypeVar("T")
 R = TypeVar("R")
 
 _MAX_SCHEMA_BYTES = 58
@@ -658,14 +659,8 @@ class Client:
         """Ask a workflow and its unfinished descendants to stop; {id: status after}."""
         check_name("workflow_id", workflow_id)
         check_text("reason", reason)
-        rows = self.db.fetch_all(
-            "cancel_workflow",
-            {
-                "workflow_id": workflow_id,
-                "reason": reason,
-                "error": encode_error(WorkflowCancelledError(workflow_id, reason)),
-            },
-        )
+        error = encode_error(WorkflowCancelledError(workflow_id, reason))
+        rows = _run_ops(self.db, protocol.cancel_tree(workflow_id, reason, error))
         asked = {r["workflow_id"]: WorkflowStatus(r["status"]) for r in rows}
         running = [
             (r["workflow_id"], int(r["epoch"]))
@@ -740,16 +735,15 @@ class Client:
             "trace_context": tracing.start_context("fork", new_id),
             "event_prefix": protocol.EVENT_CALL,
         }
-        steps = ("fork_workflow", "fork_steps", "fork_charges", "fork_records")
         try:
-            counts = self.db.execute_many_in_transaction([(name, params) for name in steps])
+            created = self.db.fork(params)
         except Exception as exc:
             if is_unique_violation(exc, "workflows_pkey"):
                 raise ConfigurationError(
                     f"new_id={new_id!r} is taken: give another id for the fork"
                 ) from None
             raise
-        if counts[0] == 0:
+        if not created:
             raise WorkflowNotFoundError(workflow_id)
         self.notify_work(new_id)
         return self.handle(new_id)
@@ -1319,6 +1313,26 @@ class Client:
 
     def _retention_policy(self) -> RetentionPolicy | None:
         return None
+
+
+def _run_ops(db: SystemDB, gen: protocol.Gen[T]) -> T:
+    """Run a protocol generator that asks only for statements (Execute), outside any run:
+    each on a pooled connection, its own transaction."""
+    answer: Any = None
+    while True:
+        try:
+            op = gen.send(answer)
+        except StopIteration as stop:
+            result: T = stop.value
+            return result
+        if not isinstance(op, protocol.Execute):
+            raise TypeError(f"{op!r} needs a run")
+        if op.fetch == "count":
+            answer = db.execute(op.name, op.params)
+        elif op.fetch == "one":
+            answer = db.fetch_one(op.name, op.params)
+        else:
+            answer = db.fetch_all(op.name, op.params)
 
 
 def _prefix_end(prefix: str) -> str:

@@ -1045,17 +1045,43 @@ def _stop(run: Run, defn: WorkflowDef, stop: WorkflowInterrupted) -> Gen[Workflo
     run.stopping = True
     text = encode_error(error)
     # Children still running stop too (a timeout is a cancel of the whole tree).
-    yield Execute(
-        "cancel_workflow",
-        {"workflow_id": run.workflow_id, "reason": stop.reason, "error": text},
-        "all",
-    )
+    yield from cancel_tree(run.workflow_id, stop.reason, text)
     if run.compensations:
         yield from compensate(run, error, WorkflowStatus.CANCELLED)
     else:
         yield from finish(run, WorkflowStatus.CANCELLED, None, text)
     logger.info("workflow %s stopped: %s", run.workflow_id, stop.reason)
     return error
+
+
+# How many times a cancel asks again for workflows whose row changed between its read and
+# its write (each time, another claim, suspend or finish won the race; a few rounds settle).
+CANCEL_ROUNDS = 10
+
+
+def cancel_tree(workflow_id: str, reason: str, error: str) -> Gen[list[dict[str, Any]]]:
+    """Cancel a workflow and its descendants; returns the rows written (id, status after,
+    epoch). The tree is walked down a level per statement, as a schema sharded by workflow
+    id cannot run a recursive query over parent_id; the cancel itself is a compare-and-set
+    per workflow (cancel_workflows), asked again for those whose row changed meanwhile."""
+    tree, level = [workflow_id], [workflow_id]
+    seen = {workflow_id}
+    while level:
+        rows = yield Execute("children_of", {"workflow_ids": level}, "all")
+        level = [r["workflow_id"] for r in rows if r["workflow_id"] not in seen]
+        seen.update(level)
+        tree += level
+    done: list[dict[str, Any]] = []
+    todo = tree
+    for _ in range(CANCEL_ROUNDS):
+        rows = yield Execute(
+            "cancel_workflows", {"workflow_ids": todo, "reason": reason, "error": error}, "all"
+        )
+        done += [r for r in rows if r["settled"]]
+        todo = [r["workflow_id"] for r in rows if not r["settled"]]
+        if not todo:
+            break
+    return done
 
 
 def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | None) -> Gen[None]:

@@ -241,9 +241,18 @@ class Heartbeat:
                 return
             db = engine.db
             try:
-                rows = db.fetch_all(
-                    "owned_cancel_requests",
-                    {"owner": engine.executor_id, "incarnation": engine.incarnation},
+                holding = list(engine.runner.held_epochs())
+                rows = (
+                    db.fetch_all(
+                        "owned_cancel_requests",
+                        {
+                            "owner": engine.executor_id,
+                            "incarnation": engine.incarnation,
+                            "held": holding,
+                        },
+                    )
+                    if holding
+                    else []
                 )
                 engine.runner.cancel_requests = {
                     r["workflow_id"]: (int(r["epoch"]), r["cancel_reason"]) for r in rows

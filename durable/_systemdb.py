@@ -251,6 +251,10 @@ class SystemDB:
         self.schema = schema
         self.counters = Counters()
         self.outage = Outage(url)
+        # Whether the schema is distributed by Citus (then a run's batch of records goes
+        # as one statement per workflow, each on its shard), and whether claims are
+        # compare-and-set; both looked up when the pool opens.
+        self.distributed = False
         self.cas_claims = False
         self.finishes = FinishGroup(self)
         self._async_pools: dict[AsyncConnectionPool, asyncio.AbstractEventLoop] = {}
@@ -310,9 +314,25 @@ class SystemDB:
             for name, text in self._raw.items():
                 composed = sql.SQL(text).format(schema=ident)
                 self._queries[name] = composed.as_bytes(conn)
-            self.cas_claims = self._wants_cas_claims(conn)
+            self.distributed = self._is_distributed(conn)
+            self.cas_claims = self._wants_cas_claims()
 
-    def _wants_cas_claims(self, conn: psycopg.Connection[Any]) -> bool:
+    def _is_distributed(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether the schema's `workflows` table is distributed by Citus."""
+        row = conn.execute(
+            "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
+        ).fetchone()
+        if not row or not row[0]:
+            return False
+        # to_regclass, not a cast: before the first migration the schema does not exist.
+        found = conn.execute(
+            "SELECT count(*) FROM pg_catalog.pg_dist_partition"
+            " WHERE logicalrelid = to_regclass(%s)",
+            [sql.Identifier(self.schema, "workflows").as_string(conn)],
+        ).fetchone()
+        return bool(found and found[0])
+
+    def _wants_cas_claims(self) -> bool:
         """Claim without row locks (claim_batch_cas, dequeue_cas) on a Citus-distributed
         schema, or when DURABLE_CLAIMS=cas asks for it."""
         wanted = os.environ.get("DURABLE_CLAIMS", "")
@@ -323,16 +343,7 @@ class SystemDB:
             )
         if wanted:
             return wanted == "cas"
-        row = conn.execute(
-            "SELECT to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL"
-        ).fetchone()
-        if not row or not row[0]:
-            return False
-        found = conn.execute(
-            "SELECT count(*) FROM pg_catalog.pg_dist_partition WHERE logicalrelid = %s::regclass",
-            [sql.Identifier(self.schema, "workflows").as_string(conn)],
-        ).fetchone()
-        return bool(found and found[0])
+        return self.distributed
 
     def claim_batch(self, params: dict[str, Any]) -> list[Row]:
         """Claim runnable workflows (FOR UPDATE SKIP LOCKED, or compare-and-set)."""
@@ -349,14 +360,19 @@ class SystemDB:
         """Distribute the migrated tables over Citus (durable/_citus.py's plan); tables
         already distributed are left as they are. Returns how many it distributed."""
         with self._translate("distribute_citus"), self.connection() as conn:
+            # Installed files are not enough: Citus runs only when the server preloads it.
             row = conn.execute(
-                "SELECT count(*) FROM pg_available_extensions WHERE name = 'citus'"
+                "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'citus')"
+                " AND (EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+                " OR 'citus' = ANY(string_to_array("
+                "replace(current_setting('shared_preload_libraries'), ' ', ''), ',')))"
             ).fetchone()
             if not row or not row[0]:
                 raise ConfigurationError(
-                    f"the server at {redact(self.url)} has no citus extension: run "
-                    "`durable migrate --citus` against a Citus coordinator (or see the "
-                    "statements with `durable migrate --citus --dry-run`)"
+                    f"the server at {redact(self.url)} has no citus extension loaded: run "
+                    "`durable migrate --citus` against a Citus coordinator (a server with "
+                    "shared_preload_libraries = 'citus'), or see the statements with "
+                    "`durable migrate --citus --dry-run`"
                 )
             done = 0
             for table, statement in _citus.plan(self.schema):
@@ -369,6 +385,8 @@ class SystemDB:
                         continue
                     done += 1
                 conn.execute(statement.encode())
+            self.distributed = True
+            self.cas_claims = self._wants_cas_claims()
             return done
 
     def check_schema(self) -> None:
@@ -571,7 +589,13 @@ class SystemDB:
             locked = tx.fetch_one("lock_queue", params)
             if locked is None or not locked["locked"]:
                 return []
-            return tx.fetch_all("dequeue_cas" if self.cas_claims else "dequeue", params)
+            if not self.cas_claims:
+                return tx.fetch_all("dequeue", params)
+            allowance = tx.fetch_one("queue_allowance", params)
+            allowed = int(allowance["n"]) if allowance is not None else 0
+            if allowed <= 0:
+                return []
+            return tx.fetch_all("dequeue_cas", {**params, "allowed": allowed})
 
         return self.atomically(take, "dequeue")
 
@@ -586,6 +610,22 @@ class SystemDB:
     def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
         rows: list[Row] = self.atomically(lambda tx: tx.fetch_all(name, params), name, single=True)
         return rows
+
+    def fork(self, params: dict[str, Any]) -> bool:
+        """Create a fork and copy what lies before its fork point, in one transaction; False
+        when the original does not exist. Each copy reads the original's shard and writes
+        the fork's (on Citus they may be two), for the positions fork_seqs read once, so a
+        step the original's run records meanwhile is left behind with all that is its."""
+
+        def work(tx: Tx) -> bool:
+            if not tx.execute("fork_workflow", params):
+                return False
+            copied = [int(r["step_seq"]) for r in tx.fetch_all("fork_seqs", params)]
+            for name in _FORK_COPIES:
+                tx.execute(name, {**params, "copied": copied})
+            return True
+
+        return self.atomically(work, "fork_workflow")
 
     def execute_many_in_transaction(self, ops: Sequence[tuple[str, dict[str, Any]]]) -> list[int]:
         """Run several statements in one transaction; returns each row count."""
@@ -650,10 +690,21 @@ class SystemDB:
         finish: dict[str, Any] | None,
     ) -> list[str]:
         if not _large(rows):
-            name, params = _batch_statement(rows, finish)
-            cur = conn.execute(self._queries[name], params)
-            self.counters.statements += 1
-            return [str(r[0]) for r in cur.fetchall()]
+            batch = _batch_statements(rows, finish, self.distributed)
+            if len(batch) == 1:
+                name, params = batch[0]
+                cur = conn.execute(self._queries[name], params)
+                self.counters.statements += 1
+                return [str(r[0]) for r in cur.fetchall()]
+            # Several runs' records on a distributed schema: one statement per run, in one
+            # transaction (a failed batch rolls back whole and can be sent again).
+            with conn.transaction():
+                cur = conn.cursor()
+                cur.executemany(
+                    self._queries["record_run_steps"], [p for _, p in batch], returning=True
+                )
+                self.counters.statements += len(batch)
+                return _returned(cur)
         with conn.transaction():
             cur = conn.cursor()
             cur.executemany(self._queries["record_step"], rows, returning=True)
@@ -755,10 +806,23 @@ class SystemDB:
         finish: dict[str, Any] | None,
     ) -> list[str]:
         if not _large(rows):
-            name, params = _batch_statement(rows, finish)
-            cur = await conn.execute(self._queries[name], params)
-            self.counters.statements += 1
-            return [str(r[0]) for r in await cur.fetchall()]
+            batch = _batch_statements(rows, finish, self.distributed)
+            if len(batch) == 1:
+                name, params = batch[0]
+                cur = await conn.execute(self._queries[name], params)
+                self.counters.statements += 1
+                return [str(r[0]) for r in await cur.fetchall()]
+            async with conn.transaction():
+                acur = conn.cursor()
+                await acur.executemany(
+                    self._queries["record_run_steps"], [p for _, p in batch], returning=True
+                )
+                self.counters.statements += len(batch)
+                runs: list[str] = []
+                while True:
+                    runs += [str(r[0]) for r in await acur.fetchall()]
+                    if not acur.nextset():
+                        return runs
         async with conn.transaction():
             acur = conn.cursor()
             await acur.executemany(self._queries["record_step"], rows, returning=True)
@@ -806,6 +870,17 @@ class SystemDB:
         return conn
 
 
+# What a fork copies from its original, after the fork's row (SystemDB.fork).
+_FORK_COPIES = (
+    "fork_steps",
+    "fork_tool_calls",
+    "fork_charges",
+    "fork_streams",
+    "fork_events",
+    "fork_gates",
+    "fork_messages",
+)
+
 # Above this many bytes of output and error per record on average, a batch goes as a
 # pipeline of single-row statements in one transaction rather than as one statement over
 # arrays: the server unnests large array elements slowly (ten 1 MB records: 156 ms as
@@ -831,12 +906,31 @@ class _Refused(Exception):
     """Rolls back a batch whose run's outcome the fence refused (its rows go with it)."""
 
 
-def _batch_statement(
-    rows: Sequence[dict[str, Any]], finish: dict[str, Any] | None
-) -> tuple[str, dict[str, Any]]:
-    if finish is None:
-        return "record_steps", _steps_params(rows)
-    return "finish_with_steps", {**finish, **_steps_params(rows)}
+def _batch_statements(
+    rows: Sequence[dict[str, Any]], finish: dict[str, Any] | None, distributed: bool
+) -> list[tuple[str, dict[str, Any]]]:
+    """The statements that journal `rows` (with `finish`: the run's outcome too): one over
+    arrays, or on a distributed schema one per run, each routed to its workflow's shard."""
+    if finish is not None:
+        return [("finish_with_steps", {**finish, **_steps_params(rows)})]
+    if not distributed:
+        return [("record_steps", _steps_params(rows))]
+    return [("record_run_steps", params) for params in _by_run(rows)]
+
+
+def _by_run(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """record_run_steps's parameters for each run among `rows`, in workflow id order (one
+    lock order for concurrent batches)."""
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for r in rows:
+        runs.setdefault((r["workflow_id"], r["epoch"]), []).append(r)
+    out = []
+    for (workflow_id, epoch), mine in sorted(runs.items()):
+        params: dict[str, Any] = {"workflow_id": workflow_id, "epoch": epoch}
+        params.update(_steps_params(mine))
+        del params["workflow_ids"], params["epochs"]
+        out.append(params)
+    return out
 
 
 def _steps_params(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
@@ -1042,6 +1136,10 @@ class FinishGroup:
         self._writing = False
 
     def finish(self, conn: psycopg.Connection[Any], params: dict[str, Any]) -> int:
+        if self._db.distributed:
+            # On Citus a batch of outcomes is one statement over every shard, committed in
+            # two phases; each outcome alone is one statement on its workflow's shard.
+            return int(self._db.run_on(conn, "finish_workflow", params, "count"))
         mine = _Finish(params)
         with self._lock:
             self._queue.append(mine)

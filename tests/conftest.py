@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
+import durable
 from durable.testing import NoPostgresError, TemplateDatabases, find_postgres
+from tests import citus
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,6 +43,45 @@ def bare_database_url(pg_databases: TemplateDatabases) -> Iterator[str]:
     url = pg_databases.create(migrated=False)
     yield url
     pg_databases.drop(url)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test on the Citus cluster is marked `citus` (`pytest -m citus` runs them all)."""
+    for item in items:
+        if "citus_cluster" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.citus)
+
+
+@pytest.fixture(scope="session")
+def citus_cluster() -> Iterator[citus.CitusCluster]:
+    """A Citus coordinator and two workers (tests/citus.py), for the whole session. Without
+    Citus installed the tests skip and say how to build it; under CI=true they fail."""
+    try:
+        citus.ensure_installed()
+    except citus.Unavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {exc}")
+        pytest.skip(str(exc))
+    with citus.citus_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def citus_bare_url(citus_cluster: citus.CitusCluster) -> Iterator[str]:
+    """A database of its own on the Citus cluster (on every node, the workers joined), with
+    no durable schema; the coordinator's URL."""
+    url = citus_cluster.create_database()
+    yield url
+    citus_cluster.drop_database(url)
+
+
+@pytest.fixture
+def citus_url(citus_bare_url: str) -> str:
+    """A database of its own on the Citus cluster, migrated and distributed
+    (`durable migrate --citus`)."""
+    with durable.Client(citus_bare_url, migrate=True) as client:
+        client.distribute_citus()
+    return citus_bare_url
 
 
 @pytest.fixture

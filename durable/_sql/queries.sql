@@ -2,6 +2,10 @@
 -- {schema} is replaced by the quoted schema name once, when the engine starts; every value
 -- is a bind parameter.
 --
+-- On a schema distributed by Citus, a statement goes to one shard only when every table it
+-- reads or writes is filtered by its distribution column (the workflow id) given as a value:
+-- a run's statements name the id again where a join would imply it.
+--
 -- The fence of a run's writes is written `workflow_id = ? AND (epoch, status) IS NOT
 -- DISTINCT FROM (?, 'RUNNING')`, not `epoch = ? AND status = 'RUNNING'`: the same test
 -- (neither column is ever NULL), but one no index on status can answer, so the primary
@@ -89,11 +93,15 @@ WHERE workflow_id = %(workflow_id)s
 
 -- prune_executors --
 -- Forget executors whose heartbeat stopped long ago (killed workers) and that own nothing.
+-- (The owners are read first: Citus deletes from a table copied to every node, as
+-- executors is, only with what it has read beforehand from distributed tables.)
+WITH busy AS (
+    SELECT DISTINCT owner FROM {schema}.workflows
+    WHERE status = 'RUNNING' AND owner IS NOT NULL
+)
 DELETE FROM {schema}.executors AS e
 WHERE e.heartbeat_at < {schema}.current_time() - make_interval(secs => %(stale_seconds)s)
-  AND NOT EXISTS (
-      SELECT 1 FROM {schema}.workflows AS w
-      WHERE w.owner = e.executor_id AND w.status = 'RUNNING')
+  AND e.executor_id NOT IN (SELECT owner FROM busy)
 
 -- finished_among --
 -- Which of these workflows have finished (or are gone): an engine stops watching them.
@@ -136,17 +144,21 @@ SET status = 'PENDING', owner = NULL, lease_expires_at = NULL,
 WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
 
--- cancel_workflow --
--- Cancel a workflow and its descendants. Running ones (live lease) are asked and stop at
--- their next step; started ones that are not running become runnable so a worker stops
--- them (running their compensations); never-started ones are cancelled at once, with the
--- epoch bumped to fence any stale runner.
-WITH RECURSIVE tree AS (
-    SELECT workflow_id FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
-    UNION
-    SELECT w.workflow_id FROM {schema}.workflows AS w JOIN tree AS t ON w.parent_id = t.workflow_id
-), targets AS (
-    SELECT w.workflow_id,
+-- children_of --
+-- The workflows these workflows started: one level of a tree, which a cancel walks down a
+-- level per statement (a recursive query over parent_id, not the distribution column,
+-- cannot run on a schema sharded by workflow id).
+SELECT workflow_id FROM {schema}.workflows WHERE parent_id = ANY(%(workflow_ids)s::text[])
+
+-- cancel_workflows --
+-- Cancel these workflows (one and its descendants, found by children_of). Running ones
+-- (live lease) are asked and stop at their next step; started ones that are not running
+-- become runnable so a worker stops them (running their compensations); never-started ones
+-- are cancelled at once, with the epoch bumped to fence any stale runner. Each is decided
+-- from its row as read, and written only if that row is unchanged under its lock (compare-
+-- and-set: no row locks over many shards); `settled` false: it changed meanwhile, ask again.
+WITH targets AS (
+    SELECT w.workflow_id, w.epoch, w.status, {schema}.current_time() AS now,
         CASE WHEN w.status = 'RUNNING' AND w.lease_expires_at >= {schema}.current_time()
                  THEN 'RUNNING'
              -- Started (a journaled call, or an effect that may be in flight): a worker
@@ -156,24 +168,30 @@ WITH RECURSIVE tree AS (
                              WHERE e.workflow_id = w.workflow_id)
                  THEN 'PENDING'
              ELSE 'CANCELLED' END AS next_status
-    FROM {schema}.workflows AS w JOIN tree USING (workflow_id)
-    WHERE w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
-    FOR UPDATE OF w
+    FROM {schema}.workflows AS w
+    WHERE w.workflow_id = ANY(%(workflow_ids)s::text[])
+      AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
+), cancelled AS (
+    UPDATE {schema}.workflows AS w
+    SET status = t.next_status,
+        cancel_requested_at = coalesce(w.cancel_requested_at, t.now),
+        cancel_reason = coalesce(w.cancel_reason, %(reason)s),
+        owner = CASE WHEN t.next_status = 'RUNNING' THEN w.owner END,
+        lease_expires_at = CASE WHEN t.next_status = 'RUNNING' THEN w.lease_expires_at END,
+        wake_at = NULL,
+        epoch = CASE WHEN t.next_status = 'CANCELLED' THEN w.epoch + 1 ELSE w.epoch END,
+        error = CASE WHEN t.next_status = 'CANCELLED' THEN %(error)s ELSE w.error END,
+        finished_at = CASE WHEN t.next_status = 'CANCELLED' THEN t.now END,
+        updated_at = t.now
+    FROM targets AS t
+    WHERE w.workflow_id = ANY(%(workflow_ids)s::text[])
+      AND w.workflow_id = t.workflow_id AND w.epoch = t.epoch AND w.status = t.status
+    RETURNING w.workflow_id, w.status, w.epoch
 )
-UPDATE {schema}.workflows AS w
-SET status = t.next_status,
-    cancel_requested_at = coalesce(w.cancel_requested_at, {schema}.current_time()),
-    cancel_reason = coalesce(w.cancel_reason, %(reason)s),
-    owner = CASE WHEN t.next_status = 'RUNNING' THEN w.owner END,
-    lease_expires_at = CASE WHEN t.next_status = 'RUNNING' THEN w.lease_expires_at END,
-    wake_at = NULL,
-    epoch = CASE WHEN t.next_status = 'CANCELLED' THEN w.epoch + 1 ELSE w.epoch END,
-    error = CASE WHEN t.next_status = 'CANCELLED' THEN %(error)s ELSE w.error END,
-    finished_at = CASE WHEN t.next_status = 'CANCELLED' THEN {schema}.current_time() END,
-    updated_at = {schema}.current_time()
-FROM targets AS t
-WHERE w.workflow_id = t.workflow_id
-RETURNING w.workflow_id, w.status, w.epoch
+SELECT workflow_id, status, epoch, true AS settled FROM cancelled
+UNION ALL
+SELECT workflow_id, status, epoch, false FROM targets
+WHERE workflow_id NOT IN (SELECT workflow_id FROM cancelled)
 
 -- get_cancel_request --
 -- Why a workflow was asked to stop (NULL: it was not), and its timeout.
@@ -182,9 +200,11 @@ WHERE workflow_id = %(workflow_id)s
 
 -- owned_cancel_requests --
 -- The running workflows of this executor that were asked to stop (polled by its runner),
--- while its incarnation holds the id.
+-- among those it holds (on a distributed schema only their shards are asked), while its
+-- incarnation holds the id.
 SELECT workflow_id, epoch, cancel_reason FROM {schema}.workflows
 WHERE owner = %(owner)s AND status = 'RUNNING' AND cancel_requested_at IS NOT NULL
+  AND workflow_id = ANY(%(held)s::text[])
   AND EXISTS (SELECT 1 FROM {schema}.executors
               WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
 
@@ -210,7 +230,9 @@ WITH resumed AS (
 ), forgotten AS (
     DELETE FROM {schema}.steps AS s
     USING resumed AS r
-    WHERE s.workflow_id = r.workflow_id
+    -- The id again, not only through r: Citus then sends the whole statement to the
+    -- workflow's shard, instead of planning each part apart.
+    WHERE s.workflow_id = %(workflow_id)s AND s.workflow_id = r.workflow_id
       AND s.error IS NOT NULL
       AND s.kind IN ('step', 'tool', 'transaction', 'child')
       AND s.step_seq > coalesce((
@@ -232,71 +254,79 @@ SELECT %(new_id)s, name, version, 'PENDING', inputs, serializer, durability,
 FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
 RETURNING workflow_id
 
+-- fork_seqs --
+-- The positions of a workflow's journal before a fork point, read once: every fork_*
+-- statement copies those positions only, so a step the original's run records meanwhile
+-- is left behind with all that belongs to it (each statement reads one shard).
+SELECT step_seq FROM {schema}.steps
+WHERE workflow_id = %(workflow_id)s AND step_seq < %(before_seq)s ORDER BY step_seq
+
 -- fork_steps --
 -- Copy a workflow's journal before a position into a fork.
 INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
     child_workflow_id, started_at, finished_at)
 SELECT %(new_id)s, step_seq, step_name, kind, output, error, attempts, child_workflow_id,
     started_at, finished_at
-FROM {schema}.steps WHERE workflow_id = %(workflow_id)s AND step_seq < %(before_seq)s
+FROM {schema}.steps
+WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
+
+-- fork_tool_calls --
+-- Copy the tool calls of the copied steps into a fork.
+INSERT INTO {schema}.tool_calls (workflow_id, step_seq, tool_name, arguments, latency_ms)
+SELECT %(new_id)s, step_seq, tool_name, arguments, latency_ms FROM {schema}.tool_calls
+WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
 
 -- fork_charges --
--- Copy the charges and tool calls of the copied steps (what the fork starts having spent).
--- Here and in fork_records a row comes along only with its step, joined on the fork's own
--- copied journal: a row the original's run wrote after fork_steps read (its step left
--- behind) stays behind too, and the fork's run writes it again.
-WITH copied_tools AS (
-    INSERT INTO {schema}.tool_calls (workflow_id, step_seq, tool_name, arguments, latency_ms)
-    SELECT f.workflow_id, t.step_seq, t.tool_name, t.arguments, t.latency_ms
-    FROM {schema}.tool_calls AS t
-    JOIN {schema}.steps AS f ON f.workflow_id = %(new_id)s AND f.step_seq = t.step_seq
-    WHERE t.workflow_id = %(workflow_id)s AND t.step_seq < %(before_seq)s
-)
+-- Copy the charges of the copied steps (what the fork starts having spent), under the
+-- fork's budget: its own when the original had its own, else the same (as fork_workflow
+-- decides). Reads the original's shard only: the fork may live on another.
 INSERT INTO {schema}.charges (workflow_id, step_seq, budget_id, dollars, tokens, steps)
-SELECT %(new_id)s, c.step_seq, w.budget_id, c.dollars, c.tokens, c.steps
-FROM {schema}.charges AS c JOIN {schema}.workflows AS w ON w.workflow_id = %(new_id)s
-JOIN {schema}.steps AS f ON f.workflow_id = %(new_id)s AND f.step_seq = c.step_seq
-WHERE c.workflow_id = %(workflow_id)s AND c.step_seq < %(before_seq)s
+SELECT %(new_id)s, c.step_seq,
+    CASE WHEN c.budget_id = %(workflow_id)s THEN %(new_id)s ELSE c.budget_id END,
+    c.dollars, c.tokens, c.steps
+FROM {schema}.charges AS c
+WHERE c.workflow_id = %(workflow_id)s AND c.step_seq = ANY(%(copied)s::int[])
 
--- fork_records --
--- What readers of the original saw before the fork point, for readers of the fork: stream
--- values (and closes) at the same offsets, each event's value as it was there (the latest
--- event call per key in the copied journal: the events table keeps only a key's latest
--- value, which may have been set at or after the fork point), the gates decided there and
--- the messages consumed there (a retry of one with its key delivers nothing new, as to the
--- original). Messages never consumed, or consumed at or after the fork point, stay the
--- original's; a gate still waiting is asked again by the fork's run.
-WITH copied_streams AS (
-    INSERT INTO {schema}.streams (workflow_id, key, "offset", value, closed, step_seq,
-        created_at)
-    SELECT f.workflow_id, s.key, s."offset", s.value, s.closed, s.step_seq, s.created_at
-    FROM {schema}.streams AS s
-    JOIN {schema}.steps AS f ON f.workflow_id = %(new_id)s AND f.step_seq = s.step_seq
-    WHERE s.workflow_id = %(workflow_id)s AND s.step_seq < %(before_seq)s
-), copied_events AS (
-    INSERT INTO {schema}.events (workflow_id, key, value, step_seq, updated_at)
-    SELECT DISTINCT ON (step_name) workflow_id,
-        substr(step_name, length(%(event_prefix)s) + 1), output, step_seq, finished_at
-    FROM {schema}.steps
-    WHERE workflow_id = %(new_id)s AND kind = 'event' AND output IS NOT NULL
-    ORDER BY step_name, step_seq DESC
-), copied_gates AS (
-    INSERT INTO {schema}.approvals (workflow_id, name, step_seq, status, payload,
-        default_approved, comment, decided_by, requested_at, expires_at, decided_at)
-    SELECT f.workflow_id, a.name, a.step_seq, a.status, a.payload, a.default_approved,
-        a.comment, a.decided_by, a.requested_at, a.expires_at, a.decided_at
-    FROM {schema}.approvals AS a
-    JOIN {schema}.steps AS f ON f.workflow_id = %(new_id)s AND f.step_seq = a.step_seq
-    WHERE a.workflow_id = %(workflow_id)s AND a.step_seq < %(before_seq)s
-      AND a.status <> 'waiting'
-)
+-- fork_streams --
+-- What readers of the original saw before the fork point, for readers of the fork: the
+-- stream values (and closes) of the copied calls, at the same offsets.
+INSERT INTO {schema}.streams (workflow_id, key, "offset", value, closed, step_seq, created_at)
+SELECT %(new_id)s, key, "offset", value, closed, step_seq, created_at
+FROM {schema}.streams
+WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
+
+-- fork_events --
+-- Each event's value as it was at the fork point: the latest event call per key among the
+-- copied ones (the events table keeps only a key's latest value, which may have been set
+-- at or after the fork point).
+INSERT INTO {schema}.events (workflow_id, key, value, step_seq, updated_at)
+SELECT DISTINCT ON (step_name) %(new_id)s, substr(step_name, length(%(event_prefix)s) + 1),
+    output, step_seq, finished_at
+FROM {schema}.steps
+WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
+  AND kind = 'event' AND output IS NOT NULL
+ORDER BY step_name, step_seq DESC
+
+-- fork_gates --
+-- The gates decided at the copied positions (a gate still waiting is asked again by the
+-- fork's run).
+INSERT INTO {schema}.approvals (workflow_id, name, step_seq, status, payload,
+    default_approved, comment, decided_by, requested_at, expires_at, decided_at)
+SELECT %(new_id)s, name, step_seq, status, payload, default_approved, comment, decided_by,
+    requested_at, expires_at, decided_at
+FROM {schema}.approvals
+WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
+  AND status <> 'waiting'
+
+-- fork_messages --
+-- The messages consumed at the copied positions (a retry of one with its key delivers
+-- nothing new, as to the original). Messages never consumed, or consumed at or after the
+-- fork point, stay the original's.
 INSERT INTO {schema}.messages (workflow_id, message_id, topic, payload, created_at,
     consumed_at, consumed_seq)
-SELECT f.workflow_id, m.message_id, m.topic, m.payload, m.created_at, m.consumed_at,
-    m.consumed_seq
-FROM {schema}.messages AS m
-JOIN {schema}.steps AS f ON f.workflow_id = %(new_id)s AND f.step_seq = m.consumed_seq
-WHERE m.workflow_id = %(workflow_id)s AND m.consumed_seq < %(before_seq)s
+SELECT %(new_id)s, message_id, topic, payload, created_at, consumed_at, consumed_seq
+FROM {schema}.messages
+WHERE workflow_id = %(workflow_id)s AND consumed_seq = ANY(%(copied)s::int[])
 
 -- notify_work --
 -- Wake idle workers: there is runnable work (NOTIFY is sent by the client, after its write).
@@ -304,11 +334,17 @@ SELECT pg_notify(%(channel)s, %(payload)s)
 
 -- list_executors --
 -- Every registered executor, with its heartbeat age and the workflows it owns.
+-- (Counted per owner, then joined: Citus takes no correlated subquery beside a table copied
+-- to every node, as executors is.)
 SELECT e.executor_id, e.hostname, e.pid, e.started_at, e.heartbeat_at, e.capabilities,
     ({schema}.current_time() - e.heartbeat_at) AS heartbeat_age,
-    (SELECT count(*) FROM {schema}.workflows w
-     WHERE w.owner = e.executor_id AND w.status = 'RUNNING') AS running
-FROM {schema}.executors e ORDER BY e.started_at
+    coalesce(r.running, 0) AS running
+FROM {schema}.executors e
+LEFT JOIN (
+    SELECT owner, count(*) AS running FROM {schema}.workflows
+    WHERE status = 'RUNNING' AND owner IS NOT NULL GROUP BY owner
+) AS r ON r.owner = e.executor_id
+ORDER BY e.started_at
 
 -- waiting_for_worker --
 -- Runnable (or interrupted) workflows that no live executor has the code for.
@@ -325,7 +361,7 @@ ORDER BY w.created_at LIMIT %(limit)s
 -- Journal one step, only while this run's epoch owns the workflow (one statement, one commit).
 -- RETURNING says whose row it wrote: lazy modes send batches of large records as one
 -- pipeline of these in one transaction (see SystemDB.write_steps).
-INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error, attempts,
     child_workflow_id, started_at)
 SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
     %(attempts)s, %(child_workflow_id)s, %(started_at)s
@@ -341,7 +377,7 @@ RETURNING workflow_id
 -- run lost the workflow, this raises (fence_lost, SQLSTATE UD001): the transaction is then
 -- aborted and the COMMIT behind it keeps none of its writes.
 WITH rec AS (
-    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error,
+    INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error,
         attempts, child_workflow_id, started_at)
     SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
         %(attempts)s, %(child_workflow_id)s, %(started_at)s
@@ -392,7 +428,7 @@ WITH finished AS (
         AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
     RETURNING workflow_id
 )
-INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error, attempts,
     started_at)
 SELECT f.workflow_id, u.step_seq, u.step_name, u.kind, u.output, u.error, u.attempts,
     u.started_at
@@ -412,13 +448,16 @@ SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_att
                   THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
     owner = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
                  THEN NULL ELSE %(owner)s END,
-    lease_expires_at = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
-                 THEN NULL
-                 ELSE {schema}.current_time() + make_interval(secs => %(lease_seconds)s) END,
+    -- NULL when out of attempts. The time is never inside a CASE or a COALESCE (Citus
+    -- refuses it there), and a column is added to it by plus_seconds (IMMUTABLE).
+    lease_expires_at = {schema}.plus_seconds({schema}.current_time(),
+        CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+             THEN NULL ELSE %(lease_seconds)s END),
     recovery_attempts = w.recovery_attempts + (CASE WHEN w.status = 'RUNNING' THEN 1 ELSE 0 END),
     epoch = w.epoch + 1,
-    deadline_at = coalesce(w.deadline_at,
-        {schema}.current_time() + make_interval(secs => w.timeout_seconds)),
+    -- The first claim's deadline is kept: LEAST ignores the NULL given once it is set.
+    deadline_at = LEAST(w.deadline_at, {schema}.plus_seconds({schema}.current_time(),
+        CASE WHEN w.deadline_at IS NULL THEN w.timeout_seconds END)),
     updated_at = {schema}.current_time()
 FROM (
     SELECT workflow_id FROM {schema}.workflows
@@ -459,16 +498,20 @@ SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_att
                   THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
     owner = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
                  THEN NULL ELSE %(owner)s END,
-    lease_expires_at = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
-                 THEN NULL
-                 ELSE {schema}.current_time() + make_interval(secs => %(lease_seconds)s) END,
+    -- NULL when out of attempts. The time is never inside a CASE or a COALESCE (Citus
+    -- refuses it there), and a column is added to it by plus_seconds (IMMUTABLE).
+    lease_expires_at = {schema}.plus_seconds({schema}.current_time(),
+        CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+             THEN NULL ELSE %(lease_seconds)s END),
     recovery_attempts = w.recovery_attempts + (CASE WHEN w.status = 'RUNNING' THEN 1 ELSE 0 END),
     epoch = w.epoch + 1,
-    deadline_at = coalesce(w.deadline_at,
-        {schema}.current_time() + make_interval(secs => w.timeout_seconds)),
+    -- The first claim's deadline is kept: LEAST ignores the NULL given once it is set.
+    deadline_at = LEAST(w.deadline_at, {schema}.plus_seconds({schema}.current_time(),
+        CASE WHEN w.deadline_at IS NULL THEN w.timeout_seconds END)),
     updated_at = {schema}.current_time()
 FROM c
 WHERE w.workflow_id = c.workflow_id
+  AND (%(workflow_ids)s::text[] IS NULL OR w.workflow_id = ANY(%(workflow_ids)s::text[]))
   AND (w.status = 'PENDING'
        OR (w.status = 'RUNNING' AND w.lease_expires_at < {schema}.current_time()))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
@@ -541,12 +584,14 @@ WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED' AND EXISTS (
 
 -- upsert_executor --
 -- Register this executor at start: its incarnation holds the id from now on (an earlier
--- process under the id, if any, is a stale incarnation that touches nothing any more).
+-- process under the id, if any, is a stale incarnation that touches nothing any more). The
+-- time is read once, in VALUES: Citus refuses a function that is not IMMUTABLE in DO
+-- UPDATE SET.
 INSERT INTO {schema}.executors (executor_id, hostname, pid, started_at, heartbeat_at,
     capabilities, incarnation)
 VALUES (%(executor_id)s, %(hostname)s, %(pid)s, {schema}.current_time(),
     {schema}.current_time(), %(capabilities)s, %(incarnation)s)
-ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = {schema}.current_time(),
+ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at,
     hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
     capabilities = EXCLUDED.capabilities, incarnation = EXCLUDED.incarnation
 
@@ -558,7 +603,7 @@ INSERT INTO {schema}.executors AS e (executor_id, hostname, pid, started_at, hea
     capabilities, incarnation)
 VALUES (%(executor_id)s, %(hostname)s, %(pid)s, {schema}.current_time(),
     {schema}.current_time(), %(capabilities)s, %(incarnation)s)
-ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = {schema}.current_time()
+ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
     WHERE e.incarnation = EXCLUDED.incarnation
 RETURNING 1 AS held
 
@@ -633,7 +678,8 @@ WITH owner AS (
     SET status = %(status)s, result = %(result)s, error = %(error)s,
         reconciled = %(reconciled)s, updated_at = {schema}.current_time()
     FROM owner
-    WHERE e.workflow_id = owner.workflow_id AND e.idempotency_key = %(idempotency_key)s
+    WHERE e.workflow_id = %(workflow_id)s AND e.workflow_id = owner.workflow_id
+      AND e.idempotency_key = %(idempotency_key)s
       AND e.status IN ('intent', 'pending')
     RETURNING e.workflow_id
 )
@@ -693,9 +739,8 @@ WITH decided AS (
     -- RUNNING too, for the same reason as send_message: a suspend in flight is waited for.
     UPDATE {schema}.workflows
     SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
-        updated_at = CASE WHEN status = 'SUSPENDED' THEN {schema}.current_time()
-                          ELSE updated_at END
-    WHERE workflow_id IN (SELECT workflow_id FROM decided)
+        updated_at = {schema}.current_time()
+    WHERE workflow_id = %(workflow_id)s AND workflow_id IN (SELECT workflow_id FROM decided)
       AND status IN ('SUSPENDED', 'RUNNING')
     RETURNING workflow_id
 )
@@ -711,7 +756,7 @@ WITH expired AS (
 )
 UPDATE {schema}.workflows
 SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
-    updated_at = CASE WHEN status = 'SUSPENDED' THEN {schema}.current_time() ELSE updated_at END
+    updated_at = {schema}.current_time()
 WHERE workflow_id IN (SELECT workflow_id FROM expired) AND status IN ('SUSPENDED', 'RUNNING')
 
 -- list_approvals --
@@ -730,7 +775,7 @@ LIMIT %(limit)s
 -- binary: a text array literal is built by escaping every element (a 1 MB JSON payload
 -- took seconds to send that way, binary milliseconds; and for small records the escaping
 -- was a third of a lazy step's client time).
-INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error, attempts,
     started_at)
 SELECT w.workflow_id, u.step_seq, u.step_name, u.kind, u.output, u.error, u.attempts,
     u.started_at
@@ -742,6 +787,24 @@ JOIN {schema}.workflows AS w
   ON w.workflow_id = u.workflow_id
   AND (w.epoch, w.status) IS NOT DISTINCT FROM (u.epoch, 'RUNNING')
 ORDER BY u.workflow_id, u.step_seq
+FOR SHARE OF w
+RETURNING workflow_id
+
+-- record_run_steps --
+-- record_steps for the records of one run, named by its workflow id and epoch: on a schema
+-- distributed by Citus, which cannot lock rows of many shards in one statement, a batch
+-- goes as one of these per run, each on its workflow's shard. RETURNING as record_steps.
+INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error, attempts,
+    started_at)
+SELECT w.workflow_id, u.step_seq, u.step_name, u.kind, u.output, u.error, u.attempts,
+    u.started_at
+FROM {schema}.workflows AS w,
+     unnest(%(seqs)b::int[], %(names)b::text[], %(kinds)b::text[], %(outputs)b::text[],
+            %(errors)b::text[], %(attempts)b::int[], %(started)b::timestamptz[])
+     AS u (step_seq, step_name, kind, output, error, attempts, started_at)
+WHERE w.workflow_id = %(workflow_id)s
+  AND (w.epoch, w.status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+ORDER BY u.step_seq
 FOR SHARE OF w
 RETURNING workflow_id
 
@@ -768,9 +831,11 @@ WHERE status = 'SUSPENDED'
 
 -- send_message --
 -- Deliver a message once per message id, and wake the workflow if it is waiting.
--- A RUNNING row is matched too (and left as it is): if its run is suspending right now,
--- this waits for that statement's row lock and then sees SUSPENDED and wakes it. Matching
--- SUSPENDED alone would miss a suspend that checked for messages before this one landed.
+-- A RUNNING row is matched too (and left as it is, but for updated_at): if its run is
+-- suspending right now, this waits for that statement's row lock and then sees SUSPENDED
+-- and wakes it. Matching SUSPENDED alone would miss a suspend that checked for messages
+-- before this one landed. (updated_at is set either way: Citus refuses the time inside a
+-- CASE.)
 WITH delivered AS (
     INSERT INTO {schema}.messages (workflow_id, message_id, topic, payload)
     VALUES (%(workflow_id)s, %(message_id)s, %(topic)s, %(payload)s)
@@ -780,8 +845,9 @@ WITH delivered AS (
 UPDATE {schema}.workflows
 SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
     wake_at = CASE WHEN status = 'SUSPENDED' THEN NULL ELSE wake_at END,
-    updated_at = CASE WHEN status = 'SUSPENDED' THEN {schema}.current_time() ELSE updated_at END
-WHERE workflow_id IN (SELECT workflow_id FROM delivered) AND status IN ('SUSPENDED', 'RUNNING')
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND workflow_id IN (SELECT workflow_id FROM delivered)
+  AND status IN ('SUSPENDED', 'RUNNING')
 
 -- consume_message --
 -- Consume the oldest message of a topic and journal it as this step, in one statement.
@@ -800,17 +866,19 @@ WITH picked AS (
     UPDATE {schema}.messages AS m
     SET consumed_at = {schema}.current_time(), consumed_seq = %(step_seq)s
     FROM picked, owner
-    WHERE m.workflow_id = picked.workflow_id AND m.message_id = picked.message_id
+    WHERE m.workflow_id = %(workflow_id)s
+      AND m.workflow_id = picked.workflow_id AND m.message_id = picked.message_id
     RETURNING m.workflow_id, m.payload
 )
-INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
+INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output)
 SELECT workflow_id, %(step_seq)s, %(step_name)s, 'recv', payload FROM consumed
 RETURNING output
 
 -- set_event --
 -- Publish an event and journal it as this step in one statement, fenced by epoch.
+-- (updated_at: the time its insert would have had, as in upsert_executor.)
 WITH journaled AS (
-    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
+    INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output)
     SELECT workflow_id, %(step_seq)s, %(step_name)s, 'event', %(value)s
     FROM {schema}.workflows
     WHERE workflow_id = %(workflow_id)s
@@ -821,13 +889,13 @@ WITH journaled AS (
 INSERT INTO {schema}.events (workflow_id, key, value, step_seq)
 SELECT workflow_id, %(key)s, %(value)s, %(step_seq)s FROM journaled
 ON CONFLICT (workflow_id, key) DO UPDATE
-SET value = excluded.value, step_seq = excluded.step_seq, updated_at = {schema}.current_time()
+SET value = excluded.value, step_seq = excluded.step_seq, updated_at = excluded.updated_at
 
 -- write_stream --
 -- Append a value (or the closing row) to a stream and journal it as this step in one
 -- statement, fenced by epoch; readers following the stream are woken by the NOTIFY.
 WITH journaled AS (
-    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
+    INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output)
     SELECT workflow_id, %(step_seq)s, %(step_name)s, 'stream', %(value)s
     FROM {schema}.workflows
     WHERE workflow_id = %(workflow_id)s
@@ -859,6 +927,7 @@ SELECT value FROM {schema}.events WHERE workflow_id = %(workflow_id)s AND key = 
 
 -- upsert_schedule --
 -- Store a schedule, or update its definition; its pause state and last tick are kept.
+-- (updated_at: the time its insert would have had, as in upsert_executor.)
 INSERT INTO {schema}.schedules (schedule_name, workflow_name, workflow_version, cron,
     timezone, catch_up)
 VALUES (%(schedule_name)s, %(workflow_name)s, %(workflow_version)s, %(cron)s, %(timezone)s,
@@ -866,7 +935,7 @@ VALUES (%(schedule_name)s, %(workflow_name)s, %(workflow_version)s, %(cron)s, %(
 ON CONFLICT (schedule_name) DO UPDATE
 SET workflow_name = excluded.workflow_name, workflow_version = excluded.workflow_version,
     cron = excluded.cron, timezone = excluded.timezone, catch_up = excluded.catch_up,
-    updated_at = {schema}.current_time()
+    updated_at = excluded.updated_at
 
 -- due_schedules --
 -- Unpaused schedules of workflows this executor can run.
@@ -978,33 +1047,37 @@ UPDATE {schema}.workflows AS w
 SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
     lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s),
     dequeued_at = {schema}.current_time(), updated_at = {schema}.current_time(),
-    deadline_at = {schema}.current_time() + make_interval(secs => w.timeout_seconds)
+    deadline_at = {schema}.plus_seconds({schema}.current_time(), w.timeout_seconds)
 FROM picked
 WHERE w.workflow_id = picked.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context
 
+-- queue_allowance --
+-- How many entries one dequeue of a queue may take now, within its limits (dequeue's
+-- `allowed`): dequeue_cas's LIMIT, counted by a statement of its own since Citus takes no
+-- subquery in a LIMIT. Run under the queue's lock, in the dequeue's transaction.
+SELECT greatest(0, least(
+    %(limit)s,
+    coalesce(%(concurrency)s - (
+        SELECT count(*) FROM {schema}.workflows
+        WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
+          AND status IN ('PENDING', 'RUNNING', 'SUSPENDED')), %(limit)s),
+    coalesce(%(worker_concurrency)s - (
+        SELECT count(*) FROM {schema}.workflows
+        WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
+          AND status = 'RUNNING' AND owner = %(owner)s), %(limit)s),
+    coalesce(%(rate_count)s - (
+        SELECT count(*) FROM {schema}.workflows
+        WHERE queue_name = %(queue_name)s AND dequeued_at > {schema}.current_time()
+              - make_interval(secs => %(rate_period)s::float8)), %(limit)s)
+)) AS n
+
 -- dequeue_cas --
 -- dequeue for distributed PostgreSQL: the entries are read without a row lock and taken
 -- only if still ENQUEUED (compare-and-set); the queue's advisory lock still orders the
--- dequeuers of one queue, so its limits hold.
-WITH allowed AS (
-    SELECT greatest(0, least(
-        %(limit)s,
-        coalesce(%(concurrency)s - (
-            SELECT count(*) FROM {schema}.workflows
-            WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
-              AND status IN ('PENDING', 'RUNNING', 'SUSPENDED')), %(limit)s),
-        coalesce(%(worker_concurrency)s - (
-            SELECT count(*) FROM {schema}.workflows
-            WHERE queue_name = %(queue_name)s AND dequeued_at IS NOT NULL
-              AND status = 'RUNNING' AND owner = %(owner)s), %(limit)s),
-        coalesce(%(rate_count)s - (
-            SELECT count(*) FROM {schema}.workflows
-            WHERE queue_name = %(queue_name)s AND dequeued_at > {schema}.current_time()
-                  - make_interval(secs => %(rate_period)s::float8)), %(limit)s)
-    )) AS n
-), picked AS (
+-- dequeuers of one queue, so its limits hold. %(allowed)s: what queue_allowance said.
+WITH picked AS (
     SELECT workflow_id FROM {schema}.workflows
     WHERE status = 'ENQUEUED' AND queue_name = %(queue_name)s
       AND (available_at IS NULL OR available_at <= {schema}.current_time())
@@ -1014,13 +1087,13 @@ WITH allowed AS (
       AND EXISTS (SELECT 1 FROM {schema}.executors
                   WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
     ORDER BY CASE WHEN %(by_priority)s THEN priority ELSE 0 END, created_at, workflow_id
-    LIMIT (SELECT n FROM allowed)
+    LIMIT %(allowed)s
 )
 UPDATE {schema}.workflows AS w
 SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
     lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s),
     dequeued_at = {schema}.current_time(), updated_at = {schema}.current_time(),
-    deadline_at = {schema}.current_time() + make_interval(secs => w.timeout_seconds)
+    deadline_at = {schema}.plus_seconds({schema}.current_time(), w.timeout_seconds)
 FROM picked
 WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
@@ -1029,14 +1102,15 @@ RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.
 -- ensure_budget --
 -- Create a workflow tree's budget from its code's limits at first start (kept afterwards,
 -- so a raise survives restarts), and read it.
--- Charges already recorded under this id (a fork's copied steps) are its starting spend.
+-- Charges already recorded under this id (a fork's copied steps) are its starting spend:
+-- those of the root itself, since no other workflow of the tree has run yet.
 WITH created AS (
     INSERT INTO {schema}.budgets (budget_id, limit_dollars, limit_tokens, limit_steps,
         limit_seconds, spent_dollars, spent_tokens, spent_steps)
     SELECT %(budget_id)s, %(limit_dollars)s, %(limit_tokens)s, %(limit_steps)s,
         %(limit_seconds)s, coalesce(sum(dollars), 0), coalesce(sum(tokens), 0),
         coalesce(sum(steps), 0)
-    FROM {schema}.charges WHERE budget_id = %(budget_id)s
+    FROM {schema}.charges WHERE workflow_id = %(budget_id)s AND budget_id = %(budget_id)s
     ON CONFLICT (budget_id) DO NOTHING
     RETURNING budget_id, limit_dollars, limit_tokens, limit_steps, limit_seconds,
         spent_dollars, spent_tokens, spent_steps, created_at AS started_at
@@ -1087,7 +1161,7 @@ WHERE w.budget_id = %(budget_id)s AND a.status = 'waiting' AND a.name LIKE 'budg
 -- Journal a step together with what it spent (and, for a tool, its call record) in one
 -- fenced statement; `written` is 0 if this run no longer owns the workflow.
 WITH journaled AS (
-    INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
+    INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error, attempts,
         started_at)
     SELECT workflow_id, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
         %(attempts)s, %(started_at)s
@@ -1110,7 +1184,7 @@ WITH journaled AS (
     SET spent_dollars = b.spent_dollars + c.dollars, spent_tokens = b.spent_tokens + c.tokens,
         spent_steps = b.spent_steps + c.steps, updated_at = {schema}.current_time()
     FROM charged AS c
-    WHERE b.budget_id = c.budget_id
+    WHERE b.budget_id = %(budget_id)s AND b.budget_id = c.budget_id
     RETURNING b.budget_id, b.limit_dollars, b.limit_tokens, b.limit_steps, b.limit_seconds,
         b.spent_dollars, b.spent_tokens, b.spent_steps, b.created_at AS started_at
 )
@@ -1149,27 +1223,31 @@ WHERE workflow_id = %(workflow_id)s AND kind = 'turn' ORDER BY step_seq
 -- Delete up to `batch` finished workflows older than the cutoff with their journals (steps
 -- explicitly, since a journal row is fenced rather than referenced; messages, events,
 -- approvals and charges cascade); the effect ledger stays. One row: what was deleted.
+-- The candidates are read without a row lock (Citus takes none over many shards); each is
+-- deleted only if still finished as of its own row lock (one resumed meanwhile is kept,
+-- with its journal), and two pruners at once delete each workflow once.
 WITH doomed AS (
     SELECT workflow_id FROM {schema}.workflows
     WHERE finished_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
       AND status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'COMPENSATED', 'COMPENSATION_FAILED')
     ORDER BY finished_at
     LIMIT %(batch)s
-    FOR UPDATE SKIP LOCKED
-), journal AS (
-    DELETE FROM {schema}.steps AS s USING doomed AS d
-    WHERE s.workflow_id = d.workflow_id
-    RETURNING 1
 ), gone AS (
     DELETE FROM {schema}.workflows AS w USING doomed AS d
     WHERE w.workflow_id = d.workflow_id
+      AND w.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'COMPENSATED', 'COMPENSATION_FAILED')
+    RETURNING w.workflow_id
+), journal AS (
+    DELETE FROM {schema}.steps AS s USING gone AS g
+    WHERE s.workflow_id = g.workflow_id
     RETURNING 1
 )
 SELECT (SELECT count(*) FROM gone) AS workflows, (SELECT count(*) FROM journal) AS steps
 
 -- prune_effects --
 -- Delete up to `batch` effect-ledger rows older than the cutoff whose workflow is gone or
--- finished.
+-- finished. (Read without a row lock, as in prune_finished: a settled effect of a finished
+-- workflow is not written again.)
 WITH doomed AS (
     SELECT e.workflow_id, e.step_seq FROM {schema}.effects AS e
     WHERE e.updated_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
@@ -1179,7 +1257,6 @@ WITH doomed AS (
                              'COMPENSATING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'))
     ORDER BY e.updated_at
     LIMIT %(batch)s
-    FOR UPDATE OF e SKIP LOCKED
 )
 DELETE FROM {schema}.effects AS e USING doomed AS d
 WHERE e.workflow_id = d.workflow_id AND e.step_seq = d.step_seq

@@ -118,7 +118,12 @@ def test_a_stale_incarnation_touches_nothing_under_its_id(
         # A resumes: under the incarnation it started with, every statement is a no-op.
         assert claim(db, "a") == []
         assert dequeue(db, "a") == []
-        assert db.fetch_all("owned_cancel_requests", {"owner": ID, "incarnation": "a"}) == []
+        assert (
+            db.fetch_all(
+                "owned_cancel_requests", {"owner": ID, "incarnation": "a", "held": ["w1", "w2"]}
+            )
+            == []
+        )
         assert db.execute("renew_leases", held("a", a_claims)) == 0
         assert db.fetch_one("heartbeat_executor", registration("a", 101)) is None
         assert db.execute("abandon_owned", {"owner": ID, "incarnation": "a", "dead": True}) == 0
@@ -132,7 +137,9 @@ def test_a_stale_incarnation_touches_nothing_under_its_id(
         ) == ("RUNNING", ID, 1)
 
         # B, the holder, does all of it; and only for its own claims (by epoch).
-        requests = db.fetch_all("owned_cancel_requests", {"owner": ID, "incarnation": "b"})
+        requests = db.fetch_all(
+            "owned_cancel_requests", {"owner": ID, "incarnation": "b", "held": ["w1", "w2"]}
+        )
         assert sorted(r["workflow_id"] for r in requests) == ["w1", "w2"]
         assert db.fetch_one("heartbeat_executor", registration("b", 202)) is not None
         assert db.execute("renew_leases", held("b", b_claims)) == 1

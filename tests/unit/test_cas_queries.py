@@ -32,10 +32,17 @@ def test_claim_batch_cas_is_claim_batch_without_the_lock() -> None:
 
 
 def test_dequeue_cas_is_dequeue_without_the_lock() -> None:
+    """dequeue_cas is dequeue without its row lock, taking what queue_allowance (dequeue's
+    `allowed`, a statement of its own) counted."""
     q = load_queries()
     locked, cas = _norm(q["dequeue"]), _norm(q["dequeue_cas"])
     assert "FOR UPDATE" not in cas
-    assert cas == locked.replace(" FOR UPDATE SKIP LOCKED", "").replace(
+    allowed = _between(q["dequeue"], "WITH allowed AS (", "), picked AS (")
+    assert _norm(q["queue_allowance"]) == allowed
+    without_allowed = "WITH picked AS (" + locked.split("), picked AS (", 1)[1]
+    assert cas == without_allowed.replace(" FOR UPDATE SKIP LOCKED", "").replace(
+        "LIMIT (SELECT n FROM allowed)", "LIMIT %(allowed)s"
+    ).replace(
         "WHERE w.workflow_id = picked.workflow_id",
         "WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'",
     )

@@ -31,6 +31,7 @@ from tests.unit.scripted import (
     WORKFLOW_ID,
     Raise,
     Script,
+    Then,
     done,
     failed,
     ledger,
@@ -225,17 +226,52 @@ def test_an_interrupt_cancels_the_tree_then_finishes_cancelled() -> None:
     assert script.labels == [
         "Call body",
         "Join",
-        "Execute cancel_workflow",
+        "Execute children_of",
+        "Execute cancel_workflows",
         "Execute finish_workflow",
     ]
-    assert script.ops[2].fetch == "all"
-    cancel = script.only("cancel_workflow")
-    assert (cancel["workflow_id"], cancel["reason"]) == (WORKFLOW_ID, "user asked")
+    assert script.ops[3].fetch == "all"
+    cancel = script.only("cancel_workflows")
+    assert (cancel["workflow_ids"], cancel["reason"]) == ([WORKFLOW_ID], "user asked")
     finish = finish_params(script)
     assert finish["status"] == "CANCELLED"
     assert finish["error"] == cancel["error"]
     assert decode_error(finish["error"])[0] == "durable.errors.WorkflowCancelledError"
     assert run.stopping
+
+
+def test_a_cancel_walks_the_tree_a_level_at_a_time_and_asks_again_for_what_changed() -> None:
+    """The descendants are found level by level (no recursive query: a schema sharded by
+    workflow id cannot run one over parent_id); a workflow whose row changed between the
+    cancel's read and its write (not settled) is asked again, alone."""
+
+    def row(workflow_id: str, settled: bool) -> dict[str, Any]:
+        return {"workflow_id": workflow_id, "status": "PENDING", "epoch": 1, "settled": settled}
+
+    script = Script(
+        statements={
+            "children_of": Then(
+                [{"workflow_id": "c1"}, {"workflow_id": "c2"}],
+                [{"workflow_id": "g1"}, {"workflow_id": WORKFLOW_ID}],  # a cycle is cut
+                [],
+            ),
+            "cancel_workflows": Then(
+                [row(WORKFLOW_ID, True), row("c1", True), row("c2", False), row("g1", True)],
+                [row("c2", True)],
+            ),
+        }
+    )
+    done = script.run(protocol.cancel_tree(WORKFLOW_ID, "stop", "{}"))
+    assert [p["workflow_ids"] for p in script.executed("children_of")] == [
+        [WORKFLOW_ID],
+        ["c1", "c2"],
+        ["g1"],
+    ]
+    assert [p["workflow_ids"] for p in script.executed("cancel_workflows")] == [
+        [WORKFLOW_ID, "c1", "c2", "g1"],
+        ["c2"],
+    ]
+    assert sorted(r["workflow_id"] for r in done) == sorted([WORKFLOW_ID, "c1", "c2", "g1"])
 
 
 def test_a_timeout_finishes_cancelled_with_a_timeout_error() -> None:
@@ -255,7 +291,8 @@ def test_an_interrupt_runs_the_compensations_then_finishes_cancelled() -> None:
     assert script.labels == [
         "Call body",
         "Join",
-        "Execute cancel_workflow",
+        "Execute children_of",
+        "Execute cancel_workflows",
         "Call refund",
         "Execute finish_workflow",
     ]
