@@ -72,7 +72,13 @@ def test_an_engine_starts_on_the_distributed_schema_on_its_clock(citus_url: str)
         # The same executor registering again (a restart): the upsert's DO UPDATE.
         engine.db.execute(
             "upsert_executor",
-            {"executor_id": "e-1", "hostname": "h", "pid": 1, "capabilities": "[]"},
+            {
+                "executor_id": "e-1",
+                "hostname": "h",
+                "pid": 1,
+                "capabilities": "[]",
+                "incarnation": engine.incarnation,
+            },
         )
         row = engine.db.fetch_one("get_executor", {"executor_id": "e-1"})
     # Its heartbeat is on the engine's clock (the server's own time is years away).

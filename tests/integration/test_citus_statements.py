@@ -205,6 +205,7 @@ def params(name: str, w: str) -> dict[str, Any]:
     }
     claim = {
         "owner": f"exec-{w}",
+        "incarnation": "i1",
         "lease_seconds": 30.0,
         "max_attempts": 10,
         "workflow_ids": None,
@@ -222,6 +223,14 @@ def params(name: str, w: str) -> dict[str, Any]:
         "by_priority": False,
     }
     fenced = {"workflow_id": w, "epoch": 1}
+    fork = {
+        "workflow_id": w,
+        "new_id": f"{w}-fork",
+        "before_seq": 3,
+        "copied": [0, 1, 2],
+        "event_prefix": "event:",
+    }
+    held = {"owner": "me", "incarnation": "i1", "held": [w, f"{w}-child"], "epochs": [1, 1]}
     table: dict[str, dict[str, Any]] = {
         "insert_workflow": {
             **workflow,
@@ -250,7 +259,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "abandon_workflow": fenced,
         "prune_executors": {"stale_seconds": 3600.0},
         "finished_among": {"workflow_ids": [w, f"{w}-done"]},
-        "abandon_owned": {"owner": f"exec-{w}"},
+        "abandon_owned": {"owner": f"exec-{w}", "incarnation": "i1", "dead": False},
         "queue_depths": {},
         "release_workflow": fenced,
         "children_of": {"workflow_ids": [w]},
@@ -260,12 +269,17 @@ def params(name: str, w: str) -> dict[str, Any]:
             "error": '{"type": "x"}',
         },
         "get_cancel_request": {"workflow_id": w},
-        "owned_cancel_requests": {"owner": "me", "held": [w, f"{w}-child"]},
+        "owned_cancel_requests": {"owner": "me", "incarnation": "i1", "held": [w, f"{w}-child"]},
         "resume_workflow": {"workflow_id": f"{w}-failed"},
         "fork_workflow": {"workflow_id": w, "new_id": f"{w}-fork", "trace_context": None},
-        "fork_steps": {"workflow_id": w, "new_id": f"{w}-fork", "before_seq": 3},
-        "fork_tool_calls": {"workflow_id": w, "new_id": f"{w}-fork", "before_seq": 3},
-        "fork_charges": {"workflow_id": w, "new_id": f"{w}-fork", "before_seq": 3},
+        "fork_seqs": fork,
+        "fork_steps": fork,
+        "fork_tool_calls": fork,
+        "fork_charges": fork,
+        "fork_streams": fork,
+        "fork_events": fork,
+        "fork_gates": fork,
+        "fork_messages": fork,
         "notify_work": {"channel": "durable_work", "payload": w},
         "list_executors": {},
         "waiting_for_worker": {"stale_seconds": 60.0, "limit": 50},
@@ -289,8 +303,8 @@ def params(name: str, w: str) -> dict[str, Any]:
         "claim_batch": claim,
         "claim_batch_cas": claim,
         "renew_claim": {**fenced, "lease_seconds": 30.0},
-        "renew_leases": {"owner": "me", "lease_seconds": 30.0, "held": [w, f"{w}-child"]},
-        "release_owned": {"owner": "me"},
+        "renew_leases": {**held, "lease_seconds": 30.0},
+        "release_owned": held,
         "get_executor": {"executor_id": f"exec-{w}"},
         "wake_if_message": {"workflow_id": f"{w}-asleep", "topic": "topic"},
         "join_suspension": {"workflow_id": f"{w}-asleep", "epoch": 1, "wake_at": NOW},
@@ -300,9 +314,16 @@ def params(name: str, w: str) -> dict[str, Any]:
             "hostname": "h",
             "pid": 2,
             "capabilities": json.dumps([["wf", None]]),
+            "incarnation": "i1",
         },
-        "heartbeat_executor": {"executor_id": f"exec-{w}"},
-        "delete_executor": {"executor_id": f"exec-{w}"},
+        "heartbeat_executor": {
+            "executor_id": f"exec-{w}",
+            "hostname": "h",
+            "pid": 2,
+            "capabilities": json.dumps([["wf", None]]),
+            "incarnation": "i1",
+        },
+        "delete_executor": {"executor_id": f"exec-{w}", "incarnation": "i1"},
         "app_migration_lock": {"key": 42},
         "app_record_transaction": {
             "workflow_id": w,
@@ -483,8 +504,17 @@ def test_the_engine_sends_the_distributed_variants(cluster_db: str) -> None:
 # Statements run before the one tested, as durable runs them (in one transaction).
 BEFORE: dict[str, list[str]] = {
     "fork_steps": ["fork_workflow"],
-    "fork_tool_calls": ["fork_workflow", "fork_steps"],
-    "fork_charges": ["fork_workflow", "fork_steps"],
+    **{
+        name: ["fork_workflow", "fork_steps"]
+        for name in (
+            "fork_tool_calls",
+            "fork_charges",
+            "fork_streams",
+            "fork_events",
+            "fork_gates",
+            "fork_messages",
+        )
+    },
 }
 
 
