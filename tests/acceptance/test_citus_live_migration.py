@@ -26,7 +26,7 @@ SLOW = [f"slow{i}" for i in range(3)]
 NAPS = [f"nap{i}" for i in range(2)]
 WAITS = [f"wait{i}" for i in range(2)]
 GATE = "gate"
-STEPS = 40  # of 0.2s each: still running when the worker is stopped
+STEPS = 60  # of 0.2s each: still running when the worker is stopped
 
 
 def status_of(url: str, workflow_id: str) -> str:
