@@ -449,6 +449,8 @@ class SystemDB:
         """translate(), and an outage reported once (see Outage); `conn`: the connection
         the error came from, if known."""
         err = translate(name, exc)
+        if node_down(exc):
+            return err  # one Citus node, not the database: the others' shards still answer
         if isinstance(err, DatabaseUnavailableError) and self.outage.lost(exc, name, conn):
             # The pool's idle connections went down with the server: drop them now, so
             # that none is handed to a run after the database is back.
@@ -981,9 +983,26 @@ def is_outage(exc: BaseException) -> bool:
     return state is None or state.startswith("08") or state in _OUTAGE_STATES
 
 
+def node_down(exc: BaseException | None) -> bool:
+    """Whether `exc` is a Citus coordinator saying one of its worker nodes is unreachable:
+    the statement needed that node's shards, the connection to the coordinator is sound, and
+    statements on the other nodes' shards run. Unavailable (the caller retries it later), but
+    not an outage of the system database: the other runs and the pool carry on."""
+    if isinstance(exc, DatabaseUnavailableError):
+        exc = exc.__cause__
+    return (
+        isinstance(exc, psycopg.OperationalError)
+        and exc.diag.message_primary is not None
+        and exc.diag.message_primary.startswith("connection to the remote node ")
+    )
+
+
 def _spoils(exc: BaseException) -> bool:
     """Whether a connection that `exc` came through must not go back into its pool: an
-    outage (a server that turned read-only would refuse it every later write)."""
+    outage (a server that turned read-only would refuse it every later write), not one
+    Citus worker node down (the coordinator it is connected to is fine)."""
+    if node_down(exc):
+        return False
     return isinstance(exc, DatabaseUnavailableError) or is_outage(exc)
 
 
@@ -991,6 +1010,10 @@ def translate(name: str, exc: BaseException) -> Exception:
     """A database error as durable's: an outage (DatabaseUnavailableError: interrupted,
     retried), a unique violation as it is (callers look at its constraint), or anything
     else as StatementError (the call fails with it)."""
+    if node_down(exc):
+        return DatabaseUnavailableError(
+            f"a Citus worker node is unreachable while running {name!r}: {exc}"
+        )
     if is_outage(exc):
         return DatabaseUnavailableError(f"lost the system database while running {name!r}: {exc}")
     if isinstance(exc, psycopg.errors.UniqueViolation):
