@@ -61,6 +61,7 @@ from tests import citus
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_JSON = ROOT / "benchmarks" / "results" / "citus.json"
 APP = "durable_bench_citus"
+WARM = 10  # runs of each kind before a round is timed, on its fresh connections
 BASE = 10  # operations of the baseline session that counts subtract
 
 
@@ -202,7 +203,13 @@ def measure_steps(
                 psycopg.connect(side.app_url, autocommit=True) as conn,
             ):
                 insert = side.floor_insert(conn)
-                wf(1)
+                # A new engine has new connections: psycopg prepares a statement on its
+                # fifth run, and on a cluster each new coordinator backend opens its own
+                # connections to the workers on first use. Neither is a step's cost.
+                for _ in range(WARM):
+                    wf(0)
+                wf(WARM)
+                step_overhead.time_floor(conn, insert, WARM, payload)
                 f = step_overhead.time_floor(conn, insert, steps, payload)
                 w, e, s, es, _ = step_overhead.time_durable(engine, wf, steps, 3)
                 rt = step_overhead.time_round_trip(conn, steps)
