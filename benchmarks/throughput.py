@@ -275,8 +275,29 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/throughput.json")
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--citus",
+        action="store_true",
+        help="instead: throughput and step cost on a Citus cluster beside one server "
+        "(benchmarks/citus.py, given --workflows, --workers, --concurrency, --plot)",
+    )
     args = parser.parse_args(argv)
     console = console or Console()
+    if args.citus:
+        from benchmarks import citus
+
+        return citus.main(
+            [
+                "--workflows",
+                str(args.workflows),
+                "--workers",
+                *map(str, args.workers),
+                "--concurrency",
+                str(args.concurrency),
+                *(["--plot", str(args.plot)] if args.plot else []),
+            ],
+            console,
+        )
     groups = {"off": [False], "on": [True], "both": [False, True]}[args.group_commit]
     with scratch(args.database_url, "floor") as url:
         rates = {c: insert_rate(url, c, args.insert_seconds) for c in args.connections}
