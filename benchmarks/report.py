@@ -80,6 +80,19 @@ def _run_all(url: str, quick: bool) -> None:
         if quick:
             args += ["--workflows", "20", "--workers", "1", "--modes", "sync"]
         throughput.main(args)
+    from tests import citus
+
+    try:
+        citus.ensure_installed()
+    except citus.Unavailable as exc:
+        print(f"not measured on a Citus cluster: {exc}")
+        return
+    from benchmarks import citus as citus_bench
+
+    args = ["--json", str(RESULTS / "citus.json"), "--plot", str(CHARTS / "citus.png")]
+    if quick:
+        args += ["--steps", "10", "--rounds", "1", "--workflows", "10", "--workers", "1"]
+    citus_bench.main(args)
 
 
 def _f(value: Any, digits: int = 2) -> str:
@@ -259,6 +272,81 @@ def _throughput(data: dict[str, Any]) -> str:
     )
 
 
+def _citus(data: dict[str, Any]) -> str:
+    """One server beside a Citus cluster: per-operation costs and counts, then throughput."""
+    st = data["steps"]
+    cfg = data["config"]
+    rows = []
+    for label, key, per in (
+        ("bare `INSERT` + commit (the floor)", "floor_us", "per_floor_insert"),
+        ("`@step`, sync mode", "step_us", "per_step"),
+        ("empty workflow: start + finish", "empty_workflow_us", "per_empty_workflow"),
+        ("round trip: `SELECT 1`", "round_trip_us", None),
+    ):
+        row = [label]
+        for side in ("single", "citus"):
+            row.append(_f(st[side][key]["median"], 0))
+        row.append(_f(st["ratios"][key]))
+        for side in ("single", "citus"):
+            c = st[side][per] if per else None
+            row.append(
+                "-"
+                if c is None
+                else f"{_f(c['coordinator'])} / {_f(c['workers'])} / {_f(max(0.0, c['prepared']))}"
+            )
+        rows.append(row)
+    ops = _table(
+        [
+            "what",
+            "one server µs",
+            "Citus µs",
+            "Citus / one server",
+            "one server: commits coord. / workers / 2PC",
+            "Citus: commits coord. / workers / 2PC",
+        ],
+        rows,
+    )
+    tp = _table(
+        [
+            "target",
+            "workers",
+            "workflows / s",
+            "Citus / one server",
+            "coordinator commits / step",
+            "worker commits / step",
+            "2PC / workflow",
+        ],
+        [
+            [
+                "Citus" if r["target"] == "citus" else "one server",
+                str(r["workers"]),
+                _f(r["workflows_per_s"], 1),
+                _f(r.get("ratio_to_single")),
+                _f(r["coordinator_commits_per_step"]),
+                _f(r["worker_commits_per_step"]),
+                _f(max(0.0, r["prepared_per_workflow"])),
+            ]
+            for r in sorted(
+                data["throughput"], key=lambda r: (r["workers"], r["target"] != "single")
+            )
+        ],
+    )
+    server = data["server"]
+    return (
+        f"{server['version']}, Citus {server['citus']}, fsync={server['fsync']} on every node; "
+        f'{cfg["nodes"]}, {cfg["shards"]} shards per table. "One server" is a database on '
+        "the coordinator's own server without the extension: same binaries, settings and "
+        f"disk. {cfg['rounds']} rounds of {cfg['steps']} operations alternating the two, "
+        "medians; commits counted per operation on every node (`pg_stat_database`), "
+        "two-phase commits from `pg_dist_transaction`. Statements the client sent per step: "
+        f"{_f(st['single']['statements_per_step'])} on one server, "
+        f"{_f(st['citus']['statements_per_step'])} on Citus.\n\n"
+        f"{ops}\n\nThroughput: {cfg['workflows']} queued workflows of 10 steps drained by N "
+        f"`durable worker` processes ({cfg['concurrency']} workflows each), one server and "
+        f"the cluster alternating.\n\n{tp}"
+    )
+
+
 def _generic(data: Any) -> str:
     rows = data if isinstance(data, list) else data.get("rows", [])
     if not rows or not isinstance(rows[0], dict):
@@ -345,6 +433,20 @@ def render() -> str:
             _throughput(throughput) if "durable" in throughput else _generic(throughput),
             "",
             "![throughput](benchmarks/throughput.png)",
+            "",
+        ]
+    cluster = _load("citus")
+    if cluster:
+        parts += [
+            "## On a Citus cluster",
+            "",
+            "Step cost and throughput on a Citus coordinator with two workers beside one "
+            "server, measured in one run (`benchmarks/citus.py`; it starts its own cluster). "
+            "What it means for sizing a cluster: [Outgrowing one server](scaling.md).",
+            "",
+            _citus(cluster),
+            "",
+            "![one server vs Citus](benchmarks/citus.png)",
             "",
         ]
     return "\n".join(parts).rstrip() + "\n"

@@ -759,6 +759,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--json", type=Path, default=DEFAULT_JSON, help="results file (default: %(default)s)"
     )
     parser.add_argument("--plot", type=Path, default=None, help="PNG of the rounds (matplotlib)")
+    parser.add_argument(
+        "--citus",
+        action="store_true",
+        help="instead: step cost and throughput on a Citus cluster beside one server "
+        "(benchmarks/citus.py, given --steps, --rounds, --warmup, --plot)",
+    )
     args = parser.parse_args(argv)
     for name in ("steps", "rounds", "empty_runs"):
         if getattr(args, name) < 1:
@@ -906,6 +912,21 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> d
     """Run the benchmark, print the table, write the JSON; returns the results."""
     args = parse_args(argv)
     console = console or Console()
+    if args.citus:
+        from benchmarks import citus
+
+        return citus.main(
+            [
+                "--steps",
+                str(args.steps),
+                "--rounds",
+                str(args.rounds),
+                "--warmup",
+                str(args.warmup),
+                *(["--plot", str(args.plot)] if args.plot else []),
+            ],
+            console,
+        )
     with prepared_target(args.database_url, scratch=not args.no_scratch) as target:
         server = server_info(target.url)
         results = measure(target, args.steps, args.rounds, args.warmup, args.empty_runs)

@@ -135,6 +135,51 @@ def _server_counters(admin: str, dbname: str) -> tuple[int, int, int]:
     return int(commits[0]), int(wal[0]), int(wal[1])
 
 
+def start_workers(url: str, workers: int, concurrency: int) -> list[subprocess.Popen[bytes]]:
+    """`workers` processes of `durable worker` on the benchmark's app, polling every 50 ms."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    env["DURABLE_LOG_LEVEL"] = "WARNING"
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "durable.cli",
+                "worker",
+                "--app",
+                "benchmarks.throughput_app",
+                "--database-url",
+                url,
+                "--concurrency",
+                str(concurrency),
+                "--poll-interval",
+                "0.05",
+                "--grace-seconds",
+                "5",
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for _ in range(workers)
+    ]
+
+
+def stop_workers(procs: list[subprocess.Popen[bytes]]) -> float:
+    """SIGTERM the workers, wait for them; returns their CPU seconds (user + system)."""
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    cpu = 0.0
+    for p in procs:
+        _, status, usage = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        cpu += usage.ru_utime + usage.ru_stime
+    return cpu
+
+
 def run_config(
     admin: str, mode: str, workers: int, group: bool, n: int, concurrency: int
 ) -> dict[str, Any]:
@@ -155,47 +200,14 @@ def run_config(
         assert shown is not None and shown[0] == ("200" if group else "0"), shown
         commits0, syncs0, records0 = _server_counters(admin, dbname)
         busy0, own0 = _busy_seconds(), time.process_time()
-        env = {
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-        }
-        env["DURABLE_LOG_LEVEL"] = "WARNING"
-        procs = [
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "durable.cli",
-                    "worker",
-                    "--app",
-                    "benchmarks.throughput_app",
-                    "--database-url",
-                    worker_url,
-                    "--concurrency",
-                    str(concurrency),
-                    "--poll-interval",
-                    "0.05",
-                    "--grace-seconds",
-                    "5",
-                ],
-                env=env,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for _ in range(workers)
-        ]
+        procs = start_workers(worker_url, workers, concurrency)
         worker_cpu = 0.0
         try:
             with psycopg.connect(url, autocommit=True) as conn:
                 wait_for_success(conn, n, max(120.0, n / 20), label, poll=0.1)
             busy1, own1 = _busy_seconds(), time.process_time()
         finally:
-            for p in procs:
-                p.send_signal(signal.SIGTERM)
-            for p in procs:
-                _, status, usage = os.wait4(p.pid, 0)
-                p.returncode = os.waitstatus_to_exitcode(status)
-                worker_cpu += usage.ru_utime + usage.ru_stime
+            worker_cpu = stop_workers(procs)
         with psycopg.connect(url, autocommit=True) as conn:
             row = conn.execute(
                 "SELECT extract(epoch FROM max(finished_at) - min(dequeued_at))::float8"
@@ -263,8 +275,29 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 4, 16])
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/throughput.json")
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--citus",
+        action="store_true",
+        help="instead: throughput and step cost on a Citus cluster beside one server "
+        "(benchmarks/citus.py, given --workflows, --workers, --concurrency, --plot)",
+    )
     args = parser.parse_args(argv)
     console = console or Console()
+    if args.citus:
+        from benchmarks import citus
+
+        return citus.main(
+            [
+                "--workflows",
+                str(args.workflows),
+                "--workers",
+                *map(str, args.workers),
+                "--concurrency",
+                str(args.concurrency),
+                *(["--plot", str(args.plot)] if args.plot else []),
+            ],
+            console,
+        )
     groups = {"off": [False], "on": [True], "both": [False, True]}[args.group_commit]
     with scratch(args.database_url, "floor") as url:
         rates = {c: insert_rate(url, c, args.insert_seconds) for c in args.connections}

@@ -1,0 +1,488 @@
+"""Step cost and throughput on a Citus cluster beside one server, measured in one run.
+
+The benchmark starts its own cluster (tests/citus.py's: a coordinator and two workers on
+loopback, each an `initdb` data directory with `shared_preload_libraries = 'citus'`; build
+Citus first with `bash ../shared/citus/build.sh`) and compares two databases:
+
+  single   a database on the coordinator's server without the citus extension: one
+           PostgreSQL, the same binaries, settings and disk as the cluster's nodes;
+  citus    a database on every node, joined, migrated and distributed
+           (`durable migrate --citus`, `--shards` shards per table, Citus's default 32).
+
+For each, in rounds that alternate which goes first (ABBA, so drift moves both alike):
+
+- the floor: one autocommit INSERT of a step's row into a table of the journal's shape (on
+  the cluster distributed by workflow id: one single-shard INSERT through the coordinator);
+- a sync `@step`: a workflow of N steps less an empty workflow, per step; the empty
+  workflow (start + finish) itself;
+- a bare `SELECT 1` round trip.
+
+Counted per step, by sessions of 10 + N steps less sessions of 10 (as
+benchmarks/step_overhead.py does): the statements the client sent (round trips,
+`engine.db.counters.statements`), the commits on the coordinator and on the workers
+(`pg_stat_database.xact_commit` of the database on each node, read once the session's
+backends, and the connections Citus opened for them, have exited), and the two-phase
+commits Citus made (`pg_dist_transaction`: one row per prepared transaction on a worker;
+the cluster runs with `citus.recover_2pc_interval = -1` so that its rows are not cleared
+during the run, and with distributed deadlock detection off so that its polls do not count).
+
+Throughput: N worker processes (`durable worker`, as benchmarks/throughput.py starts them)
+drain M enqueued 10-step workflows on each database; workflows/s over the window from the
+first dequeue to the last finish (the server's timestamps), commits per step on the
+coordinator and on the workers, two-phase commits per workflow.
+
+    python -m benchmarks.citus [--steps 100] [--rounds 5] [--workflows 300]
+                               [--workers 1 2] [--shards 32] [--json PATH] [--plot PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import statistics
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+from rich.console import Console
+from rich.table import Table
+
+import durable
+from benchmarks import step_overhead, throughput, throughput_app
+from tests import citus
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_JSON = ROOT / "benchmarks" / "results" / "citus.json"
+APP = "durable_bench_citus"
+WARM = 10  # runs of each kind before a round is timed, on its fresh connections
+BASE = 10  # operations of the baseline session that counts subtract
+
+
+@dataclass
+class Side:
+    """One of the two databases measured: its URL on the coordinator and every node that
+    holds a part of it (the coordinator first)."""
+
+    name: str
+    url: str
+    dbname: str
+    nodes: list[str]  # admin URLs (database `postgres`) of the nodes holding it
+    distributed: bool
+
+    @property
+    def app_url(self) -> str:
+        return step_overhead.with_params(self.url, application_name=APP)
+
+    def floor_insert(self, conn: psycopg.Connection[Any]) -> bytes:
+        return sql.SQL(
+            "INSERT INTO floor_steps (workflow_id, seq, name, output) VALUES (%s, %s, %s, %s)"
+        ).as_bytes(conn)
+
+
+# -- the cluster and its two databases ----------------------------------------------------
+
+
+@contextlib.contextmanager
+def sides(shards: int) -> Iterator[tuple[citus.CitusCluster, Side, Side]]:
+    """A fresh cluster, a plain database on its coordinator and a distributed one."""
+    citus.ensure_installed()
+    with citus.citus_cluster(shard_count=shards) as cluster:
+        assert cluster.coordinator is not None
+        # Keep pg_dist_transaction's rows (the two-phase commits) for the count, and keep
+        # the maintenance daemon's deadlock polls out of the workers' commit counts.
+        with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
+            conn.execute("ALTER SYSTEM SET citus.recover_2pc_interval = -1")
+            conn.execute("ALTER SYSTEM SET citus.distributed_deadlock_detection_factor = -1")
+            conn.execute("SELECT pg_reload_conf()")
+        name = f"durable_bench_single_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+        with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+        single_url = cluster.coordinator.url(name)
+        cluster_url = cluster.create_database("durable_bench_citus")
+        for url, distribute in ((single_url, False), (cluster_url, True)):
+            with durable.Client(url, migrate=True) as client:
+                if distribute:
+                    client.distribute_citus()
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(
+                    "CREATE TABLE floor_steps (workflow_id text NOT NULL, seq integer NOT NULL,"
+                    " name text NOT NULL, output text, PRIMARY KEY (workflow_id, seq))"
+                )
+                if distribute:
+                    conn.execute("SELECT create_distributed_table('floor_steps', 'workflow_id')")
+        single = Side("single", single_url, name, [cluster.admin_url], False)
+        cluster_side = Side(
+            "citus",
+            cluster_url,
+            step_overhead.dbname_of(cluster_url),
+            [n.url() for n in cluster.nodes],
+            True,
+        )
+        yield cluster, single, cluster_side
+
+
+# -- counting -----------------------------------------------------------------------------
+
+
+def _quiet(side: Side, timeout: float = 15.0) -> None:
+    """Wait until the benchmark's sessions have left the coordinator (a backend flushes its
+    statistics as it exits); the connections Citus opened for them on the workers close as
+    they do, a moment later."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(side.nodes[0], autocommit=True) as conn:
+        while time.monotonic() < deadline:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                " AND application_name = %s AND pid <> pg_backend_pid()",
+                [side.dbname, APP],
+            ).fetchone()
+            if row is not None and row[0] == 0:
+                break
+            time.sleep(0.02)
+    time.sleep(0.3 if side.distributed else 0.1)
+
+
+def counters(side: Side) -> dict[str, int]:
+    """Commits of the database on the coordinator and on the workers, and the two-phase
+    commits recorded so far, once the benchmark's backends are gone."""
+    _quiet(side)
+    commits = []
+    for admin in side.nodes:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [side.dbname]
+            ).fetchone()
+        commits.append(int(row[0]) if row is not None else 0)
+    prepared = 0
+    if side.distributed:
+        with psycopg.connect(side.url, autocommit=True) as conn:
+            row = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
+        prepared = int(row[0]) if row is not None else 0
+    return {"coordinator": commits[0], "workers": sum(commits[1:]), "prepared": prepared}
+
+
+def delta(side: Side, session: Callable[[], None]) -> dict[str, int]:
+    before = counters(side)
+    session()
+    after = counters(side)
+    return {k: after[k] - before[k] for k in before}
+
+
+def count_per_op(side: Side, session: Callable[[int], None], n: int) -> dict[str, float]:
+    """What a session of BASE + n operations adds to one of BASE, per operation."""
+    full = delta(side, lambda: session(BASE + n))
+    base = delta(side, lambda: session(BASE))
+    return {k: (full[k] - base[k]) / n for k in full}
+
+
+# -- step cost ----------------------------------------------------------------------------
+
+
+def measure_steps(
+    single: Side, cluster: Side, steps: int, rounds: int, warmup: int
+) -> dict[str, Any]:
+    payload = step_overhead.floor_payload()
+    samples: dict[str, dict[str, list[float]]] = {
+        s.name: {"floor": [], "step": [], "empty": [], "round_trip": [], "statements": []}
+        for s in (single, cluster)
+    }
+    apps = {s.name: step_overhead.make_app() for s in (single, cluster)}
+    for r in range(warmup + rounds):
+        order = (single, cluster) if r % 2 == 0 else (cluster, single)
+        for side in order:
+            registry, wf, _ = apps[side.name]
+            with (
+                durable.Engine(side.app_url, registry=registry) as engine,
+                psycopg.connect(side.app_url, autocommit=True) as conn,
+            ):
+                insert = side.floor_insert(conn)
+                # A new engine has new connections: psycopg prepares a statement on its
+                # fifth run, and on a cluster each new coordinator backend opens its own
+                # connections to the workers on first use. Neither is a step's cost.
+                for _ in range(WARM):
+                    wf(0)
+                wf(WARM)
+                step_overhead.time_floor(conn, insert, WARM, payload)
+                f = step_overhead.time_floor(conn, insert, steps, payload)
+                w, e, s, es, _ = step_overhead.time_durable(engine, wf, steps, 3)
+                rt = step_overhead.time_round_trip(conn, steps)
+            if r < warmup:
+                continue
+            got = samples[side.name]
+            got["floor"].append(f)
+            got["step"].append((w - e) / steps)
+            got["empty"].append(e)
+            got["round_trip"].append(rt)
+            got["statements"].append((s - es) / steps)
+    out: dict[str, Any] = {}
+    for side in (single, cluster):
+        got = samples[side.name]
+        registry, wf, _ = apps[side.name]
+
+        def floor_session(k: int, side: Side = side) -> None:
+            with psycopg.connect(side.app_url, autocommit=True) as conn:
+                insert = side.floor_insert(conn)
+                key = str(uuid.uuid4())
+                for i in range(k):
+                    conn.execute(insert, (key, i, "bench.step", payload))
+
+        def step_session(k: int, side: Side = side, registry: Any = registry, wf: Any = wf) -> None:
+            with durable.Engine(side.app_url, registry=registry):
+                wf(k)
+
+        def empty_session(
+            k: int, side: Side = side, registry: Any = registry, wf: Any = wf
+        ) -> None:
+            with durable.Engine(side.app_url, registry=registry):
+                for _ in range(k):
+                    wf(0)
+
+        out[side.name] = {
+            "floor_us": step_overhead.summarize(got["floor"]),
+            "step_us": step_overhead.summarize(got["step"]),
+            "empty_workflow_us": step_overhead.summarize(got["empty"]),
+            "round_trip_us": step_overhead.summarize(got["round_trip"]),
+            "statements_per_step": min(got["statements"]),
+            "per_floor_insert": count_per_op(side, floor_session, steps),
+            "per_step": count_per_op(side, step_session, steps),
+            "per_empty_workflow": count_per_op(side, empty_session, max(5, steps // 10)),
+        }
+    s, c = out["single"], out["citus"]
+    out["ratios"] = {
+        key: c[key]["median"] / s[key]["median"]
+        for key in ("floor_us", "step_us", "empty_workflow_us", "round_trip_us")
+    }
+    return out
+
+
+# -- throughput ---------------------------------------------------------------------------
+
+
+def _wait_for(side: Side, prefix: str, n: int, timeout: float) -> None:
+    """Until the `n` workflows whose ids start with `prefix` are SUCCESS."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(side.url, autocommit=True) as conn:
+        while True:
+            row = conn.execute(
+                "SELECT count(*) FROM durable.workflows"
+                " WHERE status = 'SUCCESS' AND workflow_id LIKE %s",
+                [prefix + "%"],
+            ).fetchone()
+            if row is not None and row[0] >= n:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{side.name}: {row} of {n} workflows finished")
+            time.sleep(0.1)
+
+
+def measure_throughput(
+    single: Side, cluster: Side, n: int, workers: list[int], concurrency: int
+) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for k, w in enumerate(workers):
+        order = (single, cluster) if k % 2 == 0 else (cluster, single)
+        for side in order:
+            prefix = f"tp{w}-"
+            with durable.Client(side.url) as client:
+                for i in range(n):
+                    client.enqueue(
+                        throughput_app.jobs,
+                        throughput_app.WORKFLOWS["sync"],
+                        throughput_app.STEPS,
+                        **{"workflow_id": f"{prefix}{i}"},
+                    )
+            before = counters(side)
+            procs = throughput.start_workers(side.app_url, w, concurrency)
+            try:
+                _wait_for(side, prefix, n, max(180.0, n / 2))
+            finally:
+                throughput.stop_workers(procs)
+            after = counters(side)
+            with psycopg.connect(side.url, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT extract(epoch FROM max(finished_at) - min(dequeued_at))::float8"
+                    " FROM durable.workflows WHERE workflow_id LIKE %s",
+                    [prefix + "%"],
+                ).fetchone()
+            assert row is not None and row[0] is not None
+            window = max(float(row[0]), 1e-6)
+            steps = n * throughput_app.STEPS
+            rows.append(
+                {
+                    "target": side.name,
+                    "workers": w,
+                    "concurrency": concurrency,
+                    "workflows": n,
+                    "seconds": window,
+                    "workflows_per_s": n / window,
+                    "steps_per_s": steps / window,
+                    "coordinator_commits_per_step": (after["coordinator"] - before["coordinator"])
+                    / steps,
+                    "worker_commits_per_step": (after["workers"] - before["workers"]) / steps,
+                    "prepared_per_workflow": (after["prepared"] - before["prepared"]) / n,
+                }
+            )
+    by = {(r["target"], r["workers"]): r for r in rows}
+    for r in rows:
+        if r["target"] == "citus":
+            r["ratio_to_single"] = (
+                r["workflows_per_s"] / by[("single", r["workers"])]["workflows_per_s"]
+            )
+    return rows
+
+
+# -- output -------------------------------------------------------------------------------
+
+
+def print_report(results: dict[str, Any], console: Console) -> None:
+    st = results["steps"]
+    table = Table(title=f"one server vs Citus ({results['config']['shards']} shards/table)")
+    for col in ("what", "single µs", "citus µs", "citus / single"):
+        table.add_column(col, justify="right")
+    for label, key in (
+        ("floor: INSERT + commit", "floor_us"),
+        ("@step (sync)", "step_us"),
+        ("empty workflow: start + finish", "empty_workflow_us"),
+        ("round trip: SELECT 1", "round_trip_us"),
+    ):
+        table.add_row(
+            label,
+            f"{st['single'][key]['median']:.0f}",
+            f"{st['citus'][key]['median']:.0f}",
+            f"{st['ratios'][key]:.2f}",
+        )
+    console.print(table)
+    counts = Table(title="per operation: round trips, commits, two-phase commits")
+    for col in ("what", "target", "statements", "coord. commits", "worker commits", "2PC"):
+        counts.add_column(col, justify="right")
+    for side in ("single", "citus"):
+        for label, key in (
+            ("floor INSERT", "per_floor_insert"),
+            ("@step", "per_step"),
+            ("empty workflow", "per_empty_workflow"),
+        ):
+            c = st[side][key]
+            counts.add_row(
+                label,
+                side,
+                f"{st[side]['statements_per_step']:.2f}" if key == "per_step" else "",
+                f"{c['coordinator']:.2f}",
+                f"{c['workers']:.2f}",
+                f"{c['prepared']:.2f}",
+            )
+    console.print(counts)
+    tp = Table(title=f"throughput: {results['config']['workflows']} workflows of 10 steps")
+    for col in (
+        "target",
+        "workers",
+        "workflows/s",
+        "citus / single",
+        "coord. commits/step",
+        "worker commits/step",
+        "2PC/workflow",
+    ):
+        tp.add_column(col, justify="right")
+    for r in results["throughput"]:
+        tp.add_row(
+            r["target"],
+            str(r["workers"]),
+            f"{r['workflows_per_s']:.1f}",
+            f"{r['ratio_to_single']:.2f}" if "ratio_to_single" in r else "",
+            f"{r['coordinator_commits_per_step']:.2f}",
+            f"{r['worker_commits_per_step']:.2f}",
+            f"{r['prepared_per_workflow']:.2f}",
+        )
+    console.print(tp)
+
+
+def write_plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib  # type: ignore[import-not-found,unused-ignore]
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # type: ignore[import-not-found,unused-ignore]
+
+    st = results["steps"]
+    keys = [("floor", "floor_us"), ("@step", "step_us"), ("start+finish", "empty_workflow_us")]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    width = 0.38
+    for k, (side, color) in enumerate((("single", "#4c72b0"), ("citus", "#dd8452"))):
+        xs = [i + (k - 0.5) * width for i in range(len(keys))]
+        left.bar(xs, [st[side][key]["median"] for _, key in keys], width, label=side, color=color)
+        rows = [r for r in results["throughput"] if r["target"] == side]
+        xs = [i + (k - 0.5) * width for i in range(len(rows))]
+        right.bar(xs, [r["workflows_per_s"] for r in rows], width, label=side, color=color)
+    left.set_xticks(range(len(keys)), [label for label, _ in keys])
+    left.set_ylabel("median µs")
+    left.set_title("per operation")
+    left.legend()
+    workers = [r["workers"] for r in results["throughput"] if r["target"] == "single"]
+    right.set_xticks(range(len(workers)), [f"{w} worker{'s' if w > 1 else ''}" for w in workers])
+    right.set_ylabel("workflows / s (10 steps each)")
+    right.set_title("throughput")
+    right.legend()
+    fig.suptitle(
+        f"one server vs Citus (coordinator + 2 workers, {results['config']['shards']} shards)"
+    )
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None, console: Console | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.citus", description=__doc__)
+    parser.add_argument("--steps", type=int, default=100, help="steps per workflow (100)")
+    parser.add_argument("--rounds", type=int, default=5, help="measured rounds (5)")
+    parser.add_argument("--warmup", type=int, default=1, help="unrecorded rounds first (1)")
+    parser.add_argument("--workflows", type=int, default=300, help="per throughput run (300)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--concurrency", type=int, default=8, help="workflows per worker")
+    parser.add_argument("--shards", type=int, default=32, help="shards per table (32)")
+    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args(argv)
+    console = console or Console()
+    with sides(args.shards) as (_, single, cluster):
+        with psycopg.connect(cluster.url) as conn:
+            row = conn.execute(
+                "SELECT version(), extversion, current_setting('fsync')"
+                " FROM pg_extension WHERE extname = 'citus'"
+            ).fetchone()
+        assert row is not None
+        steps = measure_steps(single, cluster, args.steps, args.rounds, args.warmup)
+        tp = measure_throughput(single, cluster, args.workflows, args.workers, args.concurrency)
+    results = {
+        "benchmark": "citus",
+        "config": {
+            "steps": args.steps,
+            "rounds": args.rounds,
+            "warmup": args.warmup,
+            "workflows": args.workflows,
+            "workers": args.workers,
+            "concurrency": args.concurrency,
+            "shards": args.shards,
+            "nodes": "a coordinator and 2 workers on one machine",
+        },
+        "server": {"version": row[0].split(" on ")[0], "citus": row[1], "fsync": row[2]},
+        "steps": steps,
+        "throughput": tp,
+        "median_throughput_ratio": statistics.median(
+            r["ratio_to_single"] for r in tp if "ratio_to_single" in r
+        ),
+    }
+    print_report(results, console)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n", "utf-8")
+    if args.plot is not None:
+        write_plot(results, args.plot)
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""Keeps benchmarks/citus.py working: one server beside a Citus cluster at tiny sizes. It
+starts a cluster of its own (it sets cluster-wide settings the shared one must not get). No
+timing assertions: the counts it reports are checked against what a step is."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+from rich.console import Console
+
+from benchmarks import citus as citus_bench
+from tests import citus
+
+pytestmark = pytest.mark.citus
+
+
+def test_cluster_benchmark_runs(tmp_path: Path) -> None:
+    try:
+        citus.ensure_installed()
+    except citus.Unavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true and {exc}")
+        pytest.skip(str(exc))
+    out = tmp_path / "c.json"
+    # The chart needs matplotlib (the `bench` extra), which the test run may not have.
+    plot = importlib.util.find_spec("matplotlib") is not None
+    results = citus_bench.main(
+        [
+            "--steps",
+            "10",
+            "--rounds",
+            "1",
+            "--warmup",
+            "0",
+            "--workflows",
+            "6",
+            "--workers",
+            "1",
+            "--concurrency",
+            "2",
+            "--shards",
+            "4",
+            "--json",
+            str(out),
+            *(["--plot", str(tmp_path / "c.png")] if plot else []),
+        ],
+        console=Console(quiet=True),
+    )
+    assert json.loads(out.read_text()) == json.loads(json.dumps(results))
+    if plot:
+        assert (tmp_path / "c.png").stat().st_size > 0
+    steps = results["steps"]
+    for side in ("single", "citus"):
+        assert steps[side]["step_us"]["median"] > 0
+        assert steps[side]["statements_per_step"] == 1  # one round trip per step
+        # A sync step is one commit on the coordinator, wherever its row lands.
+        assert steps[side]["per_step"]["coordinator"] >= 1
+    assert steps["single"]["per_step"]["workers"] == 0
+    # On the cluster the row commits on its shard's worker too, in one phase: a step is
+    # a single-shard statement, never a two-phase commit.
+    assert steps["citus"]["per_step"]["workers"] >= 1
+    assert steps["citus"]["per_step"]["prepared"] < 0.5
+    rows = results["throughput"]
+    assert {(r["target"], r["workers"]) for r in rows} == {("single", 1), ("citus", 1)}
+    for r in rows:
+        assert r["workflows"] == 6 and r["workflows_per_s"] > 0
+    cluster_row = next(r for r in rows if r["target"] == "citus")
+    assert cluster_row["ratio_to_single"] > 0
+    # The claim loop and the heartbeat write over every shard or every node: 2PC.
+    assert cluster_row["prepared_per_workflow"] > 0
