@@ -38,9 +38,10 @@ def test_a_worker_node_down_fails_only_the_statements_that_need_it(
         assert db.fetch_one("get_workflow_status", {"workflow_id": alive}) is None
         citus_cluster.kill_worker(killed)
         try:
-            # Over every shard: refused, as unavailable (retried later, not failed).
+            # Over several shards, the dead node's among them: refused, as unavailable
+            # (retried later, not failed).
             with pytest.raises(DatabaseUnavailableError, match="worker node"):
-                db.execute("release_owned", {"owner": "nobody"})
+                db.fetch_all("finished_among", {"workflow_ids": [alive, dead]})
             # On the dead node's shard: the same.
             with pytest.raises(DatabaseUnavailableError):
                 db.fetch_one("get_workflow_status", {"workflow_id": dead})
