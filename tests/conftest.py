@@ -29,9 +29,23 @@ def pg_databases() -> Iterator[TemplateDatabases]:
     source.close()
 
 
+# DURABLE_TEST_ON_CITUS=1: every test that asks for `database_url` gets a database on the
+# Citus cluster instead, migrated and distributed (`durable migrate --citus`), so that the
+# suites that matter run again on a distributed schema (.ci/run does).
+ON_CITUS = os.environ.get("DURABLE_TEST_ON_CITUS") == "1"
+
+
 @pytest.fixture
-def database_url(pg_databases: TemplateDatabases) -> Iterator[str]:
+def database_url(request: pytest.FixtureRequest, pg_databases: TemplateDatabases) -> Iterator[str]:
     """A fresh, migrated database of its own for each test."""
+    if ON_CITUS:
+        cluster: citus.CitusCluster = request.getfixturevalue("citus_cluster")
+        url = cluster.create_database()
+        with durable.Client(url, migrate=True) as client:
+            client.distribute_citus()
+        yield url
+        cluster.drop_database(url)
+        return
     url = pg_databases.create()
     yield url
     pg_databases.drop(url)
