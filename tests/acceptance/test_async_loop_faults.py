@@ -40,7 +40,18 @@ def client(url: str) -> Iterator[durable.Client]:
 
 
 def worker(env: dict[str, str], url: str, name: str) -> subprocess.Popen[bytes]:
-    return start_worker(env, url, app=APP, extra=["--executor-id", name])
+    """A `durable worker` under executor id `name`, once it has registered (its signal
+    handlers are set by then: a SIGTERM during a slow start would kill it outright)."""
+    proc = start_worker(env, url, app=APP, extra=["--executor-id", name])
+    wait_for(
+        lambda: (
+            proc.poll() is not None
+            or scalar(url, "SELECT count(*) FROM durable.executors WHERE executor_id = %s", name)
+        ),
+        timeout=120,
+        what=f"worker {name} to register",
+    )
+    return proc
 
 
 def statuses(url: str) -> dict[str, tuple[str, str | None]]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from pathlib import Path
 
 import psycopg
 import pytest
@@ -47,7 +48,10 @@ def _survivors_marks(url: str, ids: list[str]) -> int | None:
 
 
 def test_a_worker_node_killed_under_load(
-    citus_cluster: citus.CitusCluster, citus_url: str, subprocess_env: dict[str, str]
+    citus_cluster: citus.CitusCluster,
+    citus_url: str,
+    subprocess_env: dict[str, str],
+    tmp_path: Path,
 ) -> None:
     url = citus_url
     with psycopg.connect(url, autocommit=True) as conn:
@@ -76,7 +80,8 @@ def test_a_worker_node_killed_under_load(
     with client(url) as engine:
         for w in ids:
             engine.submit(counter_app.load, w, N_STEPS, workflow_id=w)
-    log = os.environ.get("DURABLE_WORKER_LOG")  # a path prefix, to see what they said
+    # What the workers said, shown if one of them does not survive.
+    log = os.environ.get("DURABLE_WORKER_LOG") or str(tmp_path / "worker")
     workers = [
         start_worker(subprocess_env, url, lease=2.0, concurrency=8, log=log and f"{log}.{i}")
         for i in range(2)
@@ -130,7 +135,12 @@ def test_a_worker_node_killed_under_load(
             what="every workflow to finish",
         )
         finish = time.monotonic() - back_at
-        assert all(proc.poll() is None for proc in workers), "the workers must survive"
+        dead = [
+            (i, proc.poll(), Path(f"{log}.{i}").read_text(errors="replace")[-3000:])
+            for i, proc in enumerate(workers)
+            if proc.poll() is not None
+        ]
+        assert not dead, f"the workers must survive: {dead}"
     finally:
         if not restarted:
             with contextlib.suppress(Exception):
