@@ -90,7 +90,8 @@ def test_a_readers_listen_connection_shows_the_database_is_back(
 
     with (
         durable.Engine(database_url, registry=reg) as engine,
-        durable.Client(database_url) as reader,
+        # A LISTEN connection is what this is about: asked for, also under DURABLE_LISTEN=0.
+        durable.Client(database_url, listen=True) as reader,
     ):
         engine.start(speaker, workflow_id="s")
         outage = reader.db.outage
