@@ -1435,19 +1435,34 @@ def refresh_ledger(run: Run) -> Gen[None]:
         run.ledger = Ledger.from_row(row)
 
 
+def _held(
+    scope: StepScope,
+    dollars: Decimal = Decimal(0),
+    tokens: int = 0,
+    reserve_dollars: Decimal = Decimal(0),
+    reserve_tokens: int = 0,
+) -> tuple[Decimal, int]:
+    """What a running step counts against the cap (with an addition): the larger of what
+    it charged and what it reserved, since a reservation is an estimate charges use up."""
+    return (
+        max(scope.dollars + dollars, scope.reserved_dollars + reserve_dollars),
+        max(scope.tokens + tokens, scope.reserved_tokens + reserve_tokens),
+    )
+
+
 def with_running_steps(run: Run) -> Ledger:
     """The run's ledger as it will be once the steps of this run executing now have
-    recorded: each counts one step and what it charged or reserved (the larger of the
-    two). Parallel steps of an async run pass the gate only while this has room."""
+    recorded: each counts one step and what it holds (_held). Parallel steps of an async
+    run pass the gate only while this has room. The running steps are read before the
+    ledger, as in over_cap."""
+    held = [_held(s) for s in run.inflight if s.charging]
     ledger = run.ledger
     assert ledger is not None
-    running = [s for s in run.inflight if s.charging]
     return replace(
         ledger,
-        spent_dollars=ledger.spent_dollars
-        + sum((max(s.dollars, s.reserved_dollars) for s in running), Decimal(0)),
-        spent_tokens=ledger.spent_tokens + sum(max(s.tokens, s.reserved_tokens) for s in running),
-        spent_steps=ledger.spent_steps + len(running),
+        spent_dollars=ledger.spent_dollars + sum((d for d, _ in held), Decimal(0)),
+        spent_tokens=ledger.spent_tokens + sum(t for _, t in held),
+        spent_steps=ledger.spent_steps + len(held),
     )
 
 
@@ -1521,12 +1536,12 @@ def over_cap(
     total_dollars, total_tokens = Decimal(0), 0
     steps = run.inflight if any(s is scope for s in run.inflight) else [*run.inflight, scope]
     for step_scope in steps:
-        d, t = step_scope.dollars, step_scope.tokens
-        rd, rt = step_scope.reserved_dollars, step_scope.reserved_tokens
         if step_scope is scope:
-            d, t, rd, rt = d + dollars, t + tokens, rd + reserve_dollars, rt + reserve_tokens
-        total_dollars += max(d, rd)
-        total_tokens += max(t, rt)
+            d, t = _held(scope, dollars, tokens, reserve_dollars, reserve_tokens)
+        else:
+            d, t = _held(step_scope)
+        total_dollars += d
+        total_tokens += t
     ledger = run.ledger
     total_dollars += ledger.spent_dollars
     total_tokens += ledger.spent_tokens
