@@ -308,7 +308,7 @@ class Engine(Client):
             if wait:
                 # Anything still owned here was interrupted: hand it back at once instead of
                 # making another worker wait for the lease to expire.
-                db.execute("release_owned", self.held_params(held))
+                db.on_held("release_owned", self.held_params(held), "count")
             gone = db.execute("delete_executor", self._incarnation_params())
             if not gone and not self.superseded:
                 row = db.fetch_one("get_executor", {"executor_id": self.executor_id})

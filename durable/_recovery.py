@@ -12,12 +12,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
+from durable._systemdb import node_down
 from durable.errors import DatabaseUnavailableError, EngineNotRunningError
 
 if TYPE_CHECKING:
     from durable._engine import Engine
+
+T = TypeVar("T")
 
 logger = logging.getLogger("durable.worker")
 
@@ -71,16 +75,17 @@ class Worker:
                     # being worked through (a recovery), rounds come every few
                     # milliseconds and these statements were a third of the loop's time.
                     next_housekeeping = time.monotonic() + self.poll_interval
-                    engine.expire_approvals()
-                    engine.fire_schedules()
-                    engine.apply_retention()
+                    # Each reads or writes every Citus node: while one is down they wait
+                    # for it, and the claims below go on.
+                    _unless_node_down(engine.expire_approvals)
+                    _unless_node_down(engine.fire_schedules)
+                    _unless_node_down(engine.apply_retention)
                 if time.monotonic() >= next_executor_prune:
                     next_executor_prune = time.monotonic() + _EXECUTOR_PRUNE_INTERVAL
-                    engine.db.execute(
-                        "prune_executors",
-                        {"stale_seconds": max(_EXECUTOR_STALE_MIN, 10 * engine.lease_seconds)},
-                    )
-                    self._warn_orphans()
+                    stale = max(_EXECUTOR_STALE_MIN, 10 * engine.lease_seconds)
+                    prune = {"stale_seconds": stale}
+                    _unless_node_down(engine.db.execute, "prune_executors", prune)
+                    _unless_node_down(self._warn_orphans)
                 # Keep one batch queued behind the running ones so threads never idle
                 # waiting for the next claim; queued claims are covered by the heartbeat.
                 # Async workflows are claimed against their own limit (max_async).
@@ -91,7 +96,9 @@ class Worker:
                 room = engine.max_workers - engine.running_count()
                 backlog = False
                 if room > 0:
-                    dequeued = engine.recover_queues(limit=room)
+                    # A queue's limits count its entries on every node: while a Citus node
+                    # is down, queues wait for it (claims of other work go on).
+                    dequeued = _unless_node_down(engine.recover_queues, room) or []
                     # Every slot it was allowed was taken: entries are likely still
                     # waiting, so the next freed slot dequeues at once, not at the next poll.
                     backlog = len(dequeued) >= room
@@ -201,11 +208,23 @@ class Worker:
             logger.warning("%d workflows still running after the grace period", left)
         try:
             held = engine.runner.held_epochs()
-            engine.db.execute("release_owned", engine.held_params(held))
+            engine.db.on_held("release_owned", engine.held_params(held), "count")
             engine.notify_work("released")
         except DatabaseUnavailableError:
             logger.warning("could not release workflows; their leases will expire")
         logger.info("worker %s stopped", engine.executor_id)
+
+
+def _unless_node_down(work: Callable[..., T], *args: Any) -> T | None:
+    """`work(*args)`, or None when a Citus worker node it needs is down (it is tried again next
+    round); any other error is raised."""
+    try:
+        return work(*args)
+    except DatabaseUnavailableError as exc:
+        if not node_down(exc):
+            raise
+        logger.debug("waiting for a Citus worker node: %s", exc)
+        return None
 
 
 class Heartbeat:
@@ -241,16 +260,9 @@ class Heartbeat:
                 return
             db = engine.db
             try:
-                holding = list(engine.runner.held_epochs())
+                holding = engine.runner.held_epochs()
                 rows = (
-                    db.fetch_all(
-                        "owned_cancel_requests",
-                        {
-                            "owner": engine.executor_id,
-                            "incarnation": engine.incarnation,
-                            "held": holding,
-                        },
-                    )
+                    db.on_held("owned_cancel_requests", engine.held_params(holding))[0]
                     if holding
                     else []
                 )
@@ -262,10 +274,23 @@ class Heartbeat:
                 next_renewal = time.monotonic() + interval
                 held = engine.runner.held_epochs()
                 sent = time.monotonic()
+                # On Citus with a worker node down, the leases on the other nodes are
+                # renewed (on_held), not those on the node that is down: their runs are
+                # stuck on it, and may have lost their claims when it is back.
+                reached = True
                 if held:
-                    db.execute("renew_leases", engine.held_params(held))
-                if not engine.beat():
-                    return  # another process holds the id: renew nothing more (lose_id)
+                    reached = db.on_held("renew_leases", engine.held_params(held), "count")[1]
+                try:
+                    if not engine.beat():
+                        return  # another process holds the id: renew nothing more (lose_id)
+                except DatabaseUnavailableError as exc:
+                    # The executor row is a reference table, written on every node: refused
+                    # while one is down. The leases were renewed under the incarnation's
+                    # fence all the same, which is what the runs rely on.
+                    if not node_down(exc):
+                        raise
+                if not reached:
+                    raise DatabaseUnavailableError("a Citus worker node is down")
                 db.outage.renewed(sent, engine.lease_seconds)
                 if failing:
                     logger.info("heartbeat restored")

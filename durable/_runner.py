@@ -29,7 +29,14 @@ from durable._durability import AsyncWriter
 from durable._models import StepRecord, WorkflowStatus
 from durable._protocol import Journal, Run, Settings, encode_error
 from durable._registry import WorkflowDef
-from durable._systemdb import SystemDB, app_error_fault, check_url, redact, same_database
+from durable._systemdb import (
+    SystemDB,
+    app_error_fault,
+    check_url,
+    node_down,
+    redact,
+    same_database,
+)
 from durable.errors import (
     DatabaseUnavailableError,
     EngineNotRunningError,
@@ -472,18 +479,24 @@ class Runner:
 
     def release_interrupted(self) -> int:
         """Hand back workflows whose run was cut off by a database outage; returns how many
-        are still waiting (the database may still be down)."""
+        are still waiting (the database may still be down). Those whose Citus worker node
+        is down are kept for later but not counted: they say nothing of the other nodes,
+        whose work goes on meanwhile."""
         with self._lock:
             pending = list(self._interrupted)
+        on_nodes_down = 0
         for workflow_id, epoch in pending:
             try:
                 self.db.execute("release_workflow", {"workflow_id": workflow_id, "epoch": epoch})
-            except DatabaseUnavailableError:
-                break
+            except DatabaseUnavailableError as exc:
+                if not node_down(exc):
+                    break
+                on_nodes_down += 1
+                continue
             with self._lock:
                 self._interrupted.discard((workflow_id, epoch))
         with self._lock:
-            return len(self._interrupted)
+            return len(self._interrupted) - on_nodes_down
 
     # -- claims --------------------------------------------------------------------------------
 
@@ -547,7 +560,7 @@ class Runner:
         async def ones, or only the others, when `asynchronous` says so)."""
         engine = self.engine
         # Sleepers whose time has come become claimable here, by whoever claims next.
-        self.db.execute("wake_due", {})
+        self.db.wake_due()
         doubts, claimed_at = self.db.outage.doubts, time.monotonic()  # before the claim
         defs = [
             d

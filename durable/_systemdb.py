@@ -346,8 +346,63 @@ class SystemDB:
         return self.distributed
 
     def claim_batch(self, params: dict[str, Any]) -> list[Row]:
-        """Claim runnable workflows (FOR UPDATE SKIP LOCKED, or compare-and-set)."""
-        return self.fetch_all("claim_batch_cas" if self.cas_claims else "claim_batch", params)
+        """Claim runnable workflows (FOR UPDATE SKIP LOCKED, or compare-and-set).
+
+        On Citus, while a worker node is down, a claim over every shard is refused; the
+        workflows on the nodes that answer are then claimed by their ids, so that the
+        work of one node's outage waits for it and the rest goes on."""
+        name = "claim_batch_cas" if self.cas_claims else "claim_batch"
+        try:
+            return self.fetch_all(name, params)
+        except DatabaseUnavailableError as exc:
+            if not (self.distributed and params.get("workflow_ids") is None and node_down(exc)):
+                raise
+        ids = [r["workflow_id"] for r in self.fetch_all("claim_candidates_on_shards", params)]
+        return self.fetch_all(name, {**params, "workflow_ids": ids}) if ids else []
+
+    def wake_due(self) -> int:
+        """Make the sleepers whose time has come runnable; on Citus with a worker node
+        down, those on the nodes that answer (as claim_batch)."""
+        try:
+            return self.execute("wake_due", {"workflow_ids": None})
+        except DatabaseUnavailableError as exc:
+            if not (self.distributed and node_down(exc)):
+                raise
+        ids = [r["workflow_id"] for r in self.fetch_all("due_on_shards", {})]
+        return self.execute("wake_due", {"workflow_ids": ids}) if ids else 0
+
+    def on_held(self, name: str, params: dict[str, Any], fetch: str = "all") -> tuple[Any, bool]:
+        """A statement on the claims `params["held"]` (with their `epochs`): its rows
+        (`fetch="all"`) or row count (`"count"`), and whether it reached all of them.
+
+        On Citus such a statement touches the shards of every held workflow, and is refused
+        whole while one worker node is down. It is then sent once per node, with that
+        node's workflows: the leases and cancel requests of the runs on the nodes that
+        answer are kept, and those of the node that is down are not (its runs are stuck
+        on it anyway)."""
+        run = self.fetch_all if fetch == "all" else self.execute
+        try:
+            return run(name, params), True
+        except DatabaseUnavailableError as exc:
+            if not (self.distributed and node_down(exc)):
+                raise
+        rows: list[Row] = []
+        count = 0
+        reached = True
+        for group in self.fetch_all("nodes_of", params):
+            part = {**params, "held": group["held"], "epochs": group["epochs"]}
+            try:
+                got = run(name, part)
+            except DatabaseUnavailableError as exc:
+                if not node_down(exc):
+                    raise
+                reached = False
+                continue
+            if isinstance(got, list):
+                rows += got
+            else:
+                count += got
+        return (rows if fetch == "all" else count), reached
 
     def close(self) -> None:
         self._pool.close()

@@ -527,6 +527,39 @@ WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
 RETURNING 1 AS owned
 
+-- claim_candidates_on_shards --
+-- claim_batch_cas's candidates while a Citus worker node is down: the claim over every
+-- shard is refused then, so each shard that answers is read by itself
+-- (run_command_on_shards, as due_on_shards), up to `limit` runnable workflows of each,
+-- and the oldest `limit` of them all are claimed by claim_batch_cas with their ids, which
+-- touches only their shards. The work held by the node that is down waits for it; the
+-- rest goes on. `%%s` is the shard's name; the names and versions are quoted into the
+-- command. A read on a worker: its clock, not a FakeClock's.
+SELECT c.workflow_id FROM run_command_on_shards(
+    '{schema}.workflows',
+    $cmd$SELECT coalesce(json_agg(c)::text, '[]') FROM (
+             SELECT workflow_id, created_at FROM %%s
+             WHERE (status = 'PENDING'
+                    OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
+               AND (name, coalesce(version, '')) IN (SELECT n, v FROM unnest($cmd$
+        || quote_literal(%(names)s::text[]) || '::text[], '
+        || quote_literal(%(versions)s::text[]) || $cmd$::text[]) AS t (n, v))
+             ORDER BY created_at LIMIT $cmd$ || %(limit)s::int || ') AS c') AS s,
+    LATERAL json_to_recordset(s.result::json) AS c (workflow_id text, created_at timestamptz)
+WHERE s.success
+ORDER BY c.created_at
+LIMIT %(limit)s
+
+-- nodes_of --
+-- The workflows `held` grouped by the Citus node that holds their shard (read from the
+-- coordinator's metadata: it answers while a worker node is down), so that a statement
+-- on them refused for one node can be sent again per node, and the others' go through.
+SELECT p.groupid AS node, array_agg(h.i) AS held, array_agg(h.e) AS epochs
+FROM unnest(%(held)s::text[], %(epochs)s::bigint[]) AS h (i, e)
+JOIN pg_dist_placement AS p
+  ON p.shardid = get_shard_id_for_distribution_column('{schema}.workflows', h.i)
+GROUP BY p.groupid
+
 -- renew_leases --
 -- Extend the lease of every workflow this executor runs (the heartbeat): the claims it
 -- holds, each (workflow, epoch), not every row it owns (a claim it never heard back about
@@ -823,11 +856,28 @@ WHERE workflow_id = %(workflow_id)s
       WHERE workflow_id = %(workflow_id)s AND topic = %(topic)s::text AND consumed_at IS NULL))
 
 -- wake_due --
--- Make sleeping workflows whose time has come runnable again.
+-- Make sleeping workflows whose time has come runnable again (only among given ids, when
+-- a Citus worker node is down: see due_on_shards).
 UPDATE {schema}.workflows
 SET status = 'PENDING', wake_at = NULL, updated_at = {schema}.current_time()
 WHERE status = 'SUSPENDED'
   AND (wake_at <= {schema}.current_time() OR deadline_at <= {schema}.current_time())
+  AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
+
+-- due_on_shards --
+-- wake_due's candidates while a Citus worker node is down: wake_due over every shard is
+-- refused then, so each shard that answers is read by itself (run_command_on_shards runs
+-- the command on every shard and reports a shard it cannot reach instead of failing), and
+-- wake_due is sent again for the ids found, which touches only their shards. `%%s` is the
+-- shard's name. A read on a worker: its clock, not a FakeClock's.
+SELECT d.workflow_id FROM run_command_on_shards(
+    '{schema}.workflows',
+    $cmd$SELECT coalesce(json_agg(workflow_id)::text, '[]') FROM %%s
+         WHERE status = 'SUSPENDED'
+           AND (wake_at <= {schema}.current_time() OR deadline_at <= {schema}.current_time())
+    $cmd$) AS s,
+    LATERAL json_array_elements_text(s.result::json) AS d (workflow_id)
+WHERE s.success
 
 -- send_message --
 -- Deliver a message once per message id, and wake the workflow if it is waiting.

@@ -55,3 +55,102 @@ def test_a_worker_node_down_fails_only_the_statements_that_need_it(
             with contextlib.suppress(Exception):
                 citus_cluster.start_worker(killed)
         assert db.fetch_one("get_workflow_status", {"workflow_id": dead}) is None
+
+
+def _placed(url: str, ids: list[str], port: int) -> tuple[list[str], list[str]]:
+    """`ids` split into (on the node at `port`, on the others)."""
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT w, p.nodeport FROM unnest(%s::text[]) AS w JOIN pg_dist_shard_placement p"
+            " ON p.shardid = get_shard_id_for_distribution_column('durable.workflows', w)",
+            [ids],
+        ).fetchall()
+    ports = dict(rows)
+    return [w for w in ids if ports[w] == port], [w for w in ids if ports[w] != port]
+
+
+def test_with_a_node_down_the_other_nodes_work_is_woken_claimed_and_renewed(
+    citus_cluster: citus.CitusCluster, citus_url: str
+) -> None:
+    """A claim, a wake-up of due sleepers and a lease renewal each touch every shard, so
+    one node down refused them whole and the other node's work stopped with it. Now each
+    is narrowed to the shards that answer: the other node's workflows are claimed, woken
+    and renewed, the dead node's wait for it."""
+    killed = 0
+    port = citus_cluster.workers[killed].port
+    with psycopg.connect(citus_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO durable.executors (executor_id, hostname, pid, started_at,"
+            " heartbeat_at, capabilities, incarnation)"
+            " VALUES ('me', 'h', 1, now(), now(), '{}', 'i1')"
+        )
+        for i in range(24):
+            # Half pending, half asleep and due.
+            status, wake = ("PENDING", None) if i % 2 == 0 else ("SUSPENDED", "-infinity")
+            conn.execute(
+                "INSERT INTO durable.workflows (workflow_id, name, status, inputs, wake_at)"
+                " VALUES (%s, 'job', %s, '[]', %s)",
+                [f"w{i}", status, wake],
+            )
+    pending, asleep = [f"w{i}" for i in range(0, 24, 2)], [f"w{i}" for i in range(1, 24, 2)]
+    pending_dead, pending_live = _placed(citus_url, pending, port)
+    asleep_dead, asleep_live = _placed(citus_url, asleep, port)
+    assert pending_dead and pending_live and asleep_dead and asleep_live
+    claim = {
+        "workflow_ids": None,
+        "owner": "me",
+        "incarnation": "i1",
+        "lease_seconds": 30.0,
+        "max_attempts": 10,
+        "names": ["job"],
+        "versions": [""],
+        "limit": 100,
+    }
+    with durable.Client(citus_url) as client:
+        db = client.db
+        citus_cluster.kill_worker(killed)
+        try:
+            assert db.wake_due() == len(asleep_live)
+            claimed = {r["workflow_id"]: r["epoch"] for r in db.claim_batch(claim)}
+            assert set(claimed) == set(pending_live) | set(asleep_live)
+            # A limit is the oldest first, over the shards that answered.
+            few = db.claim_batch({**claim, "limit": 1})
+            assert few == []  # all of the live node's are taken
+            # Leases: those on the live node renewed, the statement says not all reached.
+            held = {**claimed, **dict.fromkeys(pending_dead, 0)}
+            params = {
+                "owner": "me",
+                "incarnation": "i1",
+                "held": list(held),
+                "epochs": list(held.values()),
+                "lease_seconds": 600.0,
+            }
+            renewed, reached = db.on_held("renew_leases", params, "count")
+            assert (renewed, reached) == (len(claimed), False)
+            rows, reached = db.on_held("owned_cancel_requests", params)
+            assert (rows, reached) == ([], False)
+            assert db.outage.down_since is None
+        finally:
+            with contextlib.suppress(Exception):
+                citus_cluster.start_worker(killed)
+        # The dead node's wait for it: pending and asleep as they were, then claimed.
+        with psycopg.connect(citus_url) as conn:
+            states = dict(
+                conn.execute(
+                    "SELECT workflow_id, status FROM durable.workflows WHERE workflow_id = ANY(%s)",
+                    [pending_dead + asleep_dead],
+                ).fetchall()
+            )
+            leases = conn.execute(
+                "SELECT min(lease_expires_at - now()) FROM durable.workflows"
+                " WHERE workflow_id = ANY(%s)",
+                [list(claimed)],
+            ).fetchone()
+        assert states == {
+            **dict.fromkeys(pending_dead, "PENDING"),
+            **dict.fromkeys(asleep_dead, "SUSPENDED"),
+        }
+        assert leases is not None and leases[0].total_seconds() > 60
+        db.wake_due()
+        rest = {r["workflow_id"] for r in db.claim_batch(claim)}
+        assert rest == set(pending_dead) | set(asleep_dead)

@@ -302,6 +302,8 @@ def params(name: str, w: str) -> dict[str, Any]:
         },
         "claim_batch": claim,
         "claim_batch_cas": claim,
+        "claim_candidates_on_shards": claim,
+        "nodes_of": held,
         "renew_claim": {**fenced, "lease_seconds": 30.0},
         "renew_leases": {**held, "lease_seconds": 30.0},
         "release_owned": held,
@@ -381,7 +383,8 @@ def params(name: str, w: str) -> dict[str, Any]:
         },
         "record_run_steps": {**fenced, **arrays},
         "suspend_until": {**fenced, "wake_at": NOW, "topic": "other"},
-        "wake_due": {},
+        "wake_due": {"workflow_ids": None},
+        "due_on_shards": {},
         "send_message": {
             "workflow_id": f"{w}-asleep",
             "message_id": "m-2",
