@@ -26,12 +26,19 @@ commits Citus made (`pg_dist_transaction`: one row per prepared transaction on a
 the cluster runs with `citus.recover_2pc_interval = -1` so that its rows are not cleared
 during the run, and with distributed deadlock detection off so that its polls do not count).
 
+A `@transaction` step into the application's table, in the three layouts a user of the
+cluster picks from: the table distributed by workflow id and colocated with durable's
+(`colocate_with => 'durable.workflows'`), a reference table (a copy on every node), and a
+plain table on the coordinator; on one server, a plain table. Timed as the `@step` is (a
+workflow of N such steps less an empty one, per step), and counted: commits on the
+coordinator and the workers, two-phase commits.
+
 Throughput: N worker processes (`durable worker`, as benchmarks/throughput.py starts them)
 drain M enqueued 10-step workflows on each database; workflows/s over the window from the
 first dequeue to the last finish (the server's timestamps), commits per step on the
 coordinator and on the workers, two-phase commits per workflow.
 
-    python -m benchmarks.citus [--steps 100] [--rounds 5] [--workflows 300]
+    python -m benchmarks.citus [--steps 100] [--rounds 5] [--workflows 300] [--no-transactions]
                                [--workers 1 2] [--shards 32] [--json PATH] [--plot PATH]
 """
 
@@ -50,6 +57,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+import sqlalchemy
 from psycopg import sql
 from rich.console import Console
 from rich.table import Table
@@ -262,6 +270,93 @@ def measure_steps(
     return out
 
 
+# -- @transaction layouts -----------------------------------------------------------------
+
+# layout -> how the app's table is placed on the cluster (None: a plain table, on the
+# coordinator only). One server has the plain table.
+LAYOUTS: dict[str, str | None] = {
+    "colocated": "SELECT create_distributed_table('tx_{name}', 'workflow_id',"
+    " colocate_with => 'durable.workflows')",
+    "reference": "SELECT create_reference_table('tx_{name}')",
+    # A table on the coordinator that Citus knows of (a "Citus local table").
+    "citus_local": "SELECT citus_add_local_table_to_metadata('tx_{name}')",
+    "local": None,
+}
+
+
+def make_tx_app(table: str) -> tuple[durable.Registry, Callable[[str, int], int]]:
+    """A workflow of N `@transaction` steps, each inserting a row keyed by the workflow's
+    id into `table` (so that on the colocated layout the row is on the journal's shard)."""
+    registry = durable.Registry()
+    insert = sqlalchemy.text(
+        f"INSERT INTO {table} (workflow_id, i, payload) VALUES (:w, :i, :payload)"
+    )
+    payload = step_overhead.floor_payload()
+
+    @durable.transaction(name="bench.citus_tx", registry=registry)
+    def tx(conn: sqlalchemy.Connection, key: str, i: int) -> int:
+        conn.execute(insert, {"w": key, "i": i, "payload": payload})
+        return i
+
+    @durable.workflow(name="bench.citus_tx_workflow", registry=registry)
+    def tx_workflow(key: str, n: int) -> int:
+        for i in range(n):
+            tx(key, i)
+        return n
+
+    return registry, tx_workflow
+
+
+def measure_transactions(single: Side, cluster: Side, steps: int, rounds: int) -> dict[str, Any]:
+    """µs per `@transaction` step and what each commits, per layout of the app's table."""
+    targets: list[tuple[Side, str]] = [(single, "local")] + [(cluster, k) for k in LAYOUTS]
+    for side, layout in targets:
+        with psycopg.connect(side.url, autocommit=True) as conn:
+            conn.execute(
+                f"CREATE TABLE tx_{layout} (workflow_id text NOT NULL, i integer NOT NULL,"
+                " payload text, PRIMARY KEY (workflow_id, i))"
+            )
+            placement = LAYOUTS[layout] if side.distributed else None
+            if placement is not None:
+                conn.execute(placement.format(name=layout))
+    apps = {f"{side.name}/{layout}": make_tx_app(f"tx_{layout}") for side, layout in targets}
+
+    def run(engine: durable.Engine, wf: Callable[[str, int], int], n: int) -> float:
+        key = str(uuid.uuid4())
+        start = time.perf_counter_ns()
+        engine.start(wf, key, n, workflow_id=key).result(timeout=600)
+        return step_overhead.elapsed_us(start)
+
+    samples: dict[str, list[float]] = {k: [] for k in apps}
+    for r in range(rounds):
+        order = targets if r % 2 == 0 else list(reversed(targets))
+        for side, layout in order:
+            registry, wf = apps[f"{side.name}/{layout}"]
+            with durable.Engine(side.app_url, registry=registry) as engine:
+                for _ in range(WARM):
+                    run(engine, wf, 1)
+                empty = statistics.median(run(engine, wf, 0) for _ in range(3))
+                full = run(engine, wf, steps)
+            samples[f"{side.name}/{layout}"].append((full - empty) / steps)
+    out: dict[str, Any] = {}
+    for side, layout in targets:
+        key = f"{side.name}/{layout}"
+        registry, wf = apps[key]
+
+        def session(k: int, side: Side = side, registry: Any = registry, wf: Any = wf) -> None:
+            with durable.Engine(side.app_url, registry=registry) as engine:
+                run(engine, wf, k)
+
+        out[key] = {
+            "tx_step_us": step_overhead.summarize(samples[key]),
+            "per_tx_step": count_per_op(side, session, steps),
+        }
+    base = out["single/local"]["tx_step_us"]["median"]
+    for entry in out.values():
+        entry["ratio_to_single"] = entry["tx_step_us"]["median"] / base
+    return out
+
+
 # -- throughput ---------------------------------------------------------------------------
 
 
@@ -378,6 +473,21 @@ def print_report(results: dict[str, Any], console: Console) -> None:
                 f"{c['prepared']:.2f}",
             )
     console.print(counts)
+    if results.get("transactions"):
+        tx = Table(title="a @transaction step, by where the app's table lives")
+        for col in ("target", "µs", "x single", "coord. commits", "worker commits", "2PC"):
+            tx.add_column(col, justify="right")
+        for key, entry in results["transactions"].items():
+            c = entry["per_tx_step"]
+            tx.add_row(
+                key,
+                f"{entry['tx_step_us']['median']:.0f}",
+                f"{entry['ratio_to_single']:.2f}",
+                f"{c['coordinator']:.2f}",
+                f"{c['workers']:.2f}",
+                f"{c['prepared']:.2f}",
+            )
+        console.print(tx)
     tp = Table(title=f"throughput: {results['config']['workflows']} workflows of 10 steps")
     for col in (
         "target",
@@ -444,6 +554,12 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--concurrency", type=int, default=8, help="workflows per worker")
     parser.add_argument("--shards", type=int, default=32, help="shards per table (32)")
+    parser.add_argument(
+        "--no-transactions",
+        dest="transactions",
+        action="store_false",
+        help="skip the @transaction layouts",
+    )
     parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -456,6 +572,11 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
             ).fetchone()
         assert row is not None
         steps = measure_steps(single, cluster, args.steps, args.rounds, args.warmup)
+        transactions = (
+            measure_transactions(single, cluster, max(10, args.steps // 2), args.rounds)
+            if args.transactions
+            else {}
+        )
         tp = measure_throughput(single, cluster, args.workflows, args.workers, args.concurrency)
     results = {
         "benchmark": "citus",
@@ -471,6 +592,7 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
         },
         "server": {"version": row[0].split(" on ")[0], "citus": row[1], "fsync": row[2]},
         "steps": steps,
+        "transactions": transactions,
         "throughput": tp,
         "median_throughput_ratio": statistics.median(
             r["ratio_to_single"] for r in tp if "ratio_to_single" in r

@@ -74,3 +74,15 @@ def test_cluster_benchmark_runs(tmp_path: Path) -> None:
     assert cluster_row["ratio_to_single"] > 0
     # The claim loop and the heartbeat write over every shard or every node: 2PC.
     assert cluster_row["prepared_per_workflow"] > 0
+    # A @transaction step into a table colocated with durable's commits on one shard; a
+    # reference table (every node) or the coordinator's own table needs two phases.
+    tx = results["transactions"]
+    assert set(tx) == {
+        "single/local",
+        "citus/colocated",
+        "citus/reference",
+        "citus/citus_local",
+        "citus/local",
+    }
+    assert tx["citus/colocated"]["per_tx_step"]["prepared"] < 0.5
+    assert tx["citus/reference"]["per_tx_step"]["prepared"] >= 1

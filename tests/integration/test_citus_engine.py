@@ -13,6 +13,7 @@ vendor's calls, the application's rows), not log lines.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import threading
 import time
@@ -105,6 +106,70 @@ def test_workflows_run_end_to_end_on_the_cluster(orders_table: str) -> None:
         effects = conn.execute("SELECT status FROM durable.effects").fetchall()
     assert rows == [(f"o-{i}", 4003) for i in range(4)]
     assert effects == [("applied",)] * 4
+
+
+# Where a @transaction's table lives on a cluster, and how Citus commits a step into it
+# with the step's journal row (on the workflow's shard): see docs/scaling.md.
+LAYOUTS = {
+    # On the workflow's shard: one commit on one worker.
+    "colocated": "SELECT create_distributed_table('ledger', 'workflow_id',"
+    " colocate_with => 'durable.workflows')",
+    # A copy on every node: a two-phase commit over them all.
+    "reference": "SELECT create_reference_table('ledger')",
+    # On the coordinator, known to Citus: a two-phase commit with the journal's worker.
+    "citus_local": "SELECT citus_add_local_table_to_metadata('ledger')",
+}
+
+
+@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+def test_a_transaction_commits_with_its_journal_row_in_each_layout(
+    citus_url: str, layout: str
+) -> None:
+    """Each @transaction step's row is written once, whichever layout holds the table: a
+    step whose code fails after its INSERT rolls it back with the journal row (and runs
+    again), and a step that committed is not run again. (What each layout costs in
+    two-phase commits is counted by benchmarks/citus.py, whose smoke test checks it: the
+    count needs a cluster-wide setting this shared cluster must not get.)"""
+    with psycopg.connect(citus_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE ledger (workflow_id text NOT NULL, i integer NOT NULL,"
+            " PRIMARY KEY (workflow_id, i))"
+        )
+        conn.execute(LAYOUTS[layout])
+    reg = durable.Registry()
+    failed: set[tuple[str, int]] = set()
+
+    @durable.transaction(registry=reg)
+    def book(conn: Any, key: str, i: int, fail: bool) -> int:
+        conn.execute(
+            text("INSERT INTO ledger (workflow_id, i) VALUES (:w, :i)"), {"w": key, "i": i}
+        )
+        if fail:
+            failed.add((key, i))
+            raise RuntimeError("after the insert")
+        return i
+
+    @durable.workflow(registry=reg)
+    def books(key: str, n: int) -> int:
+        total = 0
+        for i in range(n):
+            with contextlib.suppress(RuntimeError):
+                book(key, i, True)  # rolled back with its journal row's transaction
+            total += book(key, i, False)
+        return total
+
+    with durable.Engine(citus_url, registry=reg) as engine:
+        results = [
+            engine.start(books, f"k{j}", 3, workflow_id=f"k{j}").result(timeout=60)
+            for j in range(4)
+        ]
+        # Replayed from the journal: no step runs again.
+        again = engine.start(books, "k0", 3, workflow_id="k0").result(timeout=60)
+    assert results == [3] * 4 and again == 3
+    with psycopg.connect(citus_url) as conn:
+        rows = conn.execute("SELECT workflow_id, i FROM ledger ORDER BY 1, 2").fetchall()
+    assert rows == [(f"k{j}", i) for j in range(4) for i in range(3)]
+    assert failed == {(f"k{j}", i) for j in range(4) for i in range(3)}
 
 
 def test_async_workflows_and_batched_records_on_the_cluster(citus_url: str) -> None:
