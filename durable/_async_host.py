@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from psycopg_pool import PoolTimeout
 
+from durable import _lifecycle as lifecycle
 from durable._driver_async import execute_run_async
 from durable._protocol import Run
 from durable._runner import Claimed, Runner
@@ -57,9 +58,6 @@ if TYPE_CHECKING:
     from durable._systemdb import SystemDB
 
 logger = logging.getLogger("durable.async")
-
-_POLL_MIN = 0.005
-_POLL_MAX = 0.25
 
 
 class AsyncHost:
@@ -245,32 +243,31 @@ class AsyncHost:
         kwargs: Mapping[str, Any],
         parent: tuple[str, int] | None,
     ) -> Any:
-        """Run (or resume, or wait for) workflow `workflow_id` in this task."""
+        """Run (or resume, or wait for) workflow `workflow_id` in this task (see
+        lifecycle.run_here); what touches the database, but the run itself, in a thread."""
         runner = self.runner
         engine = runner.engine
         inputs = engine.encode_inputs(defn, args, kwargs)
-        created = await asyncio.to_thread(runner.insert, defn, workflow_id, inputs, parent)
-        if created is not None:
-            args, kwargs = engine.decode_inputs(inputs, defn)  # what a replay will see
-            try:
-                return await self.run_claimed(created._replace(args=args, kwargs=kwargs))
-            except WorkflowSuspended:
-                pass  # waits without holding anything; resumed below once it is runnable
-        await asyncio.to_thread(engine.existing, defn, workflow_id)
-        delay = _POLL_MIN
-        while True:
-            info = await asyncio.to_thread(engine.get_workflow, workflow_id)
-            if info.status.is_terminal:
-                return engine.outcome(workflow_id, info.status, info.output, info.error)
-            again = await asyncio.to_thread(runner.claim, workflow_id)
-            if again is not None:
-                try:
-                    return await self.run_claimed(again)
-                except WorkflowSuspended:
-                    delay = _POLL_MIN
-                    continue
-            await asyncio.sleep(delay)
-            delay = min(_POLL_MAX, delay * 2)
+
+        async def perform(op: lifecycle.Op) -> Any:
+            match op:
+                case lifecycle.Create():
+                    return await asyncio.to_thread(runner.create, op)
+                case lifecycle.RunClaimed(claimed=claimed):
+                    return await self.run_claimed(claimed)
+                case lifecycle.Attach():
+                    return await asyncio.to_thread(engine.existing, op.defn, op.workflow_id)
+                case lifecycle.Finished():
+                    return await asyncio.to_thread(engine.finished, op.workflow_id)
+                case lifecycle.Reclaim():
+                    return await asyncio.to_thread(runner.claim, op.workflow_id)
+                case lifecycle.Sleep():
+                    await asyncio.sleep(op.seconds)
+                    return None
+            raise AssertionError(f"run_here does not ask for {op!r}")
+
+        life = lifecycle.run_here(defn, workflow_id, inputs, parent)
+        return await lifecycle.drive_async(life, perform)
 
 
 async def _awaited(task: asyncio.Task[Any]) -> Any:

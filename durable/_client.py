@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from durable import _lifecycle as lifecycle
 from durable import _protocol as protocol
 from durable import _tracing as tracing
 from durable._clock import Clock, clock_from_env
@@ -63,7 +64,6 @@ from durable.errors import (
     InvalidWaitError,
     PayloadTooLargeError,
     QueueDedupError,
-    ResultTimeoutError,
     SerializationError,
     UnknownApprovalError,
     UnknownScheduleError,
@@ -114,8 +114,6 @@ def check_schema(schema: object) -> None:
 
 # The longest wait or delay accepted (100 years): beyond it a timestamp overflows.
 MAX_WAIT_SECONDS = 100 * 365.25 * 86400
-POLL_MIN = 0.005
-POLL_MAX = 0.25
 
 # A workflow resume cannot run again: its undo already ran (or failed half-way).
 _NOT_RESUMABLE = frozenset({WorkflowStatus.COMPENSATED, WorkflowStatus.COMPENSATION_FAILED})
@@ -174,35 +172,28 @@ class WorkflowHandle:
         """
         import concurrent.futures
 
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if self._future is not None:
-            # Wait for the local run, but never re-raise what it raised (a SystemExit in a
-            # step must not end the caller's process): the database says how it ended.
-            done, _ = concurrent.futures.wait([self._future], timeout=timeout)
-            if not done:
-                raise ResultTimeoutError(self._workflow_id, timeout or 0.0)
-        delay = POLL_MIN
-        while True:
-            finished, value = self._client.finished(self._workflow_id)
-            if finished:
-                return value
-            time.sleep(_next_wait(delay, deadline, self._workflow_id, timeout))
-            delay = min(POLL_MAX, delay * 2)
+        future = self._future
+
+        def perform(op: lifecycle.Op) -> Any:
+            match op:
+                case lifecycle.WaitLocal() if future is not None:
+                    # Wait for the local run, but never re-raise what it raised (a
+                    # SystemExit in a step must not end the caller's process): the
+                    # database says how it ended.
+                    done, _ = concurrent.futures.wait([future], timeout=op.timeout)
+                    return bool(done)
+                case lifecycle.Finished():
+                    return self._client.finished(op.workflow_id)
+                case lifecycle.Sleep():
+                    time.sleep(op.seconds)
+                    return None
+            raise AssertionError(f"result does not ask for {op!r}")
+
+        life = lifecycle.result(self._workflow_id, timeout, future is not None)
+        return lifecycle.drive(life, perform)
 
     def __repr__(self) -> str:
         return f"WorkflowHandle({self._workflow_id!r})"
-
-
-def _next_wait(
-    delay: float, deadline: float | None, workflow_id: str, timeout: float | None
-) -> float:
-    """How long to wait before looking again; ResultTimeoutError once past the deadline."""
-    if deadline is None:
-        return delay
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise ResultTimeoutError(workflow_id, timeout or 0.0)
-    return min(delay, left)
 
 
 def _retrieved(waiter: asyncio.Future[Any]) -> None:
@@ -240,19 +231,23 @@ class AsyncWorkflowHandle:
 
     async def result(self, timeout: float | None = None) -> Any:
         """As WorkflowHandle.result, awaited."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        if self._waiter is not None:
-            # The run here: wait for it without re-raising what it raised (see above).
-            done, _ = await asyncio.wait([self._waiter], timeout=timeout)
-            if not done:
-                raise ResultTimeoutError(self._workflow_id, timeout or 0.0)
-        delay = POLL_MIN
-        while True:
-            finished, value = await asyncio.to_thread(self._client.finished, self._workflow_id)
-            if finished:
-                return value
-            await asyncio.sleep(_next_wait(delay, deadline, self._workflow_id, timeout))
-            delay = min(POLL_MAX, delay * 2)
+        waiter = self._waiter
+
+        async def perform(op: lifecycle.Op) -> Any:
+            match op:
+                case lifecycle.WaitLocal() if waiter is not None:
+                    # The run here: wait for it without re-raising what it raised (above).
+                    done, _ = await asyncio.wait([waiter], timeout=op.timeout)
+                    return bool(done)
+                case lifecycle.Finished():
+                    return await asyncio.to_thread(self._client.finished, op.workflow_id)
+                case lifecycle.Sleep():
+                    await asyncio.sleep(op.seconds)
+                    return None
+            raise AssertionError(f"result does not ask for {op!r}")
+
+        life = lifecycle.result(self._workflow_id, timeout, waiter is not None)
+        return await lifecycle.drive_async(life, perform)
 
     def __repr__(self) -> str:
         return f"AsyncWorkflowHandle({self._workflow_id!r})"
@@ -833,14 +828,17 @@ class Client:
         seconds for it to appear; None if it did not."""
         check_name("workflow_id", workflow_id)
         check_name("key", key)
-        deadline = time.monotonic() + timeout
-        delay = POLL_MIN
-        while True:
-            found, value = self._event(workflow_id, key)
-            if found or time.monotonic() >= deadline:
-                return value
-            time.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(POLL_MAX, delay * 2)
+
+        def perform(op: lifecycle.Op) -> Any:
+            match op:
+                case lifecycle.ReadEvent():
+                    return self._event(op.workflow_id, op.key)
+                case lifecycle.Sleep():
+                    time.sleep(op.seconds)
+                    return None
+            raise AssertionError(f"get_event does not ask for {op!r}")
+
+        return lifecycle.drive(lifecycle.event(workflow_id, key, timeout), perform)
 
     def _event(self, workflow_id: str, key: str) -> tuple[bool, Any]:
         row = self.db.fetch_one("get_event", {"workflow_id": workflow_id, "key": key})
@@ -950,14 +948,17 @@ class Client:
         """get_event, awaited: between looks it sleeps on the event loop."""
         check_name("workflow_id", workflow_id)
         check_name("key", key)
-        deadline = time.monotonic() + timeout
-        delay = POLL_MIN
-        while True:
-            found, value = await asyncio.to_thread(self._event, workflow_id, key)
-            if found or time.monotonic() >= deadline:
-                return value
-            await asyncio.sleep(min(delay, max(0.0, deadline - time.monotonic())))
-            delay = min(POLL_MAX, delay * 2)
+
+        async def perform(op: lifecycle.Op) -> Any:
+            match op:
+                case lifecycle.ReadEvent():
+                    return await asyncio.to_thread(self._event, op.workflow_id, op.key)
+                case lifecycle.Sleep():
+                    await asyncio.sleep(op.seconds)
+                    return None
+            raise AssertionError(f"get_event_async does not ask for {op!r}")
+
+        return await lifecycle.drive_async(lifecycle.event(workflow_id, key, timeout), perform)
 
     async def retrieve_async(self, workflow_id: str) -> AsyncWorkflowHandle:
         """retrieve, awaited: an AsyncWorkflowHandle."""

@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from durable import _lifecycle as lifecycle
 from durable import _protocol as protocol
 from durable._async_host import AsyncHosts
 from durable._client import AsyncWorkflowHandle, Client, WorkflowHandle, libpq_url, place_child
@@ -477,18 +478,27 @@ class Engine(Client):
         if journaled:
             return self.handle(workflow_id)
         inputs = self.encode_inputs(defn, args, kwargs)
-        created = self.runner.insert(defn, workflow_id, inputs, parent)
-        future: concurrent.futures.Future[Any] | None
-        if created is not None:
-            run_args, run_kwargs = self.decode_inputs(inputs, defn)  # what a replay will see
-            self.runner.remember(workflow_id)
-            future = self.runner.submit(created._replace(args=run_args, kwargs=run_kwargs))
-        else:
-            info = self.existing(defn, workflow_id)
-            future = None
-            if not info.status.is_terminal:
-                self.runner.remember(workflow_id)
-                future = self.runner.submit_claim(workflow_id)
+        runner = self.runner
+
+        def perform(op: lifecycle.Op) -> Any:
+            match op:
+                case lifecycle.Remember():
+                    return runner.remember(op.workflow_id)
+                case lifecycle.Forget():
+                    return runner.forget([op.workflow_id])
+                case lifecycle.Create():
+                    return runner.create(op)
+                case lifecycle.Attach():
+                    return self.existing(op.defn, op.workflow_id)
+                case lifecycle.Launch():
+                    return runner.submit(op.claimed)
+                case lifecycle.LaunchClaim():
+                    return runner.submit_claim(op.workflow_id)
+            raise AssertionError(f"start does not ask for {op!r}")
+
+        future: concurrent.futures.Future[Any] | None = lifecycle.drive(
+            lifecycle.start(defn, workflow_id, inputs, parent), perform
+        )
         if run is not None and parent is not None:
             drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
         return self.handle(workflow_id, future)
@@ -512,25 +522,31 @@ class Engine(Client):
         host = await hosts.here()
         runner = self.runner
         inputs = self.encode_inputs(defn, args, kwargs)
-        created = await asyncio.to_thread(runner.insert, defn, workflow_id, inputs, parent)
-        waiter: asyncio.Future[Any] | None = None
-        runner.remember(workflow_id)
-        if defn.is_async:
-            hosts.home(workflow_id, host)  # if it waits, it resumes on this loop
-        if created is not None:
-            run_args, run_kwargs = self.decode_inputs(inputs, defn)  # what a replay will see
-            claimed = created._replace(args=run_args, kwargs=run_kwargs)
-            if defn.is_async:
-                waiter = host.spawn(claimed)
-            else:
-                waiter = asyncio.wrap_future(runner.submit(claimed))
-        else:
-            info = await asyncio.to_thread(self.existing, defn, workflow_id)
-            if info.status.is_terminal:
-                runner.forget([workflow_id])
-            else:
-                future = await asyncio.to_thread(runner.submit_claim, workflow_id)
-                waiter = None if future is None else asyncio.wrap_future(future)
+
+        async def perform(op: lifecycle.Op) -> Any:
+            match op:
+                case lifecycle.Remember():
+                    runner.remember(op.workflow_id)
+                    if op.defn.is_async:
+                        hosts.home(op.workflow_id, host)  # if it waits, it resumes here
+                    return None
+                case lifecycle.Forget():
+                    return runner.forget([op.workflow_id])
+                case lifecycle.Create():
+                    return await asyncio.to_thread(runner.create, op)
+                case lifecycle.Attach():
+                    return await asyncio.to_thread(self.existing, op.defn, op.workflow_id)
+                case lifecycle.Launch() if op.claimed.defn.is_async:
+                    return host.spawn(op.claimed)
+                case lifecycle.Launch():
+                    return asyncio.wrap_future(runner.submit(op.claimed))
+                case lifecycle.LaunchClaim():
+                    future = await asyncio.to_thread(runner.submit_claim, op.workflow_id)
+                    return None if future is None else asyncio.wrap_future(future)
+            raise AssertionError(f"start does not ask for {op!r}")
+
+        life = lifecycle.start(defn, workflow_id, inputs, parent)
+        waiter: asyncio.Future[Any] | None = await lifecycle.drive_async(life, perform)
         handle = AsyncWorkflowHandle(self, workflow_id, waiter)  # (reads the run's error)
         if run is not None and parent is not None:
             await drive_async(

@@ -18,12 +18,13 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 import psycopg
 
 from durable import _driver
+from durable import _lifecycle as lifecycle
 from durable._context import current_run
 from durable._durability import AsyncWriter
 from durable._models import StepRecord, WorkflowStatus
@@ -55,9 +56,6 @@ if TYPE_CHECKING:
     from durable._engine import Engine
 
 logger = logging.getLogger("durable.runner")
-
-_POLL_MIN = 0.005
-_POLL_MAX = 0.25
 
 
 def _read_crash_points() -> dict[str, int]:
@@ -541,6 +539,18 @@ class Runner:
             claimed_at,
         )
 
+    def create(
+        self, op: lifecycle.Create, conn: psycopg.Connection[Any] | None = None
+    ) -> Claimed | None:
+        """Create a workflow claimed by this executor (lifecycle.Create): its claim, with
+        the arguments as a replay decodes them (not as the caller passed them), or None if
+        the id exists."""
+        created = self.insert(op.defn, op.workflow_id, op.inputs, op.parent, conn)
+        if created is None:
+            return None
+        args, kwargs = self.engine.decode_inputs(op.inputs, op.defn)
+        return created._replace(args=args, kwargs=kwargs)
+
     def claim_free(self, workflow_ids: list[str] | None, limit: int) -> list[tuple[str, Any]]:
         """Claim and start what there is room for: sync workflows up to `limit` (threads),
         async ones up to the engine's max_async less those running (they hold no thread)."""
@@ -775,32 +785,33 @@ class Runner:
         engine = self.engine
         inputs = engine.encode_inputs(defn, args, kwargs)
         outer = current_run.get()
-        # The start and the run share one connection (a child's is its parent's).
-        with (
-            nullcontext(outer.conn)
-            if outer is not None and outer.conn is not None
-            else self.db.connection()
-        ) as conn:
-            created = self.insert(defn, workflow_id, inputs, parent, conn)
-            if created is not None:
-                args, kwargs = engine.decode_inputs(inputs, defn)  # what a replay will see
-                claimed = created._replace(args=args, kwargs=kwargs)
-                try:
-                    return contextvars.copy_context().run(self.execute, claimed, conn)
-                except WorkflowSuspended:
-                    pass  # waits without holding anything; resumed below once runnable
-        engine.existing(defn, workflow_id)
-        delay = _POLL_MIN
-        while True:
-            info = engine.get_workflow(workflow_id)
-            if info.status.is_terminal:
-                return engine.outcome(workflow_id, info.status, info.output, info.error)
-            again = self.claim(workflow_id)
-            if again is not None:
-                try:
-                    return contextvars.copy_context().run(self.execute, again)
-                except WorkflowSuspended:
-                    delay = _POLL_MIN
-                    continue
-            time.sleep(delay)
-            delay = min(_POLL_MAX, delay * 2)
+        with ExitStack() as stack:
+            # The start and the run share one connection (a child's is its parent's); once
+            # past them the caller holds none while it waits.
+            shared = outer.conn if outer is not None and outer.conn is not None else None
+
+            def perform(op: lifecycle.Op) -> Any:
+                nonlocal shared
+                match op:
+                    case lifecycle.Create():
+                        if shared is None:
+                            shared = stack.enter_context(self.db.connection())
+                        return self.create(op, shared)
+                    case lifecycle.RunClaimed(claimed=claimed, created=True):
+                        return contextvars.copy_context().run(self.execute, claimed, shared)
+                stack.close()
+                match op:
+                    case lifecycle.RunClaimed(claimed=claimed):
+                        return contextvars.copy_context().run(self.execute, claimed)
+                    case lifecycle.Attach():
+                        return engine.existing(op.defn, op.workflow_id)
+                    case lifecycle.Finished():
+                        return engine.finished(op.workflow_id)
+                    case lifecycle.Reclaim():
+                        return self.claim(op.workflow_id)
+                    case lifecycle.Sleep():
+                        time.sleep(op.seconds)
+                        return None
+                raise AssertionError(f"run_here does not ask for {op!r}")
+
+            return lifecycle.drive(lifecycle.run_here(defn, workflow_id, inputs, parent), perform)
