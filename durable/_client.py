@@ -16,7 +16,6 @@ import datetime as dt
 import inspect
 import json
 import logging
-import os
 import threading
 import time
 import uuid
@@ -28,7 +27,8 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from durable import _lifecycle as lifecycle
 from durable import _protocol as protocol
 from durable import _tracing as tracing
-from durable._clock import Clock, clock_from_env
+from durable._clock import Clock
+from durable._config import Config
 from durable._context import current_run, workflow_code_run
 from durable._decorators import workflow_def
 from durable._driver import drive
@@ -93,23 +93,6 @@ logger = logging.getLogger("durable.client")
 P = ParamSpec("P")
 T = TypeVar("T")
 R = TypeVar("R")
-
-_MAX_SCHEMA_BYTES = 58
-
-
-def check_schema(schema: object) -> None:
-    """ConfigurationError unless `schema` can name durable's schema (what Client and
-    `durable migrate --citus --dry-run` accept alike)."""
-    if not isinstance(schema, str) or not schema:
-        raise ConfigurationError(f"schema={schema!r}: give a non-empty schema name")
-    check_name("schema", schema)
-    if len(schema.encode("utf-8")) > _MAX_SCHEMA_BYTES:
-        # PostgreSQL truncates identifiers to 63 bytes; the work channel is "<schema>_work".
-        raise ConfigurationError(
-            f"schema={schema!r} is {len(schema.encode('utf-8'))} bytes: give at most "
-            f"{_MAX_SCHEMA_BYTES} (PostgreSQL names are at most 63 bytes, and the "
-            "notification channel adds '_work')"
-        )
 
 
 # The longest wait or delay accepted (100 years): beyond it a timestamp overflows.
@@ -285,13 +268,26 @@ class Client:
         clock: Clock | None = None,
         listen: bool | None = None,
     ) -> None:
-        check_schema(schema)
-        if max_payload_bytes <= 0:
-            raise ConfigurationError(f"max_payload_bytes={max_payload_bytes!r}: use > 0")
-        self._database_url = database_url
-        self.schema = schema
-        self.migrate_on_launch = migrate
-        self.serializer: Serializer = serializer if serializer is not None else JSONSerializer()
+        self._configure(
+            Config.resolve(
+                database_url=database_url,
+                schema=schema,
+                migrate=migrate,
+                serializer=serializer,
+                max_payload_bytes=max_payload_bytes,
+                connect_timeout=connect_timeout,
+                clock=clock,
+                listen=listen,
+            )
+        )
+
+    def _configure(self, config: Config) -> None:
+        """Take the resolved settings (the environment was read there, once)."""
+        self.config = config
+        self._database_url = config.database_url
+        self.schema = config.schema
+        self.migrate_on_launch = config.migrate
+        self.serializer: Serializer = config.serializer
         self.serializer_name = (
             "pickle"
             if isinstance(self.serializer, PickleSerializer)
@@ -301,13 +297,13 @@ class Client:
                 else type(self.serializer).__name__
             )
         )
-        self.max_payload_bytes = max_payload_bytes
-        self.connect_timeout = connect_timeout
-        self.clock: Clock = clock if clock is not None else clock_from_env()
+        self.max_payload_bytes = config.max_payload_bytes
+        self.connect_timeout = config.connect_timeout
+        self.clock: Clock = config.clock
         # LISTEN/NOTIFY wake-ups (workers, stream readers, watchers). Off (listen=False, or
         # DURABLE_LISTEN=0) everything polls: for a pooler in transaction mode, or a
         # distributed PostgreSQL without LISTEN.
-        self.listen = listen if listen is not None else os.environ.get("DURABLE_LISTEN", "1") != "0"
+        self.listen = config.listen
         self._db: SystemDB | None = None
         self._listener: Listener | None = None
         self._listener_lock = threading.Lock()
@@ -320,8 +316,6 @@ class Client:
 
     @property
     def database_url(self) -> str:
-        if self._database_url is None:
-            self._database_url = os.environ.get("DURABLE_DATABASE_URL") or None
         if self._database_url is None:
             from durable import _embedded
 
@@ -341,7 +335,12 @@ class Client:
 
     def _open_db(self, max_size: int, create_database: bool = False) -> SystemDB:
         db = SystemDB(
-            self.database_url, self.schema, max_size=max_size, clock=self.clock, listen=self.listen
+            self.database_url,
+            self.schema,
+            max_size=max_size,
+            clock=self.clock,
+            listen=self.listen,
+            claims=self.config.claims,
         )
         db.open(timeout=self.connect_timeout, create_database=create_database)
         try:

@@ -99,12 +99,3 @@ class FakeClock:
     def __repr__(self) -> str:
         where = f", path={str(self._path)!r}" if self._path else ""
         return f"FakeClock({self.now().isoformat()}{where})"
-
-
-def clock_from_env() -> Clock:
-    """The system clock, or a shared FakeClock when DURABLE_FAKE_CLOCK names its file.
-
-    This lets a test run real `durable worker` processes on the test's fake time.
-    """
-    path = os.environ.get("DURABLE_FAKE_CLOCK")
-    return FakeClock(path=path) if path else SystemClock()

@@ -30,6 +30,7 @@ from durable import _protocol as protocol
 from durable._async_host import AsyncHosts
 from durable._client import AsyncWorkflowHandle, Client, WorkflowHandle, libpq_url, place_child
 from durable._clock import Clock
+from durable._config import Config
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_def
 from durable._driver import drive
@@ -125,8 +126,8 @@ class Engine(Client):
         create_database: bool | None = None,
         listen: bool | None = None,
     ) -> None:
-        super().__init__(
-            database_url,
+        config = Config.resolve(
+            database_url=database_url,
             schema=schema,
             migrate=migrate,
             serializer=serializer,
@@ -134,32 +135,32 @@ class Engine(Client):
             connect_timeout=connect_timeout,
             clock=clock,
             listen=listen,
+            app_database_url=app_database_url,
+            lease_seconds=lease_seconds,
+            max_recovery_attempts=max_recovery_attempts,
+            max_workers=max_workers,
+            max_async=max_async,
+            durability=durability,
+            executor_id=executor_id,
+            worker=worker,
+            poll_interval=poll_interval,
+            grace_seconds=grace_seconds,
+            retention=retention,
+            create_database=create_database,
         )
-        if lease_seconds <= 0:
-            raise ConfigurationError(f"lease_seconds={lease_seconds!r}: use a positive number")
-        if max_workers < 1:
-            raise ConfigurationError(f"max_workers={max_workers!r}: use at least 1")
-        if durability not in ("sync", "async", "exit"):
-            raise ConfigurationError(f"durability={durability!r}: use 'sync', 'async' or 'exit'")
-        if retention is not None and not isinstance(retention, RetentionPolicy):
-            raise ConfigurationError(
-                f"retention={retention!r}: give durable.RetentionPolicy(finished_after=..., "
-                "effects_after=...)"
-            )
+        self._configure(config)
         self.registry = registry if registry is not None else default_registry
-        self._app_database_url = app_database_url
-        self.lease_seconds = float(lease_seconds)
-        self.max_recovery_attempts = max_recovery_attempts
-        self.max_workers = max_workers
-        if max_async < 1:
-            raise ConfigurationError(f"max_async={max_async!r}: use at least 1")
-        self.max_async = max_async
-        self.durability = durability
-        self.executor_id = executor_id or str(uuid.uuid4())
+        self._app_database_url = config.app_database_url
+        self.lease_seconds = config.lease_seconds
+        self.max_recovery_attempts = config.max_recovery_attempts
+        self.max_workers = config.max_workers
+        self.max_async = config.max_async
+        self.durability = config.durability
+        self.executor_id = config.executor_id
         # Given explicitly (e.g. `durable worker --executor-id`), the id is this process's
         # stable identity: a restart takes back its interrupted workflows at once. A random
         # id is never reused, so nothing can be taken from a live process by mistake.
-        self._explicit_id = executor_id is not None
+        self._explicit_id = config.explicit_id
         # This process's incarnation of its executor id, drawn at each launch and written
         # in the executor row: statements under the id act only while the row names it.
         self.incarnation = ""
@@ -167,12 +168,12 @@ class Engine(Client):
         self._superseded = threading.Event()
         self._holder: str | None = None  # who holds the id then, as "pid N on HOST"
         self._registration: dict[str, Any] = {}
-        self.worker = worker
-        self.poll_interval = poll_interval
-        self.grace_seconds = grace_seconds
-        self.retention = retention
-        self.create_database = create_database
-        self.cancel_poll_interval = min(0.5, self.lease_seconds / 3)
+        self.worker = config.worker
+        self.poll_interval = config.poll_interval
+        self.grace_seconds = config.grace_seconds
+        self.retention = config.retention
+        self.create_database = config.create_database
+        self.cancel_poll_interval = config.cancel_poll_interval
         self.runner = Runner(self)
         self._heartbeat = Heartbeat(self)
         self._worker_thread: threading.Thread | None = None

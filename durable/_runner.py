@@ -58,15 +58,6 @@ if TYPE_CHECKING:
 logger = logging.getLogger("durable.runner")
 
 
-def _read_crash_points() -> dict[str, int]:
-    spec = os.environ.get("DURABLE_CRASH_POINTS", "")
-    points: dict[str, int] = {}
-    for part in filter(None, (p.strip() for p in spec.split(","))):
-        name, _, nth = part.partition(":")
-        points[name] = int(nth or "1")
-    return points
-
-
 def _log_failure(workflow_id: str, exc: BaseException) -> None:
     """One line per workflow that ended in an error (a nondeterminism error is louder:
     it means the code changed under a running workflow)."""
@@ -161,7 +152,7 @@ class Runner:
         self.slot_freed = threading.Event()
         # Set too when a workflow ends, while the worker loop waits with queue entries left.
         self.wake_on_free: threading.Event | None = None
-        self._crash_points = _read_crash_points()
+        self._crash_points = engine.config.crash_points
         self._crash_counts: dict[str, int] = {}
         # workflow_id -> (epoch, reason), for the runs this executor owns that were asked
         # to stop; replaced whole by the heartbeat thread, read (one dict lookup) at each

@@ -242,9 +242,11 @@ class SystemDB:
         max_size: int = 10,
         clock: Clock | None = None,
         listen: bool = True,
+        claims: str = "auto",
     ) -> None:
         self.url = url
         self.listen = listen
+        self.claims = claims  # "auto" (the schema decides), "cas" or "skip-locked"
         # A fake clock is handed to SQL on every checkout (see _clock.py); the real one
         # costs nothing.
         self._fake_clock = clock if clock is not None and not clock.is_system else None
@@ -334,15 +336,9 @@ class SystemDB:
 
     def _wants_cas_claims(self) -> bool:
         """Claim without row locks (claim_batch_cas, dequeue_cas) on a Citus-distributed
-        schema, or when DURABLE_CLAIMS=cas asks for it."""
-        wanted = os.environ.get("DURABLE_CLAIMS", "")
-        if wanted not in ("", "cas", "skip-locked"):
-            raise ConfigurationError(
-                f"DURABLE_CLAIMS={wanted!r}: use 'cas' (compare-and-set claims) or "
-                "'skip-locked' (the default on one server)"
-            )
-        if wanted:
-            return wanted == "cas"
+        schema, or when the configuration asks for it (DURABLE_CLAIMS=cas)."""
+        if self.claims != "auto":
+            return self.claims == "cas"
         return self.distributed
 
     def claim_batch(self, params: dict[str, Any]) -> list[Row]:

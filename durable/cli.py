@@ -23,7 +23,8 @@ from rich.console import Console
 from rich.table import Table
 
 from durable import _citus
-from durable._client import Client, check_schema
+from durable._client import Client
+from durable._config import check_schema
 from durable._models import WorkflowInfo, WorkflowStatus
 from durable._names import check_name
 from durable._protocol import decode_error

@@ -1,0 +1,108 @@
+"""The settings are resolved in one place (durable/_config.py): arguments, then the
+environment, then defaults, with a bad value refused by name before anything connects."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+import durable
+from durable._clock import FakeClock, SystemClock
+from durable._config import Config, crash_points
+from durable.errors import ConfigurationError
+
+ROOT = Path(durable.__file__).parent
+
+
+def test_arguments_win_over_the_environment_which_wins_over_defaults(tmp_path: Path) -> None:
+    env = {
+        "DURABLE_DATABASE_URL": "postgresql://env/db",
+        "DURABLE_LISTEN": "0",
+        "DURABLE_CLAIMS": "cas",
+        "DURABLE_FAKE_CLOCK": str(tmp_path / "clock"),
+        "DURABLE_CRASH_POINTS": "after_step:2, before_finish",
+    }
+    config = Config.resolve(environ=env)
+    assert config.database_url == "postgresql://env/db"
+    assert config.listen is False and config.claims == "cas"
+    assert isinstance(config.clock, FakeClock)
+    assert config.crash_points == {"after_step": 2, "before_finish": 1}
+    given = Config.resolve(environ=env, database_url="postgresql://arg/db", listen=True)
+    assert given.database_url == "postgresql://arg/db" and given.listen is True
+    bare = Config.resolve(environ={})
+    assert bare.database_url is None and bare.listen is True and bare.claims == "auto"
+    assert isinstance(bare.clock, SystemClock) and bare.crash_points == {}
+    assert not bare.explicit_id and bare.executor_id
+    assert Config.resolve(environ={}, executor_id="w1").explicit_id
+
+
+def test_the_config_is_frozen() -> None:
+    config = Config.resolve(environ={})
+    with pytest.raises(AttributeError):
+        config.lease_seconds = 1.0  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "environ", "named"),
+    [
+        ({"lease_seconds": 0}, {}, "lease_seconds"),
+        ({"max_workers": 0}, {}, "max_workers"),
+        ({"max_async": 0}, {}, "max_async"),
+        ({"max_payload_bytes": 0}, {}, "max_payload_bytes"),
+        ({"durability": "eventually"}, {}, "durability"),
+        ({"retention": 30}, {}, "retention"),
+        ({"schema": ""}, {}, "schema"),
+        ({"schema": "x" * 59}, {}, "schema"),
+        ({}, {"DURABLE_CLAIMS": "optimistic"}, "DURABLE_CLAIMS"),
+        ({}, {"DURABLE_CRASH_POINTS": "a:b"}, "DURABLE_CRASH_POINTS"),
+    ],
+)
+def test_a_bad_setting_is_refused_by_name(
+    arguments: dict[str, object], environ: dict[str, str], named: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=named):
+        Config.resolve(environ=environ, **arguments)  # type: ignore[arg-type]
+
+
+def test_engine_and_client_take_their_settings_from_one_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DURABLE_LISTEN", "0")
+    engine = durable.Engine("postgresql://h/db", lease_seconds=6, max_workers=3)
+    assert engine.config.lease_seconds == engine.lease_seconds == 6.0
+    assert engine.config.max_workers == engine.max_workers == 3
+    assert engine.config.listen is False and engine.listen is False
+    assert engine.cancel_poll_interval == engine.config.cancel_poll_interval == 0.5
+    client = durable.Client("postgresql://h/db", schema="s1")
+    assert client.config.schema == client.schema == "s1"
+
+
+def test_crash_points_parse() -> None:
+    assert crash_points("") == {}
+    assert crash_points("a, b:3,") == {"a": 1, "b": 3}
+
+
+# Modules that still read the environment themselves, and why they may.
+READS_ENVIRONMENT = {
+    "_config.py": "the one place the library's settings are resolved",
+    "cli": "the command line's options have environment fallbacks (click's envvar)",
+    "testing.py": "the test fixtures' own variables (DURABLE_TEST_*)",
+    "_embedded": "the embedded server's data directory and the environment it is started with",
+    "ui/__init__.py": "the console's token when it is served as an ASGI app by name",
+}
+
+
+def test_nothing_else_reads_the_environment() -> None:
+    readers = []
+    for path in sorted(ROOT.rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if any(
+            rel == k or rel.startswith(k.rstrip("/") + "/") or rel == k + ".py"
+            for k in READS_ENVIRONMENT
+        ):
+            continue
+        if re.search(r"os\.environ|os\.getenv", path.read_text("utf-8")):
+            readers.append(rel)
+    assert readers == [], f"read settings in durable/_config.py, not in {readers}"
