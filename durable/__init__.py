@@ -31,6 +31,7 @@ from durable._schedules import scheduled
 from durable._state import append_turn, append_turn_async, conversation, state
 from durable._streams import close_stream, close_stream_async, write_stream, write_stream_async
 from durable._tracing import instrument_psycopg
+from durable._version import __version__ as __version__
 from durable._waits import (
     approval,
     approval_async,
@@ -96,5 +97,3 @@ __all__ = [
     "write_stream",
     "write_stream_async",
 ]
-
-__version__ = "0.1.0"

@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 from durable import _lifecycle as lifecycle
 from durable import _protocol as protocol
 from durable._async_host import AsyncHosts
-from durable._client import AsyncWorkflowHandle, Client, WorkflowHandle, libpq_url, place_child
+from durable._client import Client, libpq_url, place_child
 from durable._clock import Clock
 from durable._config import Config
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_def
 from durable._driver import drive
 from durable._driver_async import drive_async
+from durable._handles import AsyncWorkflowHandle, WorkflowHandle
 from durable._queues import Queue
 from durable._recovery import Heartbeat, Worker
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
@@ -174,7 +175,7 @@ class Engine(Client):
         self.retention = config.retention
         self.create_database = config.create_database
         self.cancel_poll_interval = config.cancel_poll_interval
-        self.runner = Runner(self)
+        self.runner = Runner(self, self)
         self._heartbeat = Heartbeat(self)
         self._worker_thread: threading.Thread | None = None
         self._worker_stop = threading.Event()

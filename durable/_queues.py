@@ -25,7 +25,7 @@ from durable._registry import Registry, default_registry
 from durable.errors import ConfigurationError, NoEngineError
 
 if TYPE_CHECKING:
-    from durable._client import WorkflowHandle
+    from durable._handles import WorkflowHandle
     from durable._registry import WorkflowDef
 
 P = ParamSpec("P")

@@ -12,14 +12,70 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durable._systemdb import node_down
 from durable.errors import DatabaseUnavailableError, EngineNotRunningError
 
 if TYPE_CHECKING:
-    from durable._engine import Engine
+    from durable._listen import Listener
+    from durable._registry import Registry
+    from durable._runner import Runner
+    from durable._systemdb import SystemDB
+
+
+class Owner(Protocol):
+    """What the worker loop and the heartbeat use of the engine that runs them: its
+    runner, its claims and rounds of housekeeping, its identity's heartbeat. The Engine is
+    one; this module never imports it."""
+
+    runner: Runner
+    registry: Registry
+    executor_id: str
+    lease_seconds: float
+    max_workers: int
+    cancel_poll_interval: float
+
+    @property
+    def db(self) -> SystemDB: ...
+
+    @property
+    def running(self) -> bool: ...
+
+    @property
+    def superseded(self) -> bool: ...
+
+    @property
+    def listener(self) -> Listener: ...
+
+    @property
+    def notify_channel(self) -> str: ...
+
+    def notify_work(self, payload: str = "") -> None: ...
+
+    def held_params(self, held: Mapping[str, int]) -> dict[str, Any]: ...
+
+    def beat(self) -> bool: ...
+
+    def recover(self, limit: int = 100) -> list[Any]: ...
+
+    def recover_queues(self, limit: int) -> list[Any]: ...
+
+    def release_interrupted(self) -> int: ...
+
+    def running_count(self) -> int: ...
+
+    def expire_approvals(self) -> int: ...
+
+    def fire_schedules(self) -> int: ...
+
+    def apply_retention(self) -> Any: ...
+
+    def waiting_for_worker(
+        self, stale_seconds: float = 120, limit: int = 100
+    ) -> list[dict[str, Any]]: ...
+
 
 T = TypeVar("T")
 
@@ -34,7 +90,7 @@ _EXECUTOR_PRUNE_INTERVAL = 60.0
 class Worker:
     """Claims and runs workflows for one engine until stopped."""
 
-    def __init__(self, engine: Engine, *, poll_interval: float, grace_seconds: float) -> None:
+    def __init__(self, engine: Owner, *, poll_interval: float, grace_seconds: float) -> None:
         self.engine = engine
         self.poll_interval = poll_interval
         self.grace_seconds = grace_seconds
@@ -234,7 +290,7 @@ class Heartbeat:
     (`cancel_poll_interval`) and handed to the runner as one dict, so a run sees a cancel
     at its next step with a dict lookup, not a query."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Owner) -> None:
         self.engine = engine
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -53,9 +53,65 @@ from durable.errors import (
 if TYPE_CHECKING:
     import sqlalchemy
 
-    from durable._engine import Engine
+    from durable._clock import Clock
+    from durable._config import Config
+    from durable._context import ActiveEngine
+    from durable._models import WorkflowInfo
+    from durable._registry import Registry
+    from durable.serialization import Serializer
 
 logger = logging.getLogger("durable.runner")
+
+
+class Owner(Protocol):
+    """What the runner reads of the engine that owns it: its settings, its registry and
+    identity, and how it encodes, reads and checks workflows. The Engine is one; the
+    runner never imports it (nor anything above it)."""
+
+    config: Config
+    registry: Registry
+    schema: str
+    serializer: Serializer
+    max_payload_bytes: int
+    clock: Clock
+    lease_seconds: float
+    max_recovery_attempts: int
+    max_workers: int
+    max_async: int
+    executor_id: str
+    incarnation: str
+
+    @property
+    def durability(self) -> str: ...
+
+    @property
+    def database_url(self) -> str: ...
+
+    @property
+    def app_database_url(self) -> str | None: ...
+
+    def check_id(self) -> None: ...
+
+    def encode_inputs(
+        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> str: ...
+
+    def decode_inputs(
+        self, text: str, defn: WorkflowDef | None = None
+    ) -> tuple[list[Any], dict[str, Any]]: ...
+
+    def workflow_params(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        inputs: str,
+        parent: tuple[str, int] | None,
+        durability: str,
+    ) -> dict[str, Any]: ...
+
+    def existing(self, defn: WorkflowDef, workflow_id: str) -> WorkflowInfo: ...
+
+    def finished(self, workflow_id: str) -> tuple[bool, Any]: ...
 
 
 def _log_failure(workflow_id: str, exc: BaseException) -> None:
@@ -133,9 +189,9 @@ class AsyncSide(Protocol):
 class Runner:
     """Claims and runs workflows for one engine (see module docstring)."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Owner, active: ActiveEngine) -> None:
         self.engine = engine
-        self.active = engine
+        self.active = active
         self.writer: AsyncWriter | None = None
         self.app_is_system_db = True
         self._db: SystemDB | None = None

@@ -15,9 +15,9 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import zoneinfo
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from croniter import croniter
 
@@ -27,12 +27,37 @@ from durable._registry import Registry, default_registry
 from durable.errors import DatabaseUnavailableError, InvalidScheduleError
 
 if TYPE_CHECKING:
-    from durable._client import Client
-    from durable._systemdb import Tx
+    from durable._clock import Clock
+    from durable._registry import WorkflowDef
+    from durable._systemdb import SystemDB, Tx
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 logger = logging.getLogger("durable.schedules")
+
+
+class Starter(Protocol):
+    """What firing schedules needs of the client (or engine) that fires them."""
+
+    @property
+    def db(self) -> SystemDB: ...
+
+    clock: Clock
+
+    def encode_inputs(
+        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> str: ...
+
+    def workflow_params(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        inputs: str,
+        parent: tuple[str, int] | None,
+        durability: str,
+    ) -> dict[str, Any]: ...
+
+    def notify_work(self, payload: str = "") -> None: ...
 
 
 @dataclass(frozen=True)
@@ -153,7 +178,7 @@ def tick_workflow_id(schedule_name: str, tick: dt.datetime) -> str:
 
 
 def fire(
-    client: Client,
+    client: Starter,
     registry: Registry,
     durability: str,
     failing: dict[str, str] | None = None,
@@ -188,7 +213,7 @@ def fire(
 
 
 def _fire_one(
-    client: Client,
+    client: Starter,
     registry: Registry,
     durability: str,
     candidate: dict[str, Any],

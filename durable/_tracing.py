@@ -42,7 +42,7 @@ _SCOPE = "durable"
 @functools.cache
 def _tracer() -> Any:
     """durable's tracer (a proxy: spans go to whatever provider the app sets, even later)."""
-    from durable import __version__
+    from durable._version import __version__
 
     return trace.get_tracer(_SCOPE, __version__)
 

@@ -1,0 +1,150 @@
+"""Handles: a reference to one workflow by id, valid in any process, to read its status
+and wait for its result (`result()` performs lifecycle.result, sync or awaited).
+
+A handle reads through the client that made it, and only a little of it (the `Reader`
+protocol below), so it lives apart from the Client: the modules that return handles
+(queues, the engine) need not import the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import TYPE_CHECKING, Any, Protocol
+
+from durable import _lifecycle as lifecycle
+from durable._models import WorkflowInfo, WorkflowStatus
+from durable.errors import WorkflowNotFoundError
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+    from durable._systemdb import SystemDB
+
+
+class Reader(Protocol):
+    """What a handle reads through: the client (or engine) that made it."""
+
+    @property
+    def db(self) -> SystemDB: ...
+
+    def get_workflow(self, workflow_id: str) -> WorkflowInfo: ...
+
+    def finished(self, workflow_id: str) -> tuple[bool, Any]: ...
+
+
+class WorkflowHandle:
+    """A reference to one workflow by id; valid in any process."""
+
+    def __init__(
+        self,
+        client: Reader,
+        workflow_id: str,
+        future: concurrent.futures.Future[Any] | None = None,
+    ) -> None:
+        self._client = client
+        self._workflow_id = workflow_id
+        self._future = future
+
+    @property
+    def workflow_id(self) -> str:
+        return self._workflow_id
+
+    def status(self) -> WorkflowStatus:
+        """The stored status right now."""
+        row = self._client.db.fetch_one("get_workflow_status", {"workflow_id": self._workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(self._workflow_id)
+        return WorkflowStatus(row["status"])
+
+    def info(self) -> WorkflowInfo:
+        return self._client.get_workflow(self._workflow_id)
+
+    def result(self, timeout: float | None = None) -> Any:
+        """Wait for the workflow to finish and return its value.
+
+        Raises WorkflowFailedError if it failed, WorkflowCancelledError if it was cancelled
+        and ResultTimeoutError if it is still running after `timeout` seconds (it keeps
+        running). The value is read from the journal, so it is the same in every process.
+        """
+        import concurrent.futures
+
+        future = self._future
+
+        def perform(op: lifecycle.Op) -> Any:
+            match op:
+                case lifecycle.WaitLocal() if future is not None:
+                    # Wait for the local run, but never re-raise what it raised (a
+                    # SystemExit in a step must not end the caller's process): the
+                    # database says how it ended.
+                    done, _ = concurrent.futures.wait([future], timeout=op.timeout)
+                    return bool(done)
+                case lifecycle.Finished():
+                    return self._client.finished(op.workflow_id)
+                case lifecycle.Sleep():
+                    time.sleep(op.seconds)
+                    return None
+            raise AssertionError(f"result does not ask for {op!r}")
+
+        life = lifecycle.result(self._workflow_id, timeout, future is not None)
+        return lifecycle.drive(life, perform)
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle({self._workflow_id!r})"
+
+
+def _retrieved(waiter: asyncio.Future[Any]) -> None:
+    """The local run ended: what it raised is in the database (and was logged), where
+    result() reads it, so the future's copy counts as read rather than being reported by
+    the event loop as 'never retrieved' (also when the caller never asks)."""
+    if not waiter.cancelled():
+        waiter.exception()
+
+
+class AsyncWorkflowHandle:
+    """A WorkflowHandle for async code: `await handle.result()`, `await handle.status()`.
+    Waiting holds no thread: each look at the database is a short call in a worker
+    thread, and between looks the handle sleeps on the event loop."""
+
+    def __init__(
+        self, client: Reader, workflow_id: str, waiter: asyncio.Future[Any] | None = None
+    ) -> None:
+        self._client = client
+        self._workflow_id = workflow_id
+        self._waiter = waiter
+        if waiter is not None:
+            waiter.add_done_callback(_retrieved)
+
+    @property
+    def workflow_id(self) -> str:
+        return self._workflow_id
+
+    async def status(self) -> WorkflowStatus:
+        """The stored status right now."""
+        return await asyncio.to_thread(WorkflowHandle(self._client, self._workflow_id).status)
+
+    async def info(self) -> WorkflowInfo:
+        return await asyncio.to_thread(self._client.get_workflow, self._workflow_id)
+
+    async def result(self, timeout: float | None = None) -> Any:
+        """As WorkflowHandle.result, awaited."""
+        waiter = self._waiter
+
+        async def perform(op: lifecycle.Op) -> Any:
+            match op:
+                case lifecycle.WaitLocal() if waiter is not None:
+                    # The run here: wait for it without re-raising what it raised (above).
+                    done, _ = await asyncio.wait([waiter], timeout=op.timeout)
+                    return bool(done)
+                case lifecycle.Finished():
+                    return await asyncio.to_thread(self._client.finished, op.workflow_id)
+                case lifecycle.Sleep():
+                    await asyncio.sleep(op.seconds)
+                    return None
+            raise AssertionError(f"result does not ask for {op!r}")
+
+        life = lifecycle.result(self._workflow_id, timeout, waiter is not None)
+        return await lifecycle.drive_async(life, perform)
+
+    def __repr__(self) -> str:
+        return f"AsyncWorkflowHandle({self._workflow_id!r})"
