@@ -1,0 +1,185 @@
+"""Every name the library itself writes into a user's database, in one place.
+
+A workflow's journal (`steps.step_name`), its gates (`approvals.name`) and the ids the
+library derives (child workflow ids, effect idempotency keys, schedule tick ids) hold
+names that the library chooses, not the user: `recv:<topic>`, `budget@<seq>`,
+`<parent>:child:<seq>`, ... A replay compares the name journaled at a position with the
+name the code asks for there, a resumed run looks its gates up by name, and a fork or a
+budget raise finds rows by prefix. So these strings are stored in users' databases and
+form a storage contract: changing one by a single byte makes every journal written
+before the change unreadable (a replay sees another name and raises
+NondeterminismError, a denied gate is no longer found, a child is started twice).
+
+They must never change for existing journals. A new kind of label may be added; an
+existing one changes only with `LABELS_VERSION` bumped and a migration that rewrites the
+stored labels. `tests/unit/test_labels.py` pins the exact text of each, and checks that
+no other module spells out their fragments, so the contract stays in this module.
+
+Two SQL statements in `_sql/queries.sql` read these names too, and SQL cannot call
+this module: `waiting_budget_gates` matches `BUDGET_GATE_PREFIX` (`budget@%`) and
+`denied_budget_gate` matches a budget gate and its cap gates (`<gate>` or `<gate>:...`).
+The fork's `fork_events` receives `EVENT_PREFIX` as a parameter.
+
+Nothing here imports from the rest of the package: the names depend on nothing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+
+LABELS_VERSION = 1
+"""The version of the label contract below. Bump it only together with a migration that
+rewrites every stored label of the old version: journals outlive the code that wrote
+them, and the code reading them must find the same names."""
+
+# -- journal step names -----------------------------------------------------------------------
+
+SLEEP = "sleep"
+"""durable.sleep(): the journaled wake-up time."""
+
+STATE = "durable.state"
+"""durable.state.set()/update(): each journaled value of the workflow's working state."""
+
+TURN = "durable.turn"
+"""durable.append_turn(): each journaled turn of the conversation."""
+
+APPROVAL_PREFIX = "approval:"
+RECV_PREFIX = "recv:"
+RECV_DEADLINE_PREFIX = "recv-deadline:"
+EVENT_PREFIX = "event:"
+STREAM_PREFIX = "stream:"
+STREAM_CLOSE_PREFIX = "stream-close:"
+
+
+def approval(name: str) -> str:
+    """The journaled call of durable.approval(name): the decision is its output (the gate
+    itself, in the approvals table, is stored under `name` alone)."""
+    return f"{APPROVAL_PREFIX}{name}"
+
+
+def recv(topic_key: str) -> str:
+    """The journaled call of durable.recv() on a topic ("" for the default topic): the
+    consumed message is its output."""
+    return f"{RECV_PREFIX}{topic_key}"
+
+
+def recv_deadline(topic_key: str) -> str:
+    """The journaled deadline of a durable.recv() with a timeout: the wake-up time, so a
+    resumed wait does not wait again for the part already waited."""
+    return f"{RECV_DEADLINE_PREFIX}{topic_key}"
+
+
+def event(key: str) -> str:
+    """The journaled call of durable.set_event(key, ...)."""
+    return f"{EVENT_PREFIX}{key}"
+
+
+def event_key(label: str) -> str | None:
+    """The key of an event call's journaled name, or None for any other name. A fork
+    reads event keys back this way (in SQL, with EVENT_PREFIX as a parameter)."""
+    return label[len(EVENT_PREFIX) :] if label.startswith(EVENT_PREFIX) else None
+
+
+def stream(key: str, closing: bool = False) -> str:
+    """The journaled call of a write to stream `key`, or of its close."""
+    return f"{STREAM_CLOSE_PREFIX}{key}" if closing else f"{STREAM_PREFIX}{key}"
+
+
+def parse_stream(label: str) -> tuple[str, bool] | None:
+    """(key, closing) of a stream call's journaled name, or None for any other name."""
+    if label.startswith(STREAM_CLOSE_PREFIX):
+        return label[len(STREAM_CLOSE_PREFIX) :], True
+    if label.startswith(STREAM_PREFIX):
+        return label[len(STREAM_PREFIX) :], False
+    return None
+
+
+# Step names of the calls durable.llm.wrap() journals, one per wrapped client method.
+LLM_OPENAI_CHAT = "openai.chat.completions.create"
+LLM_OPENAI_RESPONSES = "openai.responses.create"
+LLM_ANTHROPIC_MESSAGES = "anthropic.messages.create"
+
+PYDANTIC_AI_PREFIX = "pydantic_ai."
+
+
+def pydantic_ai_step(operation: str) -> str:
+    """The step name of a Pydantic AI operation run durably (model request, tool call)."""
+    return f"{PYDANTIC_AI_PREFIX}{operation}"
+
+
+# -- gate names (approvals.name) ------------------------------------------------------------------
+
+BUDGET_GATE_PREFIX = "budget@"
+_CAP = ":cap"
+
+
+def budget_gate(seq: int) -> str:
+    """The gate a new step at position `seq` waits at when the budget is used up. Keyed by
+    position, not journaled as a call, so a replay after the decision reaches the same
+    step at the same gate."""
+    return f"{BUDGET_GATE_PREFIX}{seq}"
+
+
+def budget_cap_gate(seq: int, nth: int) -> str:
+    """The gate of the `nth` refusal, by the cap, of the step at position `seq` (a second
+    refusal after a raise asks again). Starts with its position's budget_gate and a
+    colon, which the SQL finding a denied gate at a position relies on."""
+    return f"{budget_gate(seq)}{_CAP}{nth}"
+
+
+def parse_budget_gate(name: str) -> tuple[int, int | None] | None:
+    """(seq, nth) of a budget gate's name (nth None for budget_gate, the refusal number
+    for budget_cap_gate), or None for any other gate."""
+    if not name.startswith(BUDGET_GATE_PREFIX):
+        return None
+    position, cap, nth = name[len(BUDGET_GATE_PREFIX) :].partition(_CAP)
+    if not _is_number(position) or (cap and not _is_number(nth)):
+        return None
+    return int(position), int(nth) if cap else None
+
+
+def effect_approval(effect_name: str, nth: int) -> str:
+    """The gate of the `nth` call of an effect that requires approval, in the workflow's
+    order of calls (the same on every replay)."""
+    return f"{effect_name}#{nth}"
+
+
+# -- derived ids ----------------------------------------------------------------------------------
+
+_CHILD = ":child:"
+
+
+def child_id(parent_id: str, seq: int) -> str:
+    """The id of the child workflow started at a parent's position: deterministic, so a
+    replay of the parent finds the child it started instead of starting another."""
+    return f"{parent_id}{_CHILD}{seq}"
+
+
+def parse_child_id(workflow_id: str) -> tuple[str, int] | None:
+    """(parent id, position) of a derived child id, or None for an id not of that form
+    (an id the user gave). Nested children have the innermost position last."""
+    parent, sep, seq = workflow_id.rpartition(_CHILD)
+    if not sep or not parent or not _is_number(seq):
+        return None
+    return parent, int(seq)
+
+
+def effect_key(workflow_id: str, seq: int, user_part: str | None = None) -> str:
+    """An effect's idempotency key: derived from the work, never random, so it is the same
+    on every replay and in every process (the effects table, and the systems the effect
+    calls, dedupe by it). With a user key, that key replaces the position."""
+    return f"{workflow_id}:{seq}" if user_part is None else f"{workflow_id}:{user_part}"
+
+
+SCHEDULE_PREFIX = "schedule:"
+
+
+def schedule_tick_id(schedule_name: str, tick: dt.datetime) -> str:
+    """The id of the workflow a schedule starts for one tick: the primary key makes a tick
+    start once, whichever process fires it first."""
+    return f"{SCHEDULE_PREFIX}{schedule_name}:{tick.astimezone(dt.UTC).isoformat()}"
+
+
+def _is_number(text: str) -> bool:
+    """A position as written by these labels: decimal digits of a non-negative int."""
+    return text.isascii() and text.isdigit()
