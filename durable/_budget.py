@@ -17,9 +17,10 @@ start, across crashes and waits.
 
 Before each new step the run compares what was spent with the limits. When the budget is
 used up, the step does not run: the workflow asks for a decision at an approval gate
-named `budget@<position>` and suspends. `engine.raise_budget(...)` raises the limits and
-approves the gate; denying it raises BudgetExceededError in the workflow. The decisions
-are in `_protocol` (`open_ledger`, `budget_gate`); these are the public functions.
+named after the step's position (`_labels.budget_gate`) and suspends.
+`engine.raise_budget(...)` raises the limits and approves the gate; denying it raises
+BudgetExceededError in the workflow. The decisions are in `_protocol` (`open_ledger`,
+`budget_gate`); these are the public functions.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from durable import _labels as labels
 from durable import _lifecycle as lifecycle
 from durable import _protocol as protocol
 from durable import _tracing as tracing
@@ -611,7 +612,7 @@ class Client:
             "new_id": new_id,
             "before_seq": from_step,
             "trace_context": tracing.start_context("fork", new_id),
-            "event_prefix": protocol.EVENT_CALL,
+            "event_prefix": labels.EVENT_PREFIX,
         }
         try:
             created = self.db.fork(params)
@@ -1256,7 +1257,7 @@ def place_child(
     if journaled is not None:
         return run, None, journaled, True
     parent = (run.workflow_id, seq)
-    return run, parent, workflow_id or protocol.child_workflow_id(run.workflow_id, seq), False
+    return run, parent, workflow_id or labels.child_id(run.workflow_id, seq), False
 
 
 def _budget_for(defn: WorkflowDef, workflow_id: str, parent: tuple[str, int] | None) -> str | None:

@@ -30,6 +30,7 @@ from dataclasses import asdict, dataclass, field, replace
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+from durable import _labels as labels
 from durable._models import (
     ApprovalStatus,
     Budget,
@@ -431,11 +432,6 @@ class Run:
 
 
 # -- errors as stored ------------------------------------------------------------------------------
-
-
-def child_workflow_id(parent_id: str, step_seq: int) -> str:
-    """Deterministic id of the child started at a parent's position."""
-    return f"{parent_id}:child:{step_seq}"
 
 
 def _text(exc: BaseException) -> str:
@@ -941,7 +937,7 @@ def child(run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str,
     if found is not None:
         return replay(run, found, defn.fn)
     check_interrupt(run)
-    child_id = child_workflow_id(run.workflow_id, seq)
+    child_id = labels.child_id(run.workflow_id, seq)
     yield from barrier(run)
     started = run.settings.clock.now()
     outcome: Outcome = yield RunChild(defn, child_id, args, kwargs, (run.workflow_id, seq))
@@ -1147,11 +1143,6 @@ def register_compensation(run: Run, undo: Callable[..., Any], args: Any, kwargs:
 # -- @effect: intent -> pending -> applied ---------------------------------------------------------
 
 
-def effect_key(run: Run, seq: int, user_part: str | None) -> str:
-    """Derived from the work, never random: the same on every replay and every process."""
-    return f"{run.workflow_id}:{seq}" if user_part is None else f"{run.workflow_id}:{user_part}"
-
-
 def effect(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Gen[Any]:
     """Run an effect exactly once per workflow position (or per user key), write-ahead."""
     options = defn.effect
@@ -1160,7 +1151,9 @@ def effect(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, An
         # The n-th call of this effect in the workflow: the same on every replay.
         nth = run.approvals_asked.get(defn.name, 0)
         run.approvals_asked[defn.name] = nth + 1
-        decision = yield from approval(run, f"{defn.name}#{nth}", {"args": list(args)})
+        decision = yield from approval(
+            run, labels.effect_approval(defn.name, nth), {"args": list(args)}
+        )
         if not decision.approved:
             raise ApprovalDeniedError(defn.name, decision.comment)
     seq, found = run.journal.next_call(defn.name)
@@ -1203,7 +1196,7 @@ def _effect_key(
     fingerprint = hashlib.sha256(params_text.encode("utf-8")).hexdigest()
     user_part = options.key(*args, **kwargs) if options.key is not None else None
     check_name(f"the key of effect {defn.name!r}", user_part, optional=True)
-    return effect_key(run, seq, user_part), fingerprint, user_part
+    return labels.effect_key(run.workflow_id, seq, user_part), fingerprint, user_part
 
 
 def _apply_effect(
@@ -1390,7 +1383,7 @@ def approval(
     default: bool = False,
 ) -> Gen[Decision]:
     """durable.approval(): a journaled gate; the decision is the call's output."""
-    label = f"approval:{name}"
+    label = labels.approval(name)
     seq, found = run.journal.next_call(label)
     if found is not None:
         return Decision(**run.loads(found.output))
@@ -1478,7 +1471,9 @@ def budget_gate(run: Run, seq: int, step_name: str) -> Gen[None]:
         return
     if not run.first_run:
         denied = yield Execute(
-            "denied_budget_gate", {"workflow_id": run.workflow_id, "name": f"budget@{seq}"}, "one"
+            "denied_budget_gate",
+            {"workflow_id": run.workflow_id, "name": labels.budget_gate(seq)},
+            "one",
         )
         if denied is not None:
             raise BudgetExceededError(run.workflow_id, step_name, denied["comment"] or "denied")
@@ -1491,15 +1486,15 @@ def budget_gate(run: Run, seq: int, step_name: str) -> Gen[None]:
     if why is None:
         return  # raised meanwhile
     payload = run.dumps({"step": step_name, "exhausted": why, **ledger.as_dict()}, "a budget gate")
-    decision = yield from gate(run, f"budget@{seq}", seq, payload)
+    decision = yield from gate(run, labels.budget_gate(seq), seq, payload)
     if not decision.approved:
         raise BudgetExceededError(run.workflow_id, step_name, why)
     # Approved: a person let this step run (usually after raising the budget).
 
 
 def _cap_gate(run: Run, seq: int, scope: StepScope, nth: int) -> Gen[None]:
-    """A step refused by the cap waits at gate `budget@<seq>:cap<nth>` (the n-th refusal
-    at this position: a second refusal after a raise asks again)."""
+    """A step refused by the cap waits at gate `_labels.budget_cap_gate(seq, nth)` (the
+    n-th refusal at this position: a second refusal after a raise asks again)."""
     why = scope.refused or "the budget"
     scope.dollars, scope.tokens, scope.refused = Decimal(0), 0, None
     scope.reserved_dollars, scope.reserved_tokens = Decimal(0), 0
@@ -1508,7 +1503,7 @@ def _cap_gate(run: Run, seq: int, scope: StepScope, nth: int) -> Gen[None]:
     payload = run.dumps(
         {"step": scope.name, "exhausted": why, "cap": True, **ledger.as_dict()}, "a budget gate"
     )
-    decision = yield from gate(run, f"budget@{seq}:cap{nth}", seq, payload)
+    decision = yield from gate(run, labels.budget_cap_gate(seq, nth), seq, payload)
     if not decision.approved:
         raise BudgetExceededError(run.workflow_id, scope.name, why)
     yield from refresh_ledger(run)
@@ -1655,7 +1650,7 @@ def _suspend(run: Run, wake_at: dt.datetime | None, topic: str | None) -> Gen[No
 
 def sleep(run: Run, seconds: float) -> Gen[None]:
     """The wake-up time is journaled first; a long sleep suspends (no slot, no thread)."""
-    wake_at = yield from _wake_time(run, "sleep", seconds)
+    wake_at = yield from _wake_time(run, labels.SLEEP, seconds)
     clock = run.settings.clock
     remaining = (wake_at - clock.now()).total_seconds()
     if remaining <= 0:
@@ -1671,15 +1666,15 @@ def recv(run: Run, topic: str | None, timeout: float | None) -> Gen[Any]:
     """The oldest message on `topic`, consumed in the statement that journals it; or None
     once the timeout passed. Suspends while nothing is there."""
     topic_key = topic or ""
-    label = f"recv:{topic_key}"
+    label = labels.recv(topic_key)
     # Both positions are taken before the deadline is written: branches of a gather
     # start calls while it is, and would take the message's position on this run but not
     # on a replay, where the deadline returns without a write.
-    waits = None if timeout is None else run.journal.next_call(f"recv-deadline:{topic_key}")
+    waits = None if timeout is None else run.journal.next_call(labels.recv_deadline(topic_key))
     seq, found = run.journal.next_call(label)
     deadline = None
     if timeout is not None:
-        deadline = yield from _wake_time(run, f"recv-deadline:{topic_key}", timeout, waits)
+        deadline = yield from _wake_time(run, labels.recv_deadline(topic_key), timeout, waits)
     if found is not None:
         return run.loads(found.output)
     check_interrupt(run)
@@ -1713,13 +1708,9 @@ def recv(run: Run, topic: str | None, timeout: float | None) -> Gen[Any]:
         refused = True
 
 
-# An event call's journaled name is this prefix and its key (a fork reads the key back).
-EVENT_CALL = "event:"
-
-
 def set_event(run: Run, key: str, value: Any) -> Gen[None]:
     """Publish `value` under `key`, journaled with its call in one statement."""
-    label = f"{EVENT_CALL}{key}"
+    label = labels.event(key)
     seq, found = run.journal.next_call(label)
     if found is not None:
         return
@@ -1743,7 +1734,7 @@ def write_stream(run: Run, key: str, value: Any, closing: bool = False) -> Gen[i
     nothing. Returns the offset written (None for the close)."""
     if key in run.closed_streams:
         raise StreamClosedError(run.workflow_id, key)
-    label = f"stream-close:{key}" if closing else f"stream:{key}"
+    label = labels.stream(key, closing)
     seq, found = run.journal.next_call(label)
     offset = run.stream_offsets.get(key, 0)
     text = None
@@ -1776,25 +1767,22 @@ def write_stream(run: Run, key: str, value: Any, closing: bool = False) -> Gen[i
 
 # -- working state and conversation turns ----------------------------------------------------------
 
-STATE_CALL = "durable.state"
-TURN_CALL = "durable.turn"
-
 
 def set_state(run: Run, value: Any) -> Gen[None]:
-    seq, found = run.journal.next_call(STATE_CALL)
+    seq, found = run.journal.next_call(labels.STATE)
     if found is not None:
         run.state = found.output
         return
     text = run.dumps(value, "the workflow's durable.state")
-    yield from record(run, seq, STATE_CALL, StepKind.STATE, text, lazy=True)
+    yield from record(run, seq, labels.STATE, StepKind.STATE, text, lazy=True)
     run.state = text
 
 
 def append_turn(run: Run, role: str, content: Any) -> Gen[None]:
-    seq, found = run.journal.next_call(TURN_CALL)
+    seq, found = run.journal.next_call(labels.TURN)
     if found is not None:
         run.turns.append(run.loads(found.output or "null"))
         return
     text = run.dumps({"role": role, "content": content}, f"a {role!r} turn of the conversation")
-    yield from record(run, seq, TURN_CALL, StepKind.TURN, text, lazy=True)
+    yield from record(run, seq, labels.TURN, StepKind.TURN, text, lazy=True)
     run.turns.append(run.loads(text))
