@@ -3,11 +3,11 @@
 A schedule is a row in `{schema}.schedules`. Every worker round fires the schedules whose
 workflow this worker has: under the schedule's row lock (FOR UPDATE SKIP LOCKED, so
 workers never wait for each other) it lists the ticks due since `last_tick`, inserts one
-workflow per tick with the id `schedule:<name>:<tick in UTC>` (the primary key makes a
-second insert of the same tick a no-op), and moves `last_tick` on. After downtime, the
-missed-tick policy decides: `catch_up=0` runs only the latest due tick and skips the
-others; `catch_up=N` also runs up to N missed ticks before it. Time comes from the
-engine's clock, so a month of ticks can be tested in seconds.
+workflow per tick with the id `schedule:<name>:<tick in UTC>` (`_labels.schedule_tick_id`;
+the primary key makes a second insert of the same tick a no-op), and moves `last_tick`
+on. After downtime, the missed-tick policy decides: `catch_up=0` runs only the latest due
+tick and skips the others; `catch_up=N` also runs up to N missed ticks before it. Time
+comes from the engine's clock, so a month of ticks can be tested in seconds.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from croniter import croniter
 
+from durable import _labels as labels
 from durable._decorators import workflow_def
 from durable._names import check_name
 from durable._registry import Registry, default_registry
@@ -173,10 +174,6 @@ def due_ticks(
     return ticks, ticks[-1]
 
 
-def tick_workflow_id(schedule_name: str, tick: dt.datetime) -> str:
-    return f"schedule:{schedule_name}:{tick.astimezone(dt.UTC).isoformat()}"
-
-
 def fire(
     client: Starter,
     registry: Registry,
@@ -231,7 +228,7 @@ def _fire_one(
         defn = registry.get_workflow(candidate["workflow_name"], candidate["workflow_version"])
         assert defn is not None  # due_schedules filtered on what the registry has
         for tick in ticks:
-            workflow_id = tick_workflow_id(schedule_name, tick)
+            workflow_id = labels.schedule_tick_id(schedule_name, tick)
             inputs = client.encode_inputs(defn, [tick], {})
             params = client.workflow_params(defn, workflow_id, inputs, None, durability)
             started += tx.execute("insert_workflow_pending", params)

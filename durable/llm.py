@@ -44,6 +44,7 @@ from decimal import Decimal
 from typing import Any
 
 from durable import _driver, _driver_async
+from durable import _labels as labels
 from durable._budget import budget_left, charge
 from durable._context import current_step
 from durable._models import StepKind
@@ -130,8 +131,9 @@ DEFAULT_PRICES: Mapping[str, Price] = {
 
 @dataclass(frozen=True)
 class _Endpoint:
-    """One wrapped method: where it is on the client, what its step is called, how its
-    response and stream are rebuilt and where their usage is."""
+    """One wrapped method: where it is on the client, what its step is called (a name
+    journals store: see _labels), how its response and stream are rebuilt and where their
+    usage is."""
 
     path: tuple[str, ...]
     step_name: str
@@ -350,7 +352,7 @@ _ENDPOINTS: dict[str, tuple[_Endpoint, ...]] = {
     "openai": (
         _Endpoint(
             ("chat", "completions", "create"),
-            "openai.chat.completions.create",
+            labels.LLM_OPENAI_CHAT,
             _validator("openai.types.chat.ChatCompletion"),
             _validator("openai.types.chat.ChatCompletionChunk"),
             _openai_chat_usage,
@@ -359,7 +361,7 @@ _ENDPOINTS: dict[str, tuple[_Endpoint, ...]] = {
         ),
         _Endpoint(
             ("responses", "create"),
-            "openai.responses.create",
+            labels.LLM_OPENAI_RESPONSES,
             _validator("openai.types.responses.Response"),
             _validator("openai.types.responses.ResponseStreamEvent"),
             _openai_responses_usage,
@@ -369,7 +371,7 @@ _ENDPOINTS: dict[str, tuple[_Endpoint, ...]] = {
     "anthropic": (
         _Endpoint(
             ("messages", "create"),
-            "anthropic.messages.create",
+            labels.LLM_ANTHROPIC_MESSAGES,
             _validator("anthropic.types.Message"),
             _validator("anthropic.types.RawMessageStreamEvent"),
             _anthropic_usage,

@@ -35,6 +35,7 @@ from pydantic_ai.durable_exec import (
 )
 
 from durable import _driver_async
+from durable import _labels as labels
 from durable._budget import charge
 from durable._budget import reserve as durable_reserve
 from durable._context import current_run, current_step, workflow_code_run
@@ -142,7 +143,7 @@ class _StepBackend(JournalCallableOperationBackend[None]):
                 self._charge(payload)
             return payload
 
-        defn = StepDef(f"pydantic_ai.{name}", unit, StepKind.STEP)
+        defn = StepDef(labels.pydantic_ai_step(name), unit, StepKind.STEP)
         return await _driver_async.call_step(defn, (), {})
 
     def _charge(self, response: dict[str, Any]) -> None:
