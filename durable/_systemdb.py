@@ -18,25 +18,29 @@ import socket
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from contextlib import AsyncExitStack, ExitStack, asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import psycopg
 from psycopg import sql
-from psycopg.pq import TransactionStatus
-from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from durable import _citus, _migrate
-from durable._protocol import ABORTED, CONFLICT_ATTEMPTS, conflict_backoff
+from durable._protocol import conflict_backoff
+from durable._runio import RunIO
+from durable._runio_async import AsyncRunIO
+from durable._runio_base import _READ_ONLY, Counters
+from durable._runio_base import is_conflict as is_conflict
+
+# Re-exported (as X as X): the rest of durable imports these from here.
+from durable._runio_base import is_outage as is_outage
+from durable._runio_base import node_down as node_down
 from durable.errors import ConfigurationError, DatabaseUnavailableError, StatementError
 
 if TYPE_CHECKING:
     import sqlalchemy
-    import sqlalchemy.ext.asyncio
 
     from durable._clock import Clock
 
@@ -68,14 +72,6 @@ def parse_queries(text: str) -> dict[str, str]:
 def load_queries() -> dict[str, str]:
     text = resources.files("durable._sql").joinpath("queries.sql").read_text("utf-8")
     return parse_queries(text)
-
-
-@dataclass
-class Counters:
-    """Statements this SystemDB sent, for tests and benchmarks."""
-
-    statements: int = 0
-    conflicts: int = 0  # serialization failures and deadlocks retried
 
 
 class Outage:
@@ -230,8 +226,12 @@ def _quiet_pool(record: logging.LogRecord) -> bool:
 logging.getLogger("psycopg.pool").addFilter(_quiet_pool)
 
 
-class SystemDB:
-    """A connection pool to the system database plus the named statements."""
+class SystemDB(RunIO, AsyncRunIO):
+    """A connection pool to the system database plus the named statements.
+
+    A run's I/O (checkout, run_on, write_steps, app_run, app_commit_with and their `_async`
+    twins) comes from RunIO and AsyncRunIO: one source, `_runio_async.py`, of which the
+    sync side is generated (see tools/async_to_sync.py)."""
 
     def __init__(
         self,
@@ -450,26 +450,12 @@ class SystemDB:
 
     # -- execution ---------------------------------------------------------------------------
 
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        with ExitStack() as stack:
-            try:
-                conn = stack.enter_context(self._pool.connection())  # checkout
-            except (psycopg.Error, PoolTimeout) as exc:
-                # No connection to be had (an outage, or a pool exhausted for its whole
-                # timeout): the run is interrupted, not failed.
-                raise self.error("checkout", exc) from exc
-            if self._fake_clock is not None:
-                conn.execute(
-                    "SELECT set_config('durable.fake_now', %s, false)",
-                    [self._fake_clock.now().isoformat()],
-                )
-            try:
-                yield conn
-            except (DatabaseUnavailableError, psycopg.Error) as exc:
-                if _spoils(exc):
-                    conn.close()
-                raise
+    def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        """A connection of the engine's pool (RunIO._checkout)."""
+        return self._checkout(self._pool)
+
+    def _default_connection(self) -> AbstractContextManager[psycopg.Connection[Any]]:
+        return self.connection()
 
     @contextmanager
     def _translate(self, name: str) -> Iterator[None]:
@@ -477,24 +463,6 @@ class SystemDB:
             yield
         except (psycopg.Error, PoolTimeout) as exc:
             raise self.error(name, exc) from exc
-
-    def _again(
-        self,
-        exc: BaseException,
-        attempt: int,
-        conn: psycopg.Connection[Any] | psycopg.AsyncConnection[Any] | None = None,
-    ) -> bool:
-        """Whether to run the statement or transaction that raised `exc` again: a
-        serialization failure or deadlock, attempts left, and (for a statement on a run's
-        connection, `conn`) no transaction of the caller's open around it."""
-        if not is_conflict(exc) or attempt >= CONFLICT_ATTEMPTS:
-            return False
-        if conn is not None and not (
-            conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE
-        ):
-            return False
-        self.counters.conflicts += 1
-        return True
 
     def error(self, name: str, exc: BaseException, conn: object = None) -> Exception:
         """translate(), and an outage reported once (see Outage); `conn`: the connection
@@ -531,97 +499,6 @@ class SystemDB:
     def unwatch_async_pool(self, pool: AsyncConnectionPool) -> None:
         with self._lock:
             self._async_pools.pop(pool, None)
-
-    def run_on(
-        self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any], fetch: str
-    ) -> Any:
-        """A named statement on a run's own connection: the row count ("count"), the first
-        row ("one") or every row ("all"), as dicts. The drivers' one way to the database.
-        A statement that is its own transaction (autocommit, none open) is run again after
-        a serialization failure or deadlock; inside a transaction the caller retries."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return self.raw_run(conn, name, params, fetch)
-            except (psycopg.Error, PoolTimeout) as exc:
-                if self._again(exc, attempt, conn):
-                    time.sleep(conflict_backoff(attempt))
-                    continue
-                raise self.error(name, exc, conn) from exc
-
-    def raw_run(
-        self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any], fetch: str
-    ) -> Any:
-        """run_on without translation or retries (inside `atomically`)."""
-        query = self._queries[name]
-        if fetch == "count":
-            cur = conn.execute(query, params)
-            self.counters.statements += 1
-            return cur.rowcount
-        with conn.cursor(row_factory=dict_row) as dcur:
-            dcur.execute(query, params)
-            self.counters.statements += 1
-            return dcur.fetchone() if fetch == "one" else dcur.fetchall()
-
-    def app_run(
-        self, conn: sqlalchemy.Connection, name: str, params: dict[str, Any], fetch: str
-    ) -> Any:
-        """A named statement inside the application's transaction (SQLAlchemy connection)."""
-        result = conn.exec_driver_sql(self.statement(name), params)
-        self.counters.statements += 1
-        if fetch == "count":
-            return result.rowcount
-        rows = [dict(r._mapping) for r in result]
-        return (rows[0] if rows else None) if fetch == "one" else rows
-
-    def app_commit_with(
-        self, conn: sqlalchemy.Connection, name: str, params: dict[str, Any]
-    ) -> int | str | None:
-        """Run a named statement and COMMIT the application transaction in one pipeline
-        (one round trip). If the statement fails, the COMMIT is skipped by the server and
-        the error is raised, the transaction left aborted for the caller's rollback.
-        Returns the statement's row count; sends nothing and returns None or ABORTED when
-        the connection has no transaction open or one in error (see _ENDED)."""
-        raw = conn.connection.driver_connection
-        assert isinstance(raw, psycopg.Connection)
-        status = raw.info.transaction_status
-        if status in _ENDED:
-            return _ENDED[status]
-        try:
-            with raw.pipeline():  # one Sync, at the block's end: one round trip
-                cursor = raw.execute(self._queries[name], params)
-                # Not raw.commit(): in a pipeline it syncs at once, and the block's exit
-                # syncs again (two round trips).
-                raw.execute(b"COMMIT")
-        except psycopg.Error as exc:
-            lost = raw.closed or is_outage(exc)
-            if lost:
-                conn.invalidate()  # SQLAlchemy must not hand this connection out again
-            raise _as_sqlalchemy(exc, self.statement(name), conn.dialect, lost) from exc
-        self.counters.statements += 1
-        return cursor.rowcount
-
-    async def app_commit_with_async(
-        self, conn: sqlalchemy.ext.asyncio.AsyncConnection, name: str, params: dict[str, Any]
-    ) -> int | str | None:
-        """app_commit_with, awaited (a SQLAlchemy AsyncConnection)."""
-        raw = (await conn.get_raw_connection()).driver_connection
-        assert isinstance(raw, psycopg.AsyncConnection)
-        status = raw.info.transaction_status
-        if status in _ENDED:
-            return _ENDED[status]
-        try:
-            async with raw.pipeline():  # one Sync, at the block's end: one round trip
-                cursor = await raw.execute(self._queries[name], params)
-                await raw.execute(b"COMMIT")
-        except psycopg.Error as exc:
-            lost = raw.closed or is_outage(exc)
-            if lost:
-                await conn.invalidate()
-            raise _as_sqlalchemy(exc, self.statement(name), conn.dialect, lost) from exc
-        self.counters.statements += 1
-        return cursor.rowcount
 
     def migrate_app(self, app_engine: sqlalchemy.Engine) -> None:
         """Create the application database's `transaction_outputs` (when it is not the
@@ -709,66 +586,6 @@ class SystemDB:
                     continue
                 raise self.error(name, exc, used) from exc
 
-    def write_steps(
-        self,
-        conn: psycopg.Connection[Any] | None,
-        rows: Sequence[dict[str, Any]],
-        finish: dict[str, Any] | None = None,
-    ) -> list[str]:
-        """Journal many step records in one statement; returns the workflow id of each row
-        written (rows of runs that lost ownership are refused by the fence). With `finish`
-        (finish_workflow's parameters; the rows are that run's), the run's outcome is
-        written in the same transaction, and nothing at all if the run lost ownership."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                if conn is not None:
-                    return self._write_steps(conn, rows, finish)
-                with self.connection() as pooled:
-                    return self._write_steps(pooled, rows, finish)
-            except _Refused:
-                return []
-            except (psycopg.Error, PoolTimeout) as exc:
-                # One statement, or one transaction that rolled back whole: run it again.
-                if self._again(exc, attempt):
-                    time.sleep(conflict_backoff(attempt))
-                    continue
-                raise self.error("record_steps", exc, conn) from exc
-
-    def _write_steps(
-        self,
-        conn: psycopg.Connection[Any],
-        rows: Sequence[dict[str, Any]],
-        finish: dict[str, Any] | None,
-    ) -> list[str]:
-        if not _large(rows):
-            batch = _batch_statements(rows, finish, self.distributed)
-            if len(batch) == 1:
-                name, params = batch[0]
-                cur = conn.execute(self._queries[name], params)
-                self.counters.statements += 1
-                return [str(r[0]) for r in cur.fetchall()]
-            # Several runs' records on a distributed schema: one statement per run, in one
-            # transaction (a failed batch rolls back whole and can be sent again).
-            with conn.transaction():
-                cur = conn.cursor()
-                cur.executemany(
-                    self._queries["record_run_steps"], [p for _, p in batch], returning=True
-                )
-                self.counters.statements += len(batch)
-                return _returned(cur)
-        with conn.transaction():
-            cur = conn.cursor()
-            cur.executemany(self._queries["record_step"], rows, returning=True)
-            self.counters.statements += len(rows)
-            written = _returned(cur)
-            if finish is not None and len(written) == len(rows):
-                self.counters.statements += 1
-                if conn.execute(self._queries["finish_workflow"], finish).rowcount != 1:
-                    raise _Refused()
-            return written
-
     # -- the async driver's side: the same statements on psycopg's AsyncConnection ------------
 
     def async_pool(self, max_size: int) -> AsyncConnectionPool:
@@ -786,126 +603,13 @@ class SystemDB:
     async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.outage.seen(conn)
 
-    @asynccontextmanager
-    async def async_connection(
+    def async_connection(
         self, pool: AsyncConnectionPool
-    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    ) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
         """connection(), from an event loop's pool: the same checkout, the same errors,
-        and a connection an outage came through closed in the same way."""
-        async with AsyncExitStack() as stack:
-            try:
-                conn = await stack.enter_async_context(pool.connection())  # checkout
-            except (psycopg.Error, PoolTimeout) as exc:
-                raise self.error("checkout", exc) from exc
-            if self._fake_clock is not None:
-                await conn.execute(
-                    "SELECT set_config('durable.fake_now', %s, false)",
-                    [self._fake_clock.now().isoformat()],
-                )
-            try:
-                yield conn
-            except (DatabaseUnavailableError, psycopg.Error) as exc:
-                if _spoils(exc):
-                    await conn.close()
-                raise
-
-    async def run_on_async(
-        self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any], fetch: str
-    ) -> Any:
-        """run_on, awaited."""
-        query = self._queries[name]
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                if fetch == "count":
-                    cur = await conn.execute(query, params)
-                    self.counters.statements += 1
-                    return cur.rowcount
-                async with conn.cursor(row_factory=dict_row) as dcur:
-                    await dcur.execute(query, params)
-                    self.counters.statements += 1
-                    return await (dcur.fetchone() if fetch == "one" else dcur.fetchall())
-            except psycopg.Error as exc:
-                if self._again(exc, attempt, conn):
-                    await asyncio.sleep(conflict_backoff(attempt))
-                    continue
-                raise self.error(name, exc, conn) from exc
-
-    async def write_steps_async(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        rows: Sequence[dict[str, Any]],
-        finish: dict[str, Any] | None = None,
-    ) -> list[str]:
-        """write_steps, awaited (a conflict is retried as in write_steps)."""
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await self._write_steps_async(conn, rows, finish)
-            except _Refused:
-                return []
-            except psycopg.Error as exc:
-                if self._again(exc, attempt):
-                    await asyncio.sleep(conflict_backoff(attempt))
-                    continue
-                raise self.error("record_steps", exc, conn) from exc
-
-    async def _write_steps_async(
-        self,
-        conn: psycopg.AsyncConnection[Any],
-        rows: Sequence[dict[str, Any]],
-        finish: dict[str, Any] | None,
-    ) -> list[str]:
-        if not _large(rows):
-            batch = _batch_statements(rows, finish, self.distributed)
-            if len(batch) == 1:
-                name, params = batch[0]
-                cur = await conn.execute(self._queries[name], params)
-                self.counters.statements += 1
-                return [str(r[0]) for r in await cur.fetchall()]
-            async with conn.transaction():
-                acur = conn.cursor()
-                await acur.executemany(
-                    self._queries["record_run_steps"], [p for _, p in batch], returning=True
-                )
-                self.counters.statements += len(batch)
-                runs: list[str] = []
-                while True:
-                    runs += [str(r[0]) for r in await acur.fetchall()]
-                    if not acur.nextset():
-                        return runs
-        async with conn.transaction():
-            acur = conn.cursor()
-            await acur.executemany(self._queries["record_step"], rows, returning=True)
-            self.counters.statements += len(rows)
-            written: list[str] = []
-            while True:
-                written += [str(r[0]) for r in await acur.fetchall()]
-                if not acur.nextset():
-                    break
-            if finish is not None and len(written) == len(rows):
-                self.counters.statements += 1
-                done = await conn.execute(self._queries["finish_workflow"], finish)
-                if done.rowcount != 1:
-                    raise _Refused()
-            return written
-
-    async def app_run_async(
-        self,
-        conn: sqlalchemy.ext.asyncio.AsyncConnection,
-        name: str,
-        params: dict[str, Any],
-        fetch: str,
-    ) -> Any:
-        """app_run, awaited (a SQLAlchemy AsyncConnection)."""
-        result = await conn.exec_driver_sql(self.statement(name), params)
-        self.counters.statements += 1
-        if fetch == "count":
-            return result.rowcount
-        rows = [dict(r._mapping) for r in result]
-        return (rows[0] if rows else None) if fetch == "one" else rows
+        and a connection an outage came through closed in the same way (it is the same
+        code: AsyncRunIO._checkout_async, of which RunIO._checkout is generated)."""
+        return self._checkout_async(pool)
 
     def listen_connection(self, *channels: str) -> psycopg.Connection[Any] | None:
         """A dedicated autocommit connection LISTENing on `channels` (not from the pool);
@@ -934,127 +638,9 @@ _FORK_COPIES = (
     "fork_messages",
 )
 
-# Above this many bytes of output and error per record on average, a batch goes as a
-# pipeline of single-row statements in one transaction rather than as one statement over
-# arrays: the server unnests large array elements slowly (ten 1 MB records: 156 ms as
-# arrays, 62 ms pipelined; a hundred 100-byte ones: 3.2 ms as arrays, 4.8 ms pipelined).
-_LARGE_RECORD_BYTES = 4096
-
-
-def _large(rows: Sequence[dict[str, Any]]) -> bool:
-    size = sum(len(r["output"] or "") + len(r["error"] or "") for r in rows)
-    return size > _LARGE_RECORD_BYTES * len(rows)
-
-
-def _returned(cur: psycopg.Cursor[Any]) -> list[str]:
-    """The workflow ids an executemany(returning=True) of single-row inserts wrote."""
-    written: list[str] = []
-    while True:
-        written += [str(r[0]) for r in cur.fetchall()]
-        if not cur.nextset():
-            return written
-
-
-class _Refused(Exception):
-    """Rolls back a batch whose run's outcome the fence refused (its rows go with it)."""
-
-
-def _batch_statements(
-    rows: Sequence[dict[str, Any]], finish: dict[str, Any] | None, distributed: bool
-) -> list[tuple[str, dict[str, Any]]]:
-    """The statements that journal `rows` (with `finish`: the run's outcome too): one over
-    arrays, or on a distributed schema one per run, each routed to its workflow's shard."""
-    if finish is not None:
-        return [("finish_with_steps", {**finish, **_steps_params(rows)})]
-    if not distributed:
-        return [("record_steps", _steps_params(rows))]
-    return [("record_run_steps", params) for params in _by_run(rows)]
-
-
-def _by_run(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """record_run_steps's parameters for each run among `rows`, in workflow id order (one
-    lock order for concurrent batches)."""
-    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
-    for r in rows:
-        runs.setdefault((r["workflow_id"], r["epoch"]), []).append(r)
-    out = []
-    for (workflow_id, epoch), mine in sorted(runs.items()):
-        params: dict[str, Any] = {"workflow_id": workflow_id, "epoch": epoch}
-        params.update(_steps_params(mine))
-        del params["workflow_ids"], params["epochs"]
-        out.append(params)
-    return out
-
-
-def _steps_params(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
-    """Step records as the column arrays `record_steps` unnests."""
-    return {
-        "workflow_ids": [r["workflow_id"] for r in rows],
-        "epochs": [r["epoch"] for r in rows],
-        "seqs": [r["step_seq"] for r in rows],
-        "names": [r["step_name"] for r in rows],
-        "kinds": [r["kind"] for r in rows],
-        "outputs": [r["output"] for r in rows],
-        "errors": [r["error"] for r in rows],
-        "attempts": [r["attempts"] for r in rows],
-        "started": [r["started_at"] for r in rows],
-    }
-
-
-# SQLSTATEs that mean "the server is going away or not taking connections": an outage.
-_OUTAGE_STATES = frozenset({"57P01", "57P02", "57P03", "53300", "58030"})
-# "cannot execute ... in a read-only transaction": the server this connection reached was
-# a primary and is now a standby (a switchover demoted it); another server takes writes.
-_READ_ONLY = "25006"
-
-
-_CONFLICT_STATES = frozenset({"40001", "40P01"})
 # Raised by {schema}.fence_lost (migration 0016): a run's record inside its @transaction
 # step's own transaction found that the run no longer owns the workflow.
 FENCE_LOST = "UD001"
-
-
-def is_conflict(exc: BaseException | None) -> bool:
-    """A serialization failure or a deadlock: the transaction rolled back whole, and the
-    database asks its client to run it again."""
-    return isinstance(exc, psycopg.Error) and exc.sqlstate in _CONFLICT_STATES
-
-
-def is_outage(exc: BaseException) -> bool:
-    """Whether a database error means the database is unreachable (retry later), as
-    opposed to a statement it refused (a timeout, a value too large, a constraint), which
-    retrying would only repeat forever."""
-    if isinstance(exc, PoolTimeout):
-        return True
-    if isinstance(exc, psycopg.Error) and exc.sqlstate == _READ_ONLY:
-        return True
-    if not isinstance(exc, psycopg.OperationalError):
-        return False
-    state = exc.sqlstate
-    return state is None or state.startswith("08") or state in _OUTAGE_STATES
-
-
-def node_down(exc: BaseException | None) -> bool:
-    """Whether `exc` is a Citus coordinator saying one of its worker nodes is unreachable:
-    the statement needed that node's shards, the connection to the coordinator is sound, and
-    statements on the other nodes' shards run. Unavailable (the caller retries it later), but
-    not an outage of the system database: the other runs and the pool carry on."""
-    if isinstance(exc, DatabaseUnavailableError):
-        exc = exc.__cause__
-    return (
-        isinstance(exc, psycopg.OperationalError)
-        and exc.diag.message_primary is not None
-        and exc.diag.message_primary.startswith("connection to the remote node ")
-    )
-
-
-def _spoils(exc: BaseException) -> bool:
-    """Whether a connection that `exc` came through must not go back into its pool: an
-    outage (a server that turned read-only would refuse it every later write), not one
-    Citus worker node down (the coordinator it is connected to is fine)."""
-    if node_down(exc):
-        return False
-    return isinstance(exc, DatabaseUnavailableError) or is_outage(exc)
 
 
 def translate(name: str, exc: BaseException) -> Exception:
@@ -1302,33 +888,6 @@ class Tx:
     def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
         rows: list[Row] = self._run(self._conn, name, params, "all")
         return rows
-
-
-# What the application connection's own state says before a step's record is sent (read
-# locally, no round trip): no transaction open (None: the step's code sent COMMIT or
-# ROLLBACK itself), or one in error (ABORTED: it caught a database error and went on).
-_ENDED: dict[TransactionStatus, str | None] = {
-    TransactionStatus.IDLE: None,
-    TransactionStatus.INERROR: ABORTED,
-}
-
-
-def _as_sqlalchemy(
-    exc: psycopg.Error, statement: str, dialect: Any, invalidated: bool
-) -> BaseException:
-    """An error psycopg raised under a SQLAlchemy connection, wrapped the way SQLAlchemy
-    wraps its own (IntegrityError, OperationalError, ...): the step's code and its callers
-    catch one family of errors whichever statement failed."""
-    import sqlalchemy.exc
-
-    return sqlalchemy.exc.DBAPIError.instance(
-        f"{statement}; COMMIT",
-        None,
-        exc,
-        psycopg.Error,
-        connection_invalidated=invalidated,
-        dialect=dialect,
-    )
 
 
 def app_error_fault(exc: BaseException) -> str | None:

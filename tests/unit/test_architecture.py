@@ -3,7 +3,8 @@
 - No import cycle among durable's modules (imports inside functions count; imports under
   `if TYPE_CHECKING:` do not, since they never run).
 - The pure core (`_protocol.py`) imports no database driver, no clock, no threads.
-- SQL text runs only in `_systemdb.py`: everywhere else a statement is named (a key of
+- SQL text runs only in `_systemdb.py` and the run I/O it mixes in (`_runio_async.py`, and
+  `_runio.py` generated from it): everywhere else a statement is named (a key of
   `_sql/queries.sql`) and handed to the SystemDB. `_migrate.py` (run by the SystemDB, on
   the migration files), `_embedded.py` and `testing.py` (which administer a cluster:
   create databases, read its data directory) are the named exceptions.
@@ -25,7 +26,14 @@ MODULES = {
     ): p
     for p in PACKAGE.rglob("*.py")
 }
-SQL_ADMIN = {"_systemdb.py", "_migrate.py", "_embedded.py", "testing.py"}
+SQL_ADMIN = {
+    "_systemdb.py",
+    "_runio_async.py",
+    "_runio.py",
+    "_migrate.py",
+    "_embedded.py",
+    "testing.py",
+}
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 

@@ -1,0 +1,213 @@
+"""A run's database I/O: checkout, named statements on a run's connection, batches of step
+records, and statements inside the application's transaction.
+
+One source for both sides: `_runio_async.py` (AsyncRunIO, on psycopg's and SQLAlchemy's
+async connections) is written by hand, and `_runio.py` (RunIO) is generated from it by
+`tools/async_to_sync.py`, so that the two cannot drift apart; SystemDB mixes both in. What
+the two sides do differently beyond that mechanical translation is a hook in
+`_runio_base.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from durable._protocol import conflict_backoff
+from durable._runio_base import (
+    _ENDED,
+    RunIOBase,
+    _as_sqlalchemy,
+    _batch_statements,
+    _driver_connection_async,
+    _large,
+    _Refused,
+    _spoils,
+    is_outage,
+)
+from durable.errors import DatabaseUnavailableError
+
+if TYPE_CHECKING:
+    import sqlalchemy.ext.asyncio
+
+
+class AsyncRunIO(RunIOBase):
+    """The statements a run sends on its own connection, and its checkout."""
+
+    @asynccontextmanager
+    async def _checkout_async(
+        self, pool: AsyncConnectionPool
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A connection of `pool`, with the fake clock handed to SQL when there is one. A
+        failed checkout is an outage (the run is interrupted, not failed), and a connection
+        an outage came through is closed rather than put back into the pool."""
+        async with AsyncExitStack() as stack:
+            try:
+                conn = await stack.enter_async_context(pool.connection())  # checkout
+            except (psycopg.Error, PoolTimeout) as exc:
+                # No connection to be had (an outage, or a pool exhausted for its whole
+                # timeout): the run is interrupted, not failed.
+                raise self.error("checkout", exc) from exc
+            if self._fake_clock is not None:
+                await conn.execute(
+                    "SELECT set_config('durable.fake_now', %s, false)",
+                    [self._fake_clock.now().isoformat()],
+                )
+            try:
+                yield conn
+            except (DatabaseUnavailableError, psycopg.Error) as exc:
+                if _spoils(exc):
+                    await conn.close()
+                raise
+
+    async def run_on_async(
+        self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any], fetch: str
+    ) -> Any:
+        """A named statement on a run's own connection: the row count ("count"), the first
+        row ("one") or every row ("all"), as dicts. The drivers' one way to the database.
+        A statement that is its own transaction (autocommit, none open) is run again after
+        a serialization failure or deadlock; inside a transaction the caller retries."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self.raw_run_async(conn, name, params, fetch)
+            except (psycopg.Error, PoolTimeout) as exc:
+                if self._again(exc, attempt, conn):
+                    await asyncio.sleep(conflict_backoff(attempt))
+                    continue
+                raise self.error(name, exc, conn) from exc
+
+    async def raw_run_async(
+        self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any], fetch: str
+    ) -> Any:
+        """The statement of run_on without translation or retries (inside `atomically`)."""
+        query = self._queries[name]
+        if fetch == "count":
+            cur = await conn.execute(query, params)
+            self.counters.statements += 1
+            return cur.rowcount
+        async with conn.cursor(row_factory=dict_row) as dcur:
+            await dcur.execute(query, params)
+            self.counters.statements += 1
+            if fetch == "one":
+                return await dcur.fetchone()
+            return await dcur.fetchall()
+
+    async def write_steps_async(
+        self,
+        conn: psycopg.AsyncConnection[Any] | None,
+        rows: Sequence[dict[str, Any]],
+        finish: dict[str, Any] | None = None,
+    ) -> list[str]:
+        """Journal many step records in one statement; returns the workflow id of each row
+        written (rows of runs that lost ownership are refused by the fence). With `finish`
+        (finish_workflow's parameters; the rows are that run's), the run's outcome is
+        written in the same transaction, and nothing at all if the run lost ownership.
+        Without `conn`, on a connection of the engine's pool."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if conn is not None:
+                    return await self._write_steps_async(conn, rows, finish)
+                async with self._default_connection_async() as pooled:
+                    return await self._write_steps_async(pooled, rows, finish)
+            except _Refused:
+                return []
+            except (psycopg.Error, PoolTimeout) as exc:
+                # One statement, or one transaction that rolled back whole: run it again.
+                if self._again(exc, attempt):
+                    await asyncio.sleep(conflict_backoff(attempt))
+                    continue
+                raise self.error("record_steps", exc, conn) from exc
+
+    async def _write_steps_async(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        rows: Sequence[dict[str, Any]],
+        finish: dict[str, Any] | None,
+    ) -> list[str]:
+        if not _large(rows):
+            batch = _batch_statements(rows, finish, self.distributed)
+            if len(batch) == 1:
+                name, params = batch[0]
+                cur = await conn.execute(self._queries[name], params)
+                self.counters.statements += 1
+                return [str(r[0]) for r in await cur.fetchall()]
+            # Several runs' records on a distributed schema: one statement per run, in one
+            # transaction (a failed batch rolls back whole and can be sent again).
+            async with conn.transaction():
+                cur = conn.cursor()
+                await cur.executemany(
+                    self._queries["record_run_steps"], [p for _, p in batch], returning=True
+                )
+                self.counters.statements += len(batch)
+                return await _returned_async(cur)
+        async with conn.transaction():
+            cur = conn.cursor()
+            await cur.executemany(self._queries["record_step"], rows, returning=True)
+            self.counters.statements += len(rows)
+            written = await _returned_async(cur)
+            if finish is not None and len(written) == len(rows):
+                self.counters.statements += 1
+                done = await conn.execute(self._queries["finish_workflow"], finish)
+                if done.rowcount != 1:
+                    raise _Refused()
+            return written
+
+    async def app_run_async(
+        self,
+        conn: sqlalchemy.ext.asyncio.AsyncConnection,
+        name: str,
+        params: dict[str, Any],
+        fetch: str,
+    ) -> Any:
+        """A named statement inside the application's transaction (SQLAlchemy connection)."""
+        result = await conn.exec_driver_sql(self.statement(name), params)
+        self.counters.statements += 1
+        if fetch == "count":
+            return result.rowcount
+        rows = [dict(r._mapping) for r in result]
+        return (rows[0] if rows else None) if fetch == "one" else rows
+
+    async def app_commit_with_async(
+        self, conn: sqlalchemy.ext.asyncio.AsyncConnection, name: str, params: dict[str, Any]
+    ) -> int | str | None:
+        """Run a named statement and COMMIT the application transaction in one pipeline
+        (one round trip). If the statement fails, the COMMIT is skipped by the server and
+        the error is raised, the transaction left aborted for the caller's rollback.
+        Returns the statement's row count; sends nothing and returns None or ABORTED when
+        the connection has no transaction open or one in error (see _ENDED)."""
+        raw = await _driver_connection_async(conn)
+        status = raw.info.transaction_status
+        if status in _ENDED:
+            return _ENDED[status]
+        try:
+            async with raw.pipeline():  # one Sync, at the block's end: one round trip
+                cursor = await raw.execute(self._queries[name], params)
+                # Not raw.commit(): in a pipeline it syncs at once, and the block's exit
+                # syncs again (two round trips).
+                await raw.execute(b"COMMIT")
+        except psycopg.Error as exc:
+            lost = raw.closed or is_outage(exc)
+            if lost:
+                await conn.invalidate()  # SQLAlchemy must not hand this connection out again
+            raise _as_sqlalchemy(exc, self.statement(name), conn.dialect, lost) from exc
+        self.counters.statements += 1
+        return cursor.rowcount
+
+
+async def _returned_async(cur: psycopg.AsyncCursor[Any]) -> list[str]:
+    """The workflow ids an executemany(returning=True) of single-row inserts wrote."""
+    written: list[str] = []
+    while True:
+        written += [str(r[0]) for r in await cur.fetchall()]
+        if not cur.nextset():
+            return written
