@@ -1,0 +1,85 @@
+"""The sync run I/O (`durable/_runio.py`) is generated from the async source
+(`durable/_runio_async.py`) by `tools/async_to_sync.py`, and committed. These tests fail
+when the committed file is not what the generator makes of the source now (someone edited
+one and not the other), and when a hand-written twin creeps back into the SystemDB.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _generator() -> ModuleType:
+    path = ROOT / "tools" / "async_to_sync.py"
+    spec = importlib.util.spec_from_file_location("async_to_sync", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("async_to_sync", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_sync_io_is_generated_from_its_async_source() -> None:
+    gen = _generator()
+    committed = (ROOT / gen.TARGET).read_text("utf-8")
+    assert committed == gen.generate(), (
+        f"{gen.TARGET} differs from what {gen.SOURCE} generates: edit {gen.SOURCE} "
+        f"(never {gen.TARGET}) and run `{gen.COMMAND}`"
+    )
+
+
+def test_the_generated_file_says_so_and_how_to_make_it() -> None:
+    gen = _generator()
+    head = (ROOT / gen.TARGET).read_text("utf-8").splitlines()[:3]
+    assert "Generated from durable/_runio_async.py" in head[0]
+    assert gen.COMMAND in head[1]
+
+
+def test_the_translation() -> None:
+    gen = _generator()
+    source = (
+        "import asyncio\n"
+        "import sqlalchemy.ext.asyncio\n"
+        "async def run_on_async(c: psycopg.AsyncConnection[Any],"
+        " s: sqlalchemy.ext.asyncio.AsyncConnection) -> None:\n"
+        "    async with c.transaction():  # run_on_async stays in a comment\n"
+        "        await c.execute(b'x')\n"
+        "    await asyncio.sleep(1)\n"
+        "    x = (await s.get_raw_connection()).driver_connection\n"
+    )
+    assert gen.translate(source) == (
+        "import time\n"
+        "import sqlalchemy\n"
+        "def run_on(c: psycopg.Connection[Any],"
+        " s: sqlalchemy.Connection) -> None:\n"
+        "    with c.transaction():  # run_on_async stays in a comment\n"
+        "        c.execute(b'x')\n"
+        "    time.sleep(1)\n"
+        "    x = (s.get_raw_connection()).driver_connection\n"
+    )
+
+
+def test_the_systemdb_writes_no_twin_of_the_generated_io_by_hand() -> None:
+    """Its methods come from RunIO and AsyncRunIO; a hand-written body of the same name in
+    _systemdb.py would shadow one side and let the two drift apart again."""
+    gen = _generator()
+    tree = ast.parse((ROOT / gen.SOURCE).read_text("utf-8"))
+    (io,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AsyncRunIO"]
+    async_names = {n.name for n in io.body if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef)}
+    names = async_names | {gen._rename(n) for n in async_names}
+    systemdb = ast.parse((ROOT / "durable" / "_systemdb.py").read_text("utf-8"))
+    written = {
+        f.name
+        for c in systemdb.body
+        if isinstance(c, ast.ClassDef) and c.name == "SystemDB"
+        for f in c.body
+        if isinstance(f, ast.AsyncFunctionDef | ast.FunctionDef)
+    }
+    assert names, "AsyncRunIO has no methods?"
+    assert not names & written
