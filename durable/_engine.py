@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import json
+import dataclasses
 import logging
 import os
 import threading
@@ -36,6 +36,7 @@ from durable._decorators import workflow_def
 from durable._driver import drive
 from durable._driver_async import drive_async
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
+from durable._ownership import Ownership
 from durable._queues import Queue
 from durable._recovery import Heartbeat, Worker
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
@@ -43,7 +44,7 @@ from durable._retention import PruneReport, RetentionPolicy
 from durable._runner import Runner
 from durable._schedules import fire
 from durable._systemdb import executor_identity, is_local
-from durable.errors import ConfigurationError, EngineNotRunningError, ExecutorIdTakenError
+from durable.errors import ConfigurationError, EngineNotRunningError
 from durable.serialization import Serializer
 
 if TYPE_CHECKING:
@@ -149,8 +150,22 @@ class Engine(Client):
             retention=retention,
             create_database=create_database,
         )
-        self._configure(config)
         self.registry = registry if registry is not None else default_registry
+        self._worker_stop = threading.Event()
+        self._apply(config)
+        self.runner = Runner(self, self, self.ownership)
+        self._heartbeat = Heartbeat(self)
+        self._worker_thread: threading.Thread | None = None
+        self._keeper: threading.Thread | None = None
+        # Schedules that could not fire, with why: each is logged once per error.
+        self._failing_schedules: dict[str, str] = {}
+        self._engine_token: contextvars.Token[Any] | None = None
+        self._next_prune = 0.0
+
+    def _apply(self, config: Config) -> None:
+        """Take the resolved settings: the Client's, the engine's own, and the ownership
+        of the executor id they name."""
+        self._configure(config)
         self._app_database_url = config.app_database_url
         self.lease_seconds = config.lease_seconds
         self.max_recovery_attempts = config.max_recovery_attempts
@@ -158,32 +173,28 @@ class Engine(Client):
         self.max_async = config.max_async
         self.durability = config.durability
         self.executor_id = config.executor_id
-        # Given explicitly (e.g. `durable worker --executor-id`), the id is this process's
-        # stable identity: a restart takes back its interrupted workflows at once. A random
-        # id is never reused, so nothing can be taken from a live process by mistake.
-        self._explicit_id = config.explicit_id
-        # This process's incarnation of its executor id, drawn at each launch and written
-        # in the executor row: statements under the id act only while the row names it.
-        self.incarnation = ""
-        # Set once another process has taken the id over (see lose_id).
-        self._superseded = threading.Event()
-        self._holder: str | None = None  # who holds the id then, as "pid N on HOST"
-        self._registration: dict[str, Any] = {}
+        # The executor id, its incarnation and the claims held under it.
+        self.ownership = Ownership(
+            config.executor_id,
+            explicit=config.explicit_id,
+            lease_seconds=config.lease_seconds,
+            on_lost=self._id_lost,
+        )
         self.worker = config.worker
         self.poll_interval = config.poll_interval
         self.grace_seconds = config.grace_seconds
         self.retention = config.retention
         self.create_database = config.create_database
         self.cancel_poll_interval = config.cancel_poll_interval
-        self.runner = Runner(self, self)
-        self._heartbeat = Heartbeat(self)
-        self._worker_thread: threading.Thread | None = None
-        self._worker_stop = threading.Event()
-        self._keeper: threading.Thread | None = None
-        # Schedules that could not fire, with why: each is logged once per error.
-        self._failing_schedules: dict[str, str] = {}
-        self._engine_token: contextvars.Token[Any] | None = None
-        self._next_prune = 0.0
+
+    def _override(self, **changes: Any) -> None:
+        """Change settings before launch (`durable worker --app module:engine` puts its
+        options over the app's engine): the config is made again, and all that comes of
+        it."""
+        if self._db is not None:
+            raise ConfigurationError("an engine's settings change only before it launches")
+        self._apply(dataclasses.replace(self.config, **changes))
+        self.runner = Runner(self, self, self.ownership)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -203,10 +214,6 @@ class Engine(Client):
     def writer(self) -> Any:
         return self.runner.writer
 
-    @property
-    def cancel_requests(self) -> dict[str, tuple[int, str]]:
-        return self.runner.cancel_requests
-
     def launch(self) -> None:
         """Connect, migrate (or check the schema), register this executor, start threads."""
         if self._db is not None:
@@ -222,28 +229,21 @@ class Engine(Client):
             self.runner.async_side = AsyncHosts(
                 self.runner, max(4, self.max_workers), self.connect_timeout
             )
-            holder_dead = self._refuse_a_live_twin(db) if self._explicit_id else True
-            self.incarnation = uuid.uuid4().hex
-            self._superseded.clear()
-            hostname, pid = executor_identity()
-            capabilities = [[d.name, d.version] for d in self.registry.workflows()]
-            self._registration = {
-                "executor_id": self.executor_id,
-                "hostname": hostname,
-                "pid": pid,
-                "capabilities": json.dumps(capabilities),
-                "incarnation": self.incarnation,
-            }
+            ownership = self.ownership
+            holder_dead = self._refuse_a_live_twin(db) if ownership.explicit else True
             # From here on this incarnation holds the id; a process that held it before
             # (paused past its lease, and perhaps resumed) touches nothing under it.
-            db.execute("upsert_executor", self._registration)
-            if self._explicit_id:
+            registration = ownership.register(
+                (d.name, d.version) for d in self.registry.workflows()
+            )
+            db.execute("upsert_executor", registration)
+            if ownership.explicit:
                 # The same identity as a process that crashed: its runs are ours to retake.
                 taken = db.execute(
                     "abandon_owned",
                     {
                         "owner": self.executor_id,
-                        "incarnation": self.incarnation,
+                        "incarnation": ownership.incarnation,
                         "dead": holder_dead,
                     },
                 )
@@ -303,20 +303,20 @@ class Engine(Client):
             wait = False
         # The claims this process holds, queued ones included (closing the runner drops
         # those that never started).
-        held = self.runner.held_epochs()
+        held = self.ownership.held_epochs()
         self.runner.close(wait, self.grace_seconds)
-        held.update(self.runner.held_epochs())
+        held.update(self.ownership.held_epochs())
         self._heartbeat.stop()
         try:
             if wait:
                 # Anything still owned here was interrupted: hand it back at once instead of
                 # making another worker wait for the lease to expire.
-                db.on_held("release_owned", self.held_params(held), "count")
-            gone = db.execute("delete_executor", self._incarnation_params())
+                db.on_held("release_owned", self.ownership.held_params(held), "count")
+            gone = db.execute("delete_executor", self.ownership.identity_params())
             if not gone and not self.superseded:
                 row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
                 if row is not None:  # not ours, so another incarnation's
-                    self.lose_id(row)
+                    self.ownership.lose_id(row)
         except Exception:
             logger.warning("could not release workflows at shutdown", exc_info=True)
         self.close_listener()
@@ -329,53 +329,11 @@ class Engine(Client):
     def superseded(self) -> bool:
         """Another process took this engine's executor id over (this one was paused or cut
         off past its lease): the engine claims, renews and releases nothing any more."""
-        return self._superseded.is_set()
+        return self.ownership.superseded
 
-    def _incarnation_params(self) -> dict[str, Any]:
-        return {"executor_id": self.executor_id, "incarnation": self.incarnation}
-
-    def held_params(self, held: Mapping[str, int]) -> dict[str, Any]:
-        """The parameters of a statement on the claims `held` (workflow id -> epoch),
-        fenced by this process's incarnation of its executor id."""
-        return {
-            "owner": self.executor_id,
-            "incarnation": self.incarnation,
-            "held": list(held),
-            "epochs": list(held.values()),
-            "lease_seconds": self.lease_seconds,
-        }
-
-    def beat(self) -> bool:
-        """Refresh this executor's heartbeat; False (and the engine stops) if another
-        process holds its id now."""
-        if self.db.fetch_one("heartbeat_executor", self._registration) is not None:
-            return True
-        self.lose_id(self.db.fetch_one("get_executor", {"executor_id": self.executor_id}))
-        return False
-
-    def lose_id(self, holder: Mapping[str, Any] | None) -> None:
-        """Another process holds this engine's executor id: stop claiming, say so once.
-
-        The statements under the id are fenced by the incarnation, so this process already
-        touches nothing of the new holder's; stopping is what keeps its own runs from going
-        on past leases it can no longer renew. `durable worker` then exits with an error."""
-        if self._superseded.is_set():
-            return
-        if holder is not None:
-            self._holder = f"pid {holder['pid']} on {holder['hostname']}"
-        self._superseded.set()
+    def _id_lost(self) -> None:
+        """Another process holds the id now: the worker loop stops (see Ownership.lose_id)."""
         self._worker_stop.set()
-        error = ExecutorIdTakenError(self.executor_id, self._holder)
-        logger.error(
-            "%s",
-            error,
-            extra={"event": "superseded", "executor_id": self.executor_id},
-        )
-
-    def check_id(self) -> None:
-        """Raise ExecutorIdTakenError once another process holds this engine's id."""
-        if self._superseded.is_set():
-            raise ExecutorIdTakenError(self.executor_id, self._holder)
 
     def _refuse_a_live_twin(self, db: Any) -> bool:
         """An explicit executor id still beating for another process is in use: taking its
@@ -663,11 +621,6 @@ class Engine(Client):
         if self.runner.writer is not None:
             self.runner.writer.flush()
 
-    def release_interrupted(self) -> int:
-        """Hand back workflows whose run was cut off by a database outage; returns how many
-        are still waiting (the database may still be down)."""
-        return self.runner.release_interrupted()
-
     def running_count(self) -> int:
         return self.runner.running_count()
 
@@ -708,9 +661,8 @@ class Engine(Client):
 
     def _cancel_requested(self, runs: list[tuple[str, int]], reason: str) -> None:
         # Seen at once by runs in this process; others see it at their next poll.
-        runner = self.runner
         asked = {workflow_id: (epoch, reason) for workflow_id, epoch in runs}
-        runner.cancel_requests = {**runner.cancel_requests, **asked}
+        self.runner.set_cancel_requests({**self.ownership.cancel_requests, **asked})
 
     def _retention_policy(self) -> RetentionPolicy | None:
         return self.retention

@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durable._systemdb import node_down
@@ -20,6 +20,7 @@ from durable.errors import DatabaseUnavailableError, EngineNotRunningError
 
 if TYPE_CHECKING:
     from durable._listen import Listener
+    from durable._ownership import Ownership
     from durable._registry import Registry
     from durable._runner import Runner
     from durable._systemdb import SystemDB
@@ -31,6 +32,7 @@ class Owner(Protocol):
     one; this module never imports it."""
 
     runner: Runner
+    ownership: Ownership
     registry: Registry
     executor_id: str
     lease_seconds: float
@@ -54,15 +56,9 @@ class Owner(Protocol):
 
     def notify_work(self, payload: str = "") -> None: ...
 
-    def held_params(self, held: Mapping[str, int]) -> dict[str, Any]: ...
-
-    def beat(self) -> bool: ...
-
     def recover(self, limit: int = 100) -> list[Any]: ...
 
     def recover_queues(self, limit: int) -> list[Any]: ...
-
-    def release_interrupted(self) -> int: ...
 
     def running_count(self) -> int: ...
 
@@ -124,7 +120,7 @@ class Worker:
         next_housekeeping = 0.0
         while not self._stopping(stop):
             try:
-                if engine.release_interrupted():
+                if engine.ownership.release_interrupted(engine.db):
                     raise DatabaseUnavailableError("interrupted workflows still held")
                 if time.monotonic() >= next_housekeeping:
                     # Once per poll interval, not once per claim round: while a backlog is
@@ -263,8 +259,7 @@ class Worker:
         if left:
             logger.warning("%d workflows still running after the grace period", left)
         try:
-            held = engine.runner.held_epochs()
-            engine.db.on_held("release_owned", engine.held_params(held), "count")
+            engine.db.on_held("release_owned", engine.ownership.held_params(), "count")
             engine.notify_work("released")
         except DatabaseUnavailableError:
             logger.warning("could not release workflows; their leases will expire")
@@ -316,28 +311,29 @@ class Heartbeat:
                 return
             db = engine.db
             try:
-                holding = engine.runner.held_epochs()
+                ownership = engine.ownership
+                holding = ownership.held_epochs()
                 rows = (
-                    db.on_held("owned_cancel_requests", engine.held_params(holding))[0]
+                    db.on_held("owned_cancel_requests", ownership.held_params(holding))[0]
                     if holding
                     else []
                 )
-                engine.runner.cancel_requests = {
-                    r["workflow_id"]: (int(r["epoch"]), r["cancel_reason"]) for r in rows
-                }
+                engine.runner.set_cancel_requests(
+                    {r["workflow_id"]: (int(r["epoch"]), r["cancel_reason"]) for r in rows}
+                )
                 if time.monotonic() < next_renewal:
                     continue
                 next_renewal = time.monotonic() + interval
-                held = engine.runner.held_epochs()
+                held = ownership.held_epochs()
                 sent = time.monotonic()
                 # On Citus with a worker node down, the leases on the other nodes are
                 # renewed (on_held), not those on the node that is down: their runs are
                 # stuck on it, and may have lost their claims when it is back.
                 reached = True
                 if held:
-                    reached = db.on_held("renew_leases", engine.held_params(held), "count")[1]
+                    reached = db.on_held("renew_leases", ownership.held_params(held), "count")[1]
                 try:
-                    if not engine.beat():
+                    if not ownership.beat(db):
                         return  # another process holds the id: renew nothing more (lose_id)
                 except DatabaseUnavailableError as exc:
                     # The executor row is a reference table, written on every node: refused

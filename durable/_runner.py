@@ -34,7 +34,6 @@ from durable._systemdb import (
     SystemDB,
     app_error_fault,
     check_url,
-    node_down,
     redact,
     same_database,
 )
@@ -57,6 +56,7 @@ if TYPE_CHECKING:
     from durable._config import Config
     from durable._context import ActiveEngine
     from durable._models import WorkflowInfo
+    from durable._ownership import Ownership
     from durable._registry import Registry
     from durable.serialization import Serializer
 
@@ -79,7 +79,6 @@ class Owner(Protocol):
     max_workers: int
     max_async: int
     executor_id: str
-    incarnation: str
 
     @property
     def durability(self) -> str: ...
@@ -89,8 +88,6 @@ class Owner(Protocol):
 
     @property
     def app_database_url(self) -> str | None: ...
-
-    def check_id(self) -> None: ...
 
     def encode_inputs(
         self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
@@ -189,9 +186,10 @@ class AsyncSide(Protocol):
 class Runner:
     """Claims and runs workflows for one engine (see module docstring)."""
 
-    def __init__(self, engine: Owner, active: ActiveEngine) -> None:
+    def __init__(self, engine: Owner, active: ActiveEngine, ownership: Ownership) -> None:
         self.engine = engine
         self.active = active
+        self.ownership = ownership
         self.writer: AsyncWriter | None = None
         self.app_is_system_db = True
         self._db: SystemDB | None = None
@@ -204,50 +202,25 @@ class Runner:
         self.async_side: AsyncSide | None = None
         self.app_url = ""
         self._lock = threading.Lock()
-        self._interrupted: set[tuple[str, int]] = set()
         self.slot_freed = threading.Event()
         # Set too when a workflow ends, while the worker loop waits with queue entries left.
         self.wake_on_free: threading.Event | None = None
         self._crash_points = engine.config.crash_points
         self._crash_counts: dict[str, int] = {}
-        # workflow_id -> (epoch, reason), for the runs this executor owns that were asked
-        # to stop; replaced whole by the heartbeat thread, read (one dict lookup) at each
-        # new step. The epoch keeps a request from outliving the run it was made to.
-        self._cancel_requests: dict[str, tuple[int, str]] = {}
         self.settings: Settings | None = None
         # Workflows this engine started (or enqueued) and has not seen finish: an engine
         # that is not a worker still resumes these when they wait (see Engine._keep).
         self._own: set[str] = set()
-        # workflow_id -> epoch of every claim this executor is running or has queued to
-        # run. The heartbeat renews these leases and no others: a claim whose commit
-        # reached the server but whose answer never came back (the connection died), or
-        # whose journal could not be loaded, is owned in the table yet run by nobody, and
-        # must expire so that a worker recovers it.
-        self._held: dict[str, int] = {}
 
     def hold(self, claimed: Claimed) -> None:
-        with self._lock:
-            self._held[claimed.workflow_id] = claimed.epoch
+        self.ownership.hold(claimed.workflow_id, claimed.epoch)
 
     def let_go(self, claimed: Claimed) -> None:
-        with self._lock:
-            if self._held.get(claimed.workflow_id) == claimed.epoch:
-                del self._held[claimed.workflow_id]
+        self.ownership.let_go(claimed.workflow_id, claimed.epoch)
 
-    def held_epochs(self) -> dict[str, int]:
-        """The claims this executor holds: workflow id -> the epoch of its claim."""
-        with self._lock:
-            return dict(self._held)
-
-    @property
-    def cancel_requests(self) -> dict[str, tuple[int, str]]:
-        return self._cancel_requests
-
-    @cancel_requests.setter
-    def cancel_requests(self, requests: dict[str, tuple[int, str]]) -> None:
+    def set_cancel_requests(self, requests: dict[str, tuple[int, str]]) -> None:
         """Replace the requests; async steps of newly asked runs are cancelled at once."""
-        new = [wid for wid, asked in requests.items() if self._cancel_requests.get(wid) != asked]
-        self._cancel_requests = requests
+        new = self.ownership.replace_cancel_requests(requests)
         if new and self.async_side is not None:
             self.async_side.interrupt(new)
 
@@ -353,8 +326,7 @@ class Runner:
         self._db = None
 
     def _cancel_request(self, workflow_id: str, epoch: int) -> str | None:
-        request = self.cancel_requests.get(workflow_id)
-        return request[1] if request is not None and request[0] == epoch else None
+        return self.ownership.cancel_request(workflow_id, epoch)
 
     def crash_point(self, name: str) -> None:
         """SIGKILL this process the n-th time `name` is reached, if DURABLE_CRASH_POINTS arms it.
@@ -446,8 +418,7 @@ class Runner:
             # The outage itself is said once (SystemDB.outage); each run is a detail.
             logger.debug("workflow %s interrupted by a database outage", workflow_id)
             self.db.outage.note_interrupted()
-            with self._lock:
-                self._interrupted.add((workflow_id, epoch))
+            self.ownership.interrupted(workflow_id, epoch)
             raise
         except BaseException as exc:
             self.forget([workflow_id])
@@ -522,27 +493,6 @@ class Runner:
         with self._lock:
             return len(self._async_futures)
 
-    def release_interrupted(self) -> int:
-        """Hand back workflows whose run was cut off by a database outage; returns how many
-        are still waiting (the database may still be down). Those whose Citus worker node
-        is down are kept for later but not counted: they say nothing of the other nodes,
-        whose work goes on meanwhile."""
-        with self._lock:
-            pending = list(self._interrupted)
-        on_nodes_down = 0
-        for workflow_id, epoch in pending:
-            try:
-                self.db.execute("release_workflow", {"workflow_id": workflow_id, "epoch": epoch})
-            except DatabaseUnavailableError as exc:
-                if not node_down(exc):
-                    break
-                on_nodes_down += 1
-                continue
-            with self._lock:
-                self._interrupted.discard((workflow_id, epoch))
-        with self._lock:
-            return len(self._interrupted) - on_nodes_down
-
     # -- claims --------------------------------------------------------------------------------
 
     def insert(
@@ -559,7 +509,7 @@ class Runner:
         if current_run.get() is None:
             # A process that lost its id starts nothing new under it. (A child of a run in
             # flight is left to that run's epoch fence: failing the call would fail the run.)
-            engine.check_id()
+            self.ownership.check_id()
         params = engine.workflow_params(defn, workflow_id, inputs, parent, engine.durability)
         params["owner"] = engine.executor_id
         params["lease_seconds"] = engine.lease_seconds
@@ -628,7 +578,7 @@ class Runner:
             {
                 "workflow_ids": workflow_ids,
                 "owner": engine.executor_id,
-                "incarnation": engine.incarnation,
+                "incarnation": self.ownership.incarnation,
                 "lease_seconds": engine.lease_seconds,
                 "max_attempts": engine.max_recovery_attempts,
                 "names": [d.name for d in defs],
@@ -791,7 +741,7 @@ class Runner:
                 limit=limit - len(started),
                 only=only,
             )
-            params["incarnation"] = engine.incarnation
+            params["incarnation"] = self.ownership.incarnation
             doubts, claimed_at = self.db.outage.doubts, time.monotonic()  # (Claimed.doubts)
             rows = self.db.dequeue(params)
             for row in rows:

@@ -700,15 +700,17 @@ def _load_app(
     if attr:
         if not isinstance(engine, Engine):
             raise click.UsageError(f"{app} is not a durable.Engine")
+        changes: dict[str, object] = {}
         if concurrency is not None:
-            engine.max_workers = concurrency
+            changes["max_workers"] = concurrency
         if lease is not None:
-            engine.lease_seconds = lease
+            changes["lease_seconds"] = float(lease)
         if poll is not None:
-            engine.poll_interval = poll
+            changes["poll_interval"] = poll
         if executor_id is not None:
-            engine.executor_id = executor_id
-            engine._explicit_id = True
+            changes.update(executor_id=executor_id, explicit_id=True)
+        if changes:
+            engine._override(**changes)
         return engine
     registry = getattr(module, "registry", None)
     if not isinstance(registry, Registry):

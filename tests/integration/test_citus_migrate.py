@@ -77,7 +77,7 @@ def test_an_engine_starts_on_the_distributed_schema_on_its_clock(citus_url: str)
                 "hostname": "h",
                 "pid": 1,
                 "capabilities": "[]",
-                "incarnation": engine.incarnation,
+                "incarnation": engine.ownership.incarnation,
             },
         )
         row = engine.db.fetch_one("get_executor", {"executor_id": "e-1"})

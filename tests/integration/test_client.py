@@ -119,7 +119,7 @@ def cancel_at_step_1(
     assert engine.get_workflow(workflow_id).status is durable.WorkflowStatus.CANCELLED
     if settle:
         wait_for(
-            lambda: workflow_id not in engine.cancel_requests,
+            lambda: workflow_id not in engine.ownership.cancel_requests,
             what="the engine to forget the cancel request",
         )
 
@@ -164,7 +164,9 @@ def test_client_resume_of_a_cancelled_workflow_is_run_by_a_worker(database_url: 
         # polls for requests); release the step only once the engine knows.
         with durable.Client(database_url) as client:
             assert client.cancel("c", reason="from a client") is durable.WorkflowStatus.RUNNING
-        wait_for(lambda: "c" in engine.cancel_requests, what="the engine to see the cancel")
+        wait_for(
+            lambda: "c" in engine.ownership.cancel_requests, what="the engine to see the cancel"
+        )
         app.gate.set()
         with pytest.raises(errors.WorkflowCancelledError, match="from a client"):
             handle.result(timeout=10)
@@ -189,7 +191,7 @@ def test_engine_resume_right_after_its_own_cancel(database_url: str) -> None:
     app = make_app("t3")
     engine = durable.Engine(database_url, registry=app.registry)
     # The engine's heartbeat does not poll for cancel requests during this test, so the
-    # request this engine recorded for its own run stays in engine.cancel_requests: the
+    # request this engine recorded for its own run stays in engine.ownership.cancel_requests: the
     # resume alone must keep it from stopping the resumed run.
     engine.cancel_poll_interval = 60.0
     with engine:

@@ -1,0 +1,204 @@
+"""What this process owns, and whether it still does: its executor id and the incarnation of
+it, and the claims it holds (each workflow at the epoch of its claim) with the cancel
+requests for them and those an outage cut off.
+
+Ownership is what every fence in the journal checks: a write is refused unless the
+workflow's row names this epoch, and a statement under the executor id acts only while
+the id's row names this incarnation. Before, its parts were spread over the Engine (the
+id, the incarnation, being superseded), the Runner (held claims, interrupted ones, cancel
+requests) and the heartbeat; here they are one object, used by the runner that claims and
+lets go, the heartbeat that renews and reads cancel requests, and the engine that
+registers the id and gives it up.
+
+Not here yet: whether a held claim may have lapsed (a gap in the heartbeat's renewals, an
+outage that ended) is counted by `SystemDB.outage` (its `doubts`), and a run proves its
+claim again before its code runs (`_protocol.reclaim`), because both drivers and the core
+read it there.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from durable._systemdb import executor_identity, node_down
+from durable.errors import DatabaseUnavailableError, ExecutorIdTakenError
+
+if TYPE_CHECKING:
+    from durable._systemdb import SystemDB
+
+logger = logging.getLogger("durable.engine")
+
+
+class Ownership:
+    """One engine's executor identity and the claims it holds (see the module docstring).
+    Thread-safe: the runner's threads, the heartbeat and the worker loop share it."""
+
+    def __init__(
+        self,
+        executor_id: str,
+        *,
+        explicit: bool,
+        lease_seconds: float,
+        on_lost: Callable[[], None] = lambda: None,
+    ) -> None:
+        self.executor_id = executor_id
+        # Given explicitly (e.g. `durable worker --executor-id`), the id is this process's
+        # stable identity: a restart takes back its interrupted workflows at once. A random
+        # id is never reused, so nothing can be taken from a live process by mistake.
+        self.explicit = explicit
+        self.lease_seconds = lease_seconds
+        # This process's incarnation of its executor id, drawn at each launch and written
+        # in the executor row: statements under the id act only while the row names it.
+        self.incarnation = ""
+        self.registration: dict[str, Any] = {}
+        self._on_lost = on_lost
+        self._superseded = threading.Event()
+        self._holder: str | None = None  # who holds the id then, as "pid N on HOST"
+        self._lock = threading.Lock()
+        # workflow_id -> epoch of every claim this executor is running or has queued to
+        # run. The heartbeat renews these leases and no others: a claim whose commit
+        # reached the server but whose answer never came back (the connection died), or
+        # whose journal could not be loaded, is owned in the table yet run by nobody, and
+        # must expire so that a worker recovers it.
+        self._held: dict[str, int] = {}
+        # Claims whose run an outage cut off: handed back (released) once it is over.
+        self._interrupted: set[tuple[str, int]] = set()
+        # workflow_id -> (epoch, reason), for the held runs that were asked to stop;
+        # replaced whole by the heartbeat, read (one dict lookup) at each new step. The
+        # epoch keeps a request from outliving the run it was made to.
+        self._cancel_requests: dict[str, tuple[int, str]] = {}
+
+    # -- the executor id -----------------------------------------------------------------------
+
+    def register(self, capabilities: Iterable[tuple[str, str | None]]) -> dict[str, Any]:
+        """A new incarnation of the id, and the executor row that claims it (to write with
+        upsert_executor): from then on a process that held the id before touches nothing
+        under it."""
+        self.incarnation = uuid.uuid4().hex
+        self._superseded.clear()
+        hostname, pid = executor_identity()
+        self.registration = {
+            "executor_id": self.executor_id,
+            "hostname": hostname,
+            "pid": pid,
+            "capabilities": json.dumps([[n, v] for n, v in capabilities]),
+            "incarnation": self.incarnation,
+        }
+        return self.registration
+
+    def identity_params(self) -> dict[str, Any]:
+        return {"executor_id": self.executor_id, "incarnation": self.incarnation}
+
+    def held_params(self, held: Mapping[str, int] | None = None) -> dict[str, Any]:
+        """The parameters of a statement on the claims `held` (default: all held now),
+        fenced by this process's incarnation of its executor id."""
+        claims = self.held_epochs() if held is None else held
+        return {
+            "owner": self.executor_id,
+            "incarnation": self.incarnation,
+            "held": list(claims),
+            "epochs": list(claims.values()),
+            "lease_seconds": self.lease_seconds,
+        }
+
+    @property
+    def superseded(self) -> bool:
+        """Another process took the id over (this one was paused or cut off past its
+        lease): it claims, renews and releases nothing any more."""
+        return self._superseded.is_set()
+
+    def beat(self, db: SystemDB) -> bool:
+        """Refresh the executor row; False (and the id is given up) if another process
+        holds the id now."""
+        if db.fetch_one("heartbeat_executor", self.registration) is not None:
+            return True
+        self.lose_id(db.fetch_one("get_executor", {"executor_id": self.executor_id}))
+        return False
+
+    def lose_id(self, holder: Mapping[str, Any] | None) -> None:
+        """Another process holds the id: stop claiming, say so once.
+
+        The statements under the id are fenced by the incarnation, so this process already
+        touches nothing of the new holder's; stopping is what keeps its own runs from going
+        on past leases it can no longer renew. `durable worker` then exits with an error."""
+        if self._superseded.is_set():
+            return
+        if holder is not None:
+            self._holder = f"pid {holder['pid']} on {holder['hostname']}"
+        self._superseded.set()
+        self._on_lost()
+        error = ExecutorIdTakenError(self.executor_id, self._holder)
+        logger.error(
+            "%s",
+            error,
+            extra={"event": "superseded", "executor_id": self.executor_id},
+        )
+
+    def check_id(self) -> None:
+        """Raise ExecutorIdTakenError once another process holds the id."""
+        if self._superseded.is_set():
+            raise ExecutorIdTakenError(self.executor_id, self._holder)
+
+    # -- claims --------------------------------------------------------------------------------
+
+    def hold(self, workflow_id: str, epoch: int) -> None:
+        with self._lock:
+            self._held[workflow_id] = epoch
+
+    def let_go(self, workflow_id: str, epoch: int) -> None:
+        with self._lock:
+            if self._held.get(workflow_id) == epoch:
+                del self._held[workflow_id]
+
+    def held_epochs(self) -> dict[str, int]:
+        """The claims held: workflow id -> the epoch of its claim."""
+        with self._lock:
+            return dict(self._held)
+
+    @property
+    def cancel_requests(self) -> dict[str, tuple[int, str]]:
+        return self._cancel_requests
+
+    def replace_cancel_requests(self, requests: dict[str, tuple[int, str]]) -> list[str]:
+        """Replace the requests whole; the workflows asked anew since the last time."""
+        new = [wid for wid, asked in requests.items() if self._cancel_requests.get(wid) != asked]
+        self._cancel_requests = requests
+        return new
+
+    def cancel_request(self, workflow_id: str, epoch: int) -> str | None:
+        """Why the run of `workflow_id` at `epoch` was asked to stop, if it was."""
+        request = self._cancel_requests.get(workflow_id)
+        if request is None or request[0] != epoch:
+            return None
+        return request[1]
+
+    def interrupted(self, workflow_id: str, epoch: int) -> None:
+        """An outage cut this claim's run off: hand it back once the database is back."""
+        with self._lock:
+            self._interrupted.add((workflow_id, epoch))
+
+    def release_interrupted(self, db: SystemDB) -> int:
+        """Hand back the claims whose run an outage cut off; returns how many are still
+        waiting (the database may still be down). Those whose Citus worker node is down
+        are kept for later but not counted: they say nothing of the other nodes, whose
+        work goes on meanwhile."""
+        with self._lock:
+            pending = list(self._interrupted)
+        on_nodes_down = 0
+        for workflow_id, epoch in pending:
+            try:
+                db.execute("release_workflow", {"workflow_id": workflow_id, "epoch": epoch})
+            except DatabaseUnavailableError as exc:
+                if not node_down(exc):
+                    break
+                on_nodes_down += 1
+                continue
+            with self._lock:
+                self._interrupted.discard((workflow_id, epoch))
+        with self._lock:
+            return len(self._interrupted) - on_nodes_down
