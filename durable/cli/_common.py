@@ -1,0 +1,142 @@
+"""What every command does around its work: find the database, open a Client, turn a
+durable error into exit code 1, print tables, shorten values and show progress.
+
+Kept apart from the commands so that they all behave alike on errors and output.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import wraps
+from typing import Any, ParamSpec, TypeVar
+
+import click
+from rich.console import Console
+
+from durable._client import Client
+from durable._terminal import InertConsole, inert
+from durable.errors import DurableError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _resolve_url(url: str | None) -> str:
+    if url:
+        return url
+    from durable import _embedded
+
+    return _embedded.project_url()  # this project's database on the embedded server
+
+
+def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    @wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except DurableError as exc:
+            click.echo(f"error: {inert(str(exc), keep_newlines=True)}", err=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+@contextmanager
+def _client(url: str | None, schema: str, *, migrate: bool = False) -> Iterator[Client]:
+    """A Client for one command: a small pool, no threads, no executor row."""
+    with Client(_resolve_url(url), schema=schema, migrate=migrate, connect_timeout=10) as client:
+        yield client
+
+
+def _console() -> Console:
+    # Stored values (inputs, outputs, names, errors) are data, never markup or terminal
+    # controls: with markup, an input holding "[/bold]" would crash the command and
+    # "[link=...]" would emit a hyperlink the operator never saw; raw, an id holding
+    # ESC]8;; would do the same (durable._terminal escapes them).
+    return InertConsole(width=max(100, _columns()))
+
+
+def _columns() -> int:
+    """The terminal's width from COLUMNS (120 when it is unset or not a number)."""
+    try:
+        return int(os.environ.get("COLUMNS", "120"))
+    except ValueError:
+        return 120
+
+
+class _Progress:
+    """Progress of a long command on stderr: a rich bar per task on a terminal, or (asked
+    for with --progress elsewhere, as in a job's log) a plain line per update."""
+
+    def __init__(self, enabled: bool | None) -> None:
+        terminal = sys.stderr.isatty()
+        self.lines = bool(enabled) and not terminal
+        self._bar: Any = None
+        self._tasks: dict[str, Any] = {}
+        if (enabled is None or enabled) and terminal:
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+            )
+
+            self._bar = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=InertConsole(stderr=True),
+                transient=False,
+            )
+
+    def __enter__(self) -> _Progress:
+        if self._bar is not None:
+            self._bar.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+
+    @property
+    def active(self) -> bool:
+        return self.lines or self._bar is not None
+
+    def update(self, what: str, done: int, total: int, note: str = "") -> None:
+        if self._bar is not None:
+            if what not in self._tasks:
+                self._tasks[what] = self._bar.add_task(what, total=total)
+            self._bar.update(self._tasks[what], completed=done, total=total)
+        elif self.lines:
+            click.echo(f"{what}: {done}/{total}{note}", err=True)
+
+
+@contextmanager
+def _interruptible() -> Iterator[None]:
+    """Ctrl-C ends a watch quietly, with exit code 0."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        sys.exit(0)
+
+
+_FULL = False  # `workflows show --full`: set for the one command that runs
+
+
+def _show_full(full: bool) -> None:
+    """Set by `workflows show --full`, which lives in another module than `_short`."""
+    global _FULL
+    _FULL = full
+
+
+def _short(text: str | None, width: int = 60) -> str:
+    if text is None:
+        return ""
+    if _FULL:
+        return text
+    return text if len(text) <= width else text[: width - 1] + "…"

@@ -1,0 +1,273 @@
+"""`durable worker` and `durable executors ...`: run a worker process, and inspect or prune
+the executors that have run.
+
+Loading the user's app (`--app module[:engine]`) belongs here, with the one command that
+runs it.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import sys
+from typing import TYPE_CHECKING
+
+import click
+from rich.table import Table
+
+from durable.cli._common import _client, _console, _handle_errors
+from durable.cli._options import (
+    _DAY,
+    _HOUR,
+    DURATION,
+    _checked_name,
+    _FiniteRange,
+    json_option,
+    schema_option,
+    url_option,
+)
+from durable.errors import DurableError
+
+if TYPE_CHECKING:
+    from durable._engine import Engine
+
+
+@click.group()
+def executors() -> None:
+    """Inspect executors (worker processes and engines)."""
+
+
+@executors.command("list")
+@url_option
+@schema_option
+@json_option
+@click.option("--all", "show_all", is_flag=True, help="Include executors silent for over --stale.")
+@click.option("--stale", type=DURATION, default="2m", show_default=True)
+@_handle_errors
+def executors_list(
+    database_url: str | None, schema: str, as_json: bool, show_all: bool, stale: dt.timedelta
+) -> None:
+    """List live executors with their heartbeat age and running workflows."""
+    with _client(database_url, schema) as client:
+        rows = [
+            r for r in client.executors() if show_all or r["heartbeat_age"] <= stale or r["running"]
+        ]
+        waiting = client.waiting_for_worker()
+    if as_json:
+        click.echo(
+            json.dumps(
+                {
+                    "executors": [
+                        {
+                            "executor_id": r["executor_id"],
+                            "hostname": r["hostname"],
+                            "pid": r["pid"],
+                            "heartbeat_age_seconds": r["heartbeat_age"].total_seconds(),
+                            "running": r["running"],
+                        }
+                        for r in rows
+                    ],
+                    "waiting_for_worker": [w["workflow_id"] for w in waiting],
+                },
+                indent=2,
+            )
+        )
+        return
+    table = Table("executor", "host", "pid", "heartbeat age (s)", "running")
+    for r in rows:
+        table.add_row(
+            r["executor_id"],
+            r["hostname"],
+            str(r["pid"]),
+            f"{r['heartbeat_age'].total_seconds():.1f}",
+            str(r["running"]),
+        )
+    console = _console()
+    console.print(table)
+    if waiting:
+        console.print(
+            f"{len(waiting)} workflow(s) waiting for a worker that has their code: "
+            + ", ".join(f"{w['workflow_id']} ({w['name']})" for w in waiting[:10])
+        )
+
+
+def _load_app(
+    app: str,
+    database_url: str | None,
+    concurrency: int | None,
+    lease: float | None,
+    poll: float | None,
+    schema: str = "durable",
+    executor_id: str | None = None,
+) -> Engine:
+    import importlib
+
+    from durable._engine import Engine
+    from durable._registry import Registry, default_registry
+
+    module_name, _, attr = app.partition(":")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+        engine = getattr(module, attr) if attr else None
+    except (ImportError, ValueError, AttributeError) as exc:
+        raise click.UsageError(
+            f"--app {app!r} cannot be loaded ({exc}): give an importable module, or "
+            "module:engine, run from the directory that holds it"
+        ) from None
+    if attr:
+        if not isinstance(engine, Engine):
+            raise click.UsageError(f"{app} is not a durable.Engine")
+        changes: dict[str, object] = {}
+        if concurrency is not None:
+            changes["max_workers"] = concurrency
+        if lease is not None:
+            changes["lease_seconds"] = float(lease)
+        if poll is not None:
+            changes["poll_interval"] = poll
+        if executor_id is not None:
+            changes.update(executor_id=executor_id, explicit_id=True)
+        if changes:
+            engine._override(**changes)
+        return engine
+    registry = getattr(module, "registry", None)
+    if not isinstance(registry, Registry):
+        registry = default_registry
+    return Engine(
+        database_url,
+        schema=schema,
+        executor_id=executor_id,
+        registry=registry,
+        max_workers=concurrency or 8,
+        lease_seconds=lease or 30.0,
+        poll_interval=poll or 1.0,
+    )
+
+
+@executors.command("prune")
+@click.option("--stale", type=DURATION, default="10m", show_default=True)
+@url_option
+@schema_option
+@_handle_errors
+def executors_prune(stale: dt.timedelta, database_url: str | None, schema: str) -> None:
+    """Forget executors silent for longer than --stale that own no running workflow."""
+    with _client(database_url, schema) as client:
+        n = client.prune_executors(stale.total_seconds())
+    click.echo(f"removed {n} executor(s)")
+
+
+@click.command()
+@click.option("--app", required=True, help="Module defining the workflows, or module:engine.")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 10_000),
+    default=None,
+    help="Workflows run at once (default 8).",
+)
+@click.option("--lease-seconds", type=_FiniteRange(0.1, _DAY), default=None)
+@click.option("--poll-interval", type=_FiniteRange(0.01, _HOUR), default=None)
+@click.option("--grace-seconds", type=_FiniteRange(0, _DAY), default=30.0, show_default=True)
+@click.option(
+    "--prune-finished-after",
+    type=DURATION,
+    default=None,
+    help="Retention: delete journals of workflows finished longer ago than this (e.g. 7d).",
+)
+@click.option(
+    "--prune-effects-after",
+    type=DURATION,
+    default=None,
+    help="Retention: keep the effect ledger this long (default 90d when pruning).",
+)
+@click.option("--prune-interval", type=DURATION, default="5m", show_default=True)
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="json: one JSON object per log line, with the event's fields (for log shippers).",
+)
+@click.option(
+    "--executor-id",
+    default=None,
+    callback=lambda _ctx, _param, value: _checked_name("executor_id", value),
+    help="Stable identity of this worker (unique per process): a restart takes back its "
+    "interrupted workflows at once instead of after their lease. A worker whose id another "
+    "process took over (it was paused past its lease) exits with code 1.",
+)
+@url_option
+@schema_option
+@_handle_errors
+def worker(
+    app: str,
+    concurrency: int | None,
+    lease_seconds: float | None,
+    poll_interval: float | None,
+    grace_seconds: float,
+    prune_finished_after: dt.timedelta | None,
+    prune_effects_after: dt.timedelta | None,
+    prune_interval: dt.timedelta,
+    database_url: str | None,
+    schema: str,
+    executor_id: str | None,
+    log_format: str,
+) -> None:
+    """Run the recovery daemon and workflow executor until SIGTERM or SIGINT.
+
+    With --prune-finished-after it also applies retention (as Engine(retention=...) does).
+    """
+    import logging
+    import signal
+    import threading
+
+    from durable._logging import configure
+
+    configure(os.environ.get("DURABLE_LOG_LEVEL", "INFO"), log_format)
+    engine = _load_app(
+        app, database_url, concurrency, lease_seconds, poll_interval, schema, executor_id
+    )
+    if prune_finished_after is not None or prune_effects_after is not None:
+        from durable._retention import RetentionPolicy
+
+        base = engine.retention or RetentionPolicy()
+        engine.retention = RetentionPolicy(
+            finished_after=prune_finished_after or base.finished_after,
+            effects_after=prune_effects_after or base.effects_after,
+            batch_size=base.batch_size,
+            interval=prune_interval,
+        )
+    stop = threading.Event()
+
+    def on_signal(signum: int, _frame: object) -> None:
+        logging.getLogger("durable.worker").info("signal %d: shutting down", signum)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    engine.launch()
+    try:
+        engine.run_worker(stop, grace_seconds=grace_seconds)
+    except DurableError as exc:
+        if engine.runner.loop_failure is None:
+            raise
+        # The event loop of async workflows died: its runs were given up. Their tasks,
+        # frozen on it, and the threads they started must neither hold the process up
+        # nor run their code as it ends: release what is left, then leave at once.
+        engine.shutdown(wait=True)
+        click.echo(f"error: {exc}", err=True)
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)
+    finally:
+        engine.shutdown(wait=not engine.superseded)
+    if engine.superseded:
+        # Another process holds this worker's executor id (the engine logged it, as an
+        # error): exit now, non-zero, for a supervisor to restart it. Not a clean exit,
+        # which would wait for the runs still inside a step: this process can no longer
+        # renew their leases, so another worker may take them over while they run.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(1)

@@ -1,0 +1,389 @@
+"""`durable workflows ...` and `durable send`: list, follow, show, cancel, resume, fork a
+workflow, raise its budget, send it a message.
+
+The commands an operator points at one workflow (or lists them to find it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import click
+from rich.table import Table
+
+from durable._models import WorkflowInfo, WorkflowStatus
+from durable._protocol import decode_error
+from durable._terminal import inert
+from durable.cli._common import (
+    _client,
+    _console,
+    _handle_errors,
+    _interruptible,
+    _short,
+    _show_full,
+)
+from durable.cli._options import (
+    _BIGINT,
+    _HOUR,
+    _INTEGER,
+    _FiniteRange,
+    json_option,
+    schema_option,
+    url_option,
+)
+
+
+@click.group()
+def workflows() -> None:
+    """Inspect workflows."""
+
+
+def _info_dict(info: WorkflowInfo) -> dict[str, Any]:
+    return {
+        "workflow_id": info.workflow_id,
+        "name": info.name,
+        "version": info.version,
+        "status": info.status.value,
+        "durability": info.durability,
+        "parent_id": info.parent_id,
+        "owner": info.owner,
+        "epoch": info.epoch,
+        "recovery_attempts": info.recovery_attempts,
+        "created_at": info.created_at.isoformat(),
+        "finished_at": info.finished_at.isoformat() if info.finished_at else None,
+    }
+
+
+@workflows.command("list")
+@url_option
+@schema_option
+@click.option(
+    "--status",
+    type=click.Choice([s.value for s in WorkflowStatus], case_sensitive=False),
+    default=None,
+    callback=lambda _ctx, _param, value: None if value is None else value.upper(),
+)
+@click.option("--name", default=None, help="Only workflows registered under this name.")
+@click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
+@click.option("--watch", is_flag=True, help="Refresh the table until Ctrl-C.")
+@click.option("--interval", type=_FiniteRange(0.1, _HOUR), default=2.0, show_default=True)
+@json_option
+@_handle_errors
+def list_cmd(
+    database_url: str | None,
+    schema: str,
+    status: str | None,
+    name: str | None,
+    limit: int,
+    watch: bool,
+    interval: float,
+    as_json: bool,
+) -> None:
+    """List workflows, newest first."""
+    from durable._watch import refresh, workflow_table
+
+    with _client(database_url, schema) as client:
+
+        def listed() -> list[WorkflowInfo]:
+            return client.list_workflows(status, name=name, limit=limit)
+
+        if watch:
+            with _interruptible():
+                refresh(client, lambda: workflow_table(listed()), _console(), interval)
+        infos = listed()
+    if as_json:
+        click.echo(json.dumps([_info_dict(i) for i in infos], indent=2))
+        return
+    _console().print(workflow_table(infos))
+
+
+@workflows.command("watch")
+@click.argument("workflow_id")
+@url_option
+@schema_option
+@click.option("--interval", type=_FiniteRange(0.05, _HOUR), default=0.5, show_default=True)
+@_handle_errors
+def watch(workflow_id: str, database_url: str | None, schema: str, interval: float) -> None:
+    """Follow a workflow live: its steps as they are journaled, its waits and budget, until
+    it finishes (exit 0 on SUCCESS, 1 otherwise)."""
+    from durable._watch import follow
+
+    with _client(database_url, schema) as client, _interruptible():
+        status = follow(client, workflow_id, _console(), interval)
+    sys.exit(0 if status is WorkflowStatus.SUCCESS else 1)
+
+
+@workflows.command("show")
+@click.argument("workflow_id")
+@url_option
+@schema_option
+@json_option
+@click.option("--full", is_flag=True, help="Print whole values instead of shortening them.")
+@_handle_errors
+def show(
+    workflow_id: str, database_url: str | None, schema: str, as_json: bool, full: bool
+) -> None:
+    """Show one workflow: inputs, status, every journaled step, its effects, budget,
+    state, tool calls and conversation."""
+    _show_full(full)
+    with _client(database_url, schema) as client:
+        tools = client.tool_calls(workflow_id)
+        turns = client.conversation(workflow_id)
+        events = client.events(workflow_id)
+        info = client.get_workflow(workflow_id)
+        steps = client.steps(workflow_id)
+        effects = client.effects(workflow_id)
+        state_text = client.state_text(workflow_id)
+        budget = client.budget(workflow_id)
+        orphan = any(w["workflow_id"] == workflow_id for w in client.waiting_for_worker(120, 1000))
+    state = None if state_text is None else json.loads(state_text)
+    if as_json:
+        data = _info_dict(info) | {
+            "state": state,
+            "budget": None
+            if budget is None
+            else {k: budget[k] for k in ("budget_id", "limits", "spent")},
+            "inputs": info.inputs,
+            "output": info.output,
+            "error": json.loads(info.error) if info.error else None,
+            "steps": [
+                {
+                    "step_seq": s.step_seq,
+                    "step_name": s.step_name,
+                    "kind": s.kind.value,
+                    "output": s.output,
+                    "error": json.loads(s.error) if s.error else None,
+                    "attempts": s.attempts,
+                    "child_workflow_id": s.child_workflow_id,
+                    "started_at": s.started_at.isoformat() if s.started_at else None,
+                    "finished_at": s.finished_at.isoformat() if s.finished_at else None,
+                }
+                for s in steps
+            ],
+            "waiting_for_code": orphan,
+            "tool_calls": tools,
+            "events": events,
+            "conversation": turns,
+            "effects": [
+                {
+                    "step_seq": e["step_seq"],
+                    "effect_name": e["effect_name"],
+                    "idempotency_key": e["idempotency_key"],
+                    "status": e["status"],
+                    "params_fingerprint": e["params_fingerprint"],
+                    "result": e["result"],
+                    "error": json.loads(e["error"]) if e["error"] else None,
+                    "attempts": e["attempts"],
+                    "reconciled": e["reconciled"],
+                }
+                for e in effects
+            ],
+        }
+        click.echo(json.dumps(data, indent=2, default=str))
+        return
+    console = _console()
+    console.print(f"{info.workflow_id}  {info.name}  {info.status.value}", style="bold")
+    if orphan:
+        console.print(
+            f"waiting for a worker that has its code ({info.name}"
+            f"{'@' + info.version if info.version else ''}): no live executor registers it"
+        )
+    console.print(f"inputs: {_short(info.inputs, 200)}")
+    console.print(f"durability: {info.durability}  epoch: {info.epoch}  owner: {info.owner or '-'}")
+    if info.output is not None:
+        console.print(f"output: {_short(info.output, 200)}")
+    if info.error is not None:
+        etype, message, _ = decode_error(info.error)
+        console.print(f"error: {etype}: {message}")
+    if state is not None:
+        console.print(f"state: {_short(json.dumps(state), 400)}")
+    if budget is not None:
+        ledger_table = Table("budget", "limit", "spent", title=f"budget {budget['budget_id']}")
+        for dim in ("dollars", "tokens", "steps"):
+            limit = budget["limits"][dim]
+            ledger_table.add_row(
+                dim, "unlimited" if limit is None else str(limit), str(budget["spent"][dim])
+            )
+        console.print(ledger_table)
+        why = budget["exhausted"]
+        if why:
+            console.print(
+                f"budget used up ({why}): raise it with "
+                f"`durable workflows raise-budget {budget['budget_id']} --dollars N`"
+            )
+    table = Table("#", "step", "kind", "output / error", "attempts", "ms")
+    for s in steps:
+        outcome = (
+            _short(s.output)
+            if s.error is None
+            else "ERROR " + _short(": ".join(decode_error(s.error)[:2]))
+        )
+        ms = ""
+        if s.started_at and s.finished_at:
+            ms = f"{(s.finished_at - s.started_at).total_seconds() * 1000:.1f}"
+        table.add_row(str(s.step_seq), s.step_name, s.kind.value, outcome, str(s.attempts), ms)
+    console.print(table)
+    if effects:
+        ledger = Table(
+            "#", "effect", "idempotency key", "status", "params", "result", title="effects"
+        )
+        for e in effects:
+            status = e["status"] + (" (reconciled)" if e["reconciled"] else "")
+            ledger.add_row(
+                str(e["step_seq"]),
+                e["effect_name"],
+                e["idempotency_key"],
+                status,
+                e["params_fingerprint"][:12],
+                _short(e["result"] or e["error"], 40),
+            )
+        console.print(ledger)
+    if tools:
+        calls = Table("#", "tool", "arguments", "result / error", "ms", "$", title="tool calls")
+        for t in tools:
+            calls.add_row(
+                str(t["step_seq"]),
+                t["tool"],
+                _short(json.dumps(t["arguments"], default=str), 50),
+                _short(t["error"] if t["error"] else json.dumps(t["result"], default=str), 50),
+                f"{t['latency_ms']:.1f}",
+                f"{t['dollars']:.4f}",
+            )
+        console.print(calls)
+    for turn in turns:
+        console.print(f"{turn.get('role')}: {_short(str(turn.get('content')), 300)}")
+    for key, value in events.items():
+        console.print(f"event {key}: {_short(json.dumps(value, default=str), 200)}")
+
+
+@workflows.command("cancel")
+@click.argument("workflow_id")
+@click.option("--reason", default="cancelled from the command line", show_default=True)
+@url_option
+@schema_option
+@_handle_errors
+def cancel(workflow_id: str, reason: str, database_url: str | None, schema: str) -> None:
+    """Cancel a workflow and its children: each stops at its next step or wait and runs
+    its compensations; one that never started is cancelled at once."""
+    with _client(database_url, schema) as client:
+        asked = client.cancel_tree(workflow_id, reason)
+        if workflow_id not in asked:
+            info = client.get_workflow(workflow_id)  # WorkflowNotFoundError if none
+            click.echo(
+                f"error: workflow {workflow_id!r} has already finished ({info.status})",
+                err=True,
+            )
+            sys.exit(1)
+    others = len(asked) - 1
+    children = f" and {others} descendant(s)" if others else ""
+    if asked[workflow_id] is WorkflowStatus.CANCELLED:
+        click.echo(inert(f"cancelled {workflow_id}{children}"))
+    else:
+        click.echo(
+            inert(
+                f"cancel requested for {workflow_id}{children}: it stops at its next step or wait"
+            )
+        )
+
+
+@workflows.command("resume")
+@click.argument("workflow_id")
+@url_option
+@schema_option
+@_handle_errors
+def resume(workflow_id: str, database_url: str | None, schema: str) -> None:
+    """Run a cancelled, failed or given-up workflow again from its journal (any worker
+    picks it up; completed steps are not run again)."""
+    with _client(database_url, schema) as client:
+        if client._resume(workflow_id):
+            click.echo(inert(f"resumed {workflow_id}: a worker will pick it up"))
+            return
+        status = client.get_workflow(workflow_id).status
+    if status is WorkflowStatus.SUCCESS:
+        click.echo(inert(f"{workflow_id} already succeeded: nothing to resume"))
+    else:
+        click.echo(inert(f"{workflow_id} is {status}: it is still going, nothing to resume"))
+
+
+@workflows.command("raise-budget")
+@click.argument("workflow_id")
+@click.option("--dollars", type=_FiniteRange(min=0), default=None)
+@click.option("--tokens", type=click.IntRange(0, _BIGINT), default=None)
+@click.option("--steps", type=click.IntRange(0, _INTEGER), default=None)
+@click.option("--by", default=lambda: os.environ.get("USER"), help="Who raises it.")
+@url_option
+@schema_option
+@_handle_errors
+def raise_budget(
+    workflow_id: str,
+    dollars: float | None,
+    tokens: int | None,
+    steps: int | None,
+    by: str | None,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Add to a workflow's budget; workflows paused at its budget gates continue."""
+    if dollars is None and tokens is None and steps is None:
+        raise click.UsageError("give --dollars, --tokens or --steps")
+    with _client(database_url, schema) as client:
+        ledger = client.raise_budget(
+            workflow_id, dollars=dollars, tokens=tokens, steps=steps, decided_by=by
+        )
+    click.echo(json.dumps(ledger))
+
+
+@workflows.command("fork")
+@click.argument("workflow_id")
+@click.option(
+    "--from-step",
+    "from_step",
+    type=click.IntRange(0),
+    required=True,
+    help="Reuse the outputs of steps before this position; run the rest anew.",
+)
+@click.option("--new-id", default=None, help="Id of the fork (default: a new UUID).")
+@url_option
+@schema_option
+@_handle_errors
+def fork(
+    workflow_id: str, from_step: int, new_id: str | None, database_url: str | None, schema: str
+) -> None:
+    """Start a new workflow with the same inputs, reusing the journal before a step."""
+    with _client(database_url, schema) as client:
+        handle = client.fork(workflow_id, from_step=from_step, new_id=new_id)
+    click.echo(
+        f"forked {workflow_id} from step {from_step}: steps before it are reused, the rest "
+        "run anew on a worker; the fork's id is:",
+        err=True,
+    )
+    click.echo(handle.workflow_id)
+
+
+@click.command()
+@click.argument("workflow_id")
+@click.argument("message")
+@click.option("--topic", default=None)
+@click.option("--key", "idempotency_key", default=None, help="Idempotency key: deliver once.")
+@url_option
+@schema_option
+@_handle_errors
+def send(
+    workflow_id: str,
+    message: str,
+    topic: str | None,
+    idempotency_key: str | None,
+    database_url: str | None,
+    schema: str,
+) -> None:
+    """Send MESSAGE (JSON, or else a string) to a workflow waiting in durable.recv()."""
+    try:
+        value: Any = json.loads(message)
+    except json.JSONDecodeError:
+        value = message
+    with _client(database_url, schema) as client:
+        client.send(workflow_id, value, topic=topic, idempotency_key=idempotency_key)
+    click.echo(inert(f"sent to {workflow_id}"))
