@@ -28,7 +28,14 @@ MODULES = {
     for p in PACKAGE.rglob("*.py")
 }
 # Files and packages.
-SQL_ADMIN = {"_systemdb.py", "_runio_async.py", "_runio.py", "_migrate.py", "_embedded", "testing.py"}
+SQL_ADMIN = {
+    "_systemdb.py",
+    "_runio_async.py",
+    "_runio.py",
+    "_migrate.py",
+    "_embedded",
+    "testing.py",
+}
 NAME = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
