@@ -2,7 +2,8 @@
 
 - No import cycle among durable's modules (imports inside functions count; imports under
   `if TYPE_CHECKING:` do not, since they never run).
-- The pure core (`_protocol.py`) imports no database driver, no clock, no threads.
+- The pure core (every module of the `_protocol` package) imports no database driver, no
+  clock, no threads.
 - SQL text runs only in `_systemdb.py` and the run I/O it mixes in (`_runio_async.py`, and
   `_runio.py` generated from it): everywhere else a statement is named (a key of
   `_sql/queries.sql`) and handed to the SystemDB. `_migrate.py` (run by the SystemDB, on
@@ -142,24 +143,28 @@ def test_the_protocol_is_pure() -> None:
         "durable._durability",
         "durable._embedded",
     }
-    tree = _tree(PACKAGE / "_protocol.py")
-    for node in ast.walk(tree):  # TYPE_CHECKING imports too: the core names no driver
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            names = [node.module or ""]
-        else:
-            continue
-        for name in names:
-            assert name.split(".")[0] not in forbidden, f"_protocol.py imports {name}"
-            package = ".".join(name.split(".")[:2])  # durable._embedded.server, too
-            assert package not in io_modules, f"_protocol.py imports {name}"
-    calls = {
-        n.func.attr
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-    }
-    assert not calls & {"sleep", "execute", "connect", "cursor"}
+    core = sorted((PACKAGE / "_protocol").glob("*.py"))
+    assert len(core) > 1, "the core is the _protocol package"
+    for path in core:
+        tree = _tree(path)
+        where = f"_protocol/{path.name}"
+        for node in ast.walk(tree):  # TYPE_CHECKING imports too: the core names no driver
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                names = [node.module or ""]
+            else:
+                continue
+            for name in names:
+                assert name.split(".")[0] not in forbidden, f"{where} imports {name}"
+                package = ".".join(name.split(".")[:2])  # durable._embedded.server, too
+                assert package not in io_modules, f"{where} imports {name}"
+        calls = {
+            n.func.attr
+            for n in ast.walk(tree)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+        }
+        assert not calls & {"sleep", "execute", "connect", "cursor"}, where
 
 
 def _sql_calls(tree: ast.Module) -> list[tuple[int, str]]:

@@ -1,0 +1,192 @@
+"""The pure core: every replay-or-execute decision of a workflow run, and nothing else.
+
+A run walks its journal in call order: the n-th journaled call gets position n. If the
+journal has a record at n, the call replays it (after checking the name, so changed code
+cannot read another step's output); if not, it executes. Around that sit the rest of the
+decisions: durability barriers, retries with backoff, the effect state machine (intent ->
+pending -> applied, reconciliation, refused key reuse), the one gate that approvals and
+the budget share, waits that suspend, compensations, and the finish.
+
+Each operation is a generator, in the style of psycopg's `generators.py`: it yields
+operations (`Execute` a named statement, `Call` user code, `Pause`, `RunChild`, app
+transaction steps, ...) and receives their results; it never touches a connection, a
+thread or a clock of its own. A driver performs the operations: `_driver.py` for
+ordinary functions; `_driver_async.py` runs the same generators with `await`. So each
+decision exists once, and the unit tests drive these generators with no database at all
+(`tests/unit/`).
+
+The package is split by concept, one module per kind of decision:
+
+- `ops`: the operations a generator yields to its driver, and `Outcome`.
+- `run`: `Settings`, `Run` and `Journal`; when a run must stop or prove its claim.
+- `journal`: replay, errors as stored, journal writes and durability barriers.
+- `steps`: @step, @durable.tool and @transaction.
+- `effects`: @effect's write-ahead state machine.
+- `children`: child workflows.
+- `workflow`: a run's body and outcome: finish, cancel, compensations.
+- `gates`: the gate approvals and the budget share.
+- `budget`: the budget gate, the hard cap, what is left.
+- `waits`: durable sleep and receiving messages.
+- `streams`: events, streams, working state and conversation turns.
+
+Callers import from the package (`from durable import _protocol as protocol`); the names
+below are its surface.
+"""
+
+from __future__ import annotations
+
+from durable._protocol.budget import (
+    budget_gate,
+    budget_left,
+    charge,
+    open_ledger,
+    over_cap,
+    refresh_ledger,
+    release,
+    reserve,
+    with_running_steps,
+)
+from durable._protocol.children import (
+    child,
+    child_started,
+    record_child_started,
+)
+from durable._protocol.effects import (
+    effect,
+)
+from durable._protocol.gates import (
+    approval,
+    gate,
+)
+from durable._protocol.journal import (
+    barrier,
+    decode_error,
+    encode_error,
+    rebuild_error,
+    record,
+    replay,
+    restore,
+)
+from durable._protocol.ops import (
+    ABORTED,
+    CONFLICT_ATTEMPTS,
+    AppBegin,
+    AppCall,
+    AppEnd,
+    AppExecute,
+    AwaitWriter,
+    Call,
+    Enqueue,
+    Execute,
+    Fetch,
+    Gen,
+    Join,
+    Op,
+    Outcome,
+    Park,
+    Pause,
+    RunChild,
+    StepScope,
+    WriteSteps,
+    conflict_backoff,
+)
+from durable._protocol.run import (
+    TIMEOUT_REASON,
+    Journal,
+    Run,
+    Settings,
+    check_interrupt,
+    reclaim,
+    stop_reason,
+)
+from durable._protocol.steps import (
+    step,
+    transaction,
+)
+from durable._protocol.streams import (
+    append_turn,
+    set_event,
+    set_state,
+    write_stream,
+)
+from durable._protocol.waits import (
+    SLEEP_IN_PLACE,
+    recv,
+    sleep,
+)
+from durable._protocol.workflow import (
+    CANCEL_ROUNDS,
+    cancel_tree,
+    compensate,
+    finish,
+    register_compensation,
+    workflow,
+)
+
+__all__ = [
+    "ABORTED",
+    "CANCEL_ROUNDS",
+    "CONFLICT_ATTEMPTS",
+    "SLEEP_IN_PLACE",
+    "TIMEOUT_REASON",
+    "AppBegin",
+    "AppCall",
+    "AppEnd",
+    "AppExecute",
+    "AwaitWriter",
+    "Call",
+    "Enqueue",
+    "Execute",
+    "Fetch",
+    "Gen",
+    "Join",
+    "Journal",
+    "Op",
+    "Outcome",
+    "Park",
+    "Pause",
+    "Run",
+    "RunChild",
+    "Settings",
+    "StepScope",
+    "WriteSteps",
+    "append_turn",
+    "approval",
+    "barrier",
+    "budget_gate",
+    "budget_left",
+    "cancel_tree",
+    "charge",
+    "check_interrupt",
+    "child",
+    "child_started",
+    "compensate",
+    "conflict_backoff",
+    "decode_error",
+    "effect",
+    "encode_error",
+    "finish",
+    "gate",
+    "open_ledger",
+    "over_cap",
+    "rebuild_error",
+    "reclaim",
+    "record",
+    "record_child_started",
+    "recv",
+    "refresh_ledger",
+    "register_compensation",
+    "release",
+    "replay",
+    "reserve",
+    "restore",
+    "set_event",
+    "set_state",
+    "sleep",
+    "step",
+    "stop_reason",
+    "transaction",
+    "with_running_steps",
+    "workflow",
+    "write_stream",
+]

@@ -1,0 +1,219 @@
+"""The budget: what a run may still spend, and what happens when it may not.
+
+A run draws from its root's ledger. Before a new step the budget gate decides whether it
+runs (or waits for a person, keyed by its position); while a step runs, a charge or a
+reservation that would pass a limit is refused (the hard cap), counting what every step of
+the run now executing holds; and what is left is reported to the workflow's code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from decimal import Decimal
+
+from durable import _labels as labels
+from durable._models import Budget, Ledger, dollars_exact
+from durable._protocol.gates import gate
+from durable._protocol.ops import Execute, Gen, StepScope
+from durable._protocol.run import Run
+from durable.errors import BudgetExceededError
+
+
+def open_ledger(run: Run, limits: Budget | None) -> Gen[None]:
+    """Load (or, at a root's first start, create) the run's budget row."""
+    if run.budget_id is None:
+        return
+    if limits is not None and run.budget_id == run.workflow_id:
+        row = yield Execute(
+            "ensure_budget",
+            {
+                "budget_id": run.budget_id,
+                "limit_dollars": dollars_exact(limits.dollars),
+                "limit_tokens": limits.tokens,
+                "limit_steps": limits.steps,
+                "limit_seconds": limits.seconds,
+            },
+            "one",
+        )
+    else:
+        row = yield Execute("get_budget", {"budget_id": run.budget_id}, "one")
+    run.ledger = None if row is None else Ledger.from_row(row)
+
+
+def refresh_ledger(run: Run) -> Gen[None]:
+    """Re-read the ledger (after a child, which spends from the same row, returns)."""
+    if run.ledger is None:
+        return
+    row = yield Execute("get_budget", {"budget_id": run.ledger.budget_id}, "one", serial=True)
+    if row is not None:
+        run.ledger = Ledger.from_row(row)
+
+
+def _held(
+    scope: StepScope,
+    dollars: Decimal = Decimal(0),
+    tokens: int = 0,
+    reserve_dollars: Decimal = Decimal(0),
+    reserve_tokens: int = 0,
+) -> tuple[Decimal, int]:
+    """What a running step counts against the cap (with an addition): the larger of what
+    it charged and what it reserved, since a reservation is an estimate charges use up."""
+    return (
+        max(scope.dollars + dollars, scope.reserved_dollars + reserve_dollars),
+        max(scope.tokens + tokens, scope.reserved_tokens + reserve_tokens),
+    )
+
+
+def with_running_steps(run: Run) -> Ledger:
+    """The run's ledger as it will be once the steps of this run executing now have
+    recorded: each counts one step and what it holds (_held). Parallel steps of an async
+    run pass the gate only while this has room. The running steps are read before the
+    ledger, as in over_cap."""
+    held = [_held(s) for s in run.inflight if s.charging]
+    ledger = run.ledger
+    assert ledger is not None
+    return replace(
+        ledger,
+        spent_dollars=ledger.spent_dollars + sum((d for d, _ in held), Decimal(0)),
+        spent_tokens=ledger.spent_tokens + sum(t for _, t in held),
+        spent_steps=ledger.spent_steps + len(held),
+    )
+
+
+def budget_gate(run: Run, seq: int, step_name: str) -> Gen[None]:
+    """Before a new step: if the budget is used up (or its time is), wait for a decision
+    instead of running.
+
+    The gate is keyed by the step's position, not journaled as a call of its own, so a
+    replay after the decision reaches the same step at the same position. A resumed run
+    first looks for a denied gate at this position: a denial ends the step without
+    running it again."""
+    if run.ledger is None:
+        return
+    if not run.first_run:
+        denied = yield Execute(
+            "denied_budget_gate",
+            {"workflow_id": run.workflow_id, "name": labels.budget_gate(seq)},
+            "one",
+        )
+        if denied is not None:
+            raise BudgetExceededError(run.workflow_id, step_name, denied["comment"] or "denied")
+    now = run.settings.clock.now()
+    if with_running_steps(run).exhausted(now) is None:
+        return
+    yield from refresh_ledger(run)
+    ledger = with_running_steps(run)
+    why = ledger.exhausted(now)
+    if why is None:
+        return  # raised meanwhile
+    payload = run.dumps({"step": step_name, "exhausted": why, **ledger.as_dict()}, "a budget gate")
+    decision = yield from gate(run, labels.budget_gate(seq), seq, payload)
+    if not decision.approved:
+        raise BudgetExceededError(run.workflow_id, step_name, why)
+    # Approved: a person let this step run (usually after raising the budget).
+
+
+def _cap_gate(run: Run, seq: int, scope: StepScope, nth: int) -> Gen[None]:
+    """A step refused by the cap waits at gate `_labels.budget_cap_gate(seq, nth)` (the
+    n-th refusal at this position: a second refusal after a raise asks again)."""
+    why = scope.refused or "the budget"
+    scope.dollars, scope.tokens, scope.refused = Decimal(0), 0, None
+    scope.reserved_dollars, scope.reserved_tokens = Decimal(0), 0
+    ledger = run.ledger
+    assert ledger is not None
+    payload = run.dumps(
+        {"step": scope.name, "exhausted": why, "cap": True, **ledger.as_dict()}, "a budget gate"
+    )
+    decision = yield from gate(run, labels.budget_cap_gate(seq, nth), seq, payload)
+    if not decision.approved:
+        raise BudgetExceededError(run.workflow_id, scope.name, why)
+    yield from refresh_ledger(run)
+
+
+def over_cap(
+    run: Run,
+    scope: StepScope,
+    dollars: Decimal = Decimal(0),
+    tokens: int = 0,
+    reserve_dollars: Decimal = Decimal(0),
+    reserve_tokens: int = 0,
+) -> str | None:
+    """Why adding this charge (or reservation) to `scope` would pass a limit, or None.
+
+    Counts what is recorded (the run's ledger) plus what every step of this run now
+    executing has charged or reserved (the larger of the two: a reservation is an
+    estimate the real charges use up)."""
+    if run.ledger is None:
+        return None
+    # The running steps are read before the ledger: a sync step charging from a worker
+    # thread may be deciding while the loop applies a sibling's record, which puts the
+    # charge in the ledger before taking it off the step (_record_call). Read in this
+    # order, a charge on its way is counted once or twice, never by neither.
+    total_dollars, total_tokens = Decimal(0), 0
+    steps = run.inflight if any(s is scope for s in run.inflight) else [*run.inflight, scope]
+    for step_scope in steps:
+        if step_scope is scope:
+            d, t = _held(scope, dollars, tokens, reserve_dollars, reserve_tokens)
+        else:
+            d, t = _held(step_scope)
+        total_dollars += d
+        total_tokens += t
+    ledger = run.ledger
+    total_dollars += ledger.spent_dollars
+    total_tokens += ledger.spent_tokens
+    if ledger.limit_dollars is not None and total_dollars > ledger.limit_dollars:
+        return f"dollars: {total_dollars} would pass the limit of {ledger.limit_dollars}"
+    if ledger.limit_tokens is not None and total_tokens > ledger.limit_tokens:
+        return f"tokens: {total_tokens} would pass the limit of {ledger.limit_tokens}"
+    return None
+
+
+def charge(run: Run, scope: StepScope, dollars: Decimal, tokens: int) -> None:
+    """Add to what the step spent, unless it would pass a limit: then nothing is added and
+    BudgetExceededError is raised in the step (the hard cap)."""
+    why = over_cap(run, scope, dollars, tokens)
+    if why is not None:
+        scope.refused = why
+        raise BudgetExceededError(run.workflow_id, scope.name, why)
+    scope.dollars += dollars
+    scope.tokens += tokens
+
+
+def reserve(run: Run, scope: StepScope, dollars: Decimal, tokens: int) -> None:
+    """Set aside an estimate before an expensive call; BudgetExceededError (and the call is
+    not made) if it does not fit."""
+    why = over_cap(run, scope, reserve_dollars=dollars, reserve_tokens=tokens)
+    if why is not None:
+        scope.refused = why
+        raise BudgetExceededError(run.workflow_id, scope.name, why)
+    scope.reserved_dollars += dollars
+    scope.reserved_tokens += tokens
+
+
+def release(scope: StepScope, dollars: Decimal, tokens: int) -> None:
+    """End a reservation (what was charged meanwhile stays charged)."""
+    scope.reserved_dollars = max(Decimal(0), scope.reserved_dollars - dollars)
+    scope.reserved_tokens = max(0, scope.reserved_tokens - tokens)
+
+
+def budget_left(run: Run, scope: StepScope | None = None) -> Budget:
+    """What the ledger still allows, less what the step now running has charged."""
+    ledger = run.ledger
+    if ledger is None:
+        return Budget()
+    spent_dollars = ledger.spent_dollars + (scope.dollars if scope is not None else 0)
+    spent_tokens = ledger.spent_tokens + (scope.tokens if scope is not None else 0)
+    seconds = None
+    if ledger.limit_seconds is not None:
+        elapsed = ledger.elapsed(run.settings.clock.now())
+        seconds = max(0.0, float(ledger.limit_seconds) - elapsed)
+    return Budget(
+        dollars=None
+        if ledger.limit_dollars is None
+        else max(0.0, float(ledger.limit_dollars - spent_dollars)),
+        tokens=None if ledger.limit_tokens is None else max(0, ledger.limit_tokens - spent_tokens),
+        steps=None
+        if ledger.limit_steps is None
+        else max(0, ledger.limit_steps - ledger.spent_steps),
+        seconds=seconds,
+    )

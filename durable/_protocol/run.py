@@ -1,0 +1,237 @@
+"""The state of one workflow run, and when it must stop or prove its claim.
+
+`Settings` is what every run of an engine shares (everything injected: the core reads no
+environment and owns no clock); `Run` is one executing run; `Journal` assigns call
+positions and finds the record to replay at each. The stopping rules live next to that
+state because they read nothing else: a run stops at its next new call when it was
+cancelled or passed its deadline (`check_interrupt`), renews its claim before running code
+when its lease may have lapsed (`reclaim`), and treats a fenced write that touched no row
+as lost ownership (`_fenced`).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from durable._models import Ledger, StepRecord
+from durable._protocol.ops import Execute, StepScope
+from durable.errors import NondeterminismError, StaleOwnerError, WorkflowInterrupted
+from durable.serialization import Serializer, dumps_checked, faithful, return_type
+
+if TYPE_CHECKING:
+    from durable._clock import Clock
+
+
+@dataclass
+class Journal:
+    """The recorded steps of one workflow run and the position of the next call."""
+
+    workflow_id: str
+    records: dict[int, StepRecord] = field(default_factory=dict)
+    next_seq: int = 0
+
+    @classmethod
+    def from_records(cls, workflow_id: str, records: Iterable[StepRecord]) -> Journal:
+        return cls(workflow_id, {r.step_seq: r for r in records})
+
+    @property
+    def is_fresh(self) -> bool:
+        """True when nothing is recorded, so no call can replay (no lookups needed)."""
+        return not self.records
+
+    def next_call(self, step_name: str) -> tuple[int, StepRecord | None]:
+        """Assign the next position; return the record to replay there, if any."""
+        seq = self.next_seq
+        self.next_seq += 1
+        if not self.records:
+            return seq, None
+        record = self.records.get(seq)
+        if record is not None and record.step_name != step_name:
+            raise NondeterminismError(self.workflow_id, seq, record.step_name, step_name)
+        return seq, record
+
+
+def _never_crash(name: str) -> None:
+    return None
+
+
+def _no_request(workflow_id: str, epoch: int) -> str | None:
+    return None
+
+
+def _no_fault(exc: BaseException) -> str | None:
+    return None
+
+
+def _no_compensation(effect_name: str) -> Callable[..., Any] | None:
+    return None
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every run of one engine shares. Everything here is injected, so the core reads
+    no environment, owns no clock and knows no database driver.
+
+    clock: where time is read (a durable.Clock).
+    app_separate: the application database is not the system database, so a transaction
+        step's record goes to the app database first (and is adopted from there).
+    compensation_of: the undo registered for an effect name, if any.
+    crash_point: called at the worst moments of a run; crash tests arm it to SIGKILL.
+    cancel_request: the reason this executor was asked to stop a run (a workflow at an
+        epoch: a request for an earlier run of a resumed workflow is not this run's).
+    classify_app_error: how the driver sees an application-database error: "lost" (the
+        connection), "conflict" (a serialization failure or deadlock: retry the
+        transaction), "unique:<constraint>", or None.
+    stream_channel: the NOTIFY channel that wakes stream readers.
+    executor_id: the executor running the runs (an attribute of their spans).
+    lease_seconds: how long a claim holds without renewal (see reclaim).
+    """
+
+    serializer: Serializer
+    max_payload_bytes: int
+    clock: Clock
+    app_separate: bool = False
+    compensation_of: Callable[[str], Callable[..., Any] | None] = _no_compensation
+    crash_point: Callable[[str], None] = _never_crash
+    cancel_request: Callable[[str, int], str | None] = _no_request
+    classify_app_error: Callable[[BaseException], str | None] = _no_fault
+    stream_channel: str = "durable_streams"
+    executor_id: str = ""
+    lease_seconds: float = 30.0
+
+
+@dataclass
+class Run:
+    """The state of one executing workflow run. `conn` and `host` belong to the driver."""
+
+    settings: Settings
+    workflow_id: str
+    name: str
+    epoch: int
+    journal: Journal
+    mode: str = "sync"
+    conn: Any = None
+    host: Any = None
+    # True only for the run that created the workflow: nothing can have been written for
+    # it before, so lookups of half-finished work (an app-side transaction record, an
+    # effect's intent) are skipped. A claimed run, even with an empty journal, looks.
+    first_run: bool = False
+    # An async def workflow, run by the async driver on an event loop; `branches` is the
+    # driver's record of the tasks making durable calls for it.
+    is_async: bool = False
+    branches: Any = None
+    # Set once a branch of this run parked the workflow (Park): the run is over, and a
+    # branch that reaches user code after it stops instead (its record would be refused).
+    parked: bool = False
+    # Exit mode: step records not yet written.
+    pending: list[dict[str, Any]] = field(default_factory=list)
+    # Undo actions of applied effects, in the order they were registered (a saga). Rebuilt
+    # deterministically on replay, because replayed effects register them again.
+    compensations: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = field(
+        default_factory=list
+    )
+    approvals_asked: dict[str, int] = field(default_factory=dict)
+    # Per stream key: the offset of the next value, and the keys closed (rebuilt by replay).
+    stream_offsets: dict[str, int] = field(default_factory=dict)
+    closed_streams: set[str] = field(default_factory=set)
+    # When the workflow times out (from its first start), and why it was asked to stop if
+    # it was when claimed. `stopping` is set while compensations of a cancel run, so that
+    # they are not interrupted in turn.
+    deadline: dt.datetime | None = None
+    cancel_reason: str | None = None
+    stopping: bool = False
+    # The budget this run draws from (its root's id), the run's copy of that ledger, and
+    # the steps of this run executing now (their charges and reservations count against
+    # the cap before they are recorded; parallel async steps are several).
+    budget_id: str | None = None
+    ledger: Ledger | None = None
+    inflight: list[StepScope] = field(default_factory=list)
+    # The working state (durable.state) and the conversation turns, as of this point of
+    # the run: rebuilt by replay, since every update is a journaled call.
+    state: str | None = None
+    turns: list[Any] = field(default_factory=list)
+    # When this run's claim was last proven (see reclaim): the count of doubts on this
+    # process's claims then (Outage.doubts), and the time (time.monotonic()).
+    doubts_seen: int = 0
+    proven_at: float = 0.0
+    # The trace the workflow belongs to (stored when it was created), and whether this run
+    # has a recording span (then each step attempt gets one too).
+    trace_context: str | None = None
+    traced: bool = False
+
+    def dumps(self, value: Any, what: str) -> str:
+        s = self.settings
+        return dumps_checked(s.serializer, value, what, s.max_payload_bytes)
+
+    def loads(self, text: str | None) -> Any:
+        return None if text is None else self.settings.serializer.loads(text)
+
+    def keep(self, value: Any, what: str, fn: Callable[..., Any]) -> tuple[str, Any]:
+        """Serialize what `fn` returned, and the value a replay will see (handed out now
+        too, so a first run and a replay never differ). Raises before anything is written
+        if it cannot be stored, or would not read back the same."""
+        s = self.settings
+        text = dumps_checked(s.serializer, value, what, s.max_payload_bytes)
+        return text, faithful(s.serializer, value, text, return_type(fn), what)
+
+
+TIMEOUT_REASON = "timeout"
+
+
+def stop_reason(run: Run) -> str | None:
+    """Why this run must stop at its next new call (a cancel or the timeout), or None."""
+    if run.stopping:
+        return None
+    reason = run.settings.cancel_request(run.workflow_id, run.epoch) or run.cancel_reason
+    if reason is not None:
+        return reason
+    if run.deadline is not None and run.settings.clock.now() >= run.deadline:
+        return TIMEOUT_REASON
+    return None
+
+
+def check_interrupt(run: Run) -> None:
+    """Stop here if the workflow was cancelled or is past its timeout.
+
+    Called before every new (unjournaled) step or wait, so cancellation is seen at the next
+    boundary; replayed calls never stop, so a resumed run reaches the same point first. The
+    cancel request is one lookup (the engine polls for requests); the timeout a clock read.
+    """
+    reason = stop_reason(run)
+    if reason is not None:
+        raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
+
+
+def reclaim(run: Run, doubts: int, renewed_at: float, now: float) -> Execute | None:
+    """The statement that proves a run still holds its workflow before its code runs, when
+    its lease may have lapsed since the claim was last proven; None otherwise (the cost in
+    the common case is two comparisons).
+
+    A lease lapses when nobody renews it: while the database is down, or while the
+    heartbeat is starved or late. A run that waited meanwhile (queued behind busy
+    threads, or blocked on a connection) may have lost its workflow to another worker,
+    which may even have finished it. Its fenced writes would be refused, but only after
+    its next step's code had run again, in the world; and an effect's call could overlap
+    the new owner's. So it renews its lease by its epoch first: no row means it is no
+    longer the owner.
+
+    doubts: how many outages ended and heartbeat gaps of half a lease were seen in this
+    process (Outage.doubts); renewed_at: when the heartbeat last renewed every held lease;
+    now: time.monotonic(). The driver raises StaleOwnerError on no row."""
+    fresh = max(run.proven_at, renewed_at)
+    if doubts == run.doubts_seen and now - fresh < run.settings.lease_seconds / 2:
+        return None
+    params = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "lease_seconds": run.settings.lease_seconds,
+    }
+    return Execute("renew_claim", params, "one")
+
+
+def _fenced(count: int, run: Run) -> None:
+    if count == 0:
+        raise StaleOwnerError(run.workflow_id, run.epoch)

@@ -1,0 +1,191 @@
+"""One run of a workflow function from its first call to its written outcome.
+
+Decides how a run ends: SUCCESS with its output, ERROR with its failure, its applied
+effects undone in reverse when it failed (COMPENSATED, or COMPENSATION_FAILED when an
+undo fails), CANCELLED when it was asked to stop or timed out (its descendants cancelled
+first), or no status at all when it lost ownership, lost the database or suspended (its
+owner or recovery decides then). The outcome is written once, fenced, with the records
+the run still holds.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from durable._models import WorkflowStatus
+from durable._protocol.budget import open_ledger
+from durable._protocol.journal import barrier, encode_error
+from durable._protocol.ops import Call, Execute, Gen, Join, Outcome, WriteSteps
+from durable._protocol.run import Run, _fenced
+from durable.errors import (
+    DatabaseUnavailableError,
+    SerializationError,
+    StaleOwnerError,
+    WorkflowCancelledError,
+    WorkflowInterrupted,
+    WorkflowSuspended,
+    WorkflowTimeoutError,
+)
+
+if TYPE_CHECKING:
+    from durable._registry import WorkflowDef
+
+logger = logging.getLogger("durable.protocol")
+
+
+def workflow(
+    run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Gen[Any]:
+    """Run the workflow function under this claim and write its outcome.
+
+    Returns the function's value or raises its exception (after recording it). A
+    StaleOwnerError, a DatabaseUnavailableError or a BaseException such as a suspension
+    leaves the status alone: its owner (or recovery) decides what happens next."""
+    yield from open_ledger(run, defn.budget)
+    try:
+        outcome: Outcome = yield Call(defn.fn, args, kwargs, body=True)
+    except WorkflowInterrupted as stop:
+        yield Join()  # branches still running stop at their next step or wait
+        raise (yield from _stop(run, defn, stop)) from None
+    except WorkflowSuspended:
+        yield Join()  # the other branches waiting to park join the suspension
+        raise
+    # The outcome is written once nothing of the run is still running: a branch that
+    # applies an effect after a sibling failed is compensated with the rest.
+    yield Join()
+    exc = outcome.error
+    if exc is not None:
+        if isinstance(exc, StaleOwnerError):
+            logger.warning(
+                "workflow %s: lost ownership (epoch %d), stopping", run.workflow_id, run.epoch
+            )
+            raise exc
+        if isinstance(exc, DatabaseUnavailableError):
+            raise exc  # interrupted, not failed: handed back once the database answers
+        if run.compensations:
+            run.stopping = True  # a cancel or deadline now must not cut the undo short
+            yield from compensate(run, exc)
+        else:
+            yield from finish(run, WorkflowStatus.ERROR, None, encode_error(exc))
+        raise exc
+    try:
+        output, value = run.keep(outcome.value, f"the output of workflow {defn.name!r}", defn.fn)
+    except SerializationError as error:
+        yield from finish(run, WorkflowStatus.ERROR, None, encode_error(error))
+        raise
+    run.settings.crash_point("before_workflow_finish")
+    yield from finish(run, WorkflowStatus.SUCCESS, output, None)
+    return value
+
+
+def _stop(run: Run, defn: WorkflowDef, stop: WorkflowInterrupted) -> Gen[WorkflowCancelledError]:
+    """Finish a run that was asked to stop: cancel its descendants, undo what it did (its
+    compensations, in reverse), then record CANCELLED. Returns the error for the caller."""
+    error: WorkflowCancelledError = (
+        WorkflowTimeoutError(run.workflow_id, defn.timeout)
+        if stop.timed_out
+        else WorkflowCancelledError(run.workflow_id, stop.reason)
+    )
+    run.stopping = True
+    text = encode_error(error)
+    # Children still running stop too (a timeout is a cancel of the whole tree).
+    yield from cancel_tree(run.workflow_id, stop.reason, text)
+    if run.compensations:
+        yield from compensate(run, error, WorkflowStatus.CANCELLED)
+    else:
+        yield from finish(run, WorkflowStatus.CANCELLED, None, text)
+    logger.info("workflow %s stopped: %s", run.workflow_id, stop.reason)
+    return error
+
+
+# How many times a cancel asks again for workflows whose row changed between its read and
+# its write (each time, another claim, suspend or finish won the race; a few rounds settle).
+CANCEL_ROUNDS = 10
+
+
+def cancel_tree(workflow_id: str, reason: str, error: str) -> Gen[list[dict[str, Any]]]:
+    """Cancel a workflow and its descendants; returns the rows written (id, status after,
+    epoch). The tree is walked down a level per statement, as a schema sharded by workflow
+    id cannot run a recursive query over parent_id; the cancel itself is a compare-and-set
+    per workflow (cancel_workflows), asked again for those whose row changed meanwhile."""
+    tree, level = [workflow_id], [workflow_id]
+    seen = {workflow_id}
+    while level:
+        rows = yield Execute("children_of", {"workflow_ids": level}, "all")
+        level = [r["workflow_id"] for r in rows if r["workflow_id"] not in seen]
+        seen.update(level)
+        tree += level
+    done: list[dict[str, Any]] = []
+    todo = tree
+    for _ in range(CANCEL_ROUNDS):
+        rows = yield Execute(
+            "cancel_workflows", {"workflow_ids": todo, "reason": reason, "error": error}, "all"
+        )
+        done += [r for r in rows if r["settled"]]
+        todo = [r["workflow_id"] for r in rows if not r["settled"]]
+        if not todo:
+            break
+    return done
+
+
+def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | None) -> Gen[None]:
+    """Write the outcome and release ownership (a barrier first). In exit mode the records
+    the run still holds go with the outcome, in one statement and one commit: a crash
+    before it loses both (the pure steps run again), after it neither."""
+    params = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "status": status.value,
+        "output": output,
+        "error": error,
+    }
+    if run.mode == "exit" and run.pending:
+        rows, run.pending = run.pending, []
+        written = yield WriteSteps(rows, params)
+        if len(written) < len(rows):
+            raise StaleOwnerError(run.workflow_id, run.epoch)
+        return
+    yield from barrier(run)
+    _fenced((yield Execute("finish_workflow", params)), run)
+
+
+def compensate(
+    run: Run, failure: Exception, final: WorkflowStatus = WorkflowStatus.COMPENSATED
+) -> Gen[None]:
+    """Undo applied effects in reverse order, each an effect with its own key, then finish.
+
+    A crash here is safe: on recovery the workflow replays to the same failure, the
+    compensations already applied replay from the journal, and the rest run."""
+    failed_step: str | None = None
+    error: Exception | None = None
+    for undo, args, kwargs in reversed(run.compensations):
+        outcome: Outcome = yield Call(undo, args, kwargs)
+        exc = outcome.error
+        if exc is None:
+            continue
+        if isinstance(exc, StaleOwnerError | DatabaseUnavailableError):
+            raise exc
+        failed_step = getattr(getattr(undo, "__durable_step__", None), "name", repr(undo))
+        error = exc
+        break
+    run.compensations.clear()
+    if error is None:
+        text = encode_error(failure)
+        if final is WorkflowStatus.CANCELLED:
+            # Resume refuses a workflow whose undo ran (it would replay the effects on top
+            # of their undo); the stored error says so.
+            text = json.dumps({**json.loads(text), "compensated": True})
+        yield from finish(run, final, None, text)
+        return
+    detail = json.loads(encode_error(error))
+    detail["message"] = f"compensation {failed_step!r} failed: {detail['message']}"
+    detail["failed_compensation"] = failed_step
+    detail["original_error"] = json.loads(encode_error(failure))
+    yield from finish(run, WorkflowStatus.COMPENSATION_FAILED, None, json.dumps(detail))
+
+
+def register_compensation(run: Run, undo: Callable[..., Any], args: Any, kwargs: Any) -> None:
+    run.compensations.append((undo, tuple(args), dict(kwargs)))
