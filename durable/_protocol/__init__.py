@@ -26,6 +26,7 @@ The package is split by concept, one module per kind of decision:
 - `workflow`: a run's body and outcome: finish, cancel, compensations.
 - `gates`: the gate approvals and the budget share.
 - `budget`: the budget gate, the hard cap, what is left.
+- `transitions`: the status machines of effects and workflows, as tables.
 - `waits`: durable sleep and receiving messages.
 - `streams`: events, streams, working state and conversation turns.
 
@@ -109,6 +110,19 @@ from durable._protocol.streams import (
     set_state,
     write_stream,
 )
+from durable._protocol.transitions import (
+    EFFECT_EVENTS,
+    EFFECT_NEVER_WRITTEN,
+    EFFECT_TRANSITIONS,
+    FINISHED_BY_A_RUN,
+    WORKFLOW_EVENTS,
+    WORKFLOW_NEVER_WRITTEN,
+    WORKFLOW_TRANSITIONS,
+    TransitionError,
+    allowed,
+    assert_transition,
+    is_settled,
+)
 from durable._protocol.waits import (
     SLEEP_IN_PLACE,
     recv,
@@ -127,8 +141,15 @@ __all__ = [
     "ABORTED",
     "CANCEL_ROUNDS",
     "CONFLICT_ATTEMPTS",
+    "EFFECT_EVENTS",
+    "EFFECT_NEVER_WRITTEN",
+    "EFFECT_TRANSITIONS",
+    "FINISHED_BY_A_RUN",
     "SLEEP_IN_PLACE",
     "TIMEOUT_REASON",
+    "WORKFLOW_EVENTS",
+    "WORKFLOW_NEVER_WRITTEN",
+    "WORKFLOW_TRANSITIONS",
     "AppBegin",
     "AppCall",
     "AppEnd",
@@ -149,9 +170,12 @@ __all__ = [
     "RunChild",
     "Settings",
     "StepScope",
+    "TransitionError",
     "WriteSteps",
+    "allowed",
     "append_turn",
     "approval",
+    "assert_transition",
     "barrier",
     "budget_gate",
     "budget_left",
@@ -167,6 +191,7 @@ __all__ = [
     "encode_error",
     "finish",
     "gate",
+    "is_settled",
     "open_ledger",
     "over_cap",
     "rebuild_error",

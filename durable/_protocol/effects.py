@@ -4,7 +4,8 @@ An effect writes its intent before it calls the outside world, marks itself pend
 each attempt, and settles as applied or failed in the same statement as its journal row.
 On a resumed run the stored state decides: applied replays, failed raises again, pending
 is reconciled (the user's function asks the outside world) or called again with the same
-idempotency key; a key reused with another effect or other parameters is refused.
+idempotency key; a key reused with another effect or other parameters is refused. The
+statuses and the moves between them are the table in `transitions.py`.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from durable._protocol.gates import approval
 from durable._protocol.journal import barrier, encode_error, rebuild_error, record, replay, restore
 from durable._protocol.ops import Call, Execute, Gen, Outcome, Pause, StepScope
 from durable._protocol.run import Run, _fenced, check_interrupt, stop_reason
+from durable._protocol.transitions import EFFECT_TRANSITIONS, assert_transition
 from durable._protocol.workflow import register_compensation
 from durable.errors import ApprovalDeniedError, IdempotencyKeyReusedError, StaleOwnerError
 
@@ -189,7 +191,10 @@ def _settle(
     started: dt.datetime,
     reconciled: bool,
 ) -> Gen[None]:
-    """The effect's outcome and its journal row, in one statement fenced by epoch."""
+    """The effect's outcome and its journal row, in one statement fenced by epoch. An
+    effect is settled from pending: its intent row is written pending, and a pending row
+    is what reconciliation settles."""
+    assert_transition(EFFECT_TRANSITIONS, EffectStatus.PENDING, status)
     written = yield Execute(
         "settle_effect",
         {

@@ -20,6 +20,7 @@ from durable._protocol.budget import open_ledger
 from durable._protocol.journal import barrier, encode_error
 from durable._protocol.ops import Call, Execute, Gen, Join, Outcome, WriteSteps
 from durable._protocol.run import Run, _fenced
+from durable._protocol.transitions import WORKFLOW_TRANSITIONS, assert_transition
 from durable.errors import (
     DatabaseUnavailableError,
     SerializationError,
@@ -134,7 +135,9 @@ def cancel_tree(workflow_id: str, reason: str, error: str) -> Gen[list[dict[str,
 def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | None) -> Gen[None]:
     """Write the outcome and release ownership (a barrier first). In exit mode the records
     the run still holds go with the outcome, in one statement and one commit: a crash
-    before it loses both (the pure steps run again), after it neither."""
+    before it loses both (the pure steps run again), after it neither. The statement is
+    fenced on the run's claim, so the outcome follows RUNNING."""
+    assert_transition(WORKFLOW_TRANSITIONS, WorkflowStatus.RUNNING, status)
     params = {
         "workflow_id": run.workflow_id,
         "epoch": run.epoch,
