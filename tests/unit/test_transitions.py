@@ -248,7 +248,7 @@ def test_every_statement_that_writes_a_status_is_listed_and_read_right(
         expression, rest = _set_status(text, table_name)
         parsed = _targets(expression, text, states)
         if parsed is None:  # the core's value: held to the table by the core's own checks
-            assert targets in (t.FINISHED_BY_A_RUN, SETTLED), name
+            assert targets == set(t.FINISHED_BY_A_RUN) or targets == set(SETTLED), name
         else:
             assert parsed == targets, name
         # The statuses a move starts from are ones the statement tests for.
@@ -290,10 +290,12 @@ def test_the_core_finishes_and_settles_only_with_statuses_the_table_allows() -> 
     (workflow.py) and an effect's settlement (effects.py)."""
     # RUNNING: the status an outcome follows (finish checks the move from it).
     named = _status_arguments("workflow.py", "WorkflowStatus") - {"RUNNING"}
-    finished = {W[name] for name in named}
+    finished = {WorkflowStatus[name] for name in named}
     assert finished <= t.FINISHED_BY_A_RUN
     assert t.FINISHED_BY_A_RUN <= t.WORKFLOW_TRANSITIONS[W.RUNNING]
     # PENDING: the status a settlement follows (_settle checks the move from it).
-    settled = {E[name] for name in _status_arguments("effects.py", "EffectStatus")} - {E.PENDING}
+    settled = {EffectStatus[n] for n in _status_arguments("effects.py", "EffectStatus")} - {
+        E.PENDING
+    }
     assert settled == SETTLED
     assert all(t.allowed(t.EFFECT_TRANSITIONS, E.PENDING, s) for s in SETTLED)
