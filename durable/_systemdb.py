@@ -28,7 +28,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from durable import _citus, _migrate
-from durable._protocol import conflict_backoff
+from durable._protocol import AppFault, Fault, conflict_backoff
 from durable._runio import RunIO
 from durable._runio_async import AsyncRunIO
 from durable._runio_base import _READ_ONLY, Counters
@@ -890,10 +890,16 @@ class Tx:
         return rows
 
 
-def app_error_fault(exc: BaseException) -> str | None:
-    """How an error from the application database looks to the protocol: "lost" (the
-    connection), "fence" (the run lost its workflow: fence_lost), "conflict" (retry the
-    transaction), "unique:<constraint>" (a unique violation), "read_only" (a write refused:
+_LOST = AppFault(Fault.LOST)
+_FENCE = AppFault(Fault.FENCE)
+_CONFLICT = AppFault(Fault.CONFLICT)
+_READ_ONLY_FAULT = AppFault(Fault.READ_ONLY)
+
+
+def app_error_fault(exc: BaseException) -> AppFault | None:
+    """How an error from the application database looks to the protocol (an AppFault):
+    LOST (the connection), FENCE (the run lost its workflow: fence_lost), CONFLICT (retry
+    the transaction), UNIQUE with the violated constraint, READ_ONLY (a write refused:
     the server is a standby, or the transaction was made read-only), or None. The error
     may be psycopg's or SQLAlchemy's wrapping of it."""
     import sqlalchemy.exc
@@ -904,14 +910,14 @@ def app_error_fault(exc: BaseException) -> str | None:
         orig, invalidated = exc.orig, exc.connection_invalidated
     if isinstance(orig, psycopg.Error):
         if orig.sqlstate == FENCE_LOST:
-            return "fence"
+            return _FENCE
         if orig.sqlstate == _READ_ONLY:
-            return "read_only"
+            return _READ_ONLY_FAULT
         if isinstance(orig, psycopg.errors.UniqueViolation):
-            return f"unique:{orig.diag.constraint_name}"
+            return AppFault(Fault.UNIQUE, orig.diag.constraint_name)
         if invalidated or is_outage(orig):
-            return "lost"
-        return "conflict" if is_conflict(orig) else None
+            return _LOST
+        return _CONFLICT if is_conflict(orig) else None
     if invalidated:
-        return "lost"
-    return "conflict" if is_conflict(exc) else None
+        return _LOST
+    return _CONFLICT if is_conflict(exc) else None

@@ -21,6 +21,7 @@ The package is split by concept, one module per kind of decision:
 - `run`: `Settings`, `Run` and `Journal`; when a run must stop or prove its claim.
 - `journal`: replay, errors as stored, journal writes and durability barriers.
 - `steps`: @step, @durable.tool and @transaction.
+- `faults`: what an application-database error means to a transaction step.
 - `effects`: @effect's write-ahead state machine.
 - `children`: child workflows.
 - `workflow`: a run's body and outcome: finish, cancel, compensations.
@@ -55,6 +56,7 @@ from durable._protocol.children import (
 from durable._protocol.effects import (
     effect,
 )
+from durable._protocol.faults import TRANSACTION_OUTPUTS_TAKEN, AppFault, Fault
 from durable._protocol.gates import (
     approval,
     gate,
@@ -147,6 +149,7 @@ __all__ = [
     "FINISHED_BY_A_RUN",
     "SLEEP_IN_PLACE",
     "TIMEOUT_REASON",
+    "TRANSACTION_OUTPUTS_TAKEN",
     "WORKFLOW_EVENTS",
     "WORKFLOW_NEVER_WRITTEN",
     "WORKFLOW_TRANSITIONS",
@@ -154,10 +157,12 @@ __all__ = [
     "AppCall",
     "AppEnd",
     "AppExecute",
+    "AppFault",
     "AwaitWriter",
     "Call",
     "Enqueue",
     "Execute",
+    "Fault",
     "Fetch",
     "Gen",
     "Join",

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from durable._models import Ledger, StepRecord
+from durable._protocol.faults import AppFault
 from durable._protocol.ops import Execute, StepScope
 from durable.errors import NondeterminismError, StaleOwnerError, WorkflowInterrupted
 from durable.serialization import Serializer, dumps_checked, faithful, return_type
@@ -62,7 +63,7 @@ def _no_request(workflow_id: str, epoch: int) -> str | None:
     return None
 
 
-def _no_fault(exc: BaseException) -> str | None:
+def _no_fault(exc: BaseException) -> AppFault | None:
     return None
 
 
@@ -82,9 +83,9 @@ class Settings:
     crash_point: called at the worst moments of a run; crash tests arm it to SIGKILL.
     cancel_request: the reason this executor was asked to stop a run (a workflow at an
         epoch: a request for an earlier run of a resumed workflow is not this run's).
-    classify_app_error: how the driver sees an application-database error: "lost" (the
-        connection), "conflict" (a serialization failure or deadlock: retry the
-        transaction), "unique:<constraint>", or None.
+    classify_app_error: how the driver sees an application-database error: an AppFault
+        (lost connection, refused fence, conflict to retry, write refused as read-only,
+        unique violation with its constraint), or None.
     stream_channel: the NOTIFY channel that wakes stream readers.
     executor_id: the executor running the runs (an attribute of their spans).
     lease_seconds: how long a claim holds without renewal (see reclaim).
@@ -97,7 +98,7 @@ class Settings:
     compensation_of: Callable[[str], Callable[..., Any] | None] = _no_compensation
     crash_point: Callable[[str], None] = _never_crash
     cancel_request: Callable[[str, int], str | None] = _no_request
-    classify_app_error: Callable[[BaseException], str | None] = _no_fault
+    classify_app_error: Callable[[BaseException], AppFault | None] = _no_fault
     stream_channel: str = "durable_streams"
     executor_id: str = ""
     lease_seconds: float = 30.0

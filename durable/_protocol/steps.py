@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable._models import Ledger, StepKind
 from durable._protocol.budget import _cap_gate, budget_gate
+from durable._protocol.faults import TRANSACTION_OUTPUTS_TAKEN, Fault
 from durable._protocol.journal import barrier, encode_error, record, replay, restore
 from durable._protocol.ops import (
     ABORTED,
@@ -289,11 +290,12 @@ def transaction(
             if not isinstance(exc, Exception) or isinstance(exc, _PASS_THROUGH):
                 raise
             fault = settings.classify_app_error(exc)
-            if fault == "read_only":
+            kind = None if fault is None else fault.kind
+            if kind is Fault.READ_ONLY:
                 # A standby mid-failover refuses writes with the same error as a
                 # transaction the step's code made read-only: ask the server which.
                 if (yield from _app_refuses_writes()):
-                    fault = "lost"
+                    kind = Fault.LOST
                 elif recording:
                     # The user's code succeeded; the record could not follow it.
                     misuse = TransactionStepError(
@@ -307,17 +309,17 @@ def transaction(
                         run, seq, defn.name, StepKind.TRANSACTION, None, error, 1, started
                     )
                     raise misuse from exc
-            if fault == "conflict" and attempt < CONFLICT_ATTEMPTS:
+            if kind is Fault.CONFLICT and attempt < CONFLICT_ATTEMPTS:
                 # A serialization failure or a deadlock (SERIALIZABLE isolation, or
                 # CockroachDB's default): everything rolled back, the user's writes and
                 # the record alike, so the whole transaction runs again, as the database
                 # asks. Nothing of the failed attempt was journaled.
                 yield Pause(conflict_backoff(attempt))
                 continue
-            if fault == "fence" or (separate and fault == "unique:transaction_outputs_pkey"):
+            if kind is Fault.FENCE or (separate and fault == TRANSACTION_OUTPUTS_TAKEN):
                 # Another owner recorded this position first: our writes rolled back.
                 raise StaleOwnerError(run.workflow_id, run.epoch) from exc
-            if fault == "lost":
+            if kind is Fault.LOST:
                 # The commit may or may not have landed: interrupted, not failed. Recovery
                 # adopts the app-side record if it did (separate database), or finds
                 # neither.

@@ -10,7 +10,17 @@ import pytest
 
 from durable import _protocol as protocol
 from durable._models import Budget, StepKind
-from durable._protocol import AppBegin, AppCall, Call, Outcome, RunChild, decode_error
+from durable._protocol import (
+    TRANSACTION_OUTPUTS_TAKEN,
+    AppBegin,
+    AppCall,
+    AppFault,
+    Call,
+    Fault,
+    Outcome,
+    RunChild,
+    decode_error,
+)
 from durable._registry import StepDef
 from durable.errors import (
     DatabaseUnavailableError,
@@ -40,6 +50,10 @@ from tests.unit.scripted import (
     step_def,
     workflow_def,
 )
+
+FENCE = AppFault(Fault.FENCE)
+READ_ONLY = AppFault(Fault.READ_ONLY)
+LOST = AppFault(Fault.LOST)
 
 
 def body() -> str:
@@ -365,7 +379,7 @@ def test_same_database_transaction_records_inside_the_users_transaction() -> Non
 
 def test_same_database_fence_refusal_rolls_back() -> None:
     lost = RuntimeError("run 3 of workflow wf no longer owns it")
-    run = make_run(classify_app_error=lambda exc: "fence" if exc is lost else None)
+    run = make_run(classify_app_error=lambda exc: FENCE if exc is lost else None)
     script = Script(statements={"record_step_in_app": Raise(lost)})
     with pytest.raises(StaleOwnerError) as info:
         script.run(protocol.transaction(run, txn(), (1,), {}))
@@ -402,7 +416,7 @@ def test_a_transaction_left_in_error_by_the_steps_code_fails_the_step() -> None:
 
 def read_only_run(refuses: Any) -> tuple[Any, Script, BaseException]:
     refused = RuntimeError("cannot execute INSERT in a read-only transaction")
-    run = make_run(classify_app_error=lambda exc: "read_only" if exc is refused else None)
+    run = make_run(classify_app_error=lambda exc: READ_ONLY if exc is refused else None)
     answers: dict[str, Any] = {"record_step_in_app": Raise(refused)}
     answers["app_refuses_writes"] = refuses
     return run, Script(statements=answers), refused
@@ -504,9 +518,7 @@ def test_separate_database_key_conflict_means_another_owner() -> None:
     conflict = UniqueViolation("duplicate key")
     run = make_run(
         app_separate=True,
-        classify_app_error=lambda exc: (
-            "unique:transaction_outputs_pkey" if exc is conflict else None
-        ),
+        classify_app_error=lambda exc: TRANSACTION_OUTPUTS_TAKEN if exc is conflict else None,
     )
     script = Script(statements={"app_record_transaction": Raise(conflict)})
     with pytest.raises(StaleOwnerError) as info:
@@ -518,7 +530,7 @@ def test_separate_database_key_conflict_means_another_owner() -> None:
 
 def test_same_database_connection_lost_is_database_unavailable() -> None:
     lost = ConnectionError("server closed the connection")
-    run = make_run(classify_app_error=lambda exc: "lost" if exc is lost else None)
+    run = make_run(classify_app_error=lambda exc: LOST if exc is lost else None)
 
     def dropped(conn: Any, cents: int) -> None:
         raise lost
@@ -544,9 +556,7 @@ def test_separate_database_adopts_the_first_calls_app_side_record() -> None:
     run = make_run(
         first_run=False,
         app_separate=True,
-        classify_app_error=lambda exc: (
-            "unique:transaction_outputs_pkey" if exc is conflict else None
-        ),
+        classify_app_error=lambda exc: TRANSACTION_OUTPUTS_TAKEN if exc is conflict else None,
     )
     row = {"step_name": "move_money", "output": '{"moved":9}'}
     script = Script(
