@@ -189,50 +189,51 @@ def drive(run: Run, gen: Gen[T]) -> T:
             try:
                 op = gen.send(value) if error is None else gen.throw(error)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                result: T = stop.value  # what the generator returned, typed by Gen[T]
+                return result
             value = error = None
-            kind = type(op)
             try:
-                if kind is Execute:
-                    if op.name == "finish_workflow":  # type: ignore[union-attr]
+                # A statement is handed on by its operation's `op.name` (never SQL text).
+                match op:
+                    case Execute(name="finish_workflow"):
                         # Outcomes of runs finishing together share a commit.
-                        value = db.finishes.finish(conn, op.params)  # type: ignore[union-attr]
-                    else:
-                        value = db.run_on(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
-                elif kind is Call:
-                    _prove_claim(run, db, conn)
-                    value = _call(op.fn, op.args, op.kwargs, op.scope, run)  # type: ignore[union-attr]
-                elif kind is WriteSteps:
-                    value = db.write_steps(conn, op.rows, op.finish)  # type: ignore[union-attr]
-                elif kind is Enqueue:
-                    assert host.writer is not None
-                    host.writer.put(op.row)  # type: ignore[union-attr]
-                elif kind is AwaitWriter:
-                    if host.writer is not None:
-                        host.writer.wait(run.workflow_id, run.epoch)
-                elif kind is Pause:
-                    time.sleep(op.seconds)  # type: ignore[union-attr]
-                elif kind is RunChild:
-                    value = _run_child(host, op)  # type: ignore[arg-type]
-                elif kind is AppBegin:
-                    app = _AppTransaction(host, op.isolation_level)  # type: ignore[union-attr]
-                elif kind is AppExecute:
-                    assert app is not None
-                    value = db.app_run(app.conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
-                elif kind is AppCall:
-                    assert app is not None
-                    _prove_claim(run, db, conn)
-                    value = _call(op.fn, (app.conn, *op.args), op.kwargs, op.scope, run)  # type: ignore[union-attr]
-                elif kind is AppEnd:
-                    if app is not None:
-                        ending, app = app, None
-                        value = ending.end(op.commit, op.last, db)  # type: ignore[union-attr]
-                elif kind is Join:
-                    pass  # a sync run has no branches
-                elif kind is Park:
-                    value = False  # nor a sibling to wait for
-                else:  # pragma: no cover - a protocol bug
-                    raise TypeError(f"unknown protocol operation {op!r}")
+                        value = db.finishes.finish(conn, op.params)
+                    case Execute():
+                        value = db.run_on(conn, op.name, op.params, op.fetch)
+                    case Call(fn=fn, args=args, kwargs=kwargs, scope=scope):
+                        _prove_claim(run, db, conn)
+                        value = _call(fn, args, kwargs, scope, run)
+                    case WriteSteps(rows=rows, finish=finish):
+                        value = db.write_steps(conn, rows, finish)
+                    case Enqueue(row=row):
+                        assert host.writer is not None
+                        host.writer.put(row)
+                    case AwaitWriter():
+                        if host.writer is not None:
+                            host.writer.wait(run.workflow_id, run.epoch)
+                    case Pause(seconds=seconds):
+                        time.sleep(seconds)
+                    case RunChild():
+                        value = _run_child(host, op)
+                    case AppBegin(isolation_level=isolation_level):
+                        app = _AppTransaction(host, isolation_level)
+                    case AppExecute():
+                        assert app is not None
+                        value = db.app_run(app.conn, op.name, op.params, op.fetch)
+                    case AppCall(fn=fn, args=args, kwargs=kwargs, scope=scope):
+                        assert app is not None
+                        _prove_claim(run, db, conn)
+                        value = _call(fn, (app.conn, *args), kwargs, scope, run)
+                    case AppEnd(commit=commit, last=last):
+                        if app is not None:
+                            ending, app = app, None
+                            value = ending.end(commit, last, db)
+                    case Join():
+                        pass  # a sync run has no branches
+                    case Park():
+                        value = False  # nor a sibling to wait for
+                    case _:  # pragma: no cover - a protocol bug
+                        raise TypeError(f"unknown protocol operation {op!r}")
             except BaseException as exc:
                 error = exc
     finally:

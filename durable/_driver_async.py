@@ -195,69 +195,73 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
             try:
                 op = gen.send(value) if error is None else gen.throw(error)
             except StopIteration as stop:
-                return stop.value  # type: ignore[no-any-return]
+                result: T = stop.value  # what the generator returned, typed by Gen[T]
+                return result
             value = error = None
-            kind = type(op)
             try:
-                if kind is Execute:
-                    if op.serial:  # type: ignore[union-attr]
+                # Statements and the writer's queue: on the lease, nothing waits. A
+                # statement is handed on by its operation's `op.name` (never SQL text).
+                match op:
+                    case Execute(serial=True):
                         if branches.serial.locked():
                             await lease.release()  # the branch whose turn it is may need it
                         async with branches.serial:
                             conn = await lease.get()
-                            value = await db.run_on_async(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
+                            value = await db.run_on_async(conn, op.name, op.params, op.fetch)
                         continue
-                    conn = await lease.get()
-                    value = await db.run_on_async(conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
-                    continue
-                if kind is WriteSteps:
-                    conn = await lease.get()
-                    value = await db.write_steps_async(conn, op.rows, op.finish)  # type: ignore[union-attr]
-                    continue
-                if kind is Enqueue:
-                    assert host.writer is not None
-                    host.writer.put(op.row)  # type: ignore[union-attr]
-                    continue
-                if kind is Call or kind is AppCall:
-                    if run.parked:  # a sibling parked the run: its record would be refused
-                        raise WorkflowSuspended(run.workflow_id)
-                    await _prove_claim(run, db, lease)
+                    case Execute():
+                        conn = await lease.get()
+                        value = await db.run_on_async(conn, op.name, op.params, op.fetch)
+                        continue
+                    case WriteSteps(rows=rows, finish=finish):
+                        conn = await lease.get()
+                        value = await db.write_steps_async(conn, rows, finish)
+                        continue
+                    case Enqueue(row=row):
+                        assert host.writer is not None
+                        host.writer.put(row)
+                        continue
+                    case Call() | AppCall():
+                        if run.parked:  # a sibling parked the run: its record would be refused
+                            raise WorkflowSuspended(run.workflow_id)
+                        await _prove_claim(run, db, lease)
                 await lease.release()  # what follows may wait: hold no connection meanwhile
-                if kind is Call and op.body:  # type: ignore[union-attr]
-                    branches.body = task
-                    with branches.idle(task):  # waits on its branches, runs none itself
-                        value = await _call(run, op)  # type: ignore[arg-type]
-                elif kind is Call:
-                    value = await _call(run, op)  # type: ignore[arg-type]
-                elif kind is Park:
-                    with branches.idle(task):
-                        value = await branches.park(run, task)
-                    parking = not value
-                elif kind is AwaitWriter:
-                    if host.writer is not None:
-                        await asyncio.to_thread(host.writer.wait, run.workflow_id, run.epoch)
-                elif kind is Pause:
-                    await asyncio.sleep(op.seconds)  # type: ignore[union-attr]
-                elif kind is RunChild:
-                    value = await _run_child(host, op)  # type: ignore[arg-type]
-                elif kind is AppBegin:
-                    app = _AppTransaction(host, op.isolation_level)  # type: ignore[union-attr]
-                    await app.begin()
-                elif kind is AppExecute:
-                    assert app is not None and app.conn is not None
-                    value = await db.app_run_async(app.conn, op.name, op.params, op.fetch)  # type: ignore[union-attr]
-                elif kind is AppCall:
-                    assert app is not None
-                    value = await _call(run, op, (app.conn, *op.args))  # type: ignore[union-attr, arg-type]
-                elif kind is AppEnd:
-                    if app is not None:
-                        ending, app = app, None
-                        value = await ending.end(op.commit, op.last, db)  # type: ignore[union-attr]
-                elif kind is Join:
-                    with branches.idle(task):
-                        await _join(run)
-                else:  # pragma: no cover - a protocol bug
-                    raise TypeError(f"unknown protocol operation {op!r}")
+                match op:
+                    case Call(body=True):
+                        branches.body = task
+                        with branches.idle(task):  # waits on its branches, runs none itself
+                            value = await _call(run, op)
+                    case Call():
+                        value = await _call(run, op)
+                    case Park():
+                        with branches.idle(task):
+                            value = await branches.park(run, task)
+                        parking = not value
+                    case AwaitWriter():
+                        if host.writer is not None:
+                            await asyncio.to_thread(host.writer.wait, run.workflow_id, run.epoch)
+                    case Pause(seconds=seconds):
+                        await asyncio.sleep(seconds)
+                    case RunChild():
+                        value = await _run_child(host, op)
+                    case AppBegin(isolation_level=isolation_level):
+                        app = _AppTransaction(host, isolation_level)
+                        await app.begin()
+                    case AppExecute():
+                        assert app is not None and app.conn is not None
+                        value = await db.app_run_async(app.conn, op.name, op.params, op.fetch)
+                    case AppCall(args=args):
+                        assert app is not None
+                        value = await _call(run, op, (app.conn, *args))
+                    case AppEnd(commit=commit, last=last):
+                        if app is not None:
+                            ending, app = app, None
+                            value = await ending.end(commit, last, db)
+                    case Join():
+                        with branches.idle(task):
+                            await _join(run)
+                    case _:  # pragma: no cover - a protocol bug
+                        raise TypeError(f"unknown protocol operation {op!r}")
             except BaseException as exc:
                 error = exc
                 if lease.held:
