@@ -195,14 +195,15 @@ def drive(run: Run, gen: Gen[T]) -> T:
             try:
                 # A statement is handed on by its operation's `op.name` (never SQL text).
                 match op:
-                    case Execute(name="finish_workflow"):
-                        # Outcomes of runs finishing together share a commit.
-                        value = db.finishes.finish(conn, op.params)
                     case Execute():
-                        value = db.run_on(conn, op.name, op.params, op.fetch)
-                    case Call(fn=fn, args=args, kwargs=kwargs, scope=scope):
+                        if op.name == "finish_workflow":
+                            # Outcomes of runs finishing together share a commit.
+                            value = db.finishes.finish(conn, op.params)
+                        else:
+                            value = db.run_on(conn, op.name, op.params, op.fetch)
+                    case Call():
                         _prove_claim(run, db, conn)
-                        value = _call(fn, args, kwargs, scope, run)
+                        value = _call(op.fn, op.args, op.kwargs, op.scope, run)
                     case WriteSteps(rows=rows, finish=finish):
                         value = db.write_steps(conn, rows, finish)
                     case Enqueue(row=row):
