@@ -717,6 +717,8 @@ class Client:
             match op:
                 case lifecycle.ReadEvent():
                     return self._event(op.workflow_id, op.key)
+                case lifecycle.Now():
+                    return time.monotonic()
                 case lifecycle.Sleep():
                     time.sleep(op.seconds)
                     return None
@@ -837,6 +839,8 @@ class Client:
             match op:
                 case lifecycle.ReadEvent():
                     return await asyncio.to_thread(self._event, op.workflow_id, op.key)
+                case lifecycle.Now():
+                    return time.monotonic()
                 case lifecycle.Sleep():
                     await asyncio.sleep(op.seconds)
                     return None

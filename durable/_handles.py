@@ -81,6 +81,8 @@ class WorkflowHandle:
                     return bool(done)
                 case lifecycle.Finished():
                     return self._client.finished(op.workflow_id)
+                case lifecycle.Now():
+                    return time.monotonic()
                 case lifecycle.Sleep():
                     time.sleep(op.seconds)
                     return None
@@ -138,6 +140,8 @@ class AsyncWorkflowHandle:
                     return bool(done)
                 case lifecycle.Finished():
                     return await asyncio.to_thread(self._client.finished, op.workflow_id)
+                case lifecycle.Now():
+                    return time.monotonic()
                 case lifecycle.Sleep():
                     await asyncio.sleep(op.seconds)
                     return None

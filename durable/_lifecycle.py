@@ -15,7 +15,6 @@ generators with plain functions.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Awaitable, Callable, Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -129,6 +128,11 @@ class WaitLocal:
 
 
 @dataclass(frozen=True)
+class Now:
+    """The host's monotonic clock, in seconds (the core owns no clock): for deadlines."""
+
+
+@dataclass(frozen=True)
 class ReadEvent:
     """One look at the latest value a workflow published under `key`. Answer: (True, the
     value) if there is one, else (False, None)."""
@@ -150,6 +154,7 @@ Op = (
     | LaunchClaim
     | WaitLocal
     | ReadEvent
+    | Now
 )
 Life = Generator[Op, Any, T]
 
@@ -212,7 +217,7 @@ def result(workflow_id: str, timeout: float | None, local: bool) -> Life[Any]:
     ResultTimeoutError after `timeout` seconds (it keeps running). `local`: this process
     runs it, so its run is waited for first; the value is read from the database all the
     same, so it is the same in every process."""
-    deadline = None if timeout is None else time.monotonic() + timeout
+    deadline = None if timeout is None else (yield Now()) + timeout
     if local and not (yield WaitLocal(timeout)):
         raise ResultTimeoutError(workflow_id, timeout or 0.0)
     delay = POLL_MIN
@@ -222,7 +227,7 @@ def result(workflow_id: str, timeout: float | None, local: bool) -> Life[Any]:
             return value
         wait = delay
         if deadline is not None:
-            left = deadline - time.monotonic()
+            left = deadline - (yield Now())
             if left <= 0:
                 raise ResultTimeoutError(workflow_id, timeout or 0.0)
             wait = min(delay, left)
@@ -233,13 +238,14 @@ def result(workflow_id: str, timeout: float | None, local: bool) -> Life[Any]:
 def event(workflow_id: str, key: str, timeout: float) -> Life[Any]:
     """The latest value a workflow published under `key`, looking again (backing off)
     for up to `timeout` seconds until there is one; None if there is none by then."""
-    deadline = time.monotonic() + timeout
+    deadline = (yield Now()) + timeout
     delay = POLL_MIN
     while True:
         found, value = yield ReadEvent(workflow_id, key)
-        if found or time.monotonic() >= deadline:
+        now = yield Now()
+        if found or now >= deadline:
             return value
-        yield Sleep(min(delay, max(0.0, deadline - time.monotonic())))
+        yield Sleep(min(delay, max(0.0, deadline - now)))
         delay = min(POLL_MAX, delay * 2)
 
 

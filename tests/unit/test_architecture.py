@@ -1,7 +1,8 @@
 """The shape of the package, checked on its source (no database, nothing imported).
 
-- No import cycle among durable's modules (imports inside functions count; imports under
-  `if TYPE_CHECKING:` do not, since they never run).
+- No import cycle among durable's modules, of any kind: imports inside functions and
+  imports under `if TYPE_CHECKING:` count too (a type-only import still ties two modules:
+  each must be read to understand the other).
 - The pure core (every module of the `_protocol` package) imports no database driver, no
   clock, no threads.
 - SQL text runs only in `_systemdb.py` and the run I/O it mixes in (`_runio_async.py`, and
@@ -44,34 +45,14 @@ def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text("utf-8"), filename=str(path))
 
 
-def _is_type_checking(node: ast.If) -> bool:
-    test = node.test
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def _runtime_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    found: list[ast.Import | ast.ImportFrom] = []
-
-    def visit(node: ast.AST) -> None:
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _is_type_checking(child):
-                for other in child.orelse:
-                    visit(other)
-                continue
-            if isinstance(child, ast.Import | ast.ImportFrom):
-                found.append(child)
-            visit(child)
-
-    visit(tree)
-    return found
+def _all_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    return [n for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom)]
 
 
 def _imported_modules(module: str, tree: ast.Module) -> set[str]:
-    """The durable modules `module` imports at run time."""
+    """The durable modules `module` imports, at run time or for type checking alike."""
     out: set[str] = set()
-    for node in _runtime_imports(tree):
+    for node in _all_imports(tree):
         if isinstance(node, ast.Import):
             out |= {a.name for a in node.names if a.name in MODULES}
             continue
@@ -142,12 +123,18 @@ def test_the_protocol_is_pure() -> None:
         "durable._recovery",
         "durable._durability",
         "durable._embedded",
+        "durable._driver_async",
+        "durable._async_host",
+        "durable._runio",
+        "durable._runio_async",
+        "durable._handles",
     }
-    core = sorted((PACKAGE / "_protocol").glob("*.py"))
-    assert len(core) > 1, "the core is the _protocol package"
+    # The core: the run's decisions (the _protocol package) and the lifecycle around a run.
+    core = [*sorted((PACKAGE / "_protocol").glob("*.py")), PACKAGE / "_lifecycle.py"]
+    assert len(core) > 2, "the core is the _protocol package and _lifecycle.py"
     for path in core:
         tree = _tree(path)
-        where = f"_protocol/{path.name}"
+        where = str(path.relative_to(PACKAGE))
         for node in ast.walk(tree):  # TYPE_CHECKING imports too: the core names no driver
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
@@ -276,3 +263,20 @@ def test_the_allow_list_of_long_modules_only_shrinks() -> None:
         if not (PACKAGE / name).exists() or _line_count(PACKAGE / name) <= MAX_LINES
     }
     assert short == set(), f"remove from OVER_MAX_LINES: {sorted(short)}"
+
+
+def test_no_module_imports_the_package_itself() -> None:
+    """`durable/__init__.py` imports the public surface: a module inside the package that
+    imported `durable` (or a name of it that is not a module) would close a circle
+    through it."""
+    offenders = []
+    for module, path in MODULES.items():
+        if module == "durable":
+            continue
+        for node in _all_imports(_tree(path)):
+            if isinstance(node, ast.Import) and any(a.name == "durable" for a in node.names):
+                offenders.append(module)
+            if isinstance(node, ast.ImportFrom) and node.module == "durable" and not node.level:
+                if any(f"durable.{a.name}" not in MODULES for a in node.names):
+                    offenders.append(module)
+    assert offenders == []
