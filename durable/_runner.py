@@ -30,6 +30,7 @@ from durable._durability import AsyncWriter
 from durable._models import StepRecord, WorkflowStatus
 from durable._protocol import Journal, Run, Settings, encode_error
 from durable._registry import WorkflowDef
+from durable._schedules import Starter
 from durable._systemdb import (
     SystemDB,
     app_error_fault,
@@ -52,7 +53,6 @@ from durable.errors import (
 if TYPE_CHECKING:
     import sqlalchemy
 
-    from durable._clock import Clock
     from durable._config import Config
     from durable._context import ActiveEngine
     from durable._models import WorkflowInfo
@@ -63,17 +63,16 @@ if TYPE_CHECKING:
 logger = logging.getLogger("durable.runner")
 
 
-class Owner(Protocol):
+class Owner(Starter, Protocol):
     """What the runner reads of the engine that owns it: its settings, its registry and
-    identity, and how it encodes, reads and checks workflows. The Engine is one; the
-    runner never imports it (nor anything above it)."""
+    identity, and how it encodes (as a Starter does), reads and checks workflows. The
+    Engine is one; the runner never imports it (nor anything above it)."""
 
     config: Config
     registry: Registry
     schema: str
     serializer: Serializer
     max_payload_bytes: int
-    clock: Clock
     lease_seconds: float
     max_recovery_attempts: int
     max_workers: int
@@ -89,22 +88,9 @@ class Owner(Protocol):
     @property
     def app_database_url(self) -> str | None: ...
 
-    def encode_inputs(
-        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
-    ) -> str: ...
-
     def decode_inputs(
         self, text: str, defn: WorkflowDef | None = None
     ) -> tuple[list[Any], dict[str, Any]]: ...
-
-    def workflow_params(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        inputs: str,
-        parent: tuple[str, int] | None,
-        durability: str,
-    ) -> dict[str, Any]: ...
 
     def existing(self, defn: WorkflowDef, workflow_id: str) -> WorkflowInfo: ...
 
