@@ -373,11 +373,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                         }
                         counts = {}
                         for name, run in pair.items():
-                            s0 = engine.db.counters.statements
+                            s0 = engine.client.db.counters.statements
                             before = commits(admin, url)
                             run()
                             c = (commits(admin, url) - before) / steps
-                            counts[name] = (c, (engine.db.counters.statements - s0) / steps)
+                            counts[name] = (c, (engine.client.db.counters.statements - s0) / steps)
                         fl, (sync_samples, async_samples) = timed_with_floor(
                             floor_run, list(pair.values()), steps, args.rounds
                         )

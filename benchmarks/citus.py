@@ -19,7 +19,7 @@ For each, in rounds that alternate which goes first (ABBA, so drift moves both a
 
 Counted per step, by sessions of 10 + N steps less sessions of 10 (as
 benchmarks/step_overhead.py does): the statements the client sent (round trips,
-`engine.db.counters.statements`), the commits on the coordinator and on the workers
+`engine.client.db.counters.statements`), the commits on the coordinator and on the workers
 (`pg_stat_database.xact_commit` of the database on each node, read once the session's
 backends, and the connections Citus opened for them, have exited), and the two-phase
 commits Citus made (`pg_dist_transaction`: one row per prepared transaction on a worker;

@@ -28,7 +28,7 @@ threshold, same URL):
 Rounds interleave floor and durable (ABBA order, so drift cancels) after warm-up rounds
 that are not recorded; the table shows medians over the rounds with the quartiles.
 
-It also counts the statements durable sent per step (`engine.db.counters.statements`)
+It also counts the statements durable sent per step (`engine.client.db.counters.statements`)
 and the commits per step seen by the server: `pg_stat_database.xact_commit` of the
 database, read by an observer connected to a different database, before and after a
 session whose connections are then closed. A backend flushes its statistics when it
@@ -352,7 +352,7 @@ def time_durable(
     N-step workflow, statements of an empty one, the process's CPU µs per step). The empty
     workflow is timed before and after the full one; its median is what the round
     subtracts."""
-    counters = engine.db.counters
+    counters = engine.client.db.counters
     gc.collect()
     empties: list[float] = []
     empty_cpus: list[float] = []
@@ -671,7 +671,7 @@ def measure_units(target: Target, steps: int, rounds: int, warmup: int) -> dict[
     effect: list[float] = []
     tx_ratios: list[float] = []
     with target.engine(registry) as engine:
-        counters = engine.db.counters
+        counters = engine.client.db.counters
 
         def per_op(wf: Workflow) -> float:
             empty = statistics.median(time_workflow(wf, 0)[0] for _ in range(3))
@@ -835,7 +835,7 @@ def print_report(results: dict[str, Any], console: Console) -> None:
     per_step = results["statements_per_step"]
     per_empty = results["statements_per_empty_workflow"]
     console.print(
-        f"statements per step: {per_step:.2f} (engine.db.counters.statements); "
+        f"statements per step: {per_step:.2f} (engine.client.db.counters.statements); "
         f"per empty workflow: {per_empty}"
     )
     commits = results["commits"]

@@ -246,8 +246,8 @@ class AsyncHost:
         """Run (or resume, or wait for) workflow `workflow_id` in this task (see
         lifecycle.run_here); what touches the database, but the run itself, in a thread."""
         runner = self.runner
-        engine = runner.engine
-        inputs = engine.encode_inputs(defn, args, kwargs)
+        client = runner.client
+        inputs = client.inputs.encode(defn, args, kwargs)
 
         async def perform(op: lifecycle.Op) -> Any:
             match op:
@@ -256,9 +256,9 @@ class AsyncHost:
                 case lifecycle.RunClaimed(claimed=claimed):
                     return await self.run_claimed(claimed)
                 case lifecycle.Attach():
-                    return await asyncio.to_thread(engine.existing, op.defn, op.workflow_id)
+                    return await asyncio.to_thread(client.existing, op.defn, op.workflow_id)
                 case lifecycle.Finished():
-                    return await asyncio.to_thread(engine.finished, op.workflow_id)
+                    return await asyncio.to_thread(client.finished, op.workflow_id)
                 case lifecycle.Reclaim():
                     return await asyncio.to_thread(runner.claim, op.workflow_id)
                 case lifecycle.Sleep():

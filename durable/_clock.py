@@ -1,7 +1,7 @@
 """The one clock durable reads time from, and a fake one tests can move.
 
 Every time the engine compares — a sleep's wake-up, a workflow's deadline, a schedule's
-next tick, a lease — comes from one place: `engine.clock` in Python, and
+next tick, a lease — comes from one place: `engine.config.clock` in Python, and
 `{schema}.current_time()` in SQL, which the engine points at the same clock by setting
 the `durable.fake_now` setting on each connection it checks out. With the system clock
 nothing is set and SQL reads the server's own time.

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 class ActiveEngine(Protocol):
     """What code outside a run needs from the engine of `with durable.Engine():`."""
 
-    def run_direct(
+    def _run_direct(
         self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any: ...
 
@@ -34,7 +34,7 @@ class ActiveEngine(Protocol):
 
     def enqueue(self, queue: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any: ...
 
-    async def run_direct_async(
+    async def _run_direct_async(
         self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any: ...
 

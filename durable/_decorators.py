@@ -331,7 +331,7 @@ def tool(
     latency and cost (what it `durable.charge()`d) with its result, in one write.
 
     On replay the agent gets the frozen result, so a resumed agent sees exactly what it saw
-    before the crash. `engine.tool_calls(workflow_id)` lists the calls. A tool that changes
+    before the crash. `engine.client.tool_calls(workflow_id)` lists the calls. A tool that changes
     the outside world should be an @durable.effect instead (called from the tool, or on
     its own).
     """

@@ -317,7 +317,7 @@ def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, A
             f"workflow {defn.name!r} was called with no active engine: wrap the call in "
             "`with durable.Engine(...) as engine:` or use engine.start(fn, ...)"
         )
-    return engine.run_direct(defn, args, kwargs)
+    return engine._run_direct(defn, args, kwargs)
 
 
 def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

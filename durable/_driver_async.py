@@ -541,7 +541,7 @@ async def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[
             f"workflow {defn.name!r} was called with no active engine: wrap the call in "
             "`async with durable.Engine(...) as engine:` or use await engine.start_async(fn, ...)"
         )
-    return await engine.run_direct_async(defn, args, kwargs)
+    return await engine._run_direct_async(defn, args, kwargs)
 
 
 async def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

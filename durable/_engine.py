@@ -1,12 +1,15 @@
-"""The Engine: a Client that also runs workflows.
+"""The Engine: runs workflows, and holds a Client for everything else.
 
 There is no global engine. `with engine:` launches it (connects, migrates, registers an
 executor, starts the heartbeat and the runner's threads) and makes it the current engine
 for direct workflow calls in that context; leaving the block shuts it down cleanly.
 
-An Engine is three parts: the Client it is (every read and operator action, `_client.py`),
-a Runner (claims -> runs, `_runner.py`) and, with `worker=True` or `run_worker()`, a
-Worker loop (`_recovery.py`: LISTEN, claims, schedules, retention) beside the Heartbeat.
+An Engine is made of parts: `engine.client`, a Client on the engine's own pool (every
+read and operator action, `_client.py`); a Runner (claims -> runs, `_runner.py`); the
+Ownership of its executor id (`_ownership.py`); the Heartbeat and, with `worker=True` or
+`run_worker()`, a Worker loop (`_recovery.py`: LISTEN, claims, schedules, retention). The
+Engine itself shows what an application calls: start and run workflows, and the reads and
+actions used most, which it hands to its client (the rest: `engine.client`).
 """
 
 from __future__ import annotations
@@ -15,20 +18,20 @@ import asyncio
 import concurrent.futures
 import contextvars
 import dataclasses
+import functools
 import logging
 import os
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from durable import _lifecycle as lifecycle
 from durable import _protocol as protocol
 from durable._async_host import AsyncHosts
-from durable._client import Client, libpq_url, place_child
+from durable._client import Client
 from durable._clock import Clock
 from durable._config import Config
 from durable._context import current_engine, current_run
@@ -36,11 +39,12 @@ from durable._decorators import workflow_def
 from durable._driver import drive
 from durable._driver_async import drive_async
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
+from durable._inputs import place_child
 from durable._ownership import Ownership
 from durable._queues import Queue
 from durable._recovery import Heartbeat, Worker
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
-from durable._retention import PruneReport, RetentionPolicy
+from durable._retention import RetentionPolicy
 from durable._runner import Runner
 from durable._schedules import fire
 from durable._systemdb import executor_identity, is_local
@@ -72,14 +76,30 @@ _KEEP_IDLE = 0.25
 P = ParamSpec("P")
 R = TypeVar("R")
 
+
+def _client_call(
+    method: Callable[Concatenate[Client, P], R],
+) -> Callable[Concatenate[Engine, P], R]:
+    """An Engine method that is the Client's: the same signature, types and docstring,
+    called on the engine's client (so the two cannot drift apart)."""
+
+    @functools.wraps(method)
+    def call(engine: Engine, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return method(engine.client, *args, **kwargs)
+
+    return call
+
+
 __all__ = ["AsyncWorkflowHandle", "Engine", "WorkflowHandle"]
 
 
-class Engine(Client):
+class Engine:
     """Runs workflows durably against one PostgreSQL system database.
 
     Arguments (all optional), besides the Client's (database_url, schema, serializer,
     max_payload_bytes, connect_timeout, clock):
+      (`engine.client` is a Client with these settings on the engine's pool: every read
+      and operator action is there; the engine itself offers the ones used most.)
       registry: where decorated workflows and steps were registered (default registry).
       migrate: apply migrations at launch (default True); False for locked-down
         deployments, where `durable migrate` is run separately and launch only checks.
@@ -153,26 +173,16 @@ class Engine(Client):
         self.registry = registry if registry is not None else default_registry
         self._worker_stop = threading.Event()
         self._apply(config)
-        self.runner = Runner(self, self, self.ownership)
-        self._heartbeat = Heartbeat(self)
         self._worker_thread: threading.Thread | None = None
         self._keeper: threading.Thread | None = None
         # Schedules that could not fire, with why: each is logged once per error.
         self._failing_schedules: dict[str, str] = {}
         self._engine_token: contextvars.Token[Any] | None = None
-        self._next_prune = 0.0
 
     def _apply(self, config: Config) -> None:
-        """Take the resolved settings: the Client's, the engine's own, and the ownership
-        of the executor id they name."""
-        self._configure(config)
-        self._app_database_url = config.app_database_url
-        self.lease_seconds = config.lease_seconds
-        self.max_recovery_attempts = config.max_recovery_attempts
-        self.max_workers = config.max_workers
-        self.max_async = config.max_async
-        self.durability = config.durability
-        self.executor_id = config.executor_id
+        """Take the resolved settings, and make the parts that hold them: the ownership of
+        the executor id they name, the client and the runner."""
+        self.config = config
         # The executor id, its incarnation and the claims held under it.
         self.ownership = Ownership(
             config.executor_id,
@@ -180,54 +190,46 @@ class Engine(Client):
             lease_seconds=config.lease_seconds,
             on_lost=self._id_lost,
         )
-        self.worker = config.worker
-        self.poll_interval = config.poll_interval
-        self.grace_seconds = config.grace_seconds
-        self.retention = config.retention
-        self.create_database = config.create_database
-        self.cancel_poll_interval = config.cancel_poll_interval
+        self.client = Client._from_config(config)
+        self.client.on_cancel_requested = self._cancel_requested
+        self.runner = Runner(config, self.registry, self.client, self, self.ownership)
+        self._heartbeat = Heartbeat(self)
 
     def _override(self, **changes: Any) -> None:
         """Change settings before launch (`durable worker --app module:engine` puts its
         options over the app's engine): the config is made again, and all that comes of
         it."""
-        if self._db is not None:
+        if self.running:
             raise ConfigurationError("an engine's settings change only before it launches")
         self._apply(dataclasses.replace(self.config, **changes))
-        self.runner = Runner(self, self, self.ownership)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     @property
-    def app_database_url(self) -> str | None:
-        return None if self._app_database_url is None else libpq_url(self._app_database_url)
+    def executor_id(self) -> str:
+        """This process's executor id (see `executor_id=`)."""
+        return self.config.executor_id
 
     @property
-    def app_is_system_db(self) -> bool:
-        return self.runner.app_is_system_db
-
-    @property
-    def default_durability(self) -> str:
-        return self.durability
-
-    @property
-    def writer(self) -> Any:
-        return self.runner.writer
+    def running(self) -> bool:
+        """Launched and not yet shut down."""
+        return self.client.running
 
     def launch(self) -> None:
         """Connect, migrate (or check the schema), register this executor, start threads."""
-        if self._db is not None:
+        if self.running:
             return
-        create = self.create_database
+        config, client = self.config, self.client
+        create = config.create_database
         if create is None:
-            create = self._database_url is None or is_local(self.database_url)
-        db = self._open_db(max_size=self.max_workers + 4, create_database=create)
+            create = config.database_url is None or is_local(client.database_url)
+        db = client._open_db(max_size=config.max_workers + 4, create_database=create)
         try:
             # The runner first: a bad application database URL must fail the launch before
             # this executor is registered (nothing is left behind).
             self.runner.open(db)
             self.runner.async_side = AsyncHosts(
-                self.runner, max(4, self.max_workers), self.connect_timeout
+                self.runner, max(4, config.max_workers), config.connect_timeout
             )
             ownership = self.ownership
             holder_dead = self._refuse_a_live_twin(db) if ownership.explicit else True
@@ -260,10 +262,10 @@ class Engine(Client):
             self.runner.close(wait=False)
             db.close()
             raise
-        self._db = db
+        client._adopt(db)
         self._heartbeat.start()
         self._worker_stop = threading.Event()
-        if self.worker:
+        if config.worker:
             self._worker_thread = threading.Thread(
                 target=self._work,
                 args=(self._worker_stop,),
@@ -287,9 +289,9 @@ class Engine(Client):
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop: wait for running workflows (if `wait`), release what is still owned."""
-        db = self._db
-        if db is None:
+        if not self.running:
             return
+        db = self.client.db
         self._worker_stop.set()
         if self._worker_thread is not None:
             self._worker_thread.join()
@@ -297,14 +299,14 @@ class Engine(Client):
         if self._keeper is not None:
             self._keeper.join(timeout=5)
             self._keeper = None
-        if self.superseded:
+        if self.ownership.superseded:
             # Its leases are no longer renewed and what it holds is not its to release:
             # waiting for its runs would only let them go on past their leases.
             wait = False
         # The claims this process holds, queued ones included (closing the runner drops
         # those that never started).
         held = self.ownership.held_epochs()
-        self.runner.close(wait, self.grace_seconds)
+        self.runner.close(wait, self.config.grace_seconds)
         held.update(self.ownership.held_epochs())
         self._heartbeat.stop()
         try:
@@ -313,23 +315,17 @@ class Engine(Client):
                 # making another worker wait for the lease to expire.
                 db.on_held("release_owned", self.ownership.held_params(held), "count")
             gone = db.execute("delete_executor", self.ownership.identity_params())
-            if not gone and not self.superseded:
+            if not gone and not self.ownership.superseded:
                 row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
                 if row is not None:  # not ours, so another incarnation's
                     self.ownership.lose_id(row)
         except Exception:
             logger.warning("could not release workflows at shutdown", exc_info=True)
-        self.close_listener()
+        self.client.close_listener()
+        self.client._adopt(None)
         db.close()
-        self._db = None
 
     # -- the executor id: this process's incarnation of it ---------------------------------------
-
-    @property
-    def superseded(self) -> bool:
-        """Another process took this engine's executor id over (this one was paused or cut
-        off past its lease): the engine claims, renews and releases nothing any more."""
-        return self.ownership.superseded
 
     def _id_lost(self) -> None:
         """Another process holds the id now: the worker loop stops (see Ownership.lose_id)."""
@@ -346,7 +342,7 @@ class Engine(Client):
         hostname, _ = executor_identity()
         if row["hostname"] == hostname and not _pid_alive(int(row["pid"])):
             return True  # on this host we can ask: that process died (a crash): take its runs back
-        if float(row["heartbeat_age"]) > self.lease_seconds:
+        if float(row["heartbeat_age"]) > self.config.lease_seconds:
             # It stopped beating a lease ago: paused, cut off or gone. If it comes back, it
             # finds its id taken and stops (the executor row names this incarnation now).
             return False
@@ -356,12 +352,6 @@ class Engine(Client):
             f"{row['hostname']} (heartbeat {float(row['heartbeat_age']):.1f} s ago): give "
             "each process its own --executor-id / Engine(executor_id=...)"
         )
-
-    def connect(self) -> None:
-        self.launch()
-
-    def close(self) -> None:
-        self.shutdown()
 
     def __enter__(self) -> Engine:
         self.launch()
@@ -374,10 +364,7 @@ class Engine(Client):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        if self._engine_token is not None:
-            current_engine.reset(self._engine_token)
-            self._engine_token = None
-        self.shutdown(wait=exc_type is None or issubclass(exc_type, Exception))
+        self.shutdown(wait=self._leave(exc_type))
 
     async def __aenter__(self) -> Engine:
         """`async with durable.Engine(...)`: launched (in a worker thread, not blocking the
@@ -393,23 +380,25 @@ class Engine(Client):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        wait = self._leave(exc_type)
+        if self.runner.async_side is not None:
+            await self._hosts().close_here(wait, self.config.grace_seconds)
+        await asyncio.to_thread(self.shutdown, wait)
+
+    def _leave(self, exc_type: type[BaseException] | None) -> bool:
+        """Leave the `with` (or `async with`) block: no longer the current engine. Returns
+        whether to wait for running workflows at shutdown (not when the block was left by a
+        KeyboardInterrupt or a cancellation)."""
         if self._engine_token is not None:
             current_engine.reset(self._engine_token)
             self._engine_token = None
-        wait = exc_type is None or issubclass(exc_type, Exception)
-        if self.runner.async_side is not None:
-            await self._hosts().close_here(wait, self.grace_seconds)
-        await asyncio.to_thread(self.shutdown, wait)
+        return exc_type is None or issubclass(exc_type, Exception)
 
     def _hosts(self) -> AsyncHosts:
         hosts = self.runner.async_side
         if not isinstance(hosts, AsyncHosts):
             raise EngineNotRunningError()
         return hosts
-
-    def crash_point(self, name: str) -> None:
-        """SIGKILL this process at `name` if DURABLE_CRASH_POINTS arms it (crash tests)."""
-        self.runner.crash_point(name)
 
     @contextmanager
     def app_connection(self, isolation_level: str | None = None) -> Iterator[sqlalchemy.Connection]:
@@ -420,7 +409,7 @@ class Engine(Client):
     # -- running -------------------------------------------------------------------------------
 
     def _ensure_running(self) -> None:
-        if self._db is None:
+        if not self.running:
             raise EngineNotRunningError()
 
     def start(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
@@ -431,13 +420,13 @@ class Engine(Client):
         is interrupted and nobody holds its lease). Inside a workflow the start is journaled
         as a child, so a replay does not start it again.
         """
-        workflow_id = self._workflow_id(kwargs)
+        workflow_id = self.client._workflow_id(kwargs)
         defn = workflow_def(fn)
         self._ensure_running()
         run, parent, workflow_id, journaled = place_child(defn, workflow_id)
         if journaled:
-            return self.handle(workflow_id)
-        inputs = self.encode_inputs(defn, args, kwargs)
+            return self.client.handle(workflow_id)
+        inputs = self.client.inputs.encode(defn, args, kwargs)
         runner = self.runner
 
         def perform(op: lifecycle.Op) -> Any:
@@ -449,7 +438,7 @@ class Engine(Client):
                 case lifecycle.Create():
                     return runner.create(op)
                 case lifecycle.Attach():
-                    return self.existing(op.defn, op.workflow_id)
+                    return self.client.existing(op.defn, op.workflow_id)
                 case lifecycle.Launch():
                     return runner.submit(op.claimed)
                 case lifecycle.LaunchClaim():
@@ -461,7 +450,7 @@ class Engine(Client):
         )
         if run is not None and parent is not None:
             drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
-        return self.handle(workflow_id, future)
+        return self.client.handle(workflow_id, future)
 
     async def start_async(
         self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs
@@ -472,16 +461,16 @@ class Engine(Client):
         what the application made on it); a sync one on this engine's threads. Returns once
         the workflow is recorded; `await handle.result()` waits without blocking the loop.
         Inside an async workflow the start is journaled as a child."""
-        workflow_id = self._workflow_id(kwargs)
+        workflow_id = self.client._workflow_id(kwargs)
         defn = workflow_def(fn)
         self._ensure_running()
         run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
         if journaled:
-            return AsyncWorkflowHandle(self, workflow_id)
+            return AsyncWorkflowHandle(self.client, workflow_id)
         hosts = self._hosts()
         host = await hosts.here()
         runner = self.runner
-        inputs = self.encode_inputs(defn, args, kwargs)
+        inputs = self.client.inputs.encode(defn, args, kwargs)
 
         async def perform(op: lifecycle.Op) -> Any:
             match op:
@@ -495,7 +484,7 @@ class Engine(Client):
                 case lifecycle.Create():
                     return await asyncio.to_thread(runner.create, op)
                 case lifecycle.Attach():
-                    return await asyncio.to_thread(self.existing, op.defn, op.workflow_id)
+                    return await asyncio.to_thread(self.client.existing, op.defn, op.workflow_id)
                 case lifecycle.Launch() if op.claimed.defn.is_async:
                     return host.spawn(op.claimed)
                 case lifecycle.Launch():
@@ -507,14 +496,14 @@ class Engine(Client):
 
         life = lifecycle.start(defn, workflow_id, inputs, parent)
         waiter: asyncio.Future[Any] | None = await lifecycle.drive_async(life, perform)
-        handle = AsyncWorkflowHandle(self, workflow_id, waiter)  # (reads the run's error)
+        handle = AsyncWorkflowHandle(self.client, workflow_id, waiter)  # (reads the run's error)
         if run is not None and parent is not None:
             await drive_async(
                 run, protocol.record_child_started(run, parent[1], defn.name, workflow_id)
             )
         return handle
 
-    async def run_direct_async(
+    async def _run_direct_async(
         self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any:
         """An async workflow awaited as a function inside `async with engine:`: run here."""
@@ -539,8 +528,8 @@ class Engine(Client):
         that enqueues children and waits for them finishes. Entries enqueued from outside
         a workflow are left to the workers."""
         in_run = current_run.get() is not None
-        handle = super().enqueue(queue, fn, *args, **kwargs)
-        if in_run and self.running and not self.worker:  # a worker runs queues anyway
+        handle = self.client.enqueue(queue, fn, *args, **kwargs)
+        if in_run and self.running and not self.config.worker:  # a worker runs queues anyway
             self.runner.remember(handle.workflow_id)
         return handle
 
@@ -557,13 +546,13 @@ class Engine(Client):
                 delay = _KEEP_IDLE
                 continue
             try:
-                free = self.max_workers - runner.running_count()
+                free = self.config.max_workers - runner.running_count()
                 started = runner.claim_free(own, free)
                 if self.registry.queues() and free > len(started):
                     started += runner.dequeue(free - len(started), only=own)
                 finished = [
                     r["workflow_id"]
-                    for r in self.db.fetch_all("finished_among", {"workflow_ids": own})
+                    for r in self.client.db.fetch_all("finished_among", {"workflow_ids": own})
                 ]
                 runner.forget(finished)
             except Exception:  # an outage or a bad row: try again later, never stop
@@ -573,7 +562,7 @@ class Engine(Client):
                 started = []
             delay = _KEEP_MIN if started else min(_KEEP_MAX, delay * 2)
 
-    def run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    def _run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A workflow called as a function inside `with engine:`: run it in this thread."""
         self._ensure_running()
         return self.runner.run_direct(defn, args, kwargs)
@@ -581,23 +570,19 @@ class Engine(Client):
     def resume(self, workflow_id: str) -> WorkflowHandle:
         """Run a stopped or interrupted workflow again from its journal (see
         Client.resume), here if nobody holds its lease and this registry has its code."""
-        handle = super().resume(workflow_id)
+        handle = self.client.resume(workflow_id)
         self.runner.remember(workflow_id)  # if it waits again, this engine resumes it
         future = self.runner.submit_claim(workflow_id)
-        return handle if future is None else self.handle(workflow_id, future)
-
-    resume_workflow = resume
+        return handle if future is None else self.client.handle(workflow_id, future)
 
     def fork(
         self, workflow_id: str, *, from_step: int, new_id: str | None = None
     ) -> WorkflowHandle:
         """Fork (see Client.fork) and run the fork here if this registry has its code."""
-        handle = super().fork(workflow_id, from_step=from_step, new_id=new_id)
+        handle = self.client.fork(workflow_id, from_step=from_step, new_id=new_id)
         self.runner.remember(handle.workflow_id)
         future = self.runner.submit_claim(handle.workflow_id)
-        return handle if future is None else self.handle(handle.workflow_id, future)
-
-    fork_workflow = fork
+        return handle if future is None else self.client.handle(handle.workflow_id, future)
 
     def recover(self, limit: int = 100) -> list[WorkflowHandle]:
         """Claim up to `limit` interrupted or runnable workflows this registry can run, and
@@ -607,22 +592,15 @@ class Engine(Client):
         never runs a workflow with the wrong code; others wait for a worker that has it.
         """
         self._ensure_running()
-        return [self.handle(wid, future) for wid, future in self.runner.claim_free(None, limit)]
-
-    def recover_queues(self, limit: int) -> list[WorkflowHandle]:
-        """Dequeue and start up to `limit` entries from the queues of this registry, as
-        far as each queue's limits allow (workers call this every round)."""
-        self._ensure_running()
-        return [self.handle(wid, future) for wid, future in self.runner.dequeue(limit)]
+        return [
+            self.client.handle(wid, future) for wid, future in self.runner.claim_free(None, limit)
+        ]
 
     def flush(self) -> None:
         """Write every step record still queued by async-mode workflows. (Exit-mode
         records are written by their run at its next barrier or when it ends.)"""
         if self.runner.writer is not None:
             self.runner.writer.flush()
-
-    def running_count(self) -> int:
-        return self.runner.running_count()
 
     def run_worker(
         self,
@@ -640,29 +618,67 @@ class Engine(Client):
         """
         Worker(
             self,
-            poll_interval=self.poll_interval if poll_interval is None else poll_interval,
-            grace_seconds=self.grace_seconds if grace_seconds is None else grace_seconds,
+            poll_interval=self.config.poll_interval if poll_interval is None else poll_interval,
+            grace_seconds=self.config.grace_seconds if grace_seconds is None else grace_seconds,
         ).run(stop or threading.Event())
 
     def fire_schedules(self) -> int:
         """Start the due ticks of the schedules this registry can run (workers call this
         every round); returns how many workflows were started."""
-        return fire(self, self.registry, self.durability, self._failing_schedules)
+        return fire(self.client, self.registry, self.config.durability, self._failing_schedules)
 
-    def apply_retention(self) -> PruneReport | None:
-        """The worker loop's call: prune when this engine's policy is due."""
-        policy = self.retention
-        if policy is None or time.monotonic() < self._next_prune:
-            return None
-        self._next_prune = time.monotonic() + policy.interval_seconds
-        return self.prune(policy)
+    # -- the client's calls used most (the rest: engine.client) ------------------------------
 
-    # -- hooks of the Client -------------------------------------------------------------------
+    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
+        """Client.submit, on the engine's client: record the workflow for any worker."""
+        return self.client.submit(fn, *args, **kwargs)
+
+    async def enqueue_async(
+        self, queue: Any, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncWorkflowHandle:
+        """Client.enqueue_async, on the engine's client."""
+        return await self.client.enqueue_async(queue, fn, *args, **kwargs)
+
+    retrieve = _client_call(Client.retrieve)
+    """Client.retrieve, on the engine's client."""
+    retrieve_async = _client_call(Client.retrieve_async)
+    """Client.retrieve_async, on the engine's client."""
+    get_workflow = _client_call(Client.get_workflow)
+    """Client.get_workflow, on the engine's client."""
+    list_workflows = _client_call(Client.list_workflows)
+    """Client.list_workflows, on the engine's client."""
+    steps = _client_call(Client.steps)
+    """Client.steps, on the engine's client."""
+    send = _client_call(Client.send)
+    """Client.send, on the engine's client."""
+    send_async = _client_call(Client.send_async)
+    """Client.send_async, on the engine's client."""
+    get_event = _client_call(Client.get_event)
+    """Client.get_event, on the engine's client."""
+    get_event_async = _client_call(Client.get_event_async)
+    """Client.get_event_async, on the engine's client."""
+    cancel = _client_call(Client.cancel)
+    """Client.cancel, on the engine's client."""
+    decide = _client_call(Client.decide)
+    """Client.decide, on the engine's client."""
+    list_approvals = _client_call(Client.list_approvals)
+    """Client.list_approvals, on the engine's client."""
+    read_stream = _client_call(Client.read_stream)
+    """Client.read_stream, on the engine's client."""
+    read_stream_async = _client_call(Client.read_stream_async)
+    """Client.read_stream_async, on the engine's client."""
+    budget = _client_call(Client.budget)
+    """Client.budget, on the engine's client."""
+    raise_budget = _client_call(Client.raise_budget)
+    """Client.raise_budget, on the engine's client."""
+    get_state = _client_call(Client.get_state)
+    """Client.get_state, on the engine's client."""
+    schedule = _client_call(Client.schedule)
+    """Client.schedule, on the engine's client."""
+
+    # -- the client's hook ------------------------------------------------------------------------
 
     def _cancel_requested(self, runs: list[tuple[str, int]], reason: str) -> None:
         # Seen at once by runs in this process; others see it at their next poll.
         asked = {workflow_id: (epoch, reason) for workflow_id, epoch in runs}
         self.runner.set_cancel_requests({**self.ownership.cancel_requests, **asked})
-
-    def _retention_policy(self) -> RetentionPolicy | None:
-        return self.retention

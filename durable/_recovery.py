@@ -19,58 +19,30 @@ from durable._systemdb import node_down
 from durable.errors import DatabaseUnavailableError, EngineNotRunningError
 
 if TYPE_CHECKING:
-    from durable._listen import Listener
+    from durable._client import Client
+    from durable._config import Config
     from durable._ownership import Ownership
     from durable._registry import Registry
     from durable._runner import Runner
-    from durable._systemdb import SystemDB
 
 
 class Owner(Protocol):
     """What the worker loop and the heartbeat use of the engine that runs them: its
-    runner, its claims and rounds of housekeeping, its identity's heartbeat. The Engine is
-    one; this module never imports it."""
+    settings, registry, client, runner and ownership, its claims and the schedules it
+    fires. The Engine is one; this module never imports it."""
 
+    config: Config
+    registry: Registry
+    client: Client
     runner: Runner
     ownership: Ownership
-    registry: Registry
-    executor_id: str
-    lease_seconds: float
-    max_workers: int
-    cancel_poll_interval: float
-
-    @property
-    def db(self) -> SystemDB: ...
 
     @property
     def running(self) -> bool: ...
 
-    @property
-    def superseded(self) -> bool: ...
-
-    @property
-    def listener(self) -> Listener: ...
-
-    @property
-    def notify_channel(self) -> str: ...
-
-    def notify_work(self, payload: str = "") -> None: ...
-
     def recover(self, limit: int = 100) -> list[Any]: ...
 
-    def recover_queues(self, limit: int) -> list[Any]: ...
-
-    def running_count(self) -> int: ...
-
-    def expire_approvals(self) -> int: ...
-
     def fire_schedules(self) -> int: ...
-
-    def apply_retention(self) -> Any: ...
-
-    def waiting_for_worker(
-        self, stale_seconds: float = 120, limit: int = 100
-    ) -> list[dict[str, Any]]: ...
 
 
 T = TypeVar("T")
@@ -92,14 +64,15 @@ class Worker:
         self.grace_seconds = grace_seconds
         self._wake = threading.Event()
         self._warned: set[str] = set()
+        self._next_prune = 0.0
 
     def run(self, stop: threading.Event) -> None:
         # Notifications on the work channel set the wake event, through the engine's one
         # LISTEN connection (shared with its stream readers and watchers). Without one (off,
         # lost, refused) every wake-up is a poll; when it comes back the listener wakes us,
         # since work submitted meanwhile notified nobody.
-        subscription = self.engine.listener.subscribe(
-            self.engine.notify_channel, wake=self._wake.set, settle=False
+        subscription = self.engine.client.listener.subscribe(
+            self.engine.client.notify_channel, wake=self._wake.set, settle=False
         )
         try:
             self._run(stop)
@@ -110,9 +83,9 @@ class Worker:
         engine = self.engine
         logger.info(
             "worker %s started: %d slots, lease %.1f s",
-            engine.executor_id,
-            engine.max_workers,
-            engine.lease_seconds,
+            engine.config.executor_id,
+            engine.config.max_workers,
+            engine.config.lease_seconds,
         )
         backoff = 0.0
         outage_logged = False
@@ -120,7 +93,7 @@ class Worker:
         next_housekeeping = 0.0
         while not self._stopping(stop):
             try:
-                if engine.ownership.release_interrupted(engine.db):
+                if engine.ownership.release_interrupted(engine.client.db):
                     raise DatabaseUnavailableError("interrupted workflows still held")
                 if time.monotonic() >= next_housekeeping:
                     # Once per poll interval, not once per claim round: while a backlog is
@@ -129,28 +102,28 @@ class Worker:
                     next_housekeeping = time.monotonic() + self.poll_interval
                     # Each reads or writes every Citus node: while one is down they wait
                     # for it, and the claims below go on.
-                    _unless_node_down(engine.expire_approvals)
+                    _unless_node_down(engine.client.expire_approvals)
                     _unless_node_down(engine.fire_schedules)
-                    _unless_node_down(engine.apply_retention)
+                    _unless_node_down(self._apply_retention)
                 if time.monotonic() >= next_executor_prune:
                     next_executor_prune = time.monotonic() + _EXECUTOR_PRUNE_INTERVAL
-                    stale = max(_EXECUTOR_STALE_MIN, 10 * engine.lease_seconds)
+                    stale = max(_EXECUTOR_STALE_MIN, 10 * engine.config.lease_seconds)
                     prune = {"stale_seconds": stale}
-                    _unless_node_down(engine.db.execute, "prune_executors", prune)
+                    _unless_node_down(engine.client.db.execute, "prune_executors", prune)
                     _unless_node_down(self._warn_orphans)
                 # Keep one batch queued behind the running ones so threads never idle
                 # waiting for the next claim; queued claims are covered by the heartbeat.
                 # Async workflows are claimed against their own limit (max_async).
-                free = 2 * engine.max_workers - engine.running_count()
+                free = 2 * engine.config.max_workers - engine.runner.running_count()
                 claimed = engine.recover(limit=max(0, free))
                 # Queue entries hold their queue's slot from the moment they are dequeued,
                 # so take only what can start now, never a backlog.
-                room = engine.max_workers - engine.running_count()
+                room = engine.config.max_workers - engine.runner.running_count()
                 backlog = False
                 if room > 0:
                     # A queue's limits count its entries on every node: while a Citus node
                     # is down, queues wait for it (claims of other work go on).
-                    dequeued = _unless_node_down(engine.recover_queues, room) or []
+                    dequeued = _unless_node_down(engine.runner.dequeue, room) or []
                     # Every slot it was allowed was taken: entries are likely still
                     # waiting, so the next freed slot dequeues at once, not at the next poll.
                     backlog = len(dequeued) >= room
@@ -176,14 +149,17 @@ class Worker:
                 backoff = min(_BACKOFF_MAX, max(0.2, backoff * 2))
                 stop.wait(backoff)
                 continue
-            if claimed and engine.running_count() >= 2 * engine.max_workers:
+            if claimed and engine.runner.running_count() >= 2 * engine.config.max_workers:
                 # Full: wait until the queued batch has gone into the threads (no more
                 # running than there are threads), then claim a whole batch again. Claiming
                 # each time one slot frees made batches of one or two workflows, each
                 # costing a claim, a journal read and a wake-up check.
-                while not self._stopping(stop) and engine.running_count() > engine.max_workers:
+                while (
+                    not self._stopping(stop)
+                    and engine.runner.running_count() > engine.config.max_workers
+                ):
                     engine.runner.slot_freed.clear()
-                    if engine.running_count() <= engine.max_workers:
+                    if engine.runner.running_count() <= engine.config.max_workers:
                         break
                     engine.runner.slot_freed.wait(self.poll_interval)
                 continue
@@ -201,8 +177,8 @@ class Worker:
             # Its runs were given up when it died; a process that can no longer run async
             # workflows stops, so that its supervisor starts a whole one.
             raise EngineNotRunningError(
-                f"worker {engine.executor_id} stopped: the event loop of its async workflows "
-                f"died ({type(failure).__qualname__}: {failure}); start the worker again "
+                f"worker {engine.config.executor_id} stopped: the event loop of its async "
+                f"workflows died ({type(failure).__qualname__}: {failure}); start the worker again "
                 "(other workers recover the workflows it held)"
             )
 
@@ -210,7 +186,9 @@ class Worker:
         """Say (once per workflow) when work waits for code no live worker has: a renamed
         function, a missing import, another version."""
         engine = self.engine
-        rows = engine.waiting_for_worker(stale_seconds=max(120.0, 4 * engine.lease_seconds))
+        rows = engine.client.waiting_for_worker(
+            stale_seconds=max(120.0, 4 * engine.config.lease_seconds)
+        )
         for row in rows:
             if row["workflow_id"] in self._warned:
                 continue
@@ -224,11 +202,21 @@ class Worker:
                 extra={"event": "orphan", "workflow_id": row["workflow_id"], "workflow": label},
             )
 
+    def _apply_retention(self) -> None:
+        """Prune when the engine's retention policy is due (once per its interval)."""
+        policy = self.engine.config.retention
+        if policy is None or time.monotonic() < self._next_prune:
+            return
+        self._next_prune = time.monotonic() + policy.interval_seconds
+        self.engine.client.prune(policy)
+
     def _stopping(self, stop: threading.Event) -> bool:
         """Asked to stop, another process took this worker's executor id over, or the
         event loop of its async workflows died."""
         engine = self.engine
-        return stop.is_set() or engine.superseded or engine.runner.loop_failure is not None
+        return (
+            stop.is_set() or engine.ownership.superseded or engine.runner.loop_failure is not None
+        )
 
     def _wait(self, stop: threading.Event) -> None:
         deadline = time.monotonic() + self.poll_interval
@@ -243,27 +231,28 @@ class Worker:
         no longer renewed, so its runs must not go on, and what it could release is not
         its own (the process exits at once, see `durable worker`)."""
         engine = self.engine
-        if engine.superseded:
+        if engine.ownership.superseded:
             logger.info(
-                "worker %s stopped: its executor id is held by another process", engine.executor_id
+                "worker %s stopped: its executor id is held by another process",
+                engine.config.executor_id,
             )
             return
         deadline = time.monotonic() + self.grace_seconds
 
         def running() -> int:
-            return engine.running_count() + engine.runner.async_running_count()
+            return engine.runner.running_count() + engine.runner.async_running_count()
 
-        while running() and time.monotonic() < deadline and not engine.superseded:
+        while running() and time.monotonic() < deadline and not engine.ownership.superseded:
             time.sleep(0.05)
         left = running()
         if left:
             logger.warning("%d workflows still running after the grace period", left)
         try:
-            engine.db.on_held("release_owned", engine.ownership.held_params(), "count")
-            engine.notify_work("released")
+            engine.client.db.on_held("release_owned", engine.ownership.held_params(), "count")
+            engine.client.notify_work("released")
         except DatabaseUnavailableError:
             logger.warning("could not release workflows; their leases will expire")
-        logger.info("worker %s stopped", engine.executor_id)
+        logger.info("worker %s stopped", engine.config.executor_id)
 
 
 def _unless_node_down(work: Callable[..., T], *args: Any) -> T | None:
@@ -287,6 +276,8 @@ class Heartbeat:
 
     def __init__(self, engine: Owner) -> None:
         self.engine = engine
+        # Read at each turn: a test may slow it down to widen a race.
+        self.cancel_poll_interval = engine.config.cancel_poll_interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -303,13 +294,13 @@ class Heartbeat:
 
     def _loop(self) -> None:
         engine = self.engine
-        interval = engine.lease_seconds / 3
+        interval = engine.config.lease_seconds / 3
         failing = False
         next_renewal = time.monotonic() + interval
-        while not self._stop.wait(engine.cancel_poll_interval):
+        while not self._stop.wait(self.cancel_poll_interval):
             if not engine.running:
                 return
-            db = engine.db
+            db = engine.client.db
             try:
                 ownership = engine.ownership
                 holding = ownership.held_epochs()
@@ -343,7 +334,7 @@ class Heartbeat:
                         raise
                 if not reached:
                     raise DatabaseUnavailableError("a Citus worker node is down")
-                db.outage.renewed(sent, engine.lease_seconds)
+                db.outage.renewed(sent, engine.config.lease_seconds)
                 if failing:
                     logger.info("heartbeat restored")
                 failing = False

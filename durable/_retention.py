@@ -36,7 +36,7 @@ class RetentionPolicy:
     """How long finished journals and the effect ledger are kept (see module docstring).
 
     Give it to `Engine(retention=...)` (or `durable worker --prune-finished-after ...`)
-    and the worker loop applies it every `interval`; `engine.prune()` applies it once."""
+    and the worker loop applies it every `interval`; `engine.client.prune()` applies it once."""
 
     finished_after: dt.timedelta = dt.timedelta(days=7)
     effects_after: dt.timedelta = dt.timedelta(days=90)

@@ -25,12 +25,12 @@ import psycopg
 
 from durable import _driver
 from durable import _lifecycle as lifecycle
+from durable._client_base import libpq_url
 from durable._context import current_run
 from durable._durability import AsyncWriter
 from durable._models import StepRecord, WorkflowStatus
 from durable._protocol import Journal, Run, Settings, encode_error
 from durable._registry import WorkflowDef
-from durable._schedules import Starter
 from durable._systemdb import (
     SystemDB,
     app_error_fault,
@@ -55,42 +55,23 @@ if TYPE_CHECKING:
 
     from durable._config import Config
     from durable._context import ActiveEngine
+    from durable._inputs import Inputs
     from durable._models import WorkflowInfo
     from durable._ownership import Ownership
     from durable._registry import Registry
-    from durable.serialization import Serializer
 
 logger = logging.getLogger("durable.runner")
 
 
-class Owner(Starter, Protocol):
-    """What the runner reads of the engine that owns it: its settings, its registry and
-    identity, and how it encodes (as a Starter does), reads and checks workflows. The
-    Engine is one; the runner never imports it (nor anything above it)."""
+class Reader(Protocol):
+    """What the runner reads through the client of its engine: where the system database
+    is, how inputs are stored, and the stored workflows its starts attach to. The runner
+    never imports the Client (nor anything above it)."""
 
-    config: Config
-    registry: Registry
-    schema: str
-    serializer: Serializer
-    max_payload_bytes: int
-    lease_seconds: float
-    max_recovery_attempts: int
-    max_workers: int
-    max_async: int
-    executor_id: str
-
-    @property
-    def durability(self) -> str: ...
+    inputs: Inputs
 
     @property
     def database_url(self) -> str: ...
-
-    @property
-    def app_database_url(self) -> str | None: ...
-
-    def decode_inputs(
-        self, text: str, defn: WorkflowDef | None = None
-    ) -> tuple[list[Any], dict[str, Any]]: ...
 
     def existing(self, defn: WorkflowDef, workflow_id: str) -> WorkflowInfo: ...
 
@@ -172,8 +153,17 @@ class AsyncSide(Protocol):
 class Runner:
     """Claims and runs workflows for one engine (see module docstring)."""
 
-    def __init__(self, engine: Owner, active: ActiveEngine, ownership: Ownership) -> None:
-        self.engine = engine
+    def __init__(
+        self,
+        config: Config,
+        registry: Registry,
+        client: Reader,
+        active: ActiveEngine,
+        ownership: Ownership,
+    ) -> None:
+        self.config = config
+        self.registry = registry
+        self.client = client
         self.active = active
         self.ownership = ownership
         self.writer: AsyncWriter | None = None
@@ -191,7 +181,7 @@ class Runner:
         self.slot_freed = threading.Event()
         # Set too when a workflow ends, while the worker loop waits with queue entries left.
         self.wake_on_free: threading.Event | None = None
-        self._crash_points = engine.config.crash_points
+        self._crash_points = config.crash_points
         self._crash_counts: dict[str, int] = {}
         self.settings: Settings | None = None
         # Workflows this engine started (or enqueued) and has not seen finish: an engine
@@ -236,21 +226,21 @@ class Runner:
         import sqlalchemy
         import sqlalchemy.exc
 
-        engine = self.engine
+        config, system_url = self.config, self.client.database_url
         self._db = db
         self.writer = AsyncWriter(db)
-        app_url = engine.app_database_url or engine.database_url
+        app_url = libpq_url(config.app_database_url or system_url)
         check_url(app_url)
         self.app_url = app_url
-        self.app_is_system_db = engine.app_database_url is None or same_database(
-            app_url, engine.database_url
+        self.app_is_system_db = config.app_database_url is None or same_database(
+            app_url, system_url
         )
         # SQLAlchemy never parses the URL: psycopg connects with it as libpq does, so any
         # URL that works for the system database (multi-host, key=value) works here too.
         self._app_engine = sqlalchemy.create_engine(
             "postgresql+psycopg://",
             creator=lambda: psycopg.connect(app_url),
-            pool_size=engine.max_workers,
+            pool_size=config.max_workers,
             max_overflow=4,
         )
         if not self.app_is_system_db:
@@ -265,20 +255,20 @@ class Runner:
                     "check app_database_url"
                 ) from None
         self.settings = Settings(
-            serializer=engine.serializer,
-            max_payload_bytes=engine.max_payload_bytes,
-            clock=engine.clock,
+            serializer=config.serializer,
+            max_payload_bytes=config.max_payload_bytes,
+            clock=config.clock,
             app_separate=not self.app_is_system_db,
-            compensation_of=engine.registry.compensation,
+            compensation_of=self.registry.compensation,
             crash_point=self.crash_point,
             cancel_request=self._cancel_request,
             classify_app_error=app_error_fault,
-            stream_channel=f"{engine.schema}_streams",
-            executor_id=engine.executor_id,
-            lease_seconds=engine.lease_seconds,
+            stream_channel=f"{config.schema}_streams",
+            executor_id=config.executor_id,
+            lease_seconds=config.lease_seconds,
         )
         self._pool = concurrent.futures.ThreadPoolExecutor(
-            max_workers=engine.max_workers, thread_name_prefix="durable-workflow"
+            max_workers=config.max_workers, thread_name_prefix="durable-workflow"
         )
 
     def close(self, wait: bool, grace_seconds: float = 30.0) -> None:
@@ -350,7 +340,7 @@ class Runner:
             claimed.defn.name,
             claimed.epoch,
             claimed.journal,
-            mode=claimed.defn.durability or self.engine.durability,
+            mode=claimed.defn.durability or self.config.durability,
             host=self,
             deadline=claimed.deadline,
             cancel_reason=claimed.cancel_reason,
@@ -491,14 +481,14 @@ class Runner:
     ) -> Claimed | None:
         """Create the workflow owned by this executor, ready to run; None if it exists.
         `conn`: the connection the run will use (one checkout for the start and the run)."""
-        engine = self.engine
+        config = self.config
         if current_run.get() is None:
             # A process that lost its id starts nothing new under it. (A child of a run in
             # flight is left to that run's epoch fence: failing the call would fail the run.)
             self.ownership.check_id()
-        params = engine.workflow_params(defn, workflow_id, inputs, parent, engine.durability)
-        params["owner"] = engine.executor_id
-        params["lease_seconds"] = engine.lease_seconds
+        params = self.client.inputs.row(defn, workflow_id, inputs, parent, config.durability)
+        params["owner"] = config.executor_id
+        params["lease_seconds"] = config.lease_seconds
         doubts, claimed_at = self.db.outage.doubts, time.monotonic()
         if conn is None:
             row = self.db.fetch_one("insert_workflow", params)
@@ -531,17 +521,17 @@ class Runner:
         created = self.insert(op.defn, op.workflow_id, op.inputs, op.parent, conn)
         if created is None:
             return None
-        args, kwargs = self.engine.decode_inputs(op.inputs, op.defn)
+        args, kwargs = self.client.inputs.decode(op.inputs, op.defn)
         return created._replace(args=args, kwargs=kwargs)
 
     def claim_free(self, workflow_ids: list[str] | None, limit: int) -> list[tuple[str, Any]]:
         """Claim and start what there is room for: sync workflows up to `limit` (threads),
         async ones up to the engine's max_async less those running (they hold no thread)."""
-        defs = self.engine.registry.workflows()
+        defs = self.registry.workflows()
         started: list[tuple[str, Any]] = []
         if limit > 0 and any(not d.is_async for d in defs):
             started += self.start_claimed(self.claim_rows(workflow_ids, limit, False))
-        room = self.engine.max_async - self.async_running_count()
+        room = self.config.max_async - self.async_running_count()
         if room > 0 and self.loop_failure is None and any(d.is_async for d in defs):
             started += self.start_claimed(self.claim_rows(workflow_ids, room, True))
         return started
@@ -551,22 +541,22 @@ class Runner:
     ) -> list[dict[str, Any]]:
         """Claim up to `limit` runnable workflows this registry has the code of (only the
         async def ones, or only the others, when `asynchronous` says so)."""
-        engine = self.engine
+        config = self.config
         # Sleepers whose time has come become claimable here, by whoever claims next.
         self.db.wake_due()
         doubts, claimed_at = self.db.outage.doubts, time.monotonic()  # before the claim
         defs = [
             d
-            for d in engine.registry.workflows()
+            for d in self.registry.workflows()
             if asynchronous is None or d.is_async == asynchronous
         ]
         rows = self.db.claim_batch(
             {
                 "workflow_ids": workflow_ids,
-                "owner": engine.executor_id,
+                "owner": config.executor_id,
                 "incarnation": self.ownership.incarnation,
-                "lease_seconds": engine.lease_seconds,
-                "max_attempts": engine.max_recovery_attempts,
+                "lease_seconds": config.lease_seconds,
+                "max_attempts": config.max_recovery_attempts,
                 "names": [d.name for d in defs],
                 "versions": [d.version or "" for d in defs],
                 "limit": limit,
@@ -621,10 +611,10 @@ class Runner:
             logger.exception("could not mark workflow %s as failed", workflow_id)
 
     def _claimed(self, row: dict[str, Any], records: list[StepRecord]) -> Claimed:
-        defn = self.engine.registry.get_workflow(row["name"], row["version"])
+        defn = self.registry.get_workflow(row["name"], row["version"])
         if defn is None:
             raise UnknownWorkflowError(row["name"], row["version"])
-        args, kwargs = self.engine.decode_inputs(row["inputs"], defn)
+        args, kwargs = self.client.inputs.decode(row["inputs"], defn)
         return Claimed(
             defn,
             row["workflow_id"],
@@ -658,7 +648,7 @@ class Runner:
                     "workflow %s crashed its worker %d times; it is left as %s for an "
                     "operator (`durable workflows resume` retries it)",
                     row["workflow_id"],
-                    self.engine.max_recovery_attempts,
+                    self.config.max_recovery_attempts,
                     row["status"],
                     extra={"event": "gave_up", "status": row["status"], **fields},
                 )
@@ -711,18 +701,18 @@ class Runner:
     ) -> list[tuple[str, concurrent.futures.Future[Any]]]:
         """Dequeue and start up to `limit` entries from the queues of this registry, as
         far as each queue's limits allow (`only`: among these ids)."""
-        engine = self.engine
+        config = self.config
         started: list[tuple[str, concurrent.futures.Future[Any]]] = []
-        defs = engine.registry.workflows()
+        defs = self.registry.workflows()
         if self.loop_failure is not None:
             defs = [d for d in defs if not d.is_async]  # nowhere to run them
-        for queue in engine.registry.queues():
+        for queue in self.registry.queues():
             if len(started) >= limit:
                 break
             params = queue.dequeue_params(
-                schema=engine.schema,
-                owner=engine.executor_id,
-                lease_seconds=engine.lease_seconds,
+                schema=config.schema,
+                owner=config.executor_id,
+                lease_seconds=config.lease_seconds,
                 defs=defs,
                 limit=limit - len(started),
                 only=only,
@@ -765,8 +755,8 @@ class Runner:
             if self.async_side is None:
                 raise EngineNotRunningError()
             return self.async_side.run_here(defn, workflow_id, args, kwargs, parent)
-        engine = self.engine
-        inputs = engine.encode_inputs(defn, args, kwargs)
+        client = self.client
+        inputs = client.inputs.encode(defn, args, kwargs)
         outer = current_run.get()
         with ExitStack() as stack:
             # The start and the run share one connection (a child's is its parent's); once
@@ -787,9 +777,9 @@ class Runner:
                     case lifecycle.RunClaimed(claimed=claimed):
                         return contextvars.copy_context().run(self.execute, claimed)
                     case lifecycle.Attach():
-                        return engine.existing(op.defn, op.workflow_id)
+                        return client.existing(op.defn, op.workflow_id)
                     case lifecycle.Finished():
-                        return engine.finished(op.workflow_id)
+                        return client.finished(op.workflow_id)
                     case lifecycle.Reclaim():
                         return self.claim(op.workflow_id)
                     case lifecycle.Sleep():

@@ -15,7 +15,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import zoneinfo
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -29,7 +29,7 @@ from durable.errors import DatabaseUnavailableError, InvalidScheduleError
 
 if TYPE_CHECKING:
     from durable._clock import Clock
-    from durable._registry import WorkflowDef
+    from durable._inputs import Inputs
     from durable._systemdb import SystemDB, Tx
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -45,18 +45,7 @@ class Starter(Protocol):
 
     clock: Clock
 
-    def encode_inputs(
-        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
-    ) -> str: ...
-
-    def workflow_params(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        inputs: str,
-        parent: tuple[str, int] | None,
-        durability: str,
-    ) -> dict[str, Any]: ...
+    inputs: Inputs
 
     def notify_work(self, payload: str = "") -> None: ...
 
@@ -229,8 +218,8 @@ def _fire_one(
         assert defn is not None  # due_schedules filtered on what the registry has
         for tick in ticks:
             workflow_id = labels.schedule_tick_id(schedule_name, tick)
-            inputs = client.encode_inputs(defn, [tick], {})
-            params = client.workflow_params(defn, workflow_id, inputs, None, durability)
+            inputs = client.inputs.encode(defn, [tick], {})
+            params = client.inputs.row(defn, workflow_id, inputs, None, durability)
             started += tx.execute("insert_workflow_pending", params)
         if mark is not None:
             tx.execute("set_schedule_mark", {"schedule_name": schedule_name, "last_tick": mark})

@@ -118,6 +118,6 @@ def conversation() -> list[dict[str, Any]]:
     if run is None:
         raise NotInWorkflowError(
             "durable.conversation() reads a workflow's turns: call it inside a workflow "
-            "(engine.conversation(workflow_id) reads them from outside)"
+            "(engine.client.conversation(workflow_id) reads them from outside)"
         )
     return [dict(turn) for turn in run.turns]

@@ -230,13 +230,14 @@ def worker(
     if prune_finished_after is not None or prune_effects_after is not None:
         from durable._retention import RetentionPolicy
 
-        base = engine.retention or RetentionPolicy()
-        engine.retention = RetentionPolicy(
+        base = engine.config.retention or RetentionPolicy()
+        policy = RetentionPolicy(
             finished_after=prune_finished_after or base.finished_after,
             effects_after=prune_effects_after or base.effects_after,
             batch_size=base.batch_size,
             interval=prune_interval,
         )
+        engine._override(retention=policy)
     stop = threading.Event()
 
     def on_signal(signum: int, _frame: object) -> None:
@@ -261,8 +262,8 @@ def worker(
         sys.stderr.flush()
         os._exit(1)
     finally:
-        engine.shutdown(wait=not engine.superseded)
-    if engine.superseded:
+        engine.shutdown(wait=not engine.ownership.superseded)
+    if engine.ownership.superseded:
         # Another process holds this worker's executor id (the engine logged it, as an
         # error): exit now, non-zero, for a supervisor to restart it. Not a clean exit,
         # which would wait for the runs still inside a step: this process can no longer

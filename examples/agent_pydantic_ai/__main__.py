@@ -50,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with durable.Engine(registry=workflow.registry) as engine:
         env = {
             **os.environ,
-            "DURABLE_DATABASE_URL": engine.database_url,
+            "DURABLE_DATABASE_URL": engine.client.database_url,
             "PYTHONPATH": os.pathsep.join([os.getcwd(), os.environ.get("PYTHONPATH", "")]),
             "DURABLE_LOG_LEVEL": "ERROR",
             "AGENT_OUTBOX": str(outbox),

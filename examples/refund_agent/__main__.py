@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
 
     with durable.Engine(registry=workflow.registry) as engine:
         env = dict(os.environ)
-        env["DURABLE_DATABASE_URL"] = engine.database_url
+        env["DURABLE_DATABASE_URL"] = engine.client.database_url
         env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
         env["DURABLE_LOG_LEVEL"] = "ERROR"
 
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> dict[str, object]:
                 engine, env, workflow.refund_orders, "effect_after_call:3", f"run-4711-{suffix}"
             )
             moved = vendor.moved()
-            effects = engine.effects(f"run-4711-{suffix}")
+            effects = engine.client.effects(f"run-4711-{suffix}")
             ledger_total = sum(
                 json.loads(e["result"])["cents"] for e in effects if e["status"] == "applied"
             )

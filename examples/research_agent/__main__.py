@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     with durable.Engine(registry=workflow.registry) as engine:
         env = dict(os.environ)
-        env["DURABLE_DATABASE_URL"] = engine.database_url
+        env["DURABLE_DATABASE_URL"] = engine.client.database_url
         env["PYTHONPATH"] = os.pathsep.join([os.getcwd(), env.get("PYTHONPATH", "")])
         env["DURABLE_LOG_LEVEL"] = "ERROR"
         env["RESEARCH_OUTBOX"] = str(outbox)
@@ -107,8 +107,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         ledger = engine.budget(run_id)
         assert ledger is not None
-        calls = engine.tool_calls(run_id)
-        turns = engine.conversation(run_id)
+        calls = engine.client.tool_calls(run_id)
+        turns = engine.client.conversation(run_id)
         state = engine.get_state(run_id)
     runs = [json.loads(line) for line in (outbox / "tool_runs.jsonl").read_text().splitlines()]
     reports = sorted(p.name for p in outbox.glob("report-*.txt"))

@@ -143,13 +143,13 @@ def test_missed_tick_policy_after_an_outage(database_url: str) -> None:
         assert started("catch")[1:] == [
             f"schedule:catch:2026-01-05T08:0{m}:00+00:00" for m in (6, 7, 8, 9)
         ]  # at most 3 missed ones, then the latest
-        engine.pause_schedule("skip")
+        engine.client.pause_schedule("skip")
         clock.advance(120)
         engine.fire_schedules()
         assert len(started("skip")) == 2  # paused
         assert len(started("catch")) == 7
         with pytest.raises(errors.UnknownScheduleError, match="schedules list"):
-            engine.pause_schedule("nope")
+            engine.client.pause_schedule("nope")
         # The ticks run as ordinary workflows with the tick as their argument.
         handles = engine.recover(limit=100)
         results = {h.result(timeout=30) for h in handles}
@@ -166,7 +166,7 @@ def test_decorated_schedule_follows_its_timezone(database_url: str) -> None:
 
     clock = durable.FakeClock(dt.datetime(2026, 1, 5, 7, 59, 0, tzinfo=dt.UTC))
     with durable.Engine(database_url, registry=reg, clock=clock) as engine:
-        (row,) = engine.list_schedules()  # stored when the engine started
+        (row,) = engine.client.list_schedules()  # stored when the engine started
         assert (row["schedule_name"], row["timezone"]) == ("morning", "Europe/Berlin")
         engine.fire_schedules()
         clock.advance(120)  # 08:01 UTC is 09:01 in Berlin (winter)
@@ -194,4 +194,4 @@ def test_bad_schedules_are_refused_and_nothing_is_stored(database_url: str) -> N
             engine.schedule("bad", job, "61 * * * *")
         with pytest.raises(errors.InvalidScheduleError, match="Europe/Berlin"):
             engine.schedule("bad", job, "* * * * *", timezone="Nowhere/City")
-        assert engine.list_schedules() == []
+        assert engine.client.list_schedules() == []

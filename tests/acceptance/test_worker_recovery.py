@@ -100,7 +100,7 @@ def test_max_recovery_attempts_then_resume(
             proc.wait(timeout=60)
             time.sleep(0.6)
         # With max_recovery_attempts=2 (below), the next claim gives up on it.
-        engine.max_recovery_attempts = 2
+        engine.config.max_recovery_attempts = 2
         # (recover() only sees it once the last worker's lease has expired)
         wait_for(
             lambda: engine.recover() == [] and handle.status() == "MAX_RECOVERY_ATTEMPTS_EXCEEDED",

@@ -121,7 +121,7 @@ def test_state_turns_and_tools_are_rebuilt_by_replay(database_url: str) -> None:
             {"role": "assistant", "content": ["tides-0", "tides-1"]},
         ]
         assert tool_runs == ["tides"]  # frozen: the replay got the journaled result
-        calls = engine.tool_calls("r1")
+        calls = engine.client.tool_calls("r1")
         assert len(calls) == 1
         call = calls[0]
         assert call["tool"].endswith("search")
@@ -135,7 +135,7 @@ def test_state_turns_and_tools_are_rebuilt_by_replay(database_url: str) -> None:
         assert engine.get_state("r1", at_step=3) == {"plan": ["search", "write"], "done": []}
         assert engine.get_state("r1", at_step=4) == result["state"]
         assert engine.get_state("r1", at_step=0) is None
-        assert engine.conversation("r1") == result["turns"]
+        assert engine.client.conversation("r1") == result["turns"]
 
 
 def test_conversation_storage_grows_linearly(database_url: str) -> None:
@@ -294,7 +294,7 @@ def test_prune_dry_run_counts_and_prune_deletes_only_finished_work(database_url:
         assert json.loads(dry.stdout) == {"workflows": 1, "steps": 5, "effects": 0, "dry_run": True}
         assert engine.get_workflow("old").status == "SUCCESS"  # dry run deleted nothing
         assert cli("prune", "--finished-after", "7d", *url).stdout.startswith("deleted 0")
-        report = engine.prune(durable.RetentionPolicy(finished_after=dt.timedelta(0)))
+        report = engine.client.prune(durable.RetentionPolicy(finished_after=dt.timedelta(0)))
         assert (report.workflows, report.steps) == (1, 5)
         with pytest.raises(errors.WorkflowNotFoundError):
             engine.get_workflow("old")
@@ -303,7 +303,7 @@ def test_prune_dry_run_counts_and_prune_deletes_only_finished_work(database_url:
             assert conn.execute("SELECT count(*) FROM durable.budgets").fetchone() == (0,)
             assert conn.execute("SELECT count(*) FROM durable.charges").fetchone() == (0,)
         with pytest.raises(errors.ConfigurationError, match="needs a policy"):
-            engine.prune()
+            engine.client.prune()
 
 
 @pytest.mark.parametrize("mode", ["async", "exit"])
@@ -331,7 +331,7 @@ def test_tool_records_stay_in_order_in_lazy_durability_modes(database_url: str, 
         assert engine.start(mixed, 5, workflow_id="m").result(timeout=20) == 110
         kinds = [s.kind.value for s in engine.steps("m")]
         assert kinds == ["step", "tool", "turn"] * 5
-        calls = engine.tool_calls("m")
+        calls = engine.client.tool_calls("m")
         assert [c["step_seq"] for c in calls] == [1, 4, 7, 10, 13]
         assert [c["tokens"] for c in calls] == [0, 1, 2, 3, 4]
         assert engine.budget("m") is None  # no budget declared: costs are recorded per call

@@ -335,7 +335,7 @@ def test_parallel_children_messages_events_state_and_charges(database_url: str) 
             spent = budget["spent"]  # four parallel steps, each charged apart
             assert (spent["dollars"], spent["tokens"], spent["steps"]) == (1.0, 100, 4)
             assert sorted(c["tokens"] for c in budget["charges"]) == [10, 20, 30, 40]
-            assert engine.conversation("p") == [{"role": "user", "content": "go?"}]
+            assert engine.client.conversation("p") == [{"role": "user", "content": "go?"}]
 
     run(main())
 

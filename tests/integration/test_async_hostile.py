@@ -244,7 +244,7 @@ def test_a_run_cut_off_by_asyncio_run_ending_is_finished_by_its_engine(database_
 
         run(main())
         try:
-            assert engine.handle("orphan").result(timeout=5) == "ok"
+            assert engine.client.handle("orphan").result(timeout=5) == "ok"
         except errors.ResultTimeoutError:
             status = engine.get_workflow("orphan").status
             pytest.fail(f"left {status.value}, never resumed by the engine that started it")
@@ -597,7 +597,7 @@ def test_sync_children_of_many_async_parents_do_not_exhaust_the_sync_pool(
         async with durable.Engine(
             database_url, registry=reg, max_workers=1, grace_seconds=0.5
         ) as engine:
-            engine.db._pool.timeout = 2  # fail in 2 s rather than psycopg_pool's 30
+            engine.client.db._pool.timeout = 2  # fail in 2 s rather than psycopg_pool's 30
             began = time.monotonic()
             handles = [await engine.start_async(parent, i, workflow_id=f"p{i}") for i in range(8)]
             done, pending = await asyncio.wait(
@@ -636,7 +636,7 @@ def test_no_free_connection_for_a_sync_child_interrupts_its_parent_not_fails_it(
 
     async def main() -> None:
         async with durable.Engine(database_url, registry=reg) as engine:
-            pool = engine.db._pool  # the checkout itself times out, once, for the child
+            pool = engine.client.db._pool  # the checkout itself times out, once, for the child
             real = pool.connection
             busy = {"once": True}
 

@@ -70,7 +70,7 @@ def test_an_engine_starts_on_the_distributed_schema_on_its_clock(citus_url: str)
     with durable.Engine(citus_url, registry=reg, executor_id="e-1", clock=clock) as engine:
         clock.advance(3600)
         # The same executor registering again (a restart): the upsert's DO UPDATE.
-        engine.db.execute(
+        engine.client.db.execute(
             "upsert_executor",
             {
                 "executor_id": "e-1",
@@ -80,7 +80,7 @@ def test_an_engine_starts_on_the_distributed_schema_on_its_clock(citus_url: str)
                 "incarnation": engine.ownership.incarnation,
             },
         )
-        row = engine.db.fetch_one("get_executor", {"executor_id": "e-1"})
+        row = engine.client.db.fetch_one("get_executor", {"executor_id": "e-1"})
     # Its heartbeat is on the engine's clock (the server's own time is years away).
     assert row is not None and row["hostname"] == "h"
     assert abs(float(row["heartbeat_age"])) < 60, row

@@ -59,9 +59,9 @@ def test_exit_mode_writes_at_barriers_only(database_url: str) -> None:
     reg, mixed, _seen = app("exit")
     with durable.Engine(database_url, registry=reg) as engine:
         mixed(3, -1)  # warm up
-        before = engine.db.counters.statements
+        before = engine.client.db.counters.statements
         mixed(100, 50)
-        used = engine.db.counters.statements - before
+        used = engine.client.db.counters.statements - before
     # insert workflow; batch before the effect; effect intent, pending, settle+record (2);
     # batch of the rest; finish: a constant, not one per step.
     assert used <= 10
@@ -72,10 +72,10 @@ def test_async_mode_batches_and_flushes(database_url: str) -> None:
     with durable.Engine(database_url, registry=reg) as engine:
         mixed(3, -1)
         engine.flush()
-        before = engine.db.counters.statements
+        before = engine.client.db.counters.statements
         mixed(200, -1)
         engine.flush()
-        used = engine.db.counters.statements - before
+        used = engine.client.db.counters.statements - before
     assert used < 200 / 2  # many records share one statement and one commit
 
 
@@ -108,7 +108,7 @@ def test_batched_records_keep_awkward_payloads_byte_for_byte(database_url: str, 
 
     with durable.Engine(database_url, registry=reg) as engine:
         assert engine.start(echoes, workflow_id="awkward").result(timeout=30) == awkward
-        stored = [engine.serializer.loads(r.output) for r in engine.steps("awkward")]
+        stored = [engine.client.serializer.loads(r.output) for r in engine.steps("awkward")]
     assert stored == awkward
 
 

@@ -355,12 +355,12 @@ def test_data_survives_a_stop_and_each_project_gets_its_own_database(
     monkeypatch.chdir(first)
     with durable.Engine(registry=reg) as engine:
         assert engine.start(hello, "a", workflow_id="w1").result(timeout=30) == "hello a"
-        first_db = dbname(engine.database_url)
+        first_db = dbname(engine.client.database_url)
     assert _embedded.stop_server(data_dir)  # `durable db stop`
     monkeypatch.chdir(second)
     with durable.Engine(registry=reg) as engine:
         assert engine.list_workflows() == []  # another project, another database
-        second_db = dbname(engine.database_url)
+        second_db = dbname(engine.client.database_url)
     monkeypatch.chdir(first)
     with durable.Engine(registry=reg) as engine:  # the server restarted; the data is there
         assert engine.retrieve("w1").result(timeout=5) == "hello a"

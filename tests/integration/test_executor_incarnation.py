@@ -185,7 +185,7 @@ def test_an_engine_whose_id_is_taken_over_stops_and_leaves_the_holder_alone(
         # Another process takes the id over (as after this one was paused past its lease).
         with durable.Client(database_url) as other:
             register(other.db, "newer", 303)
-        wait_for(lambda: engine.superseded, what="the engine to find its id taken")
+        wait_for(lambda: engine.ownership.superseded, what="the engine to find its id taken")
         with pytest.raises(ExecutorIdTakenError, match="taken over by pid 303 on host"):
             engine.start(x, "after")
         with durable.Client(database_url) as other:

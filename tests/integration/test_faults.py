@@ -106,7 +106,7 @@ def _assert_failed_for_good(engine: durable.Engine, url: str, workflow_id: str, 
     assert (stored["status"], stored["epoch"], stored["recovery_attempts"]) == ("ERROR", epoch, 0)
     time.sleep(0.5)  # ten polls of the worker
     assert workflow_row(url, workflow_id) == stored
-    assert engine.running_count() == 0
+    assert engine.runner.running_count() == 0
 
 
 def test_a_statement_timeout_in_a_transaction_fails_the_workflow(database_url: str) -> None:
@@ -303,7 +303,7 @@ def test_an_effect_key_too_long_for_its_index_is_refused_at_the_call(database_ur
             engine.start(long_key_wf, long_key, workflow_id="lk").result(timeout=8)
         assert calls == []
         assert info.value.error_type == "durable.errors.InvalidNameError"
-        assert engine.effects("lk") == []
+        assert engine.client.effects("lk") == []
 
 
 # -- 4. bad URLs fail fast, and never show the password ----------------------------------------

@@ -110,7 +110,7 @@ def test_a_fork_reads_the_stream_and_events_written_before_its_fork_point(
         for wid in ("orig", "forked"):
             assert list(engine.read_stream(wid, "tokens")) == ["a", "b", "c"]
             assert list(engine.read_stream(wid, "tokens", offset=1)) == ["b", "c"]
-            assert engine.events(wid) == {"progress": {"done": 2}}
+            assert engine.client.events(wid) == {"progress": {"done": 2}}
             assert engine.get_event(wid, "progress") == {"done": 2}
         # The fork wrote c and the close itself, once each.
         assert [(s.step_seq, s.kind) for s in engine.steps("forked")] == [
@@ -150,7 +150,7 @@ def test_a_fork_at_each_point_holds_the_original_up_to_that_point(
             with pytest.raises(errors.WorkflowCancelledError) if n < 6 else nullcontext():
                 engine.retrieve(f"at-{n}").result(timeout=10)
             assert stream(engine, f"at-{n}") == values, n
-            assert engine.events(f"at-{n}") == events, n
+            assert engine.client.events(f"at-{n}") == events, n
 
         # Run each fork with new code: the positions before n keep the original's values,
         # the fork writes the rest at the offsets that follow them.
@@ -161,9 +161,9 @@ def test_a_fork_at_each_point_holds_the_original_up_to_that_point(
             expected = values + [f"{x}2" for x in full[len(values) :]]
             assert stream(engine, f"at-{n}") == expected, n
             assert stream(engine, f"at-{n}", offset=1) == expected[1:], n
-            assert engine.events(f"at-{n}") == {"progress": "two2" if n <= 3 else "two1"}, n
+            assert engine.client.events(f"at-{n}") == {"progress": "two2" if n <= 3 else "two1"}, n
         assert stream(engine, "orig") == ["a1", "b1", "c1"]
-        assert engine.events("orig") == {"progress": "two1"}
+        assert engine.client.events("orig") == {"progress": "two1"}
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -174,21 +174,21 @@ def test_a_fork_of_a_fork_holds_what_its_parent_fork_held(database_url: str, kin
         app.edition[0] = "2"
         engine.fork("orig", from_step=3, new_id="first").result(timeout=10)
         assert stream(engine, "first") == ["a1", "b1", "c2"]
-        assert engine.events("first") == {"progress": "two2"}
+        assert engine.client.events("first") == {"progress": "two2"}
 
         app.edition[0] = "3"
         # After every write but the close: all of it is the first fork's, copied.
         engine.fork("first", from_step=5, new_id="second").result(timeout=10)
         assert stream(engine, "second") == ["a1", "b1", "c2"]
-        assert engine.events("second") == {"progress": "two2"}
+        assert engine.client.events("second") == {"progress": "two2"}
         # Before the event the first fork wrote itself: it and c are written again.
         engine.fork("first", from_step=3, new_id="third").result(timeout=10)
         assert stream(engine, "third") == ["a1", "b1", "c3"]
-        assert engine.events("third") == {"progress": "two3"}
+        assert engine.client.events("third") == {"progress": "two3"}
         # A fork of a fork of a fork, from where the first one's own writes begin.
         engine.fork("third", from_step=4, new_id="fourth").result(timeout=10)
         assert stream(engine, "fourth") == ["a1", "b1", "c3"]
-        assert engine.events("fourth") == {"progress": "two3"}
+        assert engine.client.events("fourth") == {"progress": "two3"}
 
 
 @pytest.mark.parametrize("kind", KINDS)

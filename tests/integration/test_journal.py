@@ -65,9 +65,9 @@ def test_fresh_run_issues_one_statement_per_step(database_url: str, n: int) -> N
     reg, _inc, loop, _runs = app()
     with durable.Engine(database_url, registry=reg) as engine:
         loop(3)  # warm the pool and prepared statements
-        before = engine.db.counters.statements
+        before = engine.client.db.counters.statements
         assert loop(n) == sum(range(1, n + 1))
-        used = engine.db.counters.statements - before
+        used = engine.client.db.counters.statements - before
     # insert workflow + one per step + finish
     assert used <= n + 2
 
@@ -80,10 +80,10 @@ def test_replay_issues_constant_statements(database_url: str) -> None:
             engine.start(loop, n, workflow_id=f"r{n}").result(timeout=30)
             expire(database_url, f"r{n}")
             runs.clear()
-            before = engine.db.counters.statements
+            before = engine.client.db.counters.statements
             (handle,) = engine.recover()
             assert handle.result(timeout=30) == sum(range(1, n + 1))
-            used[n] = engine.db.counters.statements - before
+            used[n] = engine.client.db.counters.statements - before
             assert runs == []  # nothing re-ran
     # claim + journal read + finish, plus the result poll: the same for 10 and 100 steps
     assert used[10] == used[100] <= 5

@@ -316,7 +316,7 @@ def test_an_engines_worker_watcher_and_readers_share_one_listen_connection(
     ) as engine:
 
         def watch() -> None:
-            with engine.notifications() as wait:
+            with engine.client.notifications() as wait:
                 while not stop.is_set() and "t" not in payloads:
                     payloads.extend(wait(600))
 

@@ -197,7 +197,7 @@ def test_cancel_resume_fork_and_schedules(engine: durable.Engine) -> None:
     assert resumed.status_code == 200 and "resumed act-1" in resumed.text
     pause = {"name": "nightly", "paused": "1", "token": TOKEN, "csrf": csrf}
     assert web.post("/actions/schedule", data=pause).status_code == 200
-    assert [s["paused"] for s in engine.list_schedules()] == [True]
+    assert [s["paused"] for s in engine.client.list_schedules()] == [True]
     assert "Resume" in web.get("/schedules").text
     missing = web.post("/actions/resume", data=cancel | {"workflow_id": "nope"})
     assert missing.status_code == 404

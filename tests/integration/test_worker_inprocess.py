@@ -78,7 +78,7 @@ def test_cancel_stops_the_runner_at_its_next_step_and_fork_reuses_steps(
         out = cli("workflows", "cancel", "c1", "--database-url", database_url)
         assert out.returncode == 0, out.stderr
         assert "cancel requested" in out.stdout
-        time.sleep(3 * engine.cancel_poll_interval)  # the runner's poll sees the request
+        time.sleep(3 * engine._heartbeat.cancel_poll_interval)  # the runner's poll sees the request
         gate.set()
         with pytest.raises(errors.WorkflowCancelledError, match="command line"):
             handle.result(timeout=10)
@@ -263,14 +263,14 @@ def test_a_claim_the_worker_never_heard_back_about_expires_and_runs(database_url
 def outage(engine: durable.Engine, url: str) -> None:
     """A real, short outage of the system database as this engine sees it: the server
     drops every connection of the engine's, the engine notices, and reconnects."""
-    before = engine.db.outage.generation
+    before = engine.client.db.outage.generation
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
             " WHERE datname = current_database() AND pid <> pg_backend_pid()"
         )
     deadline = time.monotonic() + 20
-    while engine.db.outage.generation == before:
+    while engine.client.db.outage.generation == before:
         assert time.monotonic() < deadline, "the engine never saw the outage end"
         try:
             engine.list_workflows()
@@ -308,7 +308,7 @@ def test_a_claim_that_waited_through_an_outage_runs_only_if_still_owned(
     gate.set()
     with durable.Engine(database_url, registry=reg, lease_seconds=4.0) as engine:
         claimed = claim_submitted(engine, ticker, "queued")
-        assert claimed.doubts == engine.db.outage.doubts
+        assert claimed.doubts == engine.client.db.outage.doubts
         if stolen:
             take_over(database_url, "queued")
         outage(engine, database_url)
@@ -386,7 +386,9 @@ def test_a_claim_that_waited_longer_than_its_lease_without_renewal_is_proven_fir
     with durable.Engine(database_url, registry=reg, lease_seconds=30.0) as engine:
         claimed = claim_submitted(engine, ticker, "starved")
         take_over(database_url, "starved")
-        engine.db.outage.renewed_at = 0.0  # no renewal since (what a starved heartbeat leaves)
+        engine.client.db.outage.renewed_at = (
+            0.0  # no renewal since (what a starved heartbeat leaves)
+        )
         late = claimed._replace(claimed_at=claimed.claimed_at - 30.0)
         assert engine.runner.submit(late).result(timeout=20) is None
         assert runs == []

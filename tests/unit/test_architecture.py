@@ -234,7 +234,6 @@ MAX_LINES = 800
 # Modules still over MAX_LINES. The list only shrinks: a module split below the limit must
 # leave it (the second test fails until it does), and no other module may join it.
 OVER_MAX_LINES = {
-    "_client.py",  # to be split
     "_systemdb.py",  # to be split
 }
 

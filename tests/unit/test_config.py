@@ -71,10 +71,10 @@ def test_engine_and_client_take_their_settings_from_one_config(
 ) -> None:
     monkeypatch.setenv("DURABLE_LISTEN", "0")
     engine = durable.Engine("postgresql://h/db", lease_seconds=6, max_workers=3)
-    assert engine.config.lease_seconds == engine.lease_seconds == 6.0
-    assert engine.config.max_workers == engine.max_workers == 3
-    assert engine.config.listen is False and engine.listen is False
-    assert engine.cancel_poll_interval == engine.config.cancel_poll_interval == 0.5
+    assert engine.config.lease_seconds == 6.0
+    assert engine.config.max_workers == 3
+    assert engine.config.listen is False and engine.client.listen is False
+    assert engine._heartbeat.cancel_poll_interval == engine.config.cancel_poll_interval == 0.5
     client = durable.Client("postgresql://h/db", schema="s1")
     assert client.config.schema == client.schema == "s1"
 

@@ -1,0 +1,188 @@
+"""The stored form of a workflow call: its inputs, checked and encoded, read back as the
+run sees them, and the row that records a new workflow.
+
+Recording a workflow is shared by everything that makes one (a client's submit and
+enqueue, an engine's start, a schedule's tick, the runner's direct calls): the inputs are
+bound to the function's signature and must read back as given before anything is stored,
+and a child started inside a workflow takes the next position of its parent's journal.
+"""
+
+from __future__ import annotations
+
+import inspect
+import uuid
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from durable import _labels as labels
+from durable import _protocol as protocol
+from durable import _tracing as tracing
+from durable._context import current_run, workflow_code_run
+from durable._protocol import Run
+from durable._registry import WorkflowDef
+from durable.errors import (
+    AsyncInSyncError,
+    BlockingCallError,
+    PayloadTooLargeError,
+    SerializationError,
+    WorkflowArgumentsError,
+)
+from durable.serialization import (
+    JSONSerializer,
+    PickleSerializer,
+    Serializer,
+    check_faithful,
+    dumps_checked,
+    parameter_types,
+    rebuild,
+)
+
+
+class Inputs:
+    """Encodes and decodes the inputs of workflow calls with one serializer and payload
+    limit (a Client's or an Engine's)."""
+
+    def __init__(self, serializer: Serializer, max_payload_bytes: int) -> None:
+        self.serializer = serializer
+        self.max_payload_bytes = max_payload_bytes
+        # Stored with each workflow: a reader knows what wrote its values.
+        self.serializer_name = (
+            "pickle"
+            if isinstance(serializer, PickleSerializer)
+            else ("json" if isinstance(serializer, JSONSerializer) else type(serializer).__name__)
+        )
+
+    def encode(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
+        """The stored form of a call's arguments. The call is bound to the function's
+        signature first (WorkflowArgumentsError), and each argument must read back as it
+        was given (SerializationError), so nothing unusable is ever stored."""
+        signature, hints = parameter_types(defn.fn)
+        if signature is not None:
+            try:
+                bound = signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise WorkflowArgumentsError(defn.name, str(signature), str(exc)) from None
+            for name, value in bound.arguments.items():
+                kind = signature.parameters[name].kind
+                label = f"argument {name!r} of workflow {defn.name!r}"
+                if kind is inspect.Parameter.VAR_POSITIONAL:
+                    for item in value:
+                        check_faithful(self.serializer, item, None, label)
+                elif kind is inspect.Parameter.VAR_KEYWORD:
+                    for item in value.values():
+                        check_faithful(self.serializer, item, None, label)
+                else:
+                    check_faithful(self.serializer, value, hints.get(name), label)
+        try:
+            return dumps_checked(
+                self.serializer,
+                {"args": list(args), "kwargs": dict(kwargs)},
+                f"the inputs of workflow {defn.name!r}",
+                self.max_payload_bytes,
+            )
+        except PayloadTooLargeError:
+            raise
+        except SerializationError:
+            # Name the argument that failed, so the message points at the caller's mistake.
+            labelled = [(f"argument {i}", v) for i, v in enumerate(args)]
+            labelled += [(f"argument {k!r}", v) for k, v in kwargs.items()]
+            for label, value in labelled:
+                dumps_checked(
+                    self.serializer,
+                    value,
+                    f"{label} of workflow {defn.name!r} (the inputs of workflow {defn.name!r})",
+                    self.max_payload_bytes,
+                )
+            raise
+
+    def decode(
+        self, text: str, defn: WorkflowDef | None = None
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """Stored inputs as the run sees them, first run and replay alike (rebuilt as the
+        parameters' annotations when pydantic is installed)."""
+        data = self.serializer.loads(text)
+        if not isinstance(data, dict) or not isinstance(data.get("args"), list):
+            raise SerializationError(
+                "the stored inputs are not {'args': [...], 'kwargs': {...}}: they were not "
+                "written by this serializer",
+                what="the stored inputs",
+                type_name=type(data).__qualname__,
+            )
+        args, kwargs = list(data["args"]), dict(data.get("kwargs") or {})
+        if defn is None:
+            return args, kwargs
+        signature, hints = parameter_types(defn.fn)
+        if signature is None or not hints:
+            return args, kwargs
+        try:
+            bound = signature.bind(*args, **kwargs)
+        except TypeError:
+            return args, kwargs  # the run reports the mismatch as the workflow's error
+        for name, value in bound.arguments.items():
+            kind = signature.parameters[name].kind
+            if name in hints and kind not in (
+                inspect.Parameter.VAR_POSITIONAL,
+                inspect.Parameter.VAR_KEYWORD,
+            ):
+                bound.arguments[name] = rebuild(value, hints[name])
+        return list(bound.args), dict(bound.kwargs)
+
+    def row(
+        self,
+        defn: WorkflowDef,
+        workflow_id: str,
+        inputs: str,
+        parent: tuple[str, int] | None,
+        durability: str,
+    ) -> dict[str, Any]:
+        return {
+            "workflow_id": workflow_id,
+            "name": defn.name,
+            "version": defn.version,
+            "inputs": inputs,
+            "serializer": self.serializer_name,
+            "durability": defn.durability or durability,
+            "parent_id": parent[0] if parent else None,
+            "parent_step_seq": parent[1] if parent else None,
+            "timeout_seconds": defn.timeout,
+            "budget_id": _budget_for(defn, workflow_id, parent),
+            "trace_context": tracing.start_context(defn.name, workflow_id),
+        }
+
+
+def place_child(
+    defn: WorkflowDef, workflow_id: str | None, *, asynchronous: bool = False
+) -> tuple[Run | None, tuple[str, int] | None, str, bool]:
+    """Where a workflow started or enqueued now goes: inside a workflow (not a step) it is
+    a child at the next position, with a deterministic id, and a replay finds the id
+    journaled there (True: nothing to start). Returns (run, parent, id, journaled).
+    From an async workflow only the awaited forms (start_async, enqueue_async) can
+    journal it; from a plain-def one only the plain ones."""
+    run = workflow_code_run()
+    if run is None:
+        return None, None, workflow_id or str(uuid.uuid4()), False
+    if run.is_async != asynchronous:
+        if run.is_async:
+            raise BlockingCallError(
+                f"starting {defn.name!r} from async workflow {run.name!r} would block its "
+                "event loop: use `await engine.start_async(...)` / `enqueue_async(...)`"
+            )
+        raise AsyncInSyncError(
+            f"start_async/enqueue_async of {defn.name!r} in plain-def workflow "
+            f"{run.name!r}: use engine.start(...) / enqueue(...)"
+        )
+    seq, journaled = protocol.child_started(run, defn.name)
+    if journaled is not None:
+        return run, None, journaled, True
+    parent = (run.workflow_id, seq)
+    return run, parent, workflow_id or labels.child_id(run.workflow_id, seq), False
+
+
+def _budget_for(defn: WorkflowDef, workflow_id: str, parent: tuple[str, int] | None) -> str | None:
+    """The budget a new workflow draws from: its parent's if the parent has one (a child
+    spends from its root's ledger), else its own if its code declares one."""
+    if parent is not None:
+        run = current_run.get()
+        if run is not None and run.workflow_id == parent[0] and run.budget_id is not None:
+            return run.budget_id
+    return workflow_id if defn.budget is not None else None

@@ -1,0 +1,263 @@
+"""Reading stored workflows: their rows, journals, ledgers, events, approvals, schedules,
+budgets, state and outcomes. Nothing here writes."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from typing import TYPE_CHECKING, Any
+
+from durable._client_base import ClientBase
+from durable._handles import AsyncWorkflowHandle, WorkflowHandle
+from durable._models import (
+    Ledger,
+    StepRecord,
+    WorkflowInfo,
+    WorkflowStatus,
+)
+from durable._names import check_name
+from durable._protocol import decode_error
+from durable.errors import (
+    ConfigurationError,
+    WorkflowCancelledError,
+    WorkflowFailedError,
+    WorkflowNotFoundError,
+    WorkflowTimeoutError,
+)
+
+if TYPE_CHECKING:
+    import concurrent.futures
+
+
+class Reading(ClientBase):
+    """The reads of a Client (see Client)."""
+
+    # -- workflows and outcomes --------------------------------------------------------
+
+    def handle(
+        self, workflow_id: str, future: concurrent.futures.Future[Any] | None = None
+    ) -> WorkflowHandle:
+        return WorkflowHandle(self, workflow_id, future)
+
+    def retrieve(self, workflow_id: str) -> WorkflowHandle:
+        """A handle to an existing workflow; raises WorkflowNotFoundError if there is none."""
+        self.get_workflow(workflow_id)
+        return self.handle(workflow_id)
+
+    async def retrieve_async(self, workflow_id: str) -> AsyncWorkflowHandle:
+        """retrieve, awaited: an AsyncWorkflowHandle."""
+        await asyncio.to_thread(self.get_workflow, workflow_id)
+        return AsyncWorkflowHandle(self, workflow_id)
+
+    def get_workflow(self, workflow_id: str) -> WorkflowInfo:
+        check_name("workflow_id", workflow_id)
+        row = self.db.fetch_one("get_workflow", {"workflow_id": workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(workflow_id)
+        return WorkflowInfo.from_row(row)
+
+    def list_workflows(
+        self,
+        status: WorkflowStatus | str | None = None,
+        *,
+        name: str | None = None,
+        limit: int = 100,
+        id_prefix: str | None = None,
+        created_from: dt.datetime | None = None,
+        created_to: dt.datetime | None = None,
+        after: tuple[dt.datetime, str] | None = None,
+    ) -> list[WorkflowInfo]:
+        """Stored workflows, newest first (at most `limit`, 1 to 100,000), optionally only
+        those whose id starts with `id_prefix` or created in [created_from, created_to).
+        Page with `after`: the (created_at, workflow_id) of the last row of the page before
+        (a keyset, so a page costs the same at any depth)."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
+            raise ConfigurationError(f"limit={limit!r}: give a whole number from 1 to 100,000")
+        check_name("name", name, optional=True)
+        check_name("id_prefix", id_prefix, optional=True)
+        if status is not None:
+            try:
+                status = WorkflowStatus(status)
+            except ValueError:
+                raise ConfigurationError(
+                    f"status={status!r}: use one of {', '.join(s.value for s in WorkflowStatus)}"
+                ) from None
+        after_at, after_id = after if after is not None else (None, None)
+        check_name("after", after_id, optional=True)
+        rows = self.db.fetch_all(
+            "list_workflows",
+            {
+                "status": None if status is None else str(status),
+                "name": name,
+                "id_from": id_prefix,
+                "id_to": None if id_prefix is None else _prefix_end(id_prefix),
+                "created_from": created_from,
+                "created_to": created_to,
+                "after_at": after_at,
+                "after_id": after_id,
+                "limit": limit,
+            },
+        )
+        return [WorkflowInfo.from_row(r) for r in rows]
+
+    def finished(self, workflow_id: str) -> tuple[bool, Any]:
+        """(True, its value) if the workflow finished (raising what it finished with, as
+        outcome does), else (False, None): one look, for the handles' waits."""
+        row = self.db.fetch_one("get_workflow_status", {"workflow_id": workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(workflow_id)
+        status = WorkflowStatus(row["status"])
+        if not status.is_terminal:
+            return False, None
+        return True, self.outcome(workflow_id, status, row["output"], row["error"])
+
+    def outcome(
+        self, workflow_id: str, status: WorkflowStatus, output: str | None, error: str | None
+    ) -> Any:
+        """The value of a finished workflow, or the error it finished with."""
+        if status is WorkflowStatus.SUCCESS:
+            return None if output is None else self.serializer.loads(output)
+        if status is WorkflowStatus.CANCELLED:
+            row = self.db.fetch_one("get_cancel_request", {"workflow_id": workflow_id}) or {}
+            if error is not None and decode_error(error)[0].endswith("WorkflowTimeoutError"):
+                raise WorkflowTimeoutError(workflow_id, row.get("timeout_seconds"))
+            raise WorkflowCancelledError(workflow_id, row.get("cancel_reason"))
+        if error is not None:
+            error_type, message, trace = decode_error(error)
+            raise WorkflowFailedError(workflow_id, error_type, message, trace)
+        raise WorkflowFailedError(workflow_id, status.value, f"ended as {status.value}")
+
+    # -- journals and ledgers ----------------------------------------------------------
+
+    def steps(self, workflow_id: str) -> list[StepRecord]:
+        """The journal of one workflow, in call order."""
+        check_name("workflow_id", workflow_id)
+        return [
+            StepRecord.from_row(r)
+            for r in self.db.fetch_all("load_journal", {"workflow_id": workflow_id})
+        ]
+
+    def effects(self, workflow_id: str) -> list[dict[str, Any]]:
+        """The effect ledger of one workflow: key, status, result or error, in order."""
+        check_name("workflow_id", workflow_id)
+        return self.db.fetch_all("list_effects", {"workflow_id": workflow_id})
+
+    def events(self, workflow_id: str) -> dict[str, Any]:
+        """Every event the workflow published (durable.set_event), by key: latest values."""
+        check_name("workflow_id", workflow_id)
+        rows = self.db.fetch_all("list_events", {"workflow_id": workflow_id})
+        return {r["key"]: self.serializer.loads(r["value"]) for r in rows}
+
+    def tool_calls(self, workflow_id: str) -> list[dict[str, Any]]:
+        """An agent's tool calls in order: name, arguments, result (or error), latency, cost."""
+        check_name("workflow_id", workflow_id)
+        rows = self.db.fetch_all("list_tool_calls", {"workflow_id": workflow_id})
+        loads = self.serializer.loads
+        return [
+            {
+                "step_seq": r["step_seq"],
+                "tool": r["tool_name"],
+                "arguments": loads(r["arguments"]),
+                "result": None if r["output"] is None else loads(r["output"]),
+                "error": None if r["error"] is None else decode_error(r["error"])[1],
+                "latency_ms": r["latency_ms"],
+                "dollars": float(r["dollars"]),
+                "tokens": int(r["tokens"]),
+            }
+            for r in rows
+        ]
+
+    def get_state(self, workflow_id: str, at_step: int | None = None) -> Any:
+        """The workflow's durable.state: the latest, or as it was when the workflow reached
+        step position `at_step` (what a fork from that step starts with)."""
+        check_name("workflow_id", workflow_id)
+        before = 2**31 - 1 if at_step is None else at_step
+        row = self.db.fetch_one("latest_state", {"workflow_id": workflow_id, "before_seq": before})
+        return None if row is None else self.serializer.loads(row["output"])
+
+    def state_text(self, workflow_id: str) -> str | None:
+        """The latest durable.state as stored (serialized), or None."""
+        check_name("workflow_id", workflow_id)
+        row = self.db.fetch_one(
+            "latest_state", {"workflow_id": workflow_id, "before_seq": 2**31 - 1}
+        )
+        return None if row is None else str(row["output"])
+
+    def conversation(self, workflow_id: str) -> list[dict[str, Any]]:
+        """The turns the workflow appended with durable.append_turn, oldest first."""
+        check_name("workflow_id", workflow_id)
+        rows = self.db.fetch_all("list_turns", {"workflow_id": workflow_id})
+        return [self.serializer.loads(r["output"]) for r in rows]
+
+    def budget(self, workflow_id: str) -> dict[str, Any] | None:
+        """The budget ledger workflow `workflow_id` draws from: limits, spent, and every
+        charge in order (None if it has no budget)."""
+        check_name("workflow_id", workflow_id)
+        row = self.db.fetch_one("budget_of", {"workflow_id": workflow_id})
+        if row is None:
+            raise WorkflowNotFoundError(workflow_id)
+        if row["budget_id"] is None:
+            return None
+        ledger_row = self.db.fetch_one("get_budget", {"budget_id": row["budget_id"]})
+        if ledger_row is None:
+            return None
+        ledger = Ledger.from_row(ledger_row)
+        charges = self.db.fetch_all("list_charges", {"budget_id": ledger.budget_id})
+        return {
+            "budget_id": ledger.budget_id,
+            **ledger.as_dict(),
+            "exhausted": ledger.exhausted(),
+            "charges": [
+                {
+                    "workflow_id": c["workflow_id"],
+                    "step_seq": c["step_seq"],
+                    "step_name": c["step_name"],
+                    "dollars": float(c["dollars"]),
+                    "tokens": int(c["tokens"]),
+                }
+                for c in charges
+            ],
+        }
+
+    # -- what waits, and who runs it ---------------------------------------------------
+
+    def list_approvals(
+        self, workflow_id: str | None = None, *, waiting_only: bool = True, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Approval gates (waiting ones by default), as dicts of their stored columns."""
+        return self.db.fetch_all(
+            "list_approvals",
+            {"workflow_id": workflow_id, "waiting_only": waiting_only, "limit": limit},
+        )
+
+    def list_schedules(self) -> list[dict[str, Any]]:
+        """Stored schedules, as dicts of their columns."""
+        return self.db.fetch_all("list_schedules", {})
+
+    def executors(self) -> list[dict[str, Any]]:
+        """Executors (engines and workers) with their last heartbeat."""
+        return self.db.fetch_all("list_executors", {})
+
+    def queues(self) -> list[dict[str, Any]]:
+        """Every queue with entries: how many wait for a slot, hold one, have finished."""
+        return self.db.fetch_all("queue_depths", {})
+
+    def waiting_for_worker(
+        self, stale_seconds: float = 120, limit: int = 100
+    ) -> list[dict[str, Any]]:
+        """Runnable workflows no live executor can run (its code is nowhere registered)."""
+        return self.db.fetch_all(
+            "waiting_for_worker", {"stale_seconds": stale_seconds, "limit": limit}
+        )
+
+
+def _prefix_end(prefix: str) -> str:
+    """The least string above every string starting with `prefix`, in byte (code point)
+    order: the prefix with its last character incremented (surrogates are not text)."""
+    for i in range(len(prefix) - 1, -1, -1):
+        code = ord(prefix[i]) + 1
+        if code == 0xD800:
+            code = 0xE000
+        if code <= 0x10FFFF:
+            return prefix[:i] + chr(code)
+    return prefix + "\U0010ffff"  # only U+10FFFF characters: nothing sorts above; unreachable
