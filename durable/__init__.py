@@ -24,6 +24,7 @@ from durable._models import (
     WorkflowInfo,
     WorkflowStatus,
 )
+from durable._patches import deprecate_patch, patched, patched_async
 from durable._queues import Queue
 from durable._registry import Registry, default_registry
 from durable._retention import PruneReport, RetentionPolicy
@@ -78,8 +79,11 @@ __all__ = [
     "compensate",
     "conversation",
     "default_registry",
+    "deprecate_patch",
     "effect",
     "instrument_psycopg",
+    "patched",
+    "patched_async",
     "recv",
     "recv_async",
     "reserve",

@@ -49,6 +49,7 @@ RECV_DEADLINE_PREFIX = "recv-deadline:"
 EVENT_PREFIX = "event:"
 STREAM_PREFIX = "stream:"
 STREAM_CLOSE_PREFIX = "stream-close:"
+PATCH_PREFIX = "patch:"
 
 
 def approval(name: str) -> str:
@@ -67,6 +68,13 @@ def recv_deadline(topic_key: str) -> str:
     """The journaled deadline of a durable.recv() with a timeout: the wake-up time, so a
     resumed wait does not wait again for the part already waited."""
     return f"{RECV_DEADLINE_PREFIX}{topic_key}"
+
+
+def patch(patch_id: str) -> str:
+    """The marker durable.patched(patch_id) journals where a run first reaches that point
+    on code that has the patch: a replay that finds it takes the new branch, one that
+    finds another call there (a journal from before the patch) takes the old one."""
+    return f"{PATCH_PREFIX}{patch_id}"
 
 
 def event(key: str) -> str:

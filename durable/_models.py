@@ -62,6 +62,7 @@ class StepKind(StrEnum):
     STATE = "state"
     TURN = "turn"
     STREAM = "stream"
+    PATCH = "patch"
 
 
 @dataclass(frozen=True)

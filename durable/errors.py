@@ -355,15 +355,22 @@ class NondeterminismError(UsageError):
 
     A UsageError: the code deployed is not the code that started the workflow."""
 
-    def __init__(self, workflow_id: str, step_seq: int, recorded: str, current: str) -> None:
+    def __init__(
+        self, workflow_id: str, step_seq: int, recorded: str, current: str, fix: str = ""
+    ) -> None:
         self.workflow_id = workflow_id
         self.step_seq = step_seq
         self.recorded = recorded
         self.current = current
         super().__init__(
             f"workflow {workflow_id!r} step {step_seq}: the journal recorded {recorded!r} but "
-            f"the code now calls {current!r}; the journal is left untouched. Restore the code "
-            "that started this workflow (or register the new code under a new version=)"
+            f"the code now calls {current!r}; the journal is left untouched. "
+            + (
+                fix
+                or "Restore the code that started this workflow, branch on "
+                "durable.patched(...) where the code changed, or register the new code "
+                "under a new version="
+            )
         )
 
 

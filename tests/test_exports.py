@@ -3,6 +3,9 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "deprecate_patch",
+    "patched",
+    "patched_async",
     "close_stream",
     "close_stream_async",
     "write_stream",

@@ -93,6 +93,7 @@ from durable._protocol.ops import (
     WriteSteps,
     conflict_backoff,
 )
+from durable._protocol.patches import deprecate_patch, patched
 from durable._protocol.run import (
     TIMEOUT_REASON,
     Journal,
@@ -192,6 +193,7 @@ __all__ = [
     "compensate",
     "conflict_backoff",
     "decode_error",
+    "deprecate_patch",
     "effect",
     "encode_error",
     "finish",
@@ -199,6 +201,7 @@ __all__ = [
     "is_settled",
     "open_ledger",
     "over_cap",
+    "patched",
     "rebuild_error",
     "reclaim",
     "record",

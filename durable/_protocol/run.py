@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from durable import _labels as labels
 from durable._models import Ledger, StepRecord
 from durable._protocol.faults import AppFault
 from durable._protocol.ops import Execute, StepScope
@@ -43,6 +44,11 @@ class Journal:
         """True when nothing is recorded, so no call can replay (no lookups needed)."""
         return not self.records
 
+    def replaying_at(self, seq: int) -> bool:
+        """Whether position `seq` lies within what the journal recorded (at it or before a
+        later record): a call there replays history, it does not make it."""
+        return bool(self.records) and seq <= max(self.records)
+
     def next_call(self, step_name: str) -> tuple[int, StepRecord | None]:
         """Assign the next position; return the record to replay there, if any."""
         seq = self.next_seq
@@ -51,7 +57,15 @@ class Journal:
             return seq, None
         record = self.records.get(seq)
         if record is not None and record.step_name != step_name:
-            raise NondeterminismError(self.workflow_id, seq, record.step_name, step_name)
+            fix = ""
+            if record.step_name.startswith(labels.PATCH_PREFIX):
+                patch_id = record.step_name[len(labels.PATCH_PREFIX) :]
+                fix = (
+                    f"This run took patch {patch_id!r} here: keep "
+                    f"durable.deprecate_patch({patch_id!r}) at this point until no run that "
+                    "took the patch is left"
+                )
+            raise NondeterminismError(self.workflow_id, seq, record.step_name, step_name, fix)
         return seq, record
 
 
@@ -138,6 +152,8 @@ class Run:
     # Per stream key: the offset of the next value, and the keys closed (rebuilt by replay).
     stream_offsets: dict[str, int] = field(default_factory=dict)
     closed_streams: set[str] = field(default_factory=set)
+    # Per patch id: what durable.patched() answered first in this run (rebuilt by replay).
+    patches: dict[str, bool] = field(default_factory=dict)
     # When the workflow times out (from its first start), and why it was asked to stop if
     # it was when claimed. `stopping` is set while compensations of a cancel run, so that
     # they are not interrupted in turn.

@@ -61,7 +61,9 @@ def test_async_workflow_journals_and_replays_parallel_steps_in_call_order(
             fail["tail"] = False
             calls.clear()
             again = engine.resume("fan")
-            assert await durable.AsyncWorkflowHandle(engine, again.workflow_id).result(20) == [
+            assert await durable.AsyncWorkflowHandle(engine.client, again.workflow_id).result(
+                20
+            ) == [
                 *(i * 10 for i in range(10)),
                 "done",
             ]
@@ -249,7 +251,7 @@ def test_async_transaction_commits_with_its_record(database_url: str) -> None:
                 await h.result(timeout=10)
             fail["after"] = False
             engine.resume("tx")
-            assert await durable.AsyncWorkflowHandle(engine, "tx").result(10) == 1
+            assert await durable.AsyncWorkflowHandle(engine.client, "tx").result(10) == 1
             async with engine.app_connection_async() as conn:
                 rows = (await conn.execute(sqlalchemy.text("SELECT a FROM answers"))).all()
             assert [r[0] for r in rows] == ["tides"]  # once, and the failed one rolled back
@@ -425,7 +427,7 @@ def test_an_async_workflow_starts_and_enqueues_children_once(database_url: str) 
                 await h.result(timeout=30)
             fail["end"] = False
             engine.resume("boss")
-            assert await durable.AsyncWorkflowHandle(engine, "boss").result(30) == [
+            assert await durable.AsyncWorkflowHandle(engine.client, "boss").result(30) == [
                 "STARTED",
                 "QUEUED",
             ]

@@ -686,7 +686,9 @@ def test_fork_of_an_async_workflow_replays_up_to_the_fork_point(database_url: st
             assert await h.result(timeout=10) == [0, 1, 2]
             calls.clear()
             fork = await asyncio.to_thread(engine.fork, "orig", from_step=2, new_id="forked")
-            assert await durable.AsyncWorkflowHandle(engine, fork.workflow_id).result(10) == [
+            assert await durable.AsyncWorkflowHandle(engine.client, fork.workflow_id).result(
+                10
+            ) == [
                 0,
                 1,
                 2,

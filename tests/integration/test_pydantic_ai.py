@@ -71,7 +71,7 @@ def test_a_resumed_agent_replays_and_the_cap_stops_it(database_url: str) -> None
             assert calls == {"model": 3, "tool": 2}
             fail["once"] = False
             engine.resume("a")
-            assert await durable.AsyncWorkflowHandle(engine, "a").result(20) == "2 searches"
+            assert await durable.AsyncWorkflowHandle(engine.client, "a").result(20) == "2 searches"
             assert calls == {"model": 3, "tool": 2}  # replayed: nothing called again
 
             calls.update(model=0, tool=0)

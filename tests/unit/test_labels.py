@@ -42,6 +42,7 @@ def test_journal_step_names() -> None:
     assert labels.stream("tokens") == "stream:tokens"
     assert labels.stream("tokens", closing=False) == "stream:tokens"
     assert labels.stream("tokens", closing=True) == "stream-close:tokens"
+    assert labels.patch("fix-tax") == "patch:fix-tax"
 
 
 def test_library_step_names() -> None:

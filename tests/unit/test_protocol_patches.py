@@ -1,0 +1,105 @@
+"""durable.patched() and deprecate_patch(): which branch a run takes at a patch point, by
+what its journal holds there. No database: the journal is scripted."""
+
+from __future__ import annotations
+
+import pytest
+
+from durable import _protocol as protocol
+from durable._models import StepKind, StepRecord
+from durable.errors import NondeterminismError
+from tests.unit.scripted import Script, done, make_run, step_def
+
+
+def fetch() -> str:
+    return "page"
+
+
+def marker(seq: int, patch_id: str) -> StepRecord:
+    return StepRecord(seq, f"patch:{patch_id}", StepKind.PATCH, None, None, 1)
+
+
+def test_a_run_that_reaches_the_point_on_patched_code_journals_a_marker() -> None:
+    run = make_run()
+    script = Script()
+    assert script.run(protocol.patched(run, "fix-tax")) is True
+    (write,) = script.ops
+    assert write.name == "record_step"
+    assert write.params["step_seq"] == 0
+    assert write.params["step_name"] == "patch:fix-tax"
+    assert write.params["kind"] == "patch"
+    assert run.journal.next_seq == 1
+
+
+def test_a_replay_of_a_journal_from_before_the_patch_takes_the_old_branch() -> None:
+    # The old code called fetch at position 1, where the patched code asks.
+    run = make_run(records=[done(0, "fetch", "a"), done(1, "fetch", "b")])
+    script = Script()
+    script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert script.run(protocol.patched(run, "fix-tax")) is False
+    assert run.journal.next_seq == 1  # no position taken: the old call replays there
+    assert script.run(protocol.step(run, step_def(fetch), (), {})) == "b"
+    assert not [op for op in script.ops if getattr(op, "name", "") == "record_step"]
+
+
+def test_a_replay_of_a_run_that_took_the_patch_finds_its_marker() -> None:
+    run = make_run(records=[done(0, "fetch", "a"), marker(1, "fix-tax"), done(2, "fetch", "c")])
+    script = Script()
+    script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert script.run(protocol.patched(run, "fix-tax")) is True
+    assert script.run(protocol.step(run, step_def(fetch), (), {})) == "c"
+    assert script.ops == []  # everything replayed
+
+
+def test_a_run_cut_off_before_the_patch_point_takes_the_new_branch() -> None:
+    # Its journal ends before the point: it never ran the old branch.
+    run = make_run(records=[done(0, "fetch", "a")])
+    script = Script()
+    script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert script.run(protocol.patched(run, "fix-tax")) is True
+    assert script.ops[-1].params["step_name"] == "patch:fix-tax"
+
+
+def test_a_gap_before_later_records_is_history_not_the_frontier() -> None:
+    # Position 1 is missing but 2 is recorded (a branch of a gather wrote it): the journal
+    # was made by the old code, so the old branch is taken.
+    run = make_run(records=[done(0, "fetch", "a"), done(2, "fetch", "c")])
+    script = Script()
+    script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert script.run(protocol.patched(run, "fix-tax")) is False
+
+
+def test_the_first_answer_for_an_id_holds_for_the_run() -> None:
+    run = make_run()
+    script = Script()
+    assert script.run(protocol.patched(run, "loop")) is True
+    assert script.run(protocol.patched(run, "loop")) is True
+    assert len(script.ops) == 1  # one marker, one position
+    old = make_run(records=[done(0, "fetch", "a")])
+    assert Script().run(protocol.patched(old, "loop")) is False
+    assert Script().run(protocol.patched(old, "loop")) is False
+
+
+def test_another_patchs_marker_is_not_this_ones() -> None:
+    run = make_run(records=[marker(0, "a"), done(1, "fetch", "x")])
+    script = Script()
+    assert script.run(protocol.patched(run, "b")) is False  # "b" came later than this run
+    assert script.run(protocol.patched(run, "a")) is True
+
+
+def test_deprecate_patch_passes_over_a_marker_and_journals_nothing() -> None:
+    with_marker = make_run(records=[marker(0, "fix-tax"), done(1, "fetch", "b")])
+    protocol.deprecate_patch(with_marker, "fix-tax")
+    assert Script().run(protocol.step(with_marker, step_def(fetch), (), {})) == "b"
+    fresh = make_run()
+    protocol.deprecate_patch(fresh, "fix-tax")
+    assert fresh.journal.next_seq == 0
+    script = Script()
+    script.run(protocol.step(fresh, step_def(fetch), (), {}))
+    assert script.ops[-1].params["step_seq"] == 0
+
+
+def test_a_marker_with_no_patch_call_left_is_nondeterminism() -> None:
+    run = make_run(records=[marker(0, "fix-tax")])
+    with pytest.raises(NondeterminismError, match=r"patch:fix-tax.*deprecate_patch\(.fix-tax.\)"):
+        Script().run(protocol.step(run, step_def(fetch), (), {}))
