@@ -359,7 +359,7 @@ def test_resume_of_a_workflow_given_up_after_crashes(database_url: str) -> None:
             gate.set()
         # The stuck runs wake up now, but their epoch is stale: they record nothing.
         for zombie in zombies:
-            wait_for(lambda z=zombie: z.running_count() == 0, what="the stale runs to end")
+            wait_for(lambda z=zombie: z.runner.running_count() == 0, what="the stale runs to end")
         assert runs.count("hang-returned") == 2 and "last" not in runs
         assert journal(client, "m") == [(0, '"a"', None)]
         assert handle.status() is durable.WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED
@@ -439,22 +439,24 @@ def test_resume_of_a_succeeded_workflow_returns_it_untouched_and_refuses_unknown
         assert engine.start(app.workflow, "s", 2, workflow_id="done").result(10) == [0, 10]
         stored = engine.get_workflow("done")
         with durable.Client(database_url) as client:
-            for actor in (engine, client):
-                for resume in (actor.resume, actor.resume_workflow):
-                    handle = resume("done")
-                    assert handle.workflow_id == "done"
-                    assert handle.result(timeout=5) == [0, 10]
-                    with pytest.raises(errors.WorkflowNotFoundError, match="'nope'"):
-                        resume("nope")
+            # The engine offers resume; the alias is its client's (as every Client's).
+            aliases = (engine.client.resume_workflow, client.resume_workflow)
+            for resume in (engine.resume, client.resume, *aliases):
+                handle = resume("done")
+                assert handle.workflow_id == "done"
+                assert handle.result(timeout=5) == [0, 10]
+                with pytest.raises(errors.WorkflowNotFoundError, match="'nope'"):
+                    resume("nope")
             assert client.get_workflow("done") == stored  # untouched: same epoch, output
             assert client.list_workflows() == [stored]
         assert app.ran("s") == [0, 1]
 
 
 def test_resume_and_fork_aliases(database_url: str) -> None:
-    for cls in (durable.Client, durable.Engine):
-        assert cls.resume_workflow is cls.resume
-        assert cls.fork_workflow is cls.fork
+    # The aliases are the Client's; the Engine shows resume and fork only (engine.client
+    # has the aliases).
+    assert durable.Client.resume_workflow is durable.Client.resume
+    assert durable.Client.fork_workflow is durable.Client.fork
     app = make_app("t8")
     with worker(database_url, app) as engine:
         cancel_at_step_1(engine, app, "c")
