@@ -30,6 +30,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from durable._client import Client
+from durable._engine import Engine
 from durable._models import WorkflowStatus
 from durable._protocol import decode_error
 from durable.errors import (
@@ -49,14 +50,15 @@ HERE = Path(__file__).parent
 
 
 def create_app(
-    client: Client,
+    client: Client | Engine,
     *,
     token: str | None = None,
     read_only: bool = False,
     reads_need_token: bool = False,
     allowed_hosts: Iterable[str] = (),
 ) -> Starlette:
-    """The console as an ASGI app over a connected `client`.
+    """The console as an ASGI app over a connected `client` (or a launched engine: its
+    client, on the engine's pool).
 
     token: what every action must present (a form field or the X-Durable-Token header), and
       every page reached beyond loopback (the browser asks for it as a password; scripts
@@ -74,6 +76,8 @@ def create_app(
     A console that is neither read-only nor given a token is refused, so that a mounted
     console never acts for anyone who can reach it.
     """
+    if isinstance(client, Engine):
+        client = client.client
     if not read_only and not token:
         raise ConfigurationError(
             "the console's actions need a token: give token=... (durable ui: --token or "

@@ -41,7 +41,7 @@ def test_two_workers_claiming_by_compare_and_set_run_everything_once(
         for _ in range(2)
     ]
     with workers[0] as a, workers[1] as b:
-        assert a.db.cas_claims and b.db.cas_claims
+        assert a.client.db.cas_claims and b.client.db.cas_claims
         for i in range(120):
             assert a.retrieve(f"w{i}").result(timeout=60) == f"w{i}"
         for i in range(30):

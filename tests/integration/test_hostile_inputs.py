@@ -364,7 +364,7 @@ def test_a_tag_lookalike_travels_unchanged_through_every_stored_value(
         assert same(eng.client.serializer.loads(effect["result"]), value)
         assert same(eng.retrieve("carry:child:3").result(timeout=10), value)
         info = eng.get_workflow("carry")
-        assert same(eng.decode_inputs(info.inputs), ([value], {}))
+        assert same(eng.client.inputs.decode(info.inputs), ([value], {}))
         # A replay of the whole journal (a fork from its end) reads every value back.
         journal = eng.steps("carry")
         fork = eng.fork("carry", from_step=len(journal), new_id="carry-replay")
@@ -657,7 +657,8 @@ def test_a_bad_id_key_topic_or_name_is_refused_with_a_typed_error(
     with engine(database_url) as eng, durable.Client(database_url) as client:
         assert eng.start(one, 1, workflow_id="ok").result(timeout=10) == 1
         before = table_counts(database_url)
-        for actor in (eng, client):
+        # The engine offers the most used calls; the rest are its client's.
+        for actor in (eng if hasattr(eng, where.split(".")[0]) else eng.client, client):
             if where.startswith("start.") and actor is client:
                 continue
             for bad in BAD_NAMES.values():

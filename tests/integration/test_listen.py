@@ -324,7 +324,7 @@ def test_an_engines_worker_watcher_and_readers_share_one_listen_connection(
         watcher = threading.Thread(target=watch, daemon=True)
         watcher.start()
         readers = Readers(engine, "t", 4, poll_interval=600)
-        wait_until(subscribed(engine, 1 + 1 + 4), "the worker, the watcher and the readers")
+        wait_until(subscribed(engine.client, 1 + 1 + 4), "the worker, the watcher and the readers")
         assert listening() == 1
         engine.send("t", "go", topic="go")
         readers.join()
