@@ -47,7 +47,8 @@ from durable._registry import Durability, Registry, WorkflowDef, default_registr
 from durable._retention import RetentionPolicy
 from durable._runner import Runner
 from durable._schedules import fire
-from durable._systemdb import executor_identity, is_local
+from durable._systemdb import executor_identity
+from durable._urls import is_local
 from durable.errors import ConfigurationError, EngineNotRunningError
 from durable.serialization import Serializer
 

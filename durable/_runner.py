@@ -31,13 +31,8 @@ from durable._durability import AsyncWriter
 from durable._models import StepRecord, WorkflowStatus
 from durable._protocol import Journal, Run, Settings, encode_error
 from durable._registry import WorkflowDef
-from durable._systemdb import (
-    SystemDB,
-    app_error_fault,
-    check_url,
-    redact,
-    same_database,
-)
+from durable._systemdb import SystemDB, app_error_fault
+from durable._urls import check_url, redact, same_database
 from durable.errors import (
     DatabaseUnavailableError,
     EngineNotRunningError,
