@@ -116,6 +116,8 @@ def test_the_protocol_is_pure() -> None:
     forbidden = {"psycopg", "psycopg_pool", "sqlalchemy", "time", "threading", "asyncio", "socket"}
     io_modules = {
         "durable._systemdb",
+        "durable._urls",
+        "durable._outage",
         "durable._driver",
         "durable._engine",
         "durable._client",
@@ -233,9 +235,7 @@ def test_the_cli_is_a_client() -> None:
 MAX_LINES = 800
 # Modules still over MAX_LINES. The list only shrinks: a module split below the limit must
 # leave it (the second test fails until it does), and no other module may join it.
-OVER_MAX_LINES = {
-    "_systemdb.py",  # to be split
-}
+OVER_MAX_LINES: set[str] = set()
 
 
 def _line_count(path: Path) -> int:
