@@ -118,6 +118,7 @@ def test_the_protocol_is_pure() -> None:
         "durable._systemdb",
         "durable._urls",
         "durable._outage",
+        "durable._finishes",
         "durable._driver",
         "durable._engine",
         "durable._client",
