@@ -25,6 +25,7 @@ from typing import Any, ParamSpec, TypeVar
 from durable import _labels as labels
 from durable import _protocol as protocol
 from durable import _tracing as tracing
+from durable import _transfer as transfer
 from durable._clock import Clock
 from durable._config import Config
 from durable._decorators import workflow_def
@@ -409,6 +410,35 @@ class Client(Messages):
             if _compensated(info):
                 status += " after its compensations ran"
             raise ForkAfterUndoError(workflow_id, status, min(effects))
+
+    def export_workflow(self, workflow_id: str, *, children: bool = False) -> dict[str, Any]:
+        """Every stored row of a workflow, as a dict `json.dumps` writes as it is: to carry
+        a run to another database (`import_workflow`) and look at it there, resume it or
+        fork it. With `children`, its descendants' rows too.
+
+        The rows are read in one snapshot and kept as stored: the workflows row, the
+        journal, effects, gates, messages, events, streams, the budget ledger (a root's)
+        and charges, tool calls, a cancel request. Values stay the serialized text a
+        replay reads. The dict also says its format and the journal labels' version, so
+        that an older release refuses what it cannot read. What is not carried:
+        durable/_transfer.py. WorkflowNotFoundError if there is no such workflow."""
+        return transfer.export(self.db, workflow_id, children=children, now=self.config.clock.now())
+
+    def import_workflow(self, data: Mapping[str, Any]) -> list[str]:
+        """Store an export (`export_workflow`'s dict, or its JSON read back) in this
+        database, in one transaction; returns the ids imported, the exported root first.
+
+        A workflow that was running is imported PENDING, held by nobody, so that any
+        worker with its code (or `resume`) takes it up and replays its journal; a
+        suspended one still waits for its message, decision or wake-up time; a finished
+        one keeps its outcome (fork it to run it again). Refused, with nothing written:
+        ids this database already has (ImportConflictError), and an export of a newer
+        format (ExportFormatError) or journal (JournalVersionError)."""
+        checked = transfer.check(data)
+        transfer.import_(self.db, checked)
+        if checked.runnable:
+            self.notify_work(checked.runnable[0])
+        return checked.workflow_ids
 
     def decide(
         self,

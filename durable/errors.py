@@ -32,6 +32,8 @@ The tree::
     │   │   └── PayloadTooLargeError
     │   ├── WorkflowArgumentsError (also a TypeError)
     │   ├── NondeterminismError
+    │   ├── JournalVersionError
+    │   ├── ExportFormatError
     │   ├── EffectOutsideWorkflowError
     │   ├── InvalidWaitError
     │   ├── StreamClosedError
@@ -57,7 +59,8 @@ The tree::
     │   ├── UnknownApprovalError
     │   ├── ApprovalConflictError
     │   ├── UnknownScheduleError
-    │   └── QueueDedupError
+    │   ├── QueueDedupError
+    │   └── ImportConflictError
     └── InfrastructureError
         ├── DatabaseUnavailableError
         ├── EmbeddedServerError
@@ -374,6 +377,40 @@ class NondeterminismError(UsageError):
         )
 
 
+class JournalVersionError(UsageError):
+    """This journal was written by a newer release of durable, in a format this code does not
+    know: run it with that release or a newer one. Nothing was read into a run and nothing
+    was changed.
+
+    A UsageError, as NondeterminismError: the code deployed is older than the code that
+    wrote the journal (a rollback, or an export from a newer deployment). Replaying it
+    could misread its names, so it is left as it is for code that knows its version."""
+
+    def __init__(self, what: str, found: int, known: int, workflow_id: str | None = None) -> None:
+        self.workflow_id = workflow_id
+        self.found = found
+        self.known = known
+        super().__init__(
+            f"{what} is version {found}, newer than this release of durable reads (up to "
+            f"{known}): it was written by a newer durable-pg. Run it with that release or a "
+            "newer one; nothing was changed"
+        )
+
+
+class ExportFormatError(UsageError):
+    """This is not an export durable can import: give the JSON that `client.export_workflow`
+    (or `durable workflows export`) wrote, unchanged, to a durable-pg at least as new as the
+    one that wrote it. Nothing was imported."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        super().__init__(
+            f"cannot import this export: {why}. Give the JSON that client.export_workflow (or "
+            "`durable workflows export`) wrote, unchanged, to a durable-pg at least as new as "
+            "the one that wrote it; nothing was imported"
+        )
+
+
 class StaleOwnerError(InfrastructureError):
     """This process no longer owns the workflow (its lease expired and another worker took
     over): nothing was recorded; the new owner finishes the workflow.
@@ -474,6 +511,24 @@ class StreamClosedError(UsageError):
 class InvalidScheduleError(ConfigurationError):
     """A schedule was declared with an invalid cron expression, timezone or policy; nothing
     was stored."""
+
+
+class ImportConflictError(StateError):
+    """Workflows with these ids are already in this database: nothing was imported. Import
+    into another database, or delete them here first.
+
+    An id counts as taken while its workflow is stored, and also after a prune while its
+    effect records remain (its idempotency keys were used here)."""
+
+    def __init__(self, workflow_ids: list[str]) -> None:
+        self.workflow_ids = list(workflow_ids)
+        shown = ", ".join(repr(w) for w in self.workflow_ids[:5])
+        more = f" and {len(self.workflow_ids) - 5} more" if len(self.workflow_ids) > 5 else ""
+        super().__init__(
+            f"workflow id(s) {shown}{more} already exist in this database (as workflows, or "
+            "as the effect records of pruned ones): nothing was imported. Import into another "
+            "database, or remove them here first"
+        )
 
 
 class UnknownScheduleError(StateError):

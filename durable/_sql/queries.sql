@@ -328,6 +328,127 @@ SELECT %(new_id)s, message_id, topic, payload, created_at, consumed_at, consumed
 FROM {schema}.messages
 WHERE workflow_id = %(workflow_id)s AND consumed_seq = ANY(%(copied)s::int[])
 
+-- export_snapshot --
+-- An export reads one snapshot: a run that records a step or settles an effect meanwhile
+-- is seen before or after, not half-way (the first statement of the export's transaction).
+SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY
+
+-- export_workflows --
+-- Export (Client.export_workflow): the rows of these workflows, each as a JSON object of its
+-- columns, stored values as the text they are. Every export_* statement filters by the
+-- workflows' ids (on Citus: their shards only), and runs in one transaction with the others.
+SELECT to_jsonb(w)::text AS data FROM {schema}.workflows AS w
+WHERE w.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY w.workflow_id
+
+-- export_steps --
+-- Export: the journals of these workflows.
+SELECT to_jsonb(s)::text AS data FROM {schema}.steps AS s
+WHERE s.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY s.workflow_id, s.step_seq
+
+-- export_effects --
+-- Export: the effect ledgers of these workflows.
+SELECT to_jsonb(e)::text AS data FROM {schema}.effects AS e
+WHERE e.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY e.workflow_id, e.step_seq
+
+-- export_approvals --
+-- Export: the gates of these workflows (waiting or decided).
+SELECT to_jsonb(a)::text AS data FROM {schema}.approvals AS a
+WHERE a.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY a.workflow_id, a.name
+
+-- export_messages --
+-- Export: the messages sent to these workflows, consumed or not.
+SELECT to_jsonb(m)::text AS data FROM {schema}.messages AS m
+WHERE m.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY m.workflow_id, m.message_id
+
+-- export_events --
+-- Export: the events these workflows published (the latest value per key).
+SELECT to_jsonb(v)::text AS data FROM {schema}.events AS v
+WHERE v.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY v.workflow_id, v.key
+
+-- export_streams --
+-- Export: the stream values these workflows wrote.
+SELECT to_jsonb(t)::text AS data FROM {schema}.streams AS t
+WHERE t.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY t.workflow_id, t.key, t."offset"
+
+-- export_budgets --
+-- Export: the budget ledgers of these workflows (a budget is its root's). Amounts of money
+-- and time are numeric: written as text, so that JSON's floating point rounds none of them.
+SELECT (to_jsonb(b) || jsonb_build_object('limit_dollars', b.limit_dollars::text,
+        'limit_seconds', b.limit_seconds::text, 'spent_dollars', b.spent_dollars::text))::text
+    AS data
+FROM {schema}.budgets AS b
+WHERE b.budget_id = ANY(%(workflow_ids)s::text[]) ORDER BY b.budget_id
+
+-- export_charges --
+-- Export: what the steps of these workflows spent (dollars as text, as export_budgets).
+SELECT (to_jsonb(c) || jsonb_build_object('dollars', c.dollars::text))::text AS data
+FROM {schema}.charges AS c
+WHERE c.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY c.workflow_id, c.step_seq
+
+-- export_tool_calls --
+-- Export: the tool-call records of these workflows' steps.
+SELECT to_jsonb(t)::text AS data FROM {schema}.tool_calls AS t
+WHERE t.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY t.workflow_id, t.step_seq
+
+-- import_taken --
+-- Which of these ids this database already knows: a workflow, or the effect records a
+-- pruned workflow left behind (its idempotency keys were used here). An import refuses them.
+SELECT workflow_id FROM {schema}.workflows WHERE workflow_id = ANY(%(workflow_ids)s::text[])
+UNION
+SELECT workflow_id FROM {schema}.effects WHERE workflow_id = ANY(%(workflow_ids)s::text[])
+
+-- import_workflows --
+-- Import (Client.import_workflow): insert exported rows, given as a JSON array of objects
+-- keyed by column (PostgreSQL reads each value as its column's type). Every import_*
+-- statement runs in one transaction with the others; a key the table lacks is ignored.
+INSERT INTO {schema}.workflows
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.workflows, %(rows)s::jsonb)
+
+-- import_budgets --
+-- Import: budget ledgers (after their root's workflows row, which they reference).
+INSERT INTO {schema}.budgets
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.budgets, %(rows)s::jsonb)
+
+-- import_steps --
+-- Import: journal rows.
+INSERT INTO {schema}.steps
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.steps, %(rows)s::jsonb)
+
+-- import_charges --
+-- Import: charges (after the journal rows they reference).
+INSERT INTO {schema}.charges
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.charges, %(rows)s::jsonb)
+
+-- import_tool_calls --
+-- Import: tool-call records (after the journal rows they reference).
+INSERT INTO {schema}.tool_calls
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.tool_calls, %(rows)s::jsonb)
+
+-- import_effects --
+-- Import: effect ledger rows.
+INSERT INTO {schema}.effects
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.effects, %(rows)s::jsonb)
+
+-- import_approvals --
+-- Import: gates.
+INSERT INTO {schema}.approvals
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.approvals, %(rows)s::jsonb)
+
+-- import_messages --
+-- Import: messages.
+INSERT INTO {schema}.messages
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.messages, %(rows)s::jsonb)
+
+-- import_events --
+-- Import: events.
+INSERT INTO {schema}.events
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.events, %(rows)s::jsonb)
+
+-- import_streams --
+-- Import: stream values.
+INSERT INTO {schema}.streams
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.streams, %(rows)s::jsonb)
+
 -- notify_work --
 -- Wake idle workers: there is runnable work (NOTIFY is sent by the client, after its write).
 SELECT pg_notify(%(channel)s, %(payload)s)

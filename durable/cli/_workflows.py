@@ -1,5 +1,5 @@
 """`durable workflows ...` and `durable send`: list, follow, show, cancel, resume, fork a
-workflow, raise its budget, send it a message.
+workflow, raise its budget, export and import it, send it a message.
 
 The commands an operator points at one workflow (or lists them to find it).
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
-from typing import Any
+from typing import Any, TextIO
 
 import click
 from rich.table import Table
@@ -34,6 +34,7 @@ from durable.cli._options import (
     schema_option,
     url_option,
 )
+from durable.errors import ExportFormatError
 
 
 @click.group()
@@ -361,6 +362,57 @@ def fork(
         err=True,
     )
     click.echo(handle.workflow_id)
+
+
+@workflows.command("export")
+@click.argument("workflow_id")
+@click.option("--children", is_flag=True, help="Export the workflows it started too, at any depth.")
+@url_option
+@schema_option
+@_handle_errors
+def export(workflow_id: str, children: bool, database_url: str | None, schema: str) -> None:
+    """Print a workflow's stored rows as JSON (journal, effects, gates, messages, events,
+    streams, budget), to import into another database with `durable workflows import`."""
+    with _client(database_url, schema) as client:
+        data = client.export_workflow(workflow_id, children=children)
+    click.echo(json.dumps(data, indent=2))
+    count = len(data["workflow_ids"])
+    steps = len(data["tables"]["steps"])
+    click.echo(
+        inert(
+            f"exported {count} workflow(s) with {steps} journal row(s), root {workflow_id}: "
+            "import them elsewhere with `durable workflows import FILE`"
+        ),
+        err=True,
+    )
+
+
+@workflows.command("import")
+@click.argument("file", type=click.File("r", encoding="utf-8"))
+@url_option
+@schema_option
+@_handle_errors
+def import_cmd(file: TextIO, database_url: str | None, schema: str) -> None:
+    """Store the workflows of FILE (what `durable workflows export` printed; - reads
+    stdin) in this database, all or nothing. Prints the ids imported."""
+    try:
+        data = json.load(file)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ExportFormatError(f"{file.name} is not JSON ({exc})") from None
+    with _client(database_url, schema) as client:
+        ids = client.import_workflow(data)
+        statuses = [client.get_workflow(i).status for i in ids]
+    unfinished = sum(not status.is_terminal for status in statuses)
+    click.echo(
+        inert(
+            f"imported {len(ids)} workflow(s), {unfinished} unfinished (a worker with their "
+            "code takes them up; `durable workflows fork ID --from-step N` runs a finished "
+            "one again); their ids are:"
+        ),
+        err=True,
+    )
+    for workflow_id in ids:
+        click.echo(workflow_id)
 
 
 @click.command()

@@ -231,6 +231,8 @@ def params(name: str, w: str) -> dict[str, Any]:
         "event_prefix": "event:",
     }
     held = {"owner": "me", "incarnation": "i1", "held": [w, f"{w}-child"], "epochs": [1, 1]}
+    exported = {"workflow_ids": [w, f"{w}-child"]}
+    imported = imported_rows(f"{w}-imp")
     table: dict[str, dict[str, Any]] = {
         "insert_workflow": {
             **workflow,
@@ -280,6 +282,19 @@ def params(name: str, w: str) -> dict[str, Any]:
         "fork_events": fork,
         "fork_gates": fork,
         "fork_messages": fork,
+        "export_snapshot": {},
+        "export_workflows": exported,
+        "export_steps": exported,
+        "export_effects": exported,
+        "export_approvals": exported,
+        "export_messages": exported,
+        "export_events": exported,
+        "export_streams": exported,
+        "export_budgets": exported,
+        "export_charges": exported,
+        "export_tool_calls": exported,
+        "import_taken": {"workflow_ids": [w, f"{w}-imp"]},
+        **{f"import_{table}": {"rows": json.dumps(rows)} for table, rows in imported.items()},
         "notify_work": {"channel": "durable_work", "payload": w},
         "list_executors": {},
         "waiting_for_worker": {"stale_seconds": 60.0, "limit": 50},
@@ -473,6 +488,119 @@ def params(name: str, w: str) -> dict[str, Any]:
     return table[name]
 
 
+def imported_rows(w: str) -> dict[str, list[dict[str, Any]]]:
+    """A row of each table for an import of workflow `w` (every column an export holds
+    that is NOT NULL)."""
+    at = NOW.isoformat()
+    return {
+        "workflows": [
+            {
+                "workflow_id": w,
+                "name": "wf",
+                "status": "PENDING",
+                "inputs": "[]",
+                "serializer": "json",
+                "durability": "sync",
+                "epoch": 3,
+                "recovery_attempts": 0,
+                "priority": 0,
+                "created_at": at,
+                "updated_at": at,
+                "budget_id": w,
+            }
+        ],
+        "budgets": [
+            {
+                "budget_id": w,
+                "limit_dollars": "1.25",
+                "spent_dollars": "0.5",
+                "spent_tokens": 10,
+                "spent_steps": 1,
+                "created_at": at,
+                "updated_at": at,
+            }
+        ],
+        "steps": [
+            {
+                "workflow_id": w,
+                "step_seq": 0,
+                "step_name": "s",
+                "kind": "step",
+                "output": "1",
+                "attempts": 1,
+                "finished_at": at,
+            }
+        ],
+        "charges": [
+            {
+                "workflow_id": w,
+                "step_seq": 0,
+                "budget_id": w,
+                "dollars": "0.5",
+                "tokens": 10,
+                "steps": 1,
+                "created_at": at,
+            }
+        ],
+        "tool_calls": [
+            {
+                "workflow_id": w,
+                "step_seq": 0,
+                "tool_name": "s",
+                "arguments": "{}",
+                "latency_ms": 1.5,
+                "created_at": at,
+            }
+        ],
+        "effects": [
+            {
+                "workflow_id": w,
+                "step_seq": 1,
+                "effect_name": "pay",
+                "idempotency_key": f"{w}:1",
+                "status": "applied",
+                "params_fingerprint": "f",
+                "result": "1",
+                "attempts": 1,
+                "reconciled": False,
+                "created_at": at,
+                "updated_at": at,
+            }
+        ],
+        "approvals": [
+            {
+                "workflow_id": w,
+                "name": "gate",
+                "step_seq": 2,
+                "status": "waiting",
+                "default_approved": False,
+                "requested_at": at,
+            }
+        ],
+        "messages": [
+            {
+                "workflow_id": w,
+                "message_id": "m-1",
+                "topic": "topic",
+                "payload": "1",
+                "created_at": at,
+            }
+        ],
+        "events": [{"workflow_id": w, "key": "ev", "value": "1", "step_seq": 3, "updated_at": at}],
+        "streams": [
+            {
+                "workflow_id": w,
+                "key": "st",
+                "offset": 0,
+                "value": "1",
+                "closed": False,
+                "step_seq": 4,
+                "created_at": at,
+            }
+        ],
+    }
+
+
 def test_every_statement_has_parameters_here() -> None:
     """A new statement in queries.sql is run on the cluster by this file: give it its
     parameters in params()."""
@@ -506,6 +634,15 @@ def test_the_engine_sends_the_distributed_variants(cluster_db: str) -> None:
 
 # Statements run before the one tested, as durable runs them (in one transaction).
 BEFORE: dict[str, list[str]] = {
+    "export_workflows": ["export_snapshot"],
+    # A budget, gate, message, event and stream references its workflows row; a charge
+    # and a tool call their journal row.
+    **{
+        f"import_{table}": ["import_workflows"]
+        for table in ("budgets", "approvals", "messages", "events", "streams")
+    },
+    "import_charges": ["import_steps"],
+    "import_tool_calls": ["import_steps"],
     "fork_steps": ["fork_workflow"],
     **{
         name: ["fork_workflow", "fork_steps"]

@@ -1,0 +1,242 @@
+"""Export and import of workflows: every stored row of a workflow (and, if asked, of its
+descendants) as JSON, carried from one system database to another.
+
+A run that went wrong in production is best looked at where the code can be stepped
+through: exported there, imported into a database of one's own, then resumed, forked or
+replayed against the same code (DBOS's export/import). So an export holds the rows as they
+are stored, nothing decoded: the journal's outputs stay the serialized text a replay
+reads, and an import writes them back unchanged.
+
+An export is a dict that `json.dumps` writes as it is:
+
+    {"durable_export": 1,           the format of this dict (EXPORT_FORMAT)
+     "labels_version": 1,           the journal labels it was written with (_labels.py)
+     "schema_version": 19,          the last migration of the release that wrote it
+     "exported_at": "...",          when (ISO 8601)
+     "root": "<id>",                the workflow asked for
+     "workflow_ids": ["<id>", ...], it and the descendants exported with it
+     "tables": {"workflows": [{column: value, ...}, ...], "steps": [...], ...}}
+
+Each row is its columns as PostgreSQL writes them in JSON (timestamps in ISO 8601), with
+amounts of money and time (`numeric` columns) as text, which JSON's floating point would
+round. An import refuses, in one transaction that then leaves nothing behind, an export of
+a newer format or journal, rows that name a workflow the export does not list, and ids
+this database already has. A run that was unfinished is imported runnable by no one in
+particular: its claim (owner, lease) belonged to an executor of the other database, so a
+RUNNING workflow is imported PENDING, for a worker or `client.resume(id)` to take up.
+
+Not carried: an `@transaction` step's record in a separate application database (its
+`transaction_outputs` row; in the system database it is an ordinary journal row), a
+queue's dedup key (`queue_dedup`, keyed by queue rather than by workflow), and a child's
+budget ledger when the child is exported without its root (the ledger is the root's).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from durable import _labels as labels
+from durable import _migrate
+from durable._models import WorkflowStatus
+from durable._names import check_name
+from durable._systemdb import SystemDB, Tx, is_unique_violation
+from durable.errors import (
+    ExportFormatError,
+    ImportConflictError,
+    JournalVersionError,
+    WorkflowNotFoundError,
+)
+
+EXPORT_FORMAT = 1
+"""The version of the export's layout. An import reads this version and older ones."""
+
+# Every per-workflow table (those _citus.BY_WORKFLOW shards by workflow), in the order an
+# import inserts them: a row after the rows it references (a budget after its root's
+# workflow, a charge or a tool call after its journal row).
+TABLES: tuple[str, ...] = (
+    "workflows",
+    "budgets",
+    "steps",
+    "charges",
+    "tool_calls",
+    "effects",
+    "approvals",
+    "messages",
+    "events",
+    "streams",
+)
+
+# The column naming the workflow a row belongs to (a budget is its root workflow's).
+_OWNER = {"budgets": "budget_id"}
+
+
+def owner_column(table: str) -> str:
+    return _OWNER.get(table, "workflow_id")
+
+
+def export(db: SystemDB, workflow_id: str, *, children: bool, now: dt.datetime) -> dict[str, Any]:
+    """The export of one workflow (and its descendants with `children`), read in one
+    snapshot; WorkflowNotFoundError if there is no such workflow."""
+    check_name("workflow_id", workflow_id)
+
+    def work(tx: Tx) -> tuple[list[str], dict[str, list[dict[str, Any]]]]:
+        tx.execute("export_snapshot", {})
+        if not tx.fetch_all("export_workflows", {"workflow_ids": [workflow_id]}):
+            raise WorkflowNotFoundError(workflow_id)
+        ids = [workflow_id]
+        level = [workflow_id]
+        while children and level:
+            # A level of the tree per statement (as a cancel walks it): a recursive query
+            # over parent_id cannot run on a schema sharded by workflow id.
+            found = tx.fetch_all("children_of", {"workflow_ids": level})
+            level = sorted({str(r["workflow_id"]) for r in found} - set(ids))
+            ids += level
+        return ids, _read(tx, ids)
+
+    ids, tables = db.atomically(work, "export_workflow")
+    return {
+        "durable_export": EXPORT_FORMAT,
+        "labels_version": labels.LABELS_VERSION,
+        "schema_version": _migrate.latest_version(),
+        "exported_at": now.isoformat(),
+        "root": workflow_id,
+        "workflow_ids": ids,
+        "tables": tables,
+    }
+
+
+def _read(tx: Tx, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+    """Every row of these workflows, by table (each statement filters by their ids)."""
+    p = {"workflow_ids": ids}
+    tables = {
+        "workflows": tx.fetch_all("export_workflows", p),
+        "budgets": tx.fetch_all("export_budgets", p),
+        "steps": tx.fetch_all("export_steps", p),
+        "charges": tx.fetch_all("export_charges", p),
+        "tool_calls": tx.fetch_all("export_tool_calls", p),
+        "effects": tx.fetch_all("export_effects", p),
+        "approvals": tx.fetch_all("export_approvals", p),
+        "messages": tx.fetch_all("export_messages", p),
+        "events": tx.fetch_all("export_events", p),
+        "streams": tx.fetch_all("export_streams", p),
+    }
+    return {name: [json.loads(r["data"]) for r in rows] for name, rows in tables.items()}
+
+
+@dataclass(frozen=True)
+class Checked:
+    """An export that passed every check, its rows ready to insert."""
+
+    workflow_ids: list[str]
+    tables: dict[str, list[dict[str, Any]]]
+
+    @property
+    def runnable(self) -> list[str]:
+        """The imported workflows a worker may claim at once."""
+        return [
+            str(w["workflow_id"])
+            for w in self.tables["workflows"]
+            if w.get("status") == WorkflowStatus.PENDING
+        ]
+
+
+def check(data: object) -> Checked:
+    """Refuse what an import cannot take (ExportFormatError, JournalVersionError), and
+    release the claims of unfinished runs: see the module's docstring."""
+    if not isinstance(data, Mapping) or "durable_export" not in data:
+        raise ExportFormatError("it is not a durable export (it has no 'durable_export' key)")
+    version = data["durable_export"]
+    if not _is_int(version) or version < 1:
+        raise ExportFormatError(f"its 'durable_export' is {version!r}, not a format number")
+    if version > EXPORT_FORMAT:
+        raise ExportFormatError(
+            f"it is in export format {version}, newer than this release reads "
+            f"({EXPORT_FORMAT}): import it with the release that wrote it or a newer one"
+        )
+    written = data.get("labels_version", 1)
+    if not _is_int(written):
+        raise ExportFormatError(f"its 'labels_version' is {written!r}, not a number")
+    if written > labels.LABELS_VERSION:
+        raise JournalVersionError(
+            "the export's journal labels", written, labels.LABELS_VERSION, data.get("root")
+        )
+    ids = data.get("workflow_ids")
+    if not isinstance(ids, list) or not ids or len(set(ids)) != len(ids):
+        raise ExportFormatError("its 'workflow_ids' is not a list of distinct workflow ids")
+    for workflow_id in ids:
+        check_name("workflow_id", workflow_id)
+    given = data.get("tables")
+    if not isinstance(given, Mapping):
+        raise ExportFormatError("it has no 'tables' object")
+    unknown = sorted(set(given) - set(TABLES))
+    if unknown:
+        raise ExportFormatError(f"it has tables this release does not know: {unknown}")
+    tables: dict[str, list[dict[str, Any]]] = {}
+    known = set(ids)
+    for table in TABLES:
+        rows = given.get(table, [])
+        if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
+            raise ExportFormatError(f"its table {table!r} is not a list of rows")
+        column = owner_column(table)
+        strays = {r.get(column) for r in rows} - known
+        if strays:
+            raise ExportFormatError(
+                f"rows of {table!r} belong to {sorted(map(str, strays))}, which are not "
+                "among its workflow_ids"
+            )
+        tables[table] = [dict(r) for r in rows]
+    found = [w["workflow_id"] for w in tables["workflows"]]
+    if sorted(found) != sorted(ids):
+        raise ExportFormatError("its workflows rows are not exactly its workflow_ids")
+    for row in tables["workflows"]:
+        _release(row)
+    return Checked(list(ids), tables)
+
+
+def _release(row: dict[str, Any]) -> None:
+    """An unfinished run's claim belonged to an executor of the exporting database: here
+    nobody holds it, and a worker (or `client.resume`) takes it up. Every other status is
+    kept: a suspended workflow still waits for its message, decision or wake-up time."""
+    if row.get("status") == WorkflowStatus.RUNNING:
+        row.update(status=WorkflowStatus.PENDING.value, owner=None, lease_expires_at=None)
+
+
+def import_(db: SystemDB, checked: Checked) -> None:
+    """Insert a checked export's rows in one transaction; ImportConflictError (and
+    nothing written) if this database already has one of its ids."""
+    ids = checked.workflow_ids
+
+    def work(tx: Tx) -> None:
+        taken = tx.fetch_all("import_taken", {"workflow_ids": ids})
+        if taken:
+            raise ImportConflictError(sorted(str(r["workflow_id"]) for r in taken))
+        t = {name: {"rows": json.dumps(rows)} for name, rows in checked.tables.items()}
+        tx.execute("import_workflows", t["workflows"])
+        tx.execute("import_budgets", t["budgets"])
+        tx.execute("import_steps", t["steps"])
+        tx.execute("import_charges", t["charges"])
+        tx.execute("import_tool_calls", t["tool_calls"])
+        tx.execute("import_effects", t["effects"])
+        tx.execute("import_approvals", t["approvals"])
+        tx.execute("import_messages", t["messages"])
+        tx.execute("import_events", t["events"])
+        tx.execute("import_streams", t["streams"])
+
+    try:
+        db.atomically(work, "import_workflow")
+    except Exception as exc:
+        # Another import (or a start) of one of these ids committed after the check.
+        if any(
+            is_unique_violation(exc, constraint)
+            for constraint in ("workflows_pkey", "effects_pkey", "budgets_pkey")
+        ):
+            raise ImportConflictError(list(ids)) from None
+        raise
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
