@@ -56,6 +56,7 @@ from durable.errors import (
     ForkAfterUndoError,
     InvalidBudgetError,
     InvalidWaitError,
+    JournalVersionError,
     QueueDedupError,
     UnknownApprovalError,
     UnknownScheduleError,
@@ -151,9 +152,13 @@ class Client(Messages):
         return self.config.durability
 
     def existing(self, defn: WorkflowDef, workflow_id: str) -> WorkflowInfo:
+        """The stored workflow a start of `defn` under an existing id attaches to:
+        WorkflowConflictError if another function holds the id, JournalVersionError if its
+        journal is of a newer format than this code reads."""
         info = self.get_workflow(workflow_id)
         if info.name != defn.name:
             raise WorkflowConflictError(workflow_id, info.name, defn.name)
+        _check_journal(info)
         return info
 
     @staticmethod
@@ -328,7 +333,8 @@ class Client(Messages):
         resume_workflow does). One whose undo ran raises WorkflowNotResumableError (fork
         it instead): COMPENSATED, COMPENSATION_FAILED, and CANCELLED after its
         compensations ran, since a replay would redo its effects on top of their undo and
-        undo them again under new keys."""
+        undo them again under new keys. One whose journal is of a newer format than this
+        release reads raises JournalVersionError, and is left as it is."""
         self._resume(workflow_id)
         return self.handle(workflow_id)
 
@@ -338,9 +344,13 @@ class Client(Messages):
         """resume(); True when this call made the workflow runnable (a status read after
         it cannot tell: a worker may have claimed, or finished, the workflow since)."""
         check_name("workflow_id", workflow_id)
-        row = self.db.fetch_one("resume_workflow", {"workflow_id": workflow_id})
+        row = self.db.fetch_one(
+            "resume_workflow",
+            {"workflow_id": workflow_id, "journal_version": labels.JOURNAL_VERSION},
+        )
         if row is None:
             info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
+            _check_journal(info)
             if info.status in _NOT_RESUMABLE:
                 raise WorkflowNotResumableError(workflow_id, info.status.value)
             if _compensated(info):
@@ -376,6 +386,7 @@ class Client(Messages):
             "before_seq": from_step,
             "trace_context": tracing.start_context("fork", new_id),
             "event_prefix": labels.EVENT_PREFIX,
+            "journal_version": labels.JOURNAL_VERSION,
         }
         try:
             created = self.db.fork(params)
@@ -396,8 +407,10 @@ class Client(Messages):
         """ForkAfterUndoError when the original's compensations ran and the fork would
         inherit an effect they undid (it would replay it as applied). Checked before the
         fork's statements: an original is undone only once it has ended, and a finished
-        workflow does not change."""
+        workflow does not change. JournalVersionError first when the original's journal is
+        of a newer format (fork_workflow refuses it too)."""
         info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
+        _check_journal(info)
         if info.status not in _NOT_RESUMABLE and not _compensated(info):
             return
         effects = [
@@ -589,6 +602,19 @@ class Client(Messages):
         tables as reference tables. See docs/scaling.md. Returns how many were distributed;
         raises ConfigurationError where there is no citus extension."""
         return self.db.distribute_citus()
+
+
+def _check_journal(info: WorkflowInfo) -> None:
+    """JournalVersionError when a workflow's journal is of a newer format than this code
+    reads (durable/_labels.py, JOURNAL_VERSION): running it could misread its names, so it
+    is left for code that knows its version."""
+    if info.journal_version > labels.JOURNAL_VERSION:
+        raise JournalVersionError(
+            f"the journal of workflow {info.workflow_id!r}",
+            info.journal_version,
+            labels.JOURNAL_VERSION,
+            info.workflow_id,
+        )
 
 
 def _run_ops(db: SystemDB, gen: protocol.Gen[T]) -> T:

@@ -147,6 +147,8 @@ class Inputs:
             "timeout_seconds": defn.timeout,
             "budget_id": _budget_for(defn, workflow_id, parent),
             "trace_context": tracing.start_context(defn.name, workflow_id),
+            # The journal format this code writes (and the newest it reads).
+            "journal_version": labels.JOURNAL_VERSION,
         }
 
 

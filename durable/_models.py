@@ -85,6 +85,8 @@ class WorkflowInfo:
     created_at: dt.datetime
     updated_at: dt.datetime
     finished_at: dt.datetime | None
+    journal_version: int = 1
+    """The journal format the workflow is written in (see durable/_labels.py)."""
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> WorkflowInfo:
@@ -105,6 +107,7 @@ class WorkflowInfo:
             created_at=row["created_at"],
             updated_at=row["updated_at"],
             finished_at=row["finished_at"],
+            journal_version=int(row.get("journal_version", 1)),
         )
 
 

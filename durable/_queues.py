@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
+from durable import _labels as labels
 from durable._context import current_engine
 from durable._names import check_name
 from durable._registry import Registry, default_registry
@@ -115,5 +116,6 @@ class Queue:
             "lease_seconds": lease_seconds,
             "names": [d.name for d in defs],
             "versions": [d.version or "" for d in defs],
+            "journal_version": labels.JOURNAL_VERSION,
             "workflow_ids": only,
         }

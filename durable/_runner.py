@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 import psycopg
 
 from durable import _driver
+from durable import _labels as labels
 from durable import _lifecycle as lifecycle
 from durable._client_base import libpq_url
 from durable._context import current_run
@@ -554,6 +555,7 @@ class Runner:
                 "max_attempts": config.max_recovery_attempts,
                 "names": [d.name for d in defs],
                 "versions": [d.version or "" for d in defs],
+                "journal_version": labels.JOURNAL_VERSION,
                 "limit": limit,
             },
         )

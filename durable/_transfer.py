@@ -11,6 +11,8 @@ An export is a dict that `json.dumps` writes as it is:
 
     {"durable_export": 1,           the format of this dict (EXPORT_FORMAT)
      "labels_version": 1,           the journal labels it was written with (_labels.py)
+     "journal_version": 1,          the journal format its code writes (each workflows row
+                                    says its own: journal_version)
      "schema_version": 19,          the last migration of the release that wrote it
      "exported_at": "...",          when (ISO 8601)
      "root": "<id>",                the workflow asked for
@@ -70,6 +72,13 @@ TABLES: tuple[str, ...] = (
     "streams",
 )
 
+# The value of a NOT NULL column for rows exported before the column existed (an import
+# reads every older export of its format): a migration that adds such a column to a
+# per-workflow table adds its value here. jsonb_populate_recordset would make it NULL.
+_DEFAULTS: dict[str, dict[str, Any]] = {
+    "workflows": {"journal_version": 1},  # 0019: journals before it were version 1
+}
+
 # The column naming the workflow a row belongs to (a budget is its root workflow's).
 _OWNER = {"budgets": "budget_id"}
 
@@ -101,6 +110,7 @@ def export(db: SystemDB, workflow_id: str, *, children: bool, now: dt.datetime) 
     return {
         "durable_export": EXPORT_FORMAT,
         "labels_version": labels.LABELS_VERSION,
+        "journal_version": labels.JOURNAL_VERSION,
         "schema_version": _migrate.latest_version(),
         "exported_at": now.isoformat(),
         "root": workflow_id,
@@ -188,11 +198,21 @@ def check(data: object) -> Checked:
                 f"rows of {table!r} belong to {sorted(map(str, strays))}, which are not "
                 "among its workflow_ids"
             )
-        tables[table] = [dict(r) for r in rows]
+        tables[table] = [{**_DEFAULTS.get(table, {}), **r} for r in rows]
     found = [w["workflow_id"] for w in tables["workflows"]]
     if sorted(found) != sorted(ids):
         raise ExportFormatError("its workflows rows are not exactly its workflow_ids")
     for row in tables["workflows"]:
+        version = row["journal_version"]
+        if not _is_int(version):
+            raise ExportFormatError(f"its journal_version is {version!r}, not a number")
+        if version > labels.JOURNAL_VERSION:
+            raise JournalVersionError(
+                f"the journal of workflow {row['workflow_id']!r}",
+                version,
+                labels.JOURNAL_VERSION,
+                str(row["workflow_id"]),
+            )
         _release(row)
     return Checked(list(ids), tables)
 

@@ -17,22 +17,23 @@
 -- Create a workflow already owned by this run (epoch 1); nothing is returned if the id exists.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, owner, epoch, lease_expires_at, timeout_seconds,
-    deadline_at, budget_id, trace_context)
+    deadline_at, budget_id, trace_context, journal_version)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'RUNNING', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(owner)s, 1,
     {schema}.current_time() + make_interval(secs => %(lease_seconds)s), %(timeout_seconds)s,
     {schema}.current_time() + make_interval(secs => %(timeout_seconds)s::float8),
-    %(budget_id)s, %(trace_context)s)
+    %(budget_id)s, %(trace_context)s, %(journal_version)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch, deadline_at
 
 -- insert_workflow_pending --
 -- Create a runnable workflow that no one owns yet (a worker will claim it).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability, parent_id, parent_step_seq, timeout_seconds, budget_id, trace_context)
+    durability, parent_id, parent_step_seq, timeout_seconds, budget_id, trace_context,
+    journal_version)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'PENDING', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s,
-    %(trace_context)s)
+    %(trace_context)s, %(journal_version)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 
@@ -40,7 +41,7 @@ RETURNING epoch
 -- One workflow row.
 SELECT workflow_id, name, version, status, inputs, output, error, serializer, durability,
     parent_id, parent_step_seq, owner, epoch, lease_expires_at, recovery_attempts,
-    created_at, updated_at, finished_at
+    created_at, updated_at, finished_at, journal_version
 FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
 
 -- get_workflow_status --
@@ -54,7 +55,7 @@ WHERE workflow_id = %(workflow_id)s
 -- is NULL (plans are made for the values given), leaving a walk of one index (0012).
 SELECT workflow_id, name, version, status, inputs, output, error, serializer, durability,
     parent_id, parent_step_seq, owner, epoch, lease_expires_at, recovery_attempts,
-    created_at, updated_at, finished_at
+    created_at, updated_at, finished_at, journal_version
 FROM {schema}.workflows
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
@@ -222,6 +223,8 @@ WITH resumed AS (
         updated_at = {schema}.current_time()
     WHERE workflow_id = %(workflow_id)s
       AND status IN ('CANCELLED', 'ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+      -- A journal of a newer format is left for code that reads it (JournalVersionError).
+      AND journal_version <= %(journal_version)s
       -- A cancel whose compensations ran is final: a replay would redo the effects on
       -- top of their undo (the error, always JSON from encode_error, says so).
       AND NOT (status = 'CANCELLED'
@@ -247,11 +250,12 @@ SELECT r.workflow_id, (SELECT count(*) FROM forgotten) AS forgotten FROM resumed
 -- A forked root gets a ledger of its own (seeded with the copied steps' charges); a
 -- forked child keeps drawing from its root's.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability, budget_id, timeout_seconds, trace_context)
+    durability, budget_id, timeout_seconds, trace_context, journal_version)
 SELECT %(new_id)s, name, version, 'PENDING', inputs, serializer, durability,
     CASE WHEN budget_id = workflow_id THEN %(new_id)s ELSE budget_id END, timeout_seconds,
-    %(trace_context)s
-FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
+    %(trace_context)s, %(journal_version)s
+FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s AND journal_version <= %(journal_version)s
 RETURNING workflow_id
 
 -- fork_seqs --
@@ -563,7 +567,9 @@ RETURNING workflow_id
 -- claim_batch --
 -- Take up to `limit` runnable workflows this executor can run (new, released, or with an
 -- expired lease), optionally only among given ids; each claim bumps the epoch. Nothing
--- once another incarnation holds this executor's id (see 0017).
+-- once another incarnation holds this executor's id (see 0017). "Can run": it has their
+-- code (name, version) and reads their journal's version (0019); every claim and dequeue
+-- below says the same.
 UPDATE {schema}.workflows AS w
 SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
                   THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
@@ -587,6 +593,7 @@ FROM (
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+      AND journal_version <= %(journal_version)s
       AND EXISTS (SELECT 1 FROM {schema}.executors
                   WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
     ORDER BY created_at
@@ -609,6 +616,7 @@ WITH c AS (
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+      AND journal_version <= %(journal_version)s
       AND EXISTS (SELECT 1 FROM {schema}.executors
                   WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
     ORDER BY created_at
@@ -654,8 +662,8 @@ RETURNING 1 AS owned
 -- (run_command_on_shards, as due_on_shards), up to `limit` runnable workflows of each,
 -- and the oldest `limit` of them all are claimed by claim_batch_cas with their ids, which
 -- touches only their shards. The work held by the node that is down waits for it; the
--- rest goes on. `%%s` is the shard's name; the names and versions are quoted into the
--- command. A read on a worker: its clock, not a FakeClock's.
+-- rest goes on. `%%s` is the shard's name; the names, versions and journal version are
+-- quoted into the command. A read on a worker: its clock, not a FakeClock's.
 SELECT c.workflow_id FROM run_command_on_shards(
     '{schema}.workflows',
     $cmd$SELECT coalesce(json_agg(c)::text, '[]') FROM (
@@ -665,6 +673,7 @@ SELECT c.workflow_id FROM run_command_on_shards(
                AND (name, coalesce(version, '')) IN (SELECT n, v FROM unnest($cmd$
         || quote_literal(%(names)s::text[]) || '::text[], '
         || quote_literal(%(versions)s::text[]) || $cmd$::text[]) AS t (n, v))
+               AND journal_version <= $cmd$ || %(journal_version)s::int || $cmd$
              ORDER BY created_at LIMIT $cmd$ || %(limit)s::int || ') AS c') AS s,
     LATERAL json_to_recordset(s.result::json) AS c (workflow_id text, created_at timestamptz)
 WHERE s.success
@@ -1143,14 +1152,14 @@ RETURNING schedule_name
 -- first, in the same transaction: take_dedup).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, timeout_seconds, budget_id, queue_name, priority,
-    dedup_key, available_at, trace_context)
+    dedup_key, available_at, trace_context, journal_version)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'ENQUEUED', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s,
     %(queue_name)s,
     %(priority)s, %(dedup_key)s,
     CASE WHEN %(delay_seconds)s::float8 > 0
          THEN {schema}.current_time() + make_interval(secs => %(delay_seconds)s::float8) END,
-    %(trace_context)s)
+    %(trace_context)s, %(journal_version)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 
@@ -1208,6 +1217,7 @@ WITH allowed AS (
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+      AND journal_version <= %(journal_version)s
       AND EXISTS (SELECT 1 FROM {schema}.executors
                   WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
     ORDER BY CASE WHEN %(by_priority)s THEN priority ELSE 0 END, created_at, workflow_id
@@ -1255,6 +1265,7 @@ WITH picked AS (
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+      AND journal_version <= %(journal_version)s
       AND EXISTS (SELECT 1 FROM {schema}.executors
                   WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
     ORDER BY CASE WHEN %(by_priority)s THEN priority ELSE 0 END, created_at, workflow_id

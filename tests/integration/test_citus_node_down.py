@@ -104,6 +104,7 @@ def test_with_a_node_down_the_other_nodes_work_is_woken_claimed_and_renewed(
         "max_attempts": 10,
         "names": ["job"],
         "versions": [""],
+        "journal_version": 1,
         "limit": 100,
     }
     with durable.Client(citus_url) as client:

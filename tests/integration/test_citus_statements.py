@@ -181,6 +181,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "timeout_seconds": None,
         "budget_id": None,
         "trace_context": None,
+        "journal_version": 1,
     }
     step = {
         "workflow_id": w,
@@ -211,6 +212,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "workflow_ids": None,
         "names": ["wf"],
         "versions": [""],
+        "journal_version": 1,
         "limit": 10,
     }
     queue = {
@@ -229,6 +231,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "before_seq": 3,
         "copied": [0, 1, 2],
         "event_prefix": "event:",
+        "journal_version": 1,
     }
     held = {"owner": "me", "incarnation": "i1", "held": [w, f"{w}-child"], "epochs": [1, 1]}
     exported = {"workflow_ids": [w, f"{w}-child"]}
@@ -272,8 +275,13 @@ def params(name: str, w: str) -> dict[str, Any]:
         },
         "get_cancel_request": {"workflow_id": w},
         "owned_cancel_requests": {"owner": "me", "incarnation": "i1", "held": [w, f"{w}-child"]},
-        "resume_workflow": {"workflow_id": f"{w}-failed"},
-        "fork_workflow": {"workflow_id": w, "new_id": f"{w}-fork", "trace_context": None},
+        "resume_workflow": {"workflow_id": f"{w}-failed", "journal_version": 1},
+        "fork_workflow": {
+            "workflow_id": w,
+            "new_id": f"{w}-fork",
+            "trace_context": None,
+            "journal_version": 1,
+        },
         "fork_seqs": fork,
         "fork_steps": fork,
         "fork_tool_calls": fork,
@@ -507,6 +515,7 @@ def imported_rows(w: str) -> dict[str, list[dict[str, Any]]]:
                 "created_at": at,
                 "updated_at": at,
                 "budget_id": w,
+                "journal_version": 1,
             }
         ],
         "budgets": [

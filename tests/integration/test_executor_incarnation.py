@@ -45,6 +45,7 @@ def claim(db: SystemDB, incarnation: str) -> list[str]:
             "max_attempts": 10,
             "names": ["x"],
             "versions": [""],
+            "journal_version": 1,
             "limit": 1,
         }
     )

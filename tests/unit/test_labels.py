@@ -26,6 +26,10 @@ BARE_FRAGMENTS = tuple(f.strip('"') for f in FRAGMENTS)
 
 def test_the_contract_version() -> None:
     assert labels.LABELS_VERSION == 1
+    # Written on every workflow; a journal of a higher version is refused. Bumped with
+    # LABELS_VERSION (never below it).
+    assert labels.JOURNAL_VERSION == 1
+    assert labels.JOURNAL_VERSION >= labels.LABELS_VERSION
 
 
 def test_journal_step_names() -> None:
