@@ -35,7 +35,7 @@ them, and the code reading them must find the same names."""
 JOURNAL_VERSION = 1
 """The version of the journal format as a whole: the labels of LABELS_VERSION, the kinds
 of journal rows and what each holds. Written on every workflow when it is created
-(`workflows.journal_version`, migration 0019). Code refuses a journal of a higher version
+(`workflows.journal_version`, migration 0020). Code refuses a journal of a higher version
 than this (JournalVersionError: it would misread it), and its workers do not claim one.
 Bump it with LABELS_VERSION, and whenever a journal that new code writes could be misread
 by the code before it (a new kind of row an older replay would not know, say)."""

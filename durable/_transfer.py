@@ -13,7 +13,7 @@ An export is a dict that `json.dumps` writes as it is:
      "labels_version": 1,           the journal labels it was written with (_labels.py)
      "journal_version": 1,          the journal format its code writes (each workflows row
                                     says its own: journal_version)
-     "schema_version": 19,          the last migration of the release that wrote it
+     "schema_version": 20,          the last migration of the release that wrote it
      "exported_at": "...",          when (ISO 8601)
      "root": "<id>",                the workflow asked for
      "workflow_ids": ["<id>", ...], it and the descendants exported with it
@@ -76,7 +76,7 @@ TABLES: tuple[str, ...] = (
 # reads every older export of its format): a migration that adds such a column to a
 # per-workflow table adds its value here. jsonb_populate_recordset would make it NULL.
 _DEFAULTS: dict[str, dict[str, Any]] = {
-    "workflows": {"journal_version": 1},  # 0019: journals before it were version 1
+    "workflows": {"journal_version": 1},  # 0020: journals before it were version 1
 }
 
 # The column naming the workflow a row belongs to (a budget is its root workflow's).

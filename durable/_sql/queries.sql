@@ -568,7 +568,7 @@ RETURNING workflow_id
 -- Take up to `limit` runnable workflows this executor can run (new, released, or with an
 -- expired lease), optionally only among given ids; each claim bumps the epoch. Nothing
 -- once another incarnation holds this executor's id (see 0017). "Can run": it has their
--- code (name, version) and reads their journal's version (0019); every claim and dequeue
+-- code (name, version) and reads their journal's version (0020); every claim and dequeue
 -- below says the same.
 UPDATE {schema}.workflows AS w
 SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s

@@ -138,7 +138,7 @@ def test_an_export_from_before_journal_versions_imports_as_version_1(
         data = client.export_workflow("old")
         del data["journal_version"]
         for row in data["tables"]["workflows"]:
-            del row["journal_version"]  # as an export of a release before 0019 holds it
+            del row["journal_version"]  # as an export of a release before 0020 holds it
             row["workflow_id"] = "old-2"
         data["workflow_ids"] = ["old-2"]
         assert client.import_workflow(data) == ["old-2"]
