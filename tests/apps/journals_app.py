@@ -101,6 +101,14 @@ def steps_wf(n: int) -> dict[str, Any]:
     return {"rows": rows, "total": total([r["square"] for r in rows])}
 
 
+@durable.workflow(registry=registry, name="journals.patched")
+def patched_wf() -> list[Any]:
+    """A run that took a patch: its journal holds the patch's marker."""
+    first = fetch(1)
+    second = fetch(2) if durable.patched("journals.fix") else fetch(3)
+    return [first["square"], second["square"]]
+
+
 @durable.workflow(registry=registry, name="journals.transaction")
 def transaction_wf(who: str) -> list[str]:
     return [record(who), record(who + "-2"), str(fetch(7)["square"])]
@@ -228,6 +236,7 @@ SCENARIOS: tuple[Scenario, ...] = (
             "total": 5,
         },
     ),
+    Scenario("finished_patched", patched_wf, (), "journal-patched", result=[1, 4]),
     Scenario(
         "finished_transaction",
         transaction_wf,
