@@ -58,6 +58,8 @@ EVENT_PREFIX = "event:"
 STREAM_PREFIX = "stream:"
 STREAM_CLOSE_PREFIX = "stream-close:"
 PATCH_PREFIX = "patch:"
+SEND_PREFIX = "send:"
+READ_EVENT_PREFIX = "get-event:"
 
 
 def approval(name: str) -> str:
@@ -76,6 +78,25 @@ def recv_deadline(topic_key: str) -> str:
     """The journaled deadline of a durable.recv() with a timeout: the wake-up time, so a
     resumed wait does not wait again for the part already waited."""
     return f"{RECV_DEADLINE_PREFIX}{topic_key}"
+
+
+def send(topic_key: str) -> str:
+    """The journaled call of durable.send() inside a workflow, on a topic ("" for the
+    default topic): the id of the message sent is its output."""
+    return f"{SEND_PREFIX}{topic_key}"
+
+
+def sent_message_id(sender_id: str, seq: int) -> str:
+    """The id of the message a workflow sends at position `seq` (when the caller gives no
+    idempotency key): the same on every run, so a send that is run again after a crash is
+    the same message, delivered once."""
+    return f"{sender_id}:send:{seq}"
+
+
+def read_event(key: str) -> str:
+    """The journaled call of durable.get_event() inside a workflow: the value read (or
+    None, when it did not appear in time) is its output."""
+    return f"{READ_EVENT_PREFIX}{key}"
 
 
 def patch(patch_id: str) -> str:

@@ -260,6 +260,7 @@ class Runner:
             cancel_request=self._cancel_request,
             classify_app_error=app_error_fault,
             stream_channel=f"{config.schema}_streams",
+            work_channel=f"{config.schema}_work",
             executor_id=config.executor_id,
             lease_seconds=config.lease_seconds,
         )

@@ -1,4 +1,5 @@
-"""Waiting without a process: approval gates, durable sleep, messages and events.
+"""Waiting without a process: approval gates, durable sleep, messages and events; and
+sending messages and reading events from inside a workflow.
 
 A wait is journaled like a step. The first time a workflow reaches it, the run records
 the request and suspends the workflow in one fenced write: the row becomes SUSPENDED with
@@ -16,18 +17,23 @@ import datetime as dt
 from typing import Any
 
 from durable import _protocol as protocol
+from durable._context import current_engine, current_run, workflow_code_run
 from durable._driver import drive, workflow_run
 from durable._driver_async import drive_async, workflow_run_async
 from durable._models import Decision
 from durable._names import check_name
-from durable.errors import InvalidWaitError
+from durable.errors import InvalidWaitError, NoEngineError
 
 __all__ = [
     "Decision",
     "approval",
     "approval_async",
+    "get_event",
+    "get_event_async",
     "recv",
     "recv_async",
+    "send",
+    "send_async",
     "set_event",
     "set_event_async",
     "sleep",
@@ -98,6 +104,59 @@ def set_event(key: str, value: Any) -> None:
     drive(run, protocol.set_event(run, key, value))
 
 
+def send(
+    workflow_id: str,
+    message: Any,
+    topic: str | None = None,
+    *,
+    idempotency_key: str | None = None,
+) -> None:
+    """Send `message` to workflow `workflow_id` (it wakes if it waits in recv()).
+
+    From workflow code the send is journaled: it is made exactly once, across crashes and
+    replays (the message's id is derived from this call's position, or is
+    `idempotency_key`). Elsewhere (a step's code, or code inside `with durable.Engine()`)
+    it is the engine's `send`, made each time it is called."""
+    check_name("workflow_id", workflow_id)
+    check_name("topic", topic, optional=True)
+    check_name("idempotency_key", idempotency_key, optional=True)
+    run = workflow_code_run()
+    if run is None:
+        _engine("durable.send()").send(workflow_id, message, topic, idempotency_key)
+        return
+    run = workflow_run("durable.send()")
+    drive(run, protocol.send(run, workflow_id, message, topic, idempotency_key))
+
+
+def get_event(workflow_id: str, key: str, timeout: float | dt.timedelta = 0.0) -> Any:
+    """The latest value workflow `workflow_id` published under `key`, waiting up to
+    `timeout` for it to appear; None if it did not.
+
+    From workflow code the answer is journaled: a replay returns what the first run read
+    (it does not read, or wait, again). Elsewhere it is the engine's `get_event`."""
+    check_name("workflow_id", workflow_id)
+    check_name("key", key)
+    seconds = _seconds(timeout, "timeout")
+    run = workflow_code_run()
+    if run is None:
+        return _engine("durable.get_event()").get_event(workflow_id, key, seconds)
+    run = workflow_run("durable.get_event()")
+    return drive(run, protocol.get_event(run, workflow_id, key, seconds))
+
+
+def _engine(what: str) -> Any:
+    """The engine that code outside a workflow's own body runs under (a step's run's, or
+    the one of `with durable.Engine()`)."""
+    outer = current_run.get()
+    engine = outer.host.active if outer is not None else current_engine.get()
+    if engine is None:
+        raise NoEngineError(
+            f"{what} was called outside a workflow with no active engine: call it inside "
+            "`with durable.Engine(...)`, or use client.send / client.get_event"
+        )
+    return engine
+
+
 # -- the same waits in async workflows: awaited, holding no thread --------------------------------
 
 
@@ -137,3 +196,35 @@ async def set_event_async(key: str, value: Any) -> None:
     check_name("key", key)
     run = workflow_run_async("durable.set_event_async()")
     await drive_async(run, protocol.set_event(run, key, value))
+
+
+async def send_async(
+    workflow_id: str,
+    message: Any,
+    topic: str | None = None,
+    *,
+    idempotency_key: str | None = None,
+) -> None:
+    """send(), awaited in an async workflow (or in async code under an engine)."""
+    check_name("workflow_id", workflow_id)
+    check_name("topic", topic, optional=True)
+    check_name("idempotency_key", idempotency_key, optional=True)
+    run = workflow_code_run()
+    if run is None:
+        engine = _engine("durable.send_async()")
+        await engine.send_async(workflow_id, message, topic, idempotency_key)
+        return
+    run = workflow_run_async("durable.send_async()")
+    await drive_async(run, protocol.send(run, workflow_id, message, topic, idempotency_key))
+
+
+async def get_event_async(workflow_id: str, key: str, timeout: float | dt.timedelta = 0.0) -> Any:
+    """get_event(), awaited in an async workflow (or in async code under an engine)."""
+    check_name("workflow_id", workflow_id)
+    check_name("key", key)
+    seconds = _seconds(timeout, "timeout")
+    run = workflow_code_run()
+    if run is None:
+        return await _engine("durable.get_event_async()").get_event_async(workflow_id, key, seconds)
+    run = workflow_run_async("durable.get_event_async()")
+    return await drive_async(run, protocol.get_event(run, workflow_id, key, seconds))

@@ -3,6 +3,10 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "get_event",
+    "get_event_async",
+    "send",
+    "send_async",
     "deprecate_patch",
     "patched",
     "patched_async",

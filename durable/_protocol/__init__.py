@@ -70,6 +70,7 @@ from durable._protocol.journal import (
     replay,
     restore,
 )
+from durable._protocol.messages import get_event, send
 from durable._protocol.ops import (
     ABORTED,
     CONFLICT_ATTEMPTS,
@@ -198,6 +199,7 @@ __all__ = [
     "encode_error",
     "finish",
     "gate",
+    "get_event",
     "is_settled",
     "open_ledger",
     "over_cap",
@@ -213,6 +215,7 @@ __all__ = [
     "replay",
     "reserve",
     "restore",
+    "send",
     "set_event",
     "set_state",
     "sleep",

@@ -101,6 +101,7 @@ class Settings:
         (lost connection, refused fence, conflict to retry, write refused as read-only,
         unique violation with its constraint), or None.
     stream_channel: the NOTIFY channel that wakes stream readers.
+    work_channel: the NOTIFY channel that wakes workers (a message a workflow sent).
     executor_id: the executor running the runs (an attribute of their spans).
     lease_seconds: how long a claim holds without renewal (see reclaim).
     """
@@ -114,6 +115,7 @@ class Settings:
     cancel_request: Callable[[str, int], str | None] = _no_request
     classify_app_error: Callable[[BaseException], AppFault | None] = _no_fault
     stream_channel: str = "durable_streams"
+    work_channel: str = "durable_work"
     executor_id: str = ""
     lease_seconds: float = 30.0
 

@@ -47,6 +47,10 @@ def test_journal_step_names() -> None:
     assert labels.stream("tokens", closing=False) == "stream:tokens"
     assert labels.stream("tokens", closing=True) == "stream-close:tokens"
     assert labels.patch("fix-tax") == "patch:fix-tax"
+    assert labels.send("orders") == "send:orders"
+    assert labels.send("") == "send:"
+    assert labels.sent_message_id("wf-1", 4) == "wf-1:send:4"
+    assert labels.read_event("progress") == "get-event:progress"
 
 
 def test_library_step_names() -> None:
