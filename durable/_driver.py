@@ -52,7 +52,6 @@ from durable.errors import (
     BlockingCallError,
     EffectOutsideWorkflowError,
     NoEngineError,
-    StaleOwnerError,
 )
 
 if TYPE_CHECKING:
@@ -163,17 +162,13 @@ class _AppTransaction:
             self._stack.close()
 
 
-def _prove_claim(run: Run, db: Any, conn: Any) -> None:
+def _prove_claim(run: Run, db: SystemDB, conn: Any) -> None:
     """Before the run's code: when its lease may have lapsed (an outage, a late
     heartbeat), prove that the claim still holds (see _protocol.reclaim)."""
     outage = db.outage
-    doubts, now = outage.doubts, time.monotonic()
-    check = protocol.reclaim(run, doubts, outage.renewed_at, now)
-    if check is None:
-        return
-    if db.run_on(conn, check.name, check.params, check.fetch) is None:
-        raise StaleOwnerError(run.workflow_id, run.epoch)
-    run.doubts_seen, run.proven_at = doubts, now
+    check = protocol.reclaim(run, outage.doubts, outage.renewed_at, time.monotonic())
+    if check is not None:
+        protocol.proven(run, check, db.run_on(conn, check.name, check.params, check.fetch))
 
 
 def drive(run: Run, gen: Gen[T]) -> T:

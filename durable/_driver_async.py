@@ -55,7 +55,6 @@ from durable.errors import (
     AsyncInSyncError,
     EffectOutsideWorkflowError,
     NoEngineError,
-    StaleOwnerError,
     StepTimeoutError,
     WorkflowInterrupted,
     WorkflowSuspended,
@@ -389,18 +388,13 @@ async def _join(run: Run) -> None:
         await asyncio.wait(others)
 
 
-async def _prove_claim(run: Run, db: Any, lease: _Lease) -> None:
-    """Before the run's code: when its lease may have lapsed (an outage, a late
-    heartbeat), prove that the claim still holds (see _protocol.reclaim)."""
+async def _prove_claim(run: Run, db: SystemDB, lease: _Lease) -> None:
+    """The sync driver's _prove_claim, on the lease's connection."""
     outage = db.outage
-    doubts, now = outage.doubts, time.monotonic()
-    check = protocol.reclaim(run, doubts, outage.renewed_at, now)
-    if check is None:
-        return
-    conn = await lease.get()
-    if await db.run_on_async(conn, check.name, check.params, check.fetch) is None:
-        raise StaleOwnerError(run.workflow_id, run.epoch)
-    run.doubts_seen, run.proven_at = doubts, now
+    check = protocol.reclaim(run, outage.doubts, outage.renewed_at, time.monotonic())
+    if check is not None:
+        row = await db.run_on_async(await lease.get(), check.name, check.params, check.fetch)
+        protocol.proven(run, check, row)
 
 
 async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None) -> Outcome:

@@ -97,10 +97,12 @@ from durable._protocol.ops import (
 from durable._protocol.patches import deprecate_patch, patched
 from durable._protocol.run import (
     TIMEOUT_REASON,
+    ClaimCheck,
     Journal,
     Run,
     Settings,
     check_interrupt,
+    proven,
     reclaim,
     stop_reason,
 )
@@ -162,6 +164,7 @@ __all__ = [
     "AppFault",
     "AwaitWriter",
     "Call",
+    "ClaimCheck",
     "Enqueue",
     "Execute",
     "Fault",
@@ -204,6 +207,7 @@ __all__ = [
     "open_ledger",
     "over_cap",
     "patched",
+    "proven",
     "rebuild_error",
     "reclaim",
     "record",

@@ -5,8 +5,8 @@ environment and owns no clock); `Run` is one executing run; `Journal` assigns ca
 positions and finds the record to replay at each. The stopping rules live next to that
 state because they read nothing else: a run stops at its next new call when it was
 cancelled or passed its deadline (`check_interrupt`), renews its claim before running code
-when its lease may have lapsed (`reclaim`), and treats a fenced write that touched no row
-as lost ownership (`_fenced`).
+when its lease may have lapsed (`reclaim`, then `proven`), and treats a fenced write that
+touched no row as lost ownership (`_fenced`).
 """
 
 from __future__ import annotations
@@ -224,7 +224,16 @@ def check_interrupt(run: Run) -> None:
         raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
 
 
-def reclaim(run: Run, doubts: int, renewed_at: float, now: float) -> Execute | None:
+@dataclass(slots=True)
+class ClaimCheck(Execute):
+    """The statement that proves a run's claim (see reclaim), and what the proof records
+    once the driver has run it (see proven): the doubts counted and the time it was asked."""
+
+    doubts: int = 0
+    at: float = 0.0
+
+
+def reclaim(run: Run, doubts: int, renewed_at: float, now: float) -> ClaimCheck | None:
     """The statement that proves a run still holds its workflow before its code runs, when
     its lease may have lapsed since the claim was last proven; None otherwise (the cost in
     the common case is two comparisons).
@@ -239,7 +248,7 @@ def reclaim(run: Run, doubts: int, renewed_at: float, now: float) -> Execute | N
 
     doubts: how many outages ended and heartbeat gaps of half a lease were seen in this
     process (Outage.doubts); renewed_at: when the heartbeat last renewed every held lease;
-    now: time.monotonic(). The driver raises StaleOwnerError on no row."""
+    now: time.monotonic(). The driver runs the statement and hands its row to `proven`."""
     fresh = max(run.proven_at, renewed_at)
     if doubts == run.doubts_seen and now - fresh < run.settings.lease_seconds / 2:
         return None
@@ -248,7 +257,15 @@ def reclaim(run: Run, doubts: int, renewed_at: float, now: float) -> Execute | N
         "epoch": run.epoch,
         "lease_seconds": run.settings.lease_seconds,
     }
-    return Execute("renew_claim", params, "one")
+    return ClaimCheck("renew_claim", params, "one", doubts=doubts, at=now)
+
+
+def proven(run: Run, check: ClaimCheck, row: Any) -> None:
+    """The answer to `reclaim`'s statement: no row, the run no longer holds its workflow
+    (StaleOwnerError); else its claim is proven as of the check."""
+    if row is None:
+        raise StaleOwnerError(run.workflow_id, run.epoch)
+    run.doubts_seen, run.proven_at = check.doubts, check.at
 
 
 def _fenced(count: int, run: Run) -> None:

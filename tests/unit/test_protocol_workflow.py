@@ -674,3 +674,16 @@ def test_a_run_proves_its_claim_again_only_when_its_lease_may_have_lapsed() -> N
     ]:
         assert asked is not None and asked.name == "renew_claim" and asked.fetch == "one"
         assert asked.params == {"workflow_id": WORKFLOW_ID, "epoch": EPOCH, "lease_seconds": lease}
+
+
+def test_a_proven_claim_is_recorded_and_a_lost_one_raises() -> None:
+    run = make_run()
+    run.doubts_seen, run.proven_at = 2, 100.0
+    check = protocol.reclaim(run, 3, 100.0, 100.1)
+    assert check is not None
+    with pytest.raises(StaleOwnerError):
+        protocol.proven(run, check, None)  # no row: another worker holds the workflow
+    assert (run.doubts_seen, run.proven_at) == (2, 100.0)
+    protocol.proven(run, check, {"epoch": EPOCH})
+    assert (run.doubts_seen, run.proven_at) == (3, 100.1)
+    assert protocol.reclaim(run, 3, 0.0, 100.2) is None  # proven just now
