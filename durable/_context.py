@@ -3,22 +3,36 @@
 ContextVars (not thread-locals or globals) keep concurrent runs in one process apart, and
 carry over to asyncio tasks. The engine is seen through the small protocol below, so this
 module (and everything the decorators reach) does not import the engine.
+
+What both drivers read through them lives here too, once: the context a run's body runs
+in (`running`), the run a durable call of the workflow function belongs to
+(`workflow_run`), and where a decorated call made outside any workflow goes
+(`engine_for`, `check_effect_key`), with the errors that say what to do instead.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
 from durable._protocol import Run, StepScope
+from durable._registry import WorkflowDef
+from durable.errors import (
+    AsyncInSyncError,
+    BlockingCallError,
+    EffectOutsideWorkflowError,
+    NoEngineError,
+)
 
 if TYPE_CHECKING:
     import sqlalchemy
     import sqlalchemy.ext.asyncio
 
-    from durable._registry import WorkflowDef
+    from durable._durability import AsyncWriter
+    from durable._registry import StepDef
+    from durable._systemdb import SystemDB
 
 
 class ActiveEngine(Protocol):
@@ -43,9 +57,39 @@ class ActiveEngine(Protocol):
     ) -> AbstractAsyncContextManager[sqlalchemy.ext.asyncio.AsyncConnection]: ...
 
 
+class RunHost(Protocol):
+    """What a run's driver needs from whatever runs it, in either driver (the Runner, an
+    event loop's AsyncHost): the system database, the background writer of async
+    durability, and the engine the run's code sees as active."""
+
+    @property
+    def db(self) -> SystemDB: ...
+
+    @property
+    def writer(self) -> AsyncWriter | None: ...
+
+    @property
+    def active(self) -> ActiveEngine: ...
+
+
 current_engine: ContextVar[ActiveEngine | None] = ContextVar("durable_engine", default=None)
 current_run: ContextVar[Run | None] = ContextVar("durable_run", default=None)
 current_step: ContextVar[StepScope | None] = ContextVar("durable_step", default=None)
+
+
+@contextmanager
+def running(run: Run, engine: ActiveEngine) -> Iterator[None]:
+    """The context of a run's body: the run is current, with no step (a workflow started
+    inside a step is a run of its own) and its engine active; all three as before after."""
+    run_token = current_run.set(run)
+    step_token = current_step.set(None)
+    engine_token = current_engine.set(engine)
+    try:
+        yield
+    finally:
+        current_run.reset(run_token)
+        current_step.reset(step_token)
+        current_engine.reset(engine_token)
 
 
 def workflow_code_run() -> Run | None:
@@ -55,3 +99,56 @@ def workflow_code_run() -> Run | None:
     if run is None or current_step.get() is not None:
         return None
     return run
+
+
+def workflow_run(what: str, is_async: bool = False) -> Run:
+    """The run of the calling workflow function (not of a step), for `what`, a durable call
+    only a workflow makes (`is_async`: its awaited twin); else NoEngineError. From a
+    workflow of the other kind, the error names the twin to call instead."""
+    run = workflow_code_run()
+    if run is None:
+        where = "awaited in" if is_async else "called from"
+        raise NoEngineError(f"{what} must be {where} a workflow (not a step)")
+    if run.is_async != is_async:
+        if is_async:
+            raise AsyncInSyncError(
+                f"{what} is for async workflows; in the plain-def workflow {run.name!r} call "
+                f"{what.replace('_async', '')} instead"
+            )
+        twin = what.replace("()", "_async()")
+        raise BlockingCallError(
+            f"{what} would block the event loop of async workflow {run.name!r}: "
+            f"write `await {twin}`"
+        )
+    return run
+
+
+def engine_for(defn: WorkflowDef | StepDef, is_async: bool = False) -> ActiveEngine:
+    """The engine a decorated workflow or transaction called outside any workflow code
+    goes to: in a step's code, its run's; else the one of the enclosing `with
+    durable.Engine(...)`. Without one, NoEngineError says where to call it from (in the
+    words of an awaited call, `is_async`)."""
+    outer = current_run.get()
+    engine = outer.host.active if outer is not None else current_engine.get()
+    if engine is not None:
+        return engine
+    within = "`async with durable.Engine(...)" if is_async else "`with durable.Engine(...)"
+    if isinstance(defn, WorkflowDef):
+        start = "await engine.start_async" if is_async else "engine.start"
+        raise NoEngineError(
+            f"workflow {defn.name!r} was called with no active engine: wrap the call in "
+            f"{within} as engine:` or use {start}(fn, ...)"
+        )
+    raise NoEngineError(
+        f"transaction {defn.name!r} needs a database connection: call it inside {within}:`"
+    )
+
+
+def check_effect_key(defn: StepDef, kwargs: Mapping[str, Any]) -> None:
+    """An effect called outside any workflow runs plainly, under the key its caller passes;
+    without one, EffectOutsideWorkflowError."""
+    if "idempotency_key" not in kwargs:
+        raise EffectOutsideWorkflowError(
+            f"effect {defn.name!r} was called outside a workflow without a key: call it "
+            "from a workflow, or pass idempotency_key=... yourself"
+        )

@@ -21,10 +21,12 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from durable import _protocol as protocol
 from durable import _tracing as tracing
 from durable._context import (
-    ActiveEngine,
-    current_engine,
+    RunHost,
+    check_effect_key,
     current_run,
     current_step,
+    engine_for,
+    running,
     workflow_code_run,
 )
 from durable._protocol import (
@@ -47,34 +49,19 @@ from durable._protocol import (
     StepScope,
     WriteSteps,
 )
-from durable.errors import (
-    AsyncInSyncError,
-    BlockingCallError,
-    EffectOutsideWorkflowError,
-    NoEngineError,
-)
+from durable.errors import AsyncInSyncError, BlockingCallError, NoEngineError
 
 if TYPE_CHECKING:
     import sqlalchemy
 
-    from durable._durability import AsyncWriter
     from durable._registry import StepDef, WorkflowDef
     from durable._systemdb import SystemDB
 
 T = TypeVar("T")
 
 
-class Host(Protocol):
+class Host(RunHost, Protocol):
     """What a run needs from the process that runs it (the engine's runner)."""
-
-    @property
-    def db(self) -> SystemDB: ...
-
-    @property
-    def writer(self) -> AsyncWriter | None: ...
-
-    @property
-    def active(self) -> ActiveEngine: ...
 
     def app_connection(
         self, isolation_level: str | None = None
@@ -274,16 +261,8 @@ def execute_run(
 def _execute(
     host: Host, run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> Any:
-    run_token = current_run.set(run)
-    step_token = current_step.set(None)  # a workflow started inside a step is its own run
-    engine_token = current_engine.set(host.active)
-    try:
-        with tracing.run_span(run):
-            return drive(run, protocol.workflow(run, defn, args, kwargs))
-    finally:
-        current_run.reset(run_token)
-        current_step.reset(step_token)
-        current_engine.reset(engine_token)
+    with running(run, host.active), tracing.run_span(run):
+        return drive(run, protocol.workflow(run, defn, args, kwargs))
 
 
 # -- entry points of the decorators ------------------------------------------------------------
@@ -305,14 +284,7 @@ def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, A
     run = sync_run(f"workflow {defn.name!r}")
     if run is not None:
         return drive(run, protocol.child(run, defn, args, kwargs))
-    outer = current_run.get()
-    engine = outer.host.active if outer is not None else current_engine.get()
-    if engine is None:
-        raise NoEngineError(
-            f"workflow {defn.name!r} was called with no active engine: wrap the call in "
-            "`with durable.Engine(...) as engine:` or use engine.start(fn, ...)"
-        )
-    return engine._run_direct(defn, args, kwargs)
+    return engine_for(defn)._run_direct(defn, args, kwargs)
 
 
 def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -325,14 +297,7 @@ def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
 def call_transaction(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     run = sync_run(f"transaction {defn.name!r}")
     if run is None:
-        outer = current_run.get()
-        engine = outer.host.active if outer is not None else current_engine.get()
-        if engine is None:
-            raise NoEngineError(
-                f"transaction {defn.name!r} needs a database connection: call it inside "
-                "`with durable.Engine(...):`"
-            )
-        with engine.app_connection(defn.isolation_level) as conn, conn.begin():
+        with engine_for(defn).app_connection(defn.isolation_level) as conn, conn.begin():
             return defn.fn(conn, *args, **kwargs)
     return drive(run, protocol.transaction(run, defn, args, kwargs))
 
@@ -341,27 +306,9 @@ def call_effect(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -
     """Run an effect exactly once per workflow position (or per user key), write-ahead."""
     run = sync_run(f"effect {defn.name!r}")
     if run is None:
-        if "idempotency_key" not in kwargs:
-            raise EffectOutsideWorkflowError(
-                f"effect {defn.name!r} was called outside a workflow without a key: call it "
-                "from a workflow, or pass idempotency_key=... yourself"
-            )
+        check_effect_key(defn, kwargs)
         return defn.fn(*args, **kwargs)
     return drive(run, protocol.effect(run, defn, args, kwargs))
-
-
-def workflow_run(what: str) -> Run:
-    """The run of the calling workflow function (not of a step), or NoEngineError."""
-    run = workflow_code_run()
-    if run is None:
-        raise NoEngineError(f"{what} must be called from a workflow (not a step)")
-    if run.is_async:
-        twin = what.replace("()", "_async()")
-        raise BlockingCallError(
-            f"{what} would block the event loop of async workflow {run.name!r}: "
-            f"write `await {twin}`"
-        )
-    return run
 
 
 def compensate(undo: Callable[..., Any], *args: Any, **kwargs: Any) -> None:

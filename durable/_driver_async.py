@@ -25,10 +25,11 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from durable import _protocol as protocol
 from durable import _tracing as tracing
 from durable._context import (
-    ActiveEngine,
-    current_engine,
-    current_run,
+    RunHost,
+    check_effect_key,
     current_step,
+    engine_for,
+    running,
     workflow_code_run,
 )
 from durable._protocol import (
@@ -53,8 +54,6 @@ from durable._protocol import (
 )
 from durable.errors import (
     AsyncInSyncError,
-    EffectOutsideWorkflowError,
-    NoEngineError,
     StepTimeoutError,
     WorkflowInterrupted,
     WorkflowSuspended,
@@ -64,24 +63,14 @@ if TYPE_CHECKING:
     import psycopg
     import sqlalchemy.ext.asyncio
 
-    from durable._durability import AsyncWriter
     from durable._registry import StepDef, WorkflowDef
     from durable._systemdb import SystemDB
 
 T = TypeVar("T")
 
 
-class LoopHost(Protocol):
+class LoopHost(RunHost, Protocol):
     """What an async run needs from the event loop that runs it (see `_async_host.py`)."""
-
-    @property
-    def db(self) -> SystemDB: ...
-
-    @property
-    def writer(self) -> AsyncWriter | None: ...
-
-    @property
-    def active(self) -> ActiveEngine: ...
 
     def connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
 
@@ -497,16 +486,8 @@ async def execute_run_async(
 ) -> Any:
     """Run one claimed async workflow on this loop: the body, then its outcome."""
     run.host = host
-    run_token = current_run.set(run)
-    step_token = current_step.set(None)
-    engine_token = current_engine.set(host.active)
-    try:
-        with tracing.run_span(run):
-            return await drive_async(run, protocol.workflow(run, defn, args, kwargs))
-    finally:
-        current_run.reset(run_token)
-        current_step.reset(step_token)
-        current_engine.reset(engine_token)
+    with running(run, host.active), tracing.run_span(run):
+        return await drive_async(run, protocol.workflow(run, defn, args, kwargs))
 
 
 # -- entry points of the decorators (async def functions) --------------------------------------
@@ -528,14 +509,7 @@ async def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[
     run = async_run(f"workflow {defn.name!r}")
     if run is not None:
         return await drive_async(run, protocol.child(run, defn, args, kwargs))
-    outer = current_run.get()
-    engine = outer.host.active if outer is not None else current_engine.get()
-    if engine is None:
-        raise NoEngineError(
-            f"workflow {defn.name!r} was called with no active engine: wrap the call in "
-            "`async with durable.Engine(...) as engine:` or use await engine.start_async(fn, ...)"
-        )
-    return await engine._run_direct_async(defn, args, kwargs)
+    return await engine_for(defn, is_async=True)._run_direct_async(defn, args, kwargs)
 
 
 async def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -548,13 +522,7 @@ async def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any
 async def call_transaction(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     run = async_run(f"transaction {defn.name!r}")
     if run is None:
-        outer = current_run.get()
-        engine = outer.host.active if outer is not None else current_engine.get()
-        if engine is None:
-            raise NoEngineError(
-                f"transaction {defn.name!r} needs a database connection: call it inside "
-                "`async with durable.Engine(...):`"
-            )
+        engine = engine_for(defn, is_async=True)
         async with engine.app_connection_async(defn.isolation_level) as conn:
             async with conn.begin():
                 return await defn.fn(conn, *args, **kwargs)
@@ -564,26 +532,9 @@ async def call_transaction(defn: StepDef, args: Sequence[Any], kwargs: Mapping[s
 async def call_effect(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
     run = async_run(f"effect {defn.name!r}")
     if run is None:
-        if "idempotency_key" not in kwargs:
-            raise EffectOutsideWorkflowError(
-                f"effect {defn.name!r} was called outside a workflow without a key: call it "
-                "from a workflow, or pass idempotency_key=... yourself"
-            )
+        check_effect_key(defn, kwargs)
         return await defn.fn(*args, **kwargs)
     return await drive_async(run, protocol.effect(run, defn, args, kwargs))
-
-
-def workflow_run_async(what: str) -> Run:
-    """The async run of the calling workflow function (not of a step), or NoEngineError."""
-    run = workflow_code_run()
-    if run is None:
-        raise NoEngineError(f"{what} must be awaited in a workflow (not a step)")
-    if not run.is_async:
-        raise AsyncInSyncError(
-            f"{what} is for async workflows; in the plain-def workflow {run.name!r} call "
-            f"{what.replace('_async', '')} instead"
-        )
-    return run
 
 
 async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:

@@ -14,9 +14,9 @@ See docs/versioning.md.
 from __future__ import annotations
 
 from durable import _protocol as protocol
-from durable._context import workflow_code_run
-from durable._driver import drive, workflow_run
-from durable._driver_async import drive_async, workflow_run_async
+from durable._context import workflow_code_run, workflow_run
+from durable._driver import drive
+from durable._driver_async import drive_async
 from durable._names import check_name
 from durable.errors import NoEngineError
 
@@ -37,7 +37,7 @@ def patched(patch_id: str) -> bool:
 async def patched_async(patch_id: str) -> bool:
     """patched(), awaited in an async workflow."""
     check_name("patch_id", patch_id)
-    run = workflow_run_async("durable.patched_async()")
+    run = workflow_run("durable.patched_async()", is_async=True)
     return await drive_async(run, protocol.patched(run, patch_id))
 
 

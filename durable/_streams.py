@@ -15,8 +15,9 @@ from __future__ import annotations
 from typing import Any
 
 from durable import _protocol as protocol
-from durable._driver import drive, workflow_run
-from durable._driver_async import drive_async, workflow_run_async
+from durable._context import workflow_run
+from durable._driver import drive
+from durable._driver_async import drive_async
 from durable._names import check_name
 
 __all__ = ["close_stream", "close_stream_async", "write_stream", "write_stream_async"]
@@ -42,7 +43,7 @@ def close_stream(key: str) -> None:
 async def write_stream_async(key: str, value: Any) -> int:
     """write_stream(), awaited in an async workflow."""
     check_name("key", key)
-    run = workflow_run_async("durable.write_stream_async()")
+    run = workflow_run("durable.write_stream_async()", is_async=True)
     offset = await drive_async(run, protocol.write_stream(run, key, value))
     assert offset is not None
     return offset
@@ -51,5 +52,5 @@ async def write_stream_async(key: str, value: Any) -> int:
 async def close_stream_async(key: str) -> None:
     """close_stream(), awaited in an async workflow."""
     check_name("key", key)
-    run = workflow_run_async("durable.close_stream_async()")
+    run = workflow_run("durable.close_stream_async()", is_async=True)
     await drive_async(run, protocol.write_stream(run, key, None, closing=True))

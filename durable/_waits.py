@@ -17,9 +17,9 @@ import datetime as dt
 from typing import Any
 
 from durable import _protocol as protocol
-from durable._context import current_engine, current_run, workflow_code_run
-from durable._driver import drive, workflow_run
-from durable._driver_async import drive_async, workflow_run_async
+from durable._context import current_engine, current_run, workflow_code_run, workflow_run
+from durable._driver import drive
+from durable._driver_async import drive_async
 from durable._models import Decision
 from durable._names import check_name
 from durable.errors import InvalidWaitError, NoEngineError
@@ -170,7 +170,7 @@ async def approval_async(
     """approval(), awaited in an async workflow."""
     check_name("name", name)
     seconds = None if timeout is None else _seconds(timeout, "timeout")
-    run = workflow_run_async("durable.approval_async()")
+    run = workflow_run("durable.approval_async()", is_async=True)
     gen = protocol.approval(run, name, payload, timeout=seconds, default=default)
     return await drive_async(run, gen)
 
@@ -179,14 +179,14 @@ async def sleep_async(seconds: float | dt.timedelta) -> None:
     """sleep(), awaited in an async workflow: a long sleep ends the workflow's task (no
     thread, no connection) until a worker resumes it when it is due."""
     duration = _seconds(seconds, "seconds")
-    run = workflow_run_async("durable.sleep_async()")
+    run = workflow_run("durable.sleep_async()", is_async=True)
     await drive_async(run, protocol.sleep(run, duration))
 
 
 async def recv_async(topic: str | None = None, timeout: float | dt.timedelta | None = None) -> Any:
     """recv(), awaited in an async workflow."""
     check_name("topic", topic, optional=True)
-    run = workflow_run_async("durable.recv_async()")
+    run = workflow_run("durable.recv_async()", is_async=True)
     seconds = None if timeout is None else _seconds(timeout, "timeout")
     return await drive_async(run, protocol.recv(run, topic, seconds))
 
@@ -194,7 +194,7 @@ async def recv_async(topic: str | None = None, timeout: float | dt.timedelta | N
 async def set_event_async(key: str, value: Any) -> None:
     """set_event(), awaited in an async workflow."""
     check_name("key", key)
-    run = workflow_run_async("durable.set_event_async()")
+    run = workflow_run("durable.set_event_async()", is_async=True)
     await drive_async(run, protocol.set_event(run, key, value))
 
 
@@ -214,7 +214,7 @@ async def send_async(
         engine = _engine("durable.send_async()")
         await engine.send_async(workflow_id, message, topic, idempotency_key)
         return
-    run = workflow_run_async("durable.send_async()")
+    run = workflow_run("durable.send_async()", is_async=True)
     await drive_async(run, protocol.send(run, workflow_id, message, topic, idempotency_key))
 
 
@@ -226,5 +226,5 @@ async def get_event_async(workflow_id: str, key: str, timeout: float | dt.timede
     run = workflow_code_run()
     if run is None:
         return await _engine("durable.get_event_async()").get_event_async(workflow_id, key, seconds)
-    run = workflow_run_async("durable.get_event_async()")
+    run = workflow_run("durable.get_event_async()", is_async=True)
     return await drive_async(run, protocol.get_event(run, workflow_id, key, seconds))
