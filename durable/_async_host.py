@@ -38,7 +38,7 @@ from psycopg_pool import PoolTimeout
 
 from durable import _lifecycle as lifecycle
 from durable._driver_async import execute_run_async
-from durable._protocol import Run
+from durable._protocol import Run, RunChild
 from durable._runner import Claimed, Runner
 from durable.errors import (
     EngineNotRunningError,
@@ -169,15 +169,9 @@ class AsyncHost:
                     self._interrupted.add(task)
                     task.cancel()
 
-    async def run_child(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        parent: tuple[str, int],
-    ) -> Any:
-        return await self.run_here(defn, workflow_id, args, kwargs, parent)
+    async def run_child(self, op: RunChild) -> Any:
+        inputs = self.runner.client.inputs.encode(op.defn, op.args, op.kwargs)
+        return await self.run_inline(lifecycle.Create(op.defn, op.workflow_id, inputs, op.parent))
 
     # -- runs ----------------------------------------------------------------------------------
 
@@ -243,11 +237,15 @@ class AsyncHost:
         kwargs: Mapping[str, Any],
         parent: tuple[str, int] | None,
     ) -> Any:
-        """Run (or resume, or wait for) workflow `workflow_id` in this task (see
+        """Run (or resume, or wait for) workflow `workflow_id` in this task (see run_inline)."""
+        inputs = self.runner.client.inputs.encode(defn, args, kwargs)
+        return await self.run_inline(lifecycle.Create(defn, workflow_id, inputs, parent))
+
+    async def run_inline(self, create: lifecycle.Create) -> Any:
+        """Run (or resume, or wait for) the workflow `create` names in this task (see
         lifecycle.run_here); what touches the database, but the run itself, in a thread."""
         runner = self.runner
         client = runner.client
-        inputs = client.inputs.encode(defn, args, kwargs)
 
         async def perform(op: lifecycle.Op) -> Any:
             match op:
@@ -266,7 +264,7 @@ class AsyncHost:
                     return None
             raise AssertionError(f"run_here does not ask for {op!r}")
 
-        life = lifecycle.run_here(defn, workflow_id, inputs, parent)
+        life = lifecycle.run_here(create.defn, create.workflow_id, create.inputs, create.parent)
         return await lifecycle.drive_async(life, perform)
 
 
@@ -481,20 +479,11 @@ class AsyncHosts:
             return asyncio.run_coroutine_threadsafe(_awaited(home.spawn(claimed)), home.loop)
         return self._call(lambda host: _awaited(host.spawn(claimed)), claimed)
 
-    def run_here(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        parent: tuple[str, int] | None,
-    ) -> Any:
+    def run_inline(self, create: lifecycle.Create) -> Any:
         """From a thread (sync code): run an async workflow on our loop and wait for it."""
         if self._loop is not None and _on_loop(self._loop):
             raise EngineNotRunningError("cannot wait for an async workflow on its own loop")
-        return self._call(
-            lambda host: host.run_here(defn, workflow_id, args, kwargs, parent)
-        ).result()
+        return self._call(lambda host: host.run_inline(create)).result()
 
     def interrupt(self, workflow_ids: Iterable[str]) -> None:
         ids = list(workflow_ids)

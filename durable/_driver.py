@@ -67,14 +67,7 @@ class Host(RunHost, Protocol):
         self, isolation_level: str | None = None
     ) -> AbstractContextManager[sqlalchemy.Connection]: ...
 
-    def run_child(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        parent: tuple[str, int],
-    ) -> Any: ...
+    def run_child(self, op: RunChild) -> Any: ...
 
 
 def _call(
@@ -197,7 +190,10 @@ def drive(run: Run, gen: Gen[T]) -> T:
                     case Pause(seconds=seconds):
                         time.sleep(seconds)
                     case RunChild():
-                        value = _run_child(host, op)
+                        try:
+                            value = Outcome(host.run_child(op))
+                        except Exception as exc:
+                            value = Outcome(None, exc)
                     case AppBegin(isolation_level=isolation_level):
                         app = _AppTransaction(host, isolation_level)
                     case AppExecute():
@@ -222,14 +218,6 @@ def drive(run: Run, gen: Gen[T]) -> T:
     finally:
         if app is not None:
             app.end(False)
-
-
-def _run_child(host: Host, op: RunChild) -> Outcome:
-    try:
-        value = host.run_child(op.defn, op.workflow_id, op.args, op.kwargs, op.parent)
-    except Exception as exc:
-        return Outcome(None, exc)
-    return Outcome(value)
 
 
 def execute_run(

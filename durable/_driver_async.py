@@ -78,14 +78,7 @@ class LoopHost(RunHost, Protocol):
         self, isolation_level: str | None = None
     ) -> AbstractAsyncContextManager[sqlalchemy.ext.asyncio.AsyncConnection]: ...
 
-    async def run_child(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        parent: tuple[str, int],
-    ) -> Any: ...
+    async def run_child(self, op: RunChild) -> Any: ...
 
     def watch(self, run: Run, task: asyncio.Task[Any]) -> None: ...
 
@@ -231,7 +224,10 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                     case Pause(seconds=seconds):
                         await asyncio.sleep(seconds)
                     case RunChild():
-                        value = await _run_child(host, op)
+                        try:
+                            value = Outcome(await host.run_child(op))
+                        except Exception as exc:
+                            value = Outcome(None, exc)
                     case AppBegin(isolation_level=isolation_level):
                         app = _AppTransaction(host, isolation_level)
                         await app.begin()
@@ -471,14 +467,6 @@ def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - an object whose __call__ is async def
     )
-
-
-async def _run_child(host: LoopHost, op: RunChild) -> Outcome:
-    try:
-        value = await host.run_child(op.defn, op.workflow_id, op.args, op.kwargs, op.parent)
-    except Exception as exc:
-        return Outcome(None, exc)
-    return Outcome(value)
 
 
 async def execute_run_async(

@@ -30,7 +30,7 @@ from durable._client_base import libpq_url
 from durable._context import current_run
 from durable._durability import AsyncWriter
 from durable._models import StepRecord, WorkflowStatus
-from durable._protocol import Journal, Run, Settings, encode_error
+from durable._protocol import Journal, Run, RunChild, Settings, encode_error
 from durable._registry import WorkflowDef
 from durable._systemdb import SystemDB, app_error_fault
 from durable._urls import check_url, redact, same_database
@@ -126,14 +126,7 @@ class AsyncSide(Protocol):
 
     def submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]: ...
 
-    def run_here(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        parent: tuple[str, int] | None,
-    ) -> Any: ...
+    def run_inline(self, create: lifecycle.Create) -> Any: ...
 
     def interrupt(self, workflow_ids: Iterable[str]) -> None: ...
 
@@ -727,34 +720,21 @@ class Runner:
 
     def run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A workflow called as a function inside `with engine:`: run it in this thread."""
-        return self.run_here(defn, str(uuid.uuid4()), args, kwargs, None)
+        inputs = self.client.inputs.encode(defn, args, kwargs)
+        return self.run_inline(lifecycle.Create(defn, str(uuid.uuid4()), inputs, None))
 
-    def run_child(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        parent: tuple[str, int],
-    ) -> Any:
-        return self.run_here(defn, workflow_id, args, kwargs, parent)
+    def run_child(self, op: RunChild) -> Any:
+        inputs = self.client.inputs.encode(op.defn, op.args, op.kwargs)
+        return self.run_inline(lifecycle.Create(op.defn, op.workflow_id, inputs, op.parent))
 
-    def run_here(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        parent: tuple[str, int] | None,
-    ) -> Any:
-        """Run (or resume, or wait for) workflow `workflow_id` in the calling thread (an
+    def run_inline(self, create: lifecycle.Create) -> Any:
+        """Run (or resume, or wait for) the workflow `create` names in the calling thread (an
         async one on the engine's event loop, waited for here)."""
-        if defn.is_async:
+        if create.defn.is_async:
             if self.async_side is None:
                 raise EngineNotRunningError()
-            return self.async_side.run_here(defn, workflow_id, args, kwargs, parent)
+            return self.async_side.run_inline(create)
         client = self.client
-        inputs = client.inputs.encode(defn, args, kwargs)
         outer = current_run.get()
         with ExitStack() as stack:
             # The start and the run share one connection (a child's is its parent's); once
@@ -785,4 +765,5 @@ class Runner:
                         return None
                 raise AssertionError(f"run_here does not ask for {op!r}")
 
-            return lifecycle.drive(lifecycle.run_here(defn, workflow_id, inputs, parent), perform)
+            life = lifecycle.run_here(create.defn, create.workflow_id, create.inputs, create.parent)
+            return lifecycle.drive(life, perform)
