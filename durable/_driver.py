@@ -15,7 +15,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import AbstractContextManager, ExitStack
+from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durable import _protocol as protocol
@@ -30,7 +30,6 @@ from durable._context import (
     workflow_code_run,
 )
 from durable._protocol import (
-    ABORTED,
     AppBegin,
     AppCall,
     AppEnd,
@@ -49,6 +48,7 @@ from durable._protocol import (
     StepScope,
     WriteSteps,
 )
+from durable._runio import AppTransaction
 from durable.errors import AsyncInSyncError, BlockingCallError, NoEngineError
 
 if TYPE_CHECKING:
@@ -109,39 +109,6 @@ def _awaitable_in_sync_code(fn: Callable[..., Any], value: Any) -> AsyncInSyncEr
     )
 
 
-class _AppTransaction:
-    """The application transaction a @transaction step holds open across operations."""
-
-    def __init__(self, host: Host, isolation_level: str | None) -> None:
-        self._stack = ExitStack()
-        try:
-            self.conn = self._stack.enter_context(host.app_connection(isolation_level))
-            self._tx = self.conn.begin()
-        except BaseException:
-            self._stack.close()
-            raise
-
-    def end(self, commit: bool, last: AppExecute | None = None, db: Any = None) -> int | str | None:
-        """Commit or roll back; with `last`, that statement and the COMMIT go in one
-        pipeline (its row count is returned; see AppEnd for None and "aborted"). Always
-        gives the connection back."""
-        try:
-            written: int | str | None = None
-            if self._tx.is_active:
-                if commit:
-                    if last is not None:
-                        written = db.app_commit_with(self.conn, last.name, last.params)
-                    if written == ABORTED:
-                        self._tx.rollback()
-                    else:
-                        self._tx.commit()  # after the pipeline's COMMIT: SQLAlchemy's books
-                else:
-                    self._tx.rollback()
-            return written
-        finally:
-            self._stack.close()
-
-
 def _prove_claim(run: Run, db: SystemDB, conn: Any) -> None:
     """Before the run's code: when its lease may have lapsed (an outage, a late
     heartbeat), prove that the claim still holds (see _protocol.reclaim)."""
@@ -156,7 +123,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
     host: Host = run.host
     db = host.db
     conn = run.conn
-    app: _AppTransaction | None = None
+    app: AppTransaction | None = None
     value: Any = None
     error: BaseException | None = None
     try:
@@ -195,9 +162,10 @@ def drive(run: Run, gen: Gen[T]) -> T:
                         except Exception as exc:
                             value = Outcome(None, exc)
                     case AppBegin(isolation_level=isolation_level):
-                        app = _AppTransaction(host, isolation_level)
+                        app = AppTransaction(db, host.app_connection(isolation_level))
+                        app.begin()
                     case AppExecute():
-                        assert app is not None
+                        assert app is not None and app.conn is not None
                         value = db.app_run(app.conn, op.name, op.params, op.fetch)
                     case AppCall(fn=fn, args=args, kwargs=kwargs, scope=scope):
                         assert app is not None
@@ -206,7 +174,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
                     case AppEnd(commit=commit, last=last):
                         if app is not None:
                             ending, app = app, None
-                            value = ending.end(commit, last, db)
+                            value = ending.end(commit, last)
                     case Join():
                         pass  # a sync run has no branches
                     case Park():

@@ -33,7 +33,6 @@ from durable._context import (
     workflow_code_run,
 )
 from durable._protocol import (
-    ABORTED,
     TIMEOUT_REASON,
     AppBegin,
     AppCall,
@@ -52,6 +51,7 @@ from durable._protocol import (
     RunChild,
     WriteSteps,
 )
+from durable._runio_async import AsyncAppTransaction
 from durable.errors import (
     AsyncInSyncError,
     StepTimeoutError,
@@ -119,54 +119,13 @@ class _Lease:
             await cm.__aexit__(type(error), error, error.__traceback__)
 
 
-class _AppTransaction:
-    """The application transaction a @transaction step holds open across operations."""
-
-    def __init__(self, host: LoopHost, isolation_level: str | None) -> None:
-        self._cm = host.app_connection(isolation_level)
-        self.conn: sqlalchemy.ext.asyncio.AsyncConnection | None = None
-        self._tx: sqlalchemy.ext.asyncio.AsyncTransaction | None = None
-
-    async def begin(self) -> None:
-        self.conn = await self._cm.__aenter__()
-        try:
-            self._tx = await self.conn.begin()
-        except BaseException:
-            await self._cm.__aexit__(None, None, None)
-            raise
-
-    async def end(
-        self, commit: bool, last: AppExecute | None = None, db: Any = None
-    ) -> int | str | None:
-        """Commit or roll back; with `last`, that statement and the COMMIT go in one
-        pipeline (its row count is returned; see AppEnd for None and "aborted"). Always
-        gives the connection back."""
-        try:
-            written: int | str | None = None
-            tx = self._tx
-            if tx is not None and tx.is_active:
-                if commit:
-                    if last is not None:
-                        assert self.conn is not None
-                        written = await db.app_commit_with_async(self.conn, last.name, last.params)
-                    if written == ABORTED:
-                        await tx.rollback()
-                    else:
-                        await tx.commit()  # after the pipeline's COMMIT: SQLAlchemy's books
-                else:
-                    await tx.rollback()
-            return written
-        finally:
-            await self._cm.__aexit__(None, None, None)
-
-
 async def drive_async(run: Run, gen: Gen[T]) -> T:
     """Run a protocol generator to its end on this event loop; return what it returns."""
     host: LoopHost = run.host
     db = host.db
     branches, task = _enter(run)
     lease = _Lease(host)
-    app: _AppTransaction | None = None
+    app: AsyncAppTransaction | None = None
     value: Any = None
     error: BaseException | None = None
     parking = False  # this call holds the run's turn to park it
@@ -229,7 +188,7 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                         except Exception as exc:
                             value = Outcome(None, exc)
                     case AppBegin(isolation_level=isolation_level):
-                        app = _AppTransaction(host, isolation_level)
+                        app = AsyncAppTransaction(db, host.app_connection(isolation_level))
                         await app.begin()
                     case AppExecute():
                         assert app is not None and app.conn is not None
@@ -240,7 +199,7 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                     case AppEnd(commit=commit, last=last):
                         if app is not None:
                             ending, app = app, None
-                            value = await ending.end(commit, last, db)
+                            value = await ending.end(commit, last)
                     case Join():
                         with branches.idle(task):
                             await _join(run)

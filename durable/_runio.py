@@ -2,7 +2,7 @@
 # Edit the source, then run `python tools/async_to_sync.py`
 # (tests/unit/test_generated_sync.py fails while this file is out of date).
 """A run's database I/O: checkout, named statements on a run's connection, batches of step
-records, and statements inside the application's transaction.
+records, and the application's transaction (AsyncAppTransaction) and statements inside it.
 
 One source for both sides: `_runio_async.py` (AsyncRunIO, on psycopg's and SQLAlchemy's
 async connections) is written by hand, and `_runio.py` (RunIO) is generated from it by
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from durable._protocol import conflict_backoff
+from durable._protocol import ABORTED, conflict_backoff
 from durable._runio_base import (
     _ENDED,
     RunIOBase,
@@ -38,6 +38,8 @@ from durable.errors import DatabaseUnavailableError
 
 if TYPE_CHECKING:
     import sqlalchemy
+
+    from durable._protocol import AppExecute
 
 
 class RunIO(RunIOBase):
@@ -203,6 +205,53 @@ class RunIO(RunIOBase):
             raise _as_sqlalchemy(exc, self.statement(name), conn.dialect, lost) from exc
         self.counters.statements += 1
         return cursor.rowcount
+
+
+class AppTransaction:
+    """The application transaction a @transaction step holds open across operations (from
+    its driver's AppBegin to its AppEnd), on a connection of `cm` (the host's
+    app_connection); `db` runs the statement that may go with the COMMIT."""
+
+    def __init__(
+        self,
+        db: RunIO,
+        cm: AbstractContextManager[sqlalchemy.Connection],
+    ) -> None:
+        self._db = db
+        self._cm = cm
+        self.conn: sqlalchemy.Connection | None = None
+        self._tx: sqlalchemy.Transaction | None = None
+
+    def begin(self) -> None:
+        """Check out the connection and begin; on failure, give the connection back."""
+        self.conn = self._cm.__enter__()
+        try:
+            self._tx = self.conn.begin()
+        except BaseException:
+            self._cm.__exit__(None, None, None)
+            raise
+
+    def end(self, commit: bool, last: AppExecute | None = None) -> int | str | None:
+        """Commit or roll back; with `last`, that statement and the COMMIT go in one
+        pipeline (its row count is returned; see AppEnd for None and "aborted"). Always
+        gives the connection back."""
+        try:
+            written: int | str | None = None
+            tx = self._tx
+            if tx is not None and tx.is_active:
+                if commit:
+                    if last is not None:
+                        assert self.conn is not None
+                        written = self._db.app_commit_with(self.conn, last.name, last.params)
+                    if written == ABORTED:
+                        tx.rollback()
+                    else:
+                        tx.commit()  # after the pipeline's COMMIT: SQLAlchemy's books
+                else:
+                    tx.rollback()
+            return written
+        finally:
+            self._cm.__exit__(None, None, None)
 
 
 def _returned(cur: psycopg.Cursor[Any]) -> list[str]:

@@ -1,5 +1,5 @@
 """A run's database I/O: checkout, named statements on a run's connection, batches of step
-records, and statements inside the application's transaction.
+records, and the application's transaction (AsyncAppTransaction) and statements inside it.
 
 One source for both sides: `_runio_async.py` (AsyncRunIO, on psycopg's and SQLAlchemy's
 async connections) is written by hand, and `_runio.py` (RunIO) is generated from it by
@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from durable._protocol import conflict_backoff
+from durable._protocol import ABORTED, conflict_backoff
 from durable._runio_base import (
     _ENDED,
     RunIOBase,
@@ -35,6 +35,8 @@ from durable.errors import DatabaseUnavailableError
 
 if TYPE_CHECKING:
     import sqlalchemy.ext.asyncio
+
+    from durable._protocol import AppExecute
 
 
 class AsyncRunIO(RunIOBase):
@@ -202,6 +204,55 @@ class AsyncRunIO(RunIOBase):
             raise _as_sqlalchemy(exc, self.statement(name), conn.dialect, lost) from exc
         self.counters.statements += 1
         return cursor.rowcount
+
+
+class AsyncAppTransaction:
+    """The application transaction a @transaction step holds open across operations (from
+    its driver's AppBegin to its AppEnd), on a connection of `cm` (the host's
+    app_connection); `db` runs the statement that may go with the COMMIT."""
+
+    def __init__(
+        self,
+        db: AsyncRunIO,
+        cm: AbstractAsyncContextManager[sqlalchemy.ext.asyncio.AsyncConnection],
+    ) -> None:
+        self._db = db
+        self._cm = cm
+        self.conn: sqlalchemy.ext.asyncio.AsyncConnection | None = None
+        self._tx: sqlalchemy.ext.asyncio.AsyncTransaction | None = None
+
+    async def begin(self) -> None:
+        """Check out the connection and begin; on failure, give the connection back."""
+        self.conn = await self._cm.__aenter__()
+        try:
+            self._tx = await self.conn.begin()
+        except BaseException:
+            await self._cm.__aexit__(None, None, None)
+            raise
+
+    async def end(self, commit: bool, last: AppExecute | None = None) -> int | str | None:
+        """Commit or roll back; with `last`, that statement and the COMMIT go in one
+        pipeline (its row count is returned; see AppEnd for None and "aborted"). Always
+        gives the connection back."""
+        try:
+            written: int | str | None = None
+            tx = self._tx
+            if tx is not None and tx.is_active:
+                if commit:
+                    if last is not None:
+                        assert self.conn is not None
+                        written = await self._db.app_commit_with_async(
+                            self.conn, last.name, last.params
+                        )
+                    if written == ABORTED:
+                        await tx.rollback()
+                    else:
+                        await tx.commit()  # after the pipeline's COMMIT: SQLAlchemy's books
+                else:
+                    await tx.rollback()
+            return written
+        finally:
+            await self._cm.__aexit__(None, None, None)
 
 
 async def _returned_async(cur: psycopg.AsyncCursor[Any]) -> list[str]:

@@ -40,12 +40,16 @@ DOTTED = {
 # Then each part of a dotted name.
 NAMES = {
     "AbstractAsyncContextManager": "AbstractContextManager",
+    "AsyncAppTransaction": "AppTransaction",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncCursor": "Cursor",
     "AsyncExitStack": "ExitStack",
     "AsyncIterator": "Iterator",
     "AsyncRunIO": "RunIO",
+    "AsyncTransaction": "Transaction",
+    "__aenter__": "__enter__",
+    "__aexit__": "__exit__",
     "asynccontextmanager": "contextmanager",
     "enter_async_context": "enter_context",
 }

@@ -63,6 +63,17 @@ def test_the_translation() -> None:
         "    time.sleep(1)\n"
         "    x = (s.get_raw_connection()).driver_connection\n"
     )
+    # The application transaction: a context manager entered and left by hand.
+    source = (
+        "async def begin(self, t: sqlalchemy.ext.asyncio.AsyncTransaction) -> None:\n"
+        "    self.conn = await self._cm.__aenter__()\n"
+        "    await self._cm.__aexit__(None, None, None)\n"
+    )
+    assert gen.translate(source) == (
+        "def begin(self, t: sqlalchemy.Transaction) -> None:\n"
+        "    self.conn = self._cm.__enter__()\n"
+        "    self._cm.__exit__(None, None, None)\n"
+    )
 
 
 def test_the_systemdb_writes_no_twin_of_the_generated_io_by_hand() -> None:
