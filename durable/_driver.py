@@ -128,11 +128,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
     error: BaseException | None = None
     try:
         while True:
-            try:
-                op = gen.send(value) if error is None else gen.throw(error)
-            except StopIteration as stop:
-                result: T = stop.value  # what the generator returned, typed by Gen[T]
-                return result
+            op = gen.send(value) if error is None else gen.throw(error)  # StopIteration: done
             value = error = None
             try:
                 # A statement is handed on by its operation's `op.name` (never SQL text).
@@ -183,6 +179,9 @@ def drive(run: Run, gen: Gen[T]) -> T:
                         raise TypeError(f"unknown protocol operation {op!r}")
             except BaseException as exc:
                 error = exc
+    except StopIteration as stop:
+        result: T = stop.value  # what the generator returned, typed by Gen[T]
+        return result
     finally:
         if app is not None:
             app.end(False)

@@ -32,25 +32,7 @@ from durable._context import (
     running,
     workflow_code_run,
 )
-from durable._protocol import (
-    TIMEOUT_REASON,
-    AppBegin,
-    AppCall,
-    AppEnd,
-    AppExecute,
-    AwaitWriter,
-    Call,
-    Enqueue,
-    Execute,
-    Gen,
-    Join,
-    Outcome,
-    Park,
-    Pause,
-    Run,
-    RunChild,
-    WriteSteps,
-)
+from durable._protocol import TIMEOUT_REASON, Gen, Outcome, Run, ops
 from durable._runio_async import AsyncAppTransaction
 from durable.errors import (
     AsyncInSyncError,
@@ -78,7 +60,7 @@ class LoopHost(RunHost, Protocol):
         self, isolation_level: str | None = None
     ) -> AbstractAsyncContextManager[sqlalchemy.ext.asyncio.AsyncConnection]: ...
 
-    async def run_child(self, op: RunChild) -> Any: ...
+    async def run_child(self, op: ops.RunChild) -> Any: ...
 
     def watch(self, run: Run, task: asyncio.Task[Any]) -> None: ...
 
@@ -142,65 +124,65 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                 # Statements and the writer's queue: on the lease, nothing waits. A
                 # statement is handed on by its operation's `op.name` (never SQL text).
                 match op:
-                    case Execute(serial=True):
+                    case ops.Execute(serial=True):
                         if branches.serial.locked():
                             await lease.release()  # the branch whose turn it is may need it
                         async with branches.serial:
                             conn = await lease.get()
                             value = await db.run_on_async(conn, op.name, op.params, op.fetch)
                         continue
-                    case Execute():
+                    case ops.Execute():
                         conn = await lease.get()
                         value = await db.run_on_async(conn, op.name, op.params, op.fetch)
                         continue
-                    case WriteSteps(rows=rows, finish=finish):
+                    case ops.WriteSteps(rows=rows, finish=finish):
                         conn = await lease.get()
                         value = await db.write_steps_async(conn, rows, finish)
                         continue
-                    case Enqueue(row=row):
+                    case ops.Enqueue(row=row):
                         assert host.writer is not None
                         host.writer.put(row)
                         continue
-                    case Call() | AppCall():
+                    case ops.Call() | ops.AppCall():
                         if run.parked:  # a sibling parked the run: its record would be refused
                             raise WorkflowSuspended(run.workflow_id)
                         await _prove_claim(run, db, lease)
                 await lease.release()  # what follows may wait: hold no connection meanwhile
                 match op:
-                    case Call(body=True):
+                    case ops.Call(body=True):
                         branches.body = task
                         with branches.idle(task):  # waits on its branches, runs none itself
                             value = await _call(run, op)
-                    case Call():
+                    case ops.Call():
                         value = await _call(run, op)
-                    case Park():
+                    case ops.Park():
                         with branches.idle(task):
                             value = await branches.park(run, task)
                         parking = not value
-                    case AwaitWriter():
+                    case ops.AwaitWriter():
                         if host.writer is not None:
                             await asyncio.to_thread(host.writer.wait, run.workflow_id, run.epoch)
-                    case Pause(seconds=seconds):
+                    case ops.Pause(seconds=seconds):
                         await asyncio.sleep(seconds)
-                    case RunChild():
+                    case ops.RunChild():
                         try:
                             value = Outcome(await host.run_child(op))
                         except Exception as exc:
                             value = Outcome(None, exc)
-                    case AppBegin(isolation_level=isolation_level):
+                    case ops.AppBegin(isolation_level=isolation_level):
                         app = AsyncAppTransaction(db, host.app_connection(isolation_level))
                         await app.begin()
-                    case AppExecute():
+                    case ops.AppExecute():
                         assert app is not None and app.conn is not None
                         value = await db.app_run_async(app.conn, op.name, op.params, op.fetch)
-                    case AppCall(args=args):
+                    case ops.AppCall(args=args):
                         assert app is not None
                         value = await _call(run, op, (app.conn, *args))
-                    case AppEnd(commit=commit, last=last):
+                    case ops.AppEnd(commit=commit, last=last):
                         if app is not None:
                             ending, app = app, None
                             value = await ending.end(commit, last)
-                    case Join():
+                    case ops.Join():
                         with branches.idle(task):
                             await _join(run)
                     case _:  # pragma: no cover - a protocol bug
@@ -341,21 +323,23 @@ async def _prove_claim(run: Run, db: SystemDB, lease: _Lease) -> None:
         protocol.proven(run, check, row)
 
 
-async def _call(run: Run, op: Call | AppCall, args: Sequence[Any] | None = None) -> Outcome:
+async def _call(run: Run, op: ops.Call | ops.AppCall, args: Sequence[Any] | None = None) -> Outcome:
     """Await user code (a sync function runs in a worker thread). A step's (or a
     transaction's) attempt is watched: its workflow's cancellation cancels it at its next
     await, and past its timeout it is cancelled and fails with StepTimeoutError."""
     fn = op.fn
     call_args = op.args if args is None else args
     scope = op.scope
-    timeout = op.timeout if isinstance(op, Call) else None
+    timeout = op.timeout if isinstance(op, ops.Call) else None
     host: LoopHost = run.host
     task = asyncio.current_task()
     began = time.perf_counter()
     token = current_step.set(scope) if scope is not None else None
     # A step's or a transaction's attempt may be cut short; an effect's call is not (the
     # outside world may be half-way through it: it finishes and is settled).
-    watched = task is not None and scope is not None and (scope.charging or isinstance(op, AppCall))
+    watched = (
+        task is not None and scope is not None and (scope.charging or isinstance(op, ops.AppCall))
+    )
     if watched:
         host.watch(run, task)  # type: ignore[arg-type]
     span = tracing.step_span(run, scope)
