@@ -6,8 +6,9 @@ module (and everything the decorators reach) does not import the engine.
 
 What both drivers read through them lives here too, once: the context a run's body runs
 in (`running`), the run a durable call of the workflow function belongs to
-(`workflow_run`), and where a decorated call made outside any workflow goes
-(`engine_for`, `check_effect_key`), with the errors that say what to do instead.
+(`workflow_run`, and for a decorated call `sync_run`, `async_run`), and where a decorated
+call made outside any workflow goes (`engine_for`, `check_effect_key`), with the errors
+that say what to do instead.
 """
 
 from __future__ import annotations
@@ -119,6 +120,30 @@ def workflow_run(what: str, is_async: bool = False) -> Run:
         raise BlockingCallError(
             f"{what} would block the event loop of async workflow {run.name!r}: "
             f"write `await {twin}`"
+        )
+    return run
+
+
+def sync_run(what: str) -> Run | None:
+    """The sync run whose workflow code is calling, None outside one. From an async
+    workflow this would block its event loop: BlockingCallError, with the fix."""
+    run = workflow_code_run()
+    if run is not None and run.is_async:
+        raise BlockingCallError(
+            f"{what} is a plain def called from async workflow {run.name!r}, where it would "
+            "block the event loop: write `await durable.to_thread(fn, ...)`"
+        )
+    return run
+
+
+def async_run(what: str) -> Run | None:
+    """The async run whose workflow code is calling, None outside one; a sync run here is
+    a sync workflow that cannot await (AsyncInSyncError)."""
+    run = workflow_code_run()
+    if run is not None and not run.is_async:
+        raise AsyncInSyncError(
+            f"{what} is async, but the workflow calling it ({run.name!r}) is a plain def: "
+            "make that workflow `async def` and `await` the call"
         )
     return run
 

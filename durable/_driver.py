@@ -27,7 +27,7 @@ from durable._context import (
     current_step,
     engine_for,
     running,
-    workflow_code_run,
+    sync_run,
 )
 from durable._protocol import (
     AppBegin,
@@ -49,7 +49,7 @@ from durable._protocol import (
     WriteSteps,
 )
 from durable._runio import AppTransaction
-from durable.errors import AsyncInSyncError, BlockingCallError, NoEngineError
+from durable.errors import AsyncInSyncError, NoEngineError
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -221,18 +221,6 @@ def _execute(
 
 
 # -- entry points of the decorators ------------------------------------------------------------
-
-
-def sync_run(what: str) -> Run | None:
-    """The sync run whose workflow code is calling, None outside one. From an async
-    workflow this would block its event loop: BlockingCallError, with the fix."""
-    run = workflow_code_run()
-    if run is not None and run.is_async:
-        raise BlockingCallError(
-            f"{what} is a plain def called from async workflow {run.name!r}, where it would "
-            "block the event loop: write `await durable.to_thread(fn, ...)`"
-        )
-    return run
 
 
 def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:

@@ -26,6 +26,7 @@ from durable import _protocol as protocol
 from durable import _tracing as tracing
 from durable._context import (
     RunHost,
+    async_run,
     check_effect_key,
     current_step,
     engine_for,
@@ -35,7 +36,6 @@ from durable._context import (
 from durable._protocol import TIMEOUT_REASON, Gen, Outcome, Run, ops
 from durable._runio_async import AsyncAppTransaction
 from durable.errors import (
-    AsyncInSyncError,
     StepTimeoutError,
     WorkflowInterrupted,
     WorkflowSuspended,
@@ -99,6 +99,15 @@ class _Lease:
             await cm.__aexit__(None, None, None)
         else:
             await cm.__aexit__(type(error), error, error.__traceback__)
+
+    async def release_after(self, error: BaseException) -> BaseException:
+        """Give the connection back after `error` was raised while it was held (see
+        release). Returns what the run is to see: `error`, or what giving it back raised."""
+        try:
+            await self.release(error)
+        except BaseException as later:
+            return later
+        return error
 
 
 async def drive_async(run: Run, gen: Gen[T]) -> T:
@@ -188,12 +197,7 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                     case _:  # pragma: no cover - a protocol bug
                         raise TypeError(f"unknown protocol operation {op!r}")
             except BaseException as exc:
-                error = exc
-                if lease.held:
-                    try:
-                        await lease.release(exc)
-                    except BaseException as later:
-                        error = later
+                error = await lease.release_after(exc) if lease.held else exc
     except BaseException as exc:
         escaping = exc
         if isinstance(exc, WorkflowSuspended | WorkflowInterrupted):
@@ -422,18 +426,6 @@ async def execute_run_async(
 
 
 # -- entry points of the decorators (async def functions) --------------------------------------
-
-
-def async_run(what: str) -> Run | None:
-    """The async run whose workflow code is calling, None outside one; a sync run here is
-    a sync workflow that cannot await (AsyncInSyncError)."""
-    run = workflow_code_run()
-    if run is not None and not run.is_async:
-        raise AsyncInSyncError(
-            f"{what} is async, but the workflow calling it ({run.name!r}) is a plain def: "
-            "make that workflow `async def` and `await` the call"
-        )
-    return run
 
 
 async def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
