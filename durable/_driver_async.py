@@ -380,6 +380,9 @@ async def _call(run: Run, op: ops.Call | ops.AppCall, args: Sequence[Any] | None
                     error = StepTimeoutError(scope.name, timeout)
                     traced(error)
                     return Outcome(None, error, time.perf_counter() - began)
+    except Exception as exc:
+        traced(exc)
+        return Outcome(None, exc, time.perf_counter() - began)
     except asyncio.CancelledError as exc:
         traced(exc)
         if watched and host.unwatch(run, task):  # type: ignore[arg-type]
@@ -389,9 +392,6 @@ async def _call(run: Run, op: ops.Call | ops.AppCall, args: Sequence[Any] | None
             reason = protocol.stop_reason(run) or "cancelled"
             raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON) from None
         raise
-    except Exception as exc:
-        traced(exc)
-        return Outcome(None, exc, time.perf_counter() - began)
     finally:
         span.__exit__(None, None, None)
         if watched:
