@@ -2,7 +2,9 @@
 
 ContextVars (not thread-locals or globals) keep concurrent runs in one process apart, and
 carry over to asyncio tasks. The engine is seen through the small protocol below, so this
-module (and everything the decorators reach) does not import the engine.
+module (and everything the decorators reach) does not import the engine; so is a run's
+host, by either driver (`Host`, `LoopHost`: what each asks of the Runner or of an event
+loop's AsyncHost, beyond what both ask, `RunHost`).
 
 What both drivers read through them lives here too, once: the context a run's body runs
 in (`running`), the run a durable call of the workflow function belongs to
@@ -28,10 +30,14 @@ from durable.errors import (
 )
 
 if TYPE_CHECKING:
+    import asyncio
+
+    import psycopg
     import sqlalchemy
     import sqlalchemy.ext.asyncio
 
     from durable._durability import AsyncWriter
+    from durable._protocol import RunChild
     from durable._registry import StepDef
     from durable._systemdb import SystemDB
 
@@ -71,6 +77,35 @@ class RunHost(Protocol):
 
     @property
     def active(self) -> ActiveEngine: ...
+
+
+class Host(RunHost, Protocol):
+    """What a sync run needs from the process that runs it (the engine's Runner), beyond
+    RunHost: the application database of its @transaction steps, and its child runs."""
+
+    def app_connection(
+        self, isolation_level: str | None = None
+    ) -> AbstractContextManager[sqlalchemy.Connection]: ...
+
+    def run_child(self, op: RunChild) -> Any: ...
+
+
+class LoopHost(RunHost, Protocol):
+    """What an async run needs from the event loop that runs it (`_async_host`), beyond
+    RunHost: the loop's pool of the system database, the application database, its child
+    runs, and a watch on the tasks of its steps (a cancel of the workflow interrupts them)."""
+
+    def connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
+
+    def app_connection(
+        self, isolation_level: str | None = None
+    ) -> AbstractAsyncContextManager[sqlalchemy.ext.asyncio.AsyncConnection]: ...
+
+    async def run_child(self, op: RunChild) -> Any: ...
+
+    def watch(self, run: Run, task: asyncio.Task[Any]) -> None: ...
+
+    def unwatch(self, run: Run, task: asyncio.Task[Any]) -> bool: ...
 
 
 current_engine: ContextVar[ActiveEngine | None] = ContextVar("durable_engine", default=None)

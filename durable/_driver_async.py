@@ -20,12 +20,12 @@ import inspect
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable import _protocol as protocol
 from durable import _tracing as tracing
 from durable._context import (
-    RunHost,
+    LoopHost,
     async_run,
     check_effect_key,
     current_step,
@@ -43,28 +43,11 @@ from durable.errors import (
 
 if TYPE_CHECKING:
     import psycopg
-    import sqlalchemy.ext.asyncio
 
     from durable._registry import StepDef, WorkflowDef
     from durable._systemdb import SystemDB
 
 T = TypeVar("T")
-
-
-class LoopHost(RunHost, Protocol):
-    """What an async run needs from the event loop that runs it (see `_async_host.py`)."""
-
-    def connection(self) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]: ...
-
-    def app_connection(
-        self, isolation_level: str | None = None
-    ) -> AbstractAsyncContextManager[sqlalchemy.ext.asyncio.AsyncConnection]: ...
-
-    async def run_child(self, op: ops.RunChild) -> Any: ...
-
-    def watch(self, run: Run, task: asyncio.Task[Any]) -> None: ...
-
-    def unwatch(self, run: Run, task: asyncio.Task[Any]) -> bool: ...
 
 
 class _Lease:
