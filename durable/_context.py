@@ -116,7 +116,8 @@ current_step: ContextVar[StepScope | None] = ContextVar("durable_step", default=
 @contextmanager
 def running(run: Run, engine: ActiveEngine) -> Iterator[None]:
     """The context of a run's body: the run is current, with no step (a workflow started
-    inside a step is a run of its own) and its engine active; all three as before after."""
+    inside a step is a run of its own) and its engine active; afterwards, all three as
+    they were."""
     run_token = current_run.set(run)
     step_token = current_step.set(None)
     engine_token = current_engine.set(engine)
@@ -192,15 +193,16 @@ def engine_for(defn: WorkflowDef | StepDef, is_async: bool = False) -> ActiveEng
     engine = outer.host.active if outer is not None else current_engine.get()
     if engine is not None:
         return engine
-    within = "`async with durable.Engine(...)" if is_async else "`with durable.Engine(...)"
+    within = "async with" if is_async else "with"
     if isinstance(defn, WorkflowDef):
         start = "await engine.start_async" if is_async else "engine.start"
         raise NoEngineError(
             f"workflow {defn.name!r} was called with no active engine: wrap the call in "
-            f"{within} as engine:` or use {start}(fn, ...)"
+            f"`{within} durable.Engine(...) as engine:` or use {start}(fn, ...)"
         )
     raise NoEngineError(
-        f"transaction {defn.name!r} needs a database connection: call it inside {within}:`"
+        f"transaction {defn.name!r} needs a database connection: call it inside "
+        f"`{within} durable.Engine(...):`"
     )
 
 
