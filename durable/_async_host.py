@@ -170,8 +170,7 @@ class AsyncHost:
                     task.cancel()
 
     async def run_child(self, op: RunChild) -> Any:
-        inputs = self.runner.client.inputs.encode(op.defn, op.args, op.kwargs)
-        return await self.run_inline(lifecycle.Create(op.defn, op.workflow_id, inputs, op.parent))
+        return await self.run_here(op.defn, op.workflow_id, op.args, op.kwargs, op.parent)
 
     # -- runs ----------------------------------------------------------------------------------
 
