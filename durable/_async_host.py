@@ -39,6 +39,7 @@ from psycopg_pool import PoolTimeout
 from durable import _lifecycle as lifecycle
 from durable._driver_async import execute_run_async
 from durable._protocol import Run, RunChild
+from durable._runio_base import watch_statements
 from durable._runner import Claimed, Runner
 from durable.errors import (
     EngineNotRunningError,
@@ -294,9 +295,11 @@ def _async_app_engine(url: str, pool_size: int) -> sqlalchemy.ext.asyncio.AsyncE
     async def connect() -> psycopg.AsyncConnection[Any]:
         return await psycopg.AsyncConnection.connect(url)
 
-    return create_async_engine(
+    engine = create_async_engine(
         "postgresql+psycopg://", async_creator=connect, pool_size=pool_size, max_overflow=4
     )
+    watch_statements(engine.sync_engine)
+    return engine
 
 
 class AsyncHosts:

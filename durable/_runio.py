@@ -25,6 +25,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from durable._protocol import ABORTED, conflict_backoff
 from durable._runio_base import (
     _ENDED,
+    EXECUTED,
     RunIOBase,
     _as_sqlalchemy,
     _batch_statements,
@@ -32,6 +33,7 @@ from durable._runio_base import (
     _large,
     _Refused,
     _spoils,
+    ended_by_code,
     is_outage,
 )
 from durable.errors import DatabaseUnavailableError
@@ -190,7 +192,7 @@ class RunIO(RunIOBase):
         the connection has no transaction open or one in error (see _ENDED)."""
         raw = _driver_connection(conn)
         status = raw.info.transaction_status
-        if status in _ENDED:
+        if ended_by_code(status, conn.info):
             return _ENDED[status]
         try:
             with raw.pipeline():  # one Sync, at the block's end: one round trip
@@ -225,6 +227,7 @@ class AppTransaction:
     def begin(self) -> None:
         """Check out the connection and begin; on failure, give the connection back."""
         self.conn = self._cm.__enter__()
+        self.conn.info[EXECUTED] = False  # (the info outlives a checkout)
         try:
             self._tx = self.conn.begin()
         except BaseException:

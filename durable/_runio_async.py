@@ -22,6 +22,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from durable._protocol import ABORTED, conflict_backoff
 from durable._runio_base import (
     _ENDED,
+    EXECUTED,
     RunIOBase,
     _as_sqlalchemy,
     _batch_statements,
@@ -29,6 +30,7 @@ from durable._runio_base import (
     _large,
     _Refused,
     _spoils,
+    ended_by_code,
     is_outage,
 )
 from durable.errors import DatabaseUnavailableError
@@ -189,7 +191,7 @@ class AsyncRunIO(RunIOBase):
         the connection has no transaction open or one in error (see _ENDED)."""
         raw = await _driver_connection_async(conn)
         status = raw.info.transaction_status
-        if status in _ENDED:
+        if ended_by_code(status, conn.info):
             return _ENDED[status]
         try:
             async with raw.pipeline():  # one Sync, at the block's end: one round trip
@@ -224,6 +226,7 @@ class AsyncAppTransaction:
     async def begin(self) -> None:
         """Check out the connection and begin; on failure, give the connection back."""
         self.conn = await self._cm.__aenter__()
+        self.conn.info[EXECUTED] = False  # (the info outlives a checkout)
         try:
             self._tx = await self.conn.begin()
         except BaseException:

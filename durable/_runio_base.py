@@ -154,6 +154,29 @@ _ENDED: dict[TransactionStatus, str | None] = {
     TransactionStatus.INERROR: ABORTED,
 }
 
+# Set in an application connection's info by each statement SQLAlchemy runs on it: a step
+# whose code ran none has no transaction open yet (SQLAlchemy begins on the first
+# statement), which is not a transaction its code ended.
+EXECUTED = "durable.ran_statements"
+
+
+def watch_statements(engine: sqlalchemy.Engine) -> None:
+    """Mark the connections of the application engine that run statements (see
+    ended_by_code)."""
+    from sqlalchemy import event
+
+    event.listen(engine, "after_cursor_execute", _ran_statement)
+
+
+def _ran_statement(conn: sqlalchemy.Connection, *_: Any) -> None:
+    conn.info[EXECUTED] = True
+
+
+def ended_by_code(status: TransactionStatus, info: dict[Any, Any]) -> bool:
+    """Whether the application connection's state says the step's code ended (or broke)
+    its transaction: in error, or idle after the code ran statements."""
+    return status in _ENDED and (status is not TransactionStatus.IDLE or bool(info.get(EXECUTED)))
+
 
 def _as_sqlalchemy(
     exc: psycopg.Error, statement: str, dialect: Any, invalidated: bool

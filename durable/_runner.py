@@ -32,6 +32,7 @@ from durable._durability import AsyncWriter
 from durable._models import StepRecord, WorkflowStatus
 from durable._protocol import Journal, Run, RunChild, Settings, encode_error
 from durable._registry import WorkflowDef
+from durable._runio_base import watch_statements
 from durable._systemdb import SystemDB, app_error_fault
 from durable._urls import check_url, redact, same_database
 from durable.errors import (
@@ -232,6 +233,7 @@ class Runner:
             pool_size=config.max_workers,
             max_overflow=4,
         )
+        watch_statements(self._app_engine)
         if not self.app_is_system_db:
             try:
                 db.migrate_app(self._app_engine)

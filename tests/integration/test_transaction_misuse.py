@@ -287,3 +287,44 @@ def test_a_session_made_read_only_by_a_step_is_not_an_outage(database_url: str, 
         assert "read-only transaction" in failed.value.error_message
         steps = engine.steps("w")
     assert [s.step_name for s in steps] == ["a", "b"] and steps[1].error is not None
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_transaction_step_that_runs_no_statement_commits_its_record(
+    database_url: str, mode: str
+) -> None:
+    """SQLAlchemy opens the transaction at the first statement: a step that (this time)
+    runs none has nothing open, which is not a transaction its code ended."""
+    reg = durable.Registry()
+    if mode == "sync":
+
+        @durable.transaction(registry=reg, name="maybe")
+        def maybe(conn: sqlalchemy.Connection, write: bool) -> str:
+            if write:
+                conn.execute(text("SELECT 1"))
+            return "done"
+
+        @durable.workflow(registry=reg, name="flow")
+        def flow() -> list[str]:
+            return [maybe(False), maybe(True), maybe(False)]
+
+    else:
+
+        @durable.transaction(registry=reg, name="maybe")
+        async def maybe(conn: Any, write: bool) -> str:
+            if write:
+                await conn.execute(text("SELECT 1"))
+            return "done"
+
+        @durable.workflow(registry=reg, name="flow")
+        async def flow() -> list[str]:
+            return [await maybe(False), await maybe(True), await maybe(False)]
+
+    async def main() -> Any:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            handle = await engine.start_async(flow, workflow_id="w")
+            return await handle.result(timeout=30), engine.steps("w")
+
+    result, steps = asyncio.run(main())
+    assert result == ["done", "done", "done"]
+    assert [s.output for s in steps] == ['"done"'] * 3
