@@ -11,6 +11,7 @@ from __future__ import annotations
 from durable._budget import Reservation, budget_left, charge, reserve
 from durable._client import Client
 from durable._clock import Clock, FakeClock, SystemClock
+from durable._current import step_id, workflow_id
 from durable._decorators import effect, step, tool, transaction, workflow
 from durable._driver import compensate
 from durable._driver_async import to_thread
@@ -102,10 +103,12 @@ __all__ = [
     "sleep_async",
     "state",
     "step",
+    "step_id",
     "to_thread",
     "tool",
     "transaction",
     "workflow",
+    "workflow_id",
     "write_stream",
     "write_stream_async",
 ]

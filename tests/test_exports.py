@@ -3,6 +3,8 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "step_id",
+    "workflow_id",
     "get_event",
     "get_event_async",
     "send",
