@@ -76,13 +76,13 @@ def _decide(web: TestClient, workflow_id: str, decision: str, **extra: str) -> A
 
 def test_a_console_without_token_must_be_read_only(engine: durable.Engine) -> None:
     with pytest.raises(durable.errors.ConfigurationError, match="token"):
-        create_app(engine)
-    create_app(engine, read_only=True)
+        create_app(engine.client)
+    create_app(engine.client, read_only=True)
 
 
 def test_every_page_renders(engine: durable.Engine) -> None:
     _at_gate(engine, "page-1")
-    web = _web(create_app(engine, token=TOKEN))
+    web = _web(create_app(engine.client, token=TOKEN))
     assert web.get("/", follow_redirects=False).headers["location"] == "/workflows"
     for path in ("/workflows", "/approvals", "/approvals?all=1", "/executors", "/queues"):
         page = web.get(path)
@@ -99,7 +99,7 @@ def test_every_page_renders(engine: durable.Engine) -> None:
 
 def test_approving_needs_the_token_then_the_workflow_finishes(engine: durable.Engine) -> None:
     _at_gate(engine, "tok-1")
-    web = _web(create_app(engine, token=TOKEN))
+    web = _web(create_app(engine.client, token=TOKEN))
     csrf = _csrf(web)
     assert _decide(web, "tok-1", "approve", csrf=csrf).status_code == 403
     refused = _decide(web, "tok-1", "approve", csrf=csrf, token="wrong")
@@ -114,7 +114,7 @@ def test_approving_needs_the_token_then_the_workflow_finishes(engine: durable.En
 
 def test_posts_need_a_csrf_token_from_a_console_page(engine: durable.Engine) -> None:
     _at_gate(engine, "csrf-1")
-    web = _web(create_app(engine, token=TOKEN))
+    web = _web(create_app(engine.client, token=TOKEN))
     assert _decide(web, "csrf-1", "approve", token=TOKEN).status_code == 403  # no cookie
     csrf = _csrf(web)
     assert _decide(web, "csrf-1", "approve", token=TOKEN, csrf="forged").status_code == 403
@@ -127,7 +127,7 @@ def test_posts_need_a_csrf_token_from_a_console_page(engine: durable.Engine) -> 
     assert elsewhere.status_code == 403 and "another origin" in elsewhere.text
     assert engine.list_approvals("csrf-1")  # nothing was decided
     # A script sends the token in a header (which no other site's page can set): no CSRF.
-    scripted = _web(create_app(engine, token=TOKEN)).post(
+    scripted = _web(create_app(engine.client, token=TOKEN)).post(
         "/actions/decide",
         data={"workflow_id": "csrf-1", "name": "ship", "decision": "deny"},
         headers={TOKEN_HEADER: TOKEN},
@@ -140,7 +140,7 @@ def test_a_read_only_console_shows_no_forms_and_refuses_every_action(
     engine: durable.Engine,
 ) -> None:
     _at_gate(engine, "ro-1")
-    web = _web(create_app(engine, read_only=True))
+    web = _web(create_app(engine.client, read_only=True))
     inbox = web.get("/approvals")
     assert "ro-1" in inbox.text and '<form class="action"' not in inbox.text
     assert "read-only" in inbox.text
@@ -157,7 +157,7 @@ def test_a_read_only_console_shows_no_forms_and_refuses_every_action(
 def test_stored_markup_is_shown_as_text(engine: durable.Engine) -> None:
     _at_gate(engine, "xss-1", note=SCRIPT)
     engine.start(idle, 1, workflow_id=SCRIPT).result(timeout=10)
-    web = _web(create_app(engine, token=TOKEN))
+    web = _web(create_app(engine.client, token=TOKEN))
     for path in ("/workflows", "/workflows/xss-1", "/approvals"):
         page = web.get(path)
         assert "<script>alert" not in page.text, path
@@ -168,7 +168,7 @@ def test_stored_markup_is_shown_as_text(engine: durable.Engine) -> None:
 
 def test_the_first_decision_wins(engine: durable.Engine) -> None:
     _at_gate(engine, "first-1")
-    web = _web(create_app(engine, token=TOKEN))
+    web = _web(create_app(engine.client, token=TOKEN))
     csrf = _csrf(web)
     assert _decide(web, "first-1", "approve", csrf=csrf, token=TOKEN).status_code == 200
     again = _decide(web, "first-1", "approve", csrf=csrf, token=TOKEN)
@@ -182,7 +182,7 @@ def test_the_first_decision_wins(engine: durable.Engine) -> None:
 def test_cancel_resume_fork_and_schedules(engine: durable.Engine) -> None:
     _at_gate(engine, "act-1")
     engine.schedule("nightly", idle, "0 3 * * *")
-    web = _web(create_app(engine, token=TOKEN))
+    web = _web(create_app(engine.client, token=TOKEN))
     csrf = _csrf(web, "/workflows/act-1")
     forked = web.post(
         "/actions/fork",
@@ -207,7 +207,7 @@ def test_resume_of_a_succeeded_workflow_says_nothing_was_resumed(
     engine: durable.Engine,
 ) -> None:
     assert engine.start(idle, 7, workflow_id="done-1").result(timeout=20) == 7
-    web = _web(create_app(engine, token=TOKEN))
+    web = _web(create_app(engine.client, token=TOKEN))
     csrf = _csrf(web, "/workflows/done-1")
     form = {"workflow_id": "done-1", "token": TOKEN, "csrf": csrf}
     page = web.post("/actions/resume", data=form)
@@ -276,7 +276,7 @@ def test_a_page_asked_for_under_another_host_name_is_refused(engine: durable.Eng
     which its requests carry in the Host header: over loopback, the console answers only to
     the names of loopback (whatever the port, so an SSH tunnel still works)."""
     engine.start(idle, 7, workflow_id="secret-1").result(timeout=10)
-    web = _web(create_app(engine, token=TOKEN))
+    web = _web(create_app(engine.client, token=TOKEN))
     for host in ("evil.example:8321", "evil.example", "127.0.0.1.evil.example:8321", "x:y:z"):
         page = web.get("/workflows/secret-1", headers={"host": host})
         assert page.status_code == 400, host
@@ -292,7 +292,7 @@ def test_a_page_asked_for_under_another_host_name_is_refused(engine: durable.Eng
     assert acted.status_code == 400
     # Behind a reverse proxy on the same machine: its public name is allowed by name, and
     # pages asked for under that name need the token (the proxy serves the network).
-    proxied = _web(create_app(engine, token=TOKEN, allowed_hosts=["console.example.com"]))
+    proxied = _web(create_app(engine.client, token=TOKEN, allowed_hosts=["console.example.com"]))
     named = {"host": "console.example.com"}
     assert proxied.get("/workflows/secret-1", headers=named).status_code == 401
     allowed = proxied.get("/workflows/secret-1", headers=named | {TOKEN_HEADER: TOKEN})
@@ -301,7 +301,7 @@ def test_a_page_asked_for_under_another_host_name_is_refused(engine: durable.Eng
     assert proxied.get("/workflows").status_code == 200  # over loopback, as itself
     for wrong in ("console.example.com", ["http://console.example.com/"], [""]):
         with pytest.raises(durable.errors.ConfigurationError, match="allowed_hosts"):
-            create_app(engine, token=TOKEN, allowed_hosts=wrong)
+            create_app(engine.client, token=TOKEN, allowed_hosts=wrong)
 
 
 def test_beyond_loopback_every_page_needs_the_token(engine: durable.Engine) -> None:
@@ -309,7 +309,7 @@ def test_beyond_loopback_every_page_needs_the_token(engine: durable.Engine) -> N
     told to guard, as `durable ui --host 0.0.0.0` does) is answered only with the token: as
     the password of the browser's login prompt, or in the X-Durable-Token header."""
     engine.start(idle, 7, workflow_id="secret-2").result(timeout=10)
-    app = create_app(engine, token=TOKEN)
+    app = create_app(engine.client, token=TOKEN)
     lan = _web(app, host="192.0.2.10:8321")
     paths = ("/workflows", "/workflows/secret-2", "/approvals", "/executors", "/queues")
     for path in (*paths, "/schedules"):
@@ -324,24 +324,24 @@ def test_beyond_loopback_every_page_needs_the_token(engine: durable.Engine) -> N
     assert lan.get("/workflows/secret-2", headers={TOKEN_HEADER: TOKEN}).status_code == 200
     assert lan.get("/workflows", headers={TOKEN_HEADER: "wrong"}).status_code == 401
 
-    guarded = _web(create_app(engine, token=TOKEN, reads_need_token=True))
+    guarded = _web(create_app(engine.client, token=TOKEN, reads_need_token=True))
     assert guarded.get("/workflows").status_code == 401
     assert guarded.get("/workflows", auth=("", TOKEN)).status_code == 200
 
-    bare = create_app(engine, read_only=True)
+    bare = create_app(engine.client, read_only=True)
     assert _web(bare).get("/workflows").status_code == 200
     far = _web(bare, host="192.0.2.10:8321").get("/workflows")
     assert far.status_code == 403 and "token" in far.text and "secret-2" not in far.text
-    read_only = _web(create_app(engine, read_only=True, token=TOKEN), host="192.0.2.10:8321")
+    read_only = _web(create_app(engine.client, read_only=True, token=TOKEN), host="192.0.2.10:8321")
     assert read_only.get("/workflows", auth=("", TOKEN)).status_code == 200
     for guarded_without_token in ({"reads_need_token": True}, {"allowed_hosts": ["a.example"]}):
         with pytest.raises(durable.errors.ConfigurationError, match="need a token"):
-            create_app(engine, read_only=True, **guarded_without_token)
+            create_app(engine.client, read_only=True, **guarded_without_token)
 
 
 def test_hostile_requests_get_a_page_not_a_server_error(engine: durable.Engine) -> None:
     engine.start(idle, 1, workflow_id="h-1").result(timeout=10)
-    web = _web(create_app(engine, token=TOKEN))
+    web = _web(create_app(engine.client, token=TOKEN))
     for path in ("/workflows/%00", "/workflows/" + "x" * 600, "/workflows/%C3%A9" * 200):
         page = web.get(path)
         assert page.status_code == 404, path[:40]
@@ -352,7 +352,7 @@ def test_hostile_requests_get_a_page_not_a_server_error(engine: durable.Engine) 
             "/actions/cancel", data={"workflow_id": "h-1", "token": TOKEN, "csrf": forged}
         )
         assert refused.status_code == 403 and "CSRF" in refused.text, forged
-    refused = _web(create_app(engine, token=TOKEN)).post(
+    refused = _web(create_app(engine.client, token=TOKEN)).post(
         "/actions/cancel",
         data={"workflow_id": "h-1", "token": TOKEN, "csrf": "é"},
         headers={"cookie": "durable_csrf=é".encode()},
