@@ -89,6 +89,7 @@ def params(kwargs: dict[str, Any]) -> dict[str, Any]:
         "after_at": after_at,
         "after_id": after_id,
         "limit": PAGE,
+        "stale_seconds": 120.0,
     }
 
 

@@ -78,6 +78,14 @@ class Config:
         cancel lands well within a lease."""
         return min(0.5, self.lease_seconds / 3)
 
+    @property
+    def live_seconds(self) -> float:
+        """How recent an executor's heartbeat must be for it to count as live, where the
+        code it has decides whether a workflow waits for a worker: several of its beats
+        (one every third of a lease), so that a slow beat does not make work look
+        stranded, and at least two minutes."""
+        return max(120.0, 4 * self.lease_seconds)
+
     @classmethod
     def resolve(
         cls,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
 from typing import Any
@@ -87,6 +87,10 @@ class WorkflowInfo:
     finished_at: dt.datetime | None
     journal_version: int = 1
     """The journal format the workflow is written in (see durable/_labels.py)."""
+    # Runnable (or interrupted) and no live executor has its (name, version): it waits for
+    # a worker with that code. Read by list_workflows; None where it was not read. Not
+    # stored but seen (workers come and go), so two reads of one row still compare equal.
+    waiting_for_worker: bool | None = field(default=None, compare=False)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> WorkflowInfo:
@@ -108,6 +112,7 @@ class WorkflowInfo:
             updated_at=row["updated_at"],
             finished_at=row["finished_at"],
             journal_version=int(row.get("journal_version", 1)),
+            waiting_for_worker=row.get("waiting_for_worker"),
         )
 
 

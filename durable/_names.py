@@ -43,3 +43,9 @@ def check_text(what: str, value: object) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError:
         raise InvalidNameError(what, value, "is not valid text (a lone surrogate)") from None
+
+
+def workflow_label(name: str, version: str | None) -> str:
+    """The code a workflow needs, as people read it: `name@version`, or `name` when it has
+    no version (workers are routed by this pair)."""
+    return f"{name}@{version}" if version else name

@@ -96,6 +96,7 @@ class Reading(ClientBase):
                 "after_at": after_at,
                 "after_id": after_id,
                 "limit": limit,
+                "stale_seconds": self.config.live_seconds,
             },
         )
         return [WorkflowInfo.from_row(r) for r in rows]
@@ -249,6 +250,28 @@ class Reading(ClientBase):
         return self.db.fetch_all(
             "waiting_for_worker", {"stale_seconds": stale_seconds, "limit": limit}
         )
+
+    def worker_wait(self, workflow_id: str) -> dict[str, Any]:
+        """Whether one workflow waits for a worker that has its code, and where it could go:
+        `waiting` (it is runnable, or interrupted, and no live executor has its name and
+        version), its `name`, `version` and `status`, and `live_versions`, the versions of
+        its name that live executors have (None for no version), so that an operator can
+        move it with `resume(id, version=...)`. One statement."""
+        check_name("workflow_id", workflow_id)
+        row = self.db.fetch_one(
+            "worker_wait",
+            {"workflow_id": workflow_id, "stale_seconds": self.config.live_seconds},
+        )
+        if row is None:
+            raise WorkflowNotFoundError(workflow_id)
+        return {
+            "workflow_id": row["workflow_id"],
+            "name": row["name"],
+            "version": row["version"],
+            "status": WorkflowStatus(row["status"]),
+            "waiting": bool(row["waiting"]),
+            "live_versions": [v or None for v in row["live_versions"]],
+        }
 
 
 def _prefix_end(prefix: str) -> str:

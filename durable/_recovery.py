@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from durable._names import workflow_label
 from durable._systemdb import node_down
 from durable.errors import DatabaseUnavailableError, EngineNotRunningError
 
@@ -184,22 +185,42 @@ class Worker:
 
     def _warn_orphans(self) -> None:
         """Say (once per workflow) when work waits for code no live worker has: a renamed
-        function, a missing import, another version."""
+        function, a missing import, another version. The line names the version it waits
+        for and the versions of that name this worker has, since a workflow left on an old
+        version after a deploy is the usual case (`durable workflows resume ID --version V`
+        moves it)."""
         engine = self.engine
-        rows = engine.client.waiting_for_worker(
-            stale_seconds=max(120.0, 4 * engine.config.lease_seconds)
-        )
+        rows = engine.client.waiting_for_worker(stale_seconds=engine.config.live_seconds)
         for row in rows:
             if row["workflow_id"] in self._warned:
                 continue
             self._warned.add(row["workflow_id"])
-            label = row["name"] if not row["version"] else f"{row['name']}@{row['version']}"
+            label = workflow_label(row["name"], row["version"])
+            same = sorted(
+                workflow_label(d.name, d.version)
+                for d in engine.registry.workflows()
+                if d.name == row["name"]
+            )
+            if same:
+                has = ", ".join(same)
+                hint = f" (to move it: durable workflows resume {row['workflow_id']} --version V)"
+            else:
+                names = ", ".join(engine.registry.workflow_names()) or "no workflows"
+                has = f"no {row['name']} at all ({names})"
+                hint = ""
             logger.warning(
-                "workflow %s waits for a worker that has %s; this one has %s",
+                "workflow %s waits for a worker that has %s; this one has %s%s",
                 row["workflow_id"],
                 label,
-                ", ".join(engine.registry.workflow_names()) or "no workflows",
-                extra={"event": "orphan", "workflow_id": row["workflow_id"], "workflow": label},
+                has,
+                hint,
+                extra={
+                    "event": "orphan",
+                    "workflow_id": row["workflow_id"],
+                    "workflow": label,
+                    "version": row["version"],
+                    "worker_has": same,
+                },
             )
 
     def _apply_retention(self) -> None:

@@ -18,6 +18,7 @@ from rich.table import Table
 
 from durable._client import Client
 from durable._models import StepRecord, WorkflowStatus
+from durable._names import workflow_label
 from durable._protocol import decode_error
 
 
@@ -95,15 +96,27 @@ def _say(console: Console, said: dict[str, str], key: str, line: str) -> None:
 
 
 def workflow_table(infos: list[Any]) -> Table:
-    table = Table("id", "name", "status", "epoch", "created", "finished")
+    """Workflows as rows; a "waits for worker" column (only when some row needs it) marks
+    those that wait for a worker with their name and version, which no live worker has."""
+    waiting = any(i.waiting_for_worker for i in infos)
+    columns = ["id", "name", "status", "epoch", "created", "finished"]
+    table = Table(*columns, *(["waits for worker"] if waiting else []))
     for i in infos:
+        label = workflow_label(i.name, i.version)
         table.add_row(
             i.workflow_id,
-            i.name if i.version is None else f"{i.name}@{i.version}",
+            label,
             i.status.value,
             str(i.epoch),
             i.created_at.strftime("%Y-%m-%d %H:%M:%S"),
             i.finished_at.strftime("%Y-%m-%d %H:%M:%S") if i.finished_at else "",
+            *([label if i.waiting_for_worker else ""] if waiting else []),
+        )
+    if waiting:
+        table.caption = (
+            "waits for worker: no live worker has that name@version. `durable workflows "
+            "show ID` names the versions live workers have; `durable workflows resume ID "
+            "--version V` moves a workflow to one"
         )
     return table
 

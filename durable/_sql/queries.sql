@@ -53,10 +53,25 @@ WHERE workflow_id = %(workflow_id)s
 -- Workflows, newest first, optionally filtered (status, name, id prefix, created range), one
 -- page after the keyset (after_at, after_id). Each filter is folded away when its parameter
 -- is NULL (plans are made for the values given), leaving a walk of one index (0012).
+-- waiting_for_worker is waiting_for_worker's test, made for the rows of the page only.
+-- What live executors have is read once (`live`, materialized: inlined, each row would
+-- unfold every executor's capabilities again, 10 ms per 100 waiting rows with a generic
+-- plan), and only when a row of the page waits at all (AND evaluates left to right).
+WITH live AS MATERIALIZED (
+    SELECT DISTINCT c ->> 0 AS name, coalesce(c ->> 1, '') AS version
+    FROM {schema}.executors e, jsonb_array_elements(e.capabilities) AS c
+    WHERE e.heartbeat_at > {schema}.current_time() - make_interval(secs => %(stale_seconds)s)
+)
 SELECT workflow_id, name, version, status, inputs, output, error, serializer, durability,
     parent_id, parent_step_seq, owner, epoch, lease_expires_at, recovery_attempts,
-    created_at, updated_at, finished_at, journal_version
-FROM {schema}.workflows
+    created_at, updated_at, finished_at, journal_version,
+    (w.status IN ('PENDING', 'ENQUEUED')
+     OR (w.status = 'RUNNING' AND w.lease_expires_at < {schema}.current_time()))
+    AND NOT EXISTS (
+        SELECT 1 FROM live
+        WHERE live.name = w.name AND live.version = coalesce(w.version, ''))
+    AS waiting_for_worker
+FROM {schema}.workflows AS w
 WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(name)s::text IS NULL OR name = %(name)s::text)
   AND (%(id_from)s::text IS NULL OR (workflow_id COLLATE "C" >= %(id_from)s::text
@@ -481,6 +496,28 @@ WHERE (w.status IN ('PENDING', 'ENQUEUED')
     WHERE e.heartbeat_at > {schema}.current_time() - make_interval(secs => %(stale_seconds)s)
       AND c ->> 0 = w.name AND coalesce(c ->> 1, '') = coalesce(w.version, ''))
 ORDER BY w.created_at LIMIT %(limit)s
+
+-- worker_wait --
+-- One workflow: whether it waits for a worker of its (name, version) that no live executor
+-- has (waiting_for_worker's test), and the versions of its name that live executors have
+-- ('' for none), so that an operator sees where it could go.
+SELECT w.workflow_id, w.name, w.version, w.status,
+    (w.status IN ('PENDING', 'ENQUEUED')
+     OR (w.status = 'RUNNING' AND w.lease_expires_at < {schema}.current_time()))
+    AND NOT EXISTS (
+        SELECT 1 FROM {schema}.executors e, jsonb_array_elements(e.capabilities) AS c
+        WHERE e.heartbeat_at
+                  > {schema}.current_time() - make_interval(secs => %(stale_seconds)s)
+          AND c ->> 0 = w.name AND coalesce(c ->> 1, '') = coalesce(w.version, ''))
+    AS waiting,
+    ARRAY(
+        SELECT DISTINCT coalesce(c ->> 1, '')
+        FROM {schema}.executors e, jsonb_array_elements(e.capabilities) AS c
+        WHERE e.heartbeat_at
+                  > {schema}.current_time() - make_interval(secs => %(stale_seconds)s)
+          AND c ->> 0 = w.name
+        ORDER BY 1) AS live_versions
+FROM {schema}.workflows AS w WHERE w.workflow_id = %(workflow_id)s
 
 -- record_step --
 -- Journal one step, only while this run's epoch owns the workflow (one statement, one commit).

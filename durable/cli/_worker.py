@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
+from durable._names import workflow_label
 from durable.cli._common import _client, _console, _handle_errors
 from durable.cli._options import (
     _DAY,
@@ -88,7 +89,10 @@ def executors_list(
     if waiting:
         console.print(
             f"{len(waiting)} workflow(s) waiting for a worker that has their code: "
-            + ", ".join(f"{w['workflow_id']} ({w['name']})" for w in waiting[:10])
+            + ", ".join(
+                f"{w['workflow_id']} ({workflow_label(w['name'], w['version'])})"
+                for w in waiting[:10]
+            )
         )
 
 

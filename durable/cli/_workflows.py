@@ -15,6 +15,7 @@ import click
 from rich.table import Table
 
 from durable._models import WorkflowInfo, WorkflowStatus
+from durable._names import workflow_label
 from durable._protocol import decode_error
 from durable._terminal import inert
 from durable.cli._common import (
@@ -55,6 +56,7 @@ def _info_dict(info: WorkflowInfo) -> dict[str, Any]:
         "recovery_attempts": info.recovery_attempts,
         "created_at": info.created_at.isoformat(),
         "finished_at": info.finished_at.isoformat() if info.finished_at else None,
+        "waiting_for_worker": info.waiting_for_worker,
     }
 
 
@@ -139,10 +141,15 @@ def show(
         effects = client.effects(workflow_id)
         state_text = client.state_text(workflow_id)
         budget = client.budget(workflow_id)
-        orphan = any(w["workflow_id"] == workflow_id for w in client.waiting_for_worker(120, 1000))
+        wait = client.worker_wait(workflow_id)
+    orphan = wait["waiting"]
+    label = workflow_label(info.name, info.version)
+    live = [workflow_label(info.name, v) for v in wait["live_versions"]]
     state = None if state_text is None else json.loads(state_text)
     if as_json:
         data = _info_dict(info) | {
+            "waiting_for_worker": orphan,
+            "live_versions": wait["live_versions"],
             "state": state,
             "budget": None
             if budget is None
@@ -188,10 +195,14 @@ def show(
     console = _console()
     console.print(f"{info.workflow_id}  {info.name}  {info.status.value}", style="bold")
     if orphan:
-        console.print(
-            f"waiting for a worker that has its code ({info.name}"
-            f"{'@' + info.version if info.version else ''}): no live executor registers it"
+        served = (
+            f"live workers serve {', '.join(live)}"
+            if live
+            else f"no live worker serves any version of {info.name}"
         )
+        console.print(f"waiting for a worker with {label}; {served}")
+        if live:
+            console.print(f"move it: durable workflows resume {info.workflow_id} --version V")
     console.print(f"inputs: {_short(info.inputs, 200)}")
     console.print(f"durability: {info.durability}  epoch: {info.epoch}  owner: {info.owner or '-'}")
     if info.output is not None:

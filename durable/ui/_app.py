@@ -32,6 +32,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from durable._client import Client
 from durable._engine import Engine
 from durable._models import WorkflowStatus
+from durable._names import workflow_label
 from durable._protocol import decode_error
 from durable.errors import (
     ConfigurationError,
@@ -409,8 +410,14 @@ class _Console:
         c = self.client
         info = c.get_workflow(workflow_id)
         steps = c.steps(workflow_id)
+        wait = c.worker_wait(workflow_id)
         return {
             "info": info,
+            "wait": {
+                "waiting": wait["waiting"],
+                "label": workflow_label(info.name, info.version),
+                "live": [workflow_label(info.name, v) for v in wait["live_versions"]],
+            },
             "steps": steps,
             "children": [s.child_workflow_id for s in steps if s.child_workflow_id],
             "effects": c.effects(workflow_id),

@@ -258,6 +258,7 @@ def params(name: str, w: str) -> dict[str, Any]:
             "after_at": None,
             "after_id": None,
             "limit": 50,
+            "stale_seconds": 120.0,
         },
         "load_journal": {"workflow_id": w},
         "load_journals": {"workflow_ids": [w, f"{w}-done"]},
@@ -306,6 +307,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "notify_work": {"channel": "durable_work", "payload": w},
         "list_executors": {},
         "waiting_for_worker": {"stale_seconds": 60.0, "limit": 50},
+        "worker_wait": {"workflow_id": f"{w}-pending", "stale_seconds": 60.0},
         "record_step": step,
         "record_step_in_app": step,
         "finish_workflow": {**fenced, "status": "SUCCESS", "output": "1", "error": None},
@@ -725,6 +727,7 @@ HOT = [
     "suspend_until",
     "wake_if_decided",
     "wake_if_message",
+    "worker_wait",  # `durable workflows show`, the console's page of one workflow
     "write_stream",
 ]
 

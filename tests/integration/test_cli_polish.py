@@ -78,7 +78,10 @@ def test_work_no_worker_can_run_is_shown_as_waiting_for_its_code(database_url: s
         client.submit(ghost, workflow_id="ghost-1")
     url = ("--database-url", database_url)
     shown = cli("workflows", "show", "ghost-1", *url)
-    assert "waiting for a worker that has its code (polish.ghost)" in shown.stdout
+    assert (
+        "waiting for a worker with polish.ghost; no live worker serves any version of "
+        "polish.ghost" in shown.stdout
+    )
     assert json.loads(cli("workflows", "show", "ghost-1", "--json", *url).stdout)[
         "waiting_for_code"
     ]
