@@ -43,7 +43,7 @@ from durable._models import (
     WorkflowStatus,
     dollars_exact,
 )
-from durable._names import check_name, check_text
+from durable._names import check_name, check_text, check_version
 from durable._protocol import encode_error
 from durable._queues import Queue
 from durable._registry import WorkflowDef
@@ -63,6 +63,7 @@ from durable.errors import (
     WorkflowCancelledError,
     WorkflowConflictError,
     WorkflowNotFoundError,
+    WorkflowNotMovableError,
     WorkflowNotResumableError,
 )
 from durable.serialization import Serializer
@@ -323,10 +324,10 @@ class Client(Messages):
             self.notify_work(workflow_id)
         return asked
 
-    def resume(self, workflow_id: str) -> WorkflowHandle:
+    def resume(self, workflow_id: str, *, version: str | None = None) -> WorkflowHandle:
         """Run a stopped workflow again from its journal: completed steps replay, the rest
-        run. Resumes a CANCELLED, ERROR or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflow (and one
-        waiting for a worker); any worker with its code picks it up. Returns its handle.
+        run. Resumes a CANCELLED, ERROR or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflow; any
+        worker with its code picks it up. Returns its handle.
 
         A workflow that is still going is left as it is, and so is one that succeeded
         (nothing runs, nothing is written: its handle gives its result, as DBOS's
@@ -334,21 +335,43 @@ class Client(Messages):
         it instead): COMPENSATED, COMPENSATION_FAILED, and CANCELLED after its
         compensations ran, since a replay would redo its effects on top of their undo and
         undo them again under new keys. One whose journal is of a newer format than this
-        release reads raises JournalVersionError, and is left as it is."""
-        self._resume(workflow_id)
+        release reads raises JournalVersionError, and is left as it is.
+
+        `version` moves the workflow to other code on purpose (None, the default, keeps
+        its version; "" moves it to no version, since a declared version is never empty):
+        a stopped one is resumed under that version, and one that waits (PENDING,
+        ENQUEUED, SUSPENDED, or RUNNING with its lease expired, its worker gone) is
+        recorded under it and stays or becomes runnable, keeping its place in its queue,
+        its wake-up and a cancel asked of it. Only workers of the new version claim it,
+        and they replay its journal as any recovery does: code whose calls do not match
+        it stops the run with NondeterminismError (the run ends ERROR, the journal
+        untouched). A run whose lease is live and a workflow that succeeded raise
+        WorkflowNotMovableError, and nothing changes. See docs/versioning.md."""
+        self._resume(workflow_id, version=version)
         return self.handle(workflow_id)
 
     resume_workflow = resume
 
-    def _resume(self, workflow_id: str) -> bool:
-        """resume(); True when this call made the workflow runnable (a status read after
-        it cannot tell: a worker may have claimed, or finished, the workflow since)."""
+    def _resume(self, workflow_id: str, *, version: str | None = None) -> dict[str, Any] | None:
+        """resume(); the row this call changed (its workflow_id, name, version and status
+        after it) when it made the workflow runnable or moved it, else None (a status read
+        after it cannot tell: a worker may have claimed, or finished, the workflow since)."""
         check_name("workflow_id", workflow_id)
-        row = self.db.fetch_one(
-            "resume_workflow",
-            {"workflow_id": workflow_id, "journal_version": labels.JOURNAL_VERSION},
-        )
-        if row is None:
+        if version is not None:
+            check_version("version", version)
+        params = {
+            "workflow_id": workflow_id,
+            "version": version,
+            "journal_version": labels.JOURNAL_VERSION,
+        }
+        for _ in range(3):
+            row = self.db.fetch_one("resume_workflow", params)
+            if row is None and version is not None:
+                row = self.db.fetch_one("move_workflow", params)
+            if row is not None:
+                if row["status"] != WorkflowStatus.SUSPENDED:
+                    self.notify_work(workflow_id)
+                return row
             info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
             _check_journal(info)
             if info.status in _NOT_RESUMABLE:
@@ -357,16 +380,45 @@ class Client(Messages):
                 raise WorkflowNotResumableError(
                     workflow_id, "CANCELLED after its compensations ran"
                 )
-            return False
-        self.notify_work(workflow_id)
-        return True
+            if version is None:
+                return None
+            if info.status is WorkflowStatus.SUCCESS:
+                raise WorkflowNotMovableError(
+                    workflow_id,
+                    info.status.value,
+                    version,
+                    "it SUCCEEDED, so nothing is left to run: fork it with version= to run "
+                    f"it again under that code (`durable workflows fork {workflow_id} "
+                    "--from-step N --version V`)",
+                )
+            if info.status is WorkflowStatus.RUNNING:
+                raise WorkflowNotMovableError(
+                    workflow_id,
+                    info.status.value,
+                    version,
+                    f"it is RUNNING and its lease is live (held by executor {info.owner!r}): "
+                    "wait until the run stops, or stop that worker (it releases its runs, "
+                    "which then wait for a worker of their version), then move it",
+                )
+            # It stopped, or was let go, between the statements: try them again.
+        raise WorkflowNotMovableError(
+            workflow_id, info.status.value, version or "", "it kept changing: try again"
+        )
 
     def fork(
-        self, workflow_id: str, *, from_step: int, new_id: str | None = None
+        self,
+        workflow_id: str,
+        *,
+        from_step: int,
+        new_id: str | None = None,
+        version: str | None = None,
     ) -> WorkflowHandle:
         """Start a new workflow with the same inputs that reuses the journal before position
         `from_step` (their outputs, charges and tool records) and runs the rest anew. Any
-        worker with its code runs it. Returns the fork's handle.
+        worker with its code runs it: the original's version, or `version` when given
+        ("" for no version), as DBOS forks to another application version. A worker of
+        that version replays the copied journal, so code that does not match it stops the
+        fork with NondeterminismError. Returns the fork's handle.
 
         A reader of the fork sees what a reader of the original saw before `from_step`: the
         stream values at their offsets, each event's value as it was there, the gates
@@ -378,11 +430,14 @@ class Client(Messages):
             raise ConfigurationError(f"from_step={from_step!r}: give a step position >= 0")
         check_name("workflow_id", workflow_id)
         check_name("new_id", new_id, optional=True)
+        if version is not None:
+            check_version("version", version)
         self._refuse_fork_after_undo(workflow_id, from_step)
         new_id = new_id or str(uuid.uuid4())
         params = {
             "workflow_id": workflow_id,
             "new_id": new_id,
+            "version": version,
             "before_seq": from_step,
             "trace_context": tracing.start_context("fork", new_id),
             "event_prefix": labels.EVENT_PREFIX,

@@ -568,19 +568,26 @@ class Engine:
         self._ensure_running()
         return self.runner.run_direct(defn, args, kwargs)
 
-    def resume(self, workflow_id: str) -> WorkflowHandle:
-        """Run a stopped or interrupted workflow again from its journal (see
-        Client.resume), here if nobody holds its lease and this registry has its code."""
-        handle = self.client.resume(workflow_id)
+    def resume(self, workflow_id: str, *, version: str | None = None) -> WorkflowHandle:
+        """Run a stopped or interrupted workflow again from its journal, or move it to
+        another `version` (see Client.resume), here if nobody holds its lease and this
+        registry has its code (of that version)."""
+        handle = self.client.resume(workflow_id, version=version)
         self.runner.remember(workflow_id)  # if it waits again, this engine resumes it
         future = self.runner.submit_claim(workflow_id)
         return handle if future is None else self.client.handle(workflow_id, future)
 
     def fork(
-        self, workflow_id: str, *, from_step: int, new_id: str | None = None
+        self,
+        workflow_id: str,
+        *,
+        from_step: int,
+        new_id: str | None = None,
+        version: str | None = None,
     ) -> WorkflowHandle:
-        """Fork (see Client.fork) and run the fork here if this registry has its code."""
-        handle = self.client.fork(workflow_id, from_step=from_step, new_id=new_id)
+        """Fork (see Client.fork) and run the fork here if this registry has its code (of
+        `version`, when given)."""
+        handle = self.client.fork(workflow_id, from_step=from_step, new_id=new_id, version=version)
         self.runner.remember(handle.workflow_id)
         future = self.runner.submit_claim(handle.workflow_id)
         return handle if future is None else self.client.handle(handle.workflow_id, future)

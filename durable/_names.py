@@ -45,6 +45,13 @@ def check_text(what: str, value: object) -> None:
         raise InvalidNameError(what, value, "is not valid text (a lone surrogate)") from None
 
 
+def check_version(what: str, value: object) -> None:
+    """A version to move a workflow to: a name, or "" for no version (a declared version is
+    never empty, so "" cannot be taken for one)."""
+    if value != "":
+        check_name(what, value)
+
+
 def workflow_label(name: str, version: str | None) -> str:
     """The code a workflow needs, as people read it: `name@version`, or `name` when it has
     no version (workers are routed by this pair)."""

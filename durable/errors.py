@@ -55,6 +55,7 @@ The tree::
     │   ├── WorkflowNotFoundError
     │   ├── WorkflowNotResumableError
     │   │   └── ForkAfterUndoError
+    │   ├── WorkflowNotMovableError
     │   ├── IdempotencyKeyReusedError
     │   ├── UnknownApprovalError
     │   ├── ApprovalConflictError
@@ -337,6 +338,22 @@ class ForkAfterUndoError(WorkflowNotResumableError):
         )
         self.workflow_id = workflow_id
         self.status = status
+
+
+class WorkflowNotMovableError(StateError):
+    """This workflow cannot be moved to another version now: it is running under a live
+    lease, or it has succeeded. Wait until it stops (or cancel it), then resume it with
+    `version=`; to run a finished one again under other code, fork it with `version=`.
+
+    Nothing was changed. `reason` says which case it is."""
+
+    def __init__(self, workflow_id: str, status: str, version: str, reason: str) -> None:
+        self.workflow_id = workflow_id
+        self.status = status
+        self.version = version
+        self.reason = reason
+        target = f"version {version!r}" if version else "no version"
+        super().__init__(f"workflow {workflow_id!r} cannot be moved to {target}: {reason}")
 
 
 class WorkflowArgumentsError(UsageError, TypeError):

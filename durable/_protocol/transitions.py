@@ -83,6 +83,8 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
         # release_workflow, release_owned: the owner gives it back; cancel_workflows
         # when the owner's lease lapsed (a run stops it).
         "release": _W.PENDING,
+        # move_workflow: an operator moves a run whose lease lapsed to another version.
+        "move": _W.PENDING,
         # cancel_workflows when the owner's lease lapsed and nothing was journaled.
         "cancel": _W.CANCELLED,
         # claim_batch, claim_batch_cas: the lease lapsed too often.

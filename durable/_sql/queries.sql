@@ -229,12 +229,15 @@ WHERE owner = %(owner)s AND status = 'RUNNING' AND cancel_requested_at IS NOT NU
 -- The failures that ended it (failed step, tool, transaction and child records after the
 -- last record that succeeded) are forgotten, so those calls run again; everything that
 -- completed replays. Failed effects stay failed (the ledger says so), and the budget's
--- totals keep what the failed attempts spent.
+-- totals keep what the failed attempts spent. %(version)s: NULL keeps its version, ''
+-- moves it to no version, any other text to that version.
 WITH resumed AS (
     UPDATE {schema}.workflows
     SET status = 'PENDING', owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
         recovery_attempts = 0, output = NULL, error = NULL, finished_at = NULL,
         cancel_requested_at = NULL, cancel_reason = NULL, deadline_at = NULL,
+        version = CASE WHEN %(version)s::text IS NULL THEN version
+                       ELSE nullif(%(version)s::text, '') END,
         updated_at = {schema}.current_time()
     WHERE workflow_id = %(workflow_id)s
       AND status IN ('CANCELLED', 'ERROR', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
@@ -244,7 +247,7 @@ WITH resumed AS (
       -- top of their undo (the error, always JSON from encode_error, says so).
       AND NOT (status = 'CANCELLED'
                AND coalesce((error::jsonb ->> 'compensated')::boolean, false))
-    RETURNING workflow_id
+    RETURNING workflow_id, name, version, status
 ), forgotten AS (
     DELETE FROM {schema}.steps AS s
     USING resumed AS r
@@ -258,15 +261,41 @@ WITH resumed AS (
           WHERE ok.workflow_id = %(workflow_id)s AND ok.error IS NULL), -1)
     RETURNING s.step_seq
 )
-SELECT r.workflow_id, (SELECT count(*) FROM forgotten) AS forgotten FROM resumed AS r
+SELECT r.workflow_id, r.name, r.version, r.status,
+    (SELECT count(*) FROM forgotten) AS forgotten
+FROM resumed AS r
+
+-- move_workflow --
+-- Move a workflow that waits (for a worker, a queue slot or its wake-up) to another version
+-- (%(version)s as in resume_workflow), on purpose. An interrupted run (RUNNING, its lease
+-- expired) is released with its epoch bumped, so that its old owner, were it alive, writes
+-- nothing more; a pending, queued or suspended one keeps its status, and with it its place
+-- in its queue, its wake-up and a cancel asked of it. Its journal is left as it is: a
+-- worker of the new version replays it. A run whose lease is live, and a finished
+-- workflow, are not moved (nothing is returned); nor is a journal newer than this code.
+UPDATE {schema}.workflows
+SET status = CASE WHEN status = 'RUNNING' THEN 'PENDING' ELSE status END,
+    version = nullif(%(version)s::text, ''),
+    owner = CASE WHEN status = 'RUNNING' THEN NULL ELSE owner END,
+    lease_expires_at = CASE WHEN status = 'RUNNING' THEN NULL ELSE lease_expires_at END,
+    epoch = CASE WHEN status = 'RUNNING' THEN epoch + 1 ELSE epoch END,
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s
+  AND (status IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
+       OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
+  AND journal_version <= %(journal_version)s
+RETURNING workflow_id, name, version, status
 
 -- fork_workflow --
--- A new workflow with another's inputs, runnable by any worker that has its code.
+-- A new workflow with another's inputs, runnable by any worker that has its code: the
+-- original's version, or %(version)s when given (as in resume_workflow).
 -- A forked root gets a ledger of its own (seeded with the copied steps' charges); a
 -- forked child keeps drawing from its root's.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, budget_id, timeout_seconds, trace_context, journal_version)
-SELECT %(new_id)s, name, version, 'PENDING', inputs, serializer, durability,
+SELECT %(new_id)s, name,
+    CASE WHEN %(version)s::text IS NULL THEN version ELSE nullif(%(version)s::text, '') END,
+    'PENDING', inputs, serializer, durability,
     CASE WHEN budget_id = workflow_id THEN %(new_id)s ELSE budget_id END, timeout_seconds,
     %(trace_context)s, %(journal_version)s
 FROM {schema}.workflows

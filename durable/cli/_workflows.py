@@ -303,15 +303,37 @@ def cancel(workflow_id: str, reason: str, database_url: str | None, schema: str)
 
 @workflows.command("resume")
 @click.argument("workflow_id")
+@click.option(
+    "--version",
+    "version",
+    default=None,
+    help="Move it to this version of its code ('' for no version): a stopped workflow is "
+    "resumed under it, one waiting for a worker is recorded under it; workers of that "
+    "version replay its journal.",
+)
 @url_option
 @schema_option
 @_handle_errors
-def resume(workflow_id: str, database_url: str | None, schema: str) -> None:
+def resume(workflow_id: str, version: str | None, database_url: str | None, schema: str) -> None:
     """Run a cancelled, failed or given-up workflow again from its journal (any worker
-    picks it up; completed steps are not run again)."""
+    picks it up; completed steps are not run again), or with --version move a workflow to
+    other code: one stopped, or one waiting for a worker, a queue slot or its wake-up."""
     with _client(database_url, schema) as client:
-        if client._resume(workflow_id):
+        row = client._resume(workflow_id, version=version)
+        if row and version is None:
             click.echo(inert(f"resumed {workflow_id}: a worker will pick it up"))
+            return
+        if row:
+            label = workflow_label(row["name"], row["version"])
+            after = (
+                f"it waits for its wake-up, then a worker with {label} runs it"
+                if row["status"] == WorkflowStatus.SUSPENDED
+                else f"a worker with {label} will pick it up ({row['status']})"
+            )
+            click.echo(inert(f"moved {workflow_id} to {label}: {after}"))
+            wait = client.worker_wait(workflow_id)
+            if label not in [workflow_label(row["name"], v) for v in wait["live_versions"]]:
+                click.echo(inert(f"note: no live worker has {label} yet"), err=True)
             return
         status = client.get_workflow(workflow_id).status
     if status is WorkflowStatus.SUCCESS:
@@ -358,15 +380,27 @@ def raise_budget(
     help="Reuse the outputs of steps before this position; run the rest anew.",
 )
 @click.option("--new-id", default=None, help="Id of the fork (default: a new UUID).")
+@click.option(
+    "--version",
+    "version",
+    default=None,
+    help="Record the fork under this version of its code ('' for no version; default: "
+    "the original's).",
+)
 @url_option
 @schema_option
 @_handle_errors
 def fork(
-    workflow_id: str, from_step: int, new_id: str | None, database_url: str | None, schema: str
+    workflow_id: str,
+    from_step: int,
+    new_id: str | None,
+    version: str | None,
+    database_url: str | None,
+    schema: str,
 ) -> None:
     """Start a new workflow with the same inputs, reusing the journal before a step."""
     with _client(database_url, schema) as client:
-        handle = client.fork(workflow_id, from_step=from_step, new_id=new_id)
+        handle = client.fork(workflow_id, from_step=from_step, new_id=new_id, version=version)
     click.echo(
         f"forked {workflow_id} from step {from_step}: steps before it are reused, the rest "
         "run anew on a worker; the fork's id is:",

@@ -562,8 +562,14 @@ def _cancel(client: Client, form: dict[str, str]) -> str:
 
 
 def _resume(client: Client, form: dict[str, str]) -> str:
+    """Resume, or with a version in the form move the workflow to it (a blank field keeps
+    its version; moving to no version is the CLI's `--version ''`)."""
     workflow_id = form["workflow_id"]
-    if client._resume(workflow_id):
+    version = form.get("version", "").strip() or None
+    row = client._resume(workflow_id, version=version)
+    if row and version is not None:
+        return f"moved {workflow_id} to {workflow_label(row['name'], row['version'])}"
+    if row:
         return f"resumed {workflow_id}"
     status = client.get_workflow(workflow_id).status
     if status is WorkflowStatus.SUCCESS:

@@ -276,12 +276,14 @@ def params(name: str, w: str) -> dict[str, Any]:
         },
         "get_cancel_request": {"workflow_id": w},
         "owned_cancel_requests": {"owner": "me", "incarnation": "i1", "held": [w, f"{w}-child"]},
-        "resume_workflow": {"workflow_id": f"{w}-failed", "journal_version": 1},
+        "resume_workflow": {"workflow_id": f"{w}-failed", "version": "2", "journal_version": 1},
+        "move_workflow": {"workflow_id": f"{w}-expired", "version": "2", "journal_version": 1},
         "fork_workflow": {
             "workflow_id": w,
             "new_id": f"{w}-fork",
             "trace_context": None,
             "journal_version": 1,
+            "version": None,
         },
         "fork_seqs": fork,
         "fork_steps": fork,
@@ -713,6 +715,7 @@ HOT = [
     "latest_state",
     "list_turns",
     "load_journal",
+    "move_workflow",  # an operator's move of one workflow to another version
     "read_stream",
     "record_charged_step",
     "record_run_steps",
@@ -720,6 +723,7 @@ HOT = [
     "record_step_in_app",
     "release_workflow",
     "renew_claim",
+    "resume_workflow",  # an operator's resume (or move) of one workflow
     "send_message",
     "set_event",
     "settle_effect",

@@ -55,6 +55,9 @@ WORKFLOW_STATEMENTS: Mapping[str, frozenset[Move]] = {
     "cancel_workflows": every([W.ENQUEUED, W.PENDING, W.SUSPENDED], [W.PENDING, W.CANCELLED])
     | every([W.RUNNING], [W.RUNNING, W.PENDING, W.CANCELLED]),
     "resume_workflow": every([W.CANCELLED, W.ERROR, W.MAX_RECOVERY_ATTEMPTS_EXCEEDED], [W.PENDING]),
+    # `CASE WHEN status = 'RUNNING' THEN 'PENDING' ELSE status END`: a pending, queued or
+    # suspended workflow keeps its status (only its version changes).
+    "move_workflow": every([W.RUNNING], [W.PENDING]),
     "finish_workflow": every([W.RUNNING], t.FINISHED_BY_A_RUN),
     "finish_workflows": every([W.RUNNING], t.FINISHED_BY_A_RUN),
     "finish_with_steps": every([W.RUNNING], t.FINISHED_BY_A_RUN),
