@@ -22,6 +22,7 @@ import functools
 import logging
 import os
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -73,6 +74,7 @@ def _pid_alive(pid: int) -> bool:
 _KEEP_MIN = 0.05
 _KEEP_MAX = 1.0
 _KEEP_IDLE = 0.25
+_KEEP_GONE = 30.0
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -541,20 +543,27 @@ class Engine:
         backing off to one second."""
         runner = self.runner
         delay = _KEEP_MIN
+        # Since when each watched workflow has not been there. A workflow is remembered just
+        # before its row is written, so one not there yet is being started: it is let go
+        # only once it has stayed away for _KEEP_GONE (a finished one that was pruned).
+        missing: dict[str, float] = {}
         while not stop.wait(delay):
             own = runner.own()
             if not own:
                 delay = _KEEP_IDLE
+                missing.clear()
                 continue
             try:
                 free = self.config.max_workers - runner.running_count()
                 started = runner.claim_free(own, free)
                 if self.registry.queues() and free > len(started):
                     started += runner.dequeue(free - len(started), only=own)
-                finished = [
-                    r["workflow_id"]
-                    for r in self.client.db.fetch_all("finished_among", {"workflow_ids": own})
-                ]
+                rows = self.client.db.fetch_all("finished_among", {"workflow_ids": own})
+                now = time.monotonic()
+                seen = {r["workflow_id"] for r in rows if r["gone"]}
+                missing = {w: missing.get(w, now) for w in seen}
+                finished = [r["workflow_id"] for r in rows if not r["gone"]]
+                finished += [w for w, since in missing.items() if now - since >= _KEEP_GONE]
                 runner.forget(finished)
             except Exception:  # an outage or a bad row: try again later, never stop
                 logger.debug(

@@ -120,8 +120,11 @@ WHERE e.heartbeat_at < {schema}.current_time() - make_interval(secs => %(stale_s
   AND e.executor_id NOT IN (SELECT owner FROM busy)
 
 -- finished_among --
--- Which of these workflows have finished (or are gone): an engine stops watching them.
-SELECT t.workflow_id FROM unnest(%(workflow_ids)s::text[]) AS t (workflow_id)
+-- Which of these workflows have finished, or are not there (gone: yet, since an engine
+-- remembers a workflow just before its row is written, or any more, once pruned): an engine
+-- stops watching the finished ones, and those not there for a while.
+SELECT t.workflow_id, w.workflow_id IS NULL AS gone
+FROM unnest(%(workflow_ids)s::text[]) AS t (workflow_id)
 LEFT JOIN {schema}.workflows AS w USING (workflow_id)
 WHERE w.workflow_id IS NULL
    OR w.status IN ('SUCCESS', 'ERROR', 'CANCELLED', 'COMPENSATED', 'COMPENSATION_FAILED',
