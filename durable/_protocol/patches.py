@@ -7,6 +7,13 @@ position (what the old code did next) and takes the old branch, so its replay me
 calls it recorded and raises no NondeterminismError. A replay of a run that took the new
 branch finds its marker. The first answer for an id holds for the rest of the run.
 
+A run that an earlier process left inside a call at that position (on the old code: an
+effect's intent written, a child started, a gate asked, but no journal row yet) takes the
+old branch too, so that call replays as the old code's instead of being made again under
+the next position. A message sent there and cut off before its journal row is the one call
+this cannot see (its row is the receiver's): a send behind a patch point may be delivered
+once more.
+
 `deprecate_patch(id)` is for the deploy after, once no run from before the patch is left:
 the old branch is gone, and the marker of a run that took the new branch is passed over
 where it stands (a run started on this code journals none). When no run with a marker is
@@ -18,7 +25,7 @@ from __future__ import annotations
 from durable import _labels as labels
 from durable._models import StepKind
 from durable._protocol.journal import record
-from durable._protocol.ops import Gen
+from durable._protocol.ops import Execute, Gen
 from durable._protocol.run import Run
 
 
@@ -38,11 +45,28 @@ def patched(run: Run, patch_id: str) -> Gen[bool]:
             journal.next_seq += 1
         run.patches[patch_id] = taken
         return taken
+    if not run.first_run and (yield from _started_at(run, seq)):
+        # An earlier run, on code from before the patch, was cut off inside a call at this
+        # position (an effect it may have made, a child it started, a gate it asked): that
+        # call is the old branch's, and replays as such.
+        run.patches[patch_id] = False
+        return False
     # Beyond the journal: this run reaches the point for the first time, on patched code.
     journal.next_seq += 1
     run.patches[patch_id] = True
     yield from record(run, seq, label, StepKind.PATCH, None, lazy=True)
     return True
+
+
+def _started_at(run: Run, seq: int) -> Gen[bool]:
+    """Whether a call at `seq` left its mark before its journal row: an effect's intent or
+    an approval gate (the workflow's own rows), or a child started there."""
+    params = {"workflow_id": run.workflow_id, "step_seq": seq}
+    row = yield Execute("patch_point_started", params, "one")
+    if row is not None and row["started"]:
+        return True
+    child = {"workflow_id": labels.child_id(run.workflow_id, seq)}
+    return (yield Execute("get_workflow_status", child, "one")) is not None
 
 
 def deprecate_patch(run: Run, patch_id: str) -> None:

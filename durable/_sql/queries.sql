@@ -119,6 +119,16 @@ DELETE FROM {schema}.executors AS e
 WHERE e.heartbeat_at < {schema}.current_time() - make_interval(secs => %(stale_seconds)s)
   AND e.executor_id NOT IN (SELECT owner FROM busy)
 
+-- patch_point_started --
+-- Whether a run of this workflow started a call at position step_seq that left no journal
+-- row there yet (an effect's intent, an approval gate asked): code from before a patch
+-- passed that point, so a patch there must take its old branch. One shard (both tables
+-- are the workflow's).
+SELECT EXISTS (SELECT 1 FROM {schema}.effects
+               WHERE workflow_id = %(workflow_id)s AND step_seq = %(step_seq)s)
+    OR EXISTS (SELECT 1 FROM {schema}.approvals
+               WHERE workflow_id = %(workflow_id)s AND step_seq = %(step_seq)s) AS started
+
 -- finished_among --
 -- Which of these workflows have finished, or are not there (gone: yet, since an engine
 -- remembers a workflow just before its row is written, or any more, once pruned): an engine
@@ -229,7 +239,7 @@ WHERE owner = %(owner)s AND status = 'RUNNING' AND cancel_requested_at IS NOT NU
 
 -- resume_workflow --
 -- Make a stopped workflow runnable again (cancelled, failed, or out of recovery attempts).
--- The failures that ended it (failed step, tool, transaction and child records after the
+-- The failures that ended it (failed step, tool, transaction, child and send records after the
 -- last record that succeeded) are forgotten, so those calls run again; everything that
 -- completed replays. Failed effects stay failed (the ledger says so), and the budget's
 -- totals keep what the failed attempts spent. %(version)s: NULL keeps its version, ''
@@ -258,7 +268,7 @@ WITH resumed AS (
     -- workflow's shard, instead of planning each part apart.
     WHERE s.workflow_id = %(workflow_id)s AND s.workflow_id = r.workflow_id
       AND s.error IS NOT NULL
-      AND s.kind IN ('step', 'tool', 'transaction', 'child')
+      AND s.kind IN ('step', 'tool', 'transaction', 'child', 'send')
       AND s.step_seq > coalesce((
           SELECT max(ok.step_seq) FROM {schema}.steps AS ok
           WHERE ok.workflow_id = %(workflow_id)s AND ok.error IS NULL), -1)

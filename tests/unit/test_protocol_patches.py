@@ -103,3 +103,30 @@ def test_a_marker_with_no_patch_call_left_is_nondeterminism() -> None:
     run = make_run(records=[marker(0, "fix-tax")])
     with pytest.raises(NondeterminismError, match=r"patch:fix-tax.*deprecate_patch\(.fix-tax.\)"):
         Script().run(protocol.step(run, step_def(fetch), (), {}))
+
+
+def test_a_call_an_earlier_run_started_at_the_point_keeps_the_old_branch() -> None:
+    # Cut off inside an effect (its intent written, no journal row yet) on the old code:
+    # the effect replays as the old code's, it is not made again after a marker.
+    run = make_run(records=[done(0, "fetch", "a")])
+    script = Script(statements={"patch_point_started": {"started": True}})
+    script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert script.run(protocol.patched(run, "fix-tax")) is False
+    assert run.journal.next_seq == 1
+    assert script.ops[-1].params == {"workflow_id": "wf-1", "step_seq": 1}
+
+
+def test_a_child_an_earlier_run_started_at_the_point_keeps_the_old_branch() -> None:
+    run = make_run(records=[done(0, "fetch", "a")])
+    children = {"get_workflow_status": lambda op: {"status": "RUNNING"}}
+    script = Script(statements=children)
+    script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert script.run(protocol.patched(run, "fix-tax")) is False
+    assert script.ops[-1].params == {"workflow_id": "wf-1:child:1"}
+
+
+def test_a_first_run_looks_for_nothing() -> None:
+    run = make_run(first_run=True)
+    script = Script()
+    assert script.run(protocol.patched(run, "fix-tax")) is True
+    assert [op.name for op in script.ops] == ["record_step"]
