@@ -23,6 +23,7 @@ from durable._protocol.run import Run, _fenced
 from durable._protocol.transitions import WORKFLOW_TRANSITIONS, assert_transition
 from durable.errors import (
     DatabaseUnavailableError,
+    NondeterminismError,
     SerializationError,
     StaleOwnerError,
     WorkflowCancelledError,
@@ -66,7 +67,9 @@ def workflow(
             raise exc
         if isinstance(exc, DatabaseUnavailableError):
             raise exc  # interrupted, not failed: handed back once the database answers
-        if run.compensations:
+        # Code that does not match the journal undoes nothing: the run ends ERROR with its
+        # journal and effects as they are, to be resumed on code that matches.
+        if run.compensations and not isinstance(exc, NondeterminismError):
             run.stopping = True  # a cancel or deadline now must not cut the undo short
             yield from compensate(run, exc)
         else:

@@ -160,3 +160,59 @@ def wait_for_status(
     while engine.get_workflow(workflow_id).status is not status:
         assert time.monotonic() < deadline, engine.get_workflow(workflow_id)
         time.sleep(0.05)
+
+
+def test_code_that_does_not_match_the_journal_ends_error_without_undoing(
+    database_url: str,
+) -> None:
+    """A NondeterminismError (a deploy without the patch, a move to the wrong version) is a
+    mismatch of code, not a failure of the work: nothing is compensated, the run ends ERROR
+    and is resumed once code that matches is deployed."""
+    charged: list[str] = []
+    refunded: list[str] = []
+
+    def deploy(matching: bool) -> tuple[durable.Registry, Any]:
+        reg = durable.Registry()
+
+        @durable.effect(registry=reg, name="mismatch.charge", idempotent=True)
+        def charge(*, idempotency_key: str) -> str:
+            charged.append(idempotency_key)
+            return "charged"
+
+        @charge.compensation  # type: ignore[attr-defined]
+        @durable.effect(registry=reg, name="mismatch.refund", idempotent=True)
+        def refund(*, idempotency_key: str) -> None:
+            refunded.append(idempotency_key)
+
+        @durable.step(registry=reg, name="mismatch.other")
+        def other() -> str:
+            return "other"
+
+        @durable.workflow(registry=reg, name="mismatch.flow")
+        def flow() -> list[Any]:
+            done: list[Any] = [charge()]
+            if not matching:
+                done.append(other())  # where the journal holds the recv's deadline
+            done.append(durable.recv(timeout=60))
+            return done
+
+        return reg, flow
+
+    def engine(reg: durable.Registry) -> durable.Engine:
+        return durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05)
+
+    good, good_flow = deploy(True)
+    with engine(good) as first:
+        first.submit(good_flow, workflow_id="m")
+        wait_for_status(first, "m", durable.WorkflowStatus.SUSPENDED)
+    wrong, _ = deploy(False)
+    with engine(wrong) as second:
+        second.send("m", "go")
+        with pytest.raises(errors.WorkflowFailedError, match="NondeterminismError"):
+            second.retrieve("m").result(timeout=30)
+        assert second.get_workflow("m").status is durable.WorkflowStatus.ERROR
+    assert refunded == []  # nothing undone
+    with engine(good) as third:
+        third.resume("m")
+        assert third.retrieve("m").result(timeout=30) == ["charged", "go"]
+    assert charged == ["m:0"]  # charged once, across all three
