@@ -136,3 +136,26 @@ def test_a_send_to_no_workflow_fails_the_same_way_on_replay(database_url: str) -
     with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
         assert engine.start(lost, workflow_id="lost").result(timeout=30) == "done"
     assert tries == ["caught", "caught"]  # first run and the replay after the sleep
+
+
+def test_a_sender_that_failed_for_want_of_its_receiver_is_resumed_once_it_exists(
+    database_url: str,
+) -> None:
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="mail.eager")
+    def eager() -> str:
+        durable.send("late-inbox", "hi")
+        return "sent"
+
+    @durable.workflow(registry=reg, name="mail.late")
+    def late() -> Any:
+        return durable.recv(timeout=30)
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        with pytest.raises(errors.WorkflowFailedError, match="WorkflowNotFoundError"):
+            engine.start(eager, workflow_id="eager").result(timeout=30)
+        inbox = engine.start(late, workflow_id="late-inbox")
+        engine.resume("eager")  # the failed send runs again, as a failed step would
+        assert engine.retrieve("eager").result(timeout=30) == "sent"
+        assert inbox.result(timeout=30) == "hi"
