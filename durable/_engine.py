@@ -76,6 +76,9 @@ _KEEP_MAX = 1.0
 _KEEP_IDLE = 0.25
 _KEEP_GONE = 30.0
 
+# What an Engine is made of (set in _apply): its only public attributes.
+_PARTS = frozenset({"client", "config", "registry", "runner", "ownership"})
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -174,6 +177,7 @@ class Engine:
             create_database=create_database,
         )
         self.registry = registry if registry is not None else default_registry
+        self._launched = False
         self._worker_stop = threading.Event()
         self._apply(config)
         self._worker_thread: threading.Thread | None = None
@@ -181,6 +185,16 @@ class Engine:
         # Schedules that could not fire, with why: each is logged once per error.
         self._failing_schedules: dict[str, str] = {}
         self._engine_token: contextvars.Token[Any] | None = None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Settings are Engine(...) arguments held in a frozen Config: an attribute set on
+        # the engine (engine.max_workers = 2) would be read by nothing, so it is refused.
+        if not name.startswith("_") and name not in _PARTS:
+            raise ConfigurationError(
+                f"engine.{name} cannot be set: give settings as Engine(...) arguments "
+                "(engine.config holds them, frozen)"
+            )
+        super().__setattr__(name, value)
 
     def _apply(self, config: Config) -> None:
         """Take the resolved settings, and make the parts that hold them: the ownership of
@@ -193,8 +207,14 @@ class Engine:
             lease_seconds=config.lease_seconds,
             on_lost=self._id_lost,
         )
-        self.client = Client._from_config(config)
-        self.client.on_cancel_requested = self._cancel_requested
+        # One client for the engine's life: one taken before a CLI option changed a setting
+        # is the one that reads through the engine's pool once it runs.
+        client: Client | None = getattr(self, "client", None)
+        if client is None:
+            self.client = client = Client._from_config(config)
+        else:
+            client._configure(config)
+        client.on_cancel_requested = self._cancel_requested
         self.runner = Runner(config, self.registry, self.client, self, self.ownership)
         self._heartbeat = Heartbeat(self)
 
@@ -216,7 +236,7 @@ class Engine:
     @property
     def running(self) -> bool:
         """Launched and not yet shut down."""
-        return self.client.running
+        return self._launched
 
     def launch(self) -> None:
         """Connect, migrate (or check the schema), register this executor, start threads."""
@@ -226,6 +246,7 @@ class Engine:
         create = config.create_database
         if create is None:
             create = config.database_url is None or is_local(client.database_url)
+        client.close()  # a pool the client opened itself (`with engine.client:` before launch)
         db = client._open_db(max_size=config.max_workers + 4, create_database=create)
         try:
             # The runner first: a bad application database URL must fail the launch before
@@ -266,6 +287,7 @@ class Engine:
             db.close()
             raise
         client._adopt(db)
+        self._launched = True
         self._heartbeat.start()
         self._worker_stop = threading.Event()
         if config.worker:
@@ -326,6 +348,7 @@ class Engine:
             logger.warning("could not release workflows at shutdown", exc_info=True)
         self.client.close_listener()
         self.client._adopt(None)
+        self._launched = False
         db.close()
 
     # -- the executor id: this process's incarnation of it ---------------------------------------

@@ -5,6 +5,7 @@ manager does not stop the engine it belongs to."""
 from __future__ import annotations
 
 import psycopg
+import pytest
 
 import durable
 
@@ -51,3 +52,27 @@ def test_with_engine_client_leaves_the_engine_running(database_url: str) -> None
         assert engine.start(doubled, 2, workflow_id="after").result(timeout=10) == 4
         assert _connections(database_url) <= before + 1  # the pool was not opened again
     assert not engine.client.running
+
+
+def test_a_client_used_before_launch_does_not_stop_the_engine_from_launching(
+    database_url: str,
+) -> None:
+    engine = durable.Engine(database_url, registry=reg)
+    client = engine.client
+    with client:  # its own small pool, before the engine runs
+        assert client.list_workflows() == []
+    client.connect()
+    with engine:
+        assert engine.running
+        assert engine.start(doubled, 5).result(timeout=10) == 10
+        assert engine.client is client and client.db is engine.runner.db
+    assert not engine.running
+
+
+def test_an_engines_settings_are_not_attributes_to_set(database_url: str) -> None:
+    engine = durable.Engine(database_url, registry=reg)
+    with pytest.raises(durable.errors.ConfigurationError, match="Engine\\(\\.\\.\\.\\) arguments"):
+        engine.max_workers = 2  # type: ignore[attr-defined]
+    client = engine.client
+    engine._override(max_workers=2)  # as `durable worker --concurrency 2` does
+    assert engine.client is client and client.config.max_workers == 2
