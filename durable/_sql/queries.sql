@@ -722,6 +722,9 @@ WHERE w.workflow_id = c.workflow_id
   AND (%(workflow_ids)s::text[] IS NULL OR w.workflow_id = ANY(%(workflow_ids)s::text[]))
   AND (w.status = 'PENDING'
        OR (w.status = 'RUNNING' AND w.lease_expires_at < {schema}.current_time()))
+  -- ...and still of a version this worker has (an operator may have moved it meanwhile).
+  AND (w.name, coalesce(w.version, '')) IN (
+      SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context
 
@@ -1357,6 +1360,9 @@ SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
     deadline_at = {schema}.plus_seconds({schema}.current_time(), w.timeout_seconds)
 FROM picked
 WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'
+  -- ...and still of a version this worker has (an operator may have moved it meanwhile).
+  AND (w.name, coalesce(w.version, '')) IN (
+      SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context
 

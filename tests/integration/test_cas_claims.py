@@ -55,3 +55,35 @@ def test_an_unknown_claim_mode_is_refused(
     monkeypatch.setenv("DURABLE_CLAIMS", "optimistic")
     with pytest.raises(durable.errors.ConfigurationError, match="DURABLE_CLAIMS"):
         durable.Client(database_url).connect()
+
+
+def test_a_compare_and_set_claim_does_not_take_a_workflow_moved_to_another_version(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An operator moves a PENDING workflow to version 2 while a version-1 worker's claim
+    has already picked it: the claim's compare-and-set sees the move and leaves it."""
+    import psycopg
+
+    monkeypatch.setenv("DURABLE_CLAIMS", "cas")
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="moved", version="1")
+    def moved() -> str:
+        return "v1"
+
+    with durable.Client(database_url) as client:
+        client.submit(moved, workflow_id="m")
+    engine = durable.Engine(database_url, registry=reg)  # not a worker: claims only when asked
+    with engine, psycopg.connect(database_url) as operator:
+        # The move holds the row, uncommitted, while the claim reads the old version...
+        operator.execute("UPDATE durable.workflows SET version = '2' WHERE workflow_id = 'm'")
+        claimed: list[object] = []
+        claim = threading.Thread(target=lambda: claimed.extend(engine.recover()))
+        claim.start()
+        claim.join(timeout=1.0)
+        assert claim.is_alive()  # waiting for the operator's row lock
+        operator.commit()  # ...and commits: the claim must see version 2 and leave it
+        claim.join(timeout=10)
+        assert claimed == []
+        assert engine.get_workflow("m").status is durable.WorkflowStatus.PENDING
+        assert engine.get_workflow("m").version == "2"
