@@ -44,7 +44,11 @@ def test_dequeue_cas_is_dequeue_without_the_lock() -> None:
         "LIMIT (SELECT n FROM allowed)", "LIMIT %(allowed)s"
     ).replace(
         "WHERE w.workflow_id = picked.workflow_id",
-        "WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'",
+        # Without the lock, the row may have changed since it was picked: the update checks
+        # again that it is still queued and of a version this worker has.
+        "WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'"
+        " AND (w.name, coalesce(w.version, '')) IN ("
+        " SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))",
     )
 
 
