@@ -49,6 +49,7 @@ from durable._queues import Queue
 from durable._registry import WorkflowDef
 from durable._retention import PruneProgress, PruneReport, RetentionPolicy, prune
 from durable._schedules import Schedule
+from durable._start_options import enqueue_method, enqueue_method_async, start_method
 from durable._systemdb import SystemDB, Tx, is_unique_violation
 from durable.errors import (
     ApprovalConflictError,
@@ -162,17 +163,15 @@ class Client(Messages):
         _check_journal(info)
         return info
 
-    @staticmethod
-    def _workflow_id(kwargs: dict[str, Any]) -> str | None:
-        workflow_id: str | None = kwargs.pop("workflow_id", None)
-        check_name("workflow_id", workflow_id, optional=True)  # "" is refused, not "none"
-        return workflow_id
-
-    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
+    @start_method
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+    ) -> WorkflowHandle:
         """Record `fn(*args, **kwargs)` as runnable for any worker (`durable worker`), without
-        running it here. `workflow_id=` (popped from kwargs) chooses the id: ids are
-        idempotency keys, so an existing id returns its handle."""
-        workflow_id = self._workflow_id(kwargs) or str(uuid.uuid4())
+        running it here. `workflow_id=` chooses the id: ids are idempotency keys, so an
+        existing id returns its handle."""
+        check_name("workflow_id", workflow_id, optional=True)  # "" is refused, not "none"
+        workflow_id = workflow_id or str(uuid.uuid4())
         defn = workflow_def(fn)
         inputs = self.inputs.encode(defn, args, kwargs)
         params = self.inputs.row(defn, workflow_id, inputs, None, self.default_durability)
@@ -183,16 +182,26 @@ class Client(Messages):
             self.notify_work(workflow_id)
         return self.handle(workflow_id)
 
+    @enqueue_method
     def enqueue(
-        self, queue: Queue, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+        self,
+        queue: Queue,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        **kwargs: Any,
     ) -> WorkflowHandle:
         """Put `fn(*args, **kwargs)` on `queue`; a worker starts it when the queue's limits
-        allow. Popped from kwargs: `workflow_id=` (an existing id returns its handle),
+        allow. Its options: `workflow_id=` (an existing id returns its handle),
         `dedup_key=` (QueueDedupError while another entry with it is queued or unfinished),
         `priority=` (lower first; queues declared with priority=True) and `delay=` (seconds
         before it may start). Inside a workflow the entry is journaled as a child, so a
         replay does not enqueue it again."""
-        workflow_id, dedup_key, priority, delay = self._enqueue_options(queue, kwargs)
+        _check_enqueue(queue, workflow_id, dedup_key, priority, delay)
         defn = workflow_def(fn)
         run, parent, workflow_id, journaled = place_child(defn, workflow_id)
         if journaled:
@@ -202,12 +211,22 @@ class Client(Messages):
             drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
         return self.handle(workflow_id)
 
+    @enqueue_method_async
     async def enqueue_async(
-        self, queue: Any, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+        self,
+        queue: Queue,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        **kwargs: Any,
     ) -> AsyncWorkflowHandle:
         """enqueue, awaited: an AsyncWorkflowHandle. Inside an async workflow the entry is
         journaled as a child at the position of this call."""
-        workflow_id, dedup_key, priority, delay = self._enqueue_options(queue, kwargs)
+        _check_enqueue(queue, workflow_id, dedup_key, priority, delay)
         defn = workflow_def(fn)
         run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
         if not journaled:
@@ -227,35 +246,6 @@ class Client(Messages):
                 gen = protocol.record_child_started(run, parent[1], defn.name, workflow_id)
                 await drive_async(run, gen)
         return AsyncWorkflowHandle(self, workflow_id)
-
-    def _enqueue_options(
-        self, queue: Queue, kwargs: dict[str, Any]
-    ) -> tuple[str | None, str | None, int | None, float | None]:
-        """enqueue's own keyword arguments, popped from `kwargs` and checked."""
-        if not isinstance(queue, Queue):
-            raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
-        workflow_id = self._workflow_id(kwargs)
-        dedup_key = kwargs.pop("dedup_key", None)
-        priority = kwargs.pop("priority", None)
-        delay = kwargs.pop("delay", None)
-        check_name("dedup_key", dedup_key, optional=True)
-        if priority is not None:
-            if not queue.priority:
-                raise ConfigurationError(
-                    f"priority={priority!r} given, but queue {queue.name!r} orders by age: "
-                    f"declare it with durable.Queue({queue.name!r}, priority=True)"
-                )
-            if not isinstance(priority, int) or isinstance(priority, bool):
-                raise ConfigurationError(f"priority={priority!r}: give an integer (lower first)")
-        if delay is not None and (
-            not isinstance(delay, int | float)
-            or isinstance(delay, bool)
-            or not 0 <= delay <= MAX_WAIT_SECONDS
-        ):
-            raise InvalidWaitError(
-                f"delay={delay!r}: give zero or more seconds (at most {MAX_WAIT_SECONDS:.0f})"
-            )
-        return workflow_id, dedup_key, priority, delay
 
     def _enqueue(
         self,
@@ -706,3 +696,33 @@ def _enqueue_deduplicated(tx: Tx, params: dict[str, Any]) -> dict[str, Any] | No
             raise QueueDedupError(params["queue_name"], str(params["dedup_key"]), holder)
         tx.execute("pass_dedup", key)
     return tx.fetch_one("enqueue_workflow", params)
+
+
+def _check_enqueue(
+    queue: Queue,
+    workflow_id: str | None,
+    dedup_key: str | None,
+    priority: int | None,
+    delay: float | None,
+) -> None:
+    """enqueue's own keyword arguments, checked."""
+    if not isinstance(queue, Queue):
+        raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
+    check_name("workflow_id", workflow_id, optional=True)
+    check_name("dedup_key", dedup_key, optional=True)
+    if priority is not None:
+        if not queue.priority:
+            raise ConfigurationError(
+                f"priority={priority!r} given, but queue {queue.name!r} orders by age: "
+                f"declare it with durable.Queue({queue.name!r}, priority=True)"
+            )
+        if not isinstance(priority, int) or isinstance(priority, bool):
+            raise ConfigurationError(f"priority={priority!r}: give an integer (lower first)")
+    if delay is not None and (
+        not isinstance(delay, int | float)
+        or isinstance(delay, bool)
+        or not 0 <= delay <= MAX_WAIT_SECONDS
+    ):
+        raise InvalidWaitError(
+            f"delay={delay!r}: give zero or more seconds (at most {MAX_WAIT_SECONDS:.0f})"
+        )

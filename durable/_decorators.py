@@ -27,6 +27,7 @@ from durable._registry import (
     WorkflowDef,
     default_registry,
 )
+from durable._start_options import check_parameters
 from durable.errors import DefinitionError
 
 if TYPE_CHECKING:
@@ -232,6 +233,7 @@ def workflow(
 
     def decorate(f: Callable[P, R]) -> Callable[P, R]:
         func = _check_function(f, "workflow")
+        check_parameters(func, name or default_name(func))
         defn = WorkflowDef(
             name=name or default_name(func),
             fn=func,

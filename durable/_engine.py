@@ -41,6 +41,7 @@ from durable._driver import drive
 from durable._driver_async import drive_async
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
 from durable._inputs import place_child
+from durable._names import check_name
 from durable._ownership import Ownership
 from durable._queues import Queue
 from durable._recovery import Heartbeat, Worker
@@ -48,6 +49,12 @@ from durable._registry import Durability, Registry, WorkflowDef, default_registr
 from durable._retention import RetentionPolicy
 from durable._runner import Runner
 from durable._schedules import fire
+from durable._start_options import (
+    enqueue_method,
+    enqueue_method_async,
+    start_method,
+    start_method_async,
+)
 from durable._systemdb import executor_identity
 from durable._urls import is_local
 from durable.errors import ConfigurationError, EngineNotRunningError
@@ -438,15 +445,18 @@ class Engine:
         if not self.running:
             raise EngineNotRunningError()
 
-    def start(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
+    @start_method
+    def start(
+        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+    ) -> WorkflowHandle:
         """Start `fn(*args, **kwargs)` as a workflow in this engine's threads.
 
-        Pass `workflow_id=` (popped from kwargs) to choose the id: ids are idempotency keys,
+        Pass `workflow_id=` to choose the id: ids are idempotency keys,
         so starting an existing id returns a handle to that workflow (resuming it here if it
         is interrupted and nobody holds its lease). Inside a workflow the start is journaled
         as a child, so a replay does not start it again.
         """
-        workflow_id = self.client._workflow_id(kwargs)
+        check_name("workflow_id", workflow_id, optional=True)
         defn = workflow_def(fn)
         self._ensure_running()
         run, parent, workflow_id, journaled = place_child(defn, workflow_id)
@@ -478,8 +488,9 @@ class Engine:
             drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
         return self.client.handle(workflow_id, future)
 
+    @start_method_async
     async def start_async(
-        self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs
+        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
     ) -> AsyncWorkflowHandle:
         """Start `fn(*args, **kwargs)` as a workflow from async code; see start().
 
@@ -487,7 +498,7 @@ class Engine:
         what the application made on it); a sync one on this engine's threads. Returns once
         the workflow is recorded; `await handle.result()` waits without blocking the loop.
         Inside an async workflow the start is journaled as a child."""
-        workflow_id = self.client._workflow_id(kwargs)
+        check_name("workflow_id", workflow_id, optional=True)
         defn = workflow_def(fn)
         self._ensure_running()
         run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
@@ -546,15 +557,34 @@ class Engine:
         async with host.app_connection(isolation_level) as conn:
             yield conn
 
+    @enqueue_method
     def enqueue(
-        self, queue: Queue, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+        self,
+        queue: Queue,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        **kwargs: Any,
     ) -> WorkflowHandle:
         """Client.enqueue. An entry enqueued by a workflow this engine runs (a child) is
         run here when its queue allows, even if this engine is not a worker, so a workflow
         that enqueues children and waits for them finishes. Entries enqueued from outside
         a workflow are left to the workers."""
         in_run = current_run.get() is not None
-        handle = self.client.enqueue(queue, fn, *args, **kwargs)
+        handle = self.client.enqueue(
+            queue,
+            fn,
+            *args,
+            workflow_id=workflow_id,
+            dedup_key=dedup_key,
+            priority=priority,
+            delay=delay,
+            **kwargs,
+        )
         if in_run and self.running and not self.config.worker:  # a worker runs queues anyway
             self.runner.remember(handle.workflow_id)
         return handle
@@ -669,15 +699,37 @@ class Engine:
 
     # -- the client's calls used most (the rest: engine.client) ------------------------------
 
-    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
+    @start_method
+    def submit(
+        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+    ) -> WorkflowHandle:
         """Client.submit, on the engine's client: record the workflow for any worker."""
-        return self.client.submit(fn, *args, **kwargs)
+        return self.client.submit(fn, *args, workflow_id=workflow_id, **kwargs)
 
+    @enqueue_method_async
     async def enqueue_async(
-        self, queue: Any, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs
+        self,
+        queue: Queue,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        **kwargs: Any,
     ) -> AsyncWorkflowHandle:
         """Client.enqueue_async, on the engine's client."""
-        return await self.client.enqueue_async(queue, fn, *args, **kwargs)
+        return await self.client.enqueue_async(
+            queue,
+            fn,
+            *args,
+            workflow_id=workflow_id,
+            dedup_key=dedup_key,
+            priority=priority,
+            delay=delay,
+            **kwargs,
+        )
 
     retrieve = _client_call(Client.retrieve)
     """Client.retrieve, on the engine's client."""

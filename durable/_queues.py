@@ -17,20 +17,18 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any
 
 from durable import _labels as labels
 from durable._context import current_engine
 from durable._names import check_name
 from durable._registry import Registry, default_registry
+from durable._start_options import queue_enqueue_method
 from durable.errors import ConfigurationError, NoEngineError
 
 if TYPE_CHECKING:
     from durable._handles import WorkflowHandle
     from durable._registry import WorkflowDef
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def _positive(name: str, value: object) -> None:
@@ -75,15 +73,11 @@ class Queue:
                 )
         (self.registry if self.registry is not None else default_registry).add_queue(self)
 
-    def enqueue(
-        self,
-        fn: Callable[P, R],
-        /,
-        *args: P.args,
-        **kwargs: P.kwargs,
-    ) -> WorkflowHandle:
-        """Queue `fn(*args, **kwargs)` on the current engine (`with engine:`); see
-        Engine.enqueue for `workflow_id=`, `dedup_key=`, `priority=` and `delay=`."""
+    @queue_enqueue_method
+    def enqueue(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> WorkflowHandle:
+        """Queue `fn(*args, **kwargs)` on the current engine (`with engine:`); its options,
+        keyword-only: `workflow_id=`, `dedup_key=`, `priority=` and `delay=` (see
+        Client.enqueue)."""
         engine = current_engine.get()
         if engine is None:
             raise NoEngineError()

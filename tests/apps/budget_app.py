@@ -56,17 +56,17 @@ async def _fan(workflow_id: str, n: int, how: str) -> list[int]:
 
 
 @durable.workflow(registry=registry, budget=durable.Budget(dollars=1.0))
-async def fan_dollars(workflow_id: str, n: int, how: str) -> list[int]:
+async def fan_dollars(workflow_id: str, /, n: int, how: str) -> list[int]:
     return await _fan(workflow_id, n, how)
 
 
 @durable.workflow(registry=registry, budget=durable.Budget(tokens=300))
-async def fan_tokens(workflow_id: str, n: int, how: str) -> list[int]:
+async def fan_tokens(workflow_id: str, /, n: int, how: str) -> list[int]:
     return await _fan(workflow_id, n, how)
 
 
 @durable.workflow(registry=registry, budget=durable.Budget(steps=3))
-async def fan_steps(workflow_id: str, n: int, how: str) -> list[int]:
+async def fan_steps(workflow_id: str, /, n: int, how: str) -> list[int]:
     return await _fan(workflow_id, n, how)
 
 
@@ -88,6 +88,6 @@ async def _wait(how: str) -> str:
 
 
 @durable.workflow(registry=registry)
-async def call_while_waiting(workflow_id: str, how: str) -> list[object]:
+async def call_while_waiting(workflow_id: str, /, how: str) -> list[object]:
     """One branch calls the vendor for 1.5 s, another parks the workflow meanwhile."""
     return list(await asyncio.gather(slow_call(workflow_id, 0), _wait(how)))

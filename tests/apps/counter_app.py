@@ -64,12 +64,12 @@ def record_refund(conn: Connection, workflow_id: str, order_id: str, cents: int)
 
 
 @durable.workflow(registry=registry, name="counter.three_steps")
-def three_steps(workflow_id: str) -> list[str]:
+def three_steps(workflow_id: str, /) -> list[str]:
     return [count_step(workflow_id, f"s{i}") for i in (1, 2, 3)]
 
 
 @durable.workflow(registry=registry, name="counter.refunds")
-def refunds(workflow_id: str, orders: list[list[object]]) -> int:
+def refunds(workflow_id: str, /, orders: list[list[object]]) -> int:
     total = 0
     for order_id, cents in orders:
         total += record_refund(workflow_id, str(order_id), int(str(cents)))
@@ -93,7 +93,7 @@ def slow_step(workflow_id: str, label: str, seconds: float) -> str:
 
 
 @durable.workflow(registry=registry, name="counter.slow")
-def slow(workflow_id: str, n: int, seconds: float) -> list[str]:
+def slow(workflow_id: str, /, n: int, seconds: float) -> list[str]:
     return [slow_step(workflow_id, f"s{i}", seconds) for i in range(n)]
 
 
@@ -112,7 +112,7 @@ def pure(i: int) -> int:
 
 
 @durable.workflow(registry=registry, name="counter.load")
-def load(workflow_id: str, n: int) -> int:
+def load(workflow_id: str, /, n: int) -> int:
     total = 0
     for i in range(n):
         total += mark(workflow_id, i) if i % 2 == 0 else pure(i)
@@ -168,7 +168,7 @@ def trip() -> str:
 
 
 @durable.workflow(registry=registry, name="counter.big_refund")
-def big_refund(cents: int, timeout: float | None) -> str:
+def big_refund(cents: int, timeout: float | None, /) -> str:
     count_step("big", "before-gate")
     decision = durable.approval(
         "refund-over-limit", payload={"cents": cents}, timeout=timeout, default=False
@@ -199,22 +199,22 @@ def _fifty(workflow_id: str) -> int:
 
 
 @durable.workflow(registry=registry, name="counter.fifty_sync", durability="sync")
-def fifty_sync(workflow_id: str) -> int:
+def fifty_sync(workflow_id: str, /) -> int:
     return _fifty(workflow_id)
 
 
 @durable.workflow(registry=registry, name="counter.fifty_async", durability="async")
-def fifty_async(workflow_id: str) -> int:
+def fifty_async(workflow_id: str, /) -> int:
     return _fifty(workflow_id)
 
 
 @durable.workflow(registry=registry, name="counter.fifty_exit", durability="exit")
-def fifty_exit(workflow_id: str) -> int:
+def fifty_exit(workflow_id: str, /) -> int:
     return _fifty(workflow_id)
 
 
 @durable.workflow(registry=registry, name="counter.napper")
-def napper(workflow_id: str, seconds: float) -> str:
+def napper(workflow_id: str, /, seconds: float) -> str:
     count_step(workflow_id, "before")
     durable.sleep(seconds)
     return count_step(workflow_id, "after")
@@ -228,7 +228,7 @@ def ticker(tick: object) -> str:
 
 
 @durable.workflow(registry=registry, name="counter.receiver")
-def receiver(workflow_id: str, n: int) -> list[object]:
+def receiver(workflow_id: str, /, n: int) -> list[object]:
     got = []
     for _ in range(n):
         message = durable.recv("orders", timeout=30)
@@ -238,7 +238,7 @@ def receiver(workflow_id: str, n: int) -> list[object]:
 
 
 @durable.workflow(registry=registry, name="counter.many")
-def many(workflow_id: str, n: int) -> int:
+def many(workflow_id: str, /, n: int) -> int:
     for i in range(n):
         count_step(workflow_id, f"s{i}")
     return n
@@ -267,12 +267,12 @@ def occupy(workflow_id: str, seconds: float) -> str:
 
 
 @durable.workflow(registry=registry, name="counter.queued")
-def queued(workflow_id: str, seconds: float) -> str:
+def queued(workflow_id: str, /, seconds: float) -> str:
     return occupy(workflow_id, seconds)
 
 
 @durable.workflow(registry=registry, name="counter.long_trip")
-def long_trip(workflow_id: str, n: int, pause: float) -> str:
+def long_trip(workflow_id: str, /, n: int, pause: float) -> str:
     """Books a flight (undone by its compensation), then works for a long time."""
     book("flight", 10)
     for i in range(n):
@@ -281,7 +281,7 @@ def long_trip(workflow_id: str, n: int, pause: float) -> str:
 
 
 @durable.workflow(registry=registry, name="counter.tree")
-def tree(workflow_id: str, n: int, pause: float) -> str:
+def tree(workflow_id: str, /, n: int, pause: float) -> str:
     """Books a hotel, then runs long_trip as a child: cancelling this cancels both."""
     book("hotel", 25)
     long_trip(f"{workflow_id}/child", n, pause)
@@ -289,14 +289,14 @@ def tree(workflow_id: str, n: int, pause: float) -> str:
 
 
 @durable.workflow(registry=registry, name="counter.booked_nap")
-def booked_nap(workflow_id: str, seconds: float) -> str:
+def booked_nap(workflow_id: str, /, seconds: float) -> str:
     book("car", 7)
     durable.sleep(seconds)
     return count_step(workflow_id, "after")
 
 
 @durable.workflow(registry=registry, name="counter.booked_wait")
-def booked_wait(workflow_id: str) -> str:
+def booked_wait(workflow_id: str, /) -> str:
     """Books a car (undone by its compensation), waits for "go", then ships."""
     book("car", 7)
     durable.recv("go", timeout=3600)
@@ -304,7 +304,7 @@ def booked_wait(workflow_id: str) -> str:
 
 
 @durable.workflow(registry=registry, name="counter.deadline_nap", timeout=3600)
-def deadline_nap(workflow_id: str, seconds: float) -> str:
+def deadline_nap(workflow_id: str, /, seconds: float) -> str:
     """Sleeps longer than its one-hour timeout allows."""
     count_step(workflow_id, "before")
     durable.sleep(seconds)
@@ -324,7 +324,7 @@ def spend(workflow_id: str, i: int) -> int:
     name="counter.spender",
     budget=durable.Budget(dollars=100.0, tokens=1_000_000),
 )
-def spender(workflow_id: str, n: int) -> int:
+def spender(workflow_id: str, /, n: int) -> int:
     return sum(spend(workflow_id, i) for i in range(n))
 
 
@@ -340,7 +340,7 @@ async def count_step_async(workflow_id: str, label: str) -> str:
 
 
 @durable.workflow(registry=registry, name="counter.three_steps.async")
-async def three_steps_async(workflow_id: str) -> list[str]:
+async def three_steps_async(workflow_id: str, /) -> list[str]:
     return [await count_step_async(workflow_id, f"s{i}") for i in (1, 2, 3)]
 
 
@@ -354,7 +354,7 @@ async def record_refund_async(conn: Any, workflow_id: str, order_id: str, cents:
 
 
 @durable.workflow(registry=registry, name="counter.refunds.async")
-async def refunds_async(workflow_id: str, orders: list[list[object]]) -> int:
+async def refunds_async(workflow_id: str, /, orders: list[list[object]]) -> int:
     total = 0
     for order_id, cents in orders:
         total += await record_refund_async(workflow_id, str(order_id), int(str(cents)))
@@ -402,29 +402,29 @@ async def _fifty_async(workflow_id: str) -> int:
 
 
 @durable.workflow(registry=registry, name="counter.fifty_sync.async", durability="sync")
-async def fifty_sync_async(workflow_id: str) -> int:
+async def fifty_sync_async(workflow_id: str, /) -> int:
     return await _fifty_async(workflow_id)
 
 
 @durable.workflow(registry=registry, name="counter.fifty_async.async", durability="async")
-async def fifty_async_async(workflow_id: str) -> int:
+async def fifty_async_async(workflow_id: str, /) -> int:
     return await _fifty_async(workflow_id)
 
 
 @durable.workflow(registry=registry, name="counter.fifty_exit.async", durability="exit")
-async def fifty_exit_async(workflow_id: str) -> int:
+async def fifty_exit_async(workflow_id: str, /) -> int:
     return await _fifty_async(workflow_id)
 
 
 @durable.workflow(registry=registry, name="counter.napper.async")
-async def napper_async(workflow_id: str, seconds: float) -> str:
+async def napper_async(workflow_id: str, /, seconds: float) -> str:
     await count_step_async(workflow_id, "before")
     await durable.sleep_async(seconds)
     return await count_step_async(workflow_id, "after")
 
 
 @durable.workflow(registry=registry, name="counter.receiver.async")
-async def receiver_async(workflow_id: str, n: int) -> list[object]:
+async def receiver_async(workflow_id: str, /, n: int) -> list[object]:
     got = []
     for _ in range(n):
         message = await durable.recv_async("orders", timeout=30)
@@ -445,7 +445,7 @@ async def spend_async(workflow_id: str, i: int) -> int:
     name="counter.spender.async",
     budget=durable.Budget(dollars=100.0, tokens=1_000_000),
 )
-async def spender_async(workflow_id: str, n: int) -> int:
+async def spender_async(workflow_id: str, /, n: int) -> int:
     return sum([await spend_async(workflow_id, i) for i in range(n)])
 
 
@@ -470,7 +470,7 @@ book_async.compensation(unbook_async)  # type: ignore[attr-defined]
 
 
 @durable.workflow(registry=registry, name="counter.long_trip.async")
-async def long_trip_async(workflow_id: str, n: int, pause: float) -> str:
+async def long_trip_async(workflow_id: str, /, n: int, pause: float) -> str:
     await book_async("flight", 10)
     for i in range(n):
         await slow_step_async(workflow_id, f"work{i}", pause)
@@ -478,21 +478,21 @@ async def long_trip_async(workflow_id: str, n: int, pause: float) -> str:
 
 
 @durable.workflow(registry=registry, name="counter.tree.async")
-async def tree_async(workflow_id: str, n: int, pause: float) -> str:
+async def tree_async(workflow_id: str, /, n: int, pause: float) -> str:
     await book_async("hotel", 25)
     await long_trip_async(f"{workflow_id}/child", n, pause)
     return "done"
 
 
 @durable.workflow(registry=registry, name="counter.booked_nap.async")
-async def booked_nap_async(workflow_id: str, seconds: float) -> str:
+async def booked_nap_async(workflow_id: str, /, seconds: float) -> str:
     await book_async("car", 7)
     await durable.sleep_async(seconds)
     return await count_step_async(workflow_id, "after")
 
 
 @durable.workflow(registry=registry, name="counter.booked_wait.async")
-async def booked_wait_async(workflow_id: str) -> str:
+async def booked_wait_async(workflow_id: str, /) -> str:
     await book_async("car", 7)
     await durable.recv_async("go", timeout=3600)
     return await count_step_async(workflow_id, "ship")
@@ -512,19 +512,19 @@ async def trip_async() -> str:
 
 
 @durable.workflow(registry=registry, name="counter.deadline_nap.async", timeout=3600)
-async def deadline_nap_async(workflow_id: str, seconds: float) -> str:
+async def deadline_nap_async(workflow_id: str, /, seconds: float) -> str:
     await count_step_async(workflow_id, "before")
     await durable.sleep_async(seconds)
     return await count_step_async(workflow_id, "after")
 
 
 @durable.workflow(registry=registry, name="counter.queued.async")
-async def queued_async(workflow_id: str, seconds: float) -> str:
+async def queued_async(workflow_id: str, /, seconds: float) -> str:
     return await durable.to_thread(occupy, workflow_id, seconds)
 
 
 @durable.workflow(registry=registry, name="counter.big_refund.async")
-async def big_refund_async(cents: int, timeout: float | None) -> str:
+async def big_refund_async(cents: int, timeout: float | None, /) -> str:
     await count_step_async("big", "before-gate")
     decision = await durable.approval_async(
         "refund-over-limit", payload={"cents": cents}, timeout=timeout, default=False

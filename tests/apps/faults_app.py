@@ -79,12 +79,12 @@ def _order(workflow_id: str, cents: int) -> str:
 
 
 @durable.workflow(registry=registry, name="faults.order")
-def order(workflow_id: str, cents: int) -> str:
+def order(workflow_id: str, /, cents: int) -> str:
     return _order(workflow_id, cents)
 
 
 @durable.workflow(registry=registry, name="faults.charge_first")
-def charge_first(workflow_id: str, cents: int) -> str:
+def charge_first(workflow_id: str, /, cents: int) -> str:
     """The charge is the workflow's first call: nothing is journaled before it."""
     charge(workflow_id, cents)
     note(workflow_id, "after")
@@ -95,7 +95,7 @@ ORDER_TIMEOUT = 3.0
 
 
 @durable.workflow(registry=registry, name="faults.order_in_time", timeout=ORDER_TIMEOUT)
-def order_in_time(workflow_id: str, cents: int) -> str:
+def order_in_time(workflow_id: str, /, cents: int) -> str:
     return _order(workflow_id, cents)
 
 
@@ -119,7 +119,7 @@ def unprintable_step(workflow_id: str) -> None:
 
 
 @durable.workflow(registry=registry, name="faults.unprintable")
-def unprintable(workflow_id: str) -> str:
+def unprintable(workflow_id: str, /) -> str:
     unprintable_step(workflow_id)
     return "unreachable"
 
@@ -144,7 +144,7 @@ def exit_step(workflow_id: str, kind: str, fail_times: int) -> int:
 
 
 @durable.workflow(registry=registry, name="faults.exiting")
-def exiting(workflow_id: str, kind: str, fail_times: int) -> int:
+def exiting(workflow_id: str, /, kind: str, fail_times: int) -> int:
     n = exit_step(workflow_id, kind, fail_times)
     note(workflow_id, "after-exit")
     return n

@@ -41,7 +41,7 @@ def prompts(workflow_id: str) -> list[str]:
 
 
 @durable.workflow(registry=registry, budget=BUDGET)
-def openai_agent(workflow_id: str) -> list[str]:
+def openai_agent(workflow_id: str, /) -> list[str]:
     out = []
     for p in prompts(workflow_id):
         r = oa.chat.completions.create(
@@ -52,14 +52,14 @@ def openai_agent(workflow_id: str) -> list[str]:
 
 
 @durable.workflow(registry=registry, budget=BUDGET)
-def responses_agent(workflow_id: str) -> list[str]:
+def responses_agent(workflow_id: str, /) -> list[str]:
     return [
         oa.responses.create(model="gpt-4o-mini", input=p).output_text for p in prompts(workflow_id)
     ]
 
 
 @durable.workflow(registry=registry, budget=BUDGET)
-async def openai_async_agent(workflow_id: str) -> list[str]:
+async def openai_async_agent(workflow_id: str, /) -> list[str]:
     out = []
     for i, p in enumerate(prompts(workflow_id)):
         if i % 2:  # every other call streams
@@ -78,7 +78,7 @@ async def openai_async_agent(workflow_id: str) -> list[str]:
 
 
 @durable.workflow(registry=registry, budget=BUDGET)
-def anthropic_agent(workflow_id: str) -> list[str]:
+def anthropic_agent(workflow_id: str, /) -> list[str]:
     out = []
     for i, p in enumerate(prompts(workflow_id)):
         messages = [{"role": "user", "content": p}]
@@ -94,7 +94,7 @@ def anthropic_agent(workflow_id: str) -> list[str]:
 
 
 @durable.workflow(registry=registry, budget=BUDGET)
-async def anthropic_async_agent(workflow_id: str) -> list[str]:
+async def anthropic_async_agent(workflow_id: str, /) -> list[str]:
     out = []
     for p in prompts(workflow_id):
         r = await an_async.messages.create(

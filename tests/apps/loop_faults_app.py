@@ -85,7 +85,7 @@ async def note(workflow_id: str, what: str) -> str:
 
 
 @durable.workflow(registry=registry, name="loop_faults.exiting")
-async def exiting(workflow_id: str, kind: str, fail_times: int, gathered: bool) -> int:
+async def exiting(workflow_id: str, /, kind: str, fail_times: int, gathered: bool) -> int:
     if gathered:
         # The exit is raised in a task of its own (a branch of the gather).
         n, _ = await asyncio.gather(
@@ -106,7 +106,7 @@ async def nap_step(workflow_id: str, seconds: float) -> str:
 
 
 @durable.workflow(registry=registry, name="loop_faults.napping")
-async def napping(workflow_id: str, seconds: float) -> str:
+async def napping(workflow_id: str, /, seconds: float) -> str:
     rested = await nap_step(workflow_id, seconds)
     await note(workflow_id, "after-nap")
     return rested
@@ -139,7 +139,7 @@ async def break_step(workflow_id: str) -> str:
 
 
 @durable.workflow(registry=registry, name="loop_faults.breaking")
-async def breaking(workflow_id: str) -> str:
+async def breaking(workflow_id: str, /) -> str:
     state = await break_step(workflow_id)
     await note(workflow_id, "after-break")
     return state

@@ -42,17 +42,17 @@ async def answer(workflow_id: str, i: int) -> int:
 
 
 @durable.workflow(registry=registry)
-async def fan_steps(workflow_id: str) -> list[int]:
+async def fan_steps(workflow_id: str, /) -> list[int]:
     return list(await asyncio.gather(*(answer(workflow_id, i) for i in range(10))))
 
 
 @durable.workflow(registry=registry)
-async def one(workflow_id: str, i: int) -> int:
+async def one(workflow_id: str, /, i: int) -> int:
     return await answer(workflow_id, i)
 
 
 @durable.workflow(registry=registry)
-async def fan_children(workflow_id: str) -> list[int]:
+async def fan_children(workflow_id: str, /) -> list[int]:
     return list(await asyncio.gather(*(one(workflow_id, i) for i in range(10))))
 
 

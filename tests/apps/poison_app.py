@@ -124,7 +124,7 @@ TYPED_STEPS = 8
 
 
 @durable.workflow(registry=registry, name="poison.typed")
-def typed(workflow_id: str, order: Order) -> str:
+def typed(workflow_id: str, /, order: Order) -> str:
     see(workflow_id, "input", order)
     assert isinstance(order, Order), type(order)
     made = see(workflow_id, "make_order", make_order(order.order_id, order.cents * 2))

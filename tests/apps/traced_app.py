@@ -48,12 +48,12 @@ def work(workflow_id: str, label: str) -> str:
 
 
 @durable.workflow(registry=registry, name="traced.child")
-def child(workflow_id: str) -> str:
+def child(workflow_id: str, /) -> str:
     return work(workflow_id, "c1")
 
 
 @durable.workflow(registry=registry, name="traced.parent")
-def parent(workflow_id: str) -> list[str]:
+def parent(workflow_id: str, /) -> list[str]:
     done = [work(workflow_id, "s1"), work(workflow_id, "s2"), work(workflow_id, "s3")]
     done.append(child(f"{workflow_id}/child"))
     done.append(work(workflow_id, "s4"))
@@ -67,12 +67,12 @@ async def work_async(workflow_id: str, label: str) -> str:
 
 
 @durable.workflow(registry=registry, name="traced.child.async")
-async def child_async(workflow_id: str) -> str:
+async def child_async(workflow_id: str, /) -> str:
     return await work_async(workflow_id, "c1")
 
 
 @durable.workflow(registry=registry, name="traced.parent.async")
-async def parent_async(workflow_id: str) -> list[str]:
+async def parent_async(workflow_id: str, /) -> list[str]:
     done = [await work_async(workflow_id, label) for label in ("s1", "s2", "s3")]
     done.append(await child_async(f"{workflow_id}/child"))
     done.append(await work_async(workflow_id, "s4"))

@@ -26,7 +26,7 @@ def held(workflow_id: str, gate: str) -> str:
 
 
 @durable.workflow(registry=registry, name="twin.hold")
-def hold(workflow_id: str, gate: str) -> str:
+def hold(workflow_id: str, /, gate: str) -> str:
     return held(workflow_id, gate)
 
 
@@ -37,5 +37,5 @@ def mark(workflow_id: str) -> str:
 
 
 @durable.workflow(registry=registry, name="twin.quick")
-def quick(workflow_id: str) -> str:
+def quick(workflow_id: str, /) -> str:
     return mark(workflow_id)

@@ -1,0 +1,225 @@
+# mypy: disable-error-code="overload-cannot-match"
+# (mypy takes `*args: P.args, **kwargs: P.kwargs` as broader than any keyword option;
+# it is not: the first overload fails for a function without that parameter.)
+"""The options of a start (`workflow_id=`, and for a queue `dedup_key=`, `priority=`,
+`delay=`): keyword-only, typed, and never confused with the workflow's own arguments.
+
+A start takes the workflow's arguments and its own options in one call, as
+`engine.start(fn, *args, workflow_id="a", **kwargs)`. Python's typing cannot put keyword
+parameters after `*args: P.args` (PEP 612), so each start is typed by a Protocol with
+overloads: the first checks the workflow's arguments against `fn` when no option is given;
+the others, chosen when one is, check each option's type and take the arguments as given.
+So that an option never swallows an argument of the same name, a workflow may not have a
+parameter that can be passed by keyword under an option's name: `@workflow` refuses it.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
+
+from durable.errors import DefinitionError
+
+if TYPE_CHECKING:
+    from durable._handles import AsyncWorkflowHandle, WorkflowHandle
+
+P = ParamSpec("P")
+
+#: The keywords a start (start, start_async, submit) takes for itself.
+START_OPTIONS = ("workflow_id",)
+#: The keywords an enqueue takes for itself.
+ENQUEUE_OPTIONS = ("workflow_id", "dedup_key", "priority", "delay")
+#: Names a workflow's keyword-passable parameters may not have: the options above, and
+#: those reserved for starts (a per-call `timeout`, a queue's `partition_key`).
+RESERVED = frozenset((*START_OPTIONS, *ENQUEUE_OPTIONS, "timeout", "partition_key"))
+
+
+def check_parameters(fn: Callable[..., Any], name: str) -> None:
+    """Refuse a workflow whose parameter a start option would take: `engine.start(fn,
+    workflow_id="a")` would start workflow "a" with the parameter missing."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # a builtin or C function: nothing to check
+        return
+    keyword = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    for param in params:
+        if param.kind in keyword and param.name in RESERVED:
+            raise DefinitionError(
+                f"workflow {name!r} has a parameter named {param.name!r}, which is also an "
+                f"option of engine.start/submit/enqueue ({param.name}=...): a start would "
+                f"take it as the option, not as this workflow's argument. Rename the "
+                f"parameter, or make it positional-only (`def {fn.__name__}(..., "
+                f"{param.name}, /, ...)`); inside the workflow, durable.workflow_id() "
+                "gives the run's own id"
+            )
+
+
+H = TypeVar("H", covariant=True)
+
+
+class QueueLike(Protocol):
+    """What an enqueue's typing asks of its queue (a durable.Queue; checked when called)."""
+
+    @property
+    def name(self) -> str: ...
+
+
+class Start(Protocol[H]):
+    """`start(fn, *args, workflow_id=None, **kwargs)`: Engine.start and Client.submit
+    (`Start[WorkflowHandle]`), Engine.start_async (`Start[Awaitable[AsyncWorkflowHandle]]`)."""
+
+    @overload
+    def __call__(self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> H: ...
+    @overload
+    def __call__(
+        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None, **kwargs: Any
+    ) -> H: ...
+
+
+class Enqueue(Protocol[H]):
+    """`enqueue(queue, fn, *args, workflow_id=, dedup_key=, priority=, delay=, **kwargs)`:
+    Engine.enqueue and Client.enqueue (`Enqueue[WorkflowHandle]`), and their `_async`
+    twins (`Enqueue[Awaitable[AsyncWorkflowHandle]]`)."""
+
+    @overload
+    def __call__(
+        self, queue: QueueLike, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        queue: QueueLike,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        queue: QueueLike,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None,
+        priority: int | None = None,
+        delay: float | None = None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        queue: QueueLike,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None,
+        delay: float | None = None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        queue: QueueLike,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None,
+        **kwargs: Any,
+    ) -> H: ...
+
+
+class QueueEnqueue(Protocol):
+    """`queue.enqueue(fn, *args, workflow_id=, dedup_key=, priority=, delay=, **kwargs)`."""
+
+    @overload
+    def __call__(
+        self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs
+    ) -> WorkflowHandle: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None,
+        priority: int | None = None,
+        delay: float | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None,
+        delay: float | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None,
+        **kwargs: Any,
+    ) -> WorkflowHandle: ...
+
+
+# The typed views of the methods that start: each decorates the method it types, which
+# keeps its own (runtime) signature, keyword-only options included, and its docstring.
+
+
+def start_method(fn: Callable[..., WorkflowHandle]) -> Start[WorkflowHandle]:
+    return cast("Start[WorkflowHandle]", fn)
+
+
+def start_method_async(
+    fn: Callable[..., Awaitable[AsyncWorkflowHandle]],
+) -> Start[Awaitable[AsyncWorkflowHandle]]:
+    return cast("Start[Awaitable[AsyncWorkflowHandle]]", fn)
+
+
+def enqueue_method(fn: Callable[..., WorkflowHandle]) -> Enqueue[WorkflowHandle]:
+    return cast("Enqueue[WorkflowHandle]", fn)
+
+
+def enqueue_method_async(
+    fn: Callable[..., Awaitable[AsyncWorkflowHandle]],
+) -> Enqueue[Awaitable[AsyncWorkflowHandle]]:
+    return cast("Enqueue[Awaitable[AsyncWorkflowHandle]]", fn)
+
+
+def queue_enqueue_method(fn: Callable[..., WorkflowHandle]) -> QueueEnqueue:
+    return cast("QueueEnqueue", fn)
