@@ -165,7 +165,7 @@ def _make_old_style_cluster(data_dir: Path) -> tuple[int, pwd.struct_passwd | No
         os.chown(data_dir, user.pw_uid, user.pw_gid)
     _embedded._run(
         [
-            str(_embedded._bin_dir(None) / "initdb"),
+            str(_embedded._bin_dir(None, user) / "initdb"),
             *("-D", str(data_dir), "-U", "postgres", "--auth=trust", "--encoding=UTF8"),
             *("--locale=C", "--no-instructions"),
         ],
@@ -191,7 +191,7 @@ def test_a_trusting_data_directory_is_locked_down_at_its_next_start(
         options = f"-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={data_dir}"
         _embedded._run(
             [
-                str(_embedded._bin_dir(version) / "pg_ctl"),
+                str(_embedded._bin_dir(version, user) / "pg_ctl"),
                 *("start", "-D", str(data_dir), "-l", str(data_dir / "server.log")),
                 *("-o", options, "-w", "-t", "60"),
             ],
