@@ -647,7 +647,9 @@ class Runner:
                 )
                 continue
             attempts = int(row.get("recovery_attempts") or 0)
-            if attempts:
+            # A crash's recovery, not a workflow that was waiting (a sleep, a message, a
+            # queue slot) and is due: recovery_attempts counts every crash of its life.
+            if row.get("lease_expired"):
                 logger.info(
                     "recovering workflow %s (its lease expired; attempt %d)",
                     row["workflow_id"],

@@ -666,7 +666,7 @@ SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_att
         CASE WHEN w.deadline_at IS NULL THEN w.timeout_seconds END)),
     updated_at = {schema}.current_time()
 FROM (
-    SELECT workflow_id FROM {schema}.workflows
+    SELECT workflow_id, status FROM {schema}.workflows
     WHERE (status = 'PENDING'
            OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
@@ -681,7 +681,8 @@ FROM (
 ) AS c
 WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context,
+    c.status = 'RUNNING' AS lease_expired
 
 -- claim_batch_cas --
 -- claim_batch for distributed PostgreSQL, which cannot lock rows of many shards in one
@@ -689,7 +690,7 @@ RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.
 -- still claimable, a compare-and-set in the UPDATE's WHERE. A row another worker claimed
 -- in between is re-checked after its lock and skipped.
 WITH c AS (
-    SELECT workflow_id FROM {schema}.workflows
+    SELECT workflow_id, status FROM {schema}.workflows
     WHERE (status = 'PENDING'
            OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
@@ -726,7 +727,8 @@ WHERE w.workflow_id = c.workflow_id
   AND (w.name, coalesce(w.version, '')) IN (
       SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context,
+    c.status = 'RUNNING' AS lease_expired
 
 -- renew_claim --
 -- Keep a claim that waited in the queue, if it is still this run's: renewing its lease

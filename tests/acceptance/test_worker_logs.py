@@ -42,6 +42,7 @@ def test_the_worker_logs_one_json_line_per_event(
         client.submit(logs_app.gated, workflow_id="gated")
         client.submit(logs_app.steps, workflow_id="changed")
         client.submit(logs_app.steps, workflow_id="orphan")
+        client.submit(logs_app.napper, workflow_id="napper")  # recovered, then sleeps
         client.submit(ghost, workflow_id="ghost-1")  # no worker has its code
     with psycopg.connect(database_url, autocommit=True) as conn:
         # Code changed under a journal: position 0 was another step.
@@ -53,7 +54,7 @@ def test_the_worker_logs_one_json_line_per_event(
         conn.execute(
             "UPDATE durable.workflows SET status = 'RUNNING', owner = 'dead-worker',"
             " epoch = epoch + 1, lease_expires_at = now() - interval '1 minute'"
-            " WHERE workflow_id = 'orphan'"
+            " WHERE workflow_id IN ('orphan', 'napper')"
         )
     log = tmp_path / "worker.log"
     env = {**subprocess_env, "DURABLE_DATABASE_URL": database_url, "DURABLE_LOG_LEVEL": "INFO"}
@@ -75,6 +76,7 @@ def test_the_worker_logs_one_json_line_per_event(
                 ("nondeterminism", "changed"),
                 ("recover", "orphan"),
                 ("orphan", "ghost-1"),
+                ("claim", "napper"),  # its wake-up
             ]
             deadline = time.monotonic() + 30
             while time.monotonic() < deadline and not all(_has(log, *e) for e in expected):
@@ -91,6 +93,9 @@ def test_the_worker_logs_one_json_line_per_event(
     assert gate["gate"] == "ship"
     recover = next(e for e in events if e.get("event") == "recover")
     assert recover["attempt"] == 1 and recover["workflow"] == "logs.steps"
+    # A wake-up after a recovery is a claim, not another recovery.
+    napper = [e["event"] for e in events if e.get("workflow_id") == "napper"]
+    assert napper.count("recover") == 1 and "claim" in napper[napper.index("recover") :], napper
     # Routine steps log nothing at INFO: no INFO line mentions the step.
     assert not any(e["level"] == "INFO" and "logs.a" in e["message"] for e in events)
 

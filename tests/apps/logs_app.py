@@ -17,6 +17,13 @@ def steps() -> str:
     return a()
 
 
+@durable.workflow(registry=registry, name="logs.napper")
+def napper() -> str:
+    a()
+    durable.sleep(1.5)  # long enough to suspend: the wake-up is a claim
+    return a()
+
+
 @durable.workflow(registry=registry, name="logs.fails")
 def fails() -> str:
     raise ValueError("this workflow fails on purpose")
