@@ -401,12 +401,15 @@ def fork(
     """Start a new workflow with the same inputs, reusing the journal before a step."""
     with _client(database_url, schema) as client:
         handle = client.fork(workflow_id, from_step=from_step, new_id=new_id, version=version)
-    click.echo(
-        f"forked {workflow_id} from step {from_step}: steps before it are reused, the rest "
-        "run anew on a worker; the fork's id is:",
-        err=True,
+    said = (
+        f"forked {workflow_id} from step {from_step} as {handle.workflow_id}: steps before it "
+        "are reused, the rest run anew on a worker"
     )
-    click.echo(handle.workflow_id)
+    if sys.stdout.isatty():  # a person: one sentence, in the order it is read
+        click.echo(inert(said))
+        return
+    click.echo(handle.workflow_id)  # a script: the id alone on stdout, the sentence beside it
+    click.echo(inert(said), err=True)
 
 
 @workflows.command("export")

@@ -5,6 +5,8 @@ fork that says what it did, queues, and executors that can be pruned."""
 from __future__ import annotations
 
 import json
+import os
+import pty
 import subprocess
 import sys
 
@@ -17,6 +19,27 @@ def cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "durable.cli", *args], capture_output=True, text=True, timeout=60
     )
+
+
+def _in_a_terminal(*args: str) -> str:
+    """What `durable ARGS` shows a person: stdout and stderr on one pseudo-terminal."""
+    main, side = pty.openpty()
+    with subprocess.Popen(
+        [sys.executable, "-m", "durable.cli", *args], stdout=side, stderr=side, stdin=side
+    ) as proc:
+        os.close(side)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(main, 4096)
+            except OSError:  # the terminal closed: the command ended
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        assert proc.wait(timeout=60) == 0
+    os.close(main)
+    return b"".join(chunks).decode().replace("\r\n", "\n")
 
 
 def test_a_worker_app_that_cannot_be_loaded_is_a_usage_error() -> None:
@@ -64,7 +87,17 @@ def test_ids_and_values_are_shown_as_stored_and_whole_on_request(database_url: s
     assert "y" * 300 in full.stdout.replace("\n", "").replace("│", "").replace(" ", "")
     forked = cli("workflows", "fork", odd_id, "--from-step", "0", "--new-id", "fork-1", *url)
     assert forked.returncode == 0, forked.stderr
-    assert forked.stdout.strip() == "fork-1" and "forked" in forked.stderr
+    # To a script: the id alone on stdout; the sentence on stderr names it too.
+    assert forked.stdout.strip() == "fork-1"
+    assert f"forked {odd_id} from step 0 as fork-1" in forked.stderr
+    # To a person at a terminal: one sentence, naming the fork.
+    said = _in_a_terminal(
+        "workflows", "fork", odd_id, "--from-step", "0", "--new-id", "fork-2", *url
+    )
+    assert said.strip().splitlines() == [
+        f"forked {odd_id} from step 0 as fork-2: steps before it are reused, the rest run anew "
+        "on a worker"
+    ]
     queues = json.loads(cli("queues", "list", "--json", *url).stdout)
     assert queues == [{"queue_name": "polish-q", "queued": 1, "active": 0, "finished": 0}]
 
