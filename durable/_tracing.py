@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
+from durable._extras import extra
 from durable.errors import WorkflowInterrupted, WorkflowSuspended
 
 try:
@@ -188,13 +189,8 @@ def instrument_psycopg(**options: Any) -> None:
     `opentelemetry-instrumentation-psycopg`), so every statement durable runs is a span
     under the step or run that ran it. Call it before the Engine or Client opens its pools:
     connections opened earlier are not instrumented."""
-    try:
+    with extra("otel"):
         from opentelemetry.instrumentation.psycopg import PsycopgInstrumentor
-    except ImportError as exc:
-        raise ImportError(
-            "instrument_psycopg needs opentelemetry-instrumentation-psycopg: "
-            "pip install 'durable-pg[otel]'"
-        ) from exc
     instrumentor = PsycopgInstrumentor()
     if not instrumentor.is_instrumented_by_opentelemetry:
         instrumentor.instrument(**options)

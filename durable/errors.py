@@ -27,7 +27,8 @@ The tree::
     │   │   ├── InvalidNameError
     │   │   ├── InvalidScheduleError
     │   │   ├── InvalidBudgetError
-    │   │   └── UnknownModelPriceError
+    │   │   ├── UnknownModelPriceError
+    │   │   └── MissingExtraError (also an ImportError)
     │   ├── SerializationError
     │   │   └── PayloadTooLargeError
     │   ├── WorkflowArgumentsError (also a TypeError)
@@ -147,6 +148,20 @@ class ConfigurationError(UsageError):
     A UsageError: the setting is in the program or its environment variables. A database
     or embedded server that cannot be reached is not one (DatabaseUnavailableError and
     EmbeddedServerError are InfrastructureErrors)."""
+
+
+class MissingExtraError(ConfigurationError, ImportError):
+    """A part of durable needs an optional extra that is not installed: the message gives
+    the exact `pip install` line."""
+
+    def __init__(self, extra: str, module: str | None) -> None:
+        self.extra = extra
+        self.module = module
+        super().__init__(
+            f"this needs the {extra!r} extra ({module or 'a package'} is not installed): "
+            f"pip install 'durable-pg[{extra}]'"
+        )
+        self.name = module  # ImportError's: the module that is missing
 
 
 class NoEngineError(ConfigurationError):

@@ -23,25 +23,28 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_ai.durable_exec import (
-    JSON_CODEC,
-    BaseDurabilityCapability,
-    DurabilityEngineSpec,
-    DurableOperationBackend,
-    DurableOperationId,
-    JournalCallableOperationBackend,
-    ModelRequestId,
-    RoleBasedOperationConfig,
-)
-
 from durable import _driver_async
 from durable import _labels as labels
 from durable._budget import charge
 from durable._budget import reserve as durable_reserve
 from durable._context import current_run, current_step, workflow_code_run
+from durable._extras import extra
 from durable._models import StepKind
 from durable._registry import StepDef
 from durable.llm import Price, Usage
+
+with extra("pydantic-ai"):
+    from pydantic_ai.durable_exec import (
+        JSON_CODEC,
+        BaseDurabilityCapability,
+        DurabilityEngineSpec,
+        DurableOperationBackend,
+        DurableOperationId,
+        JournalCallableOperationBackend,
+        ModelRequestId,
+        RoleBasedOperationConfig,
+    )
+
 
 __all__ = ["DurableAgent"]
 

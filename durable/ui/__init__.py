@@ -18,6 +18,9 @@ every page needs the token too.
 
 from __future__ import annotations
 
-from durable.ui._app import TOKEN_HEADER, create_app
+from durable._extras import extra
+
+with extra("ui"):
+    from durable.ui._app import TOKEN_HEADER, create_app
 
 __all__ = ["TOKEN_HEADER", "create_app"]

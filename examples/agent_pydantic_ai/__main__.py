@@ -27,7 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import durable
-from examples.agent_pydantic_ai import workflow
+
+try:
+    from examples.agent_pydantic_ai import workflow
+except ModuleNotFoundError as missing:  # the extra is not installed: say how to get it
+    sys.exit(f"{missing}: this example needs pip install 'durable-pg[pydantic-ai]'")
 
 
 def worker(env: dict[str, str], crash: str | None = None) -> subprocess.Popen[bytes]:

@@ -70,3 +70,18 @@ def test_every_readme_sample_runs_as_written(
             cwd=tmp_path,
         )
         assert done.returncode == 0, f"sample {index}:\n{sample}\n{done.stderr}"
+
+
+@pytest.mark.parametrize(
+    ("heading", "extra"),
+    [
+        ("### Model calls that charge themselves", "llm"),
+        ("### pydantic-ai agents", "pydantic-ai"),
+        ("## Console", "ui"),
+        ("## Tracing", "otel"),
+    ],
+)
+def test_each_readme_section_says_the_extra_it_needs(heading: str, extra: str) -> None:
+    readme = (ROOT / "README.md").read_text("utf-8")
+    section = readme.split(f"\n{heading}\n", 1)[1].split("\n#", 1)[0]
+    assert f"pip install 'durable-pg[{extra}]'" in section
