@@ -62,6 +62,7 @@ The tree::
     │   ├── ApprovalConflictError
     │   ├── UnknownScheduleError
     │   ├── QueueDedupError
+    │   ├── NoProjectDatabaseError
     │   └── ImportConflictError
     └── InfrastructureError
         ├── DatabaseUnavailableError
@@ -570,6 +571,21 @@ class UnknownScheduleError(StateError):
         self.name = name
         super().__init__(
             f"no schedule named {name!r}: `durable schedules list` shows the stored ones"
+        )
+
+
+class NoProjectDatabaseError(StateError):
+    """A command that only reads found no database for this project on the embedded server:
+    nothing has run in this project yet (or it ran from another directory)."""
+
+    def __init__(self, project: str, database: str) -> None:
+        self.project = project
+        self.database = database
+        super().__init__(
+            f"project {project} has no database yet ({database} on the embedded PostgreSQL): "
+            "nothing has run in this project. Run the application from this project's "
+            "directory first (or `durable migrate` to create it empty), cd into the project "
+            "that ran it, or pass --database-url / DURABLE_DATABASE_URL"
         )
 
 

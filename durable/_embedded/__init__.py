@@ -85,7 +85,7 @@ from durable._embedded.files import _read_port as _read_port
 from durable._embedded.layout import _socket_dir as _socket_dir
 from durable._embedded.layout import default_data_dir
 from durable._embedded.liveness import server_url
-from durable._embedded.projects import project_database, project_url
+from durable._embedded.projects import project_database, project_root, project_url
 from durable._embedded.server import ensure_server, stop_server
 from durable.errors import EmbeddedServerError
 
@@ -94,6 +94,7 @@ __all__ = [
     "default_data_dir",
     "ensure_server",
     "project_database",
+    "project_root",
     "project_url",
     "server_url",
     "stop_server",

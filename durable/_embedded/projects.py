@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import psycopg
 from psycopg import sql
@@ -17,37 +17,77 @@ from psycopg import sql
 from durable._embedded.files import _read_password
 from durable._embedded.layout import _resolve, _url
 from durable._embedded.server import _ensure
-from durable.errors import EmbeddedServerError
+from durable.errors import EmbeddedServerError, NoProjectDatabaseError
 
-if TYPE_CHECKING:
-    pass
+logger = logging.getLogger("durable")
 
 
-def project_database(directory: Path | None = None) -> str:
-    """The embedded database of a project: named after its directory (the working
-    directory by default), with a hash of the full path so that two checkouts called
-    alike still get two databases."""
+# What marks a project's top directory, as for ruff and git.
+_PROJECT_MARKERS = ("pyproject.toml", ".git")
+
+
+def project_root(directory: Path | None = None) -> Path:
+    """The project a directory (the working directory by default) belongs to: the nearest
+    directory at or above it that holds a pyproject.toml or a .git, else the directory
+    itself. So `cd examples && python hello.py` uses the project's database, not one of
+    its own."""
     try:
-        path = (directory or Path.cwd()).resolve()
+        start = (directory or Path.cwd()).resolve()
     except FileNotFoundError:
         raise EmbeddedServerError(
             "the working directory no longer exists, and the embedded database of a project "
             "is named after it: cd into the project's directory, or pass a database URL"
         ) from None
+    for path in (start, *start.parents):
+        if any((path / marker).exists() for marker in _PROJECT_MARKERS):
+            return path
+    return start
+
+
+def project_database(directory: Path | None = None) -> str:
+    """The embedded database of a project (see project_root): named after its top
+    directory, with a hash of the full path so that two checkouts called alike still get
+    two databases."""
+    path = project_root(directory)
     stem = "".join(c if c.isalnum() else "_" for c in path.name.lower())[:30].strip("_")
     digest = hashlib.sha256(str(path).encode()).hexdigest()[:8]
     return f"durable_{stem or 'root'}_{digest}"
 
 
-def project_url(directory: Path | None = None, data_dir: Path | None = None) -> str:
+def project_url(
+    directory: Path | None = None, data_dir: Path | None = None, *, create: bool = True
+) -> str:
     """The URL of this project's database on the embedded server, the server started and
     the database created if needed: the URL works at once, for `psql "$(durable db url)"`
-    or `durable migrate` as for the engine."""
+    or `durable migrate` as for the engine. With `create=False` (what only reads), a
+    project that has no database yet is said to have none (NoProjectDatabaseError)."""
     data_dir = _resolve(data_dir)
-    name = project_database(directory)  # before the server starts: the cwd may be gone
+    root = project_root(directory)  # before the server starts: the cwd may be gone
+    name = project_database(root)
     port = _ensure(data_dir)
-    _create_database(port, data_dir, name)
+    if create:
+        _create_database(port, data_dir, name)
+    elif not _database_exists(port, data_dir, name):
+        raise NoProjectDatabaseError(str(root), name)
+    logger.info(
+        "project %s: database %s on the embedded PostgreSQL (port %d)",
+        root,
+        name,
+        port,
+        extra={"event": "embedded_database", "project": str(root), "database": name},
+    )
     return _url(port, data_dir, name)
+
+
+def _database_exists(port: int, data_dir: Path, name: str) -> bool:
+    try:
+        with psycopg.connect(
+            _url(port, data_dir), password=_read_password(data_dir), connect_timeout=10
+        ) as conn:
+            found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
+            return found.fetchone() is not None
+    except psycopg.Error as exc:
+        raise EmbeddedServerError(f"could not read the embedded server's databases: {exc}") from exc
 
 
 def _create_database(port: int, data_dir: Path, name: str) -> None:

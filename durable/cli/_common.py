@@ -24,12 +24,14 @@ P = ParamSpec("P")
 R = TypeVar("R")
 
 
-def _resolve_url(url: str | None) -> str:
+def _resolve_url(url: str | None, *, create: bool = True) -> str:
+    """The URL given, else this project's database on the embedded server; one that only
+    reads (`create=False`) says that a project with no database yet has none."""
     if url:
         return url
     from durable import _embedded
 
-    return _embedded.project_url()  # this project's database on the embedded server
+    return _embedded.project_url(create=create)
 
 
 def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
@@ -47,7 +49,8 @@ def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
 @contextmanager
 def _client(url: str | None, schema: str, *, migrate: bool = False) -> Iterator[Client]:
     """A Client for one command: a small pool, no threads, no executor row."""
-    with Client(_resolve_url(url), schema=schema, migrate=migrate, connect_timeout=10) as client:
+    resolved = _resolve_url(url, create=migrate)
+    with Client(resolved, schema=schema, migrate=migrate, connect_timeout=10) as client:
         yield client
 
 

@@ -15,6 +15,7 @@ import click
 from durable import _citus
 from durable._client import Client
 from durable._config import check_schema
+from durable._terminal import inert
 from durable.cli._common import _client, _handle_errors, _Progress, _resolve_url
 from durable.cli._options import DURATION, json_option, progress_option, schema_option, url_option
 
@@ -116,11 +117,16 @@ def db() -> None:
 @db.command("url")
 @_handle_errors
 def db_url() -> None:
-    """Start the embedded server and create this project's database if needed (named after
-    the working directory), then print its URL: `psql "$(durable db url)"` works at once."""
+    """Start the embedded server and create this project's database if needed (the
+    project: the nearest directory up from here with a pyproject.toml or a .git), then print
+    its URL: `psql "$(durable db url)"` works at once. Which project and database it is
+    goes to stderr."""
     from durable import _embedded
 
-    click.echo(_embedded.project_url())
+    root = _embedded.project_root()
+    url = _embedded.project_url(root)
+    click.echo(url)
+    click.echo(inert(f"project {root}: database {_embedded.project_database(root)}"), err=True)
 
 
 @db.command("stop")

@@ -326,3 +326,60 @@ def test_a_working_directory_that_is_gone_is_a_clear_error(
     with pytest.raises(EmbeddedServerError, match="working directory"):
         _embedded.project_url(data_dir=data_dir)
     assert not data_dir.exists()  # refused before anything was started
+
+
+def test_the_project_is_found_from_its_subdirectories(tmp_path: Path) -> None:
+    shop = tmp_path / "shop"
+    (shop / "examples" / "deep").mkdir(parents=True)
+    (shop / "pyproject.toml").write_text("[project]\nname = 'shop'\n")
+    repo = tmp_path / "repo"
+    (repo / "src").mkdir(parents=True)
+    (repo / ".git").mkdir()
+    loose = tmp_path / "loose"
+    loose.mkdir()
+    assert _embedded.project_root(shop / "examples" / "deep") == shop.resolve()
+    assert _embedded.project_root(repo / "src") == repo.resolve()
+    assert _embedded.project_root(loose) == loose.resolve()
+    same = {_embedded.project_database(d) for d in (shop, shop / "examples", shop / "examples")}
+    assert same == {_embedded.project_database(shop / "examples" / "deep")}
+    assert _embedded.project_database(repo / "src") != _embedded.project_database(shop)
+
+
+def test_a_read_from_a_project_with_no_database_says_so(data_dir: Path, tmp_path: Path) -> None:
+    shop = tmp_path / "shop"
+    (shop / "examples").mkdir(parents=True)
+    (shop / "pyproject.toml").write_text("[project]\nname = 'shop'\n")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "DURABLE_DATA_DIR": str(data_dir),
+    }
+
+    def durable(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "durable.cli", *args],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=cwd,
+            timeout=120,
+        )
+
+    made = durable(shop / "examples", "migrate")  # from a subdirectory: the project's database
+    assert made.returncode == 0, made.stderr
+    url = durable(shop, "db", "url")
+    name = _embedded.project_database(shop)
+    assert psycopg.conninfo.conninfo_to_dict(url.stdout.strip())["dbname"] == name
+    assert f"project {shop.resolve()}: database {name}" in url.stderr
+    listed = durable(shop / "examples", "workflows", "list")
+    assert listed.returncode == 0, listed.stderr
+
+    lost = durable(elsewhere, "workflows", "list")
+    assert lost.returncode == 1
+    assert f"project {elsewhere.resolve()} has no database yet" in lost.stderr
+    assert "does not exist; check the URL" not in lost.stderr
+    with psycopg.connect(_embedded.ensure_server(data_dir)) as conn:
+        names = {r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()}
+    assert name in names and _embedded.project_database(elsewhere) not in names  # not made
