@@ -20,7 +20,6 @@ import contextvars
 import dataclasses
 import functools
 import logging
-import os
 import threading
 import time
 import uuid
@@ -29,6 +28,7 @@ from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from durable import _host as host
 from durable import _lifecycle as lifecycle
 from durable import _protocol as protocol
 from durable._async_host import AsyncHosts
@@ -42,7 +42,7 @@ from durable._driver_async import drive_async
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
 from durable._inputs import place_child
 from durable._names import check_name
-from durable._ownership import Ownership
+from durable._ownership import Ownership, say_who_holds
 from durable._queues import Queue
 from durable._recovery import Heartbeat, Worker
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
@@ -55,7 +55,6 @@ from durable._start_options import (
     start_method,
     start_method_async,
 )
-from durable._systemdb import executor_identity
 from durable._urls import is_local
 from durable.errors import ConfigurationError, EngineNotRunningError
 from durable.serialization import Serializer
@@ -65,16 +64,6 @@ if TYPE_CHECKING:
     import sqlalchemy.ext.asyncio
 
 logger = logging.getLogger("durable.engine")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # it exists, as another user
-    return True
 
 
 # How often an engine that is not a worker looks for its own waiting workflows.
@@ -287,6 +276,9 @@ class Engine:
                         taken,
                         extra={"event": "takeover", "executor_id": self.executor_id},
                     )
+            # A process of this host that died (this script, killed and run again) left
+            # claims behind: they are taken at once, not after their leases.
+            ownership.take_back_from_the_dead(db)
             for schedule in self.registry.schedules():
                 db.execute("upsert_schedule", schedule.row())
         except BaseException:
@@ -372,8 +364,8 @@ class Engine:
         row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
         if row is None:
             return True
-        hostname, _ = executor_identity()
-        if row["hostname"] == hostname and not _pid_alive(int(row["pid"])):
+        hostname, _ = host.identity()
+        if row["hostname"] == hostname and not host.pid_alive(int(row["pid"])):
             return True  # on this host we can ask: that process died (a crash): take its runs back
         if float(row["heartbeat_age"]) > self.config.lease_seconds:
             # It stopped beating a lease ago: paused, cut off or gone. If it comes back, it
@@ -478,7 +470,10 @@ class Engine:
                 case lifecycle.Launch():
                     return runner.submit(op.claimed)
                 case lifecycle.LaunchClaim():
-                    return runner.submit_claim(op.workflow_id)
+                    launched = runner.submit_claim(op.workflow_id)
+                    if launched is None:
+                        self._say_who_holds(op.workflow_id)
+                    return launched
             raise AssertionError(f"start does not ask for {op!r}")
 
         future: concurrent.futures.Future[Any] | None = lifecycle.drive(
@@ -528,6 +523,8 @@ class Engine:
                     return asyncio.wrap_future(runner.submit(op.claimed))
                 case lifecycle.LaunchClaim():
                     future = await asyncio.to_thread(runner.submit_claim, op.workflow_id)
+                    if future is None:
+                        await asyncio.to_thread(self._say_who_holds, op.workflow_id)
                     return None if future is None else asyncio.wrap_future(future)
             raise AssertionError(f"start does not ask for {op!r}")
 
@@ -539,6 +536,9 @@ class Engine:
                 run, protocol.record_child_started(run, parent[1], defn.name, workflow_id)
             )
         return handle
+
+    def _say_who_holds(self, workflow_id: str) -> None:
+        say_who_holds(self.client.db, workflow_id, self.config.lease_seconds)
 
     async def _run_direct_async(
         self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]

@@ -18,6 +18,7 @@ read it there.
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import logging
 import threading
@@ -25,7 +26,8 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from durable._systemdb import executor_identity, node_down
+from durable import _host as host
+from durable._systemdb import node_down
 from durable.errors import DatabaseUnavailableError, ExecutorIdTakenError
 
 if TYPE_CHECKING:
@@ -81,15 +83,45 @@ class Ownership:
         under it."""
         self.incarnation = uuid.uuid4().hex
         self._superseded.clear()
-        hostname, pid = executor_identity()
+        hostname, pid = host.identity()
         self.registration = {
             "executor_id": self.executor_id,
             "hostname": hostname,
             "pid": pid,
             "capabilities": json.dumps([[n, v] for n, v in capabilities]),
             "incarnation": self.incarnation,
+            "host_key": host.host_key(),
         }
         return self.registration
+
+    def take_back_from_the_dead(self, db: SystemDB) -> int:
+        """The claims of other executors of this host whose process is gone (a crash: a
+        `kill -9`, an OOM kill) are handed back now, to be recovered at once rather than
+        after their leases; returns how many. Only rows of this very host key are judged
+        (see durable/_host.py), and each only while its row names the incarnation found
+        dead."""
+        key = self.registration.get("host_key") or ""
+        if not key:
+            return 0
+        rows = db.fetch_all("executors_on_host", {"host_key": key, "executor_id": self.executor_id})
+        taken = 0
+        for row in rows:
+            if not host.gone(int(row["pid"]), float(row["registered_at"])):
+                continue
+            dead = {"owner": row["executor_id"], "incarnation": row["incarnation"]}
+            count = db.execute("abandon_dead_executor", dead)
+            db.execute("forget_dead_executor", dead)
+            if count:
+                logger.info(
+                    "executor %s (pid %s on this host) is gone: taking back its %d "
+                    "interrupted workflows now",
+                    row["executor_id"],
+                    row["pid"],
+                    count,
+                    extra={"event": "takeover", "executor_id": row["executor_id"]},
+                )
+            taken += count
+        return taken
 
     def identity_params(self) -> dict[str, Any]:
         return {"executor_id": self.executor_id, "incarnation": self.incarnation}
@@ -202,3 +234,36 @@ class Ownership:
                 self._interrupted.discard((workflow_id, epoch))
         with self._lock:
             return len(self._interrupted) - on_nodes_down
+
+
+def say_who_holds(db: SystemDB, workflow_id: str, lease_seconds: float) -> None:
+    """A start of an id another executor holds waits for it (it is resumed here once
+    its lease runs out, if nobody finishes it first): say what it waits for, and until
+    when, instead of waiting in silence. A warning when the holder has stopped
+    beating (a crashed process elsewhere), else a note."""
+    try:
+        row = db.fetch_one("holder_of", {"workflow_id": workflow_id})
+    except Exception:  # only a message: never fail a start over it
+        logger.debug("could not read who holds %s", workflow_id, exc_info=True)
+        return
+    if row is None or row["owner"] is None or row["lease_left"] is None:
+        return  # not running (suspended, queued) or no lease: nothing is held
+    left = max(0.0, float(row["lease_left"]))
+    until = (dt.datetime.now(dt.UTC) + dt.timedelta(seconds=left)).strftime("%H:%M:%S")
+    age = row["heartbeat_age"]
+    if row["hostname"] is None or age is None:
+        where, stale = "whose process is no longer registered", True
+    else:
+        stale = float(age) > 2 * lease_seconds / 3 + 2  # beats: lease / 3
+        where = f"pid {row['pid']} on {row['hostname']}, heartbeat {float(age):.0f} s ago"
+    logger.log(
+        logging.WARNING if stale else logging.INFO,
+        "workflow %s is held by executor %s (%s): waiting for its lease to run out at "
+        "%s UTC (in %.0f s) to resume it here, unless that executor finishes it first",
+        workflow_id,
+        row["owner"],
+        where,
+        until,
+        left,
+        extra={"event": "held", "workflow_id": workflow_id, "owner": row["owner"]},
+    )

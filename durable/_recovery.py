@@ -106,6 +106,8 @@ class Worker:
                     _unless_node_down(engine.client.expire_approvals)
                     _unless_node_down(engine.fire_schedules)
                     _unless_node_down(self._apply_retention)
+                    # A process of this host that died: its claims are recovered now.
+                    _unless_node_down(engine.ownership.take_back_from_the_dead, engine.client.db)
                 if time.monotonic() >= next_executor_prune:
                     next_executor_prune = time.monotonic() + _EXECUTOR_PRUNE_INTERVAL
                     stale = max(_EXECUTOR_STALE_MIN, 10 * engine.config.lease_seconds)

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -527,10 +525,6 @@ def _create_database(url: str, connect_timeout: int) -> None:
         except psycopg.errors.DuplicateDatabase:
             pass
     logger.info("created database %s", name)
-
-
-def executor_identity() -> tuple[str, int]:
-    return socket.gethostname(), os.getpid()
 
 
 def is_unique_violation(exc: BaseException | None, constraint: str) -> bool:

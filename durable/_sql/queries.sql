@@ -835,24 +835,62 @@ WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED' AND EXISTS (
 -- time is read once, in VALUES: Citus refuses a function that is not IMMUTABLE in DO
 -- UPDATE SET.
 INSERT INTO {schema}.executors (executor_id, hostname, pid, started_at, heartbeat_at,
-    capabilities, incarnation)
+    capabilities, incarnation, host_key)
 VALUES (%(executor_id)s, %(hostname)s, %(pid)s, {schema}.current_time(),
-    {schema}.current_time(), %(capabilities)s, %(incarnation)s)
+    {schema}.current_time(), %(capabilities)s, %(incarnation)s, %(host_key)s)
 ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at,
     hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
-    capabilities = EXCLUDED.capabilities, incarnation = EXCLUDED.incarnation
+    capabilities = EXCLUDED.capabilities, incarnation = EXCLUDED.incarnation,
+    host_key = EXCLUDED.host_key
 
 -- heartbeat_executor --
 -- Refresh this executor's heartbeat while its incarnation holds the id (registering it
 -- again if its row was pruned while it was silent). No row back: another process took
 -- the id over, and this one must stop.
 INSERT INTO {schema}.executors AS e (executor_id, hostname, pid, started_at, heartbeat_at,
-    capabilities, incarnation)
+    capabilities, incarnation, host_key)
 VALUES (%(executor_id)s, %(hostname)s, %(pid)s, {schema}.current_time(),
-    {schema}.current_time(), %(capabilities)s, %(incarnation)s)
+    {schema}.current_time(), %(capabilities)s, %(incarnation)s, %(host_key)s)
 ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
     WHERE e.incarnation = EXCLUDED.incarnation
 RETURNING 1 AS held
+
+-- holder_of --
+-- Who holds a running workflow's claim, and for how long still: its executor's host, pid
+-- and heartbeat age (NULL where its row is gone), and the seconds left on its lease. What
+-- a process that starts the same id again is told it waits for.
+SELECT w.owner, extract(epoch FROM w.lease_expires_at - {schema}.current_time()) AS lease_left,
+    e.hostname, e.pid, extract(epoch FROM {schema}.current_time() - e.heartbeat_at)
+        AS heartbeat_age
+FROM {schema}.workflows AS w
+LEFT JOIN {schema}.executors AS e ON e.executor_id = w.owner
+WHERE w.workflow_id = %(workflow_id)s AND w.status = 'RUNNING'
+
+-- executors_on_host --
+-- The other executors registered from this host (the same host key: the same kernel and
+-- pid namespace), with their pid and when they registered: those whose process is gone
+-- had their claims cut off by a crash.
+SELECT executor_id, pid, incarnation, extract(epoch FROM started_at) AS registered_at
+FROM {schema}.executors
+WHERE host_key = %(host_key)s AND host_key <> '' AND executor_id <> %(executor_id)s
+
+-- abandon_dead_executor --
+-- An executor whose process is gone (seen from its host): expire the leases of what it
+-- was running, so they are claimed at once, each claim counting a recovery attempt. Only
+-- while its row still names the incarnation found dead (a new process under its id is
+-- alive and keeps what it holds).
+UPDATE {schema}.workflows
+SET owner = 'abandoned:' || owner, lease_expires_at = {schema}.current_time(),
+    updated_at = {schema}.current_time()
+WHERE owner = %(owner)s AND status = 'RUNNING'
+  AND EXISTS (SELECT 1 FROM {schema}.executors
+              WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
+
+-- forget_dead_executor --
+-- The row of an executor whose process is gone, once its claims were handed back (if its
+-- incarnation still holds the id).
+DELETE FROM {schema}.executors
+WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s
 
 -- delete_executor --
 -- Forget this executor (clean shutdown), if its incarnation still holds the id.

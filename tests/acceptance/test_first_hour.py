@@ -119,3 +119,52 @@ def test_a_workflow_that_enqueues_children_and_waits_exits_cleanly(
     assert proc.returncode == 0, err
     assert out.strip().splitlines()[-1] == "14"  # 0 + 1 + 4 + 9
     assert time.monotonic() - began < 30
+
+
+def test_a_killed_script_run_again_recovers_its_workflow_at_once(
+    database_url: str, project: dict[str, str]
+) -> None:
+    """On the same host a dead process's claims are taken as soon as it is seen dead: the
+    script run again resumes at once, though the lease has most of an hour to run."""
+    project = {**project, "APP_LEASE_SECONDS": "3000"}
+    first = _run(project, "app.py", "long", "long-1")
+    deadline = time.monotonic() + 30
+    while "long_step HELLO" not in _calls(project) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGKILL)  # inside the step, its claim held for 3000 s
+    first.communicate(timeout=10)
+    again = _run(project, "app.py", "long", "long-1")
+    out, err = again.communicate(timeout=60)  # without the takeover: 3000 s
+    assert again.returncode == 0, err
+    assert out.strip().splitlines()[-1] == "OLLEH"
+    # The journaled step ran once; the one cut off ran again (steps run at least once).
+    assert _calls(project) == ["prepare hello", "long_step HELLO", "long_step HELLO"]
+    with durable.Client(database_url) as client:
+        info = client.get_workflow("long-1")
+    assert info.status == "SUCCESS" and info.recovery_attempts == 1
+
+
+def test_a_start_that_waits_for_a_live_holder_says_until_when(
+    database_url: str, project: dict[str, str]
+) -> None:
+    """Elsewhere (here: a holder that still beats) the wait is said, with its end."""
+    project = {**project, "APP_LEASE_SECONDS": "3000", "APP_LOG_LEVEL": "INFO"}
+    first = _run(project, "app.py", "long", "long-2")
+    try:
+        deadline = time.monotonic() + 30
+        while "long_step HELLO" not in _calls(project) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        second = _run(project, "app.py", "long", "long-2")
+        try:
+            said = ""
+            deadline = time.monotonic() + 30
+            assert second.stderr is not None
+            while "waiting for its lease" not in said and time.monotonic() < deadline:
+                said += second.stderr.readline()
+        finally:
+            second.kill()
+            second.communicate(timeout=10)
+    finally:
+        first.kill()
+        first.communicate(timeout=10)
+    assert "workflow long-2 is held by executor" in said and "UTC (in " in said, said

@@ -345,6 +345,7 @@ def params(name: str, w: str) -> dict[str, Any]:
             "pid": 2,
             "capabilities": json.dumps([["wf", None]]),
             "incarnation": "i1",
+            "host_key": "h/boot/pid:[1]",
         },
         "heartbeat_executor": {
             "executor_id": f"exec-{w}",
@@ -352,8 +353,13 @@ def params(name: str, w: str) -> dict[str, Any]:
             "pid": 2,
             "capabilities": json.dumps([["wf", None]]),
             "incarnation": "i1",
+            "host_key": "h/boot/pid:[1]",
         },
         "delete_executor": {"executor_id": f"exec-{w}", "incarnation": "i1"},
+        "holder_of": {"workflow_id": w},
+        "executors_on_host": {"host_key": "h/boot/pid:[1]", "executor_id": f"exec-{w}"},
+        "abandon_dead_executor": {"owner": f"exec-{w}-dead", "incarnation": "i0"},
+        "forget_dead_executor": {"owner": f"exec-{w}-dead", "incarnation": "i0"},
         "app_migration_lock": {"key": 42},
         "app_record_transaction": {
             "workflow_id": w,

@@ -32,6 +32,7 @@ def registration(incarnation: str, pid: int) -> dict[str, Any]:
         "pid": pid,
         "capabilities": json.dumps([["x", None]]),
         "incarnation": incarnation,
+        "host_key": "",
     }
 
 

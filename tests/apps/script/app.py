@@ -4,6 +4,7 @@ can recover what the script started."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import time
@@ -30,6 +31,23 @@ def support_flow(text: str) -> str:
     return f"{ready}:{reply}:{decision.approved}"
 
 
+@durable.step()
+def long_step(text: str) -> str:
+    """Hangs on its first run (the test kills the script there), returns on the next."""
+    with LOG.open("a") as f:
+        f.write(f"long_step {text}\n")
+    marker = LOG.with_suffix(".hung")
+    if not marker.exists():
+        marker.touch()
+        time.sleep(3600)
+    return text[::-1]
+
+
+@durable.workflow()
+def long_flow(text: str) -> str:
+    return long_step(prepare(text))
+
+
 @durable.workflow()
 def child(n: int) -> int:
     return n * n
@@ -42,9 +60,13 @@ def fan_out(n: int) -> int:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=os.environ.get("APP_LOG_LEVEL", "WARNING"))
     mode, workflow_id = sys.argv[1], sys.argv[2]
-    with durable.Engine(grace_seconds=5) as engine:
-        if mode == "fan-out":
+    lease = float(os.environ.get("APP_LEASE_SECONDS", "30"))
+    with durable.Engine(grace_seconds=5, lease_seconds=lease) as engine:
+        if mode == "long":
+            print(engine.start(long_flow, "hello", workflow_id=workflow_id).result(), flush=True)
+        elif mode == "fan-out":
             print(engine.start(fan_out, 4, workflow_id=workflow_id).result(timeout=60))
         else:
             handle = engine.start(support_flow, "hello", workflow_id=workflow_id)
