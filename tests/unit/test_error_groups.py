@@ -33,6 +33,7 @@ CONFIGURATION = {
     "InvalidScheduleError",
     "InvalidBudgetError",
     "UnknownModelPriceError",
+    "MissingExtraError",
 }
 
 
