@@ -6,7 +6,6 @@ Decorate the long process with `@workflow`, each unit of work with `@step` (or
 re-invoked with its saved inputs and completed steps return their journaled outputs.
 """
 
-from __future__ import annotations
 
 from durable._budget import Reservation, budget_left, charge, reserve
 from durable._client import Client
