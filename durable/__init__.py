@@ -24,6 +24,7 @@ from durable._models import (
     WorkflowInfo,
     WorkflowStatus,
 )
+from durable._debounce import Debouncer
 from durable._patches import deprecate_patch, patched, patched_async
 from durable._queues import Queue
 from durable._registry import Registry, default_registry
@@ -54,6 +55,7 @@ __all__ = [
     "Budget",
     "Client",
     "Clock",
+    "Debouncer",
     "Decision",
     "Engine",
     "FakeClock",

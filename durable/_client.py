@@ -16,18 +16,21 @@ here what records workflows and the operator actions.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 import logging
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
+from durable import _debounce
 from durable import _labels as labels
 from durable import _protocol as protocol
 from durable import _tracing as tracing
 from durable import _transfer as transfer
 from durable._clock import Clock
 from durable._config import Config
+from durable._debounce import Debouncer
 from durable._decorators import workflow_def
 from durable._driver import drive
 from durable._driver_async import drive_async
@@ -46,9 +49,9 @@ from durable._models import (
 from durable._names import check_name, check_text, check_version
 from durable._protocol import encode_error
 from durable._queues import Queue
-from durable._registry import WorkflowDef
+from durable._registry import Registry, WorkflowDef
 from durable._retention import PruneProgress, PruneReport, RetentionPolicy, prune
-from durable._schedules import Schedule
+from durable._schedules import Schedule, backfill, trigger
 from durable._start_options import enqueue_method, enqueue_method_async, start_method
 from durable._systemdb import SystemDB, Tx, is_unique_violation
 from durable.errors import (
@@ -275,6 +278,21 @@ class Client(Messages):
             self.existing(defn, workflow_id)
         else:
             self.notify_work(workflow_id)
+
+    def debounce(
+        self, debouncer: Debouncer[P, R], key: str, /, *args: P.args, **kwargs: P.kwargs
+    ) -> WorkflowHandle:
+        """Debounce a start of the debouncer's workflow under `key` (see durable.Debouncer):
+        it runs once the key has been quiet for the debouncer's period, with the arguments
+        of the last debounce before it started. Returns the handle of that run."""
+        return self.handle(_debounce.debounce(self, debouncer, key, args, kwargs))
+
+    async def debounce_async(
+        self, debouncer: Debouncer[P, R], key: str, /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncWorkflowHandle:
+        """debounce, awaited: an AsyncWorkflowHandle."""
+        workflow_id = await _debounce.debounce_async(self, debouncer, key, args, kwargs)
+        return AsyncWorkflowHandle(self, workflow_id)
 
     # -- operator actions --------------------------------------------------------------
 
@@ -610,6 +628,39 @@ class Client(Messages):
         row = self.db.fetch_one("set_schedule_paused", {"schedule_name": name, "paused": paused})
         if row is None:
             raise UnknownScheduleError(name)
+
+    def backfill_schedule(
+        self,
+        name: str,
+        start: dt.datetime,
+        end: dt.datetime,
+        *,
+        registry: Registry | None = None,
+    ) -> list[WorkflowHandle]:
+        """Run schedule `name`'s ticks from `start` (included) to `end` (excluded), as if it
+        had fired them: each tick's run gets its tick's id, so a tick that already ran (or
+        was backfilled before) starts nothing new. A naive datetime is read in the
+        schedule's timezone. Returns a handle per tick, oldest first (any worker runs them).
+        The workflow's code must be imported here (`registry`: where it is registered,
+        default the default registry): UnknownWorkflowError otherwise."""
+        ids, _ = backfill(self, name, start, end, self.default_durability, registry)
+        return [self.handle(workflow_id) for workflow_id in ids]
+
+    def trigger_schedule(
+        self,
+        name: str,
+        *,
+        workflow_id: str | None = None,
+        registry: Registry | None = None,
+    ) -> WorkflowHandle:
+        """Run schedule `name`'s workflow now, with the current time as its tick, as a run
+        of its own: its id is `workflow_id`, else a new one, never a tick's, so triggering
+        twice runs twice (unless both give the same id) and the tick it falls on still
+        runs. UnknownWorkflowError if the workflow's code is not imported here."""
+        defn, chosen, started = trigger(self, name, workflow_id, self.default_durability, registry)
+        if not started:
+            self.existing(defn, chosen)  # the same id again: its run, if it is this one's
+        return self.handle(chosen)
 
     def prune(
         self,

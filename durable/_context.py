@@ -55,6 +55,9 @@ class ActiveEngine(Protocol):
 
     def enqueue(self, queue: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any: ...
 
+    @property
+    def client(self) -> Any: ...  # its durable.Client (a debouncer records through it)
+
     async def _run_direct_async(
         self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
     ) -> Any: ...

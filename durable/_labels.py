@@ -217,6 +217,21 @@ def schedule_tick_id(schedule_name: str, tick: dt.datetime) -> str:
     return f"{SCHEDULE_PREFIX}{schedule_name}:{tick.astimezone(dt.UTC).isoformat()}"
 
 
+def schedule_trigger_id(schedule_name: str, unique: str) -> str:
+    """The id of a run of a schedule triggered by hand (`trigger_schedule`): never a tick's
+    id, so a triggered run never takes the place of the tick it falls on."""
+    return f"{SCHEDULE_PREFIX}{schedule_name}:trigger:{unique}"
+
+
+DEBOUNCE_PREFIX = "debounce:"
+
+
+def debounce_key(workflow_name: str, key: str) -> str:
+    """Where a Debouncer holds a key in its queue's dedup table: per workflow, so that
+    debouncers of two workflows never share a key."""
+    return f"{DEBOUNCE_PREFIX}{workflow_name}:{key}"
+
+
 def _is_number(text: str) -> bool:
     """A position as written by these labels: decimal digits of a non-negative int."""
     return text.isascii() and text.isdigit()

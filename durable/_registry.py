@@ -140,6 +140,10 @@ class Registry:
     def queues(self) -> list[Any]:
         return list(self._queues.values())
 
+    def get_queue(self, name: str) -> Any | None:
+        """The durable.Queue registered under `name`, if any."""
+        return self._queues.get(name)
+
     def steps(self) -> list[StepDef]:
         return list(self._steps.values())
 

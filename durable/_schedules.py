@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import uuid
 import zoneinfo
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -25,11 +26,17 @@ from durable import _labels as labels
 from durable._decorators import workflow_def
 from durable._names import check_name
 from durable._registry import Registry, default_registry
-from durable.errors import DatabaseUnavailableError, InvalidScheduleError
+from durable.errors import (
+    DatabaseUnavailableError,
+    InvalidScheduleError,
+    UnknownScheduleError,
+    UnknownWorkflowError,
+)
 
 if TYPE_CHECKING:
     from durable._clock import Clock
     from durable._inputs import Inputs
+    from durable._registry import WorkflowDef
     from durable._systemdb import SystemDB, Tx
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -226,3 +233,113 @@ def _fire_one(
         return started
 
     return client.db.atomically(fire, "fire_schedule")
+
+
+# The most ticks one backfill starts: a wider range is split by the caller.
+MAX_BACKFILL_TICKS = 10_000
+
+
+def _stored(client: Starter, name: str) -> dict[str, Any]:
+    """The stored schedule `name` (paused or not); UnknownScheduleError if there is none."""
+    check_name("name", name)
+    for row in client.db.fetch_all("list_schedules", {}):
+        if row["schedule_name"] == name:
+            return row
+    raise UnknownScheduleError(name)
+
+
+def _code(schedule: dict[str, Any], registry: Registry | None) -> WorkflowDef:
+    """The schedule's workflow as this process has it: its timeout and budget are stored
+    with every run, so a run is only recorded where the code is imported."""
+    found = (registry if registry is not None else default_registry).get_workflow(
+        schedule["workflow_name"], schedule["workflow_version"]
+    )
+    if found is None:
+        raise UnknownWorkflowError(schedule["workflow_name"], schedule["workflow_version"])
+    return found
+
+
+def _aware(when: dt.datetime, tz: zoneinfo.ZoneInfo, label: str) -> dt.datetime:
+    """`when` as an aware datetime; a naive one is read in the schedule's timezone."""
+    if not isinstance(when, dt.datetime):
+        raise InvalidScheduleError(f"{label}={when!r}: give a datetime")
+    return when.replace(tzinfo=tz) if when.tzinfo is None else when
+
+
+def backfill_ticks(
+    schedule: dict[str, Any], start: dt.datetime, end: dt.datetime
+) -> list[dt.datetime]:
+    """The schedule's ticks from `start` (included) to `end` (excluded), oldest first."""
+    tz = zoneinfo.ZoneInfo(schedule["timezone"])
+    first, last = _aware(start, tz, "start"), _aware(end, tz, "end")
+    if last < first:
+        raise InvalidScheduleError(f"end={end!r} is before start={start!r}: swap them")
+    # get_next() is strictly after its start, so start one second before.
+    it = croniter(schedule["cron"], first.astimezone(tz) - dt.timedelta(seconds=1))
+    ticks: list[dt.datetime] = []
+    while True:
+        tick = it.get_next(dt.datetime)
+        if tick < first:
+            continue
+        if tick >= last:
+            return ticks
+        if len(ticks) == MAX_BACKFILL_TICKS:
+            raise InvalidScheduleError(
+                f"{start.isoformat()} .. {end.isoformat()} holds more than "
+                f"{MAX_BACKFILL_TICKS} ticks of schedule {schedule['schedule_name']!r}: "
+                "backfill it in smaller ranges"
+            )
+        ticks.append(tick)
+
+
+def backfill(
+    client: Starter,
+    name: str,
+    start: dt.datetime,
+    end: dt.datetime,
+    durability: str,
+    registry: Registry | None = None,
+) -> tuple[list[str], int]:
+    """Record the runs of schedule `name`'s ticks in [start, end): each under its tick's id,
+    the one the schedule itself uses, so a tick that already ran (or was backfilled) starts
+    nothing new. Returns every tick's workflow id and how many were started now."""
+    schedule = _stored(client, name)
+    defn = _code(schedule, registry)
+    ticks = backfill_ticks(schedule, start, end)
+    rows = []
+    for tick in ticks:
+        workflow_id = labels.schedule_tick_id(name, tick)
+        inputs = client.inputs.encode(defn, [tick], {})
+        rows.append(client.inputs.row(defn, workflow_id, inputs, None, durability))
+
+    def record(tx: Tx) -> int:
+        return sum(tx.execute("insert_workflow_pending", row) for row in rows)
+
+    started = client.db.atomically(record, "backfill_schedule") if rows else 0
+    if started:
+        client.notify_work("schedule")
+    return [str(row["workflow_id"]) for row in rows], started
+
+
+def trigger(
+    client: Starter,
+    name: str,
+    workflow_id: str | None,
+    durability: str,
+    registry: Registry | None = None,
+) -> tuple[WorkflowDef, str, bool]:
+    """Record one run of schedule `name` now, outside its ticks: it gets the current time
+    as its tick and an id of its own (`workflow_id`, else a new one), so it never takes a
+    tick's place. Returns the workflow, the id and whether it was started now (False: the
+    id existed)."""
+    schedule = _stored(client, name)
+    defn = _code(schedule, registry)
+    check_name("workflow_id", workflow_id, optional=True)
+    chosen = workflow_id or labels.schedule_trigger_id(name, str(uuid.uuid4()))
+    tick = client.clock.now().astimezone(zoneinfo.ZoneInfo(schedule["timezone"]))
+    inputs = client.inputs.encode(defn, [tick], {})
+    row = client.inputs.row(defn, chosen, inputs, None, durability)
+    started = client.db.execute("insert_workflow_pending", row) > 0
+    if started:
+        client.notify_work(chosen)
+    return defn, chosen, started

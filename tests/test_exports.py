@@ -3,6 +3,7 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "Debouncer",
     "step_id",
     "workflow_id",
     "get_event",

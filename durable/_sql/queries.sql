@@ -1307,6 +1307,20 @@ SELECT EXISTS (
 UPDATE {schema}.queue_dedup SET workflow_id = %(workflow_id)s
 WHERE queue_name = %(queue_name)s AND dedup_key = %(dedup_key)s
 
+-- push_debounced --
+-- Debounce an entry again (in the debounce's transaction, after take_dedup): replace its
+-- inputs and push its start back to `period` seconds from now (never past `max_wait` after
+-- its first debounce), only while no worker has taken it; nothing is returned once it
+-- started, and the debounce then makes the key's next entry.
+UPDATE {schema}.workflows
+SET inputs = %(inputs)s, updated_at = {schema}.current_time(),
+    available_at = CASE WHEN %(max_wait)s::float8 IS NULL
+        THEN {schema}.current_time() + make_interval(secs => %(period)s::float8)
+        ELSE least({schema}.current_time() + make_interval(secs => %(period)s::float8),
+                   created_at + make_interval(secs => %(max_wait)s::float8)) END
+WHERE workflow_id = %(workflow_id)s AND name = %(name)s AND status = 'ENQUEUED'
+RETURNING workflow_id
+
 -- lock_queue --
 -- Serialize dequeuing of one queue (inside the dequeue's transaction); false: another
 -- worker is dequeuing it right now, so this one skips it this round.

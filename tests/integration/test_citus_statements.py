@@ -464,6 +464,13 @@ def params(name: str, w: str) -> dict[str, Any]:
         "take_dedup": {"queue_name": f"q-{w}", "dedup_key": "k", "workflow_id": f"{w}-queued2"},
         "dedup_holder_active": {"holder": f"{w}-queued"},
         "pass_dedup": {"queue_name": f"q-{w}", "dedup_key": "k", "workflow_id": f"{w}-queued2"},
+        "push_debounced": {
+            "workflow_id": f"{w}-queued",
+            "name": "wf",
+            "inputs": '{"args": [2], "kwargs": {}}',
+            "period": 60.0,
+            "max_wait": 120.0,
+        },
         "lock_queue": {"lock_key": f"durable.queue:q-{w}"},
         "dequeue": queue,
         "queue_allowance": queue,
@@ -717,6 +724,7 @@ HOT = [
     "get_workflow",
     "get_workflow_status",
     "patch_point_started",
+    "push_debounced",  # debouncing a key again: one queued entry's inputs and start
     "insert_workflow",
     "insert_workflow_pending",
     "join_suspension",

@@ -81,6 +81,8 @@ def test_derived_ids() -> None:
     # A tick in another zone is stored as the same instant in UTC.
     paris = tick.astimezone(dt.timezone(dt.timedelta(hours=1)))
     assert labels.schedule_tick_id("nightly", paris) == labels.schedule_tick_id("nightly", tick)
+    assert labels.schedule_trigger_id("nightly", "u1") == "schedule:nightly:trigger:u1"
+    assert labels.debounce_key("sync_user", "user-7") == "debounce:sync_user:user-7"
 
 
 @pytest.mark.parametrize("key", ["", "progress", "a:b", "event:nested", "é ü"])

@@ -1,0 +1,217 @@
+"""Debouncing: a burst of starts of one workflow under one key becomes one run, with the
+last inputs, once the key has been quiet for a period.
+
+A debounced start is a delayed queue entry (a workflows row, ENQUEUED, `available_at` in
+the future). The key is held in the queue's dedup table (`queue_dedup`, under the name
+`_labels.debounce_key`), pointing at the key's current entry. Debouncing again takes
+that row first (`take_dedup`: its row lock orders every debounce of one key, in any
+process), then, in ONE statement, replaces the entry's inputs and pushes its start back,
+but only while it is still ENQUEUED. A worker dequeues under FOR UPDATE SKIP LOCKED and
+re-reads the row it locks, so the two never both win: either the update lands first (the
+entry starts later, with the new inputs) or the dequeue does (the update matches nothing,
+and this debounce makes the key's next entry). So each quiet period gives one run, and a
+run gets the inputs of the last debounce that reached it.
+
+`max_wait` bounds how long a stream of debounces can postpone a run: an entry never starts
+later than `max_wait` seconds after its first debounce (its row's `created_at`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+
+from durable import _labels as labels
+from durable._context import current_engine, workflow_code_run
+from durable._decorators import workflow_def
+from durable._names import check_name
+from durable._queues import Queue
+from durable._registry import Registry, default_registry
+from durable.errors import ConfigurationError, DuplicateNameError, NoEngineError
+
+if TYPE_CHECKING:
+    from durable._client import Client
+    from durable._handles import AsyncWorkflowHandle, WorkflowHandle
+    from durable._systemdb import Tx
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# The queue debounced entries wait on when no queue is given: registered in a registry
+# only once a Debouncer is made there, so that engines without one poll no extra queue.
+DEFAULT_QUEUE = "durable.debounce"
+
+# The longest period or max_wait accepted (100 years): beyond it a timestamp overflows.
+_MAX_SECONDS = 100 * 365.25 * 86400
+
+
+def _default_queue(registry: Registry) -> Queue:
+    """The registry's internal debounce queue, registered by the first Debouncer."""
+    existing = registry.get_queue(DEFAULT_QUEUE)
+    if isinstance(existing, Queue):
+        return existing
+    try:
+        return Queue(DEFAULT_QUEUE, registry=registry)
+    except DuplicateNameError:  # another thread registered it meanwhile
+        queue = registry.get_queue(DEFAULT_QUEUE)
+        assert isinstance(queue, Queue)
+        return queue
+
+
+def _seconds(name: str, value: object, *, optional: bool = False) -> float:
+    if (
+        not isinstance(value, int | float)
+        or isinstance(value, bool)
+        or not 0 < value <= _MAX_SECONDS
+    ):
+        raise ConfigurationError(
+            f"{name}={value!r}: give a number of seconds above 0 (at most {_MAX_SECONDS:.0f})"
+            + (", or None" if optional else "")
+        )
+    return float(value)
+
+
+class Debouncer(Generic[P, R]):
+    """Starts `workflow` once per quiet period of a key, with the last inputs given.
+
+    `debouncer.debounce(key, *args, **kwargs)` records a start of the workflow that waits
+    `period` seconds; debouncing the same key again before it started replaces its inputs
+    and pushes its start back to `period` seconds from now, so a burst of calls runs once,
+    with the last call's arguments, after the key has been quiet for `period`. Once the run
+    started, the next debounce of the key waits for a run of its own. `max_wait` (seconds,
+    default None: no bound) caps how long a stream of calls can postpone a run, counted from
+    the first debounce of the period. This holds across processes: the key is taken under a
+    row lock in the database. The entry waits on `queue` (default: an internal queue
+    "durable.debounce"), so any worker that imports the debouncer's module runs it, within
+    that queue's limits.
+
+    Declare it once at import time, like a queue, next to the workflow.
+    """
+
+    def __init__(
+        self,
+        workflow: Callable[P, R],
+        *,
+        period: float,
+        max_wait: float | None = None,
+        queue: Queue | None = None,
+        registry: Registry | None = None,
+    ) -> None:
+        self.defn = workflow_def(workflow)
+        self.period = _seconds("period", period)
+        self.max_wait = None if max_wait is None else _seconds("max_wait", max_wait, optional=True)
+        if queue is not None and not isinstance(queue, Queue):
+            raise ConfigurationError(f"queue={queue!r}: give a durable.Queue, or None")
+        reg = registry if registry is not None else default_registry
+        self.queue = queue if queue is not None else _default_queue(reg)
+
+    def __repr__(self) -> str:
+        return (
+            f"Debouncer({self.defn.name!r}, period={self.period}, max_wait={self.max_wait}, "
+            f"queue={self.queue.name!r})"
+        )
+
+    def debounce(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
+        """Start the workflow for `key` once the key has been quiet for `period` seconds,
+        with these arguments unless a later debounce replaces them; returns the handle of
+        the run that will get them. On the current engine (`with engine:`); a process with
+        only a Client calls `client.debounce(debouncer, key, ...)`. Not from workflow code
+        (call it from a step: its handle's id is then journaled with the step)."""
+        engine = current_engine.get()
+        if engine is None:
+            raise NoEngineError()
+        handle: WorkflowHandle = engine.client.debounce(self, key, *args, **kwargs)
+        return handle
+
+    async def debounce_async(
+        self, key: str, /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncWorkflowHandle:
+        """debounce, awaited: an AsyncWorkflowHandle."""
+        engine = current_engine.get()
+        if engine is None:
+            raise NoEngineError()
+        handle: AsyncWorkflowHandle = await engine.client.debounce_async(self, key, *args, **kwargs)
+        return handle
+
+    def dedup_key(self, key: str) -> str:
+        """Where the key is held in the queue's dedup table: per workflow, so two
+        debouncers of different workflows never share a key."""
+        return labels.debounce_key(self.defn.name, key)
+
+
+def debounce(
+    client: Client,
+    debouncer: Debouncer[Any, Any],
+    key: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> str:
+    """Debounce one start (see Debouncer); the id of the entry that will run it."""
+    if not isinstance(debouncer, Debouncer):
+        raise ConfigurationError(f"debouncer={debouncer!r}: give a durable.Debouncer")
+    check_name("key", key)
+    if workflow_code_run() is not None:
+        raise ConfigurationError(
+            "debounce() from workflow code would not be journaled: call it from a "
+            "@durable.step (the step journals the handle's id), or outside the workflow"
+        )
+    defn = debouncer.defn
+    inputs = client.inputs.encode(defn, args, kwargs)
+    new_id = str(uuid.uuid4())
+    params = client.inputs.row(defn, new_id, inputs, None, client.default_durability)
+    period = debouncer.period
+    max_wait = debouncer.max_wait
+    first_delay = period if max_wait is None else min(period, max_wait)
+    params.update(
+        queue_name=debouncer.queue.name,
+        priority=0,
+        dedup_key=None,
+        delay_seconds=first_delay,
+    )
+    held = {
+        "queue_name": debouncer.queue.name,
+        "dedup_key": debouncer.dedup_key(key),
+        "workflow_id": new_id,
+    }
+    push = {
+        "inputs": inputs,
+        "name": defn.name,
+        "period": period,
+        "max_wait": debouncer.max_wait,
+    }
+
+    def attempt(tx: Tx) -> str:  # run again from the start after a conflict
+        taken = tx.fetch_one("take_dedup", held)
+        assert taken is not None
+        holder = str(taken["workflow_id"])
+        if holder != new_id:
+            if tx.fetch_one("push_debounced", {**push, "workflow_id": holder}) is not None:
+                return holder  # not started yet: it runs later, with these inputs
+            tx.execute("pass_dedup", held)  # it started (or ended): this is the next one
+        tx.fetch_one("enqueue_workflow", params)
+        return new_id
+
+    workflow_id = client.db.atomically(attempt, "debounce")
+    client.notify_work(workflow_id)
+    return workflow_id
+
+
+async def debounce_async(
+    client: Client,
+    debouncer: Debouncer[Any, Any],
+    key: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> str:
+    """debounce, from a coroutine (one short transaction in a thread)."""
+    if workflow_code_run() is not None:  # the thread would not see the run
+        raise ConfigurationError(
+            "debounce_async() from workflow code would not be journaled: call it from a "
+            "@durable.step, or outside the workflow"
+        )
+    return await asyncio.to_thread(debounce, client, debouncer, key, args, kwargs)
+
+
+__all__ = ["DEFAULT_QUEUE", "Debouncer", "debounce", "debounce_async"]
