@@ -11,6 +11,7 @@ from durable._budget import Reservation, budget_left, charge, reserve
 from durable._client import Client
 from durable._clock import Clock, FakeClock, SystemClock
 from durable._current import step_id, workflow_id
+from durable._debounce import Debouncer
 from durable._decorators import effect, step, tool, transaction, workflow
 from durable._driver import compensate
 from durable._driver_async import to_thread
@@ -24,7 +25,6 @@ from durable._models import (
     WorkflowInfo,
     WorkflowStatus,
 )
-from durable._debounce import Debouncer
 from durable._patches import deprecate_patch, patched, patched_async
 from durable._queues import Queue
 from durable._registry import Registry, default_registry

@@ -642,8 +642,10 @@ class Client(Messages):
         was backfilled before) starts nothing new. A naive datetime is read in the
         schedule's timezone. Returns a handle per tick, oldest first (any worker runs them).
         The workflow's code must be imported here (`registry`: where it is registered,
-        default the default registry): UnknownWorkflowError otherwise."""
-        ids, _ = backfill(self, name, start, end, self.default_durability, registry)
+        default an Engine's own registry, else the default one): UnknownWorkflowError
+        otherwise."""
+        code = registry or self.registry
+        ids, _ = backfill(self, name, start, end, self.default_durability, code)
         return [self.handle(workflow_id) for workflow_id in ids]
 
     def trigger_schedule(
@@ -657,7 +659,8 @@ class Client(Messages):
         of its own: its id is `workflow_id`, else a new one, never a tick's, so triggering
         twice runs twice (unless both give the same id) and the tick it falls on still
         runs. UnknownWorkflowError if the workflow's code is not imported here."""
-        defn, chosen, started = trigger(self, name, workflow_id, self.default_durability, registry)
+        code = registry or self.registry
+        defn, chosen, started = trigger(self, name, workflow_id, self.default_durability, code)
         if not started:
             self.existing(defn, chosen)  # the same id again: its run, if it is this one's
         return self.handle(chosen)

@@ -26,6 +26,8 @@ from durable.errors import DatabaseUnavailableError, EngineNotRunningError
 from durable.serialization import Serializer
 
 if TYPE_CHECKING:
+    from durable._registry import Registry
+
     pass
 
 logger = logging.getLogger("durable.client")
@@ -70,6 +72,10 @@ class ClientBase:
         # Told of cancel requests for runs in flight: an Engine's own runs see them at once
         # (others at their next poll).
         self.on_cancel_requested: Callable[[list[tuple[str, int]], str], None] | None = None
+        # Where the code of the workflows this client records is looked up when only a
+        # name is given (a schedule's backfill or trigger): an Engine's registry for its
+        # client, else the default one.
+        self.registry: Registry | None = None
 
     # -- connection --------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
 from durable import _labels as labels
 from durable._context import current_engine, workflow_code_run
@@ -32,9 +32,24 @@ from durable._registry import Registry, default_registry
 from durable.errors import ConfigurationError, DuplicateNameError, NoEngineError
 
 if TYPE_CHECKING:
-    from durable._client import Client
     from durable._handles import AsyncWorkflowHandle, WorkflowHandle
-    from durable._systemdb import Tx
+    from durable._inputs import Inputs
+    from durable._systemdb import SystemDB, Tx
+
+
+class Recorder(Protocol):
+    """What debouncing needs of the client that records the entry."""
+
+    @property
+    def db(self) -> SystemDB: ...
+
+    inputs: Inputs
+
+    @property
+    def default_durability(self) -> str: ...
+
+    def notify_work(self, payload: str = "") -> None: ...
+
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -142,7 +157,7 @@ class Debouncer(Generic[P, R]):
 
 
 def debounce(
-    client: Client,
+    client: Recorder,
     debouncer: Debouncer[Any, Any],
     key: str,
     args: Sequence[Any],
@@ -199,7 +214,7 @@ def debounce(
 
 
 async def debounce_async(
-    client: Client,
+    client: Recorder,
     debouncer: Debouncer[Any, Any],
     key: str,
     args: Sequence[Any],

@@ -211,6 +211,7 @@ class Engine:
         else:
             client._configure(config)
         client.on_cancel_requested = self._cancel_requested
+        client.registry = self.registry
         self.runner = Runner(config, self.registry, self.client, self, self.ownership)
         self._heartbeat = Heartbeat(self)
 

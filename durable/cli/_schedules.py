@@ -5,11 +5,14 @@ Both are shared, long-lived settings of an application rather than one workflow'
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 
 import click
 from rich.table import Table
 
+from durable._registry import Registry
+from durable._schedules import backfill
 from durable._terminal import inert
 from durable.cli._common import _client, _console, _handle_errors
 from durable.cli._options import json_option, schema_option, url_option
@@ -17,7 +20,7 @@ from durable.cli._options import json_option, schema_option, url_option
 
 @click.group()
 def schedules() -> None:
-    """List, pause and resume cron schedules."""
+    """List, pause, resume, backfill and trigger cron schedules."""
 
 
 @schedules.command("list")
@@ -74,6 +77,104 @@ def _pause_command(paused: bool) -> click.Command:
 
 schedules.add_command(_pause_command(True))
 schedules.add_command(_pause_command(False))
+
+
+def _app_registry(app: str | None) -> Registry | None:
+    """The registry of `--app MODULE[:ENGINE]` (imported here, as a worker does): the
+    module's `registry`, the engine's, or the default one its decorators filled."""
+    if app is None:
+        return None
+    import importlib
+    import os
+    import sys
+
+    from durable._engine import Engine
+    from durable._registry import default_registry
+
+    module_name, _, attr = app.partition(":")
+    sys.path.insert(0, os.getcwd())
+    try:
+        module = importlib.import_module(module_name)
+        found = getattr(module, attr) if attr else getattr(module, "registry", None)
+    except (ImportError, ValueError, AttributeError) as exc:
+        raise click.UsageError(
+            f"--app {app!r} cannot be loaded ({exc}): give an importable module, or "
+            "module:engine, run from the directory that holds it"
+        ) from None
+    if isinstance(found, Engine):
+        return found.registry
+    return found if isinstance(found, Registry) else default_registry
+
+
+def _when(value: str, label: str) -> dt.datetime:
+    try:
+        return dt.datetime.fromisoformat(value)
+    except ValueError:
+        raise click.BadParameter(
+            f"{value!r}: give an ISO date or time, e.g. 2026-01-05 or 2026-01-05T08:00+01:00",
+            param_hint=label,
+        ) from None
+
+
+app_option = click.option(
+    "--app",
+    default=None,
+    help="Module defining the schedule's workflow (or module:engine): its code is needed "
+    "to record a run.",
+)
+
+
+@schedules.command("backfill")
+@click.argument("name")
+@click.option("--from", "start", required=True, help="First instant (included), ISO 8601.")
+@click.option("--to", "end", required=True, help="Last instant (excluded), ISO 8601.")
+@app_option
+@url_option
+@schema_option
+@json_option
+@_handle_errors
+def schedules_backfill(
+    name: str,
+    start: str,
+    end: str,
+    app: str | None,
+    database_url: str | None,
+    schema: str,
+    as_json: bool,
+) -> None:
+    """Run a schedule's ticks between --from and --to, as if it had fired them (a naive
+    time is in the schedule's timezone). A tick that already ran starts nothing new."""
+    first, last = _when(start, "--from"), _when(end, "--to")
+    registry = _app_registry(app)
+    with _client(database_url, schema) as client:
+        ids, started = backfill(client, name, first, last, client.default_durability, registry)
+    if as_json:
+        click.echo(json.dumps({"workflow_ids": ids, "started": started}, indent=2))
+        return
+    click.echo(
+        inert(
+            f"schedule {name}: {len(ids)} ticks from {first.isoformat()} to "
+            f"{last.isoformat()}, {started} started, {len(ids) - started} there already"
+        )
+    )
+
+
+@schedules.command("trigger")
+@click.argument("name")
+@click.option("--id", "workflow_id", default=None, help="The run's id (default: a new one).")
+@app_option
+@url_option
+@schema_option
+@_handle_errors
+def schedules_trigger(
+    name: str, workflow_id: str | None, app: str | None, database_url: str | None, schema: str
+) -> None:
+    """Run a schedule's workflow now, as a run of its own (the current time is its tick);
+    the schedule's own ticks are unchanged. Prints the run's id."""
+    registry = _app_registry(app)
+    with _client(database_url, schema) as client:
+        handle = client.trigger_schedule(name, workflow_id=workflow_id, registry=registry)
+    click.echo(inert(handle.workflow_id))
 
 
 @click.group()

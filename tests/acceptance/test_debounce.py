@@ -14,7 +14,7 @@ from pathlib import Path
 import psycopg
 
 import durable
-from tests.acceptance.workers import start_worker, stop_worker, wait_for
+from tests.acceptance.workers import start_worker, stop_worker
 from tests.apps import debounce_app
 
 APP = "tests.apps.debounce_app"
