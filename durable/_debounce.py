@@ -150,7 +150,7 @@ class Debouncer(Generic[P, R]):
         handle: AsyncWorkflowHandle = await engine.client.debounce_async(self, key, *args, **kwargs)
         return handle
 
-    def dedup_key(self, key: str) -> str:
+    def _dedup_key(self, key: str) -> str:
         """Where the key is held in the queue's dedup table: per workflow, so two
         debouncers of different workflows never share a key."""
         return labels.debounce_key(self.defn.name, key)
@@ -187,7 +187,7 @@ def debounce(
     )
     held = {
         "queue_name": debouncer.queue.name,
-        "dedup_key": debouncer.dedup_key(key),
+        "dedup_key": debouncer._dedup_key(key),
         "workflow_id": new_id,
     }
     push = {
