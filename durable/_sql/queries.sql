@@ -1314,10 +1314,9 @@ WHERE queue_name = %(queue_name)s AND dedup_key = %(dedup_key)s
 -- started, and the debounce then makes the key's next entry.
 UPDATE {schema}.workflows
 SET inputs = %(inputs)s, updated_at = {schema}.current_time(),
-    available_at = CASE WHEN %(max_wait)s::float8 IS NULL
-        THEN {schema}.current_time() + make_interval(secs => %(period)s::float8)
-        ELSE least({schema}.current_time() + make_interval(secs => %(period)s::float8),
-                   created_at + make_interval(secs => %(max_wait)s::float8)) END
+    -- LEAST ignores the NULL bound of a NULL max_wait (Citus takes no CASE here).
+    available_at = least({schema}.current_time() + make_interval(secs => %(period)s::float8),
+                         {schema}.plus_seconds(created_at, %(max_wait)s::float8))
 WHERE workflow_id = %(workflow_id)s AND name = %(name)s AND status = 'ENQUEUED'
 RETURNING workflow_id
 
