@@ -23,16 +23,18 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 
+from durable import _driver, _driver_async
 from durable import _labels as labels
-from durable._context import current_engine, workflow_code_run
+from durable._context import async_run, current_engine, sync_run
 from durable._decorators import workflow_def
+from durable._handles import AsyncWorkflowHandle
 from durable._names import check_name
 from durable._queues import Queue
-from durable._registry import Registry, default_registry
+from durable._registry import Registry, StepDef, default_registry
 from durable.errors import ConfigurationError, DuplicateNameError, NoEngineError
 
 if TYPE_CHECKING:
-    from durable._handles import AsyncWorkflowHandle, WorkflowHandle
+    from durable._handles import WorkflowHandle
     from durable._inputs import Inputs
     from durable._systemdb import SystemDB, Tx
 
@@ -131,23 +133,37 @@ class Debouncer(Generic[P, R]):
     def debounce(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
         """Start the workflow for `key` once the key has been quiet for `period` seconds,
         with these arguments unless a later debounce replaces them; returns the handle of
-        the run that will get them. On the current engine (`with engine:`); a process with
-        only a Client calls `client.debounce(debouncer, key, ...)`. Not from workflow code
-        (call it from a step: its handle's id is then journaled with the step)."""
+        the run that will get them. On the current engine (`with engine:`, or the engine
+        running the calling workflow); a process with only a Client calls
+        `client.debounce(debouncer, key, ...)`. From workflow code the debounce is a step:
+        a replay returns the same handle without debouncing again."""
         engine = current_engine.get()
         if engine is None:
             raise NoEngineError()
-        handle: WorkflowHandle = engine.client.debounce(self, key, *args, **kwargs)
+        client = engine.client
+        if sync_run("Debouncer.debounce()") is not None:
+            client.inputs.encode(self.defn, args, kwargs)  # a bad call fails here, not as a step
+            workflow_id = _driver.call_step(_STEP, (client, self, key, args, kwargs), {})
+            handle: WorkflowHandle = client.handle(workflow_id)
+            return handle
+        handle = client.debounce(self, key, *args, **kwargs)
         return handle
 
     async def debounce_async(
         self, key: str, /, *args: P.args, **kwargs: P.kwargs
     ) -> AsyncWorkflowHandle:
-        """debounce, awaited: an AsyncWorkflowHandle."""
+        """debounce, awaited: an AsyncWorkflowHandle (journaled as a step from the code of
+        an async workflow)."""
         engine = current_engine.get()
         if engine is None:
             raise NoEngineError()
-        handle: AsyncWorkflowHandle = await engine.client.debounce_async(self, key, *args, **kwargs)
+        client = engine.client
+        if async_run("Debouncer.debounce_async()") is not None:
+            client.inputs.encode(self.defn, args, kwargs)
+            step_args = (client, self, key, args, kwargs)
+            workflow_id = await _driver_async.call_step(_STEP_ASYNC, step_args, {})
+            return AsyncWorkflowHandle(client, workflow_id)
+        handle: AsyncWorkflowHandle = await client.debounce_async(self, key, *args, **kwargs)
         return handle
 
     def _dedup_key(self, key: str) -> str:
@@ -167,11 +183,6 @@ def debounce(
     if not isinstance(debouncer, Debouncer):
         raise ConfigurationError(f"debouncer={debouncer!r}: give a durable.Debouncer")
     check_name("key", key)
-    if workflow_code_run() is not None:
-        raise ConfigurationError(
-            "debounce() from workflow code would not be journaled: call it from a "
-            "@durable.step (the step journals the handle's id), or outside the workflow"
-        )
     defn = debouncer.defn
     inputs = client.inputs.encode(defn, args, kwargs)
     new_id = str(uuid.uuid4())
@@ -221,12 +232,34 @@ async def debounce_async(
     kwargs: Mapping[str, Any],
 ) -> str:
     """debounce, from a coroutine (one short transaction in a thread)."""
-    if workflow_code_run() is not None:  # the thread would not see the run
-        raise ConfigurationError(
-            "debounce_async() from workflow code would not be journaled: call it from a "
-            "@durable.step, or outside the workflow"
-        )
     return await asyncio.to_thread(debounce, client, debouncer, key, args, kwargs)
+
+
+def _debounce_step(
+    client: Recorder,
+    debouncer: Debouncer[Any, Any],
+    key: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> str:
+    return debounce(client, debouncer, key, args, kwargs)
+
+
+async def _debounce_step_async(
+    client: Recorder,
+    debouncer: Debouncer[Any, Any],
+    key: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+) -> str:
+    return await debounce_async(client, debouncer, key, args, kwargs)
+
+
+# A debounce from workflow code is a step of the workflow (journaled under this name): its
+# output, the id of the entry it reached, is what a replay returns. Like any step it runs
+# at least once: a crash between the debounce and its journal row debounces again.
+_STEP = StepDef(name=labels.DEBOUNCE_STEP, fn=_debounce_step)
+_STEP_ASYNC = StepDef(name=labels.DEBOUNCE_STEP, fn=_debounce_step_async)
 
 
 __all__ = ["DEFAULT_QUEUE", "Debouncer", "debounce", "debounce_async"]

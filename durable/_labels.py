@@ -224,6 +224,8 @@ def schedule_trigger_id(schedule_name: str, unique: str) -> str:
 
 
 DEBOUNCE_PREFIX = "debounce:"
+# The journaled name of a debounce made from workflow code (a step).
+DEBOUNCE_STEP = "durable.debounce"
 
 
 def debounce_key(workflow_name: str, key: str) -> str:

@@ -83,6 +83,7 @@ def test_derived_ids() -> None:
     assert labels.schedule_tick_id("nightly", paris) == labels.schedule_tick_id("nightly", tick)
     assert labels.schedule_trigger_id("nightly", "u1") == "schedule:nightly:trigger:u1"
     assert labels.debounce_key("sync_user", "user-7") == "debounce:sync_user:user-7"
+    assert labels.DEBOUNCE_STEP == "durable.debounce"
 
 
 @pytest.mark.parametrize("key", ["", "progress", "a:b", "event:nested", "é ü"])
