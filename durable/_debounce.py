@@ -203,6 +203,7 @@ def debounce(
     }
     push = {
         "inputs": inputs,
+        "serializer": client.inputs.serializer_name,  # of these inputs, whoever wrote the last
         "name": defn.name,
         "period": period,
         "max_wait": debouncer.max_wait,

@@ -1313,7 +1313,7 @@ WHERE queue_name = %(queue_name)s AND dedup_key = %(dedup_key)s
 -- its first debounce), only while no worker has taken it; nothing is returned once it
 -- started, and the debounce then makes the key's next entry.
 UPDATE {schema}.workflows
-SET inputs = %(inputs)s, updated_at = {schema}.current_time(),
+SET inputs = %(inputs)s, serializer = %(serializer)s, updated_at = {schema}.current_time(),
     -- LEAST ignores the NULL bound of a NULL max_wait (Citus takes no CASE here).
     available_at = least({schema}.current_time() + make_interval(secs => %(period)s::float8),
                          {schema}.plus_seconds(created_at, %(max_wait)s::float8))

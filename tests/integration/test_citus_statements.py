@@ -468,6 +468,7 @@ def params(name: str, w: str) -> dict[str, Any]:
             "workflow_id": f"{w}-queued",
             "name": "wf",
             "inputs": '{"args": [2], "kwargs": {}}',
+            "serializer": "json",
             "period": 60.0,
             "max_wait": 120.0,
         },
