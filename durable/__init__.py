@@ -6,7 +6,6 @@ Decorate the long process with `@workflow`, each unit of work with `@step` (or
 re-invoked with its saved inputs and completed steps return their journaled outputs.
 """
 
-
 from durable._budget import Reservation, budget_left, charge, reserve
 from durable._client import Client
 from durable._clock import Clock, FakeClock, SystemClock
