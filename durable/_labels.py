@@ -144,6 +144,15 @@ def pydantic_ai_step(operation: str) -> str:
     return f"{PYDANTIC_AI_PREFIX}{operation}"
 
 
+OPENAI_AGENTS_PREFIX = "openai_agents."
+
+
+def openai_agents_step(operation: str) -> str:
+    """The step name of an OpenAI Agents SDK operation run durably: `model` (a model's
+    response) or `tool.<name>` (a function tool's call)."""
+    return f"{OPENAI_AGENTS_PREFIX}{operation}"
+
+
 # -- gate names (approvals.name) ------------------------------------------------------------------
 
 BUDGET_GATE_PREFIX = "budget@"

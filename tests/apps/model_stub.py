@@ -5,7 +5,10 @@ a server-sent-event stream, with usage that depends on the request (so a test ca
 it), and counts every request it received. Run it in the test's own process
 (`ModelStub().start()`): a SIGKILLed client cannot take the counts with it.
 `ModelStub(usage=...)` rewrites the usage of every reply as a proxy might (returning
-None drops it: the reply carries no usage).
+None drops it: the reply carries no usage). `ModelStub(reply=...)` scripts the text of
+`/v1/responses` replies: given the request's body it returns the reply's output items (a
+list, to call tools) or None for the default answer; the usage still depends on the
+request.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from typing import Any
 
 # Rewrites one reply's usage object; None drops it.
 UsageRewrite = Callable[[dict[str, Any]], dict[str, Any] | None]
+# The output items of one /v1/responses reply, from the request's body; None: the default.
+ReplyScript = Callable[[dict[str, Any]], list[dict[str, Any]] | None]
 
 
 def usage_of(prompt: str) -> tuple[int, int]:
@@ -36,9 +41,12 @@ def _prompt(path: str, body: dict[str, Any]) -> str:
 
 
 class ModelStub:
-    def __init__(self, usage: UsageRewrite | None = None) -> None:
+    def __init__(
+        self, usage: UsageRewrite | None = None, reply: ReplyScript | None = None
+    ) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.usage = usage
+        self.reply = reply
         self._lock = threading.Lock()
         stub = self
 
@@ -59,6 +67,9 @@ class ModelStub:
                     events = _chat(model, reply, tokens_in, tokens_out, body.get("stream"))
                 elif self.path.endswith("/responses"):
                     events = _responses(model, reply, tokens_in, tokens_out, body.get("stream"))
+                    scripted = stub.reply(body) if stub.reply is not None else None
+                    if scripted is not None and not body.get("stream"):
+                        events["output"] = scripted
                 elif self.path.endswith("/messages"):
                     events = _messages(model, reply, tokens_in, tokens_out, body.get("stream"))
                 else:

@@ -58,6 +58,8 @@ def test_library_step_names() -> None:
     assert labels.LLM_OPENAI_RESPONSES == "openai.responses.create"
     assert labels.LLM_ANTHROPIC_MESSAGES == "anthropic.messages.create"
     assert labels.pydantic_ai_step("model_request") == "pydantic_ai.model_request"
+    assert labels.openai_agents_step("model") == "openai_agents.model"
+    assert labels.openai_agents_step("tool.lookup") == "openai_agents.tool.lookup"
 
 
 def test_gate_names() -> None:
