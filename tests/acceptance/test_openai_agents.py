@@ -102,8 +102,7 @@ def test_a_killed_agent_resumes_without_a_second_model_request_or_tool_call(
         {"topic": "moon"},
     ]
     # The budget holds what the stub reported for the three requests it answered.
-    prompts = [b["input"] if isinstance(b["input"], str) else json.dumps(b["input"]) for b in requests]
-    used = [usage_of(prompt) for prompt in prompts]
+    used = [usage_of(json.dumps(body["input"])) for body in requests]  # input: a list
     assert ledger is not None
     assert ledger["spent"]["tokens"] == sum(i + o for i, o in used)
     assert ledger["spent"]["dollars"] == pytest.approx(sum(i + 2 * o for i, o in used) / 1e6)

@@ -41,9 +41,7 @@ def _prompt(path: str, body: dict[str, Any]) -> str:
 
 
 class ModelStub:
-    def __init__(
-        self, usage: UsageRewrite | None = None, reply: ReplyScript | None = None
-    ) -> None:
+    def __init__(self, usage: UsageRewrite | None = None, reply: ReplyScript | None = None) -> None:
         self.requests: list[tuple[str, dict[str, Any]]] = []
         self.usage = usage
         self.reply = reply

@@ -1,0 +1,192 @@
+"""durable.integrations.openai_agents in one process, against the local ModelStub: a
+resumed agent replays its model responses and tool results, parallel tool calls take
+their journal positions in the model's order, the budget's cap stops an agent at the gate,
+and what cannot be journaled is refused inside a workflow and left alone outside one."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from agents import Agent, OpenAIResponsesModel, SQLiteSession, function_tool, set_tracing_disabled
+from openai import AsyncOpenAI
+
+import durable
+from durable import errors
+from durable.integrations.openai_agents import DurableRunner
+from durable.llm import Price
+from tests.apps import oa_app
+from tests.apps.model_stub import ModelStub
+
+set_tracing_disabled(True)
+
+
+@pytest.fixture
+def stub() -> Iterator[ModelStub]:
+    server = ModelStub(reply=oa_app.script).start()
+    yield server
+    server.stop()
+
+
+def make(stub: ModelStub, calls: dict[str, int]) -> Agent[Any]:
+    @function_tool
+    def lookup(topic: str) -> str:
+        """Look a topic up."""
+        calls["tool"] += 1
+        return f"facts about {topic}"
+
+    client = AsyncOpenAI(base_url=stub.url, api_key="stub", max_retries=0)
+    return Agent(name="researcher", model=OpenAIResponsesModel("priced", client), tools=[lookup])
+
+
+def test_a_resumed_agent_replays_and_the_cap_stops_it(database_url: str, stub: ModelStub) -> None:
+    reg = durable.Registry()
+    calls = {"tool": 0}
+    agent = make(stub, calls)
+    runner = DurableRunner(prices={"priced": Price(100.0, 200.0)})
+    fail = {"once": True}
+
+    @durable.step(registry=reg)
+    async def after() -> None:
+        if fail["once"]:
+            raise RuntimeError("after the agent")
+
+    @durable.workflow(registry=reg, budget=durable.Budget(dollars=5.0))
+    async def run_agent() -> str:
+        output = (await runner.run(agent, "why tides?")).final_output
+        await after()
+        return str(output)
+
+    # The first response uses 464 tokens, the second (a longer prompt) far more.
+    @durable.workflow(registry=reg, budget=durable.Budget(tokens=1000))
+    async def capped() -> str:
+        return str((await runner.run(agent, "why tides?")).final_output)
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            h = await engine.start_async(run_agent, workflow_id="a")
+            with pytest.raises(errors.WorkflowFailedError):
+                await h.result(timeout=20)
+            assert (stub.count(), calls["tool"]) == (3, 2)
+            fail["once"] = False
+            engine.resume("a")
+            assert await durable.AsyncWorkflowHandle(engine.client, "a").result(20) == oa_app.ANSWER
+            assert (stub.count(), calls["tool"]) == (3, 2)  # replayed: nothing called again
+            ledger = engine.budget("a")
+            assert ledger is not None and ledger["spent"]["dollars"] > 0
+
+            h = await engine.start_async(capped, workflow_id="capped")
+            while await h.status() != durable.WorkflowStatus.SUSPENDED:
+                await asyncio.sleep(0.05)
+            ledger = engine.budget("capped")
+            assert ledger is not None
+            # One response (464 tokens) fit; the second would pass 1000: refused, at the gate.
+            assert ledger["spent"]["tokens"] == 464
+            (gate,) = engine.list_approvals("capped")
+            assert gate["name"] == "budget@2:cap0"  # model, tool, model
+
+    asyncio.run(main())
+
+
+def test_parallel_tool_calls_run_one_at_a_time_in_the_models_order(database_url: str) -> None:
+    def two_at_once(body: dict[str, Any]) -> list[dict[str, Any]]:
+        if oa_app.tool_results(body) == 0:
+            return [oa_app.call(0, "slow"), oa_app.call(1, "fast")]
+        return [oa_app.message("done")]
+
+    stub = ModelStub(reply=two_at_once).start()
+    reg = durable.Registry()
+    running: list[str] = []
+    overlap = {"max": 0}
+
+    @function_tool
+    async def lookup(topic: str) -> str:
+        """Look a topic up."""
+        running.append(topic)
+        overlap["max"] = max(overlap["max"], len(running))
+        await asyncio.sleep(0.2 if topic == "slow" else 0)
+        running.remove(topic)
+        return f"facts about {topic}"
+
+    client = AsyncOpenAI(base_url=stub.url, api_key="stub", max_retries=0)
+    agent = Agent(name="r", model=OpenAIResponsesModel("m", client), tools=[lookup])
+
+    @durable.workflow(registry=reg)
+    async def both() -> str:
+        return str((await DurableRunner().run(agent, "go")).final_output)
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            h = await engine.start_async(both, workflow_id="both")
+            assert await h.result(timeout=20) == "done"
+            calls = engine.client.tool_calls("both")
+        assert [c["result"] for c in calls] == ["facts about slow", "facts about fast"]
+
+    try:
+        asyncio.run(main())
+    finally:
+        stub.stop()
+    assert overlap["max"] == 1
+
+
+def test_what_cannot_be_journaled_is_refused_in_a_workflow(
+    database_url: str, stub: ModelStub, tmp_path: Any
+) -> None:
+    reg = durable.Registry()
+    agent = make(stub, {"tool": 0})
+    runner = DurableRunner()
+    refused: list[BaseException] = []
+
+    @durable.workflow(registry=reg)
+    async def misuse() -> str:
+        for attempt in (
+            lambda: runner.run_sync(agent, "go"),
+            lambda: runner.run_streamed(agent, "go"),
+        ):
+            try:
+                attempt()
+            except errors.UsageError as exc:
+                refused.append(exc)
+        try:
+            await runner.run(agent, "go", session=SQLiteSession("s", str(tmp_path / "s.db")))
+        except errors.UsageError as exc:
+            refused.append(exc)
+        return "ok"
+
+    @durable.workflow(registry=reg)
+    def plain() -> str:
+        try:
+            runner.run_sync(agent, "go")
+        except errors.AsyncInSyncError as exc:
+            refused.append(exc)
+        return "ok"
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            await (await engine.start_async(misuse)).result(timeout=20)
+            await (await engine.start_async(plain)).result(timeout=20)
+
+    asyncio.run(main())
+    assert [type(e) for e in refused] == [
+        errors.BlockingCallError,
+        errors.UsageError,
+        errors.UsageError,
+        errors.AsyncInSyncError,
+    ]
+    assert stub.count() == 0
+    # Outside a workflow it is the SDK's runner, unchanged (dict run_config and all).
+    result = runner.run_sync(agent, "why tides?", run_config={"workflow_name": "plain"})
+    assert result.final_output == oa_app.ANSWER
+
+
+def test_a_missing_sdk_names_the_extra_to_install(subprocess_env: dict[str, str]) -> None:
+    code = "import sys; sys.modules['agents'] = None\nimport durable.integrations.openai_agents"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True
+    )
+    assert done.returncode == 1
+    assert "pip install 'durable-pg[openai-agents]'" in done.stderr
