@@ -238,7 +238,10 @@ class _DurableModel(Model):
         self._name = getattr(model, "model", None)
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._model, name)  # what the SDK asks a model beyond its interface
+        # What the SDK asks a model beyond its interface (a copy asks before __init__ ran).
+        if name == "_model":
+            raise AttributeError(name)
+        return getattr(self._model, name)
 
     async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
         if workflow_code_run() is None:

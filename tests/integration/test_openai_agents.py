@@ -12,7 +12,18 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from agents import Agent, OpenAIResponsesModel, SQLiteSession, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    Model,
+    ModelProvider,
+    OpenAIResponsesModel,
+    RunConfig,
+    SQLiteSession,
+    function_tool,
+    handoff,
+    set_tracing_disabled,
+)
+from agents.testing import ScriptedModel, assistant_message, function_call
 from openai import AsyncOpenAI
 
 import durable
@@ -131,6 +142,63 @@ def test_parallel_tool_calls_run_one_at_a_time_in_the_models_order(database_url:
     finally:
         stub.stop()
     assert overlap["max"] == 1
+
+
+def test_handoffs_that_lead_back_and_provider_models_are_durable(database_url: str) -> None:
+    reg = durable.Registry()
+    calls = {"tool": 0}
+    fail = {"once": True}
+    triage_model = ScriptedModel([[function_call("transfer_to_expert", {}, call_id="h1")]])
+    expert_model = ScriptedModel(
+        [[function_call("lookup", {"topic": "tides"}, call_id="c1")], [assistant_message("done")]]
+    )
+
+    class Provider(ModelProvider):
+        def get_model(self, model_name: str | None) -> Model:
+            assert model_name == "triage-model"
+            return triage_model
+
+    @function_tool
+    def lookup(topic: str) -> str:
+        """Look a topic up."""
+        calls["tool"] += 1
+        return f"facts about {topic}"
+
+    expert = Agent(name="expert", model=expert_model, tools=[lookup])
+    triage = Agent(name="triage", model="triage-model", handoffs=[handoff(expert)])
+    expert.handoffs = [triage]  # and back: each agent is wrapped once
+
+    @durable.step(registry=reg)
+    async def after() -> None:
+        if fail["once"]:
+            raise RuntimeError("after the agents")
+
+    @durable.workflow(registry=reg)
+    async def triaged() -> str:
+        config = RunConfig(model_provider=Provider())
+        output = (await DurableRunner().run(triage, "go", run_config=config)).final_output
+        await after()
+        return str(output)
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            h = await engine.start_async(triaged, workflow_id="t")
+            with pytest.raises(errors.WorkflowFailedError):
+                await h.result(timeout=20)
+            fail["once"] = False
+            engine.resume("t")
+            assert await durable.AsyncWorkflowHandle(engine.client, "t").result(20) == "done"
+            names = [s.step_name for s in engine.steps("t")]
+        assert names[:4] == [
+            "openai_agents.model",  # the triage agent's, from the provider
+            "openai_agents.model",  # the expert's, after the handoff
+            "openai_agents.tool.lookup",
+            "openai_agents.model",
+        ]
+
+    asyncio.run(main())
+    # Replayed: neither model was asked again, the tool did not run again.
+    assert (len(triage_model.calls), len(expert_model.calls), calls["tool"]) == (1, 2, 1)
 
 
 def test_what_cannot_be_journaled_is_refused_in_a_workflow(
