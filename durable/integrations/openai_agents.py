@@ -71,6 +71,7 @@ from durable import _labels as labels
 from durable._budget import charge
 from durable._budget import reserve as durable_reserve
 from durable._context import workflow_code_run
+from durable._decorators import _retry_policy
 from durable._models import StepKind
 from durable._registry import StepDef
 from durable.errors import AsyncInSyncError, BlockingCallError, UsageError
@@ -92,6 +93,11 @@ class DurableRunner:
         budget has left cannot cover it, the request is not sent and the workflow waits at
         the budget gate. Without it, a request is refused only once its cost is known
         (after it was made).
+    retries: extra attempts of a failed model request (1 s, doubling up to 30 s), within
+        its step. Prefer these to the SDK's own model retries in a workflow: a request that
+        still fails is journaled, and replays as StepError, which the SDK's retry policies
+        do not know. Tools are not retried (the SDK turns a tool's error into a message for
+        the model by default).
     """
 
     def __init__(
@@ -99,9 +105,11 @@ class DurableRunner:
         *,
         prices: Mapping[str, Price | None] | None = None,
         reserve: float | None = None,
+        retries: int = 0,
     ) -> None:
         self._prices = dict(prices or {})
         self._reserve = reserve
+        self._retry = _retry_policy(retries, 1.0, 2.0, 30.0, 0.1, Exception)
 
     async def run(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
         """`agents.Runner.run`, durable inside a workflow (same arguments)."""
@@ -256,7 +264,8 @@ class _DurableModel(Model):
             self._charge(response.usage)
             return _dump(response)
 
-        defn = StepDef(labels.openai_agents_step("model"), request, StepKind.STEP)
+        name = labels.openai_agents_step("model")
+        defn = StepDef(name, request, StepKind.STEP, retry=self._runner._retry)
         return _load(await _driver_async.call_step(defn, (), {}))
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:

@@ -103,6 +103,29 @@ def test_a_resumed_agent_replays_and_the_cap_stops_it(database_url: str, stub: M
     asyncio.run(main())
 
 
+def test_a_reservation_the_budget_cannot_cover_sends_nothing(
+    database_url: str, stub: ModelStub
+) -> None:
+    reg = durable.Registry()
+    agent = make(stub, {"tool": 0})
+    runner = DurableRunner(reserve=0.05)
+
+    @durable.workflow(registry=reg, budget=durable.Budget(dollars=0.01))
+    async def reserved() -> str:
+        return str((await runner.run(agent, "why tides?")).final_output)
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            h = await engine.start_async(reserved, workflow_id="r")
+            while await h.status() != durable.WorkflowStatus.SUSPENDED:
+                await asyncio.sleep(0.05)
+            (gate,) = engine.list_approvals("r")
+            assert gate["name"] == "budget@0:cap0"
+
+    asyncio.run(main())
+    assert stub.count() == 0  # refused before the request
+
+
 def test_parallel_tool_calls_run_one_at_a_time_in_the_models_order(database_url: str) -> None:
     def two_at_once(body: dict[str, Any]) -> list[dict[str, Any]]:
         if oa_app.tool_results(body) == 0:
@@ -199,6 +222,26 @@ def test_handoffs_that_lead_back_and_provider_models_are_durable(database_url: s
     asyncio.run(main())
     # Replayed: neither model was asked again, the tool did not run again.
     assert (len(triage_model.calls), len(expert_model.calls), calls["tool"]) == (1, 2, 1)
+
+
+def test_a_failed_model_request_is_retried_in_its_step(database_url: str) -> None:
+    reg = durable.Registry()
+    flaky = ScriptedModel([RuntimeError("the model is down"), [assistant_message("ok")]])
+    agent = Agent(name="a", model=flaky)
+
+    @durable.workflow(registry=reg)
+    async def ask() -> str:
+        return str((await DurableRunner(retries=1).run(agent, "go")).final_output)
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            h = await engine.start_async(ask, workflow_id="flaky")
+            assert await h.result(timeout=30) == "ok"
+            (step,) = engine.steps("flaky")
+        assert step.step_name == "openai_agents.model"
+
+    asyncio.run(main())
+    assert len(flaky.calls) == 2
 
 
 def test_what_cannot_be_journaled_is_refused_in_a_workflow(
