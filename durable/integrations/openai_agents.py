@@ -27,13 +27,13 @@ path; each `FunctionTool` is copied with its `on_invoke_tool` made a tool step n
 could take their journal positions in another order on replay.
 
 Not journaled (left out on purpose, and said here): streaming (`run_streamed` in a workflow
-is refused: the journal holds whole responses; stream progress with durable.write_stream),
-`run_sync` in a workflow (refused: the SDK runs its own event loop; use an `async def`
-workflow and `await runner.run(...)`), a `session=` (refused: a replay would append the
-history again; pass `result.to_input_list()` as the next input), MCP servers' tools and
-guardrails that call models (they run in workflow code, as plain calls), and what a tool
-made from an agent (`agent.as_tool`) spends inside its own run (the whole sub-run is one
-tool step).
+is refused: the journal holds whole responses; stream progress with
+`durable.write_stream_async`), `run_sync` in a workflow (refused: the SDK runs its own
+event loop; use an `async def` workflow and `await runner.run(...)`), a `session=`
+(refused: a replay would append the history again; pass `result.to_input_list()` as the
+next input), MCP servers' tools and guardrails that call models (they run in workflow
+code, as plain calls), and what a tool made from an agent (`agent.as_tool`) spends inside
+its own run (the whole sub-run is one tool step).
 """
 
 from __future__ import annotations
