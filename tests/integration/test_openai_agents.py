@@ -290,7 +290,11 @@ def test_what_cannot_be_journaled_is_refused_in_a_workflow(
     ]
     assert stub.count() == 0
     # Outside a workflow it is the SDK's runner, unchanged (dict run_config and all).
-    result = runner.run_sync(agent, "why tides?", run_config={"workflow_name": "plain"})
+    try:
+        result = runner.run_sync(agent, "why tides?", run_config={"workflow_name": "plain"})
+    finally:  # run_sync leaves the event loop it made as the thread's default, open
+        asyncio.get_event_loop_policy().get_event_loop().close()
+        asyncio.set_event_loop(None)
     assert result.final_output == oa_app.ANSWER
 
 
