@@ -31,15 +31,18 @@ is refused: the journal holds whole responses; stream progress with
 `durable.write_stream_async`), `run_sync` in a workflow (refused: the SDK runs its own
 event loop; use an `async def` workflow and `await runner.run(...)`), a `session=`
 (refused: a replay would append the history again; pass `result.to_input_list()` as the
-next input), MCP servers' tools and guardrails that call models (they run in workflow
-code, as plain calls), and what a tool made from an agent (`agent.as_tool`) spends inside
-its own run (the whole sub-run is one tool step).
+next input), a `RunState` restored from text (refused: it holds the plain agents; a tool
+that needs approval is resumed from `result.to_state()` of the run in the same workflow),
+MCP servers' tools and guardrails that call models (they run in workflow code, as plain
+calls), and what a tool made from an agent (`agent.as_tool`) spends inside its own run
+(the whole sub-run is one tool step).
 """
 
 from __future__ import annotations
 
 import copy
 import dataclasses
+import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -55,6 +58,7 @@ try:
         Runner,
         RunResult,
         RunResultStreaming,
+        RunState,
     )
     from agents.run_config import ToolExecutionConfig
     from agents.usage import Usage as AgentsUsage
@@ -80,6 +84,8 @@ from durable.llm import Price, Usage, _validator
 __all__ = ["DurableRunner"]
 
 _build_item = _validator("agents.items.TResponseOutputItem")
+# The agents DurableRunner made durable, by id (weakly: they live as long as their runs).
+_CLONES: weakref.WeakValueDictionary[int, Agent[Any]] = weakref.WeakValueDictionary()
 _usage = TypeAdapter(AgentsUsage)
 
 
@@ -120,6 +126,15 @@ class DurableRunner:
                 "DurableRunner.run(session=...): a session's history is not journaled, so a "
                 "resumed workflow would append it again; leave the session out and pass the "
                 "history as input (result.to_input_list() of the previous run)"
+            )
+        if isinstance(input, RunState) and _CLONES.get(id(input._current_agent)) is None:
+            # A run resumed from its state goes on with the state's agent, not the starting
+            # one, and the state's pending items point at that very agent.
+            raise UsageError(
+                "DurableRunner.run(RunState): the state's agent is not durable (a state "
+                "restored with RunState.from_string/from_json holds the plain agents); "
+                "resume from `result.to_state()` of a DurableRunner run in this workflow, "
+                "which waits for the approval with durable.approval_async"
             )
         wrap = _Wrapping(self)
         kwargs["run_config"] = wrap.run_config(kwargs.get("run_config"))
@@ -186,7 +201,10 @@ class _Wrapping:
         done = self.agents.get(id(agent))
         if done is not None:
             return done
+        if _CLONES.get(id(agent)) is agent:
+            return agent  # made durable already (the agent of an earlier run's state)
         clone = agent.clone()
+        _CLONES[id(clone)] = clone
         self.agents[id(agent)] = clone  # before the handoffs: they may lead back here
         if isinstance(agent.model, Model):
             clone.model = self.model(agent.model)

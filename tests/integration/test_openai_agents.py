@@ -18,6 +18,7 @@ from agents import (
     ModelProvider,
     OpenAIResponsesModel,
     RunConfig,
+    RunState,
     SQLiteSession,
     function_tool,
     handoff,
@@ -242,6 +243,62 @@ def test_a_failed_model_request_is_retried_in_its_step(database_url: str) -> Non
 
     asyncio.run(main())
     assert len(flaky.calls) == 2
+
+
+def test_a_run_resumed_from_its_state_after_an_approval_is_durable(database_url: str) -> None:
+    reg = durable.Registry()
+    refunds: list[int] = []
+
+    @function_tool(needs_approval=True)
+    def refund(cents: int) -> str:
+        """Refund an order."""
+        refunds.append(cents)
+        return f"refunded {cents}"
+
+    def agent() -> Agent[Any]:
+        model = ScriptedModel(
+            [[function_call("refund", {"cents": 500}, call_id="c1")], [assistant_message("ok")]]
+        )
+        return Agent(name="support", model=model, tools=[refund])
+
+    in_workflow, outside = agent(), agent()
+
+    @durable.workflow(registry=reg)
+    async def approve_inside() -> str:
+        result = await DurableRunner().run(in_workflow, "refund me")
+        state = result.to_state()
+        for item in result.interruptions:
+            state.approve(item)  # an operator's durable.approval_async(...) in an application
+        return str((await DurableRunner().run(in_workflow, state)).final_output)
+
+    @durable.workflow(registry=reg)
+    async def approve_from_string(saved: str) -> str:
+        state = await RunState.from_string(outside, saved)
+        for item in state.get_interruptions():
+            state.approve(item)
+        try:
+            await DurableRunner().run(outside, state)
+        except errors.UsageError as exc:
+            return type(exc).__name__
+        return "ran"
+
+    async def main() -> None:
+        paused = await DurableRunner().run(outside, "refund me")  # outside any workflow
+        saved = paused.to_state().to_string()
+        async with durable.Engine(database_url, registry=reg) as engine:
+            h = await engine.start_async(approve_inside, workflow_id="inside")
+            assert await h.result(timeout=20) == "ok"
+            steps = [s.step_name for s in engine.steps("inside")]
+            assert steps == [
+                "openai_agents.model",
+                "openai_agents.tool.refund",  # approved, then journaled like any call
+                "openai_agents.model",
+            ]
+            h = await engine.start_async(approve_from_string, saved, workflow_id="from-string")
+            assert await h.result(timeout=20) == "UsageError"  # its agents are not durable
+
+    asyncio.run(main())
+    assert refunds == [500]
 
 
 def test_what_cannot_be_journaled_is_refused_in_a_workflow(
