@@ -46,7 +46,21 @@ import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-try:
+from pydantic import BaseModel, TypeAdapter
+
+from durable import _driver_async
+from durable import _labels as labels
+from durable._budget import charge
+from durable._budget import reserve as durable_reserve
+from durable._context import workflow_code_run
+from durable._decorators import _retry_policy
+from durable._extras import extra
+from durable._models import StepKind
+from durable._registry import StepDef
+from durable.errors import AsyncInSyncError, BlockingCallError, UsageError
+from durable.llm import Price, Usage, _validator
+
+with extra("openai-agents"):
     from agents import (
         Agent,
         FunctionTool,
@@ -62,24 +76,6 @@ try:
     )
     from agents.run_config import ToolExecutionConfig
     from agents.usage import Usage as AgentsUsage
-except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the SDK
-    raise ImportError(
-        "durable.integrations.openai_agents needs the OpenAI Agents SDK: "
-        "pip install 'durable-pg[openai-agents]'"
-    ) from exc
-
-from pydantic import BaseModel, TypeAdapter
-
-from durable import _driver_async
-from durable import _labels as labels
-from durable._budget import charge
-from durable._budget import reserve as durable_reserve
-from durable._context import workflow_code_run
-from durable._decorators import _retry_policy
-from durable._models import StepKind
-from durable._registry import StepDef
-from durable.errors import AsyncInSyncError, BlockingCallError, UsageError
-from durable.llm import Price, Usage, _validator
 
 __all__ = ["DurableRunner"]
 

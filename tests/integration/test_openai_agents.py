@@ -6,8 +6,6 @@ and what cannot be journaled is refused inside a workflow and left alone outside
 from __future__ import annotations
 
 import asyncio
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -353,12 +351,3 @@ def test_what_cannot_be_journaled_is_refused_in_a_workflow(
         asyncio.get_event_loop_policy().get_event_loop().close()
         asyncio.set_event_loop(None)
     assert result.final_output == oa_app.ANSWER
-
-
-def test_a_missing_sdk_names_the_extra_to_install(subprocess_env: dict[str, str]) -> None:
-    code = "import sys; sys.modules['agents'] = None\nimport durable.integrations.openai_agents"
-    done = subprocess.run(
-        [sys.executable, "-c", code], env=subprocess_env, capture_output=True, text=True
-    )
-    assert done.returncode == 1
-    assert "pip install 'durable-pg[openai-agents]'" in done.stderr

@@ -13,6 +13,7 @@ from tests.conftest import ROOT
 # (the extra, a module of it to hide, what imports it)
 CASES = [
     ("pydantic-ai", "pydantic_ai", "import durable.integrations.pydantic_ai"),
+    ("openai-agents", "agents", "import durable.integrations.openai_agents"),
     ("ui", "starlette", "import durable.ui"),
     ("otel", "opentelemetry", "import durable; durable.instrument_psycopg()"),
 ]
