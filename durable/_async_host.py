@@ -293,7 +293,7 @@ def _async_app_engine(url: str, pool_size: int) -> sqlalchemy.ext.asyncio.AsyncE
     from sqlalchemy.ext.asyncio import create_async_engine
 
     async def connect() -> psycopg.AsyncConnection[Any]:
-        return await psycopg.AsyncConnection.connect(url)
+        return await psycopg.AsyncConnection.connect(url, fallback_application_name="durable-app")
 
     engine = create_async_engine(
         "postgresql+psycopg://", async_creator=connect, pool_size=pool_size, max_overflow=4

@@ -229,7 +229,7 @@ class Runner:
         # URL that works for the system database (multi-host, key=value) works here too.
         self._app_engine = sqlalchemy.create_engine(
             "postgresql+psycopg://",
-            creator=lambda: psycopg.connect(app_url),
+            creator=lambda: psycopg.connect(app_url, fallback_application_name="durable-app"),
             pool_size=config.max_workers,
             max_overflow=4,
         )

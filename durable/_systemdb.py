@@ -112,7 +112,8 @@ class SystemDB(RunIO, AsyncRunIO):
             url,
             min_size=min_size,
             max_size=max_size,
-            kwargs={"autocommit": True},
+            # Named in pg_stat_activity (unless the URL names itself): who holds what.
+            kwargs={"autocommit": True, "fallback_application_name": "durable"},
             open=False,
             name="durable-pool",
             # A new connection is the proof that a server answers again (a checkout is
@@ -441,7 +442,7 @@ class SystemDB(RunIO, AsyncRunIO):
             self.url,
             min_size=1,
             max_size=max_size,
-            kwargs={"autocommit": True},
+            kwargs={"autocommit": True, "fallback_application_name": "durable-async"},
             open=False,
             name="durable-async-pool",
             configure=self._configure_async,
@@ -463,7 +464,12 @@ class SystemDB(RunIO, AsyncRunIO):
         None when notifications are off (the caller polls)."""
         if not self.listen:
             return None
-        conn = psycopg.connect(self.url, autocommit=True, connect_timeout=10)
+        conn = psycopg.connect(
+            self.url,
+            autocommit=True,
+            connect_timeout=10,
+            fallback_application_name="durable-listen",
+        )
         try:
             for channel in channels:
                 conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
