@@ -7,6 +7,17 @@ re-invoked with its saved inputs and completed steps return their journaled outp
 """
 
 from durable._budget import Reservation, budget_left, charge, reserve
+from durable._children import (
+    ChildHandle,
+    Winner,
+    on_approval,
+    on_message,
+    on_timer,
+    start_child,
+    start_child_async,
+    wait_first,
+    wait_first_async,
+)
 from durable._client import Client
 from durable._clock import Clock, FakeClock, SystemClock
 from durable._current import step_id, workflow_id
@@ -31,6 +42,7 @@ from durable._retention import PruneReport, RetentionPolicy
 from durable._schedules import scheduled
 from durable._state import append_turn, append_turn_async, conversation, state
 from durable._streams import close_stream, close_stream_async, write_stream, write_stream_async
+from durable._timeouts import workflow_timeout
 from durable._tracing import instrument_psycopg
 from durable._version import __version__ as __version__
 from durable._waits import (
@@ -52,6 +64,7 @@ from durable.serialization import JSONSerializer, PickleSerializer, Serializer
 __all__ = [
     "AsyncWorkflowHandle",
     "Budget",
+    "ChildHandle",
     "Client",
     "Clock",
     "Debouncer",
@@ -70,6 +83,7 @@ __all__ = [
     "StepKind",
     "StepRecord",
     "SystemClock",
+    "Winner",
     "WorkflowHandle",
     "WorkflowInfo",
     "WorkflowStatus",
@@ -89,6 +103,9 @@ __all__ = [
     "get_event",
     "get_event_async",
     "instrument_psycopg",
+    "on_approval",
+    "on_message",
+    "on_timer",
     "patched",
     "patched_async",
     "recv",
@@ -101,14 +118,19 @@ __all__ = [
     "set_event_async",
     "sleep",
     "sleep_async",
+    "start_child",
+    "start_child_async",
     "state",
     "step",
     "step_id",
     "to_thread",
     "tool",
     "transaction",
+    "wait_first",
+    "wait_first_async",
     "workflow",
     "workflow_id",
+    "workflow_timeout",
     "write_stream",
     "write_stream_async",
 ]

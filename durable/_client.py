@@ -54,6 +54,7 @@ from durable._retention import PruneProgress, PruneReport, RetentionPolicy, prun
 from durable._schedules import Schedule, backfill, trigger
 from durable._start_options import enqueue_method, enqueue_method_async, start_method
 from durable._systemdb import SystemDB, Tx, is_unique_violation
+from durable._timeouts import call_timeout, pop_timeout
 from durable.errors import (
     ApprovalConflictError,
     ConfigurationError,
@@ -172,12 +173,14 @@ class Client(Messages):
     ) -> WorkflowHandle:
         """Record `fn(*args, **kwargs)` as runnable for any worker (`durable worker`), without
         running it here. `workflow_id=` chooses the id: ids are idempotency keys, so an
-        existing id returns its handle."""
+        existing id returns its handle. `timeout=` (popped from kwargs) replaces the
+        decorator's timeout for this workflow."""
         check_name("workflow_id", workflow_id, optional=True)  # "" is refused, not "none"
         workflow_id = workflow_id or str(uuid.uuid4())
         defn = workflow_def(fn)
-        inputs = self.inputs.encode(defn, args, kwargs)
-        params = self.inputs.row(defn, workflow_id, inputs, None, self.default_durability)
+        with call_timeout(pop_timeout(kwargs)):
+            inputs = self.inputs.encode(defn, args, kwargs)
+            params = self.inputs.row(defn, workflow_id, inputs, None, self.default_durability)
         row = self.db.fetch_one("insert_workflow_pending", params)
         if row is None:
             self.existing(defn, workflow_id)
@@ -201,15 +204,20 @@ class Client(Messages):
         """Put `fn(*args, **kwargs)` on `queue`; a worker starts it when the queue's limits
         allow. Its options: `workflow_id=` (an existing id returns its handle),
         `dedup_key=` (QueueDedupError while another entry with it is queued or unfinished),
-        `priority=` (lower first; queues declared with priority=True) and `delay=` (seconds
-        before it may start). Inside a workflow the entry is journaled as a child, so a
-        replay does not enqueue it again."""
+        `priority=` (lower first; queues declared with priority=True), `delay=` (seconds
+        before it may start) and `timeout=` (popped from kwargs: replaces the decorator's
+        timeout). Inside a workflow the entry is journaled as a child, so a replay does not
+        enqueue it again."""
         _check_enqueue(queue, workflow_id, dedup_key, priority, delay)
+        timeout = pop_timeout(kwargs)
         defn = workflow_def(fn)
         run, parent, workflow_id, journaled = place_child(defn, workflow_id)
         if journaled:
             return self.handle(workflow_id)
-        self._enqueue(queue, defn, workflow_id, parent, args, kwargs, dedup_key, priority, delay)
+        with call_timeout(timeout):
+            self._enqueue(
+                queue, defn, workflow_id, parent, args, kwargs, dedup_key, priority, delay
+            )
         if run is not None and parent is not None:
             drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
         return self.handle(workflow_id)
@@ -230,21 +238,23 @@ class Client(Messages):
         """enqueue, awaited: an AsyncWorkflowHandle. Inside an async workflow the entry is
         journaled as a child at the position of this call."""
         _check_enqueue(queue, workflow_id, dedup_key, priority, delay)
+        timeout = pop_timeout(kwargs)
         defn = workflow_def(fn)
         run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
         if not journaled:
-            await asyncio.to_thread(
-                self._enqueue,
-                queue,
-                defn,
-                workflow_id,
-                parent,
-                args,
-                kwargs,
-                dedup_key,
-                priority,
-                delay,
-            )
+            with call_timeout(timeout):  # (to_thread carries the block into the thread)
+                await asyncio.to_thread(
+                    self._enqueue,
+                    queue,
+                    defn,
+                    workflow_id,
+                    parent,
+                    args,
+                    kwargs,
+                    dedup_key,
+                    priority,
+                    delay,
+                )
             if run is not None and parent is not None:
                 gen = protocol.record_child_started(run, parent[1], defn.name, workflow_id)
                 await drive_async(run, gen)

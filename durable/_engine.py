@@ -26,7 +26,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from durable import _host as host
 from durable import _lifecycle as lifecycle
@@ -55,6 +55,7 @@ from durable._start_options import (
     start_method,
     start_method_async,
 )
+from durable._timeouts import pop_timeout, workflow_timeout
 from durable._urls import is_local
 from durable.errors import ConfigurationError, EngineNotRunningError
 from durable.serialization import Serializer
@@ -446,10 +447,18 @@ class Engine:
 
         Pass `workflow_id=` to choose the id: ids are idempotency keys,
         so starting an existing id returns a handle to that workflow (resuming it here if it
-        is interrupted and nobody holds its lease). Inside a workflow the start is journaled
+        is interrupted and nobody holds its lease). `timeout=` (popped from kwargs: seconds or a
+        timedelta) replaces the decorator's timeout for this workflow (see
+        durable.workflow_timeout). Inside a workflow the start is journaled
         as a child, so a replay does not start it again.
         """
         check_name("workflow_id", workflow_id, optional=True)
+        if (timeout := pop_timeout(kwargs)) is not None:
+            with workflow_timeout(timeout):
+                handle: WorkflowHandle = cast(Any, self.start)(
+                    fn, *args, workflow_id=workflow_id, **kwargs
+                )
+                return handle
         defn = workflow_def(fn)
         self._ensure_running()
         run, parent, workflow_id, journaled = place_child(defn, workflow_id)
@@ -495,6 +504,10 @@ class Engine:
         the workflow is recorded; `await handle.result()` waits without blocking the loop.
         Inside an async workflow the start is journaled as a child."""
         check_name("workflow_id", workflow_id, optional=True)
+        if (timeout := pop_timeout(kwargs)) is not None:
+            with workflow_timeout(timeout):
+                start = cast(Any, self.start_async)
+                return await start(fn, *args, workflow_id=workflow_id, **kwargs)  # type: ignore[no-any-return]
         defn = workflow_def(fn)
         self._ensure_running()
         run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)

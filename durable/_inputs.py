@@ -20,6 +20,7 @@ from durable import _tracing as tracing
 from durable._context import current_run, workflow_code_run
 from durable._protocol import Run
 from durable._registry import WorkflowDef
+from durable._timeouts import timeout_for
 from durable.errors import (
     AsyncInSyncError,
     BlockingCallError,
@@ -144,7 +145,9 @@ class Inputs:
             "durability": defn.durability or durability,
             "parent_id": parent[0] if parent else None,
             "parent_step_seq": parent[1] if parent else None,
-            "timeout_seconds": defn.timeout,
+            # The decorator's, or the start's own (timeout=, durable.workflow_timeout);
+            # a child's is cut to its parent's time left.
+            "timeout_seconds": timeout_for(defn.timeout, parent),
             "budget_id": _budget_for(defn, workflow_id, parent),
             "trace_context": tracing.start_context(defn.name, workflow_id),
             # The journal format this code writes (and the newest it reads).

@@ -60,6 +60,9 @@ STREAM_CLOSE_PREFIX = "stream-close:"
 PATCH_PREFIX = "patch:"
 SEND_PREFIX = "send:"
 READ_EVENT_PREFIX = "get-event:"
+CHILD_RESULT_PREFIX = "child-result:"
+WAIT_FIRST = "wait-first"
+WAIT_FIRST_TIMER = "wait-first-timer"
 
 
 def approval(name: str) -> str:
@@ -97,6 +100,19 @@ def read_event(key: str) -> str:
     """The journaled call of durable.get_event() inside a workflow: the value read (or
     None, when it did not appear in time) is its output."""
     return f"{READ_EVENT_PREFIX}{key}"
+
+
+def child_result(name: str) -> str:
+    """The journaled wait for a child's outcome (a ChildHandle's result()), `name` being
+    the child's workflow name: the child's value (or failure) is its output."""
+    return f"{CHILD_RESULT_PREFIX}{name}"
+
+
+def wait_first(index: int) -> str:
+    """The journaled outcome of durable.wait_first(), won by the condition at `index`:
+    the name says which one won, so a replay picks the same one; the winner's value (the
+    message, the decision, the child's outcome) is its output."""
+    return f"{WAIT_FIRST}#{index}"
 
 
 def patch(patch_id: str) -> str:

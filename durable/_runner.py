@@ -120,6 +120,7 @@ class Claimed(NamedTuple):
     # its lease may have lapsed since (see _protocol.reclaim). -1 and 0: now.
     doubts: int = -1
     claimed_at: float = 0.0
+    parent_id: str | None = None
 
 
 class AsyncSide(Protocol):
@@ -341,6 +342,7 @@ class Runner:
             trace_context=claimed.trace_context,
             doubts_seen=claimed.doubts if claimed.doubts >= 0 else self.db.outage.doubts,
             proven_at=claimed.claimed_at or time.monotonic(),
+            parent_id=claimed.parent_id,
         )
 
     def execute(self, claimed: Claimed, conn: psycopg.Connection[Any] | None = None) -> Any:
@@ -502,6 +504,7 @@ class Runner:
             params["trace_context"],
             doubts,
             claimed_at,
+            params["parent_id"],
         )
 
     def create(
@@ -621,6 +624,7 @@ class Runner:
             trace_context=row.get("trace_context"),
             doubts=row.get("doubts", -1),
             claimed_at=row.get("claimed_at", 0.0),
+            parent_id=row.get("parent_id"),
         )
 
     def submit_claim(self, workflow_id: str) -> concurrent.futures.Future[Any] | None:

@@ -4,6 +4,16 @@ import durable
 
 PUBLIC = {
     "Debouncer",
+    "ChildHandle",
+    "Winner",
+    "on_approval",
+    "on_message",
+    "on_timer",
+    "start_child",
+    "start_child_async",
+    "wait_first",
+    "wait_first_async",
+    "workflow_timeout",
     "step_id",
     "workflow_id",
     "get_event",

@@ -29,6 +29,7 @@ The package is split by concept, one module per kind of decision:
 - `budget`: the budget gate, the hard cap, what is left.
 - `transitions`: the status machines of effects and workflows, as tables.
 - `waits`: durable sleep and receiving messages.
+- `first`: waiting for the first of several things (durable.wait_first, a child's result).
 - `streams`: events, streams, working state and conversation turns.
 
 Callers import from the package (`from durable import _protocol as protocol`); the names
@@ -57,6 +58,14 @@ from durable._protocol.effects import (
     effect,
 )
 from durable._protocol.faults import TRANSACTION_OUTPUTS_TAKEN, AppFault, Fault
+from durable._protocol.first import (
+    OnApproval,
+    OnChild,
+    OnMessage,
+    OnTimer,
+    child_result,
+    wait_first,
+)
 from durable._protocol.gates import (
     approval,
     gate,
@@ -172,6 +181,10 @@ __all__ = [
     "Gen",
     "Join",
     "Journal",
+    "OnApproval",
+    "OnChild",
+    "OnMessage",
+    "OnTimer",
     "Op",
     "Outcome",
     "Park",
@@ -193,6 +206,7 @@ __all__ = [
     "charge",
     "check_interrupt",
     "child",
+    "child_result",
     "child_started",
     "compensate",
     "conflict_backoff",
@@ -226,6 +240,7 @@ __all__ = [
     "step",
     "stop_reason",
     "transaction",
+    "wait_first",
     "with_running_steps",
     "workflow",
     "write_stream",

@@ -12,7 +12,7 @@ touched no row as lost ownership (`_fenced`).
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -67,6 +67,14 @@ class Journal:
                 )
             raise NondeterminismError(self.workflow_id, seq, record.step_name, step_name, fix)
         return seq, record
+
+    def next_call_of(self, step_names: Sequence[str]) -> tuple[int, StepRecord | None]:
+        """next_call for a call journaled under one of `step_names`: a wait whose name
+        records which of its conditions won (another name there is reported as the first)."""
+        found = self.records.get(self.next_seq)
+        if found is not None and found.step_name in step_names:
+            return self.next_call(found.step_name)
+        return self.next_call(step_names[0])
 
 
 def _never_crash(name: str) -> None:
@@ -156,6 +164,9 @@ class Run:
     closed_streams: set[str] = field(default_factory=set)
     # Per patch id: what durable.patched() answered first in this run (rebuilt by replay).
     patches: dict[str, bool] = field(default_factory=dict)
+    # The workflow that started this one (None for a top-level workflow): its finish wakes
+    # that parent if it is suspended waiting for it (durable.start_child's result()).
+    parent_id: str | None = None
     # When the workflow times out (from its first start), and why it was asked to stop if
     # it was when claimed. `stopping` is set while compensations of a cancel run, so that
     # they are not interrupted in turn.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable._models import WorkflowStatus
 from durable._protocol.budget import open_ledger
+from durable._protocol.first import wake_parent
 from durable._protocol.journal import barrier, encode_error
 from durable._protocol.ops import Call, Execute, Gen, Join, Outcome, WriteSteps
 from durable._protocol.run import Run, _fenced
@@ -153,9 +154,10 @@ def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | No
         written = yield WriteSteps(rows, params)
         if len(written) < len(rows):
             raise StaleOwnerError(run.workflow_id, run.epoch)
-        return
-    yield from barrier(run)
-    _fenced((yield Execute("finish_workflow", params)), run)
+    else:
+        yield from barrier(run)
+        _fenced((yield Execute("finish_workflow", params)), run)
+    yield from wake_parent(run)
 
 
 def compensate(

@@ -682,7 +682,7 @@ FROM (
 WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context,
-    c.status = 'RUNNING' AS lease_expired
+    c.status = 'RUNNING' AS lease_expired, w.parent_id
 
 -- claim_batch_cas --
 -- claim_batch for distributed PostgreSQL, which cannot lock rows of many shards in one
@@ -728,7 +728,7 @@ WHERE w.workflow_id = c.workflow_id
       SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context,
-    c.status = 'RUNNING' AS lease_expired
+    c.status = 'RUNNING' AS lease_expired, w.parent_id
 
 -- renew_claim --
 -- Keep a claim that waited in the queue, if it is still this run's: renewing its lease
@@ -1107,6 +1107,47 @@ WHERE workflow_id = %(workflow_id)s
       SELECT 1 FROM {schema}.messages
       WHERE workflow_id = %(workflow_id)s AND topic = %(topic)s::text AND consumed_at IS NULL))
 
+-- suspend_for_any --
+-- Park the workflow until wake_at (NULL: until woken) while it waits for the first of
+-- several things (durable.wait_first, a child's result), unless a message on one of its
+-- topics is here or one of its gates is decided. A cancel makes it runnable instead (see
+-- suspend_for_approval). A child's end is looked for after it (another workflow's row).
+UPDATE {schema}.workflows
+SET status = CASE WHEN cancel_reason IS NULL THEN 'SUSPENDED' ELSE 'PENDING' END,
+    owner = NULL, lease_expires_at = NULL, wake_at = %(wake_at)s,
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+  AND NOT EXISTS (
+      SELECT 1 FROM {schema}.messages
+      WHERE workflow_id = %(workflow_id)s AND topic = ANY(%(topics)s::text[])
+        AND consumed_at IS NULL)
+  AND NOT EXISTS (
+      SELECT 1 FROM {schema}.approvals
+      WHERE workflow_id = %(workflow_id)s AND name = ANY(%(gates)s::text[])
+        AND status <> 'waiting')
+
+-- wake_if_any --
+-- After suspend_for_any (or joining a sibling's suspension): a message on one of its
+-- topics or a decision on one of its gates that landed meanwhile wakes it now.
+UPDATE {schema}.workflows SET status = 'PENDING', wake_at = NULL,
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED' AND (EXISTS (
+    SELECT 1 FROM {schema}.messages
+    WHERE workflow_id = %(workflow_id)s AND topic = ANY(%(topics)s::text[])
+      AND consumed_at IS NULL) OR EXISTS (
+    SELECT 1 FROM {schema}.approvals
+    WHERE workflow_id = %(workflow_id)s AND name = ANY(%(gates)s::text[])
+      AND status <> 'waiting'))
+
+-- wake_workflow --
+-- Make a suspended workflow runnable: a child that finished wakes its parent (which may
+-- wait for it), and a waiting run that sees a child's end after it parked wakes itself.
+-- A parent that waits for something else looks, finds nothing, and parks again.
+UPDATE {schema}.workflows SET status = 'PENDING', wake_at = NULL,
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED'
+
 -- wake_due --
 -- Make sleeping workflows whose time has come runnable again (only among given ids, when
 -- a Citus worker node is down: see due_on_shards).
@@ -1367,7 +1408,7 @@ SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
 FROM picked
 WHERE w.workflow_id = picked.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context, w.parent_id
 
 -- queue_allowance --
 -- How many entries one dequeue of a queue may take now, within its limits (dequeue's
@@ -1417,7 +1458,7 @@ WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'
   AND (w.name, coalesce(w.version, '')) IN (
       SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context, w.parent_id
 
 -- ensure_budget --
 -- Create a workflow tree's budget from its code's limits at first start (kept afterwards,

@@ -1,0 +1,224 @@
+"""durable.start_child and per-call timeouts, both drivers.
+
+A child started from workflow code runs while its parent goes on; waiting for it parks the
+parent (SUSPENDED: no worker slot, no thread) until the child's end wakes it, and the
+outcome is journaled in the parent: after a sleep the parent's body runs again from the
+top and gets the same value (or failure) without waiting or starting the child again.
+`timeout=` on a start and `durable.workflow_timeout()` give one workflow a timeout of its
+own; a child's never outlasts its parent's deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+import durable
+from durable import errors
+
+RUNS: list[str] = []
+QUEUES: list[Any] = [None]
+
+
+def build(asynchronous: bool) -> tuple[durable.Registry, Any, Any]:
+    reg = durable.Registry()
+    if asynchronous:
+
+        @durable.workflow(registry=reg, name="kids.child")
+        async def child(x: int) -> int:
+            go = await durable.recv_async("go", timeout=60)
+            if go == "fail":
+                raise ValueError("the child failed")
+            return x * 10
+
+        @durable.workflow(registry=reg, name="kids.parent")
+        async def parent(x: int) -> list[Any]:
+            handle = await durable.start_child_async(child, x, workflow_id="kid")
+            RUNS.append("parent body")
+            try:
+                got: Any = await handle
+            except errors.WorkflowFailedError as failed:
+                got = failed.error_message
+            await durable.sleep_async(1.5)  # suspends: the body runs again from the top
+            return [got, await handle.result_async()] if got != "the child failed" else [got]
+
+        return reg, parent, child
+
+    @durable.workflow(registry=reg, name="kids.child")
+    def child(x: int) -> int:
+        go = durable.recv("go", timeout=60)
+        if go == "fail":
+            raise ValueError("the child failed")
+        return x * 10
+
+    @durable.workflow(registry=reg, name="kids.parent")
+    def parent(x: int) -> list[Any]:
+        handle = durable.start_child(child, x, workflow_id="kid")
+        RUNS.append("parent body")
+        try:
+            got: Any = handle.result()
+        except errors.WorkflowFailedError as failed:
+            got = failed.error_message
+        durable.sleep(1.5)
+        return [got, handle.result()] if got != "the child failed" else [got]
+
+    return reg, parent, child
+
+
+def status(url: str, workflow_id: str) -> str:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT status FROM durable.workflows WHERE workflow_id = %s", [workflow_id]
+        ).fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def wait_until(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + 30
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("outcome", ["ok", "fail"])
+def test_a_childs_result_parks_the_parent_and_replays_as_journaled(
+    database_url: str, asynchronous: bool, outcome: str
+) -> None:
+    RUNS.clear()
+    reg, parent, _ = build(asynchronous)
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        handle = engine.submit(parent, 4, workflow_id="parent")
+        # The parent waits for its child without holding anything: it is parked.
+        wait_until(lambda: status(database_url, "parent") == "SUSPENDED", "the parent to park")
+        assert status(database_url, "kid") == "SUSPENDED"  # the child waits for "go"
+        engine.send("kid", outcome, topic="go")
+        got = handle.result(timeout=30)
+        steps = [(s.step_name, s.kind) for s in engine.steps("parent")]
+    if outcome == "ok":
+        assert got == [40, 40]
+        # The second result() of the same handle is a call of its own, journaled too.
+        assert steps.count(("child-result:kids.child", durable.StepKind.CHILD)) == 2
+    else:
+        assert got == ["the child failed"]  # raised on the first run and on the replay
+        assert steps.count(("child-result:kids.child", durable.StepKind.CHILD)) == 1
+    with psycopg.connect(database_url) as conn:
+        children = conn.execute("SELECT count(*) FROM durable.workflows WHERE parent_id = 'parent'")
+        assert children.fetchone() == (1,)  # the replays started no second child
+    assert RUNS.count("parent body") >= 2  # the body ran again after its sleep
+
+
+def test_start_child_only_in_workflow_code(database_url: str) -> None:
+    reg, _, child = build(False)
+    with pytest.raises(errors.NoEngineError, match="must be called from a workflow"):
+        durable.start_child(child, 1)
+
+    async def outside() -> None:
+        await durable.start_child_async(child, 1)
+
+    with pytest.raises(errors.NoEngineError, match="must be awaited in a workflow"):
+        asyncio.run(outside())
+
+    @durable.workflow(registry=reg, name="kids.from_a_step_result")
+    def waits_in_a_step(x: int) -> int:
+        return x
+
+    with durable.Engine(database_url, registry=reg):
+        handle = durable.ChildHandle("kid", "kids.child", None)
+        with pytest.raises(errors.NoEngineError, match="ChildHandle.result"):
+            handle.result()
+
+
+# -- timeouts ---------------------------------------------------------------------------------
+
+
+def stored_timeout(url: str, workflow_id: str) -> float | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT timeout_seconds FROM durable.workflows WHERE workflow_id = %s", [workflow_id]
+        ).fetchone()
+    assert row is not None
+    return None if row[0] is None else float(row[0])
+
+
+def timeouts_app() -> tuple[durable.Registry, Any, Any]:
+    reg = durable.Registry()
+    QUEUES[0] = durable.Queue("limits", registry=reg)
+
+    @durable.workflow(registry=reg, name="limits.wait", timeout=3600)
+    def wait_forever() -> Any:
+        return durable.recv("never", timeout=600)
+
+    @durable.workflow(registry=reg, name="limits.parent")
+    def parent() -> list[Any]:
+        first = durable.start_child(wait_forever, workflow_id="c-own")
+        with durable.workflow_timeout(7200):  # longer than the parent has left: cut
+            second = durable.start_child(wait_forever, workflow_id="c-scoped")
+        third = durable.start_child(wait_forever, workflow_id="c-call", timeout=0.5)
+        try:
+            durable.wait_first([first, second, third])
+        except errors.WorkflowTimeoutError as timed_out:  # a child that wins failing raises
+            return [timed_out.workflow_id, type(timed_out).__name__]
+        return []
+
+    return reg, wait_forever, parent
+
+
+def test_a_start_with_timeout_times_out_by_its_own(database_url: str) -> None:
+    reg, wait_forever, _ = timeouts_app()
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        started = engine.start(wait_forever, workflow_id="w-start", timeout=0.5)
+        with durable.workflow_timeout(0.5):
+            submitted = engine.submit(wait_forever, workflow_id="w-submit")
+        queued = engine.enqueue(
+            QUEUES[0], wait_forever, workflow_id="w-queue", timeout=120
+        )
+        plain = engine.submit(wait_forever, workflow_id="w-plain")
+        for handle in (started, submitted):
+            with pytest.raises(errors.WorkflowTimeoutError):
+                handle.result(timeout=30)
+        assert stored_timeout(database_url, "w-start") == 0.5
+        assert stored_timeout(database_url, "w-queue") == 120
+        assert stored_timeout(database_url, "w-plain") == 3600  # the decorator's
+        engine.cancel(plain.workflow_id)
+        engine.cancel(queued.workflow_id)
+        with pytest.raises(errors.InvalidWaitError):
+            engine.start(wait_forever, timeout=0)
+        with pytest.raises(errors.InvalidWaitError), durable.workflow_timeout(-1):
+            pass
+
+
+def test_async_starts_take_a_timeout_too(database_url: str) -> None:
+    reg, wait_forever, _ = timeouts_app()
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as e:
+            handle = await e.start_async(wait_forever, workflow_id="a-start", timeout=0.5)
+            with pytest.raises(errors.WorkflowTimeoutError):
+                await handle.result(timeout=30)
+            await e.enqueue_async(
+                QUEUES[0], wait_forever, workflow_id="a-queue", timeout=60
+            )
+            await asyncio.to_thread(e.cancel, "a-queue")
+
+    asyncio.run(main())
+    assert stored_timeout(database_url, "a-start") == 0.5
+    assert stored_timeout(database_url, "a-queue") == 60
+
+
+def test_a_childs_deadline_never_outlives_its_parents(database_url: str) -> None:
+    reg, _, parent = timeouts_app()
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        handle = engine.start(parent, workflow_id="p", timeout=60)
+        # The child with a timeout of its own times out first and wins the wait.
+        assert handle.result(timeout=30) == ["c-call", "WorkflowTimeoutError"]
+        own, scoped = stored_timeout(database_url, "c-own"), stored_timeout(database_url, "c-scoped")
+        assert own is not None and own <= 60  # not its decorator's 3600
+        assert scoped is not None and scoped <= 60  # not the block's 7200
+        assert stored_timeout(database_url, "c-call") == 0.5
+        for child in ("c-own", "c-scoped"):
+            engine.cancel(child)
