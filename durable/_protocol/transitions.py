@@ -77,7 +77,8 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
         "stop": _W.CANCELLED,
         "compensate": _W.COMPENSATED,
         "compensation_fails": _W.COMPENSATION_FAILED,
-        # suspend_until, suspend_for_approval; PENDING when a cancel arrived meanwhile.
+        # suspend_until, suspend_for_any, suspend_for_approval; PENDING when a cancel
+        # arrived meanwhile.
         "suspend": _W.SUSPENDED,
         "suspend_cancelled": _W.PENDING,
         # release_workflow, release_owned: the owner gives it back; cancel_workflows
@@ -91,8 +92,9 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
         "give_up": _W.MAX_RECOVERY_ATTEMPTS_EXCEEDED,
     },
     _W.SUSPENDED: {
-        # wake_due, wake_if_message, wake_if_decided, send_message, decide_approval,
-        # expire_approvals; cancel_workflows when a run must stop it.
+        # wake_due, wake_if_message, wake_if_decided, wake_if_any, wake_workflow,
+        # send_message, decide_approval, expire_approvals; cancel_workflows when a run
+        # must stop it.
         "wake": _W.PENDING,
         "cancel": _W.CANCELLED,  # cancel_workflows
     },

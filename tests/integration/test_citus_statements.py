@@ -417,6 +417,9 @@ def params(name: str, w: str) -> dict[str, Any]:
         },
         "record_run_steps": {**fenced, **arrays},
         "suspend_until": {**fenced, "wake_at": NOW, "topic": "other"},
+        "suspend_for_any": {**fenced, "wake_at": NOW, "topics": ["other"], "gates": ["g"]},
+        "wake_if_any": {"workflow_id": f"{w}-asleep", "topics": ["topic"], "gates": ["gate"]},
+        "wake_workflow": {"workflow_id": f"{w}-asleep"},
         "wake_due": {"workflow_ids": None},
         "due_on_shards": {},
         "send_message": {
@@ -745,9 +748,12 @@ HOT = [
     "set_event",
     "settle_effect",
     "suspend_for_approval",
+    "suspend_for_any",
     "suspend_until",
+    "wake_if_any",
     "wake_if_decided",
     "wake_if_message",
+    "wake_workflow",
     "worker_wait",  # `durable workflows show`, the console's page of one workflow
     "write_stream",
 ]

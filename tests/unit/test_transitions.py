@@ -62,10 +62,13 @@ WORKFLOW_STATEMENTS: Mapping[str, frozenset[Move]] = {
     "finish_workflows": every([W.RUNNING], t.FINISHED_BY_A_RUN),
     "finish_with_steps": every([W.RUNNING], t.FINISHED_BY_A_RUN),
     "suspend_until": every([W.RUNNING], [W.SUSPENDED, W.PENDING]),
+    "suspend_for_any": every([W.RUNNING], [W.SUSPENDED, W.PENDING]),
     "suspend_for_approval": every([W.RUNNING], [W.SUSPENDED, W.PENDING]),
     "wake_due": every([W.SUSPENDED], [W.PENDING]),
     "wake_if_message": every([W.SUSPENDED], [W.PENDING]),
     "wake_if_decided": every([W.SUSPENDED], [W.PENDING]),
+    "wake_if_any": every([W.SUSPENDED], [W.PENDING]),
+    "wake_workflow": every([W.SUSPENDED], [W.PENDING]),
     # `CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END`: a running workflow
     # keeps its status (it sees the message or decision itself).
     "send_message": every([W.SUSPENDED], [W.PENDING]),
