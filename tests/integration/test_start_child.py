@@ -215,3 +215,30 @@ def test_a_childs_deadline_never_outlives_its_parents(database_url: str) -> None
         assert stored_timeout(database_url, "c-call") == 0.5
         for child in ("c-own", "c-scoped"):
             engine.cancel(child)
+
+
+def test_an_async_gather_of_child_results_parks_once_and_gets_both(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="fan.child")
+    async def child(x: int) -> int:
+        await durable.recv_async("go", timeout=60)
+        return x + 1
+
+    @durable.workflow(registry=reg, name="fan.parent")
+    async def parent() -> list[int]:
+        first = await durable.start_child_async(child, 1, workflow_id="fan-1")
+        second = await durable.start_child_async(child, 2, workflow_id="fan-2")
+        return list(await asyncio.gather(first.result_async(), second.result_async()))
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as e:
+            handle = await e.start_async(parent, workflow_id="fan")
+            await asyncio.to_thread(
+                wait_until, lambda: status(database_url, "fan") == "SUSPENDED", "a park"
+            )
+            await e.send_async("fan-2", "go", topic="go")
+            await e.send_async("fan-1", "go", topic="go")
+            assert await handle.result(timeout=30) == [2, 3]
+
+    asyncio.run(main())
