@@ -40,7 +40,7 @@ from durable import _lifecycle as lifecycle
 from durable._driver_async import execute_run_async
 from durable._protocol import Run, RunChild
 from durable._runio_base import watch_statements
-from durable._runner import Claimed, Runner
+from durable._runner import Claimed, Runner, inline
 from durable.errors import (
     EngineNotRunningError,
     WorkflowAbandoned,
@@ -250,7 +250,7 @@ class AsyncHost:
         async def perform(op: lifecycle.Op) -> Any:
             match op:
                 case lifecycle.Create():
-                    return await asyncio.to_thread(runner.create, op)
+                    return inline(await asyncio.to_thread(runner.create, op))
                 case lifecycle.RunClaimed(claimed=claimed):
                     return await self.run_claimed(claimed)
                 case lifecycle.Attach():

@@ -123,6 +123,13 @@ class Claimed(NamedTuple):
     parent_id: str | None = None
 
 
+def inline(created: Claimed | None) -> Claimed | None:
+    """A workflow created to run inline (a direct call, a child called as a function):
+    its caller waits for it RUNNING, so its finish has no parked parent to wake (it saves
+    that statement; a later run of it, claimed after a suspension, still sends it)."""
+    return None if created is None else created._replace(parent_id=None)
+
+
 class AsyncSide(Protocol):
     """Where async def workflows run (`_async_host.AsyncHosts`): event loops, not threads."""
 
@@ -755,7 +762,7 @@ class Runner:
                     case lifecycle.Create():
                         if shared is None:
                             shared = stack.enter_context(self.db.connection())
-                        return self.create(op, shared)
+                        return inline(self.create(op, shared))
                     case lifecycle.RunClaimed(claimed=claimed, created=True):
                         return contextvars.copy_context().run(self.execute, claimed, shared)
                 stack.close()
