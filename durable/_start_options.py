@@ -1,8 +1,8 @@
 # mypy: disable-error-code="overload-cannot-match"
 # (mypy takes `*args: P.args, **kwargs: P.kwargs` as broader than any keyword option;
 # it is not: the first overload fails for a function without that parameter.)
-"""The options of a start (`workflow_id=`, and for a queue `dedup_key=`, `priority=`,
-`delay=`): keyword-only, typed, and never confused with the workflow's own arguments.
+"""The options of a start (`workflow_id=`, `timeout=`, and for a queue `dedup_key=`,
+`priority=`, `delay=`): keyword-only, typed, and never confused with the workflow's own arguments.
 
 A start takes the workflow's arguments and its own options in one call, as
 `engine.start(fn, *args, workflow_id="a", **kwargs)`. Python's typing cannot put keyword
@@ -15,6 +15,7 @@ parameter that can be passed by keyword under an option's name: `@workflow` refu
 
 from __future__ import annotations
 
+import datetime as dt
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
@@ -57,6 +58,10 @@ def check_parameters(fn: Callable[..., Any], name: str) -> None:
 
 H = TypeVar("H", covariant=True)
 
+#: A per-call timeout (`timeout=`, popped by each start from its keyword arguments and
+#: checked there): seconds or a timedelta.
+Seconds = float | dt.timedelta
+
 
 class QueueLike(Protocol):
     """What an enqueue's typing asks of its queue (a durable.Queue; checked when called)."""
@@ -73,7 +78,23 @@ class Start(Protocol[H]):
     def __call__(self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> H: ...
     @overload
     def __call__(
-        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None, **kwargs: Any
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None,
+        timeout: Seconds | None = None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        timeout: Seconds | None,
+        **kwargs: Any,
     ) -> H: ...
 
 
@@ -97,6 +118,7 @@ class Enqueue(Protocol[H]):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None = None,
+        timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -110,6 +132,7 @@ class Enqueue(Protocol[H]):
         dedup_key: str | None,
         priority: int | None = None,
         delay: float | None = None,
+        timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -123,6 +146,7 @@ class Enqueue(Protocol[H]):
         dedup_key: str | None = None,
         priority: int | None,
         delay: float | None = None,
+        timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -136,6 +160,21 @@ class Enqueue(Protocol[H]):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None,
+        timeout: Seconds | None = None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        queue: QueueLike,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        timeout: Seconds | None,
         **kwargs: Any,
     ) -> H: ...
 
@@ -157,6 +196,7 @@ class QueueEnqueue(Protocol):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None = None,
+        timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -169,6 +209,7 @@ class QueueEnqueue(Protocol):
         dedup_key: str | None,
         priority: int | None = None,
         delay: float | None = None,
+        timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -181,6 +222,7 @@ class QueueEnqueue(Protocol):
         dedup_key: str | None = None,
         priority: int | None,
         delay: float | None = None,
+        timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -193,6 +235,20 @@ class QueueEnqueue(Protocol):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None,
+        timeout: Seconds | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        timeout: Seconds | None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
 

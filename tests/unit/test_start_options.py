@@ -1,4 +1,4 @@
-"""Start options (`workflow_id=`, and a queue's `dedup_key=`, `priority=`, `delay=`) are
+"""Start options (`workflow_id=`, `timeout=`, and a queue's `dedup_key=`, `priority=`, `delay=`) are
 typed keyword-only options that strict mypy accepts, and cannot swallow a workflow's own
 argument: `@workflow` refuses a parameter that a start would take as an option."""
 
@@ -14,6 +14,8 @@ import durable
 from durable.errors import DefinitionError
 
 HEADER = """
+import datetime
+
 import durable
 
 q = durable.Queue("q", priority=True)
@@ -48,6 +50,13 @@ async def main(engine: durable.Engine, client: durable.Client) -> None:
     q.enqueue(wf, 1, delay=0)
     q.enqueue(wf, x=1, workflow_id="e", dedup_key="k", priority=1, delay=2.0)
     q.enqueue(wf, 1)
+    engine.start(wf, 1, timeout=5)
+    engine.start(wf, 1, workflow_id="f", timeout=datetime.timedelta(minutes=5))
+    await engine.start_async(awf, 1, timeout=5)
+    client.submit(wf, 1, timeout=0.5)
+    engine.enqueue(q, wf, 1, timeout=60)
+    await client.enqueue_async(q, awf, 1, priority=1, timeout=60)
+    q.enqueue(wf, 1, timeout=60)
 """
 )
 
@@ -62,6 +71,7 @@ async def main(engine: durable.Engine, client: durable.Client) -> None:
     q.enqueue(wf, 1, delay="soon")  # E4
     engine.enqueue(q, wf, 1, priority="high")  # E5
     q.enqueue(wf, y=1)  # E6
+    engine.start(wf, 1, timeout="soon")  # E7
 """
 )
 
@@ -99,7 +109,7 @@ def test_wrong_arguments_and_wrong_options_fail_strict_mypy(tmp_path: Path) -> N
         for row in done.stdout.splitlines()
         if row.startswith(str(tmp_path)) and ": error:" in row
     }
-    assert flagged == {f"E{i}" for i in range(1, 7)}, done.stdout
+    assert flagged == {f"E{i}" for i in range(1, 8)}, done.stdout
 
 
 @pytest.mark.parametrize("option", ["workflow_id", "dedup_key", "priority", "delay", "timeout"])
