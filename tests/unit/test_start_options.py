@@ -1,6 +1,7 @@
-"""Start options (`workflow_id=`, `timeout=`, and a queue's `dedup_key=`, `priority=`, `delay=`) are
-typed keyword-only options that strict mypy accepts, and cannot swallow a workflow's own
-argument: `@workflow` refuses a parameter that a start would take as an option."""
+"""Start options (`workflow_id=`, `timeout=`, and a queue's `dedup_key=`, `priority=`,
+`delay=`) are typed keyword-only options that strict mypy accepts, and cannot swallow a
+workflow's own argument: `@workflow` refuses a parameter that a start would take as an
+option."""
 
 from __future__ import annotations
 
