@@ -26,6 +26,7 @@ from durable._decorators import effect, step, tool, transaction, workflow
 from durable._driver import compensate
 from durable._driver_async import to_thread
 from durable._engine import AsyncWorkflowHandle, Engine, WorkflowHandle
+from durable._methods import Instance
 from durable._models import (
     Budget,
     Decision,
@@ -71,6 +72,7 @@ __all__ = [
     "Decision",
     "Engine",
     "FakeClock",
+    "Instance",
     "JSONSerializer",
     "PickleSerializer",
     "PruneReport",

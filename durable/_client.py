@@ -31,7 +31,7 @@ from durable import _transfer as transfer
 from durable._clock import Clock
 from durable._config import Config
 from durable._debounce import Debouncer
-from durable._decorators import workflow_def
+from durable._decorators import workflow_call, workflow_def
 from durable._driver import drive
 from durable._driver_async import drive_async
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
@@ -177,9 +177,9 @@ class Client(Messages):
         decorator's timeout for this workflow."""
         check_name("workflow_id", workflow_id, optional=True)  # "" is refused, not "none"
         workflow_id = workflow_id or str(uuid.uuid4())
-        defn = workflow_def(fn)
+        defn, call_args = workflow_call(fn, args)
         with call_timeout(pop_timeout(kwargs)):
-            inputs = self.inputs.encode(defn, args, kwargs)
+            inputs = self.inputs.encode(defn, call_args, kwargs)
             params = self.inputs.row(defn, workflow_id, inputs, None, self.default_durability)
         row = self.db.fetch_one("insert_workflow_pending", params)
         if row is None:
@@ -210,13 +210,13 @@ class Client(Messages):
         enqueue it again."""
         _check_enqueue(queue, workflow_id, dedup_key, priority, delay)
         timeout = pop_timeout(kwargs)
-        defn = workflow_def(fn)
+        defn, call_args = workflow_call(fn, args)
         run, parent, workflow_id, journaled = place_child(defn, workflow_id)
         if journaled:
             return self.handle(workflow_id)
         with call_timeout(timeout):
             self._enqueue(
-                queue, defn, workflow_id, parent, args, kwargs, dedup_key, priority, delay
+                queue, defn, workflow_id, parent, call_args, kwargs, dedup_key, priority, delay
             )
         if run is not None and parent is not None:
             drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
@@ -239,7 +239,7 @@ class Client(Messages):
         journaled as a child at the position of this call."""
         _check_enqueue(queue, workflow_id, dedup_key, priority, delay)
         timeout = pop_timeout(kwargs)
-        defn = workflow_def(fn)
+        defn, call_args = workflow_call(fn, args)
         run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
         if not journaled:
             with call_timeout(timeout):  # (to_thread carries the block into the thread)
@@ -249,7 +249,7 @@ class Client(Messages):
                     defn,
                     workflow_id,
                     parent,
-                    args,
+                    call_args,
                     kwargs,
                     dedup_key,
                     priority,

@@ -12,11 +12,12 @@ import functools
 import inspect
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
 
 from durable import _driver, _driver_async
+from durable._methods import bound_entries, unwrap
 from durable._models import Budget, RetryPolicy, StepKind
 from durable._names import check_name
 from durable._registry import (
@@ -106,6 +107,8 @@ def _wrap(
 ) -> Callable[..., Any]:
     """The decorated function: an `async def` for an async function (so frameworks that
     look for coroutine functions still see one), a plain def otherwise."""
+    if isinstance(defn, StepDef) and defn.receiver is not None:
+        sync_entry, async_entry = bound_entries(sync_entry, async_entry)
     if inspect.iscoroutinefunction(func):
 
         @functools.wraps(func)
@@ -232,7 +235,8 @@ def workflow(
     reg = registry if registry is not None else default_registry
 
     def decorate(f: Callable[P, R]) -> Callable[P, R]:
-        func = _check_function(f, "workflow")
+        unwrapped, rewrap, receiver = unwrap(f)
+        func = _check_function(unwrapped, "workflow")
         check_parameters(func, name or default_name(func))
         defn = WorkflowDef(
             name=name or default_name(func),
@@ -241,9 +245,12 @@ def workflow(
             durability=durability,
             timeout=timeout_seconds,
             budget=budget,
+            receiver=receiver,
         )
         reg.add_workflow(defn)
-        return _wrap(func, _driver.call_workflow, _driver_async.call_workflow, defn, _WORKFLOW_ATTR)
+        return rewrap(
+            _wrap(func, _driver.call_workflow, _driver_async.call_workflow, defn, _WORKFLOW_ATTR)
+        )
 
     return decorate(fn) if fn is not None else decorate
 
@@ -257,6 +264,15 @@ def workflow_def(fn: object) -> WorkflowDef:
             "@durable.workflow()"
         )
     return defn
+
+
+def workflow_call(fn: object, args: Sequence[Any]) -> tuple[WorkflowDef, Sequence[Any]]:
+    """The definition behind `fn` and the arguments of its stored call: a bound method
+    (`engine.start(obj.method, ...)`) passes its object, or class, first."""
+    defn = workflow_def(fn)
+    if inspect.ismethod(fn):
+        return defn, (fn.__self__, *args)
+    return defn, args
 
 
 # -- @step ------------------------------------------------------------------------------------
@@ -308,11 +324,18 @@ def step(
     reg = registry if registry is not None else default_registry
 
     def decorate(f: Callable[P, R]) -> Callable[P, R]:
-        func = _check_function(f, "step")
+        unwrapped, rewrap, receiver = unwrap(f)
+        func = _check_function(unwrapped, "step")
         _check_step_timeout(func, seconds)
-        defn = StepDef(name=name or default_name(func), fn=func, retry=policy, timeout=seconds)
+        defn = StepDef(
+            name=name or default_name(func),
+            fn=func,
+            retry=policy,
+            timeout=seconds,
+            receiver=receiver,
+        )
         reg.add_step(defn)
-        return _wrap(func, _driver.call_step, _driver_async.call_step, defn, _STEP_ATTR)
+        return rewrap(_wrap(func, _driver.call_step, _driver_async.call_step, defn, _STEP_ATTR))
 
     return decorate(fn) if fn is not None else decorate
 
@@ -343,7 +366,8 @@ def tool(
     reg = registry if registry is not None else default_registry
 
     def decorate(f: Callable[P, R]) -> Callable[P, R]:
-        func = _check_function(f, "tool")
+        unwrapped, rewrap, receiver = unwrap(f)
+        func = _check_function(unwrapped, "tool")
         _check_step_timeout(func, seconds)
         defn = StepDef(
             name=name or default_name(func),
@@ -351,9 +375,10 @@ def tool(
             kind=StepKind.TOOL,
             retry=policy,
             timeout=seconds,
+            receiver=receiver,
         )
         reg.add_step(defn)
-        return _wrap(func, _driver.call_step, _driver_async.call_step, defn, _STEP_ATTR)
+        return rewrap(_wrap(func, _driver.call_step, _driver_async.call_step, defn, _STEP_ATTR))
 
     return decorate
 
@@ -381,8 +406,11 @@ def transaction(
     reg = registry if registry is not None else default_registry
 
     def decorate(f: Callable[Concatenate[Connection, P], R]) -> Callable[P, R]:
-        func = _check_function(f, "transaction")
+        unwrapped, rewrap, receiver = unwrap(f)
+        func = _check_function(unwrapped, "transaction")
+        # A method's (or classmethod's) connection follows its receiver.
         params = list(inspect.signature(func).parameters.values())
+        params = params[1:] if receiver and len(params) > 1 else params
         if not params or params[0].kind not in (
             inspect.Parameter.POSITIONAL_ONLY,
             inspect.Parameter.POSITIONAL_OR_KEYWORD,
@@ -396,10 +424,11 @@ def transaction(
             fn=func,
             kind=StepKind.TRANSACTION,
             isolation_level=isolation_level.upper() if isolation_level else None,
+            receiver=receiver,
         )
         reg.add_step(defn)
-        return _wrap(
-            func, _driver.call_transaction, _driver_async.call_transaction, defn, _STEP_ATTR
+        return rewrap(
+            _wrap(func, _driver.call_transaction, _driver_async.call_transaction, defn, _STEP_ATTR)
         )
 
     return decorate

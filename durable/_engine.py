@@ -36,7 +36,7 @@ from durable._client import Client
 from durable._clock import Clock
 from durable._config import Config
 from durable._context import current_engine, current_run
-from durable._decorators import workflow_def
+from durable._decorators import workflow_call
 from durable._driver import drive
 from durable._driver_async import drive_async
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
@@ -459,12 +459,12 @@ class Engine:
                     fn, *args, workflow_id=workflow_id, **kwargs
                 )
                 return handle
-        defn = workflow_def(fn)
+        defn, call_args = workflow_call(fn, args)
         self._ensure_running()
         run, parent, workflow_id, journaled = place_child(defn, workflow_id)
         if journaled:
             return self.client.handle(workflow_id)
-        inputs = self.client.inputs.encode(defn, args, kwargs)
+        inputs = self.client.inputs.encode(defn, call_args, kwargs)
         runner = self.runner
 
         def perform(op: lifecycle.Op) -> Any:
@@ -508,7 +508,7 @@ class Engine:
             with workflow_timeout(timeout):
                 start = cast(Any, self.start_async)
                 return await start(fn, *args, workflow_id=workflow_id, **kwargs)  # type: ignore[no-any-return]
-        defn = workflow_def(fn)
+        defn, call_args = workflow_call(fn, args)
         self._ensure_running()
         run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
         if journaled:
@@ -516,7 +516,7 @@ class Engine:
         hosts = self._hosts()
         host = await hosts.here()
         runner = self.runner
-        inputs = self.client.inputs.encode(defn, args, kwargs)
+        inputs = self.client.inputs.encode(defn, call_args, kwargs)
 
         async def perform(op: lifecycle.Op) -> Any:
             match op:

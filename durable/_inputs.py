@@ -18,8 +18,9 @@ from durable import _labels as labels
 from durable import _protocol as protocol
 from durable import _tracing as tracing
 from durable._context import current_run, workflow_code_run
+from durable._methods import STORED_KEY, reference, resolve
 from durable._protocol import Run
-from durable._registry import WorkflowDef
+from durable._registry import Registry, WorkflowDef
 from durable._timeouts import timeout_for
 from durable.errors import (
     AsyncInSyncError,
@@ -56,14 +57,18 @@ class Inputs:
     def encode(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
         """The stored form of a call's arguments. The call is bound to the function's
         signature first (WorkflowArgumentsError), and each argument must read back as it
-        was given (SerializationError), so nothing unusable is ever stored."""
+        was given (SerializationError), so nothing unusable is ever stored. A method's
+        receiver is stored by name (see _methods), not as an argument."""
+        receiver = reference(defn, args)
         signature, hints = parameter_types(defn.fn)
         if signature is not None:
             try:
                 bound = signature.bind(*args, **kwargs)
             except TypeError as exc:
                 raise WorkflowArgumentsError(defn.name, str(signature), str(exc)) from None
-            for name, value in bound.arguments.items():
+            for position, (name, value) in enumerate(bound.arguments.items()):
+                if receiver is not None and position == 0:
+                    continue
                 kind = signature.parameters[name].kind
                 label = f"argument {name!r} of workflow {defn.name!r}"
                 if kind is inspect.Parameter.VAR_POSITIONAL:
@@ -74,10 +79,15 @@ class Inputs:
                         check_faithful(self.serializer, item, None, label)
                 else:
                     check_faithful(self.serializer, value, hints.get(name), label)
+        if receiver is not None:
+            args = args[1:]
+        stored: dict[str, Any] = {"args": list(args), "kwargs": dict(kwargs)}
+        if receiver is not None:
+            stored[STORED_KEY] = receiver
         try:
             return dumps_checked(
                 self.serializer,
-                {"args": list(args), "kwargs": dict(kwargs)},
+                stored,
                 f"the inputs of workflow {defn.name!r}",
                 self.max_payload_bytes,
             )
@@ -97,10 +107,11 @@ class Inputs:
             raise
 
     def decode(
-        self, text: str, defn: WorkflowDef | None = None
+        self, text: str, defn: WorkflowDef | None = None, registry: Registry | None = None
     ) -> tuple[list[Any], dict[str, Any]]:
         """Stored inputs as the run sees them, first run and replay alike (rebuilt as the
-        parameters' annotations when pydantic is installed)."""
+        parameters' annotations when pydantic is installed). A method's receiver comes
+        first: the instance (or class) `registry` holds under the stored name."""
         data = self.serializer.loads(text)
         if not isinstance(data, dict) or not isinstance(data.get("args"), list):
             raise SerializationError(
@@ -112,6 +123,8 @@ class Inputs:
         args, kwargs = list(data["args"]), dict(data.get("kwargs") or {})
         if defn is None:
             return args, kwargs
+        if isinstance(data.get(STORED_KEY), dict) and registry is not None:
+            args.insert(0, resolve(defn, data[STORED_KEY], registry))
         signature, hints = parameter_types(defn.fn)
         if signature is None or not hints:
             return args, kwargs

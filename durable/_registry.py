@@ -31,6 +31,9 @@ class WorkflowDef:
     timeout: float | None = None
     # Limits of the workflow tree's budget ledger, or None.
     budget: Budget | None = None
+    # Defined in a class body ("method": maybe a method, decided per call by _methods) or
+    # a classmethod below the decorator; None for a plain function or a staticmethod.
+    receiver: Literal["method", "classmethod"] | None = None
 
     @property
     def is_async(self) -> bool:
@@ -50,6 +53,8 @@ class StepDef:
     effect: EffectOptions | None = None
     # Seconds an attempt of an async step may run before it is cancelled (None: no limit).
     timeout: float | None = None
+    # As WorkflowDef.receiver: whether a call's first argument may be bound as `self`.
+    receiver: Literal["method", "classmethod"] | None = None
 
     @property
     def is_async(self) -> bool:
@@ -75,7 +80,8 @@ class EffectOptions:
 
 
 class Registry:
-    """Workflows and steps by name. Registering a taken name raises DuplicateNameError."""
+    """Workflows and steps by name, and the named instances whose methods are workflows
+    (durable.Instance). Registering a taken name raises DuplicateNameError."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -84,6 +90,7 @@ class Registry:
         self._compensations: dict[str, Callable[..., Any]] = {}
         self._schedules: dict[str, Any] = {}
         self._queues: dict[str, Any] = {}
+        self._instances: dict[tuple[str, str], object] = {}
 
     def add_workflow(self, defn: WorkflowDef) -> None:
         with self._lock:
@@ -146,6 +153,22 @@ class Registry:
 
     def steps(self) -> list[StepDef]:
         return list(self._steps.values())
+
+    def add_instance(self, class_name: str, name: str, instance: object) -> None:
+        """Register a durable.Instance under (its class's qualified name, its name)."""
+        with self._lock:
+            existing = self._instances.get((class_name, name))
+            if existing is not None and existing is not instance:
+                raise DuplicateNameError(
+                    f"instance of class {class_name}",
+                    name,
+                    "give each instance of a class its own instance_name (recovery finds "
+                    "the instance by it), or register it in a separate durable.Registry()",
+                )
+            self._instances[(class_name, name)] = instance
+
+    def get_instance(self, class_name: str, name: str) -> object | None:
+        return self._instances.get((class_name, name))
 
 
 default_registry = Registry()

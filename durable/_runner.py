@@ -41,6 +41,7 @@ from durable.errors import (
     NondeterminismError,
     SerializationError,
     StaleOwnerError,
+    UnknownInstanceError,
     UnknownWorkflowError,
     WorkflowCancelledError,
     WorkflowInterrupted,
@@ -523,7 +524,7 @@ class Runner:
         created = self.insert(op.defn, op.workflow_id, op.inputs, op.parent, conn)
         if created is None:
             return None
-        args, kwargs = self.client.inputs.decode(op.inputs, op.defn)
+        args, kwargs = self.client.inputs.decode(op.inputs, op.defn, self.registry)
         return created._replace(args=args, kwargs=kwargs)
 
     def claim_free(self, workflow_ids: list[str] | None, limit: int) -> list[tuple[str, Any]]:
@@ -591,12 +592,14 @@ class Runner:
         worker that claims it (a poison pill)."""
         workflow_id = row["workflow_id"]
         logger.error("workflow %s cannot be started, marking it ERROR: %s", workflow_id, exc)
-        error = SerializationError(
-            f"workflow {workflow_id!r} cannot be started: its stored inputs (or journal) "
-            f"cannot be decoded: {exc}",
-            what="the stored inputs",
-            type_name=type(exc).__qualname__,
-        )
+        error: Exception = exc  # (its instance is missing: the error says which)
+        if not isinstance(exc, UnknownInstanceError):
+            error = SerializationError(
+                f"workflow {workflow_id!r} cannot be started: its stored inputs (or journal) "
+                f"cannot be decoded: {exc}",
+                what="the stored inputs",
+                type_name=type(exc).__qualname__,
+            )
         try:
             self.db.execute(
                 "finish_workflow",
@@ -617,7 +620,7 @@ class Runner:
         defn = self.registry.get_workflow(row["name"], row["version"])
         if defn is None:
             raise UnknownWorkflowError(row["name"], row["version"])
-        args, kwargs = self.client.inputs.decode(row["inputs"], defn)
+        args, kwargs = self.client.inputs.decode(row["inputs"], defn, self.registry)
         return Claimed(
             defn,
             row["workflow_id"],

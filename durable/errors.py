@@ -24,6 +24,7 @@ The tree::
     │   │   ├── DuplicateNameError
     │   │   ├── DefinitionError
     │   │   ├── UnknownWorkflowError
+    │   │   ├── UnknownInstanceError
     │   │   ├── InvalidNameError
     │   │   ├── InvalidScheduleError
     │   │   ├── InvalidBudgetError
@@ -177,12 +178,16 @@ class EngineNotRunningError(ConfigurationError):
 class DuplicateNameError(ConfigurationError):
     """Two definitions share one name in a registry: give one of them `name=` explicitly."""
 
-    def __init__(self, kind: str, name: str) -> None:
+    def __init__(self, kind: str, name: str, fix: str | None = None) -> None:
         self.kind = kind
         self.name = name
         super().__init__(
-            f"a {kind} named {name!r} is already registered: pass name='...' to the decorator "
-            "to register it under another name, or use a separate durable.Registry()"
+            f"a {kind} named {name!r} is already registered: "
+            + (
+                fix
+                or "pass name='...' to the decorator to register it under another name, or "
+                "use a separate durable.Registry()"
+            )
         )
 
 
@@ -201,6 +206,20 @@ class UnknownWorkflowError(ConfigurationError):
         super().__init__(
             f"workflow {label} is not registered in this process: import the module that "
             "defines it before starting the engine, or leave it for a worker that has it"
+        )
+
+
+class UnknownInstanceError(ConfigurationError):
+    """The instance a method workflow runs on is not registered by name: create it (a
+    durable.Instance) before the engine or worker starts, with the same name everywhere."""
+
+    def __init__(self, class_name: str, name: str | None, message: str | None = None) -> None:
+        self.class_name, self.name = class_name, name
+        super().__init__(
+            message
+            or f"no instance of class {class_name} named {name!r} is registered in this "
+            "process: create it before the engine or worker starts, with the same "
+            "instance_name as where the workflow was started, in the engine's registry"
         )
 
 

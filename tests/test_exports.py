@@ -50,6 +50,7 @@ PUBLIC = {
     "Decision",
     "Engine",
     "FakeClock",
+    "Instance",
     "JSONSerializer",
     "PickleSerializer",
     "Queue",

@@ -29,6 +29,7 @@ CONFIGURATION = {
     "DuplicateNameError",
     "DefinitionError",
     "UnknownWorkflowError",
+    "UnknownInstanceError",
     "InvalidNameError",
     "InvalidScheduleError",
     "InvalidBudgetError",
