@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, cast, overload
 
 from durable import _driver, _driver_async
 from durable._methods import bound_entries, unwrap
@@ -385,13 +385,27 @@ def tool(
 
 # -- @transaction -----------------------------------------------------------------------------
 
+S = TypeVar("S")
+
+
+class TransactionDecorator(Protocol):
+    """What @transaction(...) returns, as a type checker sees it: the connection leaves
+    the signature, after `self` (or `cls`) for a method."""
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[Connection, P], R], /) -> Callable[P, R]: ...
+    @overload
+    def __call__(
+        self, fn: Callable[Concatenate[S, Connection, P], R], /
+    ) -> Callable[Concatenate[S, P], R]: ...
+
 
 def transaction(
     *,
     name: str | None = None,
     isolation_level: str | None = None,
     registry: Registry | None = None,
-) -> Callable[[Callable[Concatenate[Connection, P], R]], Callable[P, R]]:
+) -> TransactionDecorator:
     """Make a function a transactional step: it receives a SQLAlchemy Connection as its
     first argument, and its writes commit in the same transaction as its journal row.
 
@@ -431,7 +445,7 @@ def transaction(
             _wrap(func, _driver.call_transaction, _driver_async.call_transaction, defn, _STEP_ATTR)
         )
 
-    return decorate
+    return cast(TransactionDecorator, decorate)
 
 
 # -- @effect ----------------------------------------------------------------------------------

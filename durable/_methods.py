@@ -81,19 +81,18 @@ def receiver_of(defn: WorkflowDef | StepDef, args: Sequence[Any]) -> Receiver | 
     Otherwise (a staticmethod above the decorator, a plain function) nothing is bound."""
     if defn.receiver is None or not args:
         return None
-    first = args[0]
-    if defn.receiver == "classmethod":
-        return "classmethod"
-    name = defn.fn.__name__
-    for klass in type(first).__mro__:
-        if getattr(klass.__dict__.get(name), "__wrapped__", None) is defn.fn:
-            return "method"
+    first, fn = args[0], defn.fn
+    if defn.receiver == "method":
+        for klass in type(first).__mro__:
+            if getattr(klass.__dict__.get(fn.__name__), "__wrapped__", None) is fn:
+                return "method"
     if isinstance(first, type):
         for klass in first.__mro__:
-            raw = klass.__dict__.get(name)
-            if isinstance(raw, classmethod) and getattr(raw.__func__, "__wrapped__", None) is (
-                defn.fn
-            ):
+            raw = klass.__dict__.get(fn.__name__)
+            if isinstance(raw, classmethod) and getattr(raw.__func__, "__wrapped__", None) is fn:
+                # Where a recovery in this process looks for the class first (a class
+                # defined in a function cannot be found through its module).
+                fn.__durable_owner__ = klass
                 return "classmethod"
     return None
 
@@ -168,8 +167,11 @@ def resolve(defn: WorkflowDef, ref: dict[str, str], registry: Registry) -> Any:
 
 
 def _owner(fn: Callable[..., Any]) -> type | None:
-    """The class whose body defined `fn`, found through its module (None for a class
-    defined inside a function)."""
+    """The class whose body defined `fn`: as a call in this process found it, else through
+    its module (None for a class defined inside a function and not called yet)."""
+    owner = getattr(fn, "__durable_owner__", None)
+    if isinstance(owner, type):
+        return owner
     found: Any = sys.modules.get(fn.__module__)
     for part in fn.__qualname__.split(".")[:-1]:
         found = getattr(found, part, None)

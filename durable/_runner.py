@@ -520,11 +520,11 @@ class Runner:
     ) -> Claimed | None:
         """Create a workflow claimed by this executor (lifecycle.Create): its claim, with
         the arguments as a replay decodes them (not as the caller passed them), or None if
-        the id exists."""
+        the id exists. Decoded first: what this process could not run is not stored."""
+        args, kwargs = self.client.inputs.decode(op.inputs, op.defn, self.registry)
         created = self.insert(op.defn, op.workflow_id, op.inputs, op.parent, conn)
         if created is None:
             return None
-        args, kwargs = self.client.inputs.decode(op.inputs, op.defn, self.registry)
         return created._replace(args=args, kwargs=kwargs)
 
     def claim_free(self, workflow_ids: list[str] | None, limit: int) -> list[tuple[str, Any]]:
