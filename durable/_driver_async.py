@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from durable import _methods as methods
 from durable import _protocol as protocol
 from durable import _tracing as tracing
 from durable._context import (
@@ -453,14 +454,17 @@ async def to_thread(fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
     run = workflow_code_run()
     if run is None or not run.is_async:
         return await asyncio.to_thread(fn, *args, **kwargs)
+    # A bound method's object (or class) is the first argument of its definition's call.
+    call_args: Sequence[Any] = (fn.__self__, *args) if inspect.ismethod(fn) else args
     step_defn = getattr(fn, "__durable_step__", None)
     if step_defn is not None:
         gen = {
             "transaction": protocol.transaction,
             "effect": protocol.effect,
         }.get(step_defn.kind.value, protocol.step)
-        return await drive_async(run, gen(run, step_defn, args, kwargs))
+        step_defn, call_args = methods.bind(step_defn, call_args)
+        return await drive_async(run, gen(run, step_defn, call_args, kwargs))
     workflow_defn = getattr(fn, "__durable_workflow__", None)
     if workflow_defn is not None:
-        return await drive_async(run, protocol.child(run, workflow_defn, args, kwargs))
+        return await drive_async(run, protocol.child(run, workflow_defn, call_args, kwargs))
     return await asyncio.to_thread(fn, *args, **kwargs)

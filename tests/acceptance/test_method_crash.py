@@ -29,7 +29,10 @@ def test_a_killed_method_workflow_recovers_on_the_instance_of_its_name(
         first = start_worker(
             subprocess_env, database_url, app=APP, crash="after_step_record:2", concurrency=1
         )
-        assert first.wait(timeout=60) == -signal.SIGKILL
+        try:
+            assert first.wait(timeout=60) == -signal.SIGKILL
+        finally:
+            stop_worker(first)  # (only if it outlived the crash point)
         # Killed mid-workflow: two steps done (by the first worker), nothing after them.
         before = world(database_url, "w")
         assert [what for _, what, _ in before] == ["W0", "W1"]

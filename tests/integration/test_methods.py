@@ -54,7 +54,9 @@ def make_accounts(reg: durable.Registry) -> tuple[type[Any], list[str]]:
 
         @durable.workflow(registry=reg)
         async def charge_async(self, cents: int) -> int:
-            return await self.fee_async(cents) + 1
+            # A plain-def step method and a plain-def child workflow method, in threads.
+            extra = await durable.to_thread(self.fee, 0) + await durable.to_thread(self.charge, 0)
+            return await self.fee_async(cents) + extra
 
     return Account, ran
 
@@ -93,8 +95,10 @@ def test_an_async_method_workflow_runs_on_its_instance(database_url: str) -> Non
             assert await handle.result(timeout=20) == 51
 
     asyncio.run(main())
-    assert ran == ["low:fee_async", "high:fee_async"]
-    assert [i["receiver"]["instance"] for i in stored_inputs(database_url)] == ["low", "high"]
+    low_runs = ["low:fee", "low:fee", "low:fee_async"]
+    assert ran == [*low_runs, "high:fee", "high:fee", "high:fee_async"]
+    receivers = [i["receiver"]["instance"] for i in stored_inputs(database_url)]
+    assert receivers == ["low", "low", "high", "high"]  # each with its child
 
 
 def test_static_and_class_methods_work_with_the_decorator_above_or_below(
