@@ -492,7 +492,8 @@ def effect(
     reg = registry if registry is not None else default_registry
 
     def decorate(f: Callable[P, R]) -> Callable[P, R]:
-        func = _check_function(f, "effect")
+        unwrapped, rewrap, receiver = unwrap(f)
+        func = _check_function(unwrapped, "effect")
         params = inspect.signature(func).parameters
         if "idempotency_key" not in params and not any(
             p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()
@@ -506,6 +507,7 @@ def effect(
             fn=func,
             kind=StepKind.EFFECT,
             retry=policy,
+            receiver=receiver,
             effect=EffectOptions(
                 reconcile=reconcile,
                 idempotent=idempotent,
@@ -530,6 +532,6 @@ def effect(
             return undo
 
         setattr(wrapper, "compensation", compensation)  # noqa: B010
-        return wrapper
+        return rewrap(wrapper)
 
     return decorate

@@ -18,13 +18,13 @@ import sys
 import types
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, cast
 
+from durable._models import StepKind
 from durable._registry import Registry, StepDef, WorkflowDef, default_registry
 from durable.errors import DefinitionError, UnknownInstanceError
 
 Receiver = Literal["method", "classmethod"]
-D = TypeVar("D", WorkflowDef, StepDef)
 
 # The key of a stored call that records its receiver (absent for plain functions).
 STORED_KEY = "receiver"
@@ -97,12 +97,18 @@ def receiver_of(defn: WorkflowDef | StepDef, args: Sequence[Any]) -> Receiver | 
     return None
 
 
-def bind(defn: D, args: Sequence[Any]) -> tuple[D, Sequence[Any]]:
+def bind(defn: StepDef, args: Sequence[Any]) -> tuple[StepDef, Sequence[Any]]:
     """A step, tool or transaction called on a receiver, as a definition of the bound method
     and the other arguments: a transaction's connection then follows `self`, and a tool's
-    recorded arguments leave the receiver out."""
+    recorded arguments leave the receiver out. An effect method is refused (DefinitionError)."""
     if receiver_of(defn, args) is None:
         return defn, args
+    if defn.kind is StepKind.EFFECT:
+        raise DefinitionError(
+            f"effect {defn.name!r} was called as a method: an effect's key, reconcile and "
+            "compensation take the call's arguments, which cannot hold an object; make it "
+            "a module-level function or a @staticmethod and pass what it needs"
+        )
     return replace(defn, fn=types.MethodType(defn.fn, args[0])), args[1:]
 
 

@@ -288,3 +288,38 @@ def test_an_instance_missing_where_the_workflow_runs_is_a_typed_error(
         assert failed.value.error_type == "durable.errors.UnknownInstanceError"
         assert "ghost" in failed.value.error_message
     assert ran == []
+
+
+def test_an_effect_method_is_refused_and_a_static_effect_is_a_plain_function(
+    database_url: str,
+) -> None:
+    reg = durable.Registry()
+    refunded: list[str] = []
+
+    class Payments:
+        @durable.effect(registry=reg, idempotent=True)
+        def charge(self, cents: int, *, idempotency_key: str) -> int:
+            return cents
+
+        @staticmethod
+        @durable.effect(registry=reg, idempotent=True)
+        def refund(cents: int, *, idempotency_key: str) -> int:
+            refunded.append(idempotency_key)
+            return -cents
+
+    payments = Payments()
+
+    @durable.workflow(registry=reg)
+    def settle(cents: int) -> int:
+        return Payments.refund(cents)
+
+    @durable.workflow(registry=reg)
+    def pay(cents: int) -> int:
+        return payments.charge(cents)
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(settle, 5, workflow_id="s").result(timeout=20) == -5
+        # An effect's key, reconcile and compensation see only its arguments.
+        with pytest.raises(errors.WorkflowFailedError, match="module-level function"):
+            engine.start(pay, 5, workflow_id="p").result(timeout=20)
+    assert len(refunded) == 1
