@@ -107,7 +107,8 @@ def _wrap(
 ) -> Callable[..., Any]:
     """The decorated function: an `async def` for an async function (so frameworks that
     look for coroutine functions still see one), a plain def otherwise."""
-    if isinstance(defn, StepDef) and defn.receiver is not None:
+    if isinstance(defn, StepDef) and defn.receiver is not None and defn.kind is not StepKind.STEP:
+        # (A plain step's arguments, `self` among them, are only passed on to it.)
         sync_entry, async_entry = bound_entries(sync_entry, async_entry)
     if inspect.iscoroutinefunction(func):
 
