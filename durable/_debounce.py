@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
 from durable import _driver, _driver_async
 from durable import _labels as labels
 from durable._context import async_run, current_engine, sync_run
-from durable._decorators import workflow_def
+from durable._decorators import workflow_call
 from durable._handles import AsyncWorkflowHandle
 from durable._names import check_name
 from durable._queues import Queue
@@ -116,7 +116,8 @@ class Debouncer(Generic[P, R]):
         queue: Queue | None = None,
         registry: Registry | None = None,
     ) -> None:
-        self.defn = workflow_def(workflow)
+        # A method's object (or class) is the first argument of each stored call.
+        self.defn, self._receiver = workflow_call(workflow, ())
         self.period = _seconds("period", period)
         self.max_wait = None if max_wait is None else _seconds("max_wait", max_wait, optional=True)
         if queue is not None and not isinstance(queue, Queue):
@@ -142,7 +143,8 @@ class Debouncer(Generic[P, R]):
             raise NoEngineError()
         client = engine.client
         if sync_run("Debouncer.debounce()") is not None:
-            client.inputs.encode(self.defn, args, kwargs)  # a bad call fails here, not as a step
+            # A bad call fails here, not as a step.
+            client.inputs.encode(self.defn, (*self._receiver, *args), kwargs)
             workflow_id = _driver.call_step(_STEP, (client, self, key, args, kwargs), {})
             handle: WorkflowHandle = client.handle(workflow_id)
             return handle
@@ -159,7 +161,7 @@ class Debouncer(Generic[P, R]):
             raise NoEngineError()
         client = engine.client
         if async_run("Debouncer.debounce_async()") is not None:
-            client.inputs.encode(self.defn, args, kwargs)
+            client.inputs.encode(self.defn, (*self._receiver, *args), kwargs)
             step_args = (client, self, key, args, kwargs)
             workflow_id = await _driver_async.call_step(_STEP_ASYNC, step_args, {})
             return AsyncWorkflowHandle(client, workflow_id)
@@ -184,7 +186,7 @@ def debounce(
         raise ConfigurationError(f"debouncer={debouncer!r}: give a durable.Debouncer")
     check_name("key", key)
     defn = debouncer.defn
-    inputs = client.inputs.encode(defn, args, kwargs)
+    inputs = client.inputs.encode(defn, (*debouncer._receiver, *args), kwargs)
     new_id = str(uuid.uuid4())
     params = client.inputs.row(defn, new_id, inputs, None, client.default_durability)
     period = debouncer.period

@@ -9,6 +9,7 @@ tests/acceptance/test_method_crash.py."""
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import json
 from typing import Any
 
@@ -323,3 +324,21 @@ def test_an_effect_method_is_refused_and_a_static_effect_is_a_plain_function(
         with pytest.raises(errors.WorkflowFailedError, match="module-level function"):
             engine.start(pay, 5, workflow_id="p").result(timeout=20)
     assert len(refunded) == 1
+
+
+def test_a_debouncer_of_a_method_workflow_runs_it_on_its_instance(database_url: str) -> None:
+    reg = durable.Registry()
+    Account, ran = make_accounts(reg)
+    low = Account("low", 2)
+    debouncer = durable.Debouncer(low.charge, period=60, registry=reg)
+    clock = durable.FakeClock(dt.datetime(2026, 2, 1, 12, 0, tzinfo=dt.UTC))
+    with durable.Client(database_url, clock=clock) as client:
+        handle = client.debounce(debouncer, "k", 5)
+        client.debounce(debouncer, "k", 7)  # replaces the input
+    assert stored_inputs(database_url) == [
+        {"args": [7], "kwargs": {}, "receiver": {"class": Account.__qualname__, "instance": "low"}}
+    ]
+    clock.advance(120)
+    with durable.Engine(database_url, registry=reg, clock=clock, worker=True) as engine:
+        assert engine.retrieve(handle.workflow_id).result(timeout=30) == 15
+    assert ran == ["low:fee"]
