@@ -86,6 +86,8 @@ def params(kwargs: dict[str, Any]) -> dict[str, Any]:
         "id_to": None if prefix is None else _prefix_end(prefix),
         "created_from": kwargs.get("created_from"),
         "created_to": kwargs.get("created_to"),
+        "top_level": kwargs.get("top_level", False),
+        "search": kwargs.get("search"),
         "after_at": after_at,
         "after_id": after_id,
         "limit": PAGE,

@@ -15,7 +15,7 @@ from durable._models import (
     WorkflowInfo,
     WorkflowStatus,
 )
-from durable._names import check_name
+from durable._names import check_name, check_text
 from durable._protocol import decode_error
 from durable.errors import (
     ConfigurationError,
@@ -66,13 +66,76 @@ class Reading(ClientBase):
         created_from: dt.datetime | None = None,
         created_to: dt.datetime | None = None,
         after: tuple[dt.datetime, str] | None = None,
+        top_level: bool = False,
+        search: str | None = None,
     ) -> list[WorkflowInfo]:
         """Stored workflows, newest first (at most `limit`, 1 to 100,000), optionally only
         those whose id starts with `id_prefix` or created in [created_from, created_to).
         Page with `after`: the (created_at, workflow_id) of the last row of the page before
-        (a keyset, so a page costs the same at any depth)."""
+        (a keyset, so a page costs the same at any depth). `top_level`: only workflows no
+        other workflow started; `search`: only those whose stored inputs or output contain
+        this text (case-insensitive; a scan of the rows in list order until the page fills).
+        """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
             raise ConfigurationError(f"limit={limit!r}: give a whole number from 1 to 100,000")
+        after_at, after_id = after if after is not None else (None, None)
+        check_name("after", after_id, optional=True)
+        rows = self.db.fetch_all(
+            "list_workflows",
+            self._list_filters(status, name, id_prefix, created_from, created_to, top_level, search)
+            | {
+                "after_at": after_at,
+                "after_id": after_id,
+                "limit": limit,
+                "stale_seconds": self.config.live_seconds,
+            },
+        )
+        return [WorkflowInfo.from_row(r) for r in rows]
+
+    def count_workflows(
+        self,
+        status: WorkflowStatus | str | None = None,
+        *,
+        name: str | None = None,
+        id_prefix: str | None = None,
+        created_from: dt.datetime | None = None,
+        created_to: dt.datetime | None = None,
+        top_level: bool = False,
+        search: str | None = None,
+        cap: int = 10_000,
+    ) -> int:
+        """How many workflows list_workflows' filters match, counting no further than `cap`
+        (so at most `cap` rows are read: a result equal to `cap` means "at least")."""
+        filters = self._list_filters(
+            status, name, id_prefix, created_from, created_to, top_level, search
+        )
+        row = self.db.fetch_one("count_workflows", filters | {"cap": cap})
+        return 0 if row is None else int(row["n"])
+
+    def list_children(
+        self, parent_ids: list[str], limit: int = 1000
+    ) -> dict[str, list[dict[str, Any]]]:
+        """The workflows each of these started (one level), oldest first: {parent: rows}."""
+        for parent_id in parent_ids:
+            check_name("workflow_id", parent_id)
+        rows = self.db.fetch_all("list_children", {"parent_ids": parent_ids, "limit": limit})
+        children: dict[str, list[dict[str, Any]]] = {}
+        for row in rows:
+            row["status"] = WorkflowStatus(row["status"])
+            children.setdefault(row["parent_id"], []).append(row)
+        return children
+
+    def _list_filters(
+        self,
+        status: WorkflowStatus | str | None,
+        name: str | None,
+        id_prefix: str | None,
+        created_from: dt.datetime | None,
+        created_to: dt.datetime | None,
+        top_level: bool,
+        search: str | None,
+    ) -> dict[str, Any]:
+        """The bind parameters of list_workflows' and count_workflows' filters, checked."""
         check_name("name", name, optional=True)
         check_name("id_prefix", id_prefix, optional=True)
         if status is not None:
@@ -82,24 +145,18 @@ class Reading(ClientBase):
                 raise ConfigurationError(
                     f"status={status!r}: use one of {', '.join(s.value for s in WorkflowStatus)}"
                 ) from None
-        after_at, after_id = after if after is not None else (None, None)
-        check_name("after", after_id, optional=True)
-        rows = self.db.fetch_all(
-            "list_workflows",
-            {
-                "status": None if status is None else str(status),
-                "name": name,
-                "id_from": id_prefix,
-                "id_to": None if id_prefix is None else _prefix_end(id_prefix),
-                "created_from": created_from,
-                "created_to": created_to,
-                "after_at": after_at,
-                "after_id": after_id,
-                "limit": limit,
-                "stale_seconds": self.config.live_seconds,
-            },
-        )
-        return [WorkflowInfo.from_row(r) for r in rows]
+        if search is not None:
+            check_text("search", search)
+        return {
+            "status": None if status is None else str(status),
+            "name": name,
+            "id_from": id_prefix,
+            "id_to": None if id_prefix is None else _prefix_end(id_prefix),
+            "created_from": created_from,
+            "created_to": created_to,
+            "top_level": bool(top_level),
+            "search": search.lower() if search else None,
+        }
 
     def finished(self, workflow_id: str) -> tuple[bool, Any]:
         """(True, its value) if the workflow finished (raising what it finished with, as
@@ -230,6 +287,28 @@ class Reading(ClientBase):
             "list_approvals",
             {"workflow_id": workflow_id, "waiting_only": waiting_only, "limit": limit},
         )
+
+    def approval_inbox(
+        self, *, waiting_only: bool = True, limit: int = 100, last_steps: int = 3
+    ) -> list[dict[str, Any]]:
+        """Gates with what an approver needs to decide: list_approvals' columns, the
+        workflow's `workflow_name`, `workflow_version` and `workflow_status`, its latest
+        durable.state as stored (`state`, or None) and its last journal rows (`last_steps`,
+        oldest first, without state updates). Two statements, whatever the number of gates."""
+        gates = self.db.fetch_all("approval_inbox", {"waiting_only": waiting_only, "limit": limit})
+        ids = sorted({g["workflow_id"] for g in gates})
+        rows = self.db.fetch_all("inbox_context", {"workflow_ids": ids, "last": last_steps})
+        states: dict[str, str] = {}
+        recent: dict[str, list[StepRecord]] = {}
+        for row in rows:
+            if row["kind"] == "state":
+                states[row["workflow_id"]] = row["output"]
+            else:
+                recent.setdefault(row["workflow_id"], []).append(StepRecord.from_row(row))
+        for gate in gates:
+            gate["state"] = states.get(gate["workflow_id"])
+            gate["last_steps"] = recent.get(gate["workflow_id"], [])
+        return gates
 
     def list_schedules(self) -> list[dict[str, Any]]:
         """Stored schedules, as dicts of their columns."""

@@ -78,9 +78,40 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
        AND workflow_id COLLATE "C" < %(id_to)s::text AND starts_with(workflow_id, %(id_from)s)))
   AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
   AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  AND (%(top_level)s = false OR parent_id IS NULL)
+  AND (%(search)s::text IS NULL OR strpos(lower(inputs), %(search)s::text) > 0
+       OR strpos(lower(output), %(search)s::text) > 0)
   AND (%(after_at)s::timestamptz IS NULL
        OR (created_at, workflow_id) < (%(after_at)s::timestamptz, %(after_id)s::text))
 ORDER BY created_at DESC, workflow_id DESC
+LIMIT %(limit)s
+
+-- count_workflows --
+-- How many workflows list_workflows' filters match, counted no further than `cap` (a
+-- count over a million rows would cost more than the page: "10,000+" says enough).
+SELECT count(*) AS n FROM (
+    SELECT 1 FROM {schema}.workflows
+    WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+      AND (%(name)s::text IS NULL OR name = %(name)s::text)
+      AND (%(id_from)s::text IS NULL OR (workflow_id COLLATE "C" >= %(id_from)s::text
+           AND workflow_id COLLATE "C" < %(id_to)s::text
+           AND starts_with(workflow_id, %(id_from)s)))
+      AND (%(created_from)s::timestamptz IS NULL
+           OR created_at >= %(created_from)s::timestamptz)
+      AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+      AND (%(top_level)s = false OR parent_id IS NULL)
+      AND (%(search)s::text IS NULL OR strpos(lower(inputs), %(search)s::text) > 0
+           OR strpos(lower(output), %(search)s::text) > 0)
+    LIMIT %(cap)s
+) AS matched
+
+-- list_children --
+-- The workflows these workflows started (one level), oldest first under each parent: the
+-- console folds them under the rows of its page.
+SELECT workflow_id, name, version, status, parent_id, parent_step_seq, created_at, finished_at
+FROM {schema}.workflows
+WHERE parent_id = ANY(%(parent_ids)s::text[])
+ORDER BY parent_id, created_at, workflow_id
 LIMIT %(limit)s
 
 -- load_journal --
@@ -1053,6 +1084,32 @@ WHERE (%(workflow_id)s::text IS NULL OR workflow_id = %(workflow_id)s::text)
   AND (%(waiting_only)s = false OR status = 'waiting')
 ORDER BY (status = 'waiting') DESC, requested_at
 LIMIT %(limit)s
+
+-- approval_inbox --
+-- Gates for the console's inbox, waiting ones first, each with its workflow's name, version
+-- and status (a join on the distribution column: each shard joins its own rows).
+SELECT a.workflow_id, a.name, a.step_seq, a.status, a.payload, a.default_approved, a.comment,
+    a.decided_by, a.requested_at, a.expires_at, a.decided_at,
+    w.name AS workflow_name, w.version AS workflow_version, w.status AS workflow_status
+FROM {schema}.approvals AS a
+JOIN {schema}.workflows AS w ON w.workflow_id = a.workflow_id
+WHERE (%(waiting_only)s = false OR a.status = 'waiting')
+ORDER BY (a.status = 'waiting') DESC, a.requested_at
+LIMIT %(limit)s
+
+-- inbox_context --
+-- The context of these workflows' gates: each one's latest durable.state and its last
+-- `last` other journal rows (numbered per workflow, so each shard numbers its own).
+SELECT workflow_id, step_seq, step_name, kind, output, error, attempts, finished_at
+FROM (
+    SELECT workflow_id, step_seq, step_name, kind, output, error, attempts, finished_at,
+        row_number() OVER (PARTITION BY workflow_id, kind = 'state' ORDER BY step_seq DESC)
+            AS nth
+    FROM {schema}.steps
+    WHERE workflow_id = ANY(%(workflow_ids)s::text[])
+) AS recent
+WHERE nth <= CASE WHEN kind = 'state' THEN 1 ELSE %(last)s END
+ORDER BY workflow_id, step_seq
 
 -- record_steps --
 -- Journal many steps (of one or many workflows) in one statement; each row is fenced by its

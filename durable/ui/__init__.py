@@ -9,11 +9,11 @@ Run it with `durable ui`, or mount it in your own ASGI app:
     console = durable.ui.create_app(client, token=os.environ["DURABLE_UI_TOKEN"])
     app.routes.append(Mount("/durable", app=console))
 
-Safe by default: actions need the token (a form field, or the `X-Durable-Token` header
-for scripts), forms carry a CSRF token bound to a SameSite=Strict cookie, a read-only
-console has no actions at all, and every stored value is escaped when rendered. Over
-loopback it answers only to loopback's names (no DNS rebinding); reached any other way,
-every page needs the token too.
+Safe by default: actions need the token (a person signs in with it once and holds a
+session cookie bound to it; scripts send the `X-Durable-Token` header), forms carry a CSRF
+token bound to a SameSite=Strict cookie, a read-only console has no actions at all, and
+every stored value is escaped when rendered. Over loopback it answers only to loopback's
+names (no DNS rebinding); reached any other way, every page needs the token too.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from __future__ import annotations
 from durable._extras import extra
 
 with extra("ui"):
-    from durable.ui._app import TOKEN_HEADER, create_app
+    from durable.ui._app import create_app
+    from durable.ui._auth import TOKEN_HEADER
 
 __all__ = ["TOKEN_HEADER", "create_app"]

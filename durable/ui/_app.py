@@ -5,8 +5,6 @@ thread."""
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
 import hmac
 import ipaddress
@@ -41,10 +39,13 @@ from durable.errors import (
     InvalidNameError,
     WorkflowNotFoundError,
 )
+from durable.ui._auth import SESSION_COOKIE, SESSION_SECONDS, TOKEN_HEADER, Sessions
+from durable.ui._timeline import between, human_duration, timeline
 
-TOKEN_HEADER = "X-Durable-Token"
 CSRF_COOKIE = "durable_csrf"
 PAGE_SIZE = 50
+COUNT_CAP = 10_000
+REFRESH_SECONDS = 5  # lists, and the page of a workflow that has not finished
 PREVIEW = 120
 MAX_FORM_BYTES = 64 * 1024  # an action's form is a few short fields
 HERE = Path(__file__).parent
@@ -61,9 +62,9 @@ def create_app(
     """The console as an ASGI app over a connected `client` (or a launched engine: its
     client, on the engine's pool).
 
-    token: what every action must present (a form field or the X-Durable-Token header), and
-      every page reached beyond loopback (the browser asks for it as a password; scripts
-      send the header).
+    token: what every action must present, and every page reached beyond loopback: a person
+      signs in with it once (a session cookie, HttpOnly and SameSite=Strict, bound to this
+      token); scripts send the X-Durable-Token header (or Basic authentication).
     read_only: no actions at all (no forms are shown, every POST is refused); then no token
       is needed, but without one the console answers over loopback only.
     reads_need_token: every page needs the token, over loopback too (`durable ui` sets it
@@ -108,6 +109,8 @@ def create_app(
         Route("/executors", console.executors),
         Route("/queues", console.queues),
         Route("/schedules", console.schedules),
+        Route("/signin", console.signin, methods=["GET", "POST"]),
+        Route("/signout", console.signout, methods=["POST"]),
         Route("/actions/{action}", console.act, methods=["POST"]),
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
@@ -151,19 +154,6 @@ def _host_name(header: str | None) -> str | None:
     if not host or any(c in host for c in "/\\@?# \t") or not host.isprintable():
         return None
     return host
-
-
-def _basic_password(header: str | None) -> bytes | None:
-    """The password of a Basic Authorization header (the user name is ignored)."""
-    scheme, _, encoded = (header or "").partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        decoded = base64.b64decode(encoded.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        return None
-    _, colon, password = decoded.partition(b":")
-    return password if colon else None
 
 
 class _Guard:
@@ -215,13 +205,6 @@ def _when(value: dt.datetime | None) -> str:
     return "" if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
-def _duration(start: dt.datetime | None, end: dt.datetime | None) -> str:
-    if start is None or end is None:
-        return ""
-    seconds = (end - start).total_seconds()
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.1f} s"
-
-
 def _next_tick(row: dict[str, Any]) -> str:
     if row["paused"]:
         return ""
@@ -245,8 +228,10 @@ def _templates() -> Environment:
         loader=FileSystemLoader(HERE / "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
     )
-    env.filters.update(short=_short, pretty=_pretty, error=_error, when=_when)
-    env.globals.update(duration=_duration)
+    env.filters.update(
+        short=_short, pretty=_pretty, error=_error, when=_when, seconds=human_duration
+    )
+    env.globals.update(duration=between)
     return env
 
 
@@ -261,6 +246,7 @@ class _Console:
     ) -> None:
         self.client = client
         self.token = token
+        self.sessions = Sessions(token) if token else None
         self.read_only = read_only
         self.reads_need_token = reads_need_token
         self.allowed_hosts = allowed_hosts
@@ -291,32 +277,32 @@ class _Console:
                 )
         if via_loopback and named_loopback and not self.reads_need_token:
             return None
-        if self.token is None:
+        path = request.url.path[len(request.scope.get("root_path", "")) :]
+        if self.sessions is not None and (path == "/signin" or path.startswith("/static/")):
+            return None  # the sign-in page, and what it is drawn with
+        if self.sessions is None:
             return self.message(
                 request,
                 "refused: this console has no token, so it answers over loopback only; give "
                 "it one (durable ui --token, or create_app(token=...)) to serve it further",
                 403,
             )
-        if self.presents_token(request):
+        if self.sessions.presented(request):
             return None
-        answer = self.message(
+        back = _back(path + (f"?{request.url.query}" if request.url.query else ""))
+        return self.render(
             request,
-            "this console needs its token to show anything from here: give it as the "
-            f"password (any user name), or in the {TOKEN_HEADER} header",
+            "signin.html",
             401,
+            next=back,
+            here="",
+            note="this console needs its token to show anything from here: sign in (scripts "
+            f"send it in the {TOKEN_HEADER} header)",
         )
-        answer.headers["WWW-Authenticate"] = 'Basic realm="durable console", charset="UTF-8"'
-        return answer
 
-    def presents_token(self, request: Request) -> bool:
-        assert self.token is not None
-        expected = self.token.encode()
-        header = request.headers.get(TOKEN_HEADER)
-        if header is not None:
-            return hmac.compare_digest(header.encode("latin-1"), expected)
-        password = _basic_password(request.headers.get("authorization"))
-        return password is not None and hmac.compare_digest(password, expected)
+    def signed_in(self, request: Request) -> bool:
+        """Whether this request may act: it carries the token, or a live session."""
+        return self.sessions is not None and self.sessions.presented(request)
 
     async def unavailable(self, request: Request, exc: Exception) -> Response:
         """A lost database is the server's trouble, not the request's: 503, try again."""
@@ -329,8 +315,17 @@ class _Console:
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
         csrf = request.cookies.get(CSRF_COOKIE) or secrets.token_urlsafe(32)
         base = request.scope.get("root_path", "")
+        context.setdefault(
+            "here",
+            request.url.path[len(base) :] + (f"?{request.url.query}" if request.url.query else ""),
+        )
         html = self.env.get_template(name).render(
-            base=base, csrf=csrf, read_only=self.read_only, request=request, **context
+            base=base,
+            csrf=csrf,
+            read_only=self.read_only,
+            signed_in=not self.read_only and self.signed_in(request),
+            request=request,
+            **context,
         )
         response = HTMLResponse(html, status_code=status)
         if request.cookies.get(CSRF_COOKIE) != csrf:
@@ -345,7 +340,71 @@ class _Console:
         return response
 
     def message(self, request: Request, text: str, status: int, back: str = "") -> Response:
-        return self.render(request, "message.html", status, text=text, back=back)
+        return self.render(request, "message.html", status, text=text, back=back, here="")
+
+    def _checked_form(self, request: Request, form: dict[str, str]) -> Response | None:
+        """The refusal of a browser's form that did not come from one of our pages (its
+        CSRF field must match the SameSite=Strict cookie, and its Origin, if sent, be ours)."""
+        cookie = request.cookies.get(CSRF_COOKIE, "")
+        sent = form.get("csrf", "")
+        if not cookie or not hmac.compare_digest(cookie.encode(), sent.encode()):
+            return self.message(request, "CSRF check failed: reload the page", 403)
+        if not _same_origin(request):
+            return self.message(request, "CSRF check failed: another origin", 403)
+        return None
+
+    # -- signing in and out ----------------------------------------------------------------
+
+    async def signin(self, request: Request) -> Response:
+        """GET: the form. POST: the token, checked in constant time; right, a session cookie
+        (HttpOnly, SameSite=Strict, Secure over https) and on to `next`; wrong, a refusal
+        that sets nothing, so a mistyped token is never remembered."""
+        if self.sessions is None or self.read_only:
+            return self.message(request, "this console is read-only: there is no signing in", 404)
+        if request.method == "GET":
+            return self.render(
+                request, "signin.html", next=_back(request.query_params.get("next", "")), here=""
+            )
+        body = await _body(request, MAX_FORM_BYTES)
+        form = _Form(_form(body or b""))
+        refused = self._checked_form(request, form)
+        if refused is not None:
+            return refused
+        after = _back(form.get("next", "")) or "/workflows"
+        if not self.sessions.is_token(form.get("token", "").encode()):
+            return self.render(
+                request,
+                "signin.html",
+                403,
+                next=after,
+                here="",
+                note="refused: that is not the token",
+            )
+        base = request.scope.get("root_path", "")
+        answer = RedirectResponse(base + after, 303)
+        answer.set_cookie(
+            SESSION_COOKIE,
+            self.sessions.issue(),
+            max_age=SESSION_SECONDS,
+            httponly=True,
+            samesite="strict",
+            secure=request.url.scheme == "https",
+            path=base or "/",
+        )
+        return answer
+
+    async def signout(self, request: Request) -> Response:
+        if self.sessions is None:
+            return self.message(request, "this console has no sessions", 404)
+        body = await _body(request, MAX_FORM_BYTES)
+        refused = self._checked_form(request, _Form(_form(body or b"")))
+        if refused is not None:
+            return refused
+        self.sessions.revoke(request.cookies.get(SESSION_COOKIE))
+        base = request.scope.get("root_path", "")
+        answer = RedirectResponse(base + "/signin", 303)
+        answer.delete_cookie(SESSION_COOKIE, path=base or "/", httponly=True, samesite="strict")
+        return answer
 
     # -- pages -----------------------------------------------------------------------------
 
@@ -354,7 +413,9 @@ class _Console:
 
     async def workflows(self, request: Request) -> Response:
         q = request.query_params
-        filters = {k: q.get(k, "").strip() for k in ("status", "name", "id", "from", "to")}
+        keys = ("status", "name", "id", "from", "to", "q", "children")
+        filters = {k: q.get(k, "").strip() for k in keys}
+        nested = filters["children"] != "1"  # top-level rows, their children folded under
         try:
             limit = min(500, max(1, int(q.get("limit") or PAGE_SIZE)))
             after_at = _time_param(q.get("after_at"))
@@ -362,15 +423,17 @@ class _Console:
             if (after_at is None) != (not after_id):
                 raise ValueError("after_at and after_id go together (the older link has both)")
             after = (after_at, after_id) if after_at else None
-            infos = await run_in_threadpool(
-                self.client.list_workflows,
-                filters["status"].upper() or None,
-                name=filters["name"] or None,
-                id_prefix=filters["id"] or None,
-                created_from=_time_param(filters["from"]),
-                created_to=_time_param(filters["to"]),
-                after=after,
-                limit=limit,
+            chosen: dict[str, Any] = {
+                "name": filters["name"] or None,
+                "id_prefix": filters["id"] or None,
+                "created_from": _time_param(filters["from"]),
+                "created_to": _time_param(filters["to"]),
+                "top_level": nested,
+                "search": filters["q"] or None,
+            }
+            status = filters["status"].upper() or None
+            infos, count, children = await run_in_threadpool(
+                self._list_data, status, chosen, after, limit, nested
             )
         except DatabaseUnavailableError:
             raise
@@ -388,13 +451,34 @@ class _Console:
         return self.render(
             request,
             "workflows.html",
+            refresh=REFRESH_SECONDS,
             infos=infos,
+            count=count,
+            capped=count > COUNT_CAP,
+            children=children,
+            nested=nested,
             filters=filters,
             statuses=[s.value for s in WorkflowStatus],
             older=older,
             paged=after is not None,
             newest=urlencode(kept),
         )
+
+    def _list_data(
+        self,
+        status: str | None,
+        chosen: dict[str, Any],
+        after: tuple[dt.datetime, str] | None,
+        limit: int,
+        nested: bool,
+    ) -> tuple[list[Any], int, dict[str, list[dict[str, Any]]]]:
+        """A page of the list, how many rows match (up to COUNT_CAP), and, when the page
+        lists top-level workflows, the children of its rows."""
+        c = self.client
+        infos = c.list_workflows(status, after=after, limit=limit, **chosen)
+        count = c.count_workflows(status, cap=COUNT_CAP + 1, **chosen)
+        children = c.list_children([i.workflow_id for i in infos]) if nested and infos else {}
+        return infos, count, children
 
     async def workflow(self, request: Request) -> Response:
         workflow_id = request.path_params["workflow_id"]
@@ -404,7 +488,15 @@ class _Console:
             return self.message(request, str(exc), 404, back="/workflows")
         except InvalidNameError as exc:  # no stored id can be this one (NUL, over 512 bytes)
             return self.message(request, f"no workflow has this id: {exc}", 404, back="/workflows")
-        return self.render(request, "workflow.html", **data)
+        status = data["info"].status
+        return self.render(
+            request,
+            "workflow.html",
+            refresh=None if status.is_terminal else REFRESH_SECONDS,
+            can_cancel=status in _CANCELLABLE,
+            can_resume=status in _RESUMABLE,
+            **data,
+        )
 
     def _workflow_data(self, workflow_id: str) -> dict[str, Any]:
         c = self.client
@@ -413,6 +505,7 @@ class _Console:
         wait = c.worker_wait(workflow_id)
         return {
             "info": info,
+            "timeline": timeline(info, steps, dt.datetime.now(dt.UTC)),
             "wait": {
                 "waiting": wait["waiting"],
                 "label": workflow_label(info.name, info.version),
@@ -432,25 +525,43 @@ class _Console:
     async def approvals(self, request: Request) -> Response:
         show_all = request.query_params.get("all") == "1"
         rows = await run_in_threadpool(
-            self.client.list_approvals, waiting_only=not show_all, limit=500
+            self.client.approval_inbox, waiting_only=not show_all, limit=200
         )
-        return self.render(request, "approvals.html", gates=rows, show_all=show_all)
+        return self.render(
+            request, "approvals.html", refresh=REFRESH_SECONDS, gates=rows, show_all=show_all
+        )
 
     async def executors(self, request: Request) -> Response:
+        """Live executors; the dead ones (no heartbeat for the time after which their work
+        is recovered) only when asked, since they pile up after every restart."""
+        show_all = request.query_params.get("all") == "1"
         rows, waiting = await run_in_threadpool(
             lambda: (self.client.executors(), self.client.waiting_for_worker())
         )
-        return self.render(request, "executors.html", executors=rows, waiting=waiting)
+        live_seconds = self.client.config.live_seconds
+        for row in rows:
+            row["dead"] = row["heartbeat_age"].total_seconds() > live_seconds
+        dead = sum(1 for row in rows if row["dead"])
+        shown = rows if show_all else [row for row in rows if not row["dead"]]
+        return self.render(
+            request,
+            "executors.html",
+            refresh=REFRESH_SECONDS,
+            executors=shown,
+            dead=dead,
+            show_all=show_all,
+            waiting=waiting,
+        )
 
     async def queues(self, request: Request) -> Response:
         rows = await run_in_threadpool(self.client.queues)
-        return self.render(request, "queues.html", queues=rows)
+        return self.render(request, "queues.html", refresh=REFRESH_SECONDS, queues=rows)
 
     async def schedules(self, request: Request) -> Response:
         rows = await run_in_threadpool(self.client.list_schedules)
         for row in rows:
             row["next_tick"] = _next_tick(row)
-        return self.render(request, "schedules.html", schedules=rows)
+        return self.render(request, "schedules.html", refresh=REFRESH_SECONDS, schedules=rows)
 
     # -- actions ---------------------------------------------------------------------------
 
@@ -463,22 +574,21 @@ class _Console:
                 request, f"refused: an action's form is at most {MAX_FORM_BYTES} bytes", 413
             )
         form = _Form(_form(body))
-        header_token = request.headers.get(TOKEN_HEADER)
-        if header_token is None:  # a browser's form: it must come from one of our pages
-            cookie = request.cookies.get(CSRF_COOKIE, "")
-            sent = form.get("csrf", "")
-            if not cookie or not hmac.compare_digest(cookie.encode(), sent.encode()):
-                return self.message(request, "CSRF check failed: reload the page", 403)
-            if not _same_origin(request):
-                return self.message(request, "CSRF check failed: another origin", 403)
-        given = (
-            header_token.encode("latin-1")
-            if header_token is not None
-            else form.get("token", "").encode()
+        assert self.sessions is not None
+        if request.headers.get(TOKEN_HEADER) is None:  # a browser's form: from our pages only
+            refused = self._checked_form(request, form)
+            if refused is not None:
+                return refused
+        # A signed-in session, the header, Basic authentication, or (for scripts written
+        # against forms) a `token` field: each compared in constant time.
+        given = form.get("token")
+        allowed = self.sessions.presented(request) or (
+            given is not None and self.sessions.is_token(given.encode())
         )
-        assert self.token is not None
-        if not hmac.compare_digest(given, self.token.encode()):
-            return self.message(request, "refused: this action needs the console's token", 403)
+        if not allowed:
+            return self.message(
+                request, "refused: this action needs the console's token: sign in first", 403
+            )
         action = _ACTIONS.get(request.path_params["action"])
         if action is None:
             return self.message(request, "no such action", 404)
@@ -556,9 +666,21 @@ def _decide(client: Client, form: dict[str, str]) -> str:
     return f"{verb} {form['name']} of {form['workflow_id']}"
 
 
+_CANCELLABLE = frozenset(
+    {WorkflowStatus.ENQUEUED, WorkflowStatus.PENDING, WorkflowStatus.RUNNING}
+    | {WorkflowStatus.SUSPENDED}
+)
+_RESUMABLE = frozenset(
+    {WorkflowStatus.CANCELLED, WorkflowStatus.ERROR, WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+)
+
+
 def _cancel(client: Client, form: dict[str, str]) -> str:
-    status = client.cancel(form["workflow_id"], form.get("reason") or "cancelled from the console")
-    return f"cancel requested for {form['workflow_id']} (now {status.value})"
+    workflow_id = form["workflow_id"]
+    status = client.cancel(workflow_id, form.get("reason") or "cancelled from the console")
+    if status.is_terminal and status is not WorkflowStatus.CANCELLED:
+        return f"{workflow_id} already finished ({status.value}): nothing to cancel"
+    return f"cancel requested for {workflow_id} (now {status.value})"
 
 
 def _resume(client: Client, form: dict[str, str]) -> str:
