@@ -9,6 +9,7 @@ SVG rectangles, whose geometry is markup, not style, so the console's Content-Se
 from __future__ import annotations
 
 import datetime as dt
+import json
 from dataclasses import dataclass
 
 from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
@@ -56,6 +57,35 @@ def between(start: dt.datetime | None, end: dt.datetime | None) -> str:
     return human_duration((end - start).total_seconds())
 
 
+def _span(
+    step: StepRecord, previous_end: dt.datetime, following: StepRecord | None
+) -> tuple[dt.datetime | None, dt.datetime | None]:
+    """When a journaled call began and ended. A step records both; a sleep is recorded when
+    it starts, and lasts until the next call begins (or its wake-up time, while it still
+    sleeps); a wait or child without a start is recorded when it ends, having begun when the
+    call before it ended."""
+    if step.started_at is not None:
+        return step.started_at, step.finished_at or step.started_at
+    if step.finished_at is None:
+        return None, None
+    if step.kind is StepKind.SLEEP:
+        if following is not None:
+            return step.finished_at, following.started_at or following.finished_at
+        return step.finished_at, _wake_time(step.output) or step.finished_at
+    if step.kind in WAITS or step.kind is StepKind.CHILD:
+        return min(previous_end, step.finished_at), step.finished_at
+    return step.finished_at, step.finished_at
+
+
+def _wake_time(output: str | None) -> dt.datetime | None:
+    """A sleep's wake-up time, as its journal row stores it (a JSON string, ISO 8601)."""
+    try:
+        value = json.loads(output or "")
+        return dt.datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
 @dataclass(frozen=True)
 class Bar:
     """One row of the timeline."""
@@ -95,9 +125,10 @@ def timeline(info: WorkflowInfo, steps: list[StepRecord], now: dt.datetime) -> T
         return round(SCALE * max(0.0, (moment - start).total_seconds()) / span)
 
     bars: list[Bar] = []
-    for step in steps:
-        began = step.started_at or step.finished_at
-        finished = step.finished_at or began
+    previous_end = start
+    for i, step in enumerate(steps):
+        began, finished = _span(step, previous_end, steps[i + 1] if i + 1 < len(steps) else None)
+        previous_end = max(previous_end, step.finished_at or previous_end)
         if began is None or finished is None:
             continue
         x = min(at(began), SCALE - MIN_WIDTH)

@@ -1,17 +1,30 @@
 """The console in a real headless Chromium (Debian's `chromium` and `chromium-driver`,
-driven by Selenium), served by a real `durable ui` process: a workflow waits at an
-approval gate, the operator finds it in the inbox and approves it with the token, and the
-workflow finishes (checked in the database); without the token the action is refused; a
-stored `<script>` is shown as text and never runs.
+driven by Selenium), served by a real `durable ui` process, as an operator uses it:
+
+- the inbox shows a waiting gate with its workflow's name, payload, state and last steps,
+  and no way to act until the operator signs in; a wrong token is refused and leaves no
+  cookie; the right one leaves an HttpOnly, SameSite=Strict session cookie that page
+  scripts cannot read, and the operator approves with no token box, after which the gate
+  says who decided when and the workflow finishes (checked in the database); signing out
+  takes the forms away again;
+- a workflow's page draws its step timeline (bars for steps, waits, retries and children,
+  the total duration, durations written for people) and offers only the actions its status
+  allows; while it waits, the open page refreshes itself when it finishes elsewhere,
+  without losing the scroll position, and its Cancel button goes;
+- the list shows top-level workflows with their children folded under them, counts and
+  searches them, and refreshes itself when a new workflow starts;
+- a stored `<script>` is shown as text and never runs.
 
 Outside CI the test skips when the browser is missing (`apt-get install -y chromium
 chromium-driver`); under CI=true it fails. With DURABLE_UI_SCREENSHOTS=<dir> it saves the
-screenshots of the list, a workflow page and the inbox there (docs/ holds them).
+screenshots of the list, a workflow page, the inbox and the sign-in page there (docs/
+holds them).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -48,11 +61,37 @@ def charge(order: str) -> str:
 @durable.workflow(registry=reg, name="shop.refund", budget=durable.Budget(dollars=2))
 def refund(order: str, cents: int, note: str) -> str:
     quoted = quote(order, cents)
+    durable.state.set({"order": order, "stage": "quoted"})
     decision = durable.approval("refund-over-limit", payload=quoted | {"note": note})
     if not decision.approved:
         return "held"
     durable.state.set({"order": order, "stage": "approved"})
     return charge(order)
+
+
+reserve_calls: dict[str, int] = {}
+
+
+@durable.step(registry=reg, name="shop.reserve", retries=2, initial_delay=0.05)
+def reserve(order: str) -> str:
+    reserve_calls[order] = reserve_calls.get(order, 0) + 1
+    if reserve_calls[order] == 1:
+        raise RuntimeError("the warehouse timed out")
+    return f"reserved {order}"
+
+
+@durable.workflow(registry=reg, name="shop.pack")
+def pack(order: str, box: int) -> str:
+    return quote(order, box)["order"] + f" box {box}"
+
+
+@durable.workflow(registry=reg, name="shop.order")
+def order(order_id: str) -> str:
+    reserve(order_id)
+    durable.sleep(0.2)
+    packed = [pack(order_id, 1), pack(order_id, 2)]
+    charge(order_id)
+    return ", ".join(packed)
 
 
 @durable.workflow(registry=reg, name="shop.fails")
@@ -131,28 +170,42 @@ def _status(url: str, workflow_id: str) -> object:
     return scalar(url, "SELECT status FROM durable.workflows WHERE workflow_id = %s", workflow_id)
 
 
-def _decide(driver: Any, workflow_id: str, token: str, comment: str) -> str:
+def _shot(driver: Any, name: str, height: int = 900) -> None:
+    shots = os.environ.get("DURABLE_UI_SCREENSHOTS")
+    if shots:
+        driver.set_window_size(1400, height)
+        driver.save_screenshot(str(Path(shots) / name))
+        driver.set_window_size(1400, 900)
+
+
+def _sign_in(driver: Any, token: str) -> str:
+    """Type a token into the sign-in page; the message it answers with ("" if none)."""
     from selenium.webdriver.common.by import By
 
-    row = driver.find_element(By.CSS_SELECTOR, f'tr.gate[data-workflow="{workflow_id}"]')
-    form = row.find_element(By.CSS_SELECTOR, "form.action")
-    token_field = form.find_element(By.NAME, "token")
-    token_field.clear()
-    token_field.send_keys(token)
-    form.find_element(By.NAME, "comment").send_keys(comment)
-    form.find_element(By.NAME, "by").send_keys("ana")
+    form = driver.find_element(By.ID, "signin")
+    field = form.find_element(By.NAME, "token")
+    field.clear()
+    field.send_keys(token)
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    wait_for(lambda: driver.find_elements(By.ID, "message"), 30, "an answer to the decision")
-    return str(driver.find_element(By.ID, "message").text)
+    wait_for(lambda: driver.execute_script("return document.readyState") == "complete", 30)
+    found = driver.find_elements(By.ID, "message")
+    return str(found[0].text) if found else ""
 
 
-def test_an_operator_approves_in_the_inbox_and_the_workflow_finishes(
+def _session_cookie(driver: Any) -> dict[str, Any] | None:
+    return next((c for c in driver.get_cookies() if c["name"] == "durable_session"), None)
+
+
+def _refreshed(driver: Any) -> int:
+    return int(driver.execute_script("return Number(document.body.dataset.refreshed || 0)"))
+
+
+def test_an_operator_signs_in_follows_a_workflow_and_approves_it(
     database_url: str, console: str
 ) -> None:
     from selenium.common.exceptions import NoAlertPresentException
     from selenium.webdriver.common.by import By
 
-    shots = os.environ.get("DURABLE_UI_SCREENSHOTS")
     driver = _browser()
     try:
         with durable.Engine(database_url, registry=reg) as engine:
@@ -160,40 +213,158 @@ def test_an_operator_approves_in_the_inbox_and_the_workflow_finishes(
                 engine.start(quote_only, i, workflow_id=f"quote-{i}").result(timeout=20)
             with pytest.raises(durable.errors.WorkflowFailedError):
                 engine.start(fails, "o-13", workflow_id="order-13").result(timeout=20)
+            assert engine.start(order, "o-7", workflow_id="order-7").result(timeout=30)
             engine.start(refund, "o-42", 4000, SCRIPT, workflow_id="refund-o-42")
-            wait_for(lambda: engine.list_approvals("refund-o-42"), 30, "the gate")
+            engine.start(refund, "o-43", 900, "small", workflow_id="refund-o-43")
+            for gated in ("refund-o-42", "refund-o-43"):
+                wait_for(lambda g=gated: engine.list_approvals(g), 30, "the gate")
 
-            driver.get(console + "/workflows")
-            assert "refund-o-42" in driver.find_element(By.ID, "workflows").text
-            if shots:
-                driver.save_screenshot(str(Path(shots) / "console-workflows.png"))
-
+            # The inbox, before signing in: each gate's context, and no way to act.
             driver.get(console + "/approvals")
-            row = driver.find_element(By.CSS_SELECTOR, 'tr.gate[data-workflow="refund-o-42"]')
-            assert SCRIPT in row.find_element(By.CSS_SELECTOR, "pre.payload").text  # as text
+            gate = driver.find_element(By.CSS_SELECTOR, 'section.gate[data-workflow="refund-o-42"]')
+            assert gate.find_element(By.CSS_SELECTOR, ".workflow-name").text == "shop.refund"
+            assert SCRIPT in gate.find_element(By.CSS_SELECTOR, "pre.payload").text  # as text
+            assert '"stage": "quoted"' in gate.find_element(By.CSS_SELECTOR, "pre.state").text
+            last = gate.find_elements(By.CSS_SELECTOR, "ol.last-steps .step-name")
+            assert [e.text for e in last] == ["shop.quote"]
             with pytest.raises(NoAlertPresentException):
                 driver.switch_to.alert  # noqa: B018 (the script never ran)
             assert driver.title != "owned"
-            if shots:
-                driver.save_screenshot(str(Path(shots) / "console-approvals.png"))
+            assert not driver.find_elements(By.CSS_SELECTOR, "form.action")
+            assert not driver.find_elements(By.CSS_SELECTOR, "input[type=password]")
 
-            refused = _decide(driver, "refund-o-42", "not-the-token", "looks fine")
-            assert "refused" in refused and "token" in refused
-            assert _status(database_url, "refund-o-42") == "SUSPENDED"
-            assert engine.list_approvals("refund-o-42")  # still waiting
+            # Sign in: a wrong token is refused and remembered nowhere; the right one
+            # leaves a session cookie that page scripts cannot read.
+            driver.find_element(By.ID, "signin-link").click()
+            _shot(driver, "console-signin.png", 500)
+            refused = _sign_in(driver, "not-the-token")
+            assert "refused" in refused and "not the token" in refused
+            assert _session_cookie(driver) is None
+            assert not driver.find_elements(By.ID, "signout")
+            assert _sign_in(driver, TOKEN) == ""
+            assert driver.current_url == console + "/approvals"  # back where it was
+            cookie = _session_cookie(driver)
+            assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+            assert TOKEN not in cookie["value"]
+            assert "durable_session" not in driver.execute_script("return document.cookie")
+            assert driver.find_elements(By.ID, "signout")
+            assert not driver.find_elements(By.CSS_SELECTOR, "input[type=password]")
+            _shot(driver, "console-approvals.png", 1000)
 
-            driver.get(console + "/approvals")
-            approved = _decide(driver, "refund-o-42", TOKEN, "within policy")
-            assert approved == "approved refund-over-limit of refund-o-42"
+            # Approve in the inbox: no token box, the session acts.
+            gate = driver.find_element(By.CSS_SELECTOR, 'section.gate[data-workflow="refund-o-42"]')
+            form = gate.find_element(By.CSS_SELECTOR, "form.action")
+            form.find_element(By.NAME, "comment").send_keys("within policy")
+            form.find_element(By.NAME, "by").send_keys("ana")
+            form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+            wait_for(lambda: driver.find_elements(By.ID, "message"), 30, "the answer")
+            message = driver.find_element(By.ID, "message").text
+            assert message == "approved refund-over-limit of refund-o-42"
             wait_for(lambda: _status(database_url, "refund-o-42") == "SUCCESS", 30, "SUCCESS")
             assert engine.retrieve("refund-o-42").result(timeout=5) == "charged o-42"
+            driver.get(console + "/approvals?all=1")
+            decided = driver.find_element(
+                By.CSS_SELECTOR, 'section.gate[data-workflow="refund-o-42"] .decided'
+            ).text
+            assert decided.startswith("approved by ana at ") and decided.endswith("within policy")
 
-            driver.get(console + "/workflows/refund-o-42")
-            page = driver.find_element(By.TAG_NAME, "main").text
-            assert "shop.charge" in page and "within policy" in page and SCRIPT in page
-            if shots:
-                driver.set_window_size(1400, 1500)
-                driver.save_screenshot(str(Path(shots) / "console-workflow.png"))
+            # A waiting workflow's page: its timeline, only the actions its status allows;
+            # it refreshes itself when the workflow finishes elsewhere, keeping the scroll.
+            driver.set_window_size(1400, 500)
+            driver.get(console + "/workflows/refund-o-43")
+            buttons = [b.text for b in driver.find_elements(By.CSS_SELECTOR, "#actions button")]
+            assert buttons == ["Cancel", "Fork"]
+            fork_label = driver.find_element(By.CSS_SELECTOR, 'label[for="fork-step"]').text
+            assert fork_label == "Fork, running again from step"
+            kinds = [
+                r.get_attribute("data-kind")
+                for r in driver.find_elements(By.CSS_SELECTOR, "#timeline tr.bar-row")
+            ]
+            assert kinds == ["step", "state", "waiting"]
+            driver.execute_script("window.scrollTo(0, document.body.scrollHeight)")
+            scrolled = int(driver.execute_script("return window.scrollY"))
+            assert scrolled > 0
+            engine.client.decide("refund-o-43", "refund-over-limit", True, decided_by="bo")
+            wait_for(
+                lambda: driver.find_element(By.CSS_SELECTOR, "h1 .status").text == "SUCCESS",
+                60,
+                "the open page to show SUCCESS by itself",
+            )
+            assert _refreshed(driver) >= 1
+            assert abs(int(driver.execute_script("return window.scrollY")) - scrolled) <= 2
+            buttons = [b.text for b in driver.find_elements(By.CSS_SELECTOR, "#actions button")]
+            assert buttons == ["Fork"]  # no Cancel, no Resume on a SUCCESS workflow
+            driver.set_window_size(1400, 900)
+
+            # A finished workflow with a retried step, a sleep and two children.
+            driver.get(console + "/workflows/order-7")
+            rows = driver.find_elements(By.CSS_SELECTOR, "#timeline tr.bar-row")
+            kinds = [r.get_attribute("data-kind") for r in rows]
+            assert kinds == ["step", "sleep", "child", "child", "step"]
+            assert (
+                "\N{MULTIPLICATION SIGN}2" in rows[0].find_element(By.CSS_SELECTOR, "td.took").text
+            )
+            assert rows[2].find_element(By.LINK_TEXT, "order-7:child:2")
+            took = [
+                r.find_element(By.CSS_SELECTOR, "td.took").text.split(" \N{MULTIPLICATION SIGN}")[0]
+                for r in rows
+            ]
+            human = r"(<0\.01 ms|\d{1,3}(\.\d{1,2})? (ms|s)|\d+ min \d+ s)"
+            assert all(re.fullmatch(human, t) for t in took), took
+            total = driver.find_element(By.ID, "total").text
+            assert re.fullmatch(human, total), total
+            sleep_bar = rows[1].find_element(By.CSS_SELECTOR, "rect")
+            assert int(sleep_bar.get_attribute("width")) > 100  # the sleep is most of it
+            _shot(driver, "console-workflow.png", 1100)
+
+            # The list: top-level workflows, children folded under them, counted; it
+            # refreshes itself when a workflow starts, and searches inputs and outputs.
+            driver.get(console + "/workflows")
+            ids = [
+                r.get_attribute("data-workflow")
+                for r in driver.find_elements(By.CSS_SELECTOR, "#workflows tr.workflow")
+            ]
+            assert "order-7" in ids and not any(":child:" in i for i in ids)
+            assert driver.find_element(By.ID, "count").text.startswith("7 top-level workflows")
+            fold = driver.find_element(By.CSS_SELECTOR, 'tr[data-workflow="order-7"] details')
+            fold.find_element(By.TAG_NAME, "summary").click()
+            children = fold.find_elements(By.CSS_SELECTOR, "li.child")
+            assert [c.get_attribute("data-workflow") for c in children] == [
+                "order-7:child:2",
+                "order-7:child:3",
+            ]
+            _shot(driver, "console-workflows.png")
+            before = _refreshed(driver)
+            engine.start(quote_only, 9, workflow_id="quote-9").result(timeout=20)
+            wait_for(
+                lambda: driver.find_elements(By.CSS_SELECTOR, 'tr[data-workflow="quote-9"]'),
+                60,
+                "the new workflow in the open list",
+            )
+            assert _refreshed(driver) > before
+            assert driver.find_element(By.CSS_SELECTOR, 'tr[data-workflow="order-7"] details')
+            # The list was replaced, and the fold the operator opened is still open.
+            assert driver.find_element(
+                By.CSS_SELECTOR, 'tr[data-workflow="order-7"] details'
+            ).get_attribute("open")
+            search = driver.find_element(By.NAME, "q")
+            search.send_keys("O-42")
+            search.submit()
+            wait_for(lambda: "q=O-42" in driver.current_url, 30, "the search")
+            ids = [
+                r.get_attribute("data-workflow")
+                for r in driver.find_elements(By.CSS_SELECTOR, "#workflows tr.workflow")
+            ]
+            assert ids == ["refund-o-42"]
+
+            # Signing out takes the actions away.
+            driver.get(console + "/approvals?all=1")
+            driver.find_element(By.CSS_SELECTOR, "#signout button").click()
+            wait_for(lambda: driver.find_elements(By.ID, "signin"), 30, "the sign-in page")
+            assert _session_cookie(driver) is None
+            driver.get(console + "/workflows/order-13")
+            assert not driver.find_elements(By.CSS_SELECTOR, "form.action")
+            assert driver.find_elements(By.ID, "signin-link")
     finally:
         driver.quit()
 
