@@ -4,7 +4,8 @@ Builds N workflow rows (ids like 'wf-<md5>', 20 names of which one is rare, stat
 SUCCESS, creation times spread over 30 days) in a scratch database, then times
 `Client.list_workflows` (the very call the console makes) for the first page, a deep page
 (keyset), and each filter, prints EXPLAIN (ANALYZE, BUFFERS) of each, then times the
-console's list page over HTTP (rendering included). Results: benchmarks/results/ui_list.txt.
+console's list page over HTTP (rendering, the count and the folded children included;
+searches too). Results: benchmarks/results/ui_list.txt.
 
     python -m benchmarks.ui_list [--n 1000000] [--admin-url URL]
 """
@@ -104,7 +105,15 @@ def pages(client: durable.Client, repeats: int) -> list[dict[str, Any]]:
     # Served on loopback, as `durable ui` is by default (elsewhere pages need the token).
     web = TestClient(create_app(client, read_only=True), base_url="http://127.0.0.1:8321")
     out = []
-    for path in ("/workflows", "/workflows?status=ERROR&name=app.flow_1", "/workflows?id=wf-ab"):
+    paths = (
+        "/workflows",  # top-level ones, children folded, counted up to 10,000
+        "/workflows?children=1",
+        "/workflows?status=ERROR&name=app.flow_1",
+        "/workflows?id=wf-ab",
+        "/workflows?q=kwargs",  # a search every row matches: the first page fills at once
+        "/workflows?q=nowhere",  # one no row matches: the list and the count scan every row
+    )
+    for path in paths:
         times = []
         for _ in range(repeats):
             t0 = time.perf_counter()
