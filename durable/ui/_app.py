@@ -472,11 +472,15 @@ class _Console:
         limit: int,
         nested: bool,
     ) -> tuple[list[Any], int, dict[str, list[dict[str, Any]]]]:
-        """A page of the list, how many rows match (up to COUNT_CAP), and, when the page
-        lists top-level workflows, the children of its rows."""
+        """A page of the list, how many rows match (counted up to COUNT_CAP, unless the first
+        page holds them all), and, when the page lists top-level workflows, the children of
+        its rows."""
         c = self.client
         infos = c.list_workflows(status, after=after, limit=limit, **chosen)
-        count = c.count_workflows(status, cap=COUNT_CAP + 1, **chosen)
+        if after is None and len(infos) < limit:
+            count = len(infos)  # the first page holds every match: no second scan
+        else:
+            count = c.count_workflows(status, cap=COUNT_CAP + 1, **chosen)
         children = c.list_children([i.workflow_id for i in infos]) if nested and infos else {}
         return infos, count, children
 
