@@ -49,6 +49,11 @@ def gated(note: str) -> str:
     return f"{'shipped' if decision.approved else 'held'}"
 
 
+@durable.tool(registry=reg, name="op.lookup")
+def lookup(sku: str) -> str:
+    return sku.upper()
+
+
 @durable.workflow(registry=reg, name="op.leaf")
 def leaf(n: int) -> int:
     return n * 2
@@ -60,6 +65,7 @@ def tree(sku: str) -> str:
     durable.sleep(0.01)
     leaf(1)
     leaf(2)
+    lookup(sku)
     return f"packed {sku}"
 
 
@@ -214,15 +220,18 @@ def test_the_workflow_page_draws_a_step_timeline(engine: durable.Engine) -> None
         ("bar-wait", "sleep"),
         ("bar-child", "child"),
         ("bar-child", "child"),
+        ("bar-step", "tool"),
     ]
     assert "\N{MULTIPLICATION SIGN}2" in timeline  # the flaky step ran twice
     assert 'href="/workflows/tree-1%3Achild%3A2"' in timeline or "tree-1:child" in timeline
     bars = re.findall(r'<rect class="bar [\w-]+" x="(\d+)" y="2" width="(\d+)"', timeline)
-    assert len(bars) == 4 and all(0 <= int(x) and int(x) + int(w) <= 1000 for x, w in bars)
+    assert len(bars) == 5 and all(0 <= int(x) and int(x) + int(w) <= 1000 for x, w in bars)
     assert [int(x) for x, _ in bars] == sorted(int(x) for x, _ in bars)  # in time order
     total = re.search(r'<span class="muted total" id="total">([^<]+)</span>', page)
     assert total and re.fullmatch(r"[\d.]+ (ms|s)", total.group(1)), total
-    # No duration anywhere on the page has more than two decimals.
+    # No duration anywhere on the page has more than two decimals (the tool call's latency,
+    # stored as a double, included).
+    assert "<h2>Tool calls</h2>" in page
     assert not re.search(r"\d\.\d{3,} ?(ms|s)\b", page)
     assert 'data-refresh="' not in page  # finished: nothing more to refresh
 
