@@ -323,6 +323,7 @@ class _Console:
             base=base,
             csrf=csrf,
             read_only=self.read_only,
+            session=self.sessions is not None and self.signed_in(request),
             signed_in=not self.read_only and self.signed_in(request),
             request=request,
             **context,
@@ -358,8 +359,9 @@ class _Console:
     async def signin(self, request: Request) -> Response:
         """GET: the form. POST: the token, checked in constant time; right, a session cookie
         (HttpOnly, SameSite=Strict, Secure over https) and on to `next`; wrong, a refusal
-        that sets nothing, so a mistyped token is never remembered."""
-        if self.sessions is None or self.read_only:
+        that sets nothing, so a mistyped token is never remembered. (A read-only console
+        given a token signs in too: beyond loopback its pages need it.)"""
+        if self.sessions is None:  # read-only, open over loopback only: nothing to sign in to
             return self.message(request, "this console is read-only: there is no signing in", 404)
         if request.method == "GET":
             return self.render(

@@ -161,10 +161,20 @@ def test_signing_in_once_lets_a_browser_act_until_it_signs_out(engine: durable.E
     assert engine.list_approvals("sign-2")
 
 
-def test_a_read_only_console_has_no_signing_in(engine: durable.Engine) -> None:
+def test_a_read_only_console_signs_in_only_to_read_beyond_loopback(
+    engine: durable.Engine,
+) -> None:
     web = _web(create_app(engine.client, read_only=True))
     assert web.get("/signin").status_code == 404
     assert "Sign in" not in web.get("/workflows").text
+    guarded = create_app(engine.client, read_only=True, token=TOKEN)
+    lan = _web(guarded, host="192.0.2.10:8321")
+    asked = lan.get("/workflows")
+    assert asked.status_code == 401 and 'action="/signin"' in asked.text
+    assert _sign_in(lan, TOKEN, "/workflows").status_code == 303
+    page = lan.get("/workflows")
+    assert page.status_code == 200 and 'id="signout"' in page.text
+    assert '<form class="action"' not in page.text  # reading only
 
 
 def _forms(page: str) -> list[str]:
