@@ -289,7 +289,8 @@ class _Console:
             )
         if self.sessions.presented(request):
             return None
-        back = _back(path + (f"?{request.url.query}" if request.url.query else ""))
+        asked = path + (f"?{request.url.query}" if request.url.query else "")
+        back = _back(asked) if request.method == "GET" else ""  # where signing in leads
         return self.render(
             request,
             "signin.html",
@@ -372,7 +373,9 @@ class _Console:
         refused = self._checked_form(request, form)
         if refused is not None:
             return refused
-        after = _back(form.get("next", "")) or "/workflows"
+        after = _back(form.get("next", ""))
+        if not after or after.startswith(("/signin", "/signout", "/actions/")):
+            after = "/workflows"
         if not self.sessions.is_token(form.get("token", "").encode()):
             return self.render(
                 request,

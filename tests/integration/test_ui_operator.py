@@ -115,6 +115,9 @@ def test_signing_in_once_lets_a_browser_act_until_it_signs_out(engine: durable.E
     assert forged.status_code == 403 and "CSRF" in forged.text
     assert "durable_session" not in web.cookies
 
+    for elsewhere in ("https://evil.example/", "//evil.example", "/signin"):
+        landed = _sign_in(_web(app), TOKEN, elsewhere)
+        assert landed.headers["location"] == "/workflows", elsewhere
     right = _sign_in(web, TOKEN)
     assert right.status_code == 303 and right.headers["location"] == "/approvals"
     cookie = right.headers["set-cookie"]
