@@ -181,12 +181,15 @@ def _shot(driver: Any, name: str, height: int = 900) -> None:
 def _sign_in(driver: Any, token: str) -> str:
     """Type a token into the sign-in page; the message it answers with ("" if none)."""
     from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
 
     form = driver.find_element(By.ID, "signin")
     field = form.find_element(By.NAME, "token")
     field.clear()
     field.send_keys(token)
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(form))  # the answer came
     wait_for(lambda: driver.execute_script("return document.readyState") == "complete", 30)
     found = driver.find_elements(By.ID, "message")
     return str(found[0].text) if found else ""
@@ -194,6 +197,27 @@ def _sign_in(driver: Any, token: str) -> str:
 
 def _session_cookie(driver: Any) -> dict[str, Any] | None:
     return next((c for c in driver.get_cookies() if c["name"] == "durable_session"), None)
+
+
+def _auto_refresh(driver: Any, on: bool) -> None:
+    """Turn the page's auto-refresh on or off (the browser remembers it): off while the test
+    holds elements of a page, which a refresh would replace."""
+    from selenium.webdriver.common.by import By
+
+    toggle = driver.find_element(By.ID, "auto-refresh")
+    if toggle.is_selected() != on:
+        toggle.click()
+    assert toggle.is_selected() == on
+
+
+def _text(driver: Any, selector: str) -> str | None:
+    """An element's text, read in one script (a refresh may replace the element between
+    finding it and reading it)."""
+    found = driver.execute_script(
+        "const e = document.querySelector(arguments[0]); return e && e.textContent.trim()",
+        selector,
+    )
+    return None if found is None else str(found)
 
 
 def _refreshed(driver: Any) -> int:
@@ -221,6 +245,7 @@ def test_an_operator_signs_in_follows_a_workflow_and_approves_it(
 
             # The inbox, before signing in: each gate's context, and no way to act.
             driver.get(console + "/approvals")
+            _auto_refresh(driver, False)
             gate = driver.find_element(By.CSS_SELECTOR, 'section.gate[data-workflow="refund-o-42"]')
             assert gate.find_element(By.CSS_SELECTOR, ".workflow-name").text == "shop.refund"
             assert SCRIPT in gate.find_element(By.CSS_SELECTOR, "pre.payload").text  # as text
@@ -281,12 +306,13 @@ def test_an_operator_signs_in_follows_a_workflow_and_approves_it(
                 for r in driver.find_elements(By.CSS_SELECTOR, "#timeline tr.bar-row")
             ]
             assert kinds == ["step", "state", "waiting"]
+            _auto_refresh(driver, True)
             driver.execute_script("window.scrollTo(0, document.body.scrollHeight)")
             scrolled = int(driver.execute_script("return window.scrollY"))
             assert scrolled > 0
             engine.client.decide("refund-o-43", "refund-over-limit", True, decided_by="bo")
             wait_for(
-                lambda: driver.find_element(By.CSS_SELECTOR, "h1 .status").text == "SUCCESS",
+                lambda: _text(driver, "h1 .status") == "SUCCESS",
                 60,
                 "the open page to show SUCCESS by itself",
             )
@@ -320,6 +346,7 @@ def test_an_operator_signs_in_follows_a_workflow_and_approves_it(
             # The list: top-level workflows, children folded under them, counted; it
             # refreshes itself when a workflow starts, and searches inputs and outputs.
             driver.get(console + "/workflows")
+            _auto_refresh(driver, False)
             ids = [
                 r.get_attribute("data-workflow")
                 for r in driver.find_elements(By.CSS_SELECTOR, "#workflows tr.workflow")
@@ -335,6 +362,7 @@ def test_an_operator_signs_in_follows_a_workflow_and_approves_it(
             ]
             _shot(driver, "console-workflows.png")
             before = _refreshed(driver)
+            _auto_refresh(driver, True)
             engine.start(quote_only, 9, workflow_id="quote-9").result(timeout=20)
             wait_for(
                 lambda: driver.find_elements(By.CSS_SELECTOR, 'tr[data-workflow="quote-9"]'),
@@ -342,11 +370,10 @@ def test_an_operator_signs_in_follows_a_workflow_and_approves_it(
                 "the new workflow in the open list",
             )
             assert _refreshed(driver) > before
-            assert driver.find_element(By.CSS_SELECTOR, 'tr[data-workflow="order-7"] details')
             # The list was replaced, and the fold the operator opened is still open.
-            assert driver.find_element(
-                By.CSS_SELECTOR, 'tr[data-workflow="order-7"] details'
-            ).get_attribute("open")
+            opened = "return document.querySelector('tr[data-workflow=\"order-7\"] details').open"
+            assert driver.execute_script(opened) is True
+            _auto_refresh(driver, False)
             search = driver.find_element(By.NAME, "q")
             search.send_keys("O-42")
             search.submit()

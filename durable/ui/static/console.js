@@ -34,7 +34,7 @@ document.addEventListener("DOMContentLoaded", () => {
     } catch (e) { schedule(); return; }
     const fresh = new DOMParser().parseFromString(html, "text/html");
     const next = fresh.querySelector("main");
-    if (!next || editing) { schedule(); return; }
+    if (!next || editing || (toggle && !toggle.checked)) { schedule(); return; }
     const open = new Set([...main().querySelectorAll("details[open][data-key]")].map(d => d.dataset.key));
     const x = window.scrollX, y = window.scrollY;
     main().replaceWith(document.importNode(next, true));
