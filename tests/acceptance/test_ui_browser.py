@@ -12,7 +12,8 @@ driven by Selenium), served by a real `durable ui` process, as an operator uses 
   allows; while it waits, the open page refreshes itself when it finishes elsewhere,
   without losing the scroll position, and its Cancel button goes;
 - the list shows top-level workflows with their children folded under them, counts and
-  searches them, and refreshes itself when a new workflow starts;
+  searches them, and refreshes itself when a new workflow starts; the executors page hides
+  a dead executor until asked;
 - a stored `<script>` is shown as text and never runs.
 
 Outside CI the test skips when the browser is missing (`apt-get install -y chromium
@@ -35,6 +36,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 
 import durable
@@ -383,6 +385,23 @@ def test_an_operator_signs_in_follows_a_workflow_and_approves_it(
                 for r in driver.find_elements(By.CSS_SELECTOR, "#workflows tr.workflow")
             ]
             assert ids == ["refund-o-42"]
+
+            # Executors: the live ones; a dead one only when asked.
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                conn.execute(
+                    "INSERT INTO durable.executors (executor_id, hostname, pid, started_at,"
+                    " heartbeat_at, capabilities, incarnation) VALUES ('gone-exec', 'old-host',"
+                    " 1, now() - interval '2 days', now() - interval '1 day', '[]', 'i0')"
+                )
+            driver.get(console + "/executors")
+            _auto_refresh(driver, False)
+            table = driver.find_element(By.ID, "executors").text
+            assert "gone-exec" not in table and "old-host" not in table
+            assert driver.find_elements(By.CSS_SELECTOR, "#executors tr.executor")  # this one
+            assert driver.find_element(By.ID, "dead").text.startswith("1 dead executor hidden")
+            driver.find_element(By.ID, "show-dead").click()
+            wait_for(lambda: "all=1" in driver.current_url, 30, "the dead executors")
+            assert "gone-exec" in driver.find_element(By.ID, "executors").text
 
             # Signing out takes the actions away.
             driver.get(console + "/approvals?all=1")
