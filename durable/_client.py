@@ -199,16 +199,18 @@ class Client(Messages):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle:
         """Put `fn(*args, **kwargs)` on `queue`; a worker starts it when the queue's limits
         allow. Its options: `workflow_id=` (an existing id returns its handle),
         `dedup_key=` (QueueDedupError while another entry with it is queued or unfinished),
         `priority=` (lower first; queues declared with priority=True), `delay=` (seconds
-        before it may start) and `timeout=` (popped from kwargs: replaces the decorator's
-        timeout). Inside a workflow the entry is journaled as a child, so a replay does not
-        enqueue it again."""
-        _check_enqueue(queue, workflow_id, dedup_key, priority, delay)
+        before it may start), `partition_key=` (a user or tenant: it starts only while its
+        partition holds fewer slots than the queue's partition_concurrency) and `timeout=`
+        (popped from kwargs: replaces the decorator's timeout). Inside a workflow the entry
+        is journaled as a child, so a replay does not enqueue it again."""
+        _check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
         timeout = pop_timeout(kwargs)
         defn, call_args = workflow_call(fn, args)
         run, parent, workflow_id, journaled = place_child(defn, workflow_id)
@@ -216,7 +218,16 @@ class Client(Messages):
             return self.handle(workflow_id)
         with call_timeout(timeout):
             self._enqueue(
-                queue, defn, workflow_id, parent, call_args, kwargs, dedup_key, priority, delay
+                queue,
+                defn,
+                workflow_id,
+                parent,
+                call_args,
+                kwargs,
+                dedup_key,
+                priority,
+                delay,
+                partition_key,
             )
         if run is not None and parent is not None:
             drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
@@ -233,11 +244,12 @@ class Client(Messages):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         **kwargs: Any,
     ) -> AsyncWorkflowHandle:
         """enqueue, awaited: an AsyncWorkflowHandle. Inside an async workflow the entry is
         journaled as a child at the position of this call."""
-        _check_enqueue(queue, workflow_id, dedup_key, priority, delay)
+        _check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
         timeout = pop_timeout(kwargs)
         defn, call_args = workflow_call(fn, args)
         run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
@@ -254,6 +266,7 @@ class Client(Messages):
                     dedup_key,
                     priority,
                     delay,
+                    partition_key,
                 )
             if run is not None and parent is not None:
                 gen = protocol.record_child_started(run, parent[1], defn.name, workflow_id)
@@ -271,6 +284,7 @@ class Client(Messages):
         dedup_key: str | None,
         priority: int | None,
         delay: float | None,
+        partition_key: str | None = None,
     ) -> None:
         inputs = self.inputs.encode(defn, args, kwargs)
         params = self.inputs.row(defn, workflow_id, inputs, parent, self.default_durability)
@@ -279,6 +293,7 @@ class Client(Messages):
             priority=priority or 0,
             dedup_key=dedup_key,
             delay_seconds=float(delay or 0.0),
+            partition_key=partition_key,
         )
         if dedup_key is None:
             row = self.db.fetch_one("enqueue_workflow", params)
@@ -768,12 +783,20 @@ def _check_enqueue(
     dedup_key: str | None,
     priority: int | None,
     delay: float | None,
+    partition_key: str | None = None,
 ) -> None:
     """enqueue's own keyword arguments, checked."""
     if not isinstance(queue, Queue):
         raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
     check_name("workflow_id", workflow_id, optional=True)
     check_name("dedup_key", dedup_key, optional=True)
+    check_name("partition_key", partition_key, optional=True)
+    if partition_key is not None and queue.partition_concurrency is None:
+        raise ConfigurationError(
+            f"partition_key={partition_key!r} given, but queue {queue.name!r} has no "
+            "partition limit, so the key would cap nothing: declare it with "
+            f"durable.Queue({queue.name!r}, partition_concurrency=N)"
+        )
     if priority is not None:
         if not queue.priority:
             raise ConfigurationError(

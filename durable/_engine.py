@@ -582,6 +582,7 @@ class Engine:
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle:
         """Client.enqueue. An entry enqueued by a workflow this engine runs (a child) is
@@ -597,6 +598,7 @@ class Engine:
             dedup_key=dedup_key,
             priority=priority,
             delay=delay,
+            partition_key=partition_key,
             **kwargs,
         )
         if in_run and self.running and not self.config.worker:  # a worker runs queues anyway
@@ -731,6 +733,7 @@ class Engine:
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         **kwargs: Any,
     ) -> AsyncWorkflowHandle:
         """Client.enqueue_async, on the engine's client."""
@@ -742,6 +745,7 @@ class Engine:
             dedup_key=dedup_key,
             priority=priority,
             delay=delay,
+            partition_key=partition_key,
             **kwargs,
         )
 

@@ -11,6 +11,17 @@ itself. The lock is what makes the counts true: two workers cannot both see one 
 A dequeued entry keeps its queue name until it finishes, so it holds its slot while it
 runs, sleeps or is recovered after a crash. The rate limit counts dequeues within the
 period, finished or not.
+
+Partitions cap one user's or tenant's share of a queue:
+`durable.Queue("agents", concurrency=10, partition_concurrency=2)` and
+`queue.enqueue(run_agent, prompt, partition_key="user-1")`. An entry with a partition key
+starts only while fewer than `partition_concurrency` entries of its partition hold a slot,
+and the queue's own limits still hold over all partitions. The same dequeue, under the same
+lock, counts the slots of every partition, and passes over the entries of a full partition
+rather than waiting behind them: one busy user does not hold back the others. An entry
+without a key is in no partition (only the queue's limits apply to it). A partition key
+on a queue without a partition limit is refused (ConfigurationError) rather than ignored:
+it would cap nothing.
 """
 
 from __future__ import annotations
@@ -42,6 +53,9 @@ class Queue:
 
     concurrency: most entries dequeued and unfinished at once, across all workers.
     worker_concurrency: most entries one worker process runs at once.
+    partition_concurrency: most entries of one partition (the `partition_key=` given at
+        enqueue: a user, a tenant) dequeued and unfinished at once, across all workers;
+        None (the default): the queue has no partitions.
     rate_limit: (count, period_seconds): most dequeues in any period.
     priority: order by the priority given at enqueue (lower first), then age.
     """
@@ -52,11 +66,13 @@ class Queue:
     rate_limit: tuple[int, float] | None = None
     priority: bool = False
     registry: Registry | None = None
+    partition_concurrency: int | None = None
 
     def __post_init__(self) -> None:
         check_name("Queue name", self.name)
         _positive("concurrency", self.concurrency)
         _positive("worker_concurrency", self.worker_concurrency)
+        _positive("partition_concurrency", self.partition_concurrency)
         if self.rate_limit is not None:
             ok = (
                 isinstance(self.rate_limit, tuple)
@@ -76,8 +92,8 @@ class Queue:
     @queue_enqueue_method
     def enqueue(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> WorkflowHandle:
         """Queue `fn(*args, **kwargs)` on the current engine (`with engine:`); its options,
-        keyword-only: `workflow_id=`, `dedup_key=`, `priority=` and `delay=` (see
-        Client.enqueue)."""
+        keyword-only: `workflow_id=`, `dedup_key=`, `priority=`, `delay=` and
+        `partition_key=` (see Client.enqueue)."""
         engine = current_engine.get()
         if engine is None:
             raise NoEngineError()
@@ -103,6 +119,7 @@ class Queue:
             "limit": limit,
             "concurrency": self.concurrency,
             "worker_concurrency": self.worker_concurrency,
+            "partition_concurrency": self.partition_concurrency,
             "rate_count": count,
             "rate_period": float(period),
             "by_priority": self.priority,

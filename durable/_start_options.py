@@ -2,7 +2,8 @@
 # (mypy takes `*args: P.args, **kwargs: P.kwargs` as broader than any keyword option;
 # it is not: the first overload fails for a function without that parameter.)
 """The options of a start (`workflow_id=`, `timeout=`, and for a queue `dedup_key=`,
-`priority=`, `delay=`): keyword-only, typed, and never confused with the workflow's own arguments.
+`priority=`, `delay=`, `partition_key=`): keyword-only, typed, and never confused with the
+workflow's own arguments.
 
 A start takes the workflow's arguments and its own options in one call, as
 `engine.start(fn, *args, workflow_id="a", **kwargs)`. Python's typing cannot put keyword
@@ -30,10 +31,10 @@ P = ParamSpec("P")
 #: The keywords a start (start, start_async, submit) takes for itself.
 START_OPTIONS = ("workflow_id",)
 #: The keywords an enqueue takes for itself.
-ENQUEUE_OPTIONS = ("workflow_id", "dedup_key", "priority", "delay")
+ENQUEUE_OPTIONS = ("workflow_id", "dedup_key", "priority", "delay", "partition_key")
 #: Names a workflow's keyword-passable parameters may not have: the options above, and
-#: those reserved for starts (a per-call `timeout`, a queue's `partition_key`).
-RESERVED = frozenset((*START_OPTIONS, *ENQUEUE_OPTIONS, "timeout", "partition_key"))
+#: those reserved for starts (a per-call `timeout`).
+RESERVED = frozenset((*START_OPTIONS, *ENQUEUE_OPTIONS, "timeout"))
 
 
 def check_parameters(fn: Callable[..., Any], name: str) -> None:
@@ -99,9 +100,9 @@ class Start(Protocol[H]):
 
 
 class Enqueue(Protocol[H]):
-    """`enqueue(queue, fn, *args, workflow_id=, dedup_key=, priority=, delay=, **kwargs)`:
-    Engine.enqueue and Client.enqueue (`Enqueue[WorkflowHandle]`), and their `_async`
-    twins (`Enqueue[Awaitable[AsyncWorkflowHandle]]`)."""
+    """`enqueue(queue, fn, *args, workflow_id=, dedup_key=, priority=, delay=,
+    partition_key=, **kwargs)`: Engine.enqueue and Client.enqueue (`Enqueue[WorkflowHandle]`),
+    and their `_async` twins (`Enqueue[Awaitable[AsyncWorkflowHandle]]`)."""
 
     @overload
     def __call__(
@@ -118,6 +119,7 @@ class Enqueue(Protocol[H]):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> H: ...
@@ -132,6 +134,7 @@ class Enqueue(Protocol[H]):
         dedup_key: str | None,
         priority: int | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> H: ...
@@ -146,6 +149,7 @@ class Enqueue(Protocol[H]):
         dedup_key: str | None = None,
         priority: int | None,
         delay: float | None = None,
+        partition_key: str | None = None,
         timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> H: ...
@@ -160,6 +164,7 @@ class Enqueue(Protocol[H]):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None,
+        partition_key: str | None = None,
         timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> H: ...
@@ -174,13 +179,30 @@ class Enqueue(Protocol[H]):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         timeout: Seconds | None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        queue: QueueLike,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        partition_key: str | None,
+        timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> H: ...
 
 
 class QueueEnqueue(Protocol):
-    """`queue.enqueue(fn, *args, workflow_id=, dedup_key=, priority=, delay=, **kwargs)`."""
+    """`queue.enqueue(fn, *args, workflow_id=, dedup_key=, priority=, delay=, partition_key=,
+    **kwargs)`."""
 
     @overload
     def __call__(
@@ -196,6 +218,7 @@ class QueueEnqueue(Protocol):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
@@ -209,6 +232,7 @@ class QueueEnqueue(Protocol):
         dedup_key: str | None,
         priority: int | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
@@ -222,6 +246,7 @@ class QueueEnqueue(Protocol):
         dedup_key: str | None = None,
         priority: int | None,
         delay: float | None = None,
+        partition_key: str | None = None,
         timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
@@ -235,6 +260,7 @@ class QueueEnqueue(Protocol):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None,
+        partition_key: str | None = None,
         timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
@@ -248,7 +274,22 @@ class QueueEnqueue(Protocol):
         dedup_key: str | None = None,
         priority: int | None = None,
         delay: float | None = None,
+        partition_key: str | None = None,
         timeout: Seconds | None,
+        **kwargs: Any,
+    ) -> WorkflowHandle: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        partition_key: str | None,
+        timeout: Seconds | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
 

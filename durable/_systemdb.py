@@ -361,19 +361,23 @@ class SystemDB(RunIO, AsyncRunIO):
             conn.exec_driver_sql(rendered.as_string(raw))
 
     def dequeue(self, params: dict[str, Any]) -> list[Row]:
-        """Take what a queue's limits allow under its lock; [] if another worker holds it."""
+        """Take what a queue's limits allow under its lock; [] if another worker holds it.
+        A queue with a partition limit is taken by dequeue_partitioned, on one server as
+        on Citus (its ranking of each partition's entries is no statement to lock rows in)."""
+        partitioned = params.get("partition_concurrency") is not None
 
         def take(tx: Tx) -> list[Row]:
             locked = tx.fetch_one("lock_queue", params)
             if locked is None or not locked["locked"]:
                 return []
-            if not self.cas_claims:
+            if not self.cas_claims and not partitioned:
                 return tx.fetch_all("dequeue", params)
             allowance = tx.fetch_one("queue_allowance", params)
             allowed = int(allowance["n"]) if allowance is not None else 0
             if allowed <= 0:
                 return []
-            return tx.fetch_all("dequeue_cas", {**params, "allowed": allowed})
+            name = "dequeue_partitioned" if partitioned else "dequeue_cas"
+            return tx.fetch_all(name, {**params, "allowed": allowed})
 
         return self.atomically(take, "dequeue")
 

@@ -62,7 +62,7 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
         "enqueue": _W.ENQUEUED,  # enqueue_workflow
     },
     _W.ENQUEUED: {
-        "dequeue": _W.RUNNING,  # dequeue, dequeue_cas
+        "dequeue": _W.RUNNING,  # dequeue, dequeue_cas, dequeue_partitioned
         "cancel": _W.CANCELLED,  # cancel_workflows: nothing ran, nothing to undo
         "cancel_by_a_run": _W.PENDING,  # cancel_workflows: a run stops it (undo, children)
     },

@@ -1372,14 +1372,14 @@ RETURNING schedule_name
 -- first, in the same transaction: take_dedup).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, timeout_seconds, budget_id, queue_name, priority,
-    dedup_key, available_at, trace_context, journal_version)
+    dedup_key, available_at, trace_context, journal_version, partition_key)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'ENQUEUED', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s,
     %(queue_name)s,
     %(priority)s, %(dedup_key)s,
     CASE WHEN %(delay_seconds)s::float8 > 0
          THEN {schema}.current_time() + make_interval(secs => %(delay_seconds)s::float8) END,
-    %(trace_context)s, %(journal_version)s)
+    %(trace_context)s, %(journal_version)s, %(partition_key)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 
@@ -1516,6 +1516,54 @@ WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'
       SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context, w.parent_id
+
+-- dequeue_partitioned --
+-- dequeue for a queue with partition_concurrency: in queue order, entries whose partition
+-- holds fewer than its limit of slots (counting, in order, those this dequeue takes), up to
+-- %(allowed)s (what queue_allowance said: the queue's own limits). An entry without a
+-- partition key counts only against the queue's limits, and a full partition's entries are
+-- passed over, not waited for, so they hold back no other partition. Read without a row
+-- lock and taken only if still ENQUEUED (compare-and-set, as dequeue_cas), so that one
+-- statement serves one server and Citus; the queue's advisory lock orders the dequeuers of
+-- the queue, so the slots counted are the slots held.
+WITH held AS (
+    SELECT partition_key, count(*) AS n FROM {schema}.workflows
+    WHERE queue_name = %(queue_name)s AND partition_key IS NOT NULL
+      AND status IN ('PENDING', 'RUNNING', 'SUSPENDED') AND dequeued_at IS NOT NULL
+    GROUP BY partition_key
+), ranked AS (
+    SELECT workflow_id, partition_key, created_at,
+        CASE WHEN %(by_priority)s THEN priority ELSE 0 END AS queue_rank,
+        row_number() OVER (PARTITION BY partition_key ORDER BY
+            CASE WHEN %(by_priority)s THEN priority ELSE 0 END, created_at, workflow_id) AS place
+    FROM {schema}.workflows
+    WHERE status = 'ENQUEUED' AND queue_name = %(queue_name)s
+      AND (available_at IS NULL OR available_at <= {schema}.current_time())
+      AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
+      AND (name, coalesce(version, '')) IN (
+          SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+      AND journal_version <= %(journal_version)s
+      AND EXISTS (SELECT 1 FROM {schema}.executors
+                  WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
+), picked AS (
+    SELECT r.workflow_id FROM ranked AS r LEFT JOIN held AS h USING (partition_key)
+    WHERE r.partition_key IS NULL
+       OR r.place + coalesce(h.n, 0) <= %(partition_concurrency)s
+    ORDER BY r.queue_rank, r.created_at, r.workflow_id
+    LIMIT %(allowed)s
+)
+UPDATE {schema}.workflows AS w
+SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
+    lease_expires_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s),
+    dequeued_at = {schema}.current_time(), updated_at = {schema}.current_time(),
+    deadline_at = {schema}.plus_seconds({schema}.current_time(), w.timeout_seconds)
+FROM picked
+WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'
+  -- ...and still of a version this worker has (an operator may have moved it meanwhile).
+  AND (w.name, coalesce(w.version, '')) IN (
+      SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
+RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context
 
 -- ensure_budget --
 -- Create a workflow tree's budget from its code's limits at first start (kept afterwards,

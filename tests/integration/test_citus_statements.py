@@ -105,6 +105,14 @@ def seed(conn: psycopg.Connection[Any], w: str) -> None:
         "INSERT INTO durable.queue_dedup (queue_name, dedup_key, workflow_id) VALUES (%s, 'k', %s)",
         [f"q-{w}", f"{w}-queued"],
     )
+    # A partition of the queue with one entry holding a slot and one waiting.
+    conn.execute(
+        "INSERT INTO durable.workflows (workflow_id, name, status, inputs, queue_name,"
+        " partition_key, dequeued_at, owner, epoch, lease_expires_at)"
+        " VALUES (%s, 'wf', 'RUNNING', '[]', %s, 'p1', now(), 'me', 1, now() + interval '30 s'),"
+        " (%s, 'wf', 'ENQUEUED', '[]', %s, 'p1', NULL, NULL, 0, NULL)",
+        [f"{w}-held-p1", f"q-{w}", f"{w}-queued-p1", f"q-{w}"],
+    )
     conn.execute(
         "INSERT INTO durable.steps (workflow_id, step_seq, step_name, kind, output, error)"
         " VALUES (%(w)s, 0, 's', 'step', '1', NULL), (%(w)s, 1, 'state', 'state', '{}', NULL),"
@@ -479,6 +487,7 @@ def params(name: str, w: str) -> dict[str, Any]:
             "priority": 0,
             "dedup_key": None,
             "delay_seconds": 0.0,
+            "partition_key": "p1",
         },
         "take_dedup": {"queue_name": f"q-{w}", "dedup_key": "k", "workflow_id": f"{w}-queued2"},
         "dedup_holder_active": {"holder": f"{w}-queued"},
@@ -495,6 +504,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "dequeue": queue,
         "queue_allowance": queue,
         "dequeue_cas": {**queue, "allowed": 5},
+        "dequeue_partitioned": {**queue, "allowed": 5, "partition_concurrency": 2},
         "ensure_budget": {
             "budget_id": f"{w}-child",
             "limit_dollars": Decimal("10"),

@@ -10,7 +10,7 @@ from durable._systemdb import load_queries
 
 # The statements that make a workflow RUNNING under a claim: each passes by journals of a
 # newer version than the code gives (%(journal_version)s).
-CLAIMS = {"claim_batch", "claim_batch_cas", "dequeue", "dequeue_cas"}
+CLAIMS = {"claim_batch", "claim_batch_cas", "dequeue", "dequeue_cas", "dequeue_partitioned"}
 
 
 def test_every_claim_passes_by_a_newer_journal() -> None:

@@ -1,7 +1,7 @@
 """Start options (`workflow_id=`, `timeout=`, and a queue's `dedup_key=`, `priority=`,
-`delay=`) are typed keyword-only options that strict mypy accepts, and cannot swallow a
-workflow's own argument: `@workflow` refuses a parameter that a start would take as an
-option."""
+`delay=`, `partition_key=`) are typed keyword-only options that strict mypy accepts, and
+cannot swallow a workflow's own argument: `@workflow` refuses a parameter that a start would
+take as an option."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ import datetime
 import durable
 
 q = durable.Queue("q", priority=True)
+pq = durable.Queue("pq", concurrency=10, partition_concurrency=2)
 
 
 @durable.workflow()
@@ -58,6 +59,10 @@ async def main(engine: durable.Engine, client: durable.Client) -> None:
     engine.enqueue(q, wf, 1, timeout=60)
     await client.enqueue_async(q, awf, 1, priority=1, timeout=60)
     q.enqueue(wf, 1, timeout=60)
+    engine.enqueue(pq, wf, 1, partition_key="user-1")
+    client.enqueue(pq, wf, x=1, workflow_id="g", partition_key="user-1", timeout=60)
+    await engine.enqueue_async(pq, awf, 1, partition_key="user-2")
+    pq.enqueue(wf, 1, partition_key="user-3", dedup_key="k")
 """
 )
 
@@ -73,6 +78,7 @@ async def main(engine: durable.Engine, client: durable.Client) -> None:
     engine.enqueue(q, wf, 1, priority="high")  # E5
     q.enqueue(wf, y=1)  # E6
     engine.start(wf, 1, timeout="soon")  # E7
+    pq.enqueue(wf, 1, partition_key=42)  # E8
 """
 )
 
@@ -110,10 +116,12 @@ def test_wrong_arguments_and_wrong_options_fail_strict_mypy(tmp_path: Path) -> N
         for row in done.stdout.splitlines()
         if row.startswith(str(tmp_path)) and ": error:" in row
     }
-    assert flagged == {f"E{i}" for i in range(1, 8)}, done.stdout
+    assert flagged == {f"E{i}" for i in range(1, 9)}, done.stdout
 
 
-@pytest.mark.parametrize("option", ["workflow_id", "dedup_key", "priority", "delay", "timeout"])
+@pytest.mark.parametrize(
+    "option", ["workflow_id", "dedup_key", "priority", "delay", "partition_key", "timeout"]
+)
 def test_a_parameter_named_like_an_option_is_refused_at_decoration(option: str) -> None:
     namespace: dict[str, object] = {}
     exec(f"def notify(user, {option}=None):\n    return user\n", namespace)

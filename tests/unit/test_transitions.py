@@ -46,6 +46,7 @@ WORKFLOW_STATEMENTS: Mapping[str, frozenset[Move]] = {
     "enqueue_workflow": every([None], [W.ENQUEUED]),
     "dequeue": every([W.ENQUEUED], [W.RUNNING]),
     "dequeue_cas": every([W.ENQUEUED], [W.RUNNING]),
+    "dequeue_partitioned": every([W.ENQUEUED], [W.RUNNING]),
     "claim_batch": every([W.PENDING], [W.RUNNING])
     | every([W.RUNNING], [W.RUNNING, W.MAX_RECOVERY_ATTEMPTS_EXCEEDED]),
     "claim_batch_cas": every([W.PENDING], [W.RUNNING])
