@@ -77,10 +77,10 @@ def enqueue_backlog(client: durable.Client, queue: durable.Queue, job: object) -
     for partition, n in (("a", 6), ("b", 3), ("c", 3)):
         for i in range(n):
             entry = f"{partition}{i}"
-            client.enqueue(queue, job, partition, entry, workflow_id=entry, partition_key=partition)  # type: ignore[arg-type]
+            client.enqueue(queue, job, partition, entry, workflow_id=entry, partition_key=partition)
             ids.append(entry)
     for i in range(2):
-        client.enqueue(queue, job, "-", f"n{i}", workflow_id=f"n{i}")  # type: ignore[arg-type]
+        client.enqueue(queue, job, "-", f"n{i}", workflow_id=f"n{i}")
         ids.append(f"n{i}")
     return ids
 
@@ -135,7 +135,7 @@ def test_a_partition_limit_without_a_queue_limit(database_url: str) -> None:
         database_url, registry=reg, worker=True, poll_interval=0.02, max_workers=8
     ) as engine:
         handles = [
-            engine.enqueue(queue, job, p, f"{p}{i}", partition_key=p)  # type: ignore[arg-type]
+            engine.enqueue(queue, job, p, f"{p}{i}", partition_key=p)
             for i in range(3)
             for p in "abc"
         ]
@@ -151,16 +151,16 @@ def test_enqueue_async_and_a_child_take_a_partition_key(database_url: str) -> No
 
     @durable.workflow(registry=reg, name="parent")
     def parent(user: str) -> str:
-        handle = queue.enqueue(job, user, "child", workflow_id="child", partition_key=user)  # type: ignore[arg-type]
+        handle = queue.enqueue(job, user, "child", workflow_id="child", partition_key=user)
         return str(handle.result())
 
     async def main() -> str:
         async with durable.Engine(
             database_url, registry=reg, worker=True, poll_interval=0.02
         ) as engine:
-            handle = await engine.enqueue_async(queue, job, "u2", "async", partition_key="u2")  # type: ignore[arg-type]
+            handle = await engine.enqueue_async(queue, job, "u2", "async", partition_key="u2")
             assert await handle.result(timeout=60) == "async"
-            started = engine.submit(parent, "u1", workflow_id="parent")  # type: ignore[call-arg]
+            started = engine.submit(parent, "u1", workflow_id="parent")
             return str(await asyncio.to_thread(started.result, 60))
 
     assert asyncio.run(main()) == "child"
@@ -185,14 +185,14 @@ def test_misuse_is_refused_and_stores_nothing(database_url: str) -> None:
 
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(errors.ConfigurationError, match="partition_concurrency"):
-            durable.Queue(f"bad-{bad}", partition_concurrency=bad, registry=reg)  # type: ignore[arg-type]
+            durable.Queue(f"bad-{bad}", partition_concurrency=bad, registry=reg)
     with durable.Client(database_url) as client:
         # A key on a queue without a partition limit would cap nothing: refused, not ignored.
         with pytest.raises(errors.ConfigurationError, match="partition_concurrency=N"):
-            client.enqueue(plain, noop, 1, partition_key="user-1")  # type: ignore[call-arg]
+            client.enqueue(plain, noop, 1, partition_key="user-1")
         for key in ("", 42, "a\x00b", "x" * 600):
             with pytest.raises(errors.InvalidNameError, match="partition_key"):
-                client.enqueue(parted, noop, 1, partition_key=key)  # type: ignore[call-arg]
+                client.enqueue(parted, noop, 1, partition_key=key)
         assert client.list_workflows() == []
         # Without a key, an entry of a partitioned queue is in no partition.
         handle = client.enqueue(parted, noop, 7)
