@@ -6,8 +6,8 @@ application's table (distributed by the workflow's id and colocated with durable
 so that its rows and the step's journal row commit on one shard), an effect on a fake
 vendor, a message it waits for, an approval, an event. Others cover the async driver,
 durability="async" (batches of records of many runs), a queue with a global concurrency
-limit, and a long sleep on a fake clock. Each checks what happened in the world (the
-vendor's calls, the application's rows), not log lines.
+limit, a partitioned queue, and a long sleep on a fake clock. Each checks what happened in
+the world (the vendor's calls, the application's rows), not log lines.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pytest
 from sqlalchemy import text
 
 import durable
+from tests.integration.test_queue_partitions import run_backlog
 
 pytestmark = pytest.mark.citus
 
@@ -229,6 +230,14 @@ def test_a_queue_holds_its_concurrency_on_the_cluster(citus_url: str) -> None:
         handles = [engine.enqueue(queue, report, i) for i in range(10)]
         assert sorted(h.result(timeout=60) for h in handles) == list(range(10))
     assert 1 <= most[0] <= 2
+
+
+def test_a_partitioned_queue_holds_its_limits_on_the_cluster(citus_url: str) -> None:
+    """Each partition at most its limit, the queue at most its own (the backlog and checks
+    of tests/integration/test_queue_partitions.py, on the distributed schema)."""
+    tracker = run_backlog(citus_url)
+    assert tracker.most["a"] == 2 and tracker.most["*"] <= 4
+    assert tracker.most["b"] <= 2 and tracker.most["c"] <= 2
 
 
 def test_a_long_sleep_on_a_fake_clock_on_the_cluster(citus_url: str) -> None:
