@@ -322,6 +322,13 @@ class Reading(ClientBase):
         """Every queue with entries: how many wait for a slot, hold one, have finished."""
         return self.db.fetch_all("queue_depths", {})
 
+    def queue_partitions(self, queue_name: str) -> list[dict[str, Any]]:
+        """The partitions of a queue with unfinished entries: per `partition_key`, how many
+        wait for a slot (`queued`) and hold one (`active`, at most the queue's
+        partition_concurrency)."""
+        check_name("queue_name", queue_name)
+        return self.db.fetch_all("queue_partitions", {"queue_name": queue_name})
+
     def waiting_for_worker(
         self, stale_seconds: float = 120, limit: int = 100
     ) -> list[dict[str, Any]]:

@@ -196,6 +196,16 @@ SELECT queue_name,
 FROM {schema}.workflows WHERE queue_name IS NOT NULL
 GROUP BY queue_name ORDER BY queue_name
 
+-- queue_partitions --
+-- Per partition of one queue: its entries waiting for a slot and those holding one.
+SELECT partition_key,
+    count(*) FILTER (WHERE status = 'ENQUEUED') AS queued,
+    count(*) FILTER (WHERE status IN ('PENDING', 'RUNNING', 'SUSPENDED')) AS active
+FROM {schema}.workflows
+WHERE queue_name = %(queue_name)s AND partition_key IS NOT NULL
+  AND status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
+GROUP BY partition_key ORDER BY partition_key
+
 -- release_workflow --
 -- Give one workflow back to the pool (this run could not finish it), if this epoch owns it.
 UPDATE {schema}.workflows

@@ -198,3 +198,24 @@ def queues_list(database_url: str | None, schema: str, as_json: bool) -> None:
     for r in rows:
         table.add_row(r["queue_name"], str(r["queued"]), str(r["active"]), str(r["finished"]))
     _console().print(table)
+
+
+@queues.command("partitions")
+@click.argument("queue_name")
+@url_option
+@schema_option
+@json_option
+@_handle_errors
+def queues_partitions(
+    queue_name: str, database_url: str | None, schema: str, as_json: bool
+) -> None:
+    """A queue's partitions with unfinished entries: waiting for a slot, holding one."""
+    with _client(database_url, schema) as client:
+        rows = client.queue_partitions(queue_name)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    table = Table("partition", "queued", "active")
+    for r in rows:
+        table.add_row(r["partition_key"], str(r["queued"]), str(r["active"]))
+    _console().print(table)

@@ -503,6 +503,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "lock_queue": {"lock_key": f"durable.queue:q-{w}"},
         "dequeue": queue,
         "queue_allowance": queue,
+        "queue_partitions": {"queue_name": f"q-{w}"},
         "dequeue_cas": {**queue, "allowed": 5},
         "dequeue_partitioned": {**queue, "allowed": 5, "partition_concurrency": 2},
         "ensure_budget": {

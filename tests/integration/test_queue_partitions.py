@@ -7,6 +7,9 @@ partition. (Across worker processes, with a SIGKILL: tests/acceptance/test_queue
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
@@ -197,3 +200,35 @@ def test_misuse_is_refused_and_stores_nothing(database_url: str) -> None:
         # Without a key, an entry of a partitioned queue is in no partition.
         handle = client.enqueue(parted, noop, 7)
         assert handle.status() == "ENQUEUED"
+
+
+def test_the_cli_lists_a_queues_partitions(database_url: str) -> None:
+    tracker = Tracker()
+    _, queue, job = partitioned_app(tracker, concurrency=None, partition_concurrency=2, seconds=0)
+    with durable.Client(database_url) as client:
+        for entry, partition in (("x1", "acme"), ("x2", "acme"), ("y1", "globex"), ("z", None)):
+            client.enqueue(queue, job, partition or "-", entry, partition_key=partition)
+        assert client.queue_partitions("tenants") == [
+            {"partition_key": "acme", "queued": 2, "active": 0},
+            {"partition_key": "globex", "queued": 1, "active": 0},
+        ]
+    url = ["--database-url", database_url]
+    listed = subprocess.run(
+        [sys.executable, "-m", "durable.cli", "queues", "partitions", "tenants", "--json", *url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout) == [
+        {"partition_key": "acme", "queued": 2, "active": 0},
+        {"partition_key": "globex", "queued": 1, "active": 0},
+    ]
+    table = subprocess.run(
+        [sys.executable, "-m", "durable.cli", "queues", "partitions", "tenants", *url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert table.returncode == 0, table.stderr
+    assert "acme" in table.stdout and "globex" in table.stdout
