@@ -61,3 +61,18 @@ def test_record_step_in_app_is_record_step_that_raises_instead_of_writing_nothin
     assert wrapped == plain
     tail = _norm(q["record_step_in_app"].split(")\nSELECT CASE", 1)[1])
     assert "fence_lost(%(workflow_id)s, %(epoch)s::bigint)" in tail
+
+
+def test_dequeue_partitioned_takes_what_dequeue_cas_would_within_each_partition() -> None:
+    """dequeue_partitioned is dequeue_cas with each partition's entries ranked: the same
+    candidates (queue, availability, ids, versions, journal, this incarnation), the same
+    order, the same compare-and-set update; what it adds is the partition's room."""
+    q = load_queries()
+    cas, parted = q["dequeue_cas"], q["dequeue_partitioned"]
+    candidates = _between(cas, "WHERE status = 'ENQUEUED'", "ORDER BY")
+    assert _between(parted, "WHERE status = 'ENQUEUED'", "), picked AS (") == candidates
+    order = "CASE WHEN %(by_priority)s THEN priority ELSE 0 END, created_at, workflow_id"
+    assert f"ORDER BY {order} LIMIT %(allowed)s" in _norm(cas)
+    assert f"OVER (PARTITION BY partition_key ORDER BY {order}) AS place" in _norm(parted)
+    assert _norm(cas.split("\nUPDATE", 1)[1]) == _norm(parted.split("\nUPDATE", 1)[1])
+    assert "FOR UPDATE" not in parted
