@@ -563,8 +563,22 @@ class _Console:
         )
 
     async def queues(self, request: Request) -> Response:
-        rows = await run_in_threadpool(self.client.queues)
-        return self.render(request, "queues.html", refresh=REFRESH_SECONDS, queues=rows)
+        def read() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+            rows = self.client.queues()
+            # The partitions of the queues with unfinished entries (a statement per queue:
+            # queues are few).
+            parts = [
+                {"queue_name": q["queue_name"], **p}
+                for q in rows
+                if q["queued"] or q["active"]
+                for p in self.client.queue_partitions(q["queue_name"])
+            ]
+            return rows, parts
+
+        rows, parts = await run_in_threadpool(read)
+        return self.render(
+            request, "queues.html", refresh=REFRESH_SECONDS, queues=rows, partitions=parts
+        )
 
     async def schedules(self, request: Request) -> Response:
         rows = await run_in_threadpool(self.client.list_schedules)

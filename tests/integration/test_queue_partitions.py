@@ -17,9 +17,11 @@ from dataclasses import dataclass, field
 
 import psycopg
 import pytest
+from starlette.testclient import TestClient
 
 import durable
 from durable import errors
+from durable.ui import create_app
 
 
 @dataclass
@@ -202,7 +204,7 @@ def test_misuse_is_refused_and_stores_nothing(database_url: str) -> None:
         assert handle.status() == "ENQUEUED"
 
 
-def test_the_cli_lists_a_queues_partitions(database_url: str) -> None:
+def test_the_cli_and_the_console_list_a_queues_partitions(database_url: str) -> None:
     tracker = Tracker()
     _, queue, job = partitioned_app(tracker, concurrency=None, partition_concurrency=2, seconds=0)
     with durable.Client(database_url) as client:
@@ -232,3 +234,9 @@ def test_the_cli_lists_a_queues_partitions(database_url: str) -> None:
     )
     assert table.returncode == 0, table.stderr
     assert "acme" in table.stdout and "globex" in table.stdout
+    with durable.Client(database_url) as client:
+        web = TestClient(create_app(client, read_only=True), base_url="http://127.0.0.1:8321")
+        page = web.get("/queues")
+    assert page.status_code == 200
+    assert "Partitions" in page.text
+    assert "<td>tenants</td><td>acme</td><td>2</td><td>0</td>" in page.text
