@@ -197,6 +197,7 @@ def debounce(
         priority=0,
         dedup_key=None,
         delay_seconds=first_delay,
+        partition_key=None,  # a debounced run counts against its queue's limits only
     )
     held = {
         "queue_name": debouncer.queue.name,
