@@ -790,21 +790,7 @@ def _check_enqueue(
         raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
     check_name("workflow_id", workflow_id, optional=True)
     check_name("dedup_key", dedup_key, optional=True)
-    check_name("partition_key", partition_key, optional=True)
-    if partition_key is not None and queue.partition_concurrency is None:
-        raise ConfigurationError(
-            f"partition_key={partition_key!r} given, but queue {queue.name!r} has no "
-            "partition limit, so the key would cap nothing: declare it with "
-            f"durable.Queue({queue.name!r}, partition_concurrency=N)"
-        )
-    if priority is not None:
-        if not queue.priority:
-            raise ConfigurationError(
-                f"priority={priority!r} given, but queue {queue.name!r} orders by age: "
-                f"declare it with durable.Queue({queue.name!r}, priority=True)"
-            )
-        if not isinstance(priority, int) or isinstance(priority, bool):
-            raise ConfigurationError(f"priority={priority!r}: give an integer (lower first)")
+    queue.check_options(priority, partition_key)
     if delay is not None and (
         not isinstance(delay, int | float)
         or isinstance(delay, bool)

@@ -100,6 +100,25 @@ class Queue:
         handle: WorkflowHandle = engine.enqueue(self, fn, *args, **kwargs)
         return handle
 
+    def check_options(self, priority: int | None, partition_key: str | None) -> None:
+        """An enqueue's `priority=` and `partition_key=`, checked against this queue: each
+        is refused on a queue declared without what it needs, where it would do nothing."""
+        if priority is not None:
+            if not self.priority:
+                raise ConfigurationError(
+                    f"priority={priority!r} given, but queue {self.name!r} orders by age: "
+                    f"declare it with durable.Queue({self.name!r}, priority=True)"
+                )
+            if not isinstance(priority, int) or isinstance(priority, bool):
+                raise ConfigurationError(f"priority={priority!r}: give an integer (lower first)")
+        check_name("partition_key", partition_key, optional=True)
+        if partition_key is not None and self.partition_concurrency is None:
+            raise ConfigurationError(
+                f"partition_key={partition_key!r} given, but queue {self.name!r} has no "
+                "partition limit, so the key would cap nothing: declare it with "
+                f"durable.Queue({self.name!r}, partition_concurrency=N)"
+            )
+
     def dequeue_params(
         self,
         *,
