@@ -206,8 +206,7 @@ class Client(Messages):
         allow. Its options: `workflow_id=` (an existing id returns its handle),
         `dedup_key=` (QueueDedupError while another entry with it is queued or unfinished),
         `priority=` (lower first; queues declared with priority=True), `delay=` (seconds
-        before it may start), `partition_key=` (a user or tenant: it starts only while its
-        partition holds fewer slots than the queue's partition_concurrency) and `timeout=`
+        before it may start), `partition_key=` (a user or tenant: see Queue) and `timeout=`
         (popped from kwargs: replaces the decorator's timeout). Inside a workflow the entry
         is journaled as a child, so a replay does not enqueue it again."""
         _check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
@@ -789,8 +788,7 @@ def _check_enqueue(
     if not isinstance(queue, Queue):
         raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
     check_name("workflow_id", workflow_id, optional=True)
-    check_name("dedup_key", dedup_key, optional=True)
-    queue.check_options(priority, partition_key)
+    queue.check_options(dedup_key, priority, partition_key)
     if delay is not None and (
         not isinstance(delay, int | float)
         or isinstance(delay, bool)

@@ -100,9 +100,13 @@ class Queue:
         handle: WorkflowHandle = engine.enqueue(self, fn, *args, **kwargs)
         return handle
 
-    def check_options(self, priority: int | None, partition_key: str | None) -> None:
-        """An enqueue's `priority=` and `partition_key=`, checked against this queue: each
-        is refused on a queue declared without what it needs, where it would do nothing."""
+    def check_options(
+        self, dedup_key: str | None, priority: int | None, partition_key: str | None
+    ) -> None:
+        """An enqueue's `dedup_key=`, `priority=` and `partition_key=`, checked against this
+        queue: a priority or a partition key is refused on a queue declared without what it
+        needs, where it would do nothing."""
+        check_name("dedup_key", dedup_key, optional=True)
         if priority is not None:
             if not self.priority:
                 raise ConfigurationError(

@@ -1573,7 +1573,7 @@ WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'
   AND (w.name, coalesce(w.version, '')) IN (
       SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
-    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context
+    w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context, w.parent_id
 
 -- ensure_budget --
 -- Create a workflow tree's budget from its code's limits at first start (kept afterwards,
