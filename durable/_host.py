@@ -4,8 +4,10 @@ is gone, so that its claims can be taken at once instead of after its lease.
 A pid can be asked about only where it means the same process: the same kernel (its boot
 id) and the same pid namespace (containers on one host each have their own). The host key
 holds the hostname and both; rows with another key are never judged from here. A pid can
-also be reused by a later process: one that started after the executor registered is not
-the executor's process.
+also be reused by a later process: the row holds its process's start (in clock ticks since
+boot, which no clock adjustment moves), and a pid whose process started at another tick
+is not the executor's. No time of day is compared, so a database clock that is behind
+(or a fake clock) cannot make a live process look dead.
 """
 
 from __future__ import annotations
@@ -13,10 +15,6 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
-
-# How far a process's start may come after its executor's registration and still be that
-# process (the database's clock and this host's may differ a little).
-_CLOCK_SLACK = 5.0
 
 
 def identity() -> tuple[str, int]:
@@ -46,34 +44,31 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def gone(pid: int, registered_at: float) -> bool:
-    """Whether the process that registered at `registered_at` (epoch seconds) with `pid` on
-    this host is gone: no such pid, or the pid now belongs to a process that started
-    later (reused)."""
+def gone(pid: int, pid_start: int | None) -> bool:
+    """Whether the process an executor row names (`pid`, which started at tick `pid_start`
+    since boot) is gone from this host: no such pid, or the pid now names a process that
+    started at another tick (reused). Where the start is unknown, a live pid counts as
+    the executor's. No clock is read: a database's, skewed or fake, cannot fool it."""
     if pid == os.getpid():
         return False
     if not pid_alive(pid):
         return True
-    started = _started_at(pid)
-    return started is not None and started > registered_at + _CLOCK_SLACK
+    now = start_tick(pid)
+    return pid_start is not None and now is not None and now != pid_start
 
 
-def _started_at(pid: int) -> float | None:
-    """When process `pid` started (epoch seconds), from /proc; None where unknown."""
+def start_tick(pid: int) -> int | None:
+    """When process `pid` started, in clock ticks since boot (/proc/<pid>/stat, field 22):
+    fixed for the life of the process, and unlike a time of day never adjusted. None where
+    it cannot be read."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-        boot = next(
-            float(line.split()[1])
-            for line in Path("/proc/stat").read_text().splitlines()
-            if line.startswith("btime ")
-        )
-    except (OSError, StopIteration, ValueError):
+    except OSError:
         return None
-    # The fields after the command (which may hold spaces) start at field 3; starttime is
-    # field 22, in clock ticks since boot.
+    # The fields after the command (which may hold spaces and parentheses) start at
+    # field 3; starttime is field 22.
     fields = stat[stat.rindex(")") + 2 :].split()
     try:
-        ticks = int(fields[19])
+        return int(fields[19])
     except (IndexError, ValueError):
         return None
-    return boot + ticks / os.sysconf("SC_CLK_TCK")

@@ -91,6 +91,7 @@ class Ownership:
             "capabilities": json.dumps([[n, v] for n, v in capabilities]),
             "incarnation": self.incarnation,
             "host_key": host.host_key(),
+            "pid_start": host.start_tick(pid),
         }
         return self.registration
 
@@ -106,7 +107,8 @@ class Ownership:
         rows = db.fetch_all("executors_on_host", {"host_key": key, "executor_id": self.executor_id})
         taken = 0
         for row in rows:
-            if not host.gone(int(row["pid"]), float(row["registered_at"])):
+            start = row["pid_start"]
+            if not host.gone(int(row["pid"]), None if start is None else int(start)):
                 continue
             dead = {"owner": row["executor_id"], "incarnation": row["incarnation"]}
             count = db.execute("abandon_dead_executor", dead)

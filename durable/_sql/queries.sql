@@ -876,22 +876,22 @@ WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED' AND EXISTS (
 -- time is read once, in VALUES: Citus refuses a function that is not IMMUTABLE in DO
 -- UPDATE SET.
 INSERT INTO {schema}.executors (executor_id, hostname, pid, started_at, heartbeat_at,
-    capabilities, incarnation, host_key)
+    capabilities, incarnation, host_key, pid_start)
 VALUES (%(executor_id)s, %(hostname)s, %(pid)s, {schema}.current_time(),
-    {schema}.current_time(), %(capabilities)s, %(incarnation)s, %(host_key)s)
+    {schema}.current_time(), %(capabilities)s, %(incarnation)s, %(host_key)s, %(pid_start)s)
 ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at,
     hostname = EXCLUDED.hostname, pid = EXCLUDED.pid, started_at = EXCLUDED.started_at,
     capabilities = EXCLUDED.capabilities, incarnation = EXCLUDED.incarnation,
-    host_key = EXCLUDED.host_key
+    host_key = EXCLUDED.host_key, pid_start = EXCLUDED.pid_start
 
 -- heartbeat_executor --
 -- Refresh this executor's heartbeat while its incarnation holds the id (registering it
 -- again if its row was pruned while it was silent). No row back: another process took
 -- the id over, and this one must stop.
 INSERT INTO {schema}.executors AS e (executor_id, hostname, pid, started_at, heartbeat_at,
-    capabilities, incarnation, host_key)
+    capabilities, incarnation, host_key, pid_start)
 VALUES (%(executor_id)s, %(hostname)s, %(pid)s, {schema}.current_time(),
-    {schema}.current_time(), %(capabilities)s, %(incarnation)s, %(host_key)s)
+    {schema}.current_time(), %(capabilities)s, %(incarnation)s, %(host_key)s, %(pid_start)s)
 ON CONFLICT (executor_id) DO UPDATE SET heartbeat_at = EXCLUDED.heartbeat_at
     WHERE e.incarnation = EXCLUDED.incarnation
 RETURNING 1 AS held
@@ -909,9 +909,9 @@ WHERE w.workflow_id = %(workflow_id)s AND w.status = 'RUNNING'
 
 -- executors_on_host --
 -- The other executors registered from this host (the same host key: the same kernel and
--- pid namespace), with their pid and when they registered: those whose process is gone
--- had their claims cut off by a crash.
-SELECT executor_id, pid, incarnation, extract(epoch FROM started_at) AS registered_at
+-- pid namespace), with their pid and its process's start tick: those whose process is
+-- gone had their claims cut off by a crash.
+SELECT executor_id, pid, incarnation, pid_start
 FROM {schema}.executors
 WHERE host_key = %(host_key)s AND host_key <> '' AND executor_id <> %(executor_id)s
 

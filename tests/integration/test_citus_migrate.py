@@ -79,6 +79,7 @@ def test_an_engine_starts_on_the_distributed_schema_on_its_clock(citus_url: str)
                 "capabilities": "[]",
                 "incarnation": engine.ownership.incarnation,
                 "host_key": "",
+                "pid_start": None,
             },
         )
         row = engine.client.db.fetch_one("get_executor", {"executor_id": "e-1"})

@@ -368,6 +368,7 @@ def params(name: str, w: str) -> dict[str, Any]:
             "capabilities": json.dumps([["wf", None]]),
             "incarnation": "i1",
             "host_key": "h/boot/pid:[1]",
+            "pid_start": 12345,
         },
         "heartbeat_executor": {
             "executor_id": f"exec-{w}",
@@ -376,6 +377,7 @@ def params(name: str, w: str) -> dict[str, Any]:
             "capabilities": json.dumps([["wf", None]]),
             "incarnation": "i1",
             "host_key": "h/boot/pid:[1]",
+            "pid_start": 12345,
         },
         "delete_executor": {"executor_id": f"exec-{w}", "incarnation": "i1"},
         "holder_of": {"workflow_id": w},

@@ -33,6 +33,7 @@ def registration(incarnation: str, pid: int) -> dict[str, Any]:
         "capabilities": json.dumps([["x", None]]),
         "incarnation": incarnation,
         "host_key": "",
+        "pid_start": None,
     }
 
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 
 import psycopg
@@ -37,16 +36,20 @@ def sleeper() -> Iterator[int]:
     child.wait()
 
 
-def _held_by(url: str, executor: str, pid: int, key: str, registered_ago: float = 0) -> None:
-    """A workflow RUNNING under `executor` (pid `pid`, host key `key`), its lease far off."""
+def _held_by(
+    url: str, executor: str, pid: int, key: str, start: int | None, registered_ago: float = 0
+) -> None:
+    """A workflow RUNNING under `executor` (pid `pid` that started at tick `start`, host key
+    `key`, registered `registered_ago` seconds ago by the database's clock), its lease far
+    off."""
     with durable.Client(url, migrate=True) as client:
         client.submit(wf, workflow_id=f"wf-{executor}")
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
             "INSERT INTO durable.executors (executor_id, hostname, pid, started_at, "
-            "heartbeat_at, incarnation, host_key) VALUES (%s, 'h', %s, "
-            "now() - make_interval(secs => %s), now(), 'inc-1', %s)",
-            (executor, pid, registered_ago, key),
+            "heartbeat_at, incarnation, host_key, pid_start) VALUES (%s, 'h', %s, "
+            "now() - make_interval(secs => %s), now(), 'inc-1', %s, %s)",
+            (executor, pid, registered_ago, key, start),
         )
         conn.execute(
             "UPDATE durable.workflows SET status = 'RUNNING', owner = %s, epoch = epoch + 1,"
@@ -73,25 +76,37 @@ def test_the_claims_of_a_dead_process_of_this_host_are_taken_at_launch(
     here = _host.host_key()
     if not here:
         pytest.skip("no host key on this platform (/proc is needed)")
-    _held_by(database_url, "dead", _dead_pid(), here)
-    _held_by(database_url, "alive", sleeper, here, registered_ago=0)
-    _held_by(database_url, "elsewhere", _dead_pid(), "another-host/boot/pid:[1]")
-    _held_by(database_url, "reused", sleeper, here, registered_ago=3600)  # pid reused since
+    dead = _dead_pid()
+    _held_by(database_url, "dead", dead, here, None)
+    _held_by(database_url, "alive", sleeper, here, _host.start_tick(sleeper))
+    # The database's clock a year behind (a skewed server, a fake clock): no matter.
+    skewed = _host.start_tick(sleeper)
+    _held_by(database_url, "skewed", sleeper, here, skewed, registered_ago=365 * 86400)
+    _held_by(database_url, "unknown", sleeper, here, None)  # start unknown: alive
+    _held_by(database_url, "elsewhere", _dead_pid(), "another-host/boot/pid:[1]", None)
+    reused = (_host.start_tick(sleeper) or 0) - 100  # the pid named another process then
+    _held_by(database_url, "reused", sleeper, here, reused)
     with durable.Engine(database_url, registry=durable.Registry()):
         pass
     assert _state(database_url, "dead") == ("abandoned:dead", True, False)
     assert _state(database_url, "reused") == ("abandoned:reused", True, False)
     assert _state(database_url, "alive") == ("alive", False, True)
+    assert _state(database_url, "skewed") == ("skewed", False, True)
+    assert _state(database_url, "unknown") == ("unknown", False, True)
     assert _state(database_url, "elsewhere") == ("elsewhere", False, True)
 
 
-def test_gone_is_judged_by_pid_and_start_time() -> None:
-    assert not _host.gone(os.getpid(), 0.0)  # this process, whatever its row says
-    assert _host.gone(_dead_pid(), time.time())
+def test_gone_is_judged_by_pid_and_start_tick() -> None:
+    me = os.getpid()
+    assert not _host.gone(me, None) and not _host.gone(me, 0)  # this process, whatever
+    assert _host.gone(_dead_pid(), None)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert not _host.gone(child.pid, time.time() - 1)  # registered as it started
-        assert _host.gone(child.pid, time.time() - 3600)  # the pid was someone else's then
+        tick = _host.start_tick(child.pid)
+        assert tick is not None
+        assert not _host.gone(child.pid, tick)  # the very process
+        assert not _host.gone(child.pid, None)  # unknown start: taken as alive
+        assert _host.gone(child.pid, tick - 1)  # the pid was another process's then
     finally:
         child.kill()
         child.wait()
