@@ -102,17 +102,22 @@ def read_event(key: str) -> str:
     return f"{READ_EVENT_PREFIX}{key}"
 
 
-def child_result(name: str) -> str:
+def child_result(name: str, workflow_id: str) -> str:
     """The journaled wait for a child's outcome (a ChildHandle's result()), `name` being
-    the child's workflow name: the child's value (or failure) is its output."""
-    return f"{CHILD_RESULT_PREFIX}{name}"
+    the child's workflow name and `workflow_id` its id: the child's value (or failure) is
+    its output. A replay waiting for another child there is a NondeterminismError, never
+    the other child's outcome."""
+    return f"{CHILD_RESULT_PREFIX}{name}@{workflow_id}"
 
 
-def wait_first(index: int) -> str:
-    """The journaled outcome of durable.wait_first(), won by the condition at `index`:
-    the name says which one won, so a replay picks the same one; the winner's value (the
-    message, the decision, the child's outcome) is its output."""
-    return f"{WAIT_FIRST}#{index}"
+def wait_first(index: int, what: str) -> str:
+    """The journaled outcome of durable.wait_first(), won by the condition at `index`,
+    which is `what` (`message:<topic>`, `approval:<gate>`, `timer`, `child:<id>`): the
+    name says which one won, so a replay picks the same one, and a replay whose condition
+    at that index is another is a NondeterminismError (never a message handed back as a
+    timer's or a child's value). The winner's value (the message, the decision, the
+    child's outcome) is its output."""
+    return f"{WAIT_FIRST}#{index} {what}"
 
 
 def patch(patch_id: str) -> str:

@@ -1,7 +1,7 @@
 """Waiting for the first of several things: a message, a decision, a time, a child's end.
 
 durable.wait_first() and a child handle's result() are one journaled call each, whose
-journaled name says which condition won (`wait-first#<index>`), so a replay picks the same
+journaled name says which condition won (`wait-first#<index> <what>`), so a replay picks the same
 winner and returns its value without waiting. The conditions are looked at in the order
 given and the first one ready wins: a message is consumed in the statement that journals
 the win (a message on a losing topic stays for a later recv), a decision and a child's
@@ -85,15 +85,29 @@ Condition = OnMessage | OnApproval | OnTimer | OnChild
 def child_result(run: Run, child: OnChild) -> Gen[Any]:
     """A child handle's result(): the child's outcome, journaled as one call of the parent
     (a replay returns or raises it without waiting)."""
-    _, value = yield from wait_first(run, [child], [labels.child_result(child.name)])
+    name = labels.child_result(child.name, child.workflow_id)
+    _, value = yield from wait_first(run, [child], [name])
     return value
+
+
+def _what(condition: Condition) -> str:
+    """What a condition waits for, as its journaled name says it (see labels.wait_first)."""
+    match condition:
+        case OnMessage(topic=topic):
+            return f"message:{topic or ''}"
+        case OnApproval(name=name):
+            return f"approval:{name}"
+        case OnTimer():
+            return "timer"
+        case OnChild(workflow_id=workflow_id):
+            return f"child:{workflow_id}"
 
 
 def wait_first(
     run: Run, conditions: Sequence[Condition], names: Sequence[str] | None = None
 ) -> Gen[tuple[int, Any]]:
     """(index, value) of the first condition ready, journaled under `names[index]`."""
-    names = names or [labels.wait_first(i) for i in range(len(conditions))]
+    names = names or [labels.wait_first(i, _what(c)) for i, c in enumerate(conditions)]
     timers = [(c.seconds, i) for i, c in enumerate(conditions) if isinstance(c, OnTimer)]
     # Both positions are taken before the wake-up time is written (see recv).
     waits = run.journal.next_call(labels.WAIT_FIRST_TIMER) if timers else None

@@ -70,6 +70,10 @@ def test_a_win_cut_off_by_a_crash_is_the_same_win_after_recovery(
     assert [m[0] for m in messages] == ['"hello"', '"later"']
     assert all(m[1] is not None for m in messages)  # each consumed, once, at one position
     assert len({m[1] for m in messages}) == 2
-    assert [name for _, name in steps] == ["wait-first-timer", "wait-first#1", "wait-first#0"]
+    assert [name for _, name in steps] == [
+        "wait-first-timer",
+        "wait-first#1 message:chat",
+        "wait-first#0 approval:refund",
+    ]
     assert scalar(database_url, "SELECT count(*) FROM durable.approvals") == 1
     assert scalar(database_url, "SELECT status FROM durable.approvals") == "approved"

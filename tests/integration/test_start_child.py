@@ -102,10 +102,10 @@ def test_a_childs_result_parks_the_parent_and_replays_as_journaled(
     if outcome == "ok":
         assert got == [40, 40]
         # The second result() of the same handle is a call of its own, journaled too.
-        assert steps.count(("child-result:kids.child", durable.StepKind.CHILD)) == 2
+        assert steps.count(("child-result:kids.child@kid", durable.StepKind.CHILD)) == 2
     else:
         assert got == ["the child failed"]  # raised on the first run and on the replay
-        assert steps.count(("child-result:kids.child", durable.StepKind.CHILD)) == 1
+        assert steps.count(("child-result:kids.child@kid", durable.StepKind.CHILD)) == 1
     with psycopg.connect(database_url) as conn:
         children = conn.execute("SELECT count(*) FROM durable.workflows WHERE parent_id = 'parent'")
         assert children.fetchone() == (1,)  # the replays started no second child

@@ -125,7 +125,7 @@ def test_a_message_wins_and_the_replay_keeps_it(database_url: str, asynchronous:
         assert got == {"index": 0, "value": "hi", "later": "later please"}
         assert set(WINS) == {0} and len(WINS) >= 2  # the same winner on every run
         names = [s.step_name for s in engine.steps("agent")]
-        assert "wait-first#0" in names
+        assert "wait-first#0 message:chat" in names
         assert status(database_url, "slow-kid") == "SUSPENDED"  # the losing child runs on
         engine.cancel("slow-kid")
 

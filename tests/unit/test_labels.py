@@ -51,9 +51,9 @@ def test_journal_step_names() -> None:
     assert labels.send("") == "send:"
     assert labels.sent_message_id("wf-1", 4) == "wf-1:send:4"
     assert labels.read_event("progress") == "get-event:progress"
-    assert labels.child_result("billing") == "child-result:billing"
-    assert labels.wait_first(0) == "wait-first#0"
-    assert labels.wait_first(12) == "wait-first#12"
+    assert labels.child_result("billing", "b-1") == "child-result:billing@b-1"
+    assert labels.wait_first(0, "message:chat") == "wait-first#0 message:chat"
+    assert labels.wait_first(12, "timer") == "wait-first#12 timer"
     assert labels.WAIT_FIRST_TIMER == "wait-first-timer"
 
 

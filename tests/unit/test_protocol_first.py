@@ -29,7 +29,7 @@ def journal(*records: StepRecord) -> list[StepRecord]:
 
 
 def test_a_replay_returns_the_journaled_winner_without_a_statement() -> None:
-    run = make_run(records=journal(done(1, "wait-first#1", "hi", StepKind.RECV)))
+    run = make_run(records=journal(done(1, "wait-first#1 message:chat", "hi", StepKind.RECV)))
     script = Script()
     assert script.run(protocol.wait_first(run, CONDITIONS)) == (1, "hi")
     assert script.labels == []  # not even a look: the winner is the journal's
@@ -37,13 +37,34 @@ def test_a_replay_returns_the_journaled_winner_without_a_statement() -> None:
 
 def test_a_replayed_child_failure_raises_as_its_handle_would() -> None:
     error = protocol.first._failure(protocol.first.WorkflowStatus.ERROR, None)
-    record = StepRecord(1, "wait-first#3", StepKind.CHILD, None, error, 1)
+    record = StepRecord(1, "wait-first#3 child:kid", StepKind.CHILD, None, error, 1)
     with pytest.raises(WorkflowFailedError):
         Script().run(protocol.wait_first(make_run(records=journal(record)), CONDITIONS))
     cancelled = protocol.first._failure(protocol.first.WorkflowStatus.CANCELLED, None)
-    record = StepRecord(1, "wait-first#3", StepKind.CHILD, None, cancelled, 1)
+    record = StepRecord(1, "wait-first#3 child:kid", StepKind.CHILD, None, cancelled, 1)
     with pytest.raises(WorkflowCancelledError):
         Script().run(protocol.wait_first(make_run(records=journal(record)), CONDITIONS))
+
+
+def test_a_replay_whose_condition_at_the_index_changed_is_nondeterminism() -> None:
+    # A message won at #1; the code now waits on a timer and a child there instead: the
+    # message must not come back as the timer's None or as the child's value.
+    won = done(1, "wait-first#1 message:chat", "hi", StepKind.RECV)
+    for changed in (
+        [OnMessage("chat"), OnTimer(3600)],
+        [OnApproval("refund"), OnChild("kid-2", "k")],
+        [OnApproval("refund"), OnMessage("other")],
+    ):
+        with pytest.raises(NondeterminismError):
+            Script().run(protocol.wait_first(make_run(records=journal(won)), changed))
+
+
+def test_a_child_result_replayed_for_another_child_is_nondeterminism() -> None:
+    row = done(0, "child-result:k@kid-1", "kid-1's value", StepKind.CHILD)
+    with pytest.raises(NondeterminismError):
+        Script().run(protocol.first.child_result(make_run(records=[row]), OnChild("kid-2", "k")))
+    same = Script().run(protocol.first.child_result(make_run(records=[row]), OnChild("kid-1", "k")))
+    assert same == "kid-1's value"
 
 
 def test_another_call_at_the_position_is_nondeterminism() -> None:
@@ -61,7 +82,7 @@ def test_the_first_ready_in_list_order_wins_and_consumes_in_its_journal_row() ->
     )
     assert script.run(protocol.wait_first(make_run(), CONDITIONS)) == (1, "hi")
     consumed = script.only("consume_message")
-    assert consumed["step_seq"] == 1 and consumed["step_name"] == "wait-first#1"
+    assert consumed["step_seq"] == 1 and consumed["step_name"] == "wait-first#1 message:chat"
     assert "Execute get_workflow_status" not in script.labels  # the child (listed later)
 
 
