@@ -28,6 +28,7 @@ from durable import _labels as labels
 from durable._context import async_run, current_engine, sync_run
 from durable._decorators import workflow_call
 from durable._handles import AsyncWorkflowHandle
+from durable._methods import reference
 from durable._names import check_name
 from durable._queues import Queue
 from durable._registry import Registry, StepDef, default_registry
@@ -169,9 +170,14 @@ class Debouncer(Generic[P, R]):
         return handle
 
     def _dedup_key(self, key: str) -> str:
-        """Where the key is held in the queue's dedup table: per workflow, so two
-        debouncers of different workflows never share a key."""
-        return labels.debounce_key(self.defn.name, key)
+        """Where the key is held in the queue's dedup table: per workflow, and per
+        instance for a method workflow, so debouncers of two workflows (or of one method
+        on two instances) never share a key."""
+        ref = reference(self.defn, self._receiver)
+        target = self.defn.name
+        if ref is not None:
+            target += "@" + ref["class"] + ("/" + ref["instance"] if "instance" in ref else "")
+        return labels.debounce_key(target, key)
 
 
 def debounce(

@@ -591,15 +591,26 @@ class Runner:
         journal is corrupt): it ends ERROR with the reason, instead of failing every
         worker that claims it (a poison pill)."""
         workflow_id = row["workflow_id"]
-        logger.error("workflow %s cannot be started, marking it ERROR: %s", workflow_id, exc)
-        error: Exception = exc  # (its instance is missing: the error says which)
-        if not isinstance(exc, UnknownInstanceError):
-            error = SerializationError(
-                f"workflow {workflow_id!r} cannot be started: its stored inputs (or journal) "
-                f"cannot be decoded: {exc}",
-                what="the stored inputs",
-                type_name=type(exc).__qualname__,
+        if isinstance(exc, UnknownInstanceError):
+            # Its instance is missing here, not broken: this worker has not created it (or
+            # not yet). The claim is not held, so its lease runs out and a worker that has
+            # the instance takes it; should none come, its recovery attempts run out and it
+            # waits as MAX_RECOVERY_ATTEMPTS_EXCEEDED for `durable workflows resume`.
+            logger.warning(
+                "workflow %s needs an instance this worker does not have, left for a worker "
+                "that has it: %s",
+                workflow_id,
+                exc,
+                extra={"event": "instance_missing", "workflow_id": workflow_id},
             )
+            return
+        logger.error("workflow %s cannot be started, marking it ERROR: %s", workflow_id, exc)
+        error = SerializationError(
+            f"workflow {workflow_id!r} cannot be started: its stored inputs (or journal) "
+            f"cannot be decoded: {exc}",
+            what="the stored inputs",
+            type_name=type(exc).__qualname__,
+        )
         try:
             self.db.execute(
                 "finish_workflow",

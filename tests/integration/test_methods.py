@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
+import time
 from typing import Any
 
 import psycopg
@@ -261,7 +262,7 @@ def test_a_method_workflow_on_an_unregistered_object_fails_before_anything_is_st
     assert stored_inputs(database_url) == []
 
 
-def test_an_instance_missing_where_the_workflow_runs_is_a_typed_error(
+def test_an_instance_missing_where_the_workflow_runs_is_left_for_a_worker_that_has_it(
     database_url: str,
 ) -> None:
     reg, elsewhere = durable.Registry(), durable.Registry()
@@ -273,22 +274,32 @@ def test_an_instance_missing_where_the_workflow_runs_is_a_typed_error(
             self.rate = 1
 
     ghost = Remote("ghost")
-    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05):
+    with durable.Engine(
+        database_url, registry=reg, worker=True, poll_interval=0.05, lease_seconds=1
+    ):
         # Called here, it would run in this engine, whose registry has no "ghost":
         # refused before anything is stored.
         with pytest.raises(errors.UnknownInstanceError, match="ghost") as caught:
             ghost.charge(1)
         assert (caught.value.class_name, caught.value.name) == (Remote.__qualname__, "ghost")
         assert stored_inputs(database_url) == []
-        # Recorded by a client, it is claimed by a worker that lacks the instance: the
-        # workflow fails, saying which instance is missing.
+        # Recorded by a client, it is claimed by a worker that lacks the instance: not
+        # failed, left (its lease runs out) for a worker that has it.
         with durable.Client(database_url) as client:
             handle = client.submit(ghost.charge, 1, workflow_id="g")
-            with pytest.raises(errors.WorkflowFailedError) as failed:
-                handle.result(timeout=20)
-        assert failed.value.error_type == "durable.errors.UnknownInstanceError"
-        assert "ghost" in failed.value.error_message
+            deadline = time.monotonic() + 10
+            while client.get_workflow("g").status != "RUNNING" and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(1.5)  # claimed, and its lease run out, at least once
+            assert client.get_workflow("g").status == "RUNNING"
     assert ran == []
+    # A worker that has the instance (created under the same class and name) runs it.
+    here = Remote.__new__(Remote)
+    durable.Instance.__init__(here, "ghost", registry=reg)
+    here.rate = 1
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05):
+        assert isinstance(handle.result(timeout=30), int)
+    assert ran == ["ghost:fee"]
 
 
 def test_an_effect_method_is_refused_and_a_static_effect_is_a_plain_function(
@@ -342,3 +353,23 @@ def test_a_debouncer_of_a_method_workflow_runs_it_on_its_instance(database_url: 
     with durable.Engine(database_url, registry=reg, clock=clock, worker=True) as engine:
         assert engine.retrieve(handle.workflow_id).result(timeout=30) == 15
     assert ran == ["low:fee"]
+
+
+def test_debouncers_of_one_method_on_two_instances_keep_their_keys_apart(
+    database_url: str,
+) -> None:
+    reg = durable.Registry()
+    Account, ran = make_accounts(reg)
+    alice, bob = Account("alice", 2), Account("bob", 3)
+    clock = durable.FakeClock(dt.datetime(2026, 2, 1, 12, 0, tzinfo=dt.UTC))
+    with durable.Client(database_url, clock=clock) as client:
+        for_alice = durable.Debouncer(alice.charge, period=60, registry=reg)
+        for_bob = durable.Debouncer(bob.charge, period=60, registry=reg)
+        a = client.debounce(for_alice, "nightly", 5)
+        b = client.debounce(for_bob, "nightly", 7)  # the same key, another instance
+    assert a.workflow_id != b.workflow_id
+    clock.advance(120)
+    with durable.Engine(database_url, registry=reg, clock=clock, worker=True) as engine:
+        engine.retrieve(a.workflow_id).result(timeout=30)
+        engine.retrieve(b.workflow_id).result(timeout=30)
+    assert sorted(ran) == ["alice:fee", "bob:fee"]
