@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 from pathlib import Path
 
 import psycopg
@@ -32,7 +33,7 @@ def project_root(directory: Path | None = None) -> Path:
     itself. So `cd examples && python hello.py` uses the project's database, not one of
     its own."""
     try:
-        start = (directory or Path.cwd()).resolve()
+        start = _absolute(directory) if directory is not None else _working_directory()
     except FileNotFoundError:
         raise EmbeddedServerError(
             "the working directory no longer exists, and the embedded database of a project "
@@ -42,6 +43,24 @@ def project_root(directory: Path | None = None) -> Path:
         if any((path / marker).exists() for marker in _PROJECT_MARKERS):
             return path
     return start
+
+
+def _working_directory() -> Path:
+    """The working directory as the shell names it ($PWD, when it is this directory), not
+    with its links resolved: a deploy that runs from /srv/app/current, a link moved to each
+    new release, stays one project with one database."""
+    here = os.getcwd()  # FileNotFoundError when it was removed
+    logical = os.environ.get("PWD")
+    if logical and os.path.isabs(logical):
+        with contextlib.suppress(OSError):
+            if os.path.samefile(logical, here):
+                return _absolute(Path(logical))
+    return Path(here)
+
+
+def _absolute(path: Path) -> Path:
+    """`path` made absolute and normalized (`..` and `.` removed), links kept."""
+    return Path(os.path.normpath(os.path.abspath(path)))
 
 
 def project_database(directory: Path | None = None) -> str:
@@ -66,7 +85,7 @@ def project_url(
     name = project_database(root)
     port = _ensure(data_dir)
     if create:
-        _create_database(port, data_dir, name)
+        _create_database(port, data_dir, name, root)
     elif not _database_exists(port, data_dir, name):
         raise NoProjectDatabaseError(str(root), name)
     logger.info(
@@ -90,7 +109,7 @@ def _database_exists(port: int, data_dir: Path, name: str) -> bool:
         raise EmbeddedServerError(f"could not read the embedded server's databases: {exc}") from exc
 
 
-def _create_database(port: int, data_dir: Path, name: str) -> None:
+def _create_database(port: int, data_dir: Path, name: str, project: Path) -> None:
     """Create database `name` on our server unless it exists. Processes doing it at once
     are fine: a loser sees it exists (DuplicateDatabase), or loses the race inside the
     catalog (a unique violation on pg_database's name)."""
@@ -107,6 +126,16 @@ def _create_database(port: int, data_dir: Path, name: str) -> None:
                     psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation
                 ):
                     conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
+                    # Said once, where it can be seen: a project run from another
+                    # directory than before finds none of its workflows.
+                    logger.warning(
+                        "durable: a new database %s for project %s on the embedded "
+                        "PostgreSQL (workflows started from another project directory "
+                        "are in that project's database)",
+                        name,
+                        project,
+                        extra={"event": "embedded_database_created", "database": name},
+                    )
     except psycopg.Error as exc:
         raise EmbeddedServerError(
             f"could not create the database {name} on the embedded server: {exc}"

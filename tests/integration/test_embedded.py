@@ -383,3 +383,26 @@ def test_a_read_from_a_project_with_no_database_says_so(data_dir: Path, tmp_path
     with psycopg.connect(_embedded.ensure_server(data_dir)) as conn:
         names = {r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()}
     assert name in names and _embedded.project_database(elsewhere) not in names  # not made
+
+
+def test_a_project_run_through_a_link_keeps_its_database_across_releases(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deploy runs from /srv/app/current, a link moved to each new release: the shell's
+    $PWD names the link, and the project (and its database) is the link's, not the
+    release's."""
+    names = []
+    for release in ("r1", "r2"):
+        (tmp_path / release / "src").mkdir(parents=True)
+        (tmp_path / release / "pyproject.toml").write_text("[project]\nname = 'app'\n")
+        link = tmp_path / "current"
+        if link.is_symlink():
+            link.unlink()
+        link.symlink_to(tmp_path / release)
+        monkeypatch.chdir(link / "src")
+        monkeypatch.setenv("PWD", str(link / "src"))
+        assert _embedded.project_root() == link
+        names.append(_embedded.project_database())
+    assert names[0] == names[1]
+    monkeypatch.setenv("PWD", "/")  # a $PWD that is not the working directory: ignored
+    assert _embedded.project_root() == (tmp_path / "r2").resolve()
