@@ -297,8 +297,8 @@ def test_an_instance_missing_where_the_workflow_runs_is_left_for_a_worker_that_h
     here = Remote.__new__(Remote)
     durable.Instance.__init__(here, "ghost", registry=reg)
     here.rate = 1
-    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05):
-        assert isinstance(handle.result(timeout=30), int)
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        assert isinstance(engine.retrieve(handle.workflow_id).result(timeout=30), int)
     assert ran == ["ghost:fee"]
 
 
