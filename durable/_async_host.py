@@ -38,10 +38,12 @@ from psycopg_pool import PoolTimeout
 
 from durable import _lifecycle as lifecycle
 from durable._driver_async import execute_run_async
+from durable._local import Claimed, inline
 from durable._protocol import Run, RunChild
 from durable._runio_base import watch_statements
-from durable._runner import Claimed, Runner, inline
+from durable._runner import Runner
 from durable.errors import (
+    DatabaseUnavailableError,
     EngineNotRunningError,
     WorkflowAbandoned,
     WorkflowInterrupted,
@@ -170,19 +172,37 @@ class AsyncHost:
                     self._interrupted.add(task)
                     task.cancel()
 
+    async def create(self, op: lifecycle.Create) -> Claimed | None:
+        """Runner.create on this loop's own pool: no hand-off to a thread and back."""
+        runner = self.runner
+        args, kwargs = runner.client.inputs.decode(op.inputs, op.defn, runner.registry)
+        params, doubts, claimed_at = runner.insert_params(
+            op.defn, op.workflow_id, op.inputs, op.parent
+        )
+        try:
+            async with self.connection() as conn:
+                row = await self.db.run_on_async(conn, "insert_workflow", params, "one")
+        except DatabaseUnavailableError:
+            # A pooled connection an outage or a failover left behind (closed now that it
+            # failed): the start is said to fail only if the sync path, which waits out a
+            # checkout, fails too.
+            return await asyncio.to_thread(runner.create, op)
+        created = runner.inserted(op.defn, params, row, doubts, claimed_at)
+        return None if created is None else created._replace(args=args, kwargs=kwargs)
+
     async def run_child(self, op: RunChild) -> Any:
         return await self.run_here(op.defn, op.workflow_id, op.args, op.kwargs, op.parent)
 
     # -- runs ----------------------------------------------------------------------------------
 
-    async def run_claimed(self, claimed: Claimed) -> Any:
+    async def run_claimed(self, claimed: Claimed, run: Run | None = None) -> Any:
         """Run one claimed workflow on this loop (a sync one in a worker thread)."""
         runner = self.runner
         if not claimed.defn.is_async:
             # On the runner's threads (max_workers of them), not the loop's default
             # executor: a sync run holds a connection for its whole run.
             return await runner.in_pool(runner.execute, claimed)
-        run = runner.new_run(claimed)
+        run = runner.new_run(claimed) if run is None else run
         run.is_async = True
         runner.hold(claimed)
         self._running[claimed.workflow_id] = claimed
@@ -206,10 +226,14 @@ class AsyncHost:
         return list(self._running.values())
 
     async def task(self, claimed: Claimed) -> Any:
-        """A claimed run as a task of its own: the Runner's bookkeeping of its end."""
+        """A claimed run as a task of its own: the Runner's bookkeeping of its end. Its
+        result is the stored text of the run's output if it ended SUCCESS, for the handle
+        of the process that started it (see _local), else None."""
+        run = self.runner.new_run(claimed) if claimed.defn.is_async else None
         try:
             with self.runner.outcome_of(claimed.workflow_id, claimed.epoch):
-                return await self.run_claimed(claimed)
+                await self.run_claimed(claimed, run)
+                return None if run is None else run.output
         except (SystemExit, KeyboardInterrupt) as exc:
             # Out of the workflow's code: the run was given up and logged. Raised out of
             # this task, asyncio would raise it out of the loop itself, ending every other
@@ -250,7 +274,7 @@ class AsyncHost:
         async def perform(op: lifecycle.Op) -> Any:
             match op:
                 case lifecycle.Create():
-                    return inline(await asyncio.to_thread(runner.create, op))
+                    return inline(await self.create(op))
                 case lifecycle.RunClaimed(claimed=claimed):
                     return await self.run_claimed(claimed)
                 case lifecycle.Attach():

@@ -528,7 +528,7 @@ class Engine:
                 case lifecycle.Forget():
                     return runner.forget([op.workflow_id])
                 case lifecycle.Create():
-                    return await asyncio.to_thread(runner.create, op)
+                    return await host.create(op)
                 case lifecycle.Attach():
                     return await asyncio.to_thread(self.client.existing, op.defn, op.workflow_id)
                 case lifecycle.Launch() if op.claimed.defn.is_async:

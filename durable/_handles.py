@@ -13,6 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from durable import _lifecycle as lifecycle
+from durable._local import LocalRun, ended
 from durable._models import WorkflowInfo, WorkflowStatus
 from durable.errors import WorkflowNotFoundError
 
@@ -31,6 +32,10 @@ class Reader(Protocol):
     def get_workflow(self, workflow_id: str) -> WorkflowInfo: ...
 
     def finished(self, workflow_id: str) -> tuple[bool, Any]: ...
+
+    def outcome(
+        self, workflow_id: str, status: WorkflowStatus, output: str | None, error: str | None
+    ) -> Any: ...
 
 
 class WorkflowHandle:
@@ -65,7 +70,11 @@ class WorkflowHandle:
 
         Raises WorkflowFailedError if it failed, WorkflowCancelledError if it was cancelled
         and ResultTimeoutError if it is still running after `timeout` seconds (it keeps
-        running). The value is read from the journal, so it is the same in every process.
+        running). The value is what the database stores, so it is the same in every process.
+
+        A workflow this engine started and no thread has begun yet is run on the calling
+        thread when there is no `timeout` (see _local.LocalRun): a Ctrl-C then lands in
+        its code, and the run is given up for recovery.
         """
         import concurrent.futures
 
@@ -74,11 +83,13 @@ class WorkflowHandle:
         def perform(op: lifecycle.Op) -> Any:
             match op:
                 case lifecycle.WaitLocal() if future is not None:
+                    if op.timeout is None and isinstance(future, LocalRun):
+                        future.run_on_caller()
                     # Wait for the local run, but never re-raise what it raised (a
                     # SystemExit in a step must not end the caller's process): the
-                    # database says how it ended.
+                    # database says how it ended, unless it ended SUCCESS here.
                     done, _ = concurrent.futures.wait([future], timeout=op.timeout)
-                    return bool(done)
+                    return self._local_end(future) if done else None
                 case lifecycle.Finished():
                     return self._client.finished(op.workflow_id)
                 case lifecycle.Now():
@@ -90,6 +101,14 @@ class WorkflowHandle:
 
         life = lifecycle.result(self._workflow_id, timeout, future is not None)
         return lifecycle.drive(life, perform)
+
+    def _local_end(self, future: Any) -> tuple[bool, Any]:
+        """lifecycle.WaitLocal's answer for a local run that ended (a future of either
+        kind): its value if it left the text of a SUCCESS output, else (False, None)."""
+        output = ended(future)
+        if output is None:
+            return False, None
+        return True, self._client.outcome(self._workflow_id, WorkflowStatus.SUCCESS, output, None)
 
     def __repr__(self) -> str:
         return f"WorkflowHandle({self._workflow_id!r})"
@@ -137,7 +156,9 @@ class AsyncWorkflowHandle:
                 case lifecycle.WaitLocal() if waiter is not None:
                     # The run here: wait for it without re-raising what it raised (above).
                     done, _ = await asyncio.wait([waiter], timeout=op.timeout)
-                    return bool(done)
+                    if not done:
+                        return None
+                    return WorkflowHandle(self._client, self._workflow_id)._local_end(waiter)
                 case lifecycle.Finished():
                     return await asyncio.to_thread(self._client.finished, op.workflow_id)
                 case lifecycle.Now():

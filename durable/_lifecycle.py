@@ -120,9 +120,13 @@ class LaunchClaim:
 
 @dataclass(frozen=True)
 class WaitLocal:
-    """Wait for the run this process started, up to `timeout` seconds (None: no limit),
-    without raising what it raised (the database says how it ended). Answer: whether it
-    is done."""
+    """Wait for the run this process started, up to `timeout` seconds (None: no limit;
+    then the host may run it on the waiting thread if no thread of its own has begun it,
+    which saves two hand-offs between threads), without raising what it raised. Answer:
+    None if it is still running; (True, its value) if it ended SUCCESS here, the value
+    decoded from the stored output its run committed (as a read would find it, so the
+    database need not be asked); (False, None) if it ended otherwise (the database says
+    how)."""
 
     timeout: float | None
 
@@ -215,11 +219,16 @@ def start(
 def result(workflow_id: str, timeout: float | None, local: bool) -> Life[Any]:
     """Wait for a workflow to end and return its value (raising what it ended with), or
     ResultTimeoutError after `timeout` seconds (it keeps running). `local`: this process
-    runs it, so its run is waited for first; the value is read from the database all the
-    same, so it is the same in every process."""
+    runs it, so its run is waited for first, and a run that ended SUCCESS here hands over
+    the output it stored (the stored text decoded, so the value is the same in every
+    process); any other end is read from the database."""
     deadline = None if timeout is None else (yield Now()) + timeout
-    if local and not (yield WaitLocal(timeout)):
-        raise ResultTimeoutError(workflow_id, timeout or 0.0)
+    if local:
+        ended = yield WaitLocal(timeout)
+        if ended is None:
+            raise ResultTimeoutError(workflow_id, timeout or 0.0)
+        if ended[0]:
+            return ended[1]
     delay = POLL_MIN
     while True:
         done, value = yield Finished(workflow_id)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import datetime as dt
 import logging
 import os
 import threading
@@ -19,7 +18,7 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
 
@@ -29,6 +28,7 @@ from durable import _lifecycle as lifecycle
 from durable._client_base import libpq_url
 from durable._context import current_run
 from durable._durability import AsyncWriter
+from durable._local import Claimed, LocalRun, inline
 from durable._models import StepRecord, WorkflowStatus
 from durable._protocol import Journal, Run, RunChild, Settings, encode_error
 from durable._registry import WorkflowDef
@@ -100,35 +100,6 @@ def _safe_repr(exc: BaseException) -> str:
         return repr(exc)
     except Exception:  # a repr that raises must not break the log line
         return f"<{type(exc).__qualname__}>"
-
-
-class Claimed(NamedTuple):
-    """A run this executor may execute."""
-
-    defn: WorkflowDef
-    workflow_id: str
-    epoch: int
-    args: list[Any]
-    kwargs: dict[str, Any]
-    journal: Journal
-    deadline: dt.datetime | None
-    cancel_reason: str | None
-    budget_id: str | None = None
-    first_run: bool = False
-    trace_context: str | None = None
-    # The doubts on this process's claims (Outage.doubts) and the time (monotonic) just
-    # before the claim was made: its run proves the claim again before its code runs when
-    # its lease may have lapsed since (see _protocol.reclaim). -1 and 0: now.
-    doubts: int = -1
-    claimed_at: float = 0.0
-    parent_id: str | None = None
-
-
-def inline(created: Claimed | None) -> Claimed | None:
-    """A workflow created to run inline (a direct call, a child called as a function):
-    its caller waits for it RUNNING, so its finish has no parked parent to wake (it saves
-    that statement; a later run of it, claimed after a suspension, still sends it)."""
-    return None if created is None else created._replace(parent_id=None)
 
 
 class AsyncSide(Protocol):
@@ -353,12 +324,13 @@ class Runner:
             parent_id=claimed.parent_id,
         )
 
-    def execute(self, claimed: Claimed, conn: psycopg.Connection[Any] | None = None) -> Any:
+    def execute(
+        self, claimed: Claimed, conn: psycopg.Connection[Any] | None = None, run: Run | None = None
+    ) -> Any:
         self.hold(claimed)
+        run = self.new_run(claimed) if run is None else run
         try:
-            return _driver.execute_run(
-                self, self.new_run(claimed), claimed.defn, claimed.args, claimed.kwargs, conn
-            )
+            return _driver.execute_run(self, run, claimed.defn, claimed.args, claimed.kwargs, conn)
         except (Exception, WorkflowSuspended, WorkflowInterrupted):
             raise
         except BaseException:
@@ -431,12 +403,17 @@ class Runner:
             raise EngineNotRunningError()
         context = contextvars.Context()
 
-        def task() -> Any:
+        def body() -> str | None:
+            run = self.new_run(claimed)
             with self.outcome_of(claimed.workflow_id, claimed.epoch):
-                return context.run(self.execute, claimed)
+                context.run(self.execute, claimed, None, run)
+                return run.output  # what its handle hands over (see _local)
             return None
 
-        future = pool.submit(task)
+        future = LocalRun(body)
+        # A thread of the pool runs it, unless the caller waiting on it got there first.
+        queued = pool.submit(future.run)
+        queued.add_done_callback(lambda q: q.cancelled() and future.cancel())
         with self._lock:
             self._futures.add(future)
         future.add_done_callback(self._forget)
@@ -483,6 +460,18 @@ class Runner:
     ) -> Claimed | None:
         """Create the workflow owned by this executor, ready to run; None if it exists.
         `conn`: the connection the run will use (one checkout for the start and the run)."""
+        params, doubts, claimed_at = self.insert_params(defn, workflow_id, inputs, parent)
+        if conn is None:
+            row = self.db.fetch_one("insert_workflow", params)
+        else:
+            row = self.db.run_on(conn, "insert_workflow", params, "one")
+        return self.inserted(defn, params, row, doubts, claimed_at)
+
+    def insert_params(
+        self, defn: WorkflowDef, workflow_id: str, inputs: str, parent: tuple[str, int] | None
+    ) -> tuple[dict[str, Any], int, float]:
+        """insert_workflow's parameters, and the doubts and time before it (see Claimed);
+        each driver sends the statement its own way."""
         config = self.config
         if current_run.get() is None:
             # A process that lost its id starts nothing new under it. (A child of a run in
@@ -491,20 +480,26 @@ class Runner:
         params = self.client.inputs.row(defn, workflow_id, inputs, parent, config.durability)
         params["owner"] = config.executor_id
         params["lease_seconds"] = config.lease_seconds
-        doubts, claimed_at = self.db.outage.doubts, time.monotonic()
-        if conn is None:
-            row = self.db.fetch_one("insert_workflow", params)
-        else:
-            row = self.db.run_on(conn, "insert_workflow", params, "one")
+        return params, self.db.outage.doubts, time.monotonic()
+
+    @staticmethod
+    def inserted(
+        defn: WorkflowDef,
+        params: dict[str, Any],
+        row: dict[str, Any] | None,
+        doubts: int,
+        claimed_at: float,
+    ) -> Claimed | None:
+        """The claim insert_workflow's row makes (None: the id exists)."""
         if row is None:
             return None
         return Claimed(
             defn,
-            workflow_id,
+            params["workflow_id"],
             int(row["epoch"]),
             [],
             {},
-            Journal(workflow_id),
+            Journal(params["workflow_id"]),
             row["deadline_at"],
             None,
             params["budget_id"],

@@ -191,6 +191,9 @@ class Run:
     # has a recording span (then each step attempt gets one too).
     trace_context: str | None = None
     traced: bool = False
+    # The stored text of the run's output, once the commit that ended it SUCCESS is done:
+    # the handle of the process that started it decodes this instead of reading it back.
+    output: str | None = None
 
     def dumps(self, value: Any, what: str) -> str:
         s = self.settings

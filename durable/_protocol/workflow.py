@@ -83,6 +83,7 @@ def workflow(
         raise
     run.settings.crash_point("before_workflow_finish")
     yield from finish(run, WorkflowStatus.SUCCESS, output, None)
+    run.output = output
     return value
 
 

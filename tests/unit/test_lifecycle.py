@@ -158,11 +158,18 @@ def test_a_start_that_cannot_create_forgets_the_workflow() -> None:
 
 
 def test_result_waits_for_the_local_run_then_reads_the_database() -> None:
-    script = Script((lifecycle.WaitLocal, True), (lifecycle.Finished, (True, "v")))
+    script = Script((lifecycle.WaitLocal, (False, None)), (lifecycle.Finished, (True, "v")))
     assert lifecycle.drive(lifecycle.result("w", None, True), script) == "v"
-    script = Script((lifecycle.WaitLocal, False))
+    script = Script((lifecycle.WaitLocal, None))
     with pytest.raises(ResultTimeoutError):
         lifecycle.drive(lifecycle.result("w", 0.01, True), script)
+
+
+def test_a_local_run_that_succeeded_hands_over_its_value_without_a_read() -> None:
+    script = Script((lifecycle.WaitLocal, (True, {"v": 1})))
+    assert lifecycle.drive(lifecycle.result("w", None, True), script) == {"v": 1}
+    script.done()
+    assert not any(isinstance(op, lifecycle.Finished) for op in script.asked)
 
 
 def test_result_gives_up_at_its_timeout_and_never_sleeps_past_it() -> None:
