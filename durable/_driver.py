@@ -123,8 +123,11 @@ def drive(run: Run, gen: Gen[T]) -> T:
                 # read fewer per case than the async driver's `ops.Execute`.
                 match op:
                     case Execute():
-                        if op.name == "finish_workflow":
-                            # Outcomes of runs finishing together share a commit.
+                        if op.name == "record_step":
+                            # Records (and outcomes) of runs writing together share a
+                            # commit; each returns once its own is committed.
+                            value = db.records.record(conn, op.params)
+                        elif op.name == "finish_workflow":
                             value = db.finishes.finish(conn, op.params)
                         else:
                             value = db.run_on(conn, op.name, op.params, op.fetch)

@@ -110,9 +110,9 @@ def _batch_statements(
     """The statements that journal `rows` (with `finish`: the run's outcome too): one over
     arrays, or on a distributed schema one per run, each routed to its workflow's shard."""
     if finish is not None:
-        return [("finish_with_steps", {**finish, **_steps_params(rows)})]
+        return [("finish_with_steps", {**finish, **steps_params(rows)})]
     if not distributed:
-        return [("record_steps", _steps_params(rows))]
+        return [("record_steps", steps_params(rows))]
     return [("record_run_steps", params) for params in _by_run(rows)]
 
 
@@ -125,13 +125,13 @@ def _by_run(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for (workflow_id, epoch), mine in sorted(runs.items()):
         params: dict[str, Any] = {"workflow_id": workflow_id, "epoch": epoch}
-        params.update(_steps_params(mine))
+        params.update(steps_params(mine))
         del params["workflow_ids"], params["epochs"]
         out.append(params)
     return out
 
 
-def _steps_params(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
+def steps_params(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
     """Step records as the column arrays `record_steps` unnests."""
     return {
         "workflow_ids": [r["workflow_id"] for r in rows],

@@ -24,7 +24,7 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from durable import _citus, _migrate
-from durable._finishes import FinishGroup
+from durable._finishes import FinishGroup, StepGroup
 from durable._outage import Outage
 from durable._protocol import AppFault, Fault, conflict_backoff
 from durable._runio import RunIO
@@ -105,7 +105,10 @@ class SystemDB(RunIO, AsyncRunIO):
         # compare-and-set; both looked up when the pool opens.
         self.distributed = False
         self.cas_claims = False
+        # Outcomes, and sync-mode step records, of runs writing at the same moment share
+        # one statement and one commit (see _finishes).
         self.finishes = FinishGroup(self)
+        self.records = StepGroup(self)
         self._async_pools: dict[AsyncConnectionPool, asyncio.AbstractEventLoop] = {}
         self._lock = threading.Lock()
         self._pool = ConnectionPool(

@@ -73,3 +73,124 @@ def test_finishes_queued_behind_a_write_go_in_one_statement(database_url: str) -
             (f"f{i}", "RUNNING" if i == 7 else "SUCCESS", None if i == 7 else f'"{i}"')
             for i in range(9)
         ]
+
+
+def step_params(i: int, seq: int, epoch: int = 1) -> dict[str, Any]:
+    return {
+        "workflow_id": f"f{i}",
+        "epoch": epoch,
+        "step_seq": seq,
+        "step_name": "s",
+        "kind": "step",
+        "output": f'"{i}-{seq}"',
+        "error": None,
+        "attempts": 1,
+        "child_workflow_id": None,
+        "started_at": None,
+    }
+
+
+def test_step_records_queued_behind_a_write_share_one_statement(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="noop")
+    def noop() -> None:
+        return None
+
+    with durable.Client(database_url) as client:
+        for i in range(9):
+            client.submit(noop, workflow_id=f"f{i}")
+        db = client.db
+        with psycopg.connect(database_url, autocommit=True) as setup:
+            setup.execute(
+                "UPDATE durable.workflows SET status = 'RUNNING', owner = 'x', epoch = 1,"
+                " lease_expires_at = now() + interval '1 hour'"
+            )
+        # f7: a zombie of an older epoch, refused by its fence; f3 twice (its owner and a
+        # zombie): they go in separate statements, so each gets its own answer.
+        writes = [step_params(i, 1, epoch=0 if i == 7 else 1) for i in range(9)]
+        writes.append(step_params(3, 2, epoch=0))
+        results: dict[int, Any] = {}
+        conns = [psycopg.connect(database_url, autocommit=True) for _ in writes]
+
+        def record(k: int) -> None:
+            results[k] = db.records.record(conns[k], writes[k])
+
+        with psycopg.connect(database_url) as blocker:
+            # Hold f0's row: f0's record waits on it while the others queue behind it.
+            blocker.execute("SELECT 1 FROM durable.workflows WHERE workflow_id = 'f0' FOR UPDATE")
+            first = threading.Thread(target=record, args=(0,))
+            first.start()
+            time.sleep(0.3)
+            before = db.counters.statements
+            others = [threading.Thread(target=record, args=(k,)) for k in range(1, len(writes))]
+            for t in others:
+                t.start()
+            time.sleep(0.3)
+            blocker.rollback()
+        for t in [first, *others]:
+            t.join(10)
+        for c in conns:
+            c.close()
+        assert results == {k: 0 if k in (7, 9) else 1 for k in range(len(writes))}
+        # f0's own statement, one for the eight workflows queued behind it, and one for
+        # f3's second write.
+        assert db.counters.statements - before == 3
+        with psycopg.connect(database_url) as conn:
+            rows = conn.execute(
+                "SELECT workflow_id, step_seq, output FROM durable.steps ORDER BY 1, 2"
+            ).fetchall()
+        assert rows == [(f"f{i}", 1, f'"{i}-1"') for i in range(9) if i != 7]
+
+
+def test_a_record_the_database_refuses_does_not_fail_the_others(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="noop")
+    def noop() -> None:
+        return None
+
+    with durable.Client(database_url) as client:
+        for i in range(4):
+            client.submit(noop, workflow_id=f"f{i}")
+        db = client.db
+        with psycopg.connect(database_url, autocommit=True) as setup:
+            setup.execute(
+                "UPDATE durable.workflows SET status = 'RUNNING', owner = 'x', epoch = 1,"
+                " lease_expires_at = now() + interval '1 hour'"
+            )
+            # f2's step 1 is already journaled: its record breaks the batch's statement.
+            setup.execute(
+                "INSERT INTO durable.steps (workflow_id, step_seq, step_name, kind, output,"
+                " attempts) VALUES ('f2', 1, 's', 'step', '\"old\"', 1)"
+            )
+        writes = [step_params(i, 1) for i in range(4)]
+        results: dict[int, Any] = {}
+        conns = [psycopg.connect(database_url, autocommit=True) for _ in writes]
+
+        def record(k: int) -> None:
+            try:
+                results[k] = db.records.record(conns[k], writes[k])
+            except Exception as exc:
+                results[k] = type(exc).__name__
+
+        with psycopg.connect(database_url) as blocker:
+            blocker.execute("SELECT 1 FROM durable.workflows WHERE workflow_id = 'f0' FOR UPDATE")
+            threads = [threading.Thread(target=record, args=(k,)) for k in range(4)]
+            threads[0].start()
+            time.sleep(0.3)
+            for t in threads[1:]:
+                t.start()
+            time.sleep(0.3)
+            blocker.rollback()
+        for t in threads:
+            t.join(10)
+        for c in conns:
+            c.close()
+        assert results[0] == results[1] == results[3] == 1
+        assert isinstance(results[2], str)  # its own error, alone
+        with psycopg.connect(database_url) as conn:
+            rows = conn.execute(
+                "SELECT workflow_id, output FROM durable.steps ORDER BY 1"
+            ).fetchall()
+        assert rows == [("f0", '"0-1"'), ("f1", '"1-1"'), ("f2", '"old"'), ("f3", '"3-1"')]
