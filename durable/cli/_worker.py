@@ -200,6 +200,14 @@ def executors_prune(stale: dt.timedelta, database_url: str | None, schema: str) 
     "interrupted workflows at once instead of after their lease. A worker whose id another "
     "process took over (it was paused past its lease) exits with code 1.",
 )
+@click.option(
+    "--processes",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Worker processes to run, each with these options, its own executor id and "
+    "heartbeat (a worker's Python runs on one core): they share the claims row by row.",
+)
 @url_option
 @schema_option
 @_handle_errors
@@ -216,6 +224,7 @@ def worker(
     schema: str,
     executor_id: str | None,
     log_format: str,
+    processes: int,
 ) -> None:
     """Run the recovery daemon and workflow executor until SIGTERM or SIGINT.
 
@@ -228,6 +237,10 @@ def worker(
     from durable._logging import configure
 
     configure(os.environ.get("DURABLE_LOG_LEVEL", "INFO"), log_format)
+    if processes > 1:
+        from durable.cli._processes import forwarded_argv, supervise
+
+        sys.exit(supervise(forwarded_argv(), processes))
     engine = _load_app(
         app, database_url, concurrency, lease_seconds, poll_interval, schema, executor_id
     )
