@@ -17,6 +17,7 @@ import sqlalchemy
 
 import durable
 from durable import errors
+from durable.errors import WorkflowNotFoundError
 
 
 def run(coro: Any) -> Any:
@@ -508,7 +509,7 @@ def test_async_workflows_from_a_queue_and_a_schedule(database_url: str) -> None:
             try:
                 handle = engine.retrieve(f"schedule:every-minute:{tick}")
                 break
-            except durable.WorkflowNotFoundError:
+            except WorkflowNotFoundError:
                 assert time.monotonic() < deadline, "the tick was never fired"
                 time.sleep(0.05)
         assert handle.result(timeout=20) == tick
