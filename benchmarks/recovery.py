@@ -1,12 +1,16 @@
-"""How fast one worker recovers interrupted workflows.
+"""How fast workers recover interrupted workflows.
 
 Sets up N workflows of 10 journaled steps each that look exactly like the aftermath of a
 crash (status RUNNING, owned by a dead executor, lease expired, every step recorded but
-the outcome never written), then starts one worker and times until all N are SUCCESS.
+the outcome never written), then starts a worker and times until all N are SUCCESS.
 Each recovery is a claim (batched, FOR UPDATE SKIP LOCKED), a journal read (batched), a
 replay of 10 steps from the journal and one fenced status write.
 
-    python -m benchmarks.recovery --n 1000 --n 10000
+With `--processes P` (repeatable) the worker is the command users run, `durable worker
+--processes P` (P processes sharing the claims), timed from its start, start-up included;
+without it, an engine's worker loop in this process.
+
+    python -m benchmarks.recovery --n 1000 --n 10000 [--processes 1 --processes 2]
 """
 
 from __future__ import annotations
@@ -14,7 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -30,6 +37,7 @@ import durable
 from benchmarks._common import wait_for_success
 
 ADMIN_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
+ROOT = Path(__file__).resolve().parent.parent
 STEPS = 10
 
 registry = durable.Registry()
@@ -101,11 +109,35 @@ def recover_all(url: str, n: int, concurrency: int, timeout: float = 600.0) -> f
     return elapsed
 
 
+def recover_with_processes(
+    url: str, n: int, concurrency: int, processes: int, timeout: float = 600.0
+) -> float:
+    """recover_all through `durable worker --processes P` (subprocesses, start-up timed)."""
+    env = {**os.environ, "DURABLE_DATABASE_URL": url, "DURABLE_LOG_LEVEL": "WARNING"}
+    command = [sys.executable, "-m", "durable.cli", "worker", "--app", "benchmarks.recovery"]
+    command += ["--concurrency", str(concurrency), "--poll-interval", "0.05"]
+    command += ["--processes", str(processes), "--grace-seconds", "5"]
+    start = time.perf_counter()
+    proc = subprocess.Popen(command, env=env, cwd=ROOT)
+    try:
+        with psycopg.connect(url, autocommit=True) as conn:
+            wait_for_success(conn, n, timeout, "recovery")
+            return time.perf_counter() - start
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
 def run(
-    admin_url: str, sizes: list[int], rounds: int, concurrency: int, timeout: float = 600.0
+    admin_url: str,
+    sizes: list[int],
+    rounds: int,
+    concurrency: int,
+    timeout: float = 600.0,
+    processes: list[int] | None = None,
 ) -> list[dict[str, Any]]:
     results = []
-    for n in sizes:
+    for n, procs in [(n, p) for n in sizes for p in (processes or [0])]:
         times = []
         for _ in range(rounds):
             name = f"durable_bench_recovery_{os.getpid()}_{uuid.uuid4().hex[:6]}"
@@ -116,7 +148,10 @@ def run(
                 with durable.Engine(url, registry=registry):
                     pass  # migrate
                 make_interrupted(url, n)
-                times.append(recover_all(url, n, concurrency, timeout))
+                if procs:
+                    times.append(recover_with_processes(url, n, concurrency, procs, timeout))
+                else:
+                    times.append(recover_all(url, n, concurrency, timeout))
             finally:
                 with psycopg.connect(admin_url, autocommit=True) as conn:
                     conn.execute(
@@ -128,6 +163,7 @@ def run(
         results.append(
             {
                 "workflows": n,
+                "processes": procs or "in-process",
                 "steps_per_workflow": STEPS,
                 "rounds": rounds,
                 "median_seconds": median,
@@ -152,15 +188,29 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--json", default="benchmarks/results/recovery.json")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per round")
+    parser.add_argument(
+        "--processes", type=int, action="append", help="durable worker --processes P (repeatable)"
+    )
     args = parser.parse_args(argv)
     sizes = args.n or [1000, 10000]
-    results = run(args.database_url, sizes, args.rounds, args.concurrency, args.timeout)
-    table = Table(title=f"recovery of interrupted {STEPS}-step workflows, one worker")
-    for col in ("workflows", "median s", "min s", "max s", "ms / workflow", "workflows / s"):
+    results = run(
+        args.database_url, sizes, args.rounds, args.concurrency, args.timeout, args.processes
+    )
+    table = Table(title=f"recovery of interrupted {STEPS}-step workflows")
+    for col in (
+        "workflows",
+        "processes",
+        "median s",
+        "min s",
+        "max s",
+        "ms / workflow",
+        "workflows / s",
+    ):
         table.add_column(col, justify="right")
     for r in results:
         table.add_row(
             str(r["workflows"]),
+            str(r["processes"]),
             f"{r['median_seconds']:.2f}",
             f"{r['min_seconds']:.2f}",
             f"{r['max_seconds']:.2f}",

@@ -47,7 +47,7 @@ def child_argv(argv: Sequence[str], k: int) -> list[str]:
             out.append(f"{arg}-{k}")
             continue
         out.append(arg)
-    return [sys.executable, "-m", "durable", *out]
+    return [sys.executable, "-m", "durable.cli", *out]
 
 
 def supervise(argv: Sequence[str], processes: int) -> int:

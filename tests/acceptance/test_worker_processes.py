@@ -1,0 +1,80 @@
+"""`durable worker --processes N`: N worker processes under one command, each with its own
+executor id and heartbeat, sharing the claims; one killed is started again; SIGTERM stops
+them all."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+import psycopg
+
+from tests.acceptance.workers import client, start_worker, stop_worker, wait_for, world
+from tests.apps import counter_app
+
+
+def live_executors(url: str) -> list[tuple[str, int]]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT executor_id, pid FROM durable.executors"
+            " WHERE heartbeat_at > now() - interval '3 seconds' AND executor_id LIKE 'pw-%'"
+            " ORDER BY 1"
+        ).fetchall()
+    return [(r[0], r[1]) for r in rows]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_processes_share_the_work_and_a_killed_one_comes_back(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    with client(database_url) as engine:
+        first = [
+            engine.submit(counter_app.slow, f"a{k}", 3, 0.1, workflow_id=f"a{k}") for k in range(12)
+        ]
+        supervisor = start_worker(
+            subprocess_env,
+            database_url,
+            concurrency=2,
+            extra=["--processes", "2", "--executor-id", "pw"],
+        )
+        try:
+            for h in first:
+                assert h.result(timeout=60) == ["s0", "s1", "s2"]
+            # Two workers, one heartbeat each, under the ids the command made unique.
+            wait_for(lambda: len(live_executors(database_url)) == 2, what="two executors")
+            executors = live_executors(database_url)
+            assert [e for e, _ in executors] == ["pw-0", "pw-1"]
+            # Both took a share of the claims: the steps ran in both processes.
+            pids = {pid for _, _, pid in world(database_url)}
+            assert pids == {pid for _, pid in executors}
+            # One is killed: the command starts it again, and it works.
+            os.kill(executors[0][1], signal.SIGKILL)
+            wait_for(
+                lambda: any(
+                    e == executors[0][0] and pid != executors[0][1]
+                    for e, pid in live_executors(database_url)
+                ),
+                what="the killed process to be started again",
+            )
+            second = [
+                engine.submit(counter_app.slow, f"b{k}", 2, 0.05, workflow_id=f"b{k}")
+                for k in range(8)
+            ]
+            for h in second:
+                assert h.result(timeout=60) == ["s0", "s1"]
+            children = [pid for _, pid in live_executors(database_url)]
+        finally:
+            code = stop_worker(supervisor)
+    assert code == 0
+    assert not any(alive(pid) for pid in children)
+    runs = Counter((wid, what) for wid, what, _ in world(database_url))
+    assert all(n == 1 for n in runs.values())  # nothing was in flight at the kill
+    assert len(runs) == 12 * 3 + 8 * 2
