@@ -189,7 +189,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--json", default="benchmarks/results/recovery.json")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per round")
     parser.add_argument(
-        "--processes", type=int, action="append", help="durable worker --processes P (repeatable)"
+        "--processes",
+        type=int,
+        action="append",
+        help="durable worker --processes P (repeatable; 0: a worker loop in this process)",
     )
     args = parser.parse_args(argv)
     sizes = args.n or [1000, 10000]

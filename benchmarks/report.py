@@ -64,6 +64,8 @@ def _run_all(url: str, quick: bool) -> None:
     )
     recovery.main(
         [
+            *("--processes", "0", "--processes", "1", "--processes", "2"),
+            *([] if quick else ["--processes", "4"]),
             "--database-url",
             url,
             "--rounds",
@@ -123,6 +125,13 @@ def _units(so: dict[str, Any]) -> str:
             str(so["statements_per_empty_workflow"]),
             "2",
         ),
+        ("empty workflow: `start(wf).result()`", "start_result_us", "2", "2"),
+        (
+            "empty workflow: `await (await start_async(wf)).result()`",
+            "start_result_async_us",
+            "2",
+            "2",
+        ),
         ("round trip: `SELECT 1`", "round_trip_us", "1", "0"),
         ("app transaction, unjournaled (SQLAlchemy)", "app_transaction_us", "", "1"),
         ("`@transaction` step (the same transaction, journaled)", "transaction_step_us", "", "1"),
@@ -172,6 +181,12 @@ def _units(so: dict[str, Any]) -> str:
         f"{_f(so['ratio']['paired']['median'])}); an `async def` step / a sync step: "
         f"**{_f(so['async_ratio']['of_medians'])}**.",
     ]
+    if "start_result_ratio" in so:
+        notes.append(
+            "- An empty workflow started and waited for, / the floor (per-round median): "
+            f"`start(wf).result()` **{_f(so['start_result_ratio']['median'])}**, "
+            f"`start_async` **{_f(so['start_result_async_ratio']['median'])}**."
+        )
     if "transaction_ratio" in so:
         notes.append(
             f"- A `@transaction` step / the same transaction unjournaled: "
@@ -218,11 +233,16 @@ def _modes(rows: list[dict[str, Any]]) -> str:
 
 def _recovery(rows: list[dict[str, Any]]) -> str:
     return _table(
-        ["workflows", "steps each", "median s", "workflows / s"],
+        ["workflows", "steps each", "worker", "median s", "workflows / s"],
         [
             [
                 str(r["workflows"]),
                 str(r["steps_per_workflow"]),
+                (
+                    f"`durable worker --processes {r['processes']}`"
+                    if isinstance(r.get("processes"), int)
+                    else "in this process"
+                ),
                 _f(r["median_seconds"]),
                 _f(r["workflows_per_second"], 0),
             ]

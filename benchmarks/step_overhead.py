@@ -339,6 +339,30 @@ def time_workflow(wf: Callable[[int], int], n: int) -> tuple[float, float]:
     return took, cpu_us
 
 
+def time_start_result(
+    engine: durable.Engine,
+    wf: Workflow,
+    awf: AsyncWorkflow,
+    loop: asyncio.AbstractEventLoop,
+    n: int,
+) -> tuple[float, float]:
+    """µs per `engine.start(empty).result()`, and per `await (await
+    engine.start_async(empty)).result()` on the benchmark's loop: a workflow of no steps
+    started and waited for, as an application does."""
+    t = time.perf_counter_ns()
+    for _ in range(n):
+        engine.start(wf, 0).result()
+    sync_us = elapsed_us(t) / n
+
+    async def started() -> None:
+        for _ in range(n):
+            await (await engine.start_async(awf, 0)).result()
+
+    t = time.perf_counter_ns()
+    loop.run_until_complete(started())
+    return sync_us, elapsed_us(t) / n
+
+
 def on_loop(loop: asyncio.AbstractEventLoop, awf: AsyncWorkflow) -> Workflow:
     """The async workflow as a blocking call: awaited on the benchmark's own loop (which
     keeps its connection pool between calls, as an application's loop does)."""
@@ -526,6 +550,10 @@ def measure(
     ratios: list[float] = []
     statements: list[float] = []
     empty_statements: list[float] = []
+    started: list[float] = []
+    started_async: list[float] = []
+    started_ratios: list[float] = []
+    started_async_ratios: list[float] = []
     loop = asyncio.new_event_loop()
     with target.engine(registry) as engine, connect(target.url) as conn:
         insert = target.floor_insert(conn)
@@ -541,6 +569,7 @@ def measure(
                 w, e, s, es, c = time_durable(engine, wf, steps, empty_runs)
                 f = time_floor(conn, insert, steps, payload)
             rt = time_round_trip(conn, steps)
+            sr, sra = time_start_result(engine, wf, awf, loop, max(10, empty_runs * 4))
             d = (w - e) / steps
             ad = (aw - ae) / steps
             if r < warmup:
@@ -557,6 +586,10 @@ def measure(
             ratios.append(d / f)
             statements.append(s)
             empty_statements.append(es)
+            started.append(sr)
+            started_async.append(sra)
+            started_ratios.append(sr / f)
+            started_async_ratios.append(sra / f)
         # As asyncio.run ends a loop: what is left is cancelled (the engine's host of this
         # loop then gives back its connections).
         left = asyncio.all_tasks(loop)
@@ -583,6 +616,10 @@ def measure(
         "durable_step_cpu_us": summarize(step_cpu),
         "async_step_cpu_us": summarize(async_cpu),
         "empty_workflow_us": summarize(empty),
+        "start_result_us": summarize(started),
+        "start_result_async_us": summarize(started_async),
+        "start_result_ratio": summarize(started_ratios),
+        "start_result_async_ratio": summarize(started_async_ratios),
         "full_workflow_us": summarize(full),
         "round_trip_us": summarize(round_trip),
         "ratio": {
@@ -795,6 +832,8 @@ def print_report(results: dict[str, Any], console: Console) -> None:
         ("  client CPU of a sync step", "durable_step_cpu_us"),
         ("  client CPU of an async def step", "async_step_cpu_us"),
         ("empty workflow: start + finish", "empty_workflow_us"),
+        ("empty workflow: start(wf).result()", "start_result_us"),
+        ("empty workflow: await start_async(wf) .result()", "start_result_async_us"),
         ("round trip: SELECT 1", "round_trip_us"),
         ("app transaction, unjournaled (SQLAlchemy)", "app_transaction_us"),
         ("durable @transaction step", "transaction_step_us"),
