@@ -375,6 +375,61 @@ def _generic(data: Any) -> str:
     return _table(keys, [[_f(r.get(k)) for k in keys] for r in rows])
 
 
+# What each target of the second performance round came to, and where the time left goes.
+# Measured A/B (the code before and after, alternated in one sitting) on the 2-core machine
+# the tables above come from; the tables are the latest full run.
+REMAINING = """## Targets, and where the time left goes
+
+Measured A/B (the code before and after this round, alternated in one sitting, medians)
+on the 2-core machine of the tables above.
+
+- **`start(wf).result()` of an empty workflow** (target 2.5x the floor). A run started in
+  this process now hands its stored output to its handle (no read-back: 2 statements, 2
+  commits, down from 3), a caller that waits without a limit runs a run no thread has
+  begun on its own thread (no hand-off and no wake-up between threads), and `start_async`
+  creates the workflow on its event loop's own pool (no thread hop). Sync: 5.1-6.4x before,
+  **3.9-4.2x** after; async: 7.8-8.8x before, **3.4-4.6x** after. Client CPU per call: 760-840
+  µs before, 500-610 µs after, against about 70 µs for the floor's one statement. What is
+  left is Python spread thin (a CPU profile has no function above 10% of it): two pool
+  checkouts, psycopg's query conversion and parameter dumping for two statements, the
+  lifecycle and protocol generators, the future and its locks. What would remove it: one
+  checkout for the create and the run, and a shorter path through the generators for a
+  workflow with no steps.
+- **Group commit across workflows, sync durability kept** (target: sync steps/s with 4
+  workers >= the 16-connection INSERT rate). Step records of sync-mode runs written at the
+  same moment now go in one statement and one commit (`durable/_finishes.py`, as outcomes
+  already did); each run returns only after the commit that holds its record, and each
+  record is fenced by its own run's epoch. With 4 workers x 8 workflows: commits per step
+  1.25 -> **0.64**, WAL flushes per step 0.61 -> **0.38**, steps/s 2,600-2,900 -> 2,900-3,250,
+  that is **0.33-0.40x** the 16-connection INSERT rate (7,900-8,700/s). Not met, and the
+  limit is the CPU, not the disk: the workers spend 0.42-0.47 ms of client CPU per step and
+  the server 0.22-0.27 ms, so two cores top out near 3,000 steps/s whatever the commits
+  cost. What would remove it: fewer Python instructions per step (the same cost as the
+  next item), or more cores. Crash test: `tests/acceptance/test_group_commit_crash.py`
+  kills a worker right after a shared commit and before its runs return.
+- **Step paths.** A sync step: 1.37x the floor interleaved inside one workflow (1.53x by
+  separate rounds); target 1.25x, not met. The fence is the statement itself
+  (`INSERT ... SELECT ... FROM workflows WHERE (epoch, status) = ... FOR SHARE`): one
+  round trip and one commit, as the floor; its extra cost is the lookup and share-lock of
+  the workflow's row, and a zombie's record is kept out only because that lock waits for a
+  new owner's claim to commit. A fence without it (a plain INSERT checked afterwards, or a
+  foreign key to (workflow_id, epoch)) either lets a zombie's row in or takes the same
+  lock. `@transaction`: 1.31x the same transaction (target 1.25x). `async def` / sync: 1.24x
+  wall (target 1.2x) and 1.65x client CPU (target 1.5x): asyncio's own scheduling per
+  await. `durability="async"`: **0.06x** interleaved (target 0.10x, met), 0.18x by rounds.
+  These were not changed in this round.
+- **Recovery across processes** (target: 10,000 interrupted 10-step workflows in 1 s).
+  `durable worker --processes N` runs N workers with their own executor ids and
+  heartbeats, sharing the claims row by row (FOR UPDATE SKIP LOCKED). 10,000 workflows,
+  timed from the command's start: 1 process 7.6-8.7 s, **2 processes 6.3-7.4 s**, 4
+  processes 8.5-9.7 s (concurrency 16 or 64 per process); a worker loop in this process
+  7.2-9.5 s. Not met: on 2 cores the workers' Python (claim, journal read, replay, outcome:
+  about 0.7 ms of CPU per workflow across processes) and the server share the same two
+  cores, so a second process gains little and a fourth loses. The limit would move with
+  cores: each process is one core's worth of replay.
+"""
+
+
 def render() -> str:
     so = _load("step_overhead")
     parts = [
@@ -455,6 +510,7 @@ def render() -> str:
             "![throughput](benchmarks/throughput.png)",
             "",
         ]
+    parts += [REMAINING, ""]
     cluster = _load("citus")
     if cluster:
         parts += [
