@@ -58,23 +58,45 @@ class _Group:
             # On Citus a batch is one statement over every shard, committed in two phases;
             # each write alone is one statement on its workflow's shard.
             return int(self._db.run_on(conn, self.single, params, "count"))
-        mine = _Finish(params)
         with self._lock:
-            self._queue.append(mine)
             lead = not self._writing
-            self._writing = True
+            if lead:
+                self._writing = True
+            else:
+                mine = _Finish(params)
+                self._queue.append(mine)
         if not lead:
             mine.done.wait()
-        else:
+            if mine.error is not None:
+                raise mine.error
+            return mine.count
+        # The leader writes its own at once, alone (a lone write costs what it did: no
+        # event, no batch), then what queued behind it meanwhile.
+        try:
+            count = int(self._db.run_on(conn, self.single, params, "count"))
+        except Exception:
             self._lead(conn)
-        if mine.error is not None:
-            raise mine.error
-        return mine.count
+            raise
+        except BaseException:
+            self._strand([])
+            raise
+        self._lead(conn)
+        return count
+
+    def _strand(self, batch: list[_Finish]) -> None:
+        """The leader's thread is going down (KeyboardInterrupt, SystemExit): those waiting
+        on it and behind it are not left waiting; their runs end unfinished and are
+        recovered like any interrupted run."""
+        with self._lock:
+            stranded, self._queue, self._writing = batch + self._queue, [], False
+        for f in stranded:
+            f.error = DatabaseUnavailableError("the run writing this stopped")
+            f.done.set()
 
     def _lead(self, conn: psycopg.Connection[Any]) -> None:
-        """Write queued writes until none are left (the leader's own comes first). A batch
-        holds one write per workflow (a zombie's and its owner's are told apart by their
-        rows, which the statement does not return): a second waits for the next batch."""
+        """Write queued writes until none are left. A batch holds one write per workflow
+        (a zombie's and its owner's are told apart by their rows, which the statement does
+        not return): a second waits for the next batch."""
         while True:
             with self._lock:
                 batch: list[_Finish] = []
@@ -112,14 +134,7 @@ class _Group:
                         except Exception as own:
                             f.error = own
             except BaseException:
-                # The leader's thread is going down (KeyboardInterrupt, SystemExit): those
-                # waiting on it and behind it are not left waiting; their runs end
-                # unfinished and are recovered like any interrupted run.
-                with self._lock:
-                    stranded, self._queue, self._writing = batch + self._queue, [], False
-                for f in stranded:
-                    f.error = DatabaseUnavailableError("the run writing this stopped")
-                    f.done.set()
+                self._strand(batch)
                 raise
             for f in batch:
                 f.done.set()
