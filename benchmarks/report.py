@@ -408,13 +408,17 @@ on the 2-core machine of the tables above.
   next item), or more cores. Crash test: `tests/acceptance/test_group_commit_crash.py`
   kills a worker right after a shared commit and before its runs return.
 - **Step paths.** A sync step: 1.37x the floor interleaved inside one workflow (1.53x by
-  separate rounds); target 1.25x, not met. The fence is the statement itself
-  (`INSERT ... SELECT ... FROM workflows WHERE (epoch, status) = ... FOR SHARE`): one
-  round trip and one commit, as the floor; its extra cost is the lookup and share-lock of
-  the workflow's row, and a zombie's record is kept out only because that lock waits for a
-  new owner's claim to commit. A fence without it (a plain INSERT checked afterwards, or a
-  foreign key to (workflow_id, epoch)) either lets a zombie's row in or takes the same
-  lock. `@transaction`: 1.31x the same transaction (target 1.25x). `async def` / sync: 1.24x
+  separate rounds); target 1.25x, not met, and the fence is not what is left. The fence is
+  the statement itself (`INSERT ... SELECT ... FROM workflows WHERE (epoch, status) = ...
+  FOR SHARE`), one round trip and one commit as the floor. Sent bare from psycopg, 9 rounds
+  of 300 interleaved with the floor: **1.02x** the floor with `FOR SHARE` (56 more WAL
+  bytes per record: the row lock), 1.03x with `FOR KEY SHARE`, 0.95x with no lock (which
+  would let a zombie's record in: the lock is what makes its INSERT wait for a new
+  owner's claim to commit, then find the epoch changed). What is left is the client: a
+  sync step costs 140-160 µs of client CPU against 60-80 µs for the floor's statement
+  (the step's protocol generator, serializing and checking its output, the driver's
+  dispatch, the journal's bookkeeping), spread over a dozen functions with none above
+  10%. `@transaction`: 1.31x the same transaction (target 1.25x). `async def` / sync: 1.24x
   wall (target 1.2x) and 1.65x client CPU (target 1.5x): asyncio's own scheduling per
   await. `durability="async"`: **0.06x** interleaved (target 0.10x, met), 0.18x by rounds.
   These were not changed in this round.
