@@ -129,6 +129,17 @@ def measure_peer(
     return per_step, samples, floor_samples
 
 
+def cpu_per_step(run: Callable[[], Any], steps: int, runs: int = 3) -> float:
+    """This process's CPU µs per step (all its threads: the engine's included), the median
+    of `runs` runs: steadier than wall time when other processes compete for the CPU."""
+    out = []
+    for _ in range(runs):
+        start = time.process_time()
+        run()
+        out.append((time.process_time() - start) / steps * 1e6)
+    return statistics.median(out)
+
+
 def round_ratios(samples: list[float], floor: list[float]) -> list[float]:
     return [a / f for a, f in zip(samples, floor, strict=True)]
 
@@ -322,6 +333,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         per_step_commits: float | None,
         statements: float | None = None,
         floor_ratios: list[float] | None = None,
+        cpu_us: float | None = None,
     ) -> None:
         q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
         rows.append(
@@ -337,6 +349,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "statements_per_step": statements,
                 # The median of per-round ratios to the floor timed in the same rounds.
                 "ratio_to_floor": statistics.median(floor_ratios) if floor_ratios else None,
+                "client_cpu_us_per_step": cpu_us,
             }
         )
 
@@ -349,6 +362,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             before = commits(admin, furl)
             floor_run()
             floor_commits = (commits(admin, furl) - before) / steps
+            floor_cpu = cpu_per_step(floor_run, steps)
             add(
                 "floor",
                 "plain call",
@@ -372,12 +386,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                             ),
                         }
                         counts = {}
+                        cpus: dict[str, float] = {}
                         for name, run in pair.items():
                             s0 = engine.client.db.counters.statements
                             before = commits(admin, url)
                             run()
                             c = (commits(admin, url) - before) / steps
                             counts[name] = (c, (engine.client.db.counters.statements - s0) / steps)
+                            cpus[name] = cpu_per_step(run, steps)
                         fl, (sync_samples, async_samples) = timed_with_floor(
                             floor_run, list(pair.values()), steps, args.rounds
                         )
@@ -390,6 +406,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                             sync_samples,
                             *counts[mode],
                             round_ratios(sync_samples, fl),
+                            cpus[mode],
                         )
                         add(
                             "durable",
@@ -399,6 +416,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                             async_samples,
                             *counts[f"async def/{mode}"],
                             round_ratios(async_samples, fl),
+                            cpus[f"async def/{mode}"],
                         )
                     end_loop(loop)
 
@@ -466,6 +484,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "commits_per_step": floor_commits,
                 "statements_per_step": 1.0,
                 "ratio_to_floor": 1.0,
+                "client_cpu_us_per_step": floor_cpu,
             },
         )
 
