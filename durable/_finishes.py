@@ -58,48 +58,43 @@ class _Group:
             # On Citus a batch is one statement over every shard, committed in two phases;
             # each write alone is one statement on its workflow's shard.
             return int(self._db.run_on(conn, self.single, params, "count"))
+        mine: _Finish | None = None
         with self._lock:
-            lead = not self._writing
-            if lead:
-                self._writing = True
-            else:
+            if self._writing:
                 mine = _Finish(params)
                 self._queue.append(mine)
-        if not lead:
+            else:
+                self._writing = True
+        if mine is not None:
             mine.done.wait()
+            if mine.lead:
+                # Handed the lead: its own write heads the queue, and goes in the batch it
+                # sends now, on its own connection.
+                mine.done.clear()
+                self._lead(conn, mine)
             if mine.error is not None:
                 raise mine.error
             return mine.count
         # The leader writes its own at once, alone (a lone write costs what it did: no
-        # event, no batch), then what queued behind it meanwhile.
+        # event, no batch), then one batch of what queued behind it meanwhile.
         try:
             count = int(self._db.run_on(conn, self.single, params, "count"))
-        except Exception:
-            self._lead(conn)
-            raise
         except BaseException:
-            self._strand([])
+            # Its connection may be what failed: the next writer leads, on its own.
+            self._hand_on()
             raise
-        self._lead(conn)
+        self._lead(conn, None)
         return count
 
-    def _strand(self, batch: list[_Finish]) -> None:
-        """The leader's thread is going down (KeyboardInterrupt, SystemExit): those waiting
-        on it and behind it are not left waiting; their runs end unfinished and are
-        recovered like any interrupted run."""
-        with self._lock:
-            stranded, self._queue, self._writing = batch + self._queue, [], False
-        for f in stranded:
-            f.error = DatabaseUnavailableError("the run writing this stopped")
-            f.done.set()
-
-    def _lead(self, conn: psycopg.Connection[Any]) -> None:
-        """Write queued writes until none are left. A batch holds one write per workflow
-        (a zombie's and its owner's are told apart by their rows, which the statement does
-        not return): a second waits for the next batch."""
-        while True:
+    def _lead(self, conn: psycopg.Connection[Any], own: _Finish | None) -> None:
+        """Send one batch of what is queued, then hand the lead to the next queued writer:
+        a leader writes its own and at most one batch of others', so its run is not held up
+        writing theirs. A batch holds one write per workflow (a zombie's and its owner's
+        are told apart by their rows, which the statement does not return): a second goes
+        in a later batch."""
+        batch: list[_Finish] = []
+        try:
             with self._lock:
-                batch: list[_Finish] = []
                 rest: list[_Finish] = []
                 seen: set[str] = set()
                 for f in self._queue:
@@ -107,36 +102,73 @@ class _Group:
                     (rest if wid in seen else batch).append(f)
                     seen.add(wid)
                 self._queue = rest
-                if not batch:
-                    self._writing = False
-                    return
-            try:
-                if len(batch) == 1:
-                    batch[0].count = self._db.run_on(conn, self.single, batch[0].params, "count")
-                else:
-                    batch.sort(key=lambda f: f.params["workflow_id"])  # one lock order
-                    written = self._together(conn, batch)
-                    for f in batch:
-                        f.count = 1 if f.params["workflow_id"] in written else 0
-                    self.crash_point("after_group_commit")
-            except DatabaseUnavailableError as exc:
+            if batch:
+                again = self._send(conn, batch, own)
+                with self._lock:
+                    self._queue[:0] = again
                 for f in batch:
-                    f.error = exc
-            except Exception as exc:
-                if len(batch) == 1:
-                    batch[0].error = exc
-                else:
-                    # One write the database refused (a bad value, a key taken) fails the
-                    # statement for all: each is sent alone, to get its own answer.
-                    for f in batch:
-                        try:
-                            f.count = self._db.run_on(conn, self.single, f.params, "count")
-                        except Exception as own:
-                            f.error = own
-            except BaseException:
-                self._strand(batch)
-                raise
+                    if f not in again:
+                        f.done.set()
+        except BaseException:
+            self._strand(batch)
+            raise
+        self._hand_on()
+
+    def _send(
+        self, conn: psycopg.Connection[Any], batch: list[_Finish], own: _Finish | None
+    ) -> list[_Finish]:
+        """Write the batch, giving each its count or error; returns those to send again on
+        another writer's connection (the outage may be this connection's alone)."""
+        try:
+            if len(batch) == 1:
+                batch[0].count = self._db.run_on(conn, self.single, batch[0].params, "count")
+            else:
+                batch.sort(key=lambda f: f.params["workflow_id"])  # one lock order
+                written = self._together(conn, batch)
+                for f in batch:
+                    f.count = 1 if f.params["workflow_id"] in written else 0
+                self.crash_point("after_group_commit")
+        except DatabaseUnavailableError as exc:
+            again = [f for f in batch if f is not own and not f.resent]
             for f in batch:
+                if f in again:
+                    f.resent = True
+                else:
+                    f.error = exc
+            return again
+        except Exception as exc:
+            if len(batch) == 1:
+                batch[0].error = exc
+            else:
+                # One write the database refused (a bad value, a key taken) fails the
+                # statement for all: each is sent alone, to get its own answer.
+                for f in batch:
+                    try:
+                        f.count = self._db.run_on(conn, self.single, f.params, "count")
+                    except Exception as alone:
+                        f.error = alone
+        return []
+
+    def _hand_on(self) -> None:
+        """The lead passes to the first queued writer (woken to send a batch on its own
+        connection), or lapses if nobody waits."""
+        with self._lock:
+            if not self._queue:
+                self._writing = False
+                return
+            following = self._queue[0]
+            following.lead = True
+        following.done.set()
+
+    def _strand(self, batch: list[_Finish]) -> None:
+        """The leader's thread is going down (KeyboardInterrupt, SystemExit): those waiting
+        on it and behind it are not left waiting; their runs end unfinished and are
+        recovered like any interrupted run (a record written meanwhile is replayed)."""
+        with self._lock:
+            stranded, self._queue, self._writing = batch + self._queue, [], False
+        for f in stranded:
+            if not f.done.is_set():  # (those its batch answered already are told)
+                f.error = DatabaseUnavailableError("the run writing this stopped")
                 f.done.set()
 
     def _together(self, conn: psycopg.Connection[Any], batch: Sequence[_Finish]) -> set[str]:
@@ -180,13 +212,15 @@ def _never(point: str) -> None:
 
 
 class _Finish:
-    __slots__ = ("count", "done", "error", "params")
+    __slots__ = ("count", "done", "error", "lead", "params", "resent")
 
     def __init__(self, params: dict[str, Any]) -> None:
         self.params = params
         self.done = threading.Event()
         self.count = 0
         self.error: Exception | None = None
+        self.lead = False  # handed the lead (woken to send a batch itself)
+        self.resent = False  # its batch failed on another's connection once already
 
 
 def _finish_params(batch: Sequence[_Finish]) -> dict[str, list[Any]]:

@@ -194,3 +194,56 @@ def test_a_record_the_database_refuses_does_not_fail_the_others(database_url: st
                 "SELECT workflow_id, output FROM durable.steps ORDER BY 1"
             ).fetchall()
         assert rows == [("f0", '"0-1"'), ("f1", '"1-1"'), ("f2", '"old"'), ("f3", '"3-1"')]
+
+
+def test_a_leader_whose_connection_dies_hands_its_queue_on(database_url: str) -> None:
+    # The leader's own write fails because its connection died: the writes queued behind it
+    # go out on the next writer's connection, not on the dead one (which would fail them
+    # all as an outage that is not one).
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="noop")
+    def noop() -> None:
+        return None
+
+    with durable.Client(database_url) as client:
+        for i in range(5):
+            client.submit(noop, workflow_id=f"f{i}")
+        db = client.db
+        with psycopg.connect(database_url, autocommit=True) as setup:
+            setup.execute(
+                "UPDATE durable.workflows SET status = 'RUNNING', owner = 'x', epoch = 1,"
+                " lease_expires_at = now() + interval '1 hour'"
+            )
+        writes = [step_params(i, 1) for i in range(5)]
+        results: dict[int, Any] = {}
+        conns = [psycopg.connect(database_url, autocommit=True) for _ in writes]
+
+        def record(k: int) -> None:
+            try:
+                results[k] = db.records.record(conns[k], writes[k])
+            except Exception as exc:
+                results[k] = type(exc).__name__
+
+        with psycopg.connect(database_url, autocommit=True) as blocker:
+            blocker.execute("BEGIN")
+            blocker.execute("SELECT 1 FROM durable.workflows WHERE workflow_id = 'f0' FOR UPDATE")
+            threads = [threading.Thread(target=record, args=(k,)) for k in range(5)]
+            threads[0].start()
+            time.sleep(0.3)
+            for t in threads[1:]:
+                t.start()
+            time.sleep(0.3)
+            blocker.execute(
+                "SELECT pg_terminate_backend(%s)", [conns[0].info.backend_pid]
+            )  # the leader's connection dies under its write
+            for t in threads:
+                t.join(10)
+            blocker.execute("ROLLBACK")
+        for c in conns:
+            c.close()
+        assert results[0] == "DatabaseUnavailableError"
+        assert [results[k] for k in range(1, 5)] == [1, 1, 1, 1]
+        with psycopg.connect(database_url) as conn:
+            rows = conn.execute("SELECT workflow_id FROM durable.steps ORDER BY 1").fetchall()
+        assert rows == [(f"f{i}",) for i in range(1, 5)]
