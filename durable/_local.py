@@ -60,9 +60,10 @@ class LocalRun(concurrent.futures.Future[Any]):
     """The future of a run this process started; its result is the stored text of the
     run's output if it ended SUCCESS here, else None (see lifecycle.WaitLocal)."""
 
-    def __init__(self, body: Callable[[], str | None]) -> None:
+    def __init__(self, body: Callable[[], str | None], room: Callable[[], bool]) -> None:
         super().__init__()
         self._body: Callable[[], str | None] | None = body
+        self._room = room
         self._taken = threading.Lock()  # held for good by whoever runs the body
 
     def run(self) -> None:
@@ -71,20 +72,25 @@ class LocalRun(concurrent.futures.Future[Any]):
         self._run(on_caller=False)
 
     def run_on_caller(self) -> None:
-        """The waiting caller runs the body itself if no thread has begun it. A Ctrl-C in
-        the workflow's code (KeyboardInterrupt) is the caller's: it is raised on."""
-        self._run(on_caller=True)
+        """The waiting caller runs the body itself if no thread has begun it and `room()`
+        says the engine's runs would not then exceed its threads (a caller runs it instead
+        of a thread, never beside all of them: many callers waiting at once must not hold
+        more connections than the engine's workers would). A Ctrl-C in the workflow's code
+        (KeyboardInterrupt) is the caller's: it is raised on."""
+        if self._room():
+            self._run(on_caller=True)
 
     def _run(self, on_caller: bool) -> None:
         if not self._taken.acquire(blocking=False):
             return
-        body, self._body = self._body, None
-        if body is None or not self.set_running_or_notify_cancel():
-            return  # cancelled before it began (the engine shut down first)
         try:
+            body, self._body = self._body, None
+            if body is None or not self.set_running_or_notify_cancel():
+                return  # cancelled before it began (the engine shut down first)
             output = body()
         except BaseException as exc:
-            self.set_exception(exc)
+            if not self.done():  # (a Ctrl-C before the body began still ends the future)
+                self.set_exception(exc)
             if on_caller and isinstance(exc, KeyboardInterrupt):
                 raise
         else:

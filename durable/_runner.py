@@ -411,7 +411,7 @@ class Runner:
                 return run.output  # what its handle hands over (see _local)
             return None
 
-        future = LocalRun(body)
+        future = LocalRun(body, lambda: self.running_count() <= self.config.max_workers)
         # A thread of the pool runs it, unless the caller waiting on it got there first.
         queued = pool.submit(future.run)
         queued.add_done_callback(lambda q: q.cancelled() and future.cancel())

@@ -111,3 +111,33 @@ def test_start_async_then_result_is_two_statements(database_url: str) -> None:
                 assert counters.statements - before == 2
 
     asyncio.run(main())
+
+
+def test_callers_waiting_at_once_run_no_more_than_the_engines_threads(database_url: str) -> None:
+    reg = durable.Registry()
+    lock = threading.Lock()
+    now = [0]
+    peak = [0]
+
+    @durable.workflow(registry=reg, name="busy")
+    def busy() -> int:
+        with lock:
+            now[0] += 1
+            peak[0] = max(peak[0], now[0])
+        threading.Event().wait(0.05)
+        with lock:
+            now[0] -= 1
+        return 1
+
+    with durable.Engine(database_url, registry=reg, max_workers=2) as engine:
+
+        def caller() -> None:
+            for _ in range(3):
+                assert engine.start(busy).result() == 1
+
+        threads = [threading.Thread(target=caller) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+    assert peak[0] <= 2
