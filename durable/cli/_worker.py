@@ -240,10 +240,14 @@ def worker(
     if processes > 1:
         from durable.cli._processes import forwarded_argv, supervise
 
-        sys.exit(supervise(forwarded_argv(), processes))
+        sys.exit(supervise(forwarded_argv(), processes, grace_seconds))
     engine = _load_app(
         app, database_url, concurrency, lease_seconds, poll_interval, schema, executor_id
     )
+    nth = os.environ.get("DURABLE_WORKER_PROCESS")
+    if nth is not None and executor_id is None and engine.config.explicit_id:
+        # One of `--processes N`, on an engine given its executor id in code: one id each.
+        engine._override(executor_id=f"{engine.config.executor_id}-{nth}", explicit_id=True)
     if prune_finished_after is not None or prune_effects_after is not None:
         from durable._retention import RetentionPolicy
 

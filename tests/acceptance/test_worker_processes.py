@@ -78,3 +78,16 @@ def test_processes_share_the_work_and_a_killed_one_comes_back(
     runs = Counter((wid, what) for wid, what, _ in world(database_url))
     assert all(n == 1 for n in runs.values())  # nothing was in flight at the kill
     assert len(runs) == 12 * 3 + 8 * 2
+
+
+def test_processes_that_cannot_start_stop_the_command_with_their_code(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    supervisor = start_worker(
+        subprocess_env, database_url, app="no_such_module_here", extra=["--processes", "2"]
+    )
+    try:
+        code = supervisor.wait(timeout=60)
+    finally:
+        stop_worker(supervisor)
+    assert code == 2  # click's usage error, from each process in turn: not restarted forever
