@@ -42,7 +42,7 @@ class _Group:
     after the commit that holds its write: the durability of each write is unchanged.
     """
 
-    single = ""  # the statement that writes one (also on Citus, and for a lone write)
+    name = ""  # the statement that writes one (on Citus, alone, and for a lone write)
 
     def __init__(self, db: Finisher) -> None:
         self._db = db
@@ -57,7 +57,7 @@ class _Group:
         if self._db.distributed:
             # On Citus a batch is one statement over every shard, committed in two phases;
             # each write alone is one statement on its workflow's shard.
-            return int(self._db.run_on(conn, self.single, params, "count"))
+            return int(self._db.run_on(conn, self.name, params, "count"))
         mine: _Finish | None = None
         with self._lock:
             if self._writing:
@@ -78,7 +78,7 @@ class _Group:
         # The leader writes its own at once, alone (a lone write costs what it did: no
         # event, no batch), then one batch of what queued behind it meanwhile.
         try:
-            count = int(self._db.run_on(conn, self.single, params, "count"))
+            count = int(self._db.run_on(conn, self.name, params, "count"))
         except BaseException:
             # Its connection may be what failed: the next writer leads, on its own.
             self._hand_on()
@@ -121,7 +121,7 @@ class _Group:
         another writer's connection (the outage may be this connection's alone)."""
         try:
             if len(batch) == 1:
-                batch[0].count = self._db.run_on(conn, self.single, batch[0].params, "count")
+                batch[0].count = self._db.run_on(conn, self.name, batch[0].params, "count")
             else:
                 batch.sort(key=lambda f: f.params["workflow_id"])  # one lock order
                 written = self._together(conn, batch)
@@ -144,7 +144,7 @@ class _Group:
                 # statement for all: each is sent alone, to get its own answer.
                 for f in batch:
                     try:
-                        f.count = self._db.run_on(conn, self.single, f.params, "count")
+                        f.count = self._db.run_on(conn, self.name, f.params, "count")
                     except Exception as alone:
                         f.error = alone
         return []
@@ -180,7 +180,7 @@ class FinishGroup(_Group):
     """Outcomes of runs that finish at the same moment (finish_workflow): a worker
     recovering thousands of workflows spends most of its time waiting for their commits."""
 
-    single = "finish_workflow"
+    name = "finish_workflow"
 
     def finish(self, conn: psycopg.Connection[Any], params: dict[str, Any]) -> int:
         return self.write(conn, params)
@@ -195,11 +195,11 @@ class StepGroup(_Group):
     by its own run's epoch): many workflows stepping at once on one worker share commits,
     and each step still returns only once its record is committed."""
 
-    single = "record_step"
+    name = "record_step"
 
     def record(self, conn: psycopg.Connection[Any], params: dict[str, Any]) -> int:
         if params["child_workflow_id"] is not None:  # record_steps has no such column
-            return int(self._db.run_on(conn, self.single, params, "count"))
+            return int(self._db.run_on(conn, self.name, params, "count"))
         return self.write(conn, params)
 
     def _together(self, conn: psycopg.Connection[Any], batch: Sequence[_Finish]) -> set[str]:
