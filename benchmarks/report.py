@@ -403,7 +403,8 @@ on the 2-core machine of the tables above.
   commits, down from 3), a caller that waits without a limit runs a run no thread has
   begun on its own thread (no hand-off and no wake-up between threads), and `start_async`
   creates the workflow on its event loop's own pool (no thread hop). Sync: 5.1-6.4x before,
-  **3.9-4.2x** after; async: 7.8-8.8x before, **3.4-4.6x** after. Client CPU per call: 760-840
+  **3.9-4.2x** after (4.20x per round in the table above); async: 7.8-8.8x before,
+  **3.4-4.6x** after (4.17x above). Client CPU per call: 760-840
   µs before, 500-610 µs after, against about 70 µs for the floor's one statement. What is
   left is Python spread thin (a CPU profile has no function above 10% of it): two pool
   checkouts, psycopg's query conversion and parameter dumping for two statements, the
@@ -416,14 +417,16 @@ on the 2-core machine of the tables above.
   already did); each run returns only after the commit that holds its record, and each
   record is fenced by its own run's epoch. With 4 workers x 8 workflows: commits per step
   1.25 -> **0.64**, WAL flushes per step 0.61 -> **0.38**, steps/s 2,600-2,900 -> 2,900-3,250,
-  that is **0.33-0.40x** the 16-connection INSERT rate (7,900-8,700/s). Not met, and the
-  limit is the CPU, not the disk: the workers spend 0.42-0.47 ms of client CPU per step and
-  the server 0.22-0.27 ms, so two cores top out near 3,000 steps/s whatever the commits
-  cost. What would remove it: fewer Python instructions per step (the same cost as the
+  that is **0.33-0.40x** the 16-connection INSERT rate (7,900-8,700/s); in the table above,
+  2,986-3,428 steps/s, 0.33-0.38x of 9,120/s. Not met, and the limit is the CPU, not the
+  disk: the workers spend 0.39-0.47 ms of client CPU per step and the server 0.23-0.27 ms,
+  so two cores top out near 3,000 steps/s whatever the commits cost.
+  What would remove it: fewer Python instructions per step (the same cost as the
   next item), or more cores. Crash test: `tests/acceptance/test_group_commit_crash.py`
   kills a worker right after a shared commit and before its runs return.
-- **Step paths.** A sync step: 1.37x the floor interleaved inside one workflow (1.53x by
-  separate rounds); target 1.25x, not met, and the fence is not what is left. The fence is
+- **Step paths.** A sync step: 1.37x the floor interleaved inside one workflow in an
+  earlier run, 1.44x (1.41x per round) in the table above; target 1.25x, not met, and the
+  fence is not what is left. The fence is
   the statement itself (`INSERT ... SELECT ... FROM workflows WHERE (epoch, status) = ...
   FOR SHARE`), one round trip and one commit as the floor. Sent bare from psycopg, 9 rounds
   of 300 interleaved with the floor: **1.02x** the floor with `FOR SHARE` (56 more WAL
@@ -433,16 +436,18 @@ on the 2-core machine of the tables above.
   sync step costs 140-160 µs of client CPU against 60-80 µs for the floor's statement
   (the step's protocol generator, serializing and checking its output, the driver's
   dispatch, the journal's bookkeeping), spread over a dozen functions with none above
-  10%. `@transaction`: 1.31x the same transaction (target 1.25x). `async def` / sync: 1.24x
-  wall (target 1.2x) and 1.65x client CPU (target 1.5x): asyncio's own scheduling per
-  await. `durability="async"`: **0.06x** interleaved (target 0.10x, met), 0.18x by rounds.
+  10%. `@transaction`: 1.31x the same transaction (target 1.25x). `async def` / sync: 1.23x
+  wall (target 1.2x) and 1.81x client CPU (272 against 150 µs; target 1.5x): asyncio's own
+  scheduling per await, and the async driver's dispatch.
+  `durability="async"`: **0.06x** interleaved (target 0.10x, met), 0.18x by rounds.
   These were not changed in this round.
 - **Recovery across processes** (target: 10,000 interrupted 10-step workflows in 1 s).
   `durable worker --processes N` runs N workers with their own executor ids and
   heartbeats, sharing the claims row by row (FOR UPDATE SKIP LOCKED). 10,000 workflows,
-  timed from the command's start: 1 process 7.6-8.7 s, **2 processes 6.3-7.4 s**, 4
-  processes 8.5-9.7 s (concurrency 16 or 64 per process); a worker loop in this process
-  7.2-9.5 s. Not met: on 2 cores the workers' Python (claim, journal read, replay, outcome:
+  timed from the command's start (the table above): 1 process 6.2 s, **2 processes 5.3
+  s**, 4 processes 5.7 s; a worker loop in this process 6.1 s (other runs, concurrency 16
+  or 64 per process: 7.6-8.7, 6.3-7.4 and 8.5-9.7 s; 1,000 workflows are start-up). Not
+  met: on 2 cores the workers' Python (claim, journal read, replay, outcome:
   about 0.7 ms of CPU per workflow across processes) and the server share the same two
   cores, so a second process gains little and a fourth loses. The limit would move with
   cores: each process is one core's worth of replay.
