@@ -425,8 +425,8 @@ on the 2-core machine of the tables above.
   next item), or more cores. Crash test: `tests/acceptance/test_group_commit_crash.py`
   kills a worker right after a shared commit and before its runs return.
 - **Step paths.** A sync step: 1.37x the floor interleaved inside one workflow in an
-  earlier run, 1.44x (1.41x per round) in the table above; target 1.25x, not met, and the
-  fence is not what is left. The fence is
+  earlier run, 1.43x interleaved (1.44x by rounds) in the table above; target
+  1.25x, not met, and the fence is not what is left. The fence is
   the statement itself (`INSERT ... SELECT ... FROM workflows WHERE (epoch, status) = ...
   FOR SHARE`), one round trip and one commit as the floor. Sent bare from psycopg, 9 rounds
   of 300 interleaved with the floor: **1.02x** the floor with `FOR SHARE` (56 more WAL
@@ -436,10 +436,12 @@ on the 2-core machine of the tables above.
   sync step costs 140-160 µs of client CPU against 60-80 µs for the floor's statement
   (the step's protocol generator, serializing and checking its output, the driver's
   dispatch, the journal's bookkeeping), spread over a dozen functions with none above
-  10%. `@transaction`: 1.31x the same transaction (target 1.25x). `async def` / sync: 1.23x
-  wall (target 1.2x) and 1.81x client CPU (272 against 150 µs; target 1.5x): asyncio's own
-  scheduling per await, and the async driver's dispatch.
-  `durability="async"`: **0.06x** interleaved (target 0.10x, met), 0.18x by rounds.
+  10%. `@transaction`: 1.31x the same transaction in an earlier run, 1.45x above (target 1.25x;
+  its record goes in the application's own transaction, so no group commit applies).
+  `async def` / sync: 1.23x wall (target 1.2x) and 1.81x client CPU (272 against 150 µs;
+  target 1.5x): asyncio's own scheduling per await, and the async driver's dispatch.
+  `durability="async"`: **0.06x** interleaved in an earlier run, **0.08x** above (target
+  0.10x, met), 0.18-0.22x by rounds.
   These were not changed in this round.
 - **Recovery across processes** (target: 10,000 interrupted 10-step workflows in 1 s).
   `durable worker --processes N` runs N workers with their own executor ids and
