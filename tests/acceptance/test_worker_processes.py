@@ -91,3 +91,28 @@ def test_processes_that_cannot_start_stop_the_command_with_their_code(
     finally:
         stop_worker(supervisor)
     assert code == 2  # click's usage error, from each process in turn: not restarted forever
+
+
+def test_an_engine_given_its_id_in_code_gets_one_id_per_process(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    supervisor = start_worker(
+        subprocess_env,
+        database_url,
+        app="tests.apps.coded_engine_app:engine",
+        extra=["--processes", "2"],
+    )
+    try:
+
+        def ids() -> list[str]:
+            with psycopg.connect(database_url) as conn:
+                rows = conn.execute(
+                    "SELECT executor_id FROM durable.executors"
+                    " WHERE heartbeat_at > now() - interval '3 seconds' ORDER BY 1"
+                ).fetchall()
+            return [r[0] for r in rows]
+
+        wait_for(lambda: ids() == ["coded-0", "coded-1"], what="one id per process")
+    finally:
+        code = stop_worker(supervisor)
+    assert code == 0
