@@ -66,12 +66,18 @@ class _Group:
             else:
                 self._writing = True
         if mine is not None:
-            mine.done.wait()
-            if mine.lead:
-                # Handed the lead: its own write heads the queue, and goes in the batch it
-                # sends now, on its own connection.
-                mine.done.clear()
-                self._lead(conn, mine)
+            try:
+                mine.done.wait()
+                lead = mine.lead
+                if lead:
+                    # Handed the lead: its own write heads the queue, and goes in the batch
+                    # it sends now, on its own connection.
+                    mine.done.clear()
+            except BaseException:
+                self._abandon(mine)  # (a Ctrl-C while waiting: the lead must not stop here)
+                raise
+            if lead:
+                self._lead(conn)
             if mine.error is not None:
                 raise mine.error
             return mine.count
@@ -83,10 +89,10 @@ class _Group:
             # Its connection may be what failed: the next writer leads, on its own.
             self._hand_on()
             raise
-        self._lead(conn, None)
+        self._lead(conn)
         return count
 
-    def _lead(self, conn: psycopg.Connection[Any], own: _Finish | None) -> None:
+    def _lead(self, conn: psycopg.Connection[Any]) -> None:
         """Send one batch of what is queued, then hand the lead to the next queued writer:
         a leader writes its own and at most one batch of others', so its run is not held up
         writing theirs. A batch holds one write per workflow (a zombie's and its owner's
@@ -103,22 +109,19 @@ class _Group:
                     seen.add(wid)
                 self._queue = rest
             if batch:
-                again = self._send(conn, batch, own)
-                with self._lock:
-                    self._queue[:0] = again
+                if self._send(conn, batch) and len(batch) > 1:
+                    self.crash_point("after_group_commit")
                 for f in batch:
-                    if f not in again:
-                        f.done.set()
+                    f.done.set()
         except BaseException:
             self._strand(batch)
             raise
         self._hand_on()
 
-    def _send(
-        self, conn: psycopg.Connection[Any], batch: list[_Finish], own: _Finish | None
-    ) -> list[_Finish]:
-        """Write the batch, giving each its count or error; returns those to send again on
-        another writer's connection (the outage may be this connection's alone)."""
+    def _send(self, conn: psycopg.Connection[Any], batch: list[_Finish]) -> bool:
+        """Write the batch, giving each its count or error; whether it went in one piece.
+        A batch that fails as an outage is not sent again elsewhere: it may have committed
+        (a lost reply), and each run, interrupted, is resumed as after any outage."""
         try:
             if len(batch) == 1:
                 batch[0].count = self._db.run_on(conn, self.name, batch[0].params, "count")
@@ -127,15 +130,10 @@ class _Group:
                 written = self._together(conn, batch)
                 for f in batch:
                     f.count = 1 if f.params["workflow_id"] in written else 0
-                self.crash_point("after_group_commit")
+            return True
         except DatabaseUnavailableError as exc:
-            again = [f for f in batch if f is not own and not f.resent]
             for f in batch:
-                if f in again:
-                    f.resent = True
-                else:
-                    f.error = exc
-            return again
+                f.error = exc
         except Exception as exc:
             if len(batch) == 1:
                 batch[0].error = exc
@@ -147,7 +145,7 @@ class _Group:
                         f.count = self._db.run_on(conn, self.name, f.params, "count")
                     except Exception as alone:
                         f.error = alone
-        return []
+        return False
 
     def _hand_on(self) -> None:
         """The lead passes to the first queued writer (woken to send a batch on its own
@@ -159,6 +157,16 @@ class _Group:
             following = self._queue[0]
             following.lead = True
         following.done.set()
+
+    def _abandon(self, mine: _Finish) -> None:
+        """A queued writer's thread is going down while it waits: it leaves the queue, and
+        passes on the lead if it was just handed it (its write, if already in a batch in
+        flight, may still be committed: its run's replay then finds it)."""
+        with self._lock:
+            self._queue = [f for f in self._queue if f is not mine]
+            handed, mine.lead = mine.lead, False
+        if handed:
+            self._hand_on()
 
     def _strand(self, batch: list[_Finish]) -> None:
         """The leader's thread is going down (KeyboardInterrupt, SystemExit): those waiting
@@ -212,7 +220,7 @@ def _never(point: str) -> None:
 
 
 class _Finish:
-    __slots__ = ("count", "done", "error", "lead", "params", "resent")
+    __slots__ = ("count", "done", "error", "lead", "params")
 
     def __init__(self, params: dict[str, Any]) -> None:
         self.params = params
@@ -220,7 +228,6 @@ class _Finish:
         self.count = 0
         self.error: Exception | None = None
         self.lead = False  # handed the lead (woken to send a batch itself)
-        self.resent = False  # its batch failed on another's connection once already
 
 
 def _finish_params(batch: Sequence[_Finish]) -> dict[str, list[Any]]:

@@ -198,7 +198,7 @@ class Runner:
 
         config, system_url = self.config, self.client.database_url
         self._db = db
-        db.records.crash_point = self.crash_point
+        db.records.crash_point = db.finishes.crash_point = self.crash_point
         self.writer = AsyncWriter(db)
         app_url = libpq_url(config.app_database_url or system_url)
         check_url(app_url)
