@@ -3,8 +3,10 @@ fenced by its own run's epoch."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import psycopg
@@ -12,7 +14,9 @@ import psycopg
 import durable
 
 
-def test_finishes_queued_behind_a_write_go_in_one_statement(database_url: str) -> None:
+@contextlib.contextmanager
+def running(database_url: str, n: int) -> Iterator[durable.Client]:
+    """A client, and workflows f0..f{n-1} RUNNING under epoch 1 (as if a worker ran them)."""
     reg = durable.Registry()
 
     @durable.workflow(registry=reg, name="noop")
@@ -20,14 +24,19 @@ def test_finishes_queued_behind_a_write_go_in_one_statement(database_url: str) -
         return None
 
     with durable.Client(database_url) as client:
-        for i in range(9):
+        for i in range(n):
             client.submit(noop, workflow_id=f"f{i}")
-        db = client.db
         with psycopg.connect(database_url, autocommit=True) as setup:
             setup.execute(
                 "UPDATE durable.workflows SET status = 'RUNNING', owner = 'x', epoch = 1,"
                 " lease_expires_at = now() + interval '1 hour'"
             )
+        yield client
+
+
+def test_finishes_queued_behind_a_write_go_in_one_statement(database_url: str) -> None:
+    with running(database_url, 9) as client:
+        db = client.db
         params = [
             {
                 "workflow_id": f"f{i}",
@@ -91,21 +100,8 @@ def step_params(i: int, seq: int, epoch: int = 1) -> dict[str, Any]:
 
 
 def test_step_records_queued_behind_a_write_share_one_statement(database_url: str) -> None:
-    reg = durable.Registry()
-
-    @durable.workflow(registry=reg, name="noop")
-    def noop() -> None:
-        return None
-
-    with durable.Client(database_url) as client:
-        for i in range(9):
-            client.submit(noop, workflow_id=f"f{i}")
+    with running(database_url, 9) as client:
         db = client.db
-        with psycopg.connect(database_url, autocommit=True) as setup:
-            setup.execute(
-                "UPDATE durable.workflows SET status = 'RUNNING', owner = 'x', epoch = 1,"
-                " lease_expires_at = now() + interval '1 hour'"
-            )
         # f7: a zombie of an older epoch, refused by its fence; f3 twice (its owner and a
         # zombie): they go in separate statements, so each gets its own answer.
         writes = [step_params(i, 1, epoch=0 if i == 7 else 1) for i in range(9)]
@@ -144,21 +140,9 @@ def test_step_records_queued_behind_a_write_share_one_statement(database_url: st
 
 
 def test_a_record_the_database_refuses_does_not_fail_the_others(database_url: str) -> None:
-    reg = durable.Registry()
-
-    @durable.workflow(registry=reg, name="noop")
-    def noop() -> None:
-        return None
-
-    with durable.Client(database_url) as client:
-        for i in range(4):
-            client.submit(noop, workflow_id=f"f{i}")
+    with running(database_url, 4) as client:
         db = client.db
         with psycopg.connect(database_url, autocommit=True) as setup:
-            setup.execute(
-                "UPDATE durable.workflows SET status = 'RUNNING', owner = 'x', epoch = 1,"
-                " lease_expires_at = now() + interval '1 hour'"
-            )
             # f2's step 1 is already journaled: its record breaks the batch's statement.
             setup.execute(
                 "INSERT INTO durable.steps (workflow_id, step_seq, step_name, kind, output,"
@@ -200,21 +184,8 @@ def test_a_leader_whose_connection_dies_hands_its_queue_on(database_url: str) ->
     # The leader's own write fails because its connection died: the writes queued behind it
     # go out on the next writer's connection, not on the dead one (which would fail them
     # all as an outage that is not one).
-    reg = durable.Registry()
-
-    @durable.workflow(registry=reg, name="noop")
-    def noop() -> None:
-        return None
-
-    with durable.Client(database_url) as client:
-        for i in range(5):
-            client.submit(noop, workflow_id=f"f{i}")
+    with running(database_url, 5) as client:
         db = client.db
-        with psycopg.connect(database_url, autocommit=True) as setup:
-            setup.execute(
-                "UPDATE durable.workflows SET status = 'RUNNING', owner = 'x', epoch = 1,"
-                " lease_expires_at = now() + interval '1 hour'"
-            )
         writes = [step_params(i, 1) for i in range(5)]
         results: dict[int, Any] = {}
         conns = [psycopg.connect(database_url, autocommit=True) for _ in writes]
