@@ -47,7 +47,7 @@ class _Group:
     def __init__(self, db: Finisher) -> None:
         self._db = db
         self._lock = threading.Lock()
-        self._queue: list[_Finish] = []
+        self._queue: list[_Write] = []
         self._writing = False
         # Called with "after_group_commit" once a shared commit is done and before anyone
         # sharing it returns (the runner hands its crash_point in: crash tests SIGKILL here).
@@ -58,10 +58,10 @@ class _Group:
             # On Citus a batch is one statement over every shard, committed in two phases;
             # each write alone is one statement on its workflow's shard.
             return int(self._db.run_on(conn, self.name, params, "count"))
-        mine: _Finish | None = None
+        mine: _Write | None = None
         with self._lock:
             if self._writing:
-                mine = _Finish(params)
+                mine = _Write(params)
                 self._queue.append(mine)
             else:
                 self._writing = True
@@ -98,10 +98,10 @@ class _Group:
         writing theirs. A batch holds one write per workflow (a zombie's and its owner's
         are told apart by their rows, which the statement does not return): a second goes
         in a later batch."""
-        batch: list[_Finish] = []
+        batch: list[_Write] = []
         try:
             with self._lock:
-                rest: list[_Finish] = []
+                rest: list[_Write] = []
                 seen: set[str] = set()
                 for f in self._queue:
                     wid = f.params["workflow_id"]
@@ -118,7 +118,7 @@ class _Group:
             raise
         self._hand_on()
 
-    def _send(self, conn: psycopg.Connection[Any], batch: list[_Finish]) -> bool:
+    def _send(self, conn: psycopg.Connection[Any], batch: list[_Write]) -> bool:
         """Write the batch, giving each its count or error; whether it went in one piece.
         A batch that fails as an outage is not sent again elsewhere: it may have committed
         (a lost reply), and each run, interrupted, is resumed as after any outage."""
@@ -158,7 +158,7 @@ class _Group:
             following.lead = True
         following.done.set()
 
-    def _abandon(self, mine: _Finish) -> None:
+    def _abandon(self, mine: _Write) -> None:
         """A queued writer's thread is going down while it waits: it leaves the queue, and
         passes on the lead if it was just handed it (its write, if already in a batch in
         flight, may still be committed: its run's replay then finds it)."""
@@ -168,7 +168,7 @@ class _Group:
         if handed:
             self._hand_on()
 
-    def _strand(self, batch: list[_Finish]) -> None:
+    def _strand(self, batch: list[_Write]) -> None:
         """The leader's thread is going down (KeyboardInterrupt, SystemExit): those waiting
         on it and behind it are not left waiting; their runs end unfinished and are
         recovered like any interrupted run (a record written meanwhile is replayed)."""
@@ -179,7 +179,7 @@ class _Group:
                 f.error = DatabaseUnavailableError("the run writing this stopped")
                 f.done.set()
 
-    def _together(self, conn: psycopg.Connection[Any], batch: Sequence[_Finish]) -> set[str]:
+    def _together(self, conn: psycopg.Connection[Any], batch: Sequence[_Write]) -> set[str]:
         """Send the batch in one statement; the workflow ids whose write it made."""
         raise NotImplementedError
 
@@ -193,7 +193,7 @@ class FinishGroup(_Group):
     def finish(self, conn: psycopg.Connection[Any], params: dict[str, Any]) -> int:
         return self.write(conn, params)
 
-    def _together(self, conn: psycopg.Connection[Any], batch: Sequence[_Finish]) -> set[str]:
+    def _together(self, conn: psycopg.Connection[Any], batch: Sequence[_Write]) -> set[str]:
         rows = self._db.run_on(conn, "finish_workflows", _finish_params(batch), "all")
         return {r["workflow_id"] for r in rows}
 
@@ -210,7 +210,7 @@ class StepGroup(_Group):
             return int(self._db.run_on(conn, self.name, params, "count"))
         return self.write(conn, params)
 
-    def _together(self, conn: psycopg.Connection[Any], batch: Sequence[_Finish]) -> set[str]:
+    def _together(self, conn: psycopg.Connection[Any], batch: Sequence[_Write]) -> set[str]:
         rows = self._db.run_on(conn, "record_steps", steps_params([f.params for f in batch]), "all")
         return {r["workflow_id"] for r in rows}
 
@@ -219,7 +219,7 @@ def _never(point: str) -> None:
     return None
 
 
-class _Finish:
+class _Write:
     __slots__ = ("count", "done", "error", "lead", "params")
 
     def __init__(self, params: dict[str, Any]) -> None:
@@ -230,7 +230,7 @@ class _Finish:
         self.lead = False  # handed the lead (woken to send a batch itself)
 
 
-def _finish_params(batch: Sequence[_Finish]) -> dict[str, list[Any]]:
+def _finish_params(batch: Sequence[_Write]) -> dict[str, list[Any]]:
     return {
         "workflow_ids": [f.params["workflow_id"] for f in batch],
         "epochs": [f.params["epoch"] for f in batch],

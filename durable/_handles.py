@@ -89,7 +89,7 @@ class WorkflowHandle:
                     # SystemExit in a step must not end the caller's process): the
                     # database says how it ended, unless it ended SUCCESS here.
                     done, _ = concurrent.futures.wait([future], timeout=op.timeout)
-                    return self._local_end(future) if done else None
+                    return local_end(self._client, self._workflow_id, future) if done else None
                 case lifecycle.Finished():
                     return self._client.finished(op.workflow_id)
                 case lifecycle.Now():
@@ -102,16 +102,17 @@ class WorkflowHandle:
         life = lifecycle.result(self._workflow_id, timeout, future is not None)
         return lifecycle.drive(life, perform)
 
-    def _local_end(self, future: Any) -> tuple[bool, Any]:
-        """lifecycle.WaitLocal's answer for a local run that ended (a future of either
-        kind): its value if it left the text of a SUCCESS output, else (False, None)."""
-        output = ended(future)
-        if output is None:
-            return False, None
-        return True, self._client.outcome(self._workflow_id, WorkflowStatus.SUCCESS, output, None)
-
     def __repr__(self) -> str:
         return f"WorkflowHandle({self._workflow_id!r})"
+
+
+def local_end(client: Reader, workflow_id: str, future: Any) -> tuple[bool, Any]:
+    """lifecycle.WaitLocal's answer for a local run that ended (a future of either kind):
+    its value if it left the text of a SUCCESS output, else (False, None)."""
+    output = ended(future)
+    if output is None:
+        return False, None
+    return True, client.outcome(workflow_id, WorkflowStatus.SUCCESS, output, None)
 
 
 def _retrieved(waiter: asyncio.Future[Any]) -> None:
@@ -158,7 +159,7 @@ class AsyncWorkflowHandle:
                     done, _ = await asyncio.wait([waiter], timeout=op.timeout)
                     if not done:
                         return None
-                    return WorkflowHandle(self._client, self._workflow_id)._local_end(waiter)
+                    return local_end(self._client, self._workflow_id, waiter)
                 case lifecycle.Finished():
                     return await asyncio.to_thread(self._client.finished, op.workflow_id)
                 case lifecycle.Now():

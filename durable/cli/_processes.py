@@ -133,8 +133,3 @@ def supervise(argv: Sequence[str], processes: int, grace_seconds: float) -> int:
 
 def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code
-
-
-def forwarded_argv() -> list[str]:
-    """This command's arguments after the program name (`durable` or `python -m durable`)."""
-    return list(sys.argv[1:])

@@ -238,9 +238,10 @@ def worker(
 
     configure(os.environ.get("DURABLE_LOG_LEVEL", "INFO"), log_format)
     if processes > 1:
-        from durable.cli._processes import forwarded_argv, supervise
+        from durable.cli._processes import supervise
 
-        sys.exit(supervise(forwarded_argv(), processes, grace_seconds))
+        # Each process runs this command line (after the program's name) without --processes.
+        sys.exit(supervise(sys.argv[1:], processes, grace_seconds))
     engine = _load_app(
         app, database_url, concurrency, lease_seconds, poll_interval, schema, executor_id
     )
