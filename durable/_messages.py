@@ -41,6 +41,8 @@ class Messages(Reading):
                 "message_id": idempotency_key or str(uuid.uuid4()),
                 "topic": topic or "",
                 "payload": payload,
+                "sender_id": None,  # from outside any workflow
+                "sender_seq": None,
             },
         )
         self.notify_work(workflow_id)

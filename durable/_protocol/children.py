@@ -63,6 +63,9 @@ def child_started(run: Run, name: str) -> tuple[int, str | None]:
 
 
 def record_child_started(run: Run, seq: int, name: str, workflow_id: str) -> Gen[None]:
+    # The child's row is committed, the parent's journal row is not: the one mark of the
+    # start is the child's row (patched() finds it there, by parent and position).
+    run.settings.crash_point("after_child_start")
     output = run.settings.serializer.dumps(workflow_id)
     yield from record(run, seq, name, StepKind.CHILD, output, None, 1, None, workflow_id)
 

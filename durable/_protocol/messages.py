@@ -54,6 +54,8 @@ def send(
         "message_id": message_id,
         "topic": topic_key,
         "payload": payload,
+        "sender_id": run.workflow_id,  # what patched() finds at this position
+        "sender_seq": seq,
     }
     yield Execute("send_message", params)
     run.settings.crash_point("after_send_message")

@@ -8,11 +8,12 @@ calls it recorded and raises no NondeterminismError. A replay of a run that took
 branch finds its marker. The first answer for an id holds for the rest of the run.
 
 A run that an earlier process left inside a call at that position (on the old code: an
-effect's intent written, a child started, a gate asked, but no journal row yet) takes the
-old branch too, so that call replays as the old code's instead of being made again under
-the next position. A message sent there and cut off before its journal row is the one call
-this cannot see (its row is the receiver's): a send behind a patch point may be delivered
-once more.
+effect's intent written, a gate asked, a child started under any id, a message delivered,
+a transaction committed in a separate application database, but no journal row yet) takes
+the old branch too, so that call replays as the old code's instead of being made again
+under the next position. What was started at a position is found by what the rows say
+(a child's parent and position, a message's sender and position), never by the name the
+call would have derived: a child started under an id of its own is found all the same.
 
 `deprecate_patch(id)` is for the deploy after, once no run from before the patch is left:
 the old branch is gone, and the marker of a run that took the new branch is passed over
@@ -25,7 +26,7 @@ from __future__ import annotations
 from durable import _labels as labels
 from durable._models import StepKind
 from durable._protocol.journal import record
-from durable._protocol.ops import Execute, Gen
+from durable._protocol.ops import AppBegin, AppEnd, AppExecute, Execute, Gen
 from durable._protocol.run import Run
 
 
@@ -59,14 +60,34 @@ def patched(run: Run, patch_id: str) -> Gen[bool]:
 
 
 def _started_at(run: Run, seq: int) -> Gen[bool]:
-    """Whether a call at `seq` left its mark before its journal row: an effect's intent or
-    an approval gate (the workflow's own rows), or a child started there."""
+    """Whether a call at `seq` left its mark before its journal row, found by what the rows
+    say, not by the names the call would have given them: an effect's intent or an
+    approval gate (the workflow's own rows), a child started there under any id (its row
+    names its parent and the position), a message delivered from there (its row names its
+    sender and the position), or a transaction committed in a separate application
+    database (its `transaction_outputs` row). A transaction in the system database commits
+    with its journal row, so it leaves no such mark."""
     params = {"workflow_id": run.workflow_id, "step_seq": seq}
     row = yield Execute("patch_point_started", params, "one")
     if row is not None and row["started"]:
         return True
-    child = {"workflow_id": labels.child_id(run.workflow_id, seq)}
-    return (yield Execute("get_workflow_status", child, "one")) is not None
+    if (yield Execute("child_started_at", params, "one")) is not None:
+        return True
+    if (yield Execute("message_sent_at", params, "one")) is not None:
+        return True
+    if run.settings.app_separate:
+        yield AppBegin(None)
+        try:
+            committed = yield AppExecute("app_get_transaction", params, "one")
+        except GeneratorExit:
+            raise
+        except BaseException:
+            yield AppEnd(commit=False)  # nothing to keep: the transaction only read
+            raise
+        yield AppEnd(commit=False)
+        if committed is not None:
+            return True
+    return False
 
 
 def deprecate_patch(run: Run, patch_id: str) -> None:

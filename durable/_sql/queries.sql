@@ -154,11 +154,29 @@ WHERE e.heartbeat_at < {schema}.current_time() - make_interval(secs => %(stale_s
 -- Whether a run of this workflow started a call at position step_seq that left no journal
 -- row there yet (an effect's intent, an approval gate asked): code from before a patch
 -- passed that point, so a patch there must take its old branch. One shard (both tables
--- are the workflow's).
+-- are the workflow's); children and messages are asked apart (child_started_at,
+-- message_sent_at), as they live on other shards.
 SELECT EXISTS (SELECT 1 FROM {schema}.effects
                WHERE workflow_id = %(workflow_id)s AND step_seq = %(step_seq)s)
     OR EXISTS (SELECT 1 FROM {schema}.approvals
                WHERE workflow_id = %(workflow_id)s AND step_seq = %(step_seq)s) AS started
+
+-- child_started_at --
+-- Whether a run of this workflow started a child (called, started or enqueued, under a
+-- derived id or one the code chose) at position step_seq: the child's row names its parent
+-- and the position, whatever the child's id. Fans out to every shard on Citus (the child
+-- lives on its own); asked only by a run recovering at a patch point.
+SELECT 1 AS started FROM {schema}.workflows
+WHERE parent_id = %(workflow_id)s AND parent_step_seq = %(step_seq)s
+LIMIT 1
+
+-- message_sent_at --
+-- Whether a run of this workflow delivered a message from position step_seq (the message
+-- is the receiver's row: by its sender columns, whatever its id). Fans out on Citus, like
+-- child_started_at, and is asked only by a run recovering at a patch point.
+SELECT 1 AS sent FROM {schema}.messages
+WHERE sender_id = %(workflow_id)s AND sender_seq = %(step_seq)s
+LIMIT 1
 
 -- finished_among --
 -- Which of these workflows have finished, or are not there (gone: yet, since an engine
@@ -1247,8 +1265,10 @@ WHERE s.success
 -- before this one landed. (updated_at is set either way: Citus refuses the time inside a
 -- CASE.)
 WITH delivered AS (
-    INSERT INTO {schema}.messages (workflow_id, message_id, topic, payload)
-    VALUES (%(workflow_id)s, %(message_id)s, %(topic)s, %(payload)s)
+    INSERT INTO {schema}.messages (workflow_id, message_id, topic, payload, sender_id,
+                                   sender_seq)
+    VALUES (%(workflow_id)s, %(message_id)s, %(topic)s, %(payload)s, %(sender_id)s,
+            %(sender_seq)s)
     ON CONFLICT DO NOTHING
     RETURNING workflow_id
 )

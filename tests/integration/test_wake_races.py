@@ -73,7 +73,14 @@ def test_a_message_sent_while_the_row_is_locked_still_wakes_the_receiver(
 ) -> None:
     q = _queries()
     _running(database_url, "r1")
-    message = {"workflow_id": "r1", "message_id": "m1", "topic": "t", "payload": '"hi"'}
+    message = {
+        "workflow_id": "r1",
+        "message_id": "m1",
+        "topic": "t",
+        "payload": '"hi"',
+        "sender_id": None,
+        "sender_seq": None,
+    }
     suspend = {"workflow_id": "r1", "epoch": 1, "wake_at": None, "topic": "t"}
     assert _interleave(database_url, q["send_message"], message, q["suspend_until"], suspend)
     assert _status(database_url, "r1") == "SUSPENDED"  # the race, as PostgreSQL runs it

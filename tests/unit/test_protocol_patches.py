@@ -117,12 +117,70 @@ def test_a_call_an_earlier_run_started_at_the_point_keeps_the_old_branch() -> No
 
 
 def test_a_child_an_earlier_run_started_at_the_point_keeps_the_old_branch() -> None:
+    # Found by the child's row (its parent and position), whatever id the child was given:
+    # a child started under an id of its own is found as well as one with a derived id.
     run = make_run(records=[done(0, "fetch", "a")])
-    children = {"get_workflow_status": lambda op: {"status": "RUNNING"}}
-    script = Script(statements=children)
+    script = Script(statements={"child_started_at": {"started": 1}})
     script.run(protocol.step(run, step_def(fetch), (), {}))
     assert script.run(protocol.patched(run, "fix-tax")) is False
-    assert script.ops[-1].params == {"workflow_id": "wf-1:child:1"}
+    assert run.journal.next_seq == 1
+    asked = script.ops[-1]
+    assert (asked.name, asked.params) == (
+        "child_started_at",
+        {"workflow_id": "wf-1", "step_seq": 1},
+    )
+    assert not [op for op in script.ops if getattr(op, "name", "") == "get_workflow_status"]
+
+
+def test_a_message_an_earlier_run_delivered_at_the_point_keeps_the_old_branch() -> None:
+    # The message is the receiver's row; it names its sender and the sender's position.
+    run = make_run(records=[done(0, "fetch", "a")])
+    script = Script(statements={"message_sent_at": {"sent": 1}})
+    script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert script.run(protocol.patched(run, "fix-tax")) is False
+    asked = script.ops[-1]
+    assert (asked.name, asked.params) == ("message_sent_at", {"workflow_id": "wf-1", "step_seq": 1})
+
+
+def test_a_transaction_committed_in_the_app_database_keeps_the_old_branch() -> None:
+    # A separate application database: its transaction_outputs row commits first, the
+    # journal row after; a crash between the two leaves the app-side row as the only mark.
+    run = make_run(records=[done(0, "fetch", "a")], app_separate=True)
+    committed = {"step_name": "refund", "output": "1", "error": None}
+    script = Script(statements={"app_get_transaction": committed})
+    script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert script.run(protocol.patched(run, "fix-tax")) is False
+    assert script.labels[-3:] == [
+        "AppBegin",
+        "AppExecute app_get_transaction",
+        "AppEnd rollback",
+    ]
+    assert run.journal.next_seq == 1
+
+
+def test_nothing_started_at_the_point_takes_the_new_branch_after_asking_everywhere() -> None:
+    run = make_run(records=[done(0, "fetch", "a")], app_separate=True)
+    script = Script()
+    script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert script.run(protocol.patched(run, "fix-tax")) is True
+    asked = [label for label in script.labels if "record_step" not in label]
+    assert asked[-6:] == [
+        "Execute patch_point_started",
+        "Execute child_started_at",
+        "Execute message_sent_at",
+        "AppBegin",
+        "AppExecute app_get_transaction",
+        "AppEnd rollback",
+    ]
+
+
+def test_the_app_database_is_not_asked_when_it_is_the_system_database() -> None:
+    # There the transaction's journal row commits with it: no mark without a row.
+    run = make_run(records=[done(0, "fetch", "a")])
+    script = Script()
+    script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert script.run(protocol.patched(run, "fix-tax")) is True
+    assert "AppBegin" not in script.labels
 
 
 def test_a_first_run_looks_for_nothing() -> None:
