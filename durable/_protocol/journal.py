@@ -21,7 +21,12 @@ from typing import Any
 from durable._models import StepKind, StepRecord
 from durable._protocol.ops import AwaitWriter, Enqueue, Execute, Gen, WriteSteps
 from durable._protocol.run import Run, _fenced
-from durable.errors import StaleOwnerError, StepError
+from durable.errors import (
+    StaleOwnerError,
+    StepError,
+    WorkflowCancelledError,
+    WorkflowTimeoutError,
+)
 from durable.serialization import rebuild, return_type
 
 
@@ -59,13 +64,26 @@ def decode_error(text: str) -> tuple[str, str, str]:
     return str(data.get("type", "")), str(data.get("message", "")), str(data.get("traceback", ""))
 
 
-def rebuild_error(step_name: str, text: str) -> BaseException:
+# How a child workflow called directly can end in its parent, besides its own error: the
+# parent's `except` on the first run must catch the same type on every replay.
+_CHILD_ENDINGS: dict[str, type[WorkflowCancelledError]] = {
+    "durable.errors.WorkflowTimeoutError": WorkflowTimeoutError,
+    "durable.errors.WorkflowCancelledError": WorkflowCancelledError,
+}
+
+
+def rebuild_error(step_name: str, text: str, child_id: str | None = None) -> BaseException:
     """The exception to raise when replaying a failed step.
 
-    Built-in exception types are rebuilt (they take a message and run no user code);
+    Built-in exception types are rebuilt (they take a message and run no user code), and
+    so is a child's timeout or cancellation (`child_id`: the record is a child's);
     anything else becomes a StepError carrying the recorded type, message and traceback.
     """
     error_type, message, trace = decode_error(text)
+    if child_id is not None and (ending := _CHILD_ENDINGS.get(error_type)) is not None:
+        rebuilt_ending = ending(child_id)
+        rebuilt_ending.args = (message,)  # the first run's words (its timeout, its reason)
+        return rebuilt_ending
     module, _, qualname = error_type.rpartition(".")
     if module == "builtins":
         cls = getattr(builtins, qualname, None)
@@ -84,7 +102,8 @@ def replay(run: Run, record: StepRecord, fn: Callable[..., Any] | None = None) -
     """Return (or raise) what a journaled call returned (or raised) the first time: the
     stored value, rebuilt as `fn`'s return type when it declares one (see Run.keep)."""
     if record.error is not None:
-        raise rebuild_error(record.step_name, record.error)
+        child = record.child_workflow_id if record.kind is StepKind.CHILD else None
+        raise rebuild_error(record.step_name, record.error, child)
     return restore(run, record.output, fn)
 
 

@@ -45,6 +45,20 @@ def test_builtin_errors_rebuild_others_become_step_errors() -> None:
     assert "boom" in err2.traceback
 
 
+def test_a_childs_timeout_or_cancel_rebuilds_as_itself_on_replay() -> None:
+    # A child called directly: the parent caught WorkflowTimeoutError on the first run, so
+    # every replay raises that type again, with the child's id and the first run's words.
+    first = errors.WorkflowTimeoutError("c-1", 0.5)
+    again = rebuild_error("child", encode_error(first), "c-1")
+    assert type(again) is errors.WorkflowTimeoutError
+    assert (again.workflow_id, str(again)) == ("c-1", str(first))
+    cancelled = errors.WorkflowCancelledError("c-2", "by an operator")
+    again = rebuild_error("child", encode_error(cancelled), "c-2")
+    assert type(again) is errors.WorkflowCancelledError and str(again) == str(cancelled)
+    # Only for a child's record: a step that raised one is a StepError, as before.
+    assert isinstance(rebuild_error("s", encode_error(first)), errors.StepError)
+
+
 def test_backoff_grows_and_is_capped() -> None:
     policy = RetryPolicy(retries=5, initial_delay=1, backoff=2, max_delay=5, jitter=0)
     assert [policy.delay(a) for a in range(1, 6)] == [1, 2, 4, 5, 5]
