@@ -20,7 +20,7 @@ from durable._protocol.budget import open_ledger
 from durable._protocol.first import wake_parent
 from durable._protocol.journal import barrier, encode_error
 from durable._protocol.ops import Call, Execute, Gen, Join, Outcome, WriteSteps
-from durable._protocol.run import Run, _fenced
+from durable._protocol.run import TIMEOUT_REASON, Run
 from durable._protocol.transitions import WORKFLOW_TRANSITIONS, assert_transition
 from durable.errors import (
     DatabaseUnavailableError,
@@ -82,7 +82,12 @@ def workflow(
         yield from finish(run, WorkflowStatus.ERROR, None, encode_error(error))
         raise
     run.settings.crash_point("before_workflow_finish")
-    yield from finish(run, WorkflowStatus.SUCCESS, output, None)
+    try:
+        yield from finish(run, WorkflowStatus.SUCCESS, output, None)
+    except WorkflowInterrupted as stop:
+        # Asked to stop after its last call, before its outcome was written: the cancel
+        # wins, as it would have at any call before (and its compensations run).
+        raise (yield from _stop(run, defn, stop)) from None
     run.output = output
     return value
 
@@ -154,11 +159,31 @@ def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | No
         rows, run.pending = run.pending, []
         written = yield WriteSteps(rows, params)
         if len(written) < len(rows):
-            raise StaleOwnerError(run.workflow_id, run.epoch)
+            yield from _refused(run, status, rows)
     else:
         yield from barrier(run)
-        _fenced((yield Execute("finish_workflow", params)), run)
+        if not (yield Execute("finish_workflow", params)):
+            yield from _refused(run, status)
     yield from wake_parent(run)
+
+
+def _refused(run: Run, status: WorkflowStatus, held: Sequence[dict[str, Any]] = ()) -> Gen[None]:
+    """A refused outcome: a SUCCESS refused because a cancel request stands (the run still
+    owns the workflow) raises WorkflowInterrupted, so the run stops as cancelled; anything
+    else means this run lost the workflow (StaleOwnerError).
+
+    The rule: a cancel requested before the outcome is written wins, even after the last
+    call. The check is in the outcome's statement itself, so nothing is read in the common
+    case and no request can slip in between a read and the write."""
+    if status is WorkflowStatus.SUCCESS:
+        params = {"workflow_id": run.workflow_id, "epoch": run.epoch}
+        row = yield Execute("finish_refused", params, "one")
+        if row is not None:
+            reason = str(row["cancel_reason"] or "cancelled")
+            run.cancel_reason = reason
+            run.pending = list(held)  # not written: they go with the cancelled outcome
+            raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
+    raise StaleOwnerError(run.workflow_id, run.epoch)
 
 
 def compensate(

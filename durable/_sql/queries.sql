@@ -655,13 +655,24 @@ SELECT CASE WHEN count(*) = 1 THEN 1
 FROM rec
 
 -- finish_workflow --
--- Write a run's outcome and release ownership, only while this run's epoch owns it.
+-- Write a run's outcome and release ownership, only while this run's epoch owns it. A
+-- SUCCESS is refused while a cancel request stands (asked before this commit): the cancel
+-- wins, and the run stops as cancelled instead (see finish_refused).
 UPDATE {schema}.workflows
 SET status = %(status)s, output = %(output)s, error = %(error)s, owner = NULL,
     lease_expires_at = NULL, finished_at = {schema}.current_time(),
     updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+    AND (%(status)s <> 'SUCCESS' OR cancel_requested_at IS NULL)
+
+-- finish_refused --
+-- Why this run's outcome was refused: its row while the run still owns it and a cancel
+-- request stands (the run then stops as cancelled); no row: it lost ownership.
+SELECT cancel_reason FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+    AND cancel_requested_at IS NOT NULL
 
 -- finish_workflows --
 -- Many runs' outcomes in one statement and one commit (a group commit: runs that finish
@@ -676,6 +687,7 @@ FROM unnest(%(workflow_ids)b::text[], %(epochs)b::bigint[], %(statuses)b::text[]
      AS f (workflow_id, epoch, status, output, error)
 WHERE w.workflow_id = f.workflow_id
   AND (w.epoch, w.status) IS NOT DISTINCT FROM (f.epoch, 'RUNNING')
+  AND (f.status <> 'SUCCESS' OR w.cancel_requested_at IS NULL)  -- as in finish_workflow
 RETURNING w.workflow_id
 
 -- finish_with_steps --
@@ -689,6 +701,7 @@ WITH finished AS (
         updated_at = {schema}.current_time()
     WHERE workflow_id = %(workflow_id)s
         AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+        AND (%(status)s <> 'SUCCESS' OR cancel_requested_at IS NULL)  -- as finish_workflow
     RETURNING workflow_id
 )
 INSERT INTO {schema}.steps AS j (workflow_id, step_seq, step_name, kind, output, error, attempts,

@@ -338,6 +338,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "record_step": step,
         "record_step_in_app": step,
         "finish_workflow": {**fenced, "status": "SUCCESS", "output": "1", "error": None},
+        "finish_refused": fenced,
         "finish_workflows": {
             "workflow_ids": [w, f"{w}-child"],
             "epochs": [1, 1],
@@ -751,6 +752,7 @@ HOT = [
     "effect_intent",
     "effect_pending",
     "ensure_budget",
+    "finish_refused",
     "finish_with_steps",
     "finish_workflow",
     "get_approval",

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from durable import _protocol as protocol
-from durable._models import Budget, StepKind
+from durable._models import Budget, StepKind, WorkflowStatus
 from durable._protocol import (
     TRANSACTION_OUTPUTS_TAKEN,
     AppBegin,
@@ -286,6 +286,48 @@ def test_a_cancel_walks_the_tree_a_level_at_a_time_and_asks_again_for_what_chang
         ["c2"],
     ]
     assert sorted(r["workflow_id"] for r in done) == sorted([WORKFLOW_ID, "c1", "c2", "g1"])
+
+
+def test_a_cancel_asked_after_the_last_call_wins_over_success() -> None:
+    # The body returned; the SUCCESS outcome is refused because a cancel request stands
+    # (the statement checks it): the run stops as cancelled, as at any call before.
+    run = make_run()
+    script = Script(
+        statements={
+            "finish_workflow": Then(0, 1),
+            "finish_refused": {"cancel_reason": "operator"},
+        }
+    )
+    with pytest.raises(WorkflowCancelledError) as info:
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert info.value.reason == "operator"
+    assert script.labels == [
+        "Call body",
+        "Join",
+        "Execute finish_workflow",
+        "Execute finish_refused",
+        "Execute children_of",
+        "Execute cancel_workflows",
+        "Execute finish_workflow",
+    ]
+    success, cancelled = script.executed("finish_workflow")
+    assert (success["status"], cancelled["status"]) == ("SUCCESS", "CANCELLED")
+    assert run.output is None
+
+
+def test_a_success_refused_with_no_cancel_standing_is_lost_ownership() -> None:
+    script = Script(statements={"finish_workflow": 0, "finish_refused": None})
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.workflow(make_run(), workflow_def(body), (), {}))
+    assert script.executed("cancel_workflows") == []
+
+
+def test_a_refused_failure_is_lost_ownership_without_asking_why() -> None:
+    # ERROR, CANCELLED, COMPENSATED: a cancel request does not change a failure's outcome.
+    script = Script(statements={"finish_workflow": 0})
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.finish(make_run(), WorkflowStatus.ERROR, None, "{}"))
+    assert script.executed("finish_refused") == []
 
 
 def test_a_timeout_finishes_cancelled_with_a_timeout_error() -> None:
