@@ -15,6 +15,7 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable import _protocol as protocol
@@ -39,6 +40,7 @@ from durable._protocol import (
     Execute,
     Gen,
     Join,
+    LeaseClock,
     Outcome,
     Park,
     Pause,
@@ -48,7 +50,8 @@ from durable._protocol import (
     WriteSteps,
 )
 from durable._runio import AppTransaction
-from durable.errors import AsyncInSyncError, NoEngineError
+from durable._runio_base import node_down
+from durable.errors import AsyncInSyncError, DatabaseUnavailableError, NoEngineError
 
 if TYPE_CHECKING:
     from durable._registry import StepDef, WorkflowDef
@@ -105,11 +108,34 @@ def _prove_claim(run: Run, db: SystemDB, conn: Any) -> None:
         protocol.proven(run, check, db.run_on(conn, check.name, check.params, check.fetch))
 
 
+# The operations performed on the run's own connection (a Call proves the claim on it).
+_ON_CONN = (Execute, WriteSteps, Call, AppCall)
+
+
+def _reconnect(run: Run) -> Any:
+    """A new connection for a run whose own an outage closed, kept until the run ends (see
+    execute_run): a write the core sends again once the database answers goes on it."""
+    checkouts: ExitStack | None = run.checkouts
+    if checkouts is None:
+        raise DatabaseUnavailableError("lost the run's connection to the system database")
+    run.conn = checkouts.enter_context(run.host.db.connection())
+    return run.conn
+
+
+def _drop(run: Run, conn: Any) -> None:
+    """An outage came through the run's connection: close it (a connection to a server
+    turned standby still looks open, and would refuse every later write), so that the next
+    statement checks out a new one rather than fail on it."""
+    if conn is not None:
+        conn.close()
+    if run.conn is conn:
+        run.conn = None
+
+
 def drive(run: Run, gen: Gen[T]) -> T:
     """Run a protocol generator to its end on this thread; return what it returns."""
     host: Host = run.host
     db = host.db
-    conn = run.conn
     app: AppTransaction | None = None
     value: Any = None
     error: BaseException | None = None
@@ -117,7 +143,12 @@ def drive(run: Run, gen: Gen[T]) -> T:
         while True:
             op = gen.send(value) if error is None else gen.throw(error)  # StopIteration: done
             value = error = None
+            # Read at every operation: a nested call (a step inside the body's Call) may
+            # have replaced a connection an outage closed.
+            conn = run.conn
             try:
+                if conn is None and isinstance(op, _ON_CONN):
+                    conn = _reconnect(run)
                 # A statement is handed on by its operation's `op.name` (never SQL text).
                 # This match runs once per operation: the classes are module globals, one
                 # read fewer per case than the async driver's `ops.Execute`.
@@ -144,11 +175,15 @@ def drive(run: Run, gen: Gen[T]) -> T:
                             host.writer.wait(run.workflow_id, run.epoch)
                     case Pause(seconds=seconds):
                         time.sleep(seconds)
+                    case LeaseClock():
+                        value = (time.monotonic(), db.outage.renewed_at)
                     case RunChild():
                         try:
                             value = Outcome(host.run_child(op))
                         except Exception as exc:
                             value = Outcome(None, exc)
+                        if conn is not None and conn.closed:
+                            run.conn = None  # an outage in the child, which shared it
                     case AppBegin(isolation_level=isolation_level):
                         app = AppTransaction(db, host.app_connection(isolation_level))
                         app.begin()
@@ -171,6 +206,12 @@ def drive(run: Run, gen: Gen[T]) -> T:
                         raise TypeError(f"unknown protocol operation {op!r}")
             except BaseException as exc:
                 error = exc
+                if (
+                    isinstance(exc, DatabaseUnavailableError)
+                    and isinstance(op, _ON_CONN)
+                    and not node_down(exc)
+                ):
+                    _drop(run, conn)
     except StopIteration as stop:
         result: T = stop.value  # what the generator returned, typed by Gen[T]
         return result
@@ -197,12 +238,18 @@ def execute_run(
     outer = current_run.get()
     if conn is None and outer is not None and outer.conn is not None:
         conn = outer.conn
-    if conn is not None:
-        run.conn = conn
-        return _execute(host, run, defn, args, kwargs)
-    with host.db.connection() as conn:
-        run.conn = conn
-        return _execute(host, run, defn, args, kwargs)
+    with ExitStack() as checkouts:
+        # Connections the run checks out when an outage closed the one it had (_reconnect).
+        run.checkouts = checkouts
+        try:
+            if conn is not None:
+                run.conn = conn
+                return _execute(host, run, defn, args, kwargs)
+            with host.db.connection() as conn:
+                run.conn = conn
+                return _execute(host, run, defn, args, kwargs)
+        finally:
+            run.checkouts = None
 
 
 def _execute(

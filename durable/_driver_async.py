@@ -157,6 +157,8 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                             await asyncio.to_thread(host.writer.wait, run.workflow_id, run.epoch)
                     case ops.Pause(seconds=seconds):
                         await asyncio.sleep(seconds)
+                    case ops.LeaseClock():
+                        value = (time.monotonic(), db.outage.renewed_at)
                     case ops.RunChild():
                         try:
                             value = Outcome(await host.run_child(op))

@@ -19,7 +19,8 @@ The package is split by concept, one module per kind of decision:
 
 - `ops`: the operations a generator yields to its driver, and `Outcome`.
 - `run`: `Settings`, `Run` and `Journal`; when a run must stop or prove its claim.
-- `journal`: replay, errors as stored, journal writes and durability barriers.
+- `journal`: replay, errors as stored, journal writes (and outlasting an outage that
+  cuts one off) and durability barriers.
 - `steps`: @step, @durable.tool and @transaction.
 - `faults`: what an application-database error means to a transaction step.
 - `effects`: @effect's write-ahead state machine.
@@ -74,6 +75,7 @@ from durable._protocol.journal import (
     barrier,
     decode_error,
     encode_error,
+    outlast,
     rebuild_error,
     record,
     replay,
@@ -94,6 +96,7 @@ from durable._protocol.ops import (
     Fetch,
     Gen,
     Join,
+    LeaseClock,
     Op,
     Outcome,
     Park,
@@ -102,6 +105,7 @@ from durable._protocol.ops import (
     StepScope,
     WriteSteps,
     conflict_backoff,
+    outage_backoff,
 )
 from durable._protocol.patches import deprecate_patch, patched
 from durable._protocol.run import (
@@ -111,6 +115,7 @@ from durable._protocol.run import (
     Run,
     Settings,
     check_interrupt,
+    lease_may_hold,
     proven,
     reclaim,
     stop_reason,
@@ -181,6 +186,7 @@ __all__ = [
     "Gen",
     "Join",
     "Journal",
+    "LeaseClock",
     "OnApproval",
     "OnChild",
     "OnMessage",
@@ -218,7 +224,10 @@ __all__ = [
     "gate",
     "get_event",
     "is_settled",
+    "lease_may_hold",
     "open_ledger",
+    "outage_backoff",
+    "outlast",
     "over_cap",
     "patched",
     "proven",

@@ -6,7 +6,9 @@ failure back into an exception (built-in types as themselves, anything else as a
 StepError). Errors are always stored as JSON, whatever the value serializer. Writing is
 `record`, which lets lazy records (plain steps, state, turns) wait for the durability
 mode, and `barrier`, which writes everything a run still holds before anything that
-cannot be redone (an effect, a transaction, a child, a wait, the finish).
+cannot be redone (an effect, a transaction, a child, a wait, the finish). A record whose
+write an outage cuts off is sent again while the run's lease may hold (`outlast`): the
+call it records has run, and giving up would have recovery run it again.
 """
 
 from __future__ import annotations
@@ -19,9 +21,20 @@ from collections.abc import Callable
 from typing import Any
 
 from durable._models import StepKind, StepRecord
-from durable._protocol.ops import AwaitWriter, Enqueue, Execute, Gen, WriteSteps
-from durable._protocol.run import Run, _fenced
+from durable._protocol.faults import Fault
+from durable._protocol.ops import (
+    AwaitWriter,
+    Enqueue,
+    Execute,
+    Gen,
+    LeaseClock,
+    Pause,
+    WriteSteps,
+    outage_backoff,
+)
+from durable._protocol.run import Run, _fenced, lease_may_hold
 from durable.errors import (
+    DatabaseUnavailableError,
     StaleOwnerError,
     StepError,
     WorkflowCancelledError,
@@ -174,4 +187,64 @@ def record(
                 yield Enqueue(params)
             return
         yield from barrier(run)
-    _fenced((yield Execute("record_step", params)), run)
+    op = Execute("record_step", params)
+    try:
+        written = yield op
+    except DatabaseUnavailableError as exc:
+        written = yield from outlast(run, op, exc, 1)
+    _fenced(written, run)
+
+
+# The journal's key. A record sent again that meets its own position taken was written by
+# an earlier send: the fence lets only this run's epoch write there. On Citus the shard's
+# name of the constraint is reported, with the shard's number after it.
+_JOURNAL_KEY = "steps_pkey"
+
+
+def _already_written(run: Run, exc: BaseException) -> bool:
+    fault = run.settings.classify_app_error(exc)
+    if fault is None or fault.kind is not Fault.UNIQUE or fault.constraint is None:
+        return False
+    name = fault.constraint
+    return name == _JOURNAL_KEY or (
+        name.startswith(_JOURNAL_KEY + "_") and name[len(_JOURNAL_KEY) + 1 :].isdigit()
+    )
+
+
+def outlast(run: Run, op: Execute, cut: DatabaseUnavailableError, written: Any) -> Gen[Any]:
+    """Send a fenced journal write again, the same statement at the same epoch, after an
+    outage cut it off (`cut`), for as long as the run's lease may still hold; return its
+    answer, or `written` when the record turns out to be there already.
+
+    The write records a call that has run (a step's code, whose output is in memory):
+    giving it up interrupts the run, and recovery runs that code a second time. An outage
+    (a connection lost, a server restarting or refusing connections, a Citus worker node
+    down) may cut the write off at three points, and sending it again is right at each:
+
+    - before it reached the server, or when the server rolled it back (its backend was
+      terminated, the server went down before the commit): the record is not there, and
+      the new send writes it;
+    - after it committed, with only its answer lost: the new send meets the record at its
+      position (a unique violation of the journal's key, where only this run's epoch can
+      have written), so the record is there, as the first send wrote it;
+    - meanwhile another worker claimed the workflow (the lease ran out): the fence refuses
+      the new send (no row, StaleOwnerError at the caller) and the new owner runs the call.
+
+    It gives up, raising the outage (the run is interrupted and recovered as before), once
+    the lease has surely lapsed (run.lease_may_hold): another worker may own the workflow
+    by then, and a long outage must not hold the run's thread."""
+    attempt = 0
+    while True:
+        attempt += 1
+        now, renewed_at = yield LeaseClock()
+        if not lease_may_hold(run, now, renewed_at):
+            raise cut
+        yield Pause(outage_backoff(attempt))
+        try:
+            return (yield op)
+        except DatabaseUnavailableError as exc:
+            cut = exc
+        except Exception as exc:
+            if _already_written(run, exc):
+                return written
+            raise

@@ -119,11 +119,27 @@ def conflict_backoff(attempt: int) -> float:
     return min(0.2, 0.002 * 2.0 ** (attempt - 1)) * (0.5 + random.random())
 
 
+def outage_backoff(attempt: int) -> float:
+    """Seconds to wait before sending a write again after an outage cut off attempt
+    `attempt`: 50 ms doubling to 1 s, with jitter so that the runs an outage interrupted
+    together do not all come back at the same instant."""
+    return min(1.0, 0.05 * 2.0 ** (attempt - 1)) * (0.5 + random.random())
+
+
 @dataclass(slots=True)
 class Pause:
     """Wait in place (a retry's backoff, a sleep too short to suspend for)."""
 
     seconds: float
+
+
+@dataclass(slots=True)
+class LeaseClock:
+    """Ask how old this process's knowledge of its leases is: sends back a pair
+    (now, renewed_at), the driver's monotonic clock and when the heartbeat last renewed
+    every lease this process holds (Outage.renewed_at, 0.0 if never). With the run's own
+    `proven_at`, it tells the core whether a run's lease may still hold (see
+    run.lease_may_hold) without the core owning a clock."""
 
 
 @dataclass(slots=True)
@@ -207,6 +223,7 @@ Op = (
     | AwaitWriter
     | Call
     | Pause
+    | LeaseClock
     | RunChild
     | AppBegin
     | AppExecute

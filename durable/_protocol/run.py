@@ -5,8 +5,9 @@ environment and owns no clock); `Run` is one executing run; `Journal` assigns ca
 positions and finds the record to replay at each. The stopping rules live next to that
 state because they read nothing else: a run stops at its next new call when it was
 cancelled or passed its deadline (`check_interrupt`), renews its claim before running code
-when its lease may have lapsed (`reclaim`, then `proven`), and treats a fenced write that
-touched no row as lost ownership (`_fenced`).
+when its lease may have lapsed (`reclaim`, then `proven`), keeps sending a write an outage
+cut off only while its lease may still hold (`lease_may_hold`), and treats a fenced write
+that touched no row as lost ownership (`_fenced`).
 """
 
 from __future__ import annotations
@@ -140,6 +141,9 @@ class Run:
     mode: str = "sync"
     conn: Any = None
     host: Any = None
+    # (The sync driver's) where a connection checked out after an outage closed the run's
+    # own is kept until the run ends.
+    checkouts: Any = None
     # True only for the run that created the workflow: nothing can have been written for
     # it before, so lookups of half-finished work (an app-side transaction record, an
     # effect's intent) are skipped. A claimed run, even with an empty journal, looks.
@@ -280,6 +284,16 @@ def proven(run: Run, check: ClaimCheck, row: Any) -> None:
     if row is None:
         raise StaleOwnerError(run.workflow_id, run.epoch)
     run.doubts_seen, run.proven_at = check.doubts, check.at
+
+
+def lease_may_hold(run: Run, now: float, renewed_at: float) -> bool:
+    """Whether this run's lease may still hold at `now` (time.monotonic()), as far as this
+    process can tell: less than a lease has passed since it was last renewed, by the
+    heartbeat (`renewed_at`, Outage.renewed_at) or by the run proving its claim
+    (`proven_at`). Both are taken before their statement was sent, so the lease held at
+    least that long; a renewal whose answer was lost may have made it longer, never
+    shorter. Past that, another worker may have claimed the workflow."""
+    return now - max(run.proven_at, renewed_at) < run.settings.lease_seconds
 
 
 def _fenced(count: int, run: Run) -> None:

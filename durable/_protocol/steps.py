@@ -2,7 +2,8 @@
 
 A step replays its record or runs its code, retrying as its policy says, passing the
 budget gate first and waiting at the cap gate when a charge is refused; its record, its
-charge and (a tool) its call record are one fenced write. A transaction step commits the
+charge and (a tool) its call record are one fenced write, sent again while the run's lease
+may hold when an outage cuts it off (see journal.outlast). A transaction step commits the
 user's SQL and its journal record together, in the system database or through the
 application database's `transaction_outputs` (adopted on replay after a crash between
 the two commits), and decides which application-database failures retry, which mean lost
@@ -18,9 +19,9 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from durable._models import Ledger, StepKind
-from durable._protocol.budget import _cap_gate, budget_gate
+from durable._protocol.budget import _cap_gate, budget_gate, refresh_ledger
 from durable._protocol.faults import TRANSACTION_OUTPUTS_TAKEN, Fault
-from durable._protocol.journal import barrier, encode_error, record, replay, restore
+from durable._protocol.journal import barrier, encode_error, outlast, record, replay, restore
 from durable._protocol.ops import (
     ABORTED,
     CONFLICT_ATTEMPTS,
@@ -147,7 +148,7 @@ def _record_call(
         )
         return
     yield from barrier(run)  # this write is synchronous, so earlier records go first
-    row = yield Execute(
+    op = Execute(
         "record_charged_step",
         {
             "workflow_id": run.workflow_id,
@@ -169,6 +170,16 @@ def _record_call(
         "one",
         serial=True,
     )
+    try:
+        row = yield op
+    except DatabaseUnavailableError as exc:
+        # Sent again while the lease may hold (see outlast). Found written by the first
+        # send, whose answer was lost: the charge is in the budget's ledger once, and the
+        # run's copy is read back instead of the totals that answer carried.
+        row = yield from outlast(run, op, exc, None)
+        if row is None:
+            yield from refresh_ledger(run)
+            row = {"written": 1, "budget_id": None}
     if row is None or not row["written"]:
         scope.dollars, scope.tokens = Decimal(0), 0
         raise StaleOwnerError(run.workflow_id, run.epoch)

@@ -17,8 +17,9 @@ Answers come, in this order, from:
 3. The defaults: a statement writes one row (fetch "count"), finds nothing ("one") or no
    rows ("all"); a `WriteSteps` writes every row; a `Call` /
    `AppCall` calls the function like the driver does; `Park` sends back False (no sibling
-   parked the run); `Pause` and the writer operations
-   do nothing. A `RunChild` has no default: script it.
+   parked the run); `LeaseClock` sends back (0.0, 0.0) (a run proven at 0.0, the
+   default, holds its lease); `Pause` and the writer operations do nothing. A `RunChild`
+   has no default: script it.
 
 Nothing here pretends to run SQL: the answers are whatever the test says the database did.
 """
@@ -43,6 +44,7 @@ from durable._protocol import (
     Execute,
     Join,
     Journal,
+    LeaseClock,
     Outcome,
     Park,
     Pause,
@@ -127,7 +129,7 @@ def label(op: Any) -> str:
         if op.last is not None:
             return f"AppEnd commit with {op.last.name}"
         return "AppEnd commit" if op.commit else "AppEnd rollback"
-    return type(op).__name__  # AwaitWriter, AppBegin, Park, Join
+    return type(op).__name__  # AwaitWriter, AppBegin, Park, Join, LeaseClock
 
 
 def call_like_driver(fn: Callable[..., Any], args: Iterable[Any], kwargs: Mapping[str, Any]) -> Any:
@@ -210,6 +212,8 @@ class Script:
             return None
         if isinstance(op, Park):
             return False  # no sibling parked the run
+        if isinstance(op, LeaseClock):
+            return (0.0, 0.0)  # now, and when the heartbeat last renewed every lease
         raise ScriptError(f"no answer scripted for {label(op)}")
 
     # -- what was asked ------------------------------------------------------------------

@@ -10,8 +10,19 @@ import pytest
 
 from durable import _protocol as protocol
 from durable._models import Ledger, RetryPolicy, StepKind
-from durable._protocol import Call, Execute, Outcome, Pause, decode_error, rebuild_error
+from durable._protocol import (
+    AppFault,
+    Call,
+    Execute,
+    Fault,
+    LeaseClock,
+    Outcome,
+    Pause,
+    decode_error,
+    rebuild_error,
+)
 from durable.errors import (
+    DatabaseUnavailableError,
     NondeterminismError,
     PayloadTooLargeError,
     SerializationError,
@@ -24,7 +35,9 @@ from tests.unit.scripted import (
     EPOCH,
     T0,
     WORKFLOW_ID,
+    Raise,
     Script,
+    Then,
     done,
     failed,
     ledger_row,
@@ -419,3 +432,135 @@ def test_a_stopping_run_is_not_interrupted_again() -> None:
     script = Script()
     script.run(protocol.step(run, step_def(fetch), (), {}))
     assert script.labels == ["Call fetch", "Execute record_step"]
+
+
+# -- a record write cut off by an outage ------------------------------------------------------
+
+
+def _journal_key(name: str = "steps_pkey") -> Any:
+    """classify_app_error for a unique violation of `name` (the journal's key)."""
+
+    class Taken(Exception):
+        pass
+
+    def classify(exc: BaseException) -> AppFault | None:
+        return AppFault(Fault.UNIQUE, name) if isinstance(exc, Taken) else None
+
+    return Taken, classify
+
+
+def _outage() -> DatabaseUnavailableError:
+    return DatabaseUnavailableError("lost the system database while running 'record_step'")
+
+
+def test_a_record_cut_off_by_an_outage_is_sent_again_with_the_same_epoch() -> None:
+    """Before it reached the server, or rolled back there: the record is not written, and
+    the same fenced write goes again once the database answers; the step ran once."""
+    calls: list[int] = []
+
+    def charge() -> str:
+        calls.append(1)
+        return "charged"
+
+    script = Script(statements={"record_step": Then(Raise(_outage()), Raise(_outage()), 1)})
+    assert script.run(protocol.step(make_run(), step_def(charge), (), {})) == "charged"
+    assert calls == [1]
+    assert script.labels == [
+        "Call charge",
+        "Execute record_step",
+        "LeaseClock",
+        script.labels[3],  # Pause (with jitter)
+        "Execute record_step",
+        "LeaseClock",
+        script.labels[6],
+        "Execute record_step",
+    ]
+    assert all(isinstance(script.ops[i], Pause) for i in (3, 6))
+    sent = script.executed("record_step")
+    assert sent[0] == sent[1] == sent[2] and sent[0]["epoch"] == EPOCH
+
+
+@pytest.mark.parametrize("constraint", ["steps_pkey", "steps_pkey_102008"])
+def test_a_record_committed_before_its_answer_was_lost_is_found_written(constraint: str) -> None:
+    """The first send committed and only its answer was lost: the second meets the record
+    at its position (the journal's key, on one server or a Citus shard), which only this
+    run's epoch can have written. The step returns; nothing runs again."""
+    taken, classify = _journal_key(constraint)
+    script = Script(statements={"record_step": Then(Raise(_outage()), Raise(taken()))})
+    run = make_run(classify_app_error=classify)
+    assert script.run(protocol.step(run, step_def(fetch), (2,), {})) == {"x": 2}
+    assert len(script.executed("record_step")) == 2
+
+
+def test_a_unique_violation_of_another_key_on_the_resend_is_not_a_record_found() -> None:
+    taken, classify = _journal_key("steps_name_check")
+    script = Script(statements={"record_step": Then(Raise(_outage()), Raise(taken()))})
+    with pytest.raises(taken):
+        script.run(protocol.step(make_run(classify_app_error=classify), step_def(fetch), (), {}))
+
+
+def test_a_record_resent_after_another_owner_took_over_is_refused_by_the_fence() -> None:
+    """The lease ran out during the outage and another worker claimed the workflow: the
+    resend writes nothing, the run stops (StaleOwnerError) and the new owner runs the step."""
+    script = Script(statements={"record_step": Then(Raise(_outage()), 0)})
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.step(make_run(), step_def(fetch), (), {}))
+
+
+def test_a_record_is_given_up_once_the_lease_has_surely_lapsed() -> None:
+    """Past a lease since the claim was last proven or renewed, another worker may own the
+    workflow: the outage is raised (the run is interrupted and recovered), nothing resent."""
+    run = make_run(proven_at=100.0)
+    lapsed = 100.0 + run.settings.lease_seconds
+
+    def answer(op: Any) -> Any:
+        return (lapsed, 50.0) if isinstance(op, LeaseClock) else DEFAULT
+
+    script = Script(answer, statements={"record_step": Raise(_outage())})
+    with pytest.raises(DatabaseUnavailableError):
+        script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert script.labels == ["Call fetch", "Execute record_step", "LeaseClock"]
+
+
+def test_a_heartbeat_renewal_keeps_the_record_being_resent() -> None:
+    """The lease counts from the later of the run's own proof and the heartbeat's last
+    renewal of every lease; the outage that outlasts it is raised."""
+    run = make_run(proven_at=0.0)
+    lease = run.settings.lease_seconds
+    clocks = iter([(lease + 1.0, 5.0), (lease + 6.0, 5.0)])
+
+    def answer(op: Any) -> Any:
+        return next(clocks) if isinstance(op, LeaseClock) else DEFAULT
+
+    script = Script(answer, statements={"record_step": Raise(_outage())})
+    with pytest.raises(DatabaseUnavailableError):
+        script.run(protocol.step(run, step_def(fetch), (), {}))
+    assert len(script.executed("record_step")) == 2  # resent once, then given up
+
+
+def test_a_charged_record_found_written_after_an_outage_reads_the_ledger_back() -> None:
+    """The charged write committed, its answer (the budget's new totals) lost: the resend
+    meets the record, the charge is in the ledger once, and the run's copy is read back."""
+    taken, classify = _journal_key()
+    run = make_run(budget_id=WORKFLOW_ID, classify_app_error=classify)
+    run.ledger = Ledger(WORKFLOW_ID, Decimal(5), None, None, Decimal(1), 0, 1)
+
+    def answer(op: Any) -> Any:
+        if isinstance(op, Call):
+            protocol.charge(run, op.scope, Decimal("0.5"), 10)
+            return Outcome("reply")
+        return DEFAULT
+
+    stored = ledger_row(limit_dollars="5", spent_dollars="1.5", spent_tokens=10, spent_steps=2)
+    script = Script(
+        answer,
+        statements={
+            "record_charged_step": Then(Raise(_outage()), Raise(taken())),
+            "get_budget": stored,
+        },
+    )
+    assert script.run(protocol.step(run, step_def(llm), (), {})) == "reply"
+    sent = script.executed("record_charged_step")
+    assert len(sent) == 2 and sent[0] == sent[1]
+    assert run.ledger == Ledger(WORKFLOW_ID, Decimal(5), None, None, Decimal("1.5"), 10, 2)
+    assert run.inflight == []
