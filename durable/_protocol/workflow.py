@@ -48,7 +48,8 @@ def workflow(
 
     Returns the function's value or raises its exception (after recording it). A
     StaleOwnerError, a DatabaseUnavailableError or a BaseException such as a suspension
-    leaves the status alone: its owner (or recovery) decides what happens next."""
+    leaves the status alone: its owner (or recovery) decides what happens next. A hand-over
+    (WorkflowHandedOver: its worker is stopping) gives the workflow back to the pool."""
     try:
         # A claim queued on a worker that is stopping never starts: no code of it runs.
         if run.settings.handing_over():

@@ -10,7 +10,14 @@ from collections import Counter
 
 import pytest
 
-from tests.acceptance.workers import client, start_worker, stop_worker, wait_for, world
+from tests.acceptance.workers import (
+    client,
+    scalar,
+    start_worker,
+    stop_worker,
+    wait_for,
+    world,
+)
 from tests.apps import counter_app
 
 STEPS = 40  # of 0.25 s each: far longer than the grace, so every run is stopped mid-way
@@ -74,6 +81,8 @@ def test_sigterm_hands_each_run_over_at_a_step_boundary(
     twice = sorted(key for key, n in runs.items() if n > 1)
     assert twice == []  # no step's side effect happened twice
     assert len(runs) == len(ids) * STEPS
+    # Handed over, not recovered from an expired lease: no recovery attempt was counted.
+    assert scalar(database_url, "SELECT max(recovery_attempts) FROM durable.workflows") == 0
     for wid in ids:
         # Each was started by the old worker and finished by the new one.
         pids = {pid for w, _, pid in rows if w == wid}
