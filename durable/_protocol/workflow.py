@@ -5,8 +5,7 @@ effects undone in reverse when it failed (COMPENSATED, or COMPENSATION_FAILED wh
 undo fails), CANCELLED when it was asked to stop or timed out (its descendants cancelled
 first), handed back to the pool at a step boundary when its worker is stopping, or no status
 at all when it lost ownership, lost the database or suspended (its owner or recovery decides
-then). The outcome is written once, fenced, with the records
-the run still holds.
+then). The outcome is written once, fenced, with the records the run still holds.
 """
 
 from __future__ import annotations
