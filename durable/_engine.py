@@ -120,7 +120,9 @@ class Engine:
         instead of after their lease.
       worker: also run the recovery/execution loop in a background thread (default False).
       poll_interval: seconds between claims when no notification arrives (default 1).
-      grace_seconds: at shutdown, how long running workflows may finish (default 30).
+      grace_seconds: at shutdown, how long running workflows may finish (default 30). A
+        worker hands each one back at its next step boundary instead: this bounds how long
+        it waits for the step under way.
       retention: a durable.RetentionPolicy the worker loop applies (default: keep all).
       create_database: create the system database if it does not exist (default: yes for
         the embedded server and for a server on this machine, no elsewhere).
@@ -698,9 +700,11 @@ class Engine:
         """Run the recovery and execution loop until `stop` is set (blocks).
 
         Claims interrupted and runnable workflows whenever a slot is free, wakes on
-        LISTEN/NOTIFY and polls as a fallback. When stopped it claims nothing more, lets
-        running workflows finish for up to `grace_seconds`, then releases the rest so that
-        another worker takes them at once.
+        LISTEN/NOTIFY and polls as a fallback. When stopped it claims nothing more and each
+        running workflow is handed back at its next step boundary, once the step under way
+        is recorded, so that another worker takes it at once and runs none of its finished
+        steps again; a workflow whose step is still under way when `grace_seconds` ends is
+        released then (that step may run again).
         """
         Worker(
             self,

@@ -60,6 +60,9 @@ class Ownership:
         self.registration: dict[str, Any] = {}
         self._on_lost = on_lost
         self._superseded = threading.Event()
+        # Set when this process's worker stops: each run hands its workflow over at its
+        # next step boundary (see `_protocol.check_interrupt`).
+        self._handing_over = threading.Event()
         self._holder: str | None = None  # who holds the id then, as "pid N on HOST"
         self._lock = threading.Lock()
         # workflow_id -> epoch of every claim this executor is running or has queued to
@@ -83,6 +86,7 @@ class Ownership:
         under it."""
         self.incarnation = uuid.uuid4().hex
         self._superseded.clear()
+        self._handing_over.clear()
         hostname, pid = host.identity()
         self.registration = {
             "executor_id": self.executor_id,
@@ -172,6 +176,16 @@ class Ownership:
             error,
             extra={"event": "superseded", "executor_id": self.executor_id},
         )
+
+    def hand_over_all(self) -> None:
+        """This worker is stopping: every run it holds gives its workflow back at its next
+        step boundary, once the step under way is recorded, rather than when the grace
+        period ends (when a step still under way would finish after another worker had
+        started it again)."""
+        self._handing_over.set()
+
+    def handing_over(self) -> bool:
+        return self._handing_over.is_set()
 
     def check_id(self) -> None:
         """Raise ExecutorIdTakenError once another process holds the id."""

@@ -248,7 +248,13 @@ class Worker:
                 return
 
     def _drain(self) -> None:
-        """Stop claiming; give running workflows the grace period; release the rest.
+        """Stop claiming; hand each running workflow over at its next step boundary; when
+        the grace period ends, release the rest.
+
+        A run hands its workflow over (released, and other workers woken) as soon as the
+        step under way is recorded, before its next call starts: another worker resumes
+        it at once and runs nothing of it again. Only a run whose step outlives the grace
+        is released while the step is under way; that step may then run again.
 
         A worker whose executor id another process took over does neither: its leases are
         no longer renewed, so its runs must not go on, and what it could release is not
@@ -260,6 +266,7 @@ class Worker:
                 engine.config.executor_id,
             )
             return
+        engine.ownership.hand_over_all()
         deadline = time.monotonic() + self.grace_seconds
 
         def running() -> int:

@@ -44,6 +44,7 @@ from durable.errors import (
     UnknownInstanceError,
     UnknownWorkflowError,
     WorkflowCancelledError,
+    WorkflowHandedOver,
     WorkflowInterrupted,
     WorkflowSuspended,
 )
@@ -234,6 +235,7 @@ class Runner:
             compensation_of=self.registry.compensation,
             crash_point=self.crash_point,
             cancel_request=self._cancel_request,
+            handing_over=self.ownership.handing_over,
             classify_app_error=app_error_fault,
             stream_channel=f"{config.schema}_streams",
             work_channel=f"{config.schema}_work",
@@ -362,7 +364,8 @@ class Runner:
             # Its event loop ended under it (the run released the workflow): still this
             # engine's to finish, on another loop.
             raise
-        except (StaleOwnerError, WorkflowCancelledError):
+        except (StaleOwnerError, WorkflowCancelledError, WorkflowHandedOver):
+            # Lost, cancelled, or handed over by a stopping worker: another worker's now.
             self.forget([workflow_id])
             return
         except DatabaseUnavailableError:

@@ -78,10 +78,10 @@ Each error is in exactly one group, so `except durable.errors.UsageError` (say) 
 catches an outage: code that gives up on a UsageError or a ConfigurationError still
 retries a DatabaseUnavailableError.
 
-WorkflowSuspended, WorkflowInterrupted and WorkflowAbandoned derive from BaseException (not
-DurableError): they are control flow that unwinds a workflow while it waits, when it is
-asked to stop, or when the event loop it ran on died, and a broad `except Exception` must
-not swallow them.
+WorkflowSuspended, WorkflowInterrupted (and its WorkflowHandedOver) and WorkflowAbandoned
+derive from BaseException (not DurableError): they are control flow that unwinds a workflow
+while it waits, when it is asked to stop, when its worker is stopping, or when the event
+loop it ran on died, and a broad `except Exception` must not swallow them.
 
 The first paragraph of each class's docstring is its default message and ends with the
 fix; the context of a particular failure is kept in attributes so that callers never parse
@@ -779,6 +779,16 @@ class WorkflowInterrupted(BaseException):
         self.reason = reason
         self.timed_out = timed_out
         super().__init__(f"workflow {workflow_id!r} interrupted: {reason}")
+
+
+class WorkflowHandedOver(WorkflowInterrupted):
+    """Unwinds a run at a step boundary because its worker is stopping (SIGTERM): what the
+    run holds is written, its claim is released, and another worker resumes it from its
+    journal. Control flow, never a failure: the workflow goes on elsewhere, and no step
+    that finished here runs again."""
+
+    def __init__(self, workflow_id: str) -> None:
+        super().__init__(workflow_id, "handed over: its worker is stopping", False)
 
 
 class WorkflowAbandoned(BaseException):

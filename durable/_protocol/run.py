@@ -4,10 +4,11 @@
 environment and owns no clock); `Run` is one executing run; `Journal` assigns call
 positions and finds the record to replay at each. The stopping rules live next to that
 state because they read nothing else: a run stops at its next new call when it was
-cancelled or passed its deadline (`check_interrupt`), renews its claim before running code
-when its lease may have lapsed (`reclaim`, then `proven`), keeps sending a write an outage
-cut off only while its lease may still hold (`lease_may_hold`), and treats a fenced write
-that touched no row as lost ownership (`_fenced`).
+cancelled or passed its deadline, or when its worker is stopping (`check_interrupt`),
+renews its claim before running code when its lease may have lapsed (`reclaim`, then
+`proven`), keeps sending a write an outage cut off only while its lease may still hold
+(`lease_may_hold`), and treats a fenced write that touched no row as lost ownership
+(`_fenced`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,12 @@ from durable import _labels as labels
 from durable._models import Ledger, StepRecord
 from durable._protocol.faults import AppFault
 from durable._protocol.ops import Execute, StepScope
-from durable.errors import NondeterminismError, StaleOwnerError, WorkflowInterrupted
+from durable.errors import (
+    NondeterminismError,
+    StaleOwnerError,
+    WorkflowHandedOver,
+    WorkflowInterrupted,
+)
 from durable.serialization import Serializer, dumps_checked, faithful, return_type
 
 if TYPE_CHECKING:
@@ -86,6 +92,10 @@ def _no_request(workflow_id: str, epoch: int) -> str | None:
     return None
 
 
+def _staying() -> bool:
+    return False
+
+
 def _no_fault(exc: BaseException) -> AppFault | None:
     return None
 
@@ -106,6 +116,9 @@ class Settings:
     crash_point: called at the worst moments of a run; crash tests arm it to SIGKILL.
     cancel_request: the reason this executor was asked to stop a run (a workflow at an
         epoch: a request for an earlier run of a resumed workflow is not this run's).
+    handing_over: whether the runs' worker is stopping: each run then hands its workflow
+        over at its next new call (see check_interrupt), so that no step it finished runs
+        again on the worker that takes the workflow.
     classify_app_error: how the driver sees an application-database error: an AppFault
         (lost connection, refused fence, conflict to retry, write refused as read-only,
         unique violation with its constraint), or None.
@@ -122,6 +135,7 @@ class Settings:
     compensation_of: Callable[[str], Callable[..., Any] | None] = _no_compensation
     crash_point: Callable[[str], None] = _never_crash
     cancel_request: Callable[[str, int], str | None] = _no_request
+    handing_over: Callable[[], bool] = _staying
     classify_app_error: Callable[[BaseException], AppFault | None] = _no_fault
     stream_channel: str = "durable_streams"
     work_channel: str = "durable_work"
@@ -231,15 +245,26 @@ def stop_reason(run: Run) -> str | None:
 
 
 def check_interrupt(run: Run) -> None:
-    """Stop here if the workflow was cancelled or is past its timeout.
+    """Stop here if the workflow was cancelled or is past its timeout, or hand it over if
+    its worker is stopping.
 
     Called before every new (unjournaled) step or wait, so cancellation is seen at the next
     boundary; replayed calls never stop, so a resumed run reaches the same point first. The
     cancel request is one lookup (the engine polls for requests); the timeout a clock read.
+
+    A stopping worker's runs end here too (WorkflowHandedOver): the call before this one
+    is recorded and the next has not begun, so the worker that takes the workflow over
+    replays everything this run did and runs nothing of it again. Releasing a run while
+    a step is under way instead lets that step finish its side effect after another worker
+    has started it again. A cancel asked of the run is acted on first (it ends the
+    workflow here rather than on the next worker); compensations under way (`stopping`)
+    are not cut short.
     """
     reason = stop_reason(run)
     if reason is not None:
         raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
+    if not run.stopping and run.settings.handing_over():
+        raise WorkflowHandedOver(run.workflow_id)
 
 
 @dataclass(slots=True)

@@ -3,9 +3,9 @@
 Decides how a run ends: SUCCESS with its output, ERROR with its failure, its applied
 effects undone in reverse when it failed (COMPENSATED, or COMPENSATION_FAILED when an
 undo fails), CANCELLED when it was asked to stop or timed out (its descendants cancelled
-first), or no status at all when it lost ownership, lost the database or suspended (its
-owner or recovery decides then). The outcome is written once, fenced, with the records
-the run still holds.
+first), handed back to the pool at a step boundary when its worker is stopping, or no status
+at all when it lost ownership, lost the database or suspended (its owner or recovery decides
+then). The outcome is written once, fenced, with the records the run still holds.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from durable.errors import (
     SerializationError,
     StaleOwnerError,
     WorkflowCancelledError,
+    WorkflowHandedOver,
     WorkflowInterrupted,
     WorkflowSuspended,
     WorkflowTimeoutError,
@@ -46,10 +47,18 @@ def workflow(
 
     Returns the function's value or raises its exception (after recording it). A
     StaleOwnerError, a DatabaseUnavailableError or a BaseException such as a suspension
-    leaves the status alone: its owner (or recovery) decides what happens next."""
-    yield from open_ledger(run, defn.budget)
+    leaves the status alone: its owner (or recovery) decides what happens next. A hand-over
+    (WorkflowHandedOver: its worker is stopping) gives the workflow back to the pool."""
     try:
+        # A claim queued on a worker that is stopping never starts: no code of it runs.
+        if run.settings.handing_over():
+            raise WorkflowHandedOver(run.workflow_id)
+        yield from open_ledger(run, defn.budget)
         outcome: Outcome = yield Call(defn.fn, args, kwargs, body=True)
+    except WorkflowHandedOver:
+        yield Join()  # branches still running finish their steps and stop at the next
+        yield from hand_over(run)
+        raise
     except WorkflowInterrupted as stop:
         yield Join()  # branches still running stop at their next step or wait
         raise (yield from _stop(run, defn, stop)) from None
@@ -90,6 +99,19 @@ def workflow(
         raise (yield from _stop(run, defn, stop)) from None
     run.output = output
     return value
+
+
+def hand_over(run: Run) -> Gen[None]:
+    """Give the workflow back at a step boundary, for another worker to resume at once:
+    the records the run still holds are written first (a barrier), then its claim is
+    released (fenced by its epoch, so a claim already lost releases nothing) and idle
+    workers are woken. Nothing the run finished runs again: the next run replays it."""
+    yield from barrier(run)
+    params = {"workflow_id": run.workflow_id, "epoch": run.epoch}
+    if (yield Execute("release_workflow", params)):
+        notify = {"channel": run.settings.work_channel, "payload": run.workflow_id}
+        yield Execute("notify_work", notify, "one")
+    logger.info("workflow %s handed over: its worker is stopping", run.workflow_id)
 
 
 def _stop(run: Run, defn: WorkflowDef, stop: WorkflowInterrupted) -> Gen[WorkflowCancelledError]:

@@ -55,7 +55,7 @@ def test_runbook_moves_running_and_waiting_workflows_onto_citus(
         for w in WAITS:
             engine.submit(counter_app.booked_wait, w, workflow_id=w)
         engine.submit(counter_app.big_refund, 5000, None, workflow_id=GATE)
-    # A short grace: the stop leaves the slow workflows mid-way (released, not finished).
+    # The stop leaves the slow workflows mid-way (handed over at a step boundary).
     worker = start_worker(subprocess_env, url, lease=2.0, concurrency=8, grace=1.0)
     try:
         wait_for(
@@ -119,8 +119,8 @@ def test_runbook_moves_running_and_waiting_workflows_onto_citus(
     assert set(world) == expected, "no step lost"
     runs = collections.Counter(world)
     twice = {key: n for key, n in runs.items() if n > 1}
-    # The stop's grace ended with a step of each slow workflow under way: that step (a plain
-    # step, at least once, as after a crash) may run again after the move; no other does.
+    # Only a step still under way when the stop's grace ended (a plain step, at least once,
+    # as after a crash) may run again after the move; no other does.
     assert all(key[0] in SLOW and n == 2 for key, n in twice.items()), twice
     assert len({w for w, _ in twice}) == len(twice), twice
     print(f"\nsteps cut by the stop and run again after the move: {sorted(twice)}")

@@ -456,6 +456,11 @@ async def slow_step_async(workflow_id: str, label: str, seconds: float) -> str:
     return label
 
 
+@durable.workflow(registry=registry, name="counter.slow.async")
+async def slow_async(workflow_id: str, /, n: int, seconds: float) -> list[str]:
+    return [await slow_step_async(workflow_id, f"s{i}", seconds) for i in range(n)]
+
+
 @durable.effect(registry=registry, name="counter.book.async", idempotent=True)
 async def book_async(item: str, cents: int, *, idempotency_key: str) -> dict[str, object]:
     return vendor.refund(item, cents, idempotency_key, dedup=True)
@@ -537,6 +542,7 @@ async def big_refund_async(cents: int, timeout: float | None, /) -> str:
 
 ASYNC: dict[object, object] = {
     three_steps: three_steps_async,
+    slow: slow_async,
     refunds: refunds_async,
     pay: pay_async,
     fifty_sync: fifty_sync_async,

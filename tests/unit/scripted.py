@@ -256,6 +256,7 @@ def make_run(
     max_payload_bytes: int = 1_000_000,
     app_separate: bool = False,
     cancel: str | None = None,
+    handing_over: Callable[[], bool] | None = None,
     compensation_of: Callable[[str], Any] | None = None,
     classify_app_error: Callable[[BaseException], AppFault | None] | None = None,
     crash_point: Callable[[str], None] | None = None,
@@ -276,6 +277,8 @@ def make_run(
         options["crash_point"] = crash_point
     if cancel is not None:
         options["cancel_request"] = lambda wid, epoch: cancel
+    if handing_over is not None:
+        options["handing_over"] = handing_over
     settings = Settings(
         serializer=SERIALIZER,
         max_payload_bytes=max_payload_bytes,

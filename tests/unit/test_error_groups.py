@@ -19,7 +19,12 @@ GROUPS: tuple[type[errors.DurableError], ...] = (
     errors.InfrastructureError,
 )
 # Control flow that unwinds a workflow: BaseExceptions, outside every group on purpose.
-CONTROL_FLOW = {errors.WorkflowSuspended, errors.WorkflowInterrupted, errors.WorkflowAbandoned}
+CONTROL_FLOW = {
+    errors.WorkflowSuspended,
+    errors.WorkflowInterrupted,
+    errors.WorkflowHandedOver,
+    errors.WorkflowAbandoned,
+}
 # What `except ConfigurationError` catches: what it caught before the groups, less the
 # infrastructure failures that a caller giving up on bad configuration must not give up on.
 CONFIGURATION = {

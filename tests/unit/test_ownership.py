@@ -56,3 +56,12 @@ def test_losing_the_id_stops_claiming_once() -> None:
         own.check_id()
     own.register([])  # a new launch takes the id back
     assert not own.superseded
+
+
+def test_a_stopping_worker_hands_over_until_it_is_launched_again() -> None:
+    own = Ownership("e1", explicit=False, lease_seconds=30.0)
+    assert not own.handing_over()
+    own.hand_over_all()
+    assert own.handing_over()
+    own.register([])  # the engine launched again: its runs go on
+    assert not own.handing_over()

@@ -29,6 +29,7 @@ from durable.errors import (
     StaleOwnerError,
     TransactionStepError,
     WorkflowCancelledError,
+    WorkflowHandedOver,
     WorkflowInterrupted,
     WorkflowSuspended,
     WorkflowTimeoutError,
@@ -216,6 +217,96 @@ def test_a_suspension_leaves_the_status_alone() -> None:
         script.run(protocol.workflow(make_run(), workflow_def(body), (), {}))
     # Nothing written; the run waits for its other branches (those parking join it).
     assert script.labels == ["Call body", "Join"]
+
+
+# -- a stopping worker: each run is handed over at its next step boundary --------------------
+
+
+def test_a_stopping_worker_hands_the_run_over_after_the_step_under_way() -> None:
+    """The worker stops while a step runs: that step is recorded, the next one never
+    starts, and the workflow is released (fenced by the epoch) with idle workers woken.
+    Nothing is finished or cancelled: another worker replays the step and goes on."""
+    stopping = False
+    run = make_run(handing_over=lambda: stopping)
+
+    def first() -> str:
+        nonlocal stopping
+        stopping = True  # SIGTERM while the step runs
+        return "one"
+
+    def second() -> str:
+        raise AssertionError("a step after the worker stopped ran")
+
+    def two_steps() -> str:
+        return str(script.run(protocol.step(run, step_def(first), (), {}))) + str(
+            script.run(protocol.step(run, step_def(second), (), {}))
+        )
+
+    script = Script()
+    with pytest.raises(WorkflowHandedOver):
+        script.run(protocol.workflow(run, workflow_def(two_steps), (), {}))
+    assert script.labels == [
+        "Call two_steps",
+        "Call first",
+        "Execute record_step",
+        "Join",
+        "Execute release_workflow",
+        "Execute notify_work",
+    ]
+    assert script.only("record_step")["step_name"] == "first"
+    assert script.only("release_workflow") == {"workflow_id": WORKFLOW_ID, "epoch": EPOCH}
+
+
+def test_a_handed_over_run_writes_what_it_holds_before_it_lets_go() -> None:
+    """In exit (and async) durability the records a run holds are written before its
+    claim is released: the next worker must replay them, not run their steps again."""
+    run = make_run(mode="exit")
+    run.pending.append({"workflow_id": WORKFLOW_ID, "step_name": "earlier"})
+
+    def answer(op: Any) -> Any:
+        if isinstance(op, Call) and op.fn is body:
+            return Raise(WorkflowHandedOver(WORKFLOW_ID))  # its next step saw the stop
+        return DEFAULT
+
+    script = Script(answer)
+    with pytest.raises(WorkflowHandedOver):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert script.labels == [
+        "Call body",
+        "Join",
+        "WriteSteps 1",
+        "Execute release_workflow",
+        "Execute notify_work",
+    ]
+    assert run.pending == []
+
+
+def test_a_run_whose_claim_is_gone_wakes_nobody() -> None:
+    """Released already (the grace ended) or taken: the release touches no row."""
+    run = make_run(handing_over=lambda: True)
+    script = Script(statements={"release_workflow": 0})
+    with pytest.raises(WorkflowHandedOver):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert script.labels == ["Join", "Execute release_workflow"]
+
+
+def test_a_claim_queued_on_a_stopping_worker_never_starts() -> None:
+    run = make_run(handing_over=lambda: True, budget_id=WORKFLOW_ID)
+    script = Script()
+    with pytest.raises(WorkflowHandedOver):
+        script.run(protocol.workflow(run, workflow_def(body, budget=Budget(steps=1)), (), {}))
+    assert "Call body" not in script.labels
+    assert "Execute ensure_budget" not in script.labels
+    assert script.labels[-2:] == ["Execute release_workflow", "Execute notify_work"]
+
+
+def test_a_cancel_is_acted_on_before_a_hand_over_and_its_undo_is_not_cut_short() -> None:
+    run = make_run(cancel="user asked", handing_over=lambda: True)
+    with pytest.raises(WorkflowInterrupted) as info:
+        protocol.check_interrupt(run)
+    assert type(info.value) is WorkflowInterrupted
+    run.stopping = True  # its compensations run: neither stops them
+    protocol.check_interrupt(run)
 
 
 # -- stopping: cancel and timeout -----------------------------------------------------------
