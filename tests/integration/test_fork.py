@@ -482,3 +482,47 @@ def test_a_fork_and_its_original_failing_together_undo_each_booking_once(
                 engine.retrieve(wid).result(timeout=20)
             assert engine.retrieve(wid).status() == "COMPENSATED"
         assert undone(database_url) == ["flight", "hotel"]
+
+
+def test_a_booking_two_calls_share_by_key_is_undone_once_after_a_replay(
+    database_url: str,
+) -> None:
+    """Two calls with the same key book once (the second finds the first applied), so one
+    undo is owed: also by a run that replays both calls after a suspension, and by a fork
+    that copied both."""
+    make_trip(database_url)  # the vendor's table
+    reg = durable.Registry()
+
+    def vendor(action: str, item: str, key: str) -> str:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO vendor_calls (action, item, idempotency_key) VALUES (%s, %s, %s)",
+                (action, item, key),
+            )
+        return key
+
+    @durable.effect(registry=reg, name="book", idempotent=True, key=lambda item: item)
+    def book(item: str, *, idempotency_key: str) -> str:
+        return vendor("book", item, idempotency_key)
+
+    @durable.effect(registry=reg, name="unbook", idempotent=True)
+    def unbook(item: str, *, idempotency_key: str) -> str:
+        return vendor("undo", item, idempotency_key)
+
+    book.compensation(unbook)  # type: ignore[attr-defined]
+
+    @durable.workflow(registry=reg, name="twice")
+    def twice() -> None:
+        book("hotel")
+        book("hotel")  # the same key: finds the first call applied
+        durable.recv("verdict", timeout=3600)
+        raise ValueError("no visa")
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        engine.start(twice, workflow_id="t")
+        wait_for_status(engine, "t", "SUSPENDED")
+        engine.fork("t", from_step=2, new_id="f")
+        wait_for_status(engine, "f", "SUSPENDED")
+        fail(engine, "f")
+        fail(engine, "t")
+        assert [a for a, _, _ in vendor_calls(database_url)] == ["book", "undo"]
