@@ -1041,9 +1041,9 @@ WITH owner AS (
 SELECT (SELECT count(*) FROM owner) AS owned, (SELECT undone_by FROM claimed) AS undone_by
 
 -- list_effects --
--- The effect ledger of one workflow, in call order.
+-- The effect ledger of one workflow, in call order, with who undid each (claim_undo).
 SELECT workflow_id, step_seq, effect_name, idempotency_key, status, params_fingerprint,
-    result, error, attempts, reconciled, created_at, updated_at
+    result, error, attempts, reconciled, created_at, updated_at, undone_by
 FROM {schema}.effects WHERE workflow_id = %(workflow_id)s ORDER BY step_seq
 
 -- approval_request --

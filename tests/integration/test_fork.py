@@ -420,8 +420,14 @@ def test_a_fork_of_a_running_saga_and_its_original_undo_each_booking_once(
             ("book", "flight", "t:1"),
         ]
         assert undone(database_url) == ["flight", "hotel"]
-        # Both undos were sent by the workflow that failed first, under its own keys.
+        # Both undos were sent by the workflow that failed first, under its own keys, and
+        # the original's ledger says so.
         assert {k.split(":")[0] for a, _, k in calls if a == "undo"} == {order[0]}
+        ledger = engine.client.effects("t")
+        assert [(e["step_seq"], e["undone_by"]) for e in ledger[:2]] == [
+            (0, order[0]),
+            (1, order[0]),
+        ]
 
 
 def test_forks_of_forks_undo_each_booking_once_and_their_own_bookings_too(
