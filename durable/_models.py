@@ -129,6 +129,9 @@ class StepRecord:
     child_workflow_id: str | None = None
     started_at: dt.datetime | None = None
     finished_at: dt.datetime | None = None
+    # On an effect call a fork copied: the workflow whose ledger records that call (the
+    # fork shares the effect and its one undo with it). None on a workflow's own calls.
+    applied_in: str | None = None
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> StepRecord:
@@ -142,6 +145,7 @@ class StepRecord:
             child_workflow_id=row.get("child_workflow_id"),
             started_at=row.get("started_at"),
             finished_at=row.get("finished_at"),
+            applied_in=row.get("applied_in"),
         )
 
 

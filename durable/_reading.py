@@ -196,7 +196,9 @@ class Reading(ClientBase):
         ]
 
     def effects(self, workflow_id: str) -> list[dict[str, Any]]:
-        """The effect ledger of one workflow: key, status, result or error, in order."""
+        """The effect ledger of one workflow: key, status, result or error, in order, and
+        `undone_by`: the workflow whose compensation undid the effect (this one, or a fork
+        sharing it), or None."""
         check_name("workflow_id", workflow_id)
         return self.db.fetch_all("list_effects", {"workflow_id": workflow_id})
 

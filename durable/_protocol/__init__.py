@@ -111,6 +111,7 @@ from durable._protocol.patches import deprecate_patch, patched
 from durable._protocol.run import (
     TIMEOUT_REASON,
     ClaimCheck,
+    Compensation,
     Journal,
     Run,
     Settings,
@@ -179,6 +180,7 @@ __all__ = [
     "AwaitWriter",
     "Call",
     "ClaimCheck",
+    "Compensation",
     "Enqueue",
     "Execute",
     "Fault",

@@ -52,7 +52,9 @@ def effect(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, An
     if found is not None:
         value = replay(run, found, defn.fn)
         if undo is not None:
-            register_compensation(run, undo, args, kwargs)
+            # A call a fork copied is recorded in the ledger of the workflow it came from.
+            where = found.applied_in or run.workflow_id
+            register_compensation(run, undo, args, kwargs, where, seq)
         return value
     if not run.first_run and stop_reason(run) is not None:
         # Asked to stop where this effect may have been in flight when a process died: a
@@ -65,13 +67,13 @@ def effect(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, An
         if row is not None and row["status"] == EffectStatus.PENDING:
             value, here = yield from _apply_effect(run, seq, defn, args, kwargs)
             if undo is not None and here:
-                register_compensation(run, undo, args, kwargs)
+                register_compensation(run, undo, args, kwargs, run.workflow_id, seq)
     check_interrupt(run)
     if run.ledger is not None:
         yield from budget_gate(run, seq, defn.name)
     value, here = yield from _apply_effect(run, seq, defn, args, kwargs)
     if undo is not None and here:
-        register_compensation(run, undo, args, kwargs)
+        register_compensation(run, undo, args, kwargs, run.workflow_id, seq)
     return value
 
 

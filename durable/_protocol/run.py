@@ -105,6 +105,19 @@ def _no_compensation(effect_name: str) -> Callable[..., Any] | None:
 
 
 @dataclass(frozen=True)
+class Compensation:
+    """The undo of one applied effect: the undo action and the effect's arguments, and
+    where the effect is recorded in the ledger (the workflow whose row it is, and the
+    position), on which the undo is claimed before it runs (None: not claimed)."""
+
+    undo: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    applied_in: str | None = None
+    step_seq: int | None = None
+
+
+@dataclass(frozen=True)
 class Settings:
     """What every run of one engine shares. Everything here is injected, so the core reads
     no environment, owns no clock and knows no database driver.
@@ -173,9 +186,7 @@ class Run:
     pending: list[dict[str, Any]] = field(default_factory=list)
     # Undo actions of applied effects, in the order they were registered (a saga). Rebuilt
     # deterministically on replay, because replayed effects register them again.
-    compensations: list[tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = field(
-        default_factory=list
-    )
+    compensations: list[Compensation] = field(default_factory=list)
     approvals_asked: dict[str, int] = field(default_factory=dict)
     # Per stream key: the offset of the next value, and the keys closed (rebuilt by replay).
     stream_offsets: dict[str, int] = field(default_factory=dict)

@@ -20,7 +20,7 @@ from durable._protocol.budget import open_ledger
 from durable._protocol.first import wake_parent
 from durable._protocol.journal import barrier, encode_error
 from durable._protocol.ops import Call, Execute, Gen, Join, Outcome, WriteSteps
-from durable._protocol.run import TIMEOUT_REASON, Run
+from durable._protocol.run import TIMEOUT_REASON, Compensation, Run
 from durable._protocol.transitions import WORKFLOW_TRANSITIONS, assert_transition
 from durable.errors import (
     DatabaseUnavailableError,
@@ -213,12 +213,20 @@ def compensate(
 ) -> Gen[None]:
     """Undo applied effects in reverse order, each an effect with its own key, then finish.
 
+    Each undo is claimed first on the effect's ledger row, which a fork shares with the
+    workflow it was forked from: the first of them to claim it undoes it, and the others
+    skip it (an effect is undone at most once, however many workflows replay it as theirs).
+
     A crash here is safe: on recovery the workflow replays to the same failure, the
-    compensations already applied replay from the journal, and the rest run."""
+    compensations already applied replay from the journal, and the rest run (a claim is
+    never released, so each is skipped or run again as it was the first time)."""
     failed_step: str | None = None
     error: Exception | None = None
-    for undo, args, kwargs in reversed(run.compensations):
-        outcome: Outcome = yield Call(undo, args, kwargs)
+    for comp in reversed(run.compensations):
+        if not (yield from _claim_undo(run, comp)):
+            continue
+        undo = comp.undo
+        outcome: Outcome = yield Call(undo, comp.args, comp.kwargs)
         exc = outcome.error
         if exc is None:
             continue
@@ -243,5 +251,47 @@ def compensate(
     yield from finish(run, WorkflowStatus.COMPENSATION_FAILED, None, json.dumps(detail))
 
 
-def register_compensation(run: Run, undo: Callable[..., Any], args: Any, kwargs: Any) -> None:
-    run.compensations.append((undo, tuple(args), dict(kwargs)))
+def _claim_undo(run: Run, comp: Compensation) -> Gen[bool]:
+    """Whether this run undoes the effect: it claimed the undo on the effect's ledger row,
+    or had claimed it before a crash. False when another workflow sharing the effect (the
+    one it was forked from, or a fork of either) claimed it first, or when no effect was
+    applied at that position (a call that found its key applied at an earlier position,
+    whose own undo is registered there). StaleOwnerError if this run lost its claim."""
+    if comp.applied_in is None or comp.step_seq is None:
+        return True
+    row = yield Execute(
+        "claim_undo",
+        {
+            "workflow_id": run.workflow_id,
+            "epoch": run.epoch,
+            "applied_in": comp.applied_in,
+            "step_seq": comp.step_seq,
+        },
+        "one",
+    )
+    if row is None or not row["owned"]:
+        raise StaleOwnerError(run.workflow_id, run.epoch)
+    by = row["undone_by"]
+    if by == run.workflow_id:
+        return True
+    logger.info(
+        "workflow %s: the effect at %s:%d is %s, not undone again",
+        run.workflow_id,
+        comp.applied_in,
+        comp.step_seq,
+        f"undone by {by}" if by is not None else "not applied at that position",
+    )
+    return False
+
+
+def register_compensation(
+    run: Run,
+    undo: Callable[..., Any],
+    args: Any,
+    kwargs: Any,
+    applied_in: str | None = None,
+    step_seq: int | None = None,
+) -> None:
+    """Register the undo of an effect applied at `step_seq` of `applied_in`'s ledger (the
+    run's own workflow, or the one a fork copied the call from)."""
+    run.compensations.append(Compensation(undo, tuple(args), dict(kwargs), applied_in, step_seq))

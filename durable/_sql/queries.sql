@@ -117,13 +117,13 @@ LIMIT %(limit)s
 -- load_journal --
 -- Every recorded step of a workflow, read once when a run resumes.
 SELECT step_seq, step_name, kind, output, error, attempts, child_workflow_id,
-    started_at, finished_at
+    started_at, finished_at, applied_in
 FROM {schema}.steps WHERE workflow_id = %(workflow_id)s ORDER BY step_seq
 
 -- load_journals --
 -- The journals of a batch of claimed workflows, in one query.
 SELECT workflow_id, step_seq, step_name, kind, output, error, attempts, child_workflow_id,
-    started_at, finished_at
+    started_at, finished_at, applied_in
 FROM {schema}.steps WHERE workflow_id = ANY(%(workflow_ids)s::text[])
 ORDER BY workflow_id, step_seq
 
@@ -382,11 +382,14 @@ SELECT step_seq FROM {schema}.steps
 WHERE workflow_id = %(workflow_id)s AND step_seq < %(before_seq)s ORDER BY step_seq
 
 -- fork_steps --
--- Copy a workflow's journal before a position into a fork.
+-- Copy a workflow's journal before a position into a fork. Each effect call copied names
+-- the workflow whose ledger row records it (the original, or the workflow the original
+-- copied it from): the fork shares that effect, and its one undo (claim_undo).
 INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error, attempts,
-    child_workflow_id, started_at, finished_at)
+    child_workflow_id, started_at, finished_at, applied_in)
 SELECT %(new_id)s, step_seq, step_name, kind, output, error, attempts, child_workflow_id,
-    started_at, finished_at
+    started_at, finished_at,
+    CASE WHEN kind = 'effect' THEN coalesce(applied_in, workflow_id) END
 FROM {schema}.steps
 WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
 
@@ -1046,10 +1049,32 @@ SELECT workflow_id, %(step_seq)s, %(step_name)s, 'effect', %(result)s, %(error)s
     %(started_at)s
 FROM settled
 
+-- claim_undo --
+-- Claim the undo of the effect recorded at a ledger position, only while this run owns its
+-- workflow: the first workflow to claim it (the one that applied it, or a fork sharing it)
+-- undoes it, and every later claim reads that workflow back instead of undoing it again.
+-- One row: whether this run owns its workflow, and who undoes the effect (NULL when no
+-- effect was applied at that position: a later call that found its key applied earlier,
+-- whose undo belongs to that earlier call). A claim is never released.
+WITH owner AS (
+    SELECT workflow_id FROM {schema}.workflows
+    WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+    FOR SHARE
+), claimed AS (
+    UPDATE {schema}.effects AS e
+    SET undone_by = coalesce(e.undone_by, owner.workflow_id)
+    FROM owner
+    WHERE e.workflow_id = %(applied_in)s AND e.step_seq = %(step_seq)s
+      AND e.status = 'applied'
+    RETURNING e.undone_by
+)
+SELECT (SELECT count(*) FROM owner) AS owned, (SELECT undone_by FROM claimed) AS undone_by
+
 -- list_effects --
--- The effect ledger of one workflow, in call order.
+-- The effect ledger of one workflow, in call order, with who undid each (claim_undo).
 SELECT workflow_id, step_seq, effect_name, idempotency_key, status, params_fingerprint,
-    result, error, attempts, reconciled, created_at, updated_at
+    result, error, attempts, reconciled, created_at, updated_at, undone_by
 FROM {schema}.effects WHERE workflow_id = %(workflow_id)s ORDER BY step_seq
 
 -- approval_request --

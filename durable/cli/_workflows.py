@@ -186,6 +186,7 @@ def show(
                     "error": json.loads(e["error"]) if e["error"] else None,
                     "attempts": e["attempts"],
                     "reconciled": e["reconciled"],
+                    "undone_by": e["undone_by"],
                 }
                 for e in effects
             ],
@@ -244,6 +245,8 @@ def show(
         )
         for e in effects:
             status = e["status"] + (" (reconciled)" if e["reconciled"] else "")
+            if e["undone_by"] is not None:
+                status += f", undone by {e['undone_by']}"
             ledger.add_row(
                 str(e["step_seq"]),
                 e["effect_name"],

@@ -15,7 +15,7 @@ import pytest
 
 import durable
 from durable import errors
-from tests.acceptance.workers import client, start_worker, stop_worker
+from tests.acceptance.workers import client, start_worker, stop_worker, wait_for
 from tests.apps import counter_app, vendor
 
 AMOUNTS = [10, 25, 40, 5]
@@ -180,3 +180,37 @@ def test_workflows_show_lists_the_effect_ledger(database_url: str) -> None:
     assert json.loads(effect["result"]) == "sent:ann" and len(effect["params_fingerprint"]) == 64
     table = subprocess.run([*base, "--database-url", database_url], capture_output=True, text=True)
     assert "m1:0" in table.stdout and "applied" in table.stdout
+
+
+def test_a_fork_and_its_original_undo_their_shared_bookings_once_across_a_crash(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    """The original is forked while it waits after its two bookings. It fails, and its
+    worker dies right after the vendor undid the hotel, before that undo was recorded;
+    the fork fails too. A fresh worker finishes both sagas: each booking is undone once
+    (the undo interrupted by the crash is sent again with its own key, which the vendor
+    deduplicates, by the workflow that claimed it)."""
+    with client(database_url) as engine:
+        handle = engine.submit(counter_app.booked_trip, workflow_id="t")
+        worker = start_worker(subprocess_env, database_url)
+        try:
+            wait_for(lambda: handle.status() == "SUSPENDED", what="t to wait")
+            fork = engine.client.fork("t", from_step=2, new_id="f")  # run by the worker
+            wait_for(lambda: fork.status() == "SUSPENDED", what="f to wait")
+        finally:
+            stop_worker(worker)
+        assert vendor.moved(database_url) == [10, 25]
+        engine.send("t", "fail", topic="verdict")
+        first = start_worker(subprocess_env, database_url, crash="effect_after_call:1")
+        assert first.wait(timeout=60) == -signal.SIGKILL
+        assert vendor.moved(database_url) == [10, 25, -25]
+        engine.send("f", "fail", topic="verdict")
+        second = start_worker(subprocess_env, database_url)
+        try:
+            for h in (handle, fork):
+                with pytest.raises(errors.WorkflowFailedError, match="no visa"):
+                    h.result(timeout=60)
+                assert h.status() == "COMPENSATED"
+        finally:
+            stop_worker(second)
+    assert sorted(vendor.moved(database_url)) == [-25, -10, 10, 25]

@@ -167,6 +167,17 @@ def trip() -> str:
     return "booked"
 
 
+@durable.workflow(registry=registry, name="counter.booked_trip")
+def booked_trip() -> str:
+    """Books a flight and a hotel (each undone by its compensation), then waits for a
+    verdict: "fail" fails it."""
+    book("flight", 10)
+    book("hotel", 25)
+    if durable.recv("verdict", timeout=3600) == "fail":
+        raise ValueError("no visa")
+    return "booked"
+
+
 @durable.workflow(registry=registry, name="counter.big_refund")
 def big_refund(cents: int, timeout: float | None, /) -> str:
     count_step("big", "before-gate")

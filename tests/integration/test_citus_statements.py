@@ -418,6 +418,8 @@ def params(name: str, w: str) -> dict[str, Any]:
             "started_at": NOW,
         },
         "list_effects": {"workflow_id": w},
+        # A fork claiming the undo of an effect its original applied (another shard).
+        "claim_undo": {**fenced, "applied_in": f"{w}-done", "step_seq": 0},
         "approval_request": {
             **fenced,
             "name": "gate2",

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import psycopg
 import pytest
 
 import durable
@@ -312,3 +313,222 @@ def test_a_fork_after_an_undone_effect_is_refused_and_one_before_it_books_anew(
         assert fork.result(timeout=20) == "done"
         assert [cents for _, cents in booked] == [10, -10, 10]
         assert booked[-1][0].startswith("t-again:")
+
+
+# -- forks of a running saga: each booking is undone once, by whichever fails first ----------
+
+
+@dataclass
+class Trip:
+    """A saga `trip` that books a hotel (position 0) and a flight (1), each with an undo,
+    then waits for a verdict (2): "fail" makes it fail, so its compensations run. The
+    vendor is a table in the test's database that records every call, booking or undo,
+    with the idempotency key it came with."""
+
+    registry: durable.Registry
+    workflow: Callable[..., Any]
+
+
+def make_trip(database_url: str) -> Trip:
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE vendor_calls (n serial PRIMARY KEY, action text NOT NULL, "
+            "item text NOT NULL, idempotency_key text NOT NULL)"
+        )
+    reg = durable.Registry()
+
+    def vendor(action: str, item: str, key: str) -> str:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO vendor_calls (action, item, idempotency_key) VALUES (%s, %s, %s)",
+                (action, item, key),
+            )
+        return key
+
+    @durable.effect(registry=reg, name="book", idempotent=True)
+    def book(item: str, *, idempotency_key: str) -> str:
+        return vendor("book", item, idempotency_key)
+
+    @durable.effect(registry=reg, name="unbook", idempotent=True)
+    def unbook(item: str, *, idempotency_key: str) -> str:
+        return vendor("undo", item, idempotency_key)
+
+    book.compensation(unbook)  # type: ignore[attr-defined]
+
+    @durable.workflow(registry=reg, name="trip")
+    def trip() -> str:
+        book("hotel")
+        book("flight")
+        if durable.recv("verdict", timeout=3600) == "fail":
+            raise ValueError("no visa")
+        return "done"
+
+    return Trip(reg, trip)
+
+
+def vendor_calls(database_url: str) -> list[tuple[str, str, str]]:
+    """Every call the vendor received: (action, item, idempotency key), in order."""
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT action, item, idempotency_key FROM vendor_calls ORDER BY n"
+        ).fetchall()
+    return [(str(a), str(i), str(k)) for a, i, k in rows]
+
+
+def undone(database_url: str) -> list[str]:
+    """The items the vendor was asked to undo, sorted."""
+    return sorted(item for action, item, _ in vendor_calls(database_url) if action == "undo")
+
+
+def wait_for_status(engine: durable.Engine, workflow_id: str, status: str) -> None:
+    deadline = time.monotonic() + 20
+    while engine.retrieve(workflow_id).status() != status:
+        assert time.monotonic() < deadline, f"{workflow_id} never became {status}"
+        time.sleep(0.02)
+
+
+def fail(engine: durable.Engine, workflow_id: str) -> None:
+    """Send the verdict that makes the workflow fail, and wait until its saga ran."""
+    engine.send(workflow_id, "fail", topic="verdict")
+    with pytest.raises(errors.WorkflowFailedError):
+        engine.retrieve(workflow_id).result(timeout=20)
+    assert engine.retrieve(workflow_id).status() == "COMPENSATED"
+
+
+@pytest.mark.parametrize("first", ["original", "fork"])
+def test_a_fork_of_a_running_saga_and_its_original_undo_each_booking_once(
+    database_url: str, first: str
+) -> None:
+    """The original is waiting after its two bookings when it is forked from after them:
+    the two workflows share those bookings. Whichever fails first undoes them; the other,
+    failing later, finds them undone and sends no second undo."""
+    app = make_trip(database_url)
+    with durable.Engine(
+        database_url, registry=app.registry, worker=True, poll_interval=0.05
+    ) as engine:
+        engine.start(app.workflow, workflow_id="t")
+        wait_for_status(engine, "t", "SUSPENDED")
+        engine.fork("t", from_step=2, new_id="f")
+        wait_for_status(engine, "f", "SUSPENDED")
+        order = ["t", "f"] if first == "original" else ["f", "t"]
+        fail(engine, order[0])
+        assert undone(database_url) == ["flight", "hotel"]
+        fail(engine, order[1])
+        calls = vendor_calls(database_url)
+        assert [(a, i, k) for a, i, k in calls if a == "book"] == [
+            ("book", "hotel", "t:0"),
+            ("book", "flight", "t:1"),
+        ]
+        assert undone(database_url) == ["flight", "hotel"]
+        # Both undos were sent by the workflow that failed first, under its own keys, and
+        # the original's ledger says so.
+        assert {k.split(":")[0] for a, _, k in calls if a == "undo"} == {order[0]}
+        ledger = engine.client.effects("t")
+        assert [(e["step_seq"], e["undone_by"]) for e in ledger[:2]] == [
+            (0, order[0]),
+            (1, order[0]),
+        ]
+
+
+def test_forks_of_forks_undo_each_booking_once_and_their_own_bookings_too(
+    database_url: str,
+) -> None:
+    """A fork of a fork shares the bookings its parent fork inherited; a fork from between
+    the bookings shares the hotel and books its own flight, which it undoes itself."""
+    app = make_trip(database_url)
+    with durable.Engine(
+        database_url, registry=app.registry, worker=True, poll_interval=0.05
+    ) as engine:
+        engine.start(app.workflow, workflow_id="t")
+        wait_for_status(engine, "t", "SUSPENDED")
+        engine.fork("t", from_step=2, new_id="f1")
+        wait_for_status(engine, "f1", "SUSPENDED")
+        engine.fork("f1", from_step=2, new_id="f2")
+        engine.fork("t", from_step=1, new_id="f3")
+        for wid in ("f2", "f3"):
+            wait_for_status(engine, wid, "SUSPENDED")
+        for wid in ("f2", "t", "f3", "f1"):
+            fail(engine, wid)
+        calls = vendor_calls(database_url)
+        assert sorted((i, k) for a, i, k in calls if a == "book") == [
+            ("flight", "f3:1"),
+            ("flight", "t:1"),
+            ("hotel", "t:0"),
+        ]
+        assert undone(database_url) == ["flight", "flight", "hotel"]
+        # The fork of the fork came first and undid what the original booked; f3 undid
+        # its own flight (and found the hotel undone).
+        assert sorted((i, k.split(":")[0]) for a, i, k in calls if a == "undo") == [
+            ("flight", "f2"),
+            ("flight", "f3"),
+            ("hotel", "f2"),
+        ]
+
+
+def test_a_fork_and_its_original_failing_together_undo_each_booking_once(
+    database_url: str,
+) -> None:
+    """Both sagas run at the same time: each undo is claimed on the booking's ledger row
+    before it is sent, so only one of them sends it."""
+    app = make_trip(database_url)
+    with durable.Engine(
+        database_url, registry=app.registry, worker=True, poll_interval=0.05, max_workers=4
+    ) as engine:
+        engine.start(app.workflow, workflow_id="t")
+        wait_for_status(engine, "t", "SUSPENDED")
+        for n in range(3):
+            engine.fork("t", from_step=2, new_id=f"f{n}")
+        for n in range(3):
+            wait_for_status(engine, f"f{n}", "SUSPENDED")
+        ids = ["t", "f0", "f1", "f2"]
+        for wid in ids:
+            engine.send(wid, "fail", topic="verdict")
+        for wid in ids:
+            with pytest.raises(errors.WorkflowFailedError):
+                engine.retrieve(wid).result(timeout=20)
+            assert engine.retrieve(wid).status() == "COMPENSATED"
+        assert undone(database_url) == ["flight", "hotel"]
+
+
+def test_a_booking_two_calls_share_by_key_is_undone_once_after_a_replay(
+    database_url: str,
+) -> None:
+    """Two calls with the same key book once (the second finds the first applied), so one
+    undo is owed: also by a run that replays both calls after a suspension, and by a fork
+    that copied both."""
+    make_trip(database_url)  # the vendor's table
+    reg = durable.Registry()
+
+    def vendor(action: str, item: str, key: str) -> str:
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute(
+                "INSERT INTO vendor_calls (action, item, idempotency_key) VALUES (%s, %s, %s)",
+                (action, item, key),
+            )
+        return key
+
+    @durable.effect(registry=reg, name="book", idempotent=True, key=lambda item: item)
+    def book(item: str, *, idempotency_key: str) -> str:
+        return vendor("book", item, idempotency_key)
+
+    @durable.effect(registry=reg, name="unbook", idempotent=True)
+    def unbook(item: str, *, idempotency_key: str) -> str:
+        return vendor("undo", item, idempotency_key)
+
+    book.compensation(unbook)  # type: ignore[attr-defined]
+
+    @durable.workflow(registry=reg, name="twice")
+    def twice() -> None:
+        book("hotel")
+        book("hotel")  # the same key: finds the first call applied
+        durable.recv("verdict", timeout=3600)
+        raise ValueError("no visa")
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        engine.start(twice, workflow_id="t")
+        wait_for_status(engine, "t", "SUSPENDED")
+        engine.fork("t", from_step=2, new_id="f")
+        wait_for_status(engine, "f", "SUSPENDED")
+        fail(engine, "f")
+        fail(engine, "t")
+        assert [a for a, _, _ in vendor_calls(database_url)] == ["book", "undo"]

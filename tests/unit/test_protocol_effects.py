@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from typing import Any
 
@@ -9,7 +10,7 @@ import pytest
 
 from durable import _protocol as protocol
 from durable._models import EffectStatus, RetryPolicy, StepKind
-from durable._protocol import Call, Execute, Pause, decode_error
+from durable._protocol import Call, Compensation, Execute, Pause, decode_error
 from durable.errors import (
     ApprovalDeniedError,
     IdempotencyKeyReusedError,
@@ -314,13 +315,22 @@ def test_a_replayed_effect_returns_its_record_and_registers_its_undo() -> None:
     script = Script()
     assert run_effect(run, script) == {"paid": 1}
     assert script.ops == []
-    assert run.compensations == [(refund, (500,), {})]
+    assert run.compensations == [Compensation(refund, (500,), {}, WORKFLOW_ID, 0)]
+
+
+def test_a_replayed_effect_a_fork_copied_registers_its_undo_on_the_originals_ledger() -> None:
+    copied = dataclasses.replace(
+        done(0, "charge_card", {"paid": 1}, StepKind.EFFECT), applied_in="original"
+    )
+    run = make_run(records=[copied], compensation_of=lambda name: refund)
+    run_effect(run, Script())
+    assert run.compensations == [Compensation(refund, (500,), {}, "original", 0)]
 
 
 def test_an_applied_effect_registers_its_undo() -> None:
     run = make_run(compensation_of=lambda name: refund)
     run_effect(run, Script())
-    assert run.compensations == [(refund, (500,), {})]
+    assert run.compensations == [Compensation(refund, (500,), {}, WORKFLOW_ID, 0)]
 
 
 def test_a_failed_effect_registers_no_undo() -> None:

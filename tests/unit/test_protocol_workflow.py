@@ -198,6 +198,53 @@ def test_a_stale_owner_from_a_compensation_leaves_the_status_alone() -> None:
     assert script.executed("finish_workflow") == []
 
 
+def test_each_undo_is_claimed_on_its_ledger_row_and_skipped_when_another_has_it() -> None:
+    """A fork shares the effects it copied with its original: the undo of each is claimed
+    on the row that records it, and one claimed by another workflow (or a position where
+    no effect was applied) is not sent again."""
+    hotel, flight, car = undo("unbook_hotel"), undo("unbook_flight"), undo("unbook_car")
+    run = make_run()
+    for seq, action in enumerate([hotel, flight, car]):
+        protocol.register_compensation(run, action, (seq,), {}, "original", seq)
+    claims = Then(
+        {"owned": 1, "undone_by": WORKFLOW_ID},  # the car: this run claimed it
+        {"owned": 1, "undone_by": "original"},  # the flight: the original undid it
+        {"owned": 1, "undone_by": None},  # the hotel: nothing applied at that position
+    )
+    script = Script(
+        body_that(run, outcome=Outcome(error=RuntimeError("no visa"))),
+        statements={"claim_undo": claims},
+    )
+    with pytest.raises(RuntimeError):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert script.labels == [
+        "Call body",
+        "Join",
+        "Execute claim_undo",
+        "Call unbook_car",
+        "Execute claim_undo",
+        "Execute claim_undo",
+        "Execute finish_workflow",
+    ]
+    assert script.executed("claim_undo") == [
+        {"workflow_id": WORKFLOW_ID, "epoch": EPOCH, "applied_in": "original", "step_seq": s}
+        for s in (2, 1, 0)
+    ]
+    assert finish_params(script)["status"] == "COMPENSATED"
+
+
+def test_a_claim_refused_by_the_fence_is_a_stale_owner() -> None:
+    run = make_run()
+    protocol.register_compensation(run, undo("refund"), (1,), {}, WORKFLOW_ID, 0)
+    script = Script(
+        body_that(run, outcome=Outcome(error=RuntimeError("x"))),
+        statements={"claim_undo": {"owned": 0, "undone_by": None}},
+    )
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert script.labels == ["Call body", "Join", "Execute claim_undo"]
+
+
 @pytest.mark.parametrize(
     "error",
     [StaleOwnerError(WORKFLOW_ID, EPOCH), DatabaseUnavailableError("gone")],
