@@ -494,11 +494,9 @@ class Client(Messages):
         """ForkAfterUndoError when the original's compensations ran and the fork would
         inherit an effect they undid (it would replay it as applied). Checked before the
         fork's statements: an original is undone only once it has ended, and a finished
-        workflow does not change. An original still running when forked may be undone
-        later: it shares each effect the fork copied, and its one undo, with the fork (the
-        first of them to fail undoes it, the other finds it undone). JournalVersionError
-        first when the original's journal is of a newer format (fork_workflow refuses it
-        too)."""
+        workflow does not change (a running original shares each copied effect, and its
+        one undo, with the fork). JournalVersionError first when the original's journal
+        is newer (fork_workflow refuses it too)."""
         info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
         _check_journal(info)
         if info.status not in _NOT_RESUMABLE and not _compensated(info):
