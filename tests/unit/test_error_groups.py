@@ -34,6 +34,7 @@ CONFIGURATION = {
     "InvalidScheduleError",
     "InvalidBudgetError",
     "UnknownModelPriceError",
+    "UnboundedModelCallError",
     "MissingExtraError",
 }
 
