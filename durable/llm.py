@@ -15,6 +15,19 @@ what is journaled, and the caller gets an iterator (an async one for async clien
 them, the same on the first run and on a replay. The calls that consume the stream, not
 the iteration, are the step: a crash while the caller iterates replays the chunks.
 
+Under a dollar or token limit a call is decided before it is sent. Its worst case is set
+aside from what the budget has left: the request's size as input tokens (a token of text
+is at least one byte), plus its own bound on its output (`max_completion_tokens` or
+`max_tokens` for chat completions, times `n`; `max_output_tokens` for responses;
+`max_tokens` for messages), at the model's dearer input rate and its output rate. If that
+does not fit, nothing is sent and the step waits at the budget gate. A call with no
+output bound has no worst case: under a limit its cost counts against, it fails unsent
+with `UnboundedModelCallError`, naming the parameter to pass. A reply that was sent is
+then charged what it really used, even past the cap (it was paid for: it is journaled,
+never thrown away to be sent again), and the budget gate stops the next step. Only what
+the size estimate misses can pass the cap: an image or a file given by URL or id, whose
+reference is short and whose tokens are not.
+
 A reply's usage is checked before it is charged. A count that is not a whole number of
 tokens (negative, a string, a fraction, more cached tokens than input) fails the call with
 `ModelUsageError` naming the server's field (`usage.prompt_tokens`). A reply that leaves
