@@ -517,3 +517,18 @@ def test_a_call_with_no_output_bound_under_a_cap_is_refused_unsent(
         assert f"the workflow's {limit} limit" in error.error_message
         assert f"{bound[endpoint]}=" in error.error_message
         assert "nothing was sent" in error.error_message
+
+
+def test_each_endpoints_output_bound_and_the_prompts_size() -> None:
+    # The bound the request gives, for each choice; the SDK's NOT_GIVEN or a non-count is none.
+    assert llm._openai_chat_bound({"max_completion_tokens": 10, "n": 3}) == 30
+    assert llm._openai_chat_bound({"max_tokens": 10, "max_completion_tokens": 20}) == 20
+    assert llm._openai_chat_bound({"max_completion_tokens": openai.NOT_GIVEN}) is None
+    assert llm._openai_chat_bound({"max_completion_tokens": True}) is None
+    assert llm._openai_responses_bound({"max_output_tokens": 7, "max_tokens": 99}) == 7
+    assert llm._anthropic_bound({"max_tokens": 5}) == 5
+    # The size is never less than the prompt's UTF-8 bytes (a token is at least one byte).
+    for text in ("plain words", "naïve café", "日本語のテキスト", "emoji \U0001f600"):
+        request = {"model": "m", "messages": [{"role": "user", "content": text}]}
+        assert llm._prompt_tokens(request) >= len(text.encode())
+    assert llm._prompt_tokens({"model": "m", "timeout": object(), 1: "key"}) > 0
