@@ -34,7 +34,18 @@ from durable._models import Budget, Ledger, check_amount, dollars_exact
 from durable._protocol import StepScope
 from durable.errors import NotInWorkflowError
 
-__all__ = ["Budget", "Ledger", "Reservation", "budget_left", "charge", "dollars_exact", "reserve"]
+__all__ = [
+    "Budget",
+    "Ledger",
+    "Reservation",
+    "budget_left",
+    "call_limit",
+    "charge",
+    "dollars_exact",
+    "reserve",
+    "reserve_call",
+    "settle",
+]
 
 # A charge is checked against what the run's running steps hold, then added: parallel sync
 # steps (durable.to_thread) charge from worker threads at once, and a thread switch
@@ -105,6 +116,41 @@ def reserve(*, dollars: float = 0.0, tokens: int = 0) -> Reservation:
     with _deciding:
         protocol.reserve(run, scope, amount, count)
     return Reservation(scope, amount, count)
+
+
+def call_limit(priced: bool) -> str | None:
+    """The limit a model call's cost counts against ("dollar", "token"), or None (see
+    _protocol.call_limit). Called inside a running step."""
+    run = current_run.get()
+    return None if run is None else protocol.call_limit(run, priced)
+
+
+def reserve_call(
+    input_tokens: int,
+    output_tokens: int | None,
+    rates: tuple[Decimal, Decimal] | None,
+    bound_field: str,
+) -> Reservation | None:
+    """Set aside a model call's worst case before it is sent (durable.llm; see
+    _protocol.reserve_call). None outside a charging step: the call is a plain call."""
+    run, scope = current_run.get(), current_step.get()
+    if run is None or scope is None or not scope.charging:
+        return None
+    with _deciding:
+        dollars, tokens = protocol.reserve_call(
+            run, scope, input_tokens, output_tokens, rates, bound_field
+        )
+    return Reservation(scope, dollars, tokens)
+
+
+def settle(dollars: Decimal, tokens: int) -> None:
+    """Charge what a model call that was sent cost, past the cap if it must be: it was
+    paid for (see _protocol.settle). Called inside a charging step."""
+    scope = current_step.get()
+    if scope is None or not scope.charging:
+        raise NotInWorkflowError("a model call is settled inside the step that made it")
+    with _deciding:
+        protocol.settle(scope, dollars, tokens)
 
 
 def budget_left() -> Budget:

@@ -29,6 +29,7 @@ The tree::
     │   │   ├── InvalidScheduleError
     │   │   ├── InvalidBudgetError
     │   │   ├── UnknownModelPriceError
+    │   │   ├── UnboundedModelCallError
     │   │   └── MissingExtraError (also an ImportError)
     │   ├── SerializationError
     │   │   └── PayloadTooLargeError
@@ -644,6 +645,25 @@ class UnknownModelPriceError(ConfigurationError):
             f"no price for model {model!r}: pass durable.llm.wrap(client, prices={{{model!r}: "
             "durable.llm.Price(input=..., output=...)}) in dollars per million tokens (or "
             f"{{{model!r}: None}} to charge tokens only); nothing was sent"
+        )
+
+
+class UnboundedModelCallError(ConfigurationError):
+    """A model call through durable.llm under a dollar or token limit has no bound on its
+    output, so its worst case could not be set aside before it was sent: pass the
+    endpoint's output bound (`max_completion_tokens=` for chat completions,
+    `max_output_tokens=` for responses, `max_tokens=` for messages), or run the workflow
+    without a dollar or token limit. Nothing was sent."""
+
+    def __init__(self, step_name: str, field: str, limit: str) -> None:
+        self.step_name = step_name
+        self.field = field
+        self.limit = limit
+        super().__init__(
+            f"{step_name}: the call has no {field}, so its worst case cannot be set aside "
+            f"from the workflow's {limit} limit before it is sent; pass {field}=... (the most "
+            "output tokens it may cost), or run the workflow without a dollar or token "
+            "limit; nothing was sent"
         )
 
 

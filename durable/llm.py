@@ -15,6 +15,19 @@ what is journaled, and the caller gets an iterator (an async one for async clien
 them, the same on the first run and on a replay. The calls that consume the stream, not
 the iteration, are the step: a crash while the caller iterates replays the chunks.
 
+Under a dollar or token limit a call is decided before it is sent. Its worst case is set
+aside from what the budget has left: the request's size as input tokens (a token of text
+is at least one byte), plus its own bound on its output (`max_completion_tokens` or
+`max_tokens` for chat completions, times `n`; `max_output_tokens` for responses;
+`max_tokens` for messages), at the model's dearer input rate and its output rate. If that
+does not fit, nothing is sent and the step waits at the budget gate. A call with no
+output bound has no worst case: under a limit its cost counts against, it fails unsent
+with `UnboundedModelCallError`, naming the parameter to pass. A reply that was sent is
+then charged what it really used, even past the cap (it was paid for: it is journaled,
+never thrown away to be sent again), and the budget gate stops the next step. Only what
+the size estimate misses can pass the cap: an image or a file given by URL or id, whose
+reference is short and whose tokens are not.
+
 A reply's usage is checked before it is charged. A count that is not a whole number of
 tokens (negative, a string, a fraction, more cached tokens than input) fails the call with
 `ModelUsageError` naming the server's field (`usage.prompt_tokens`). A reply that leaves
@@ -35,17 +48,20 @@ Install the SDKs with `pip install 'durable-pg[llm]'`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import json
 import logging
 import math
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
 from durable import _driver, _driver_async
 from durable import _labels as labels
-from durable._budget import budget_left, charge
+from durable._budget import call_limit, reserve_call, settle
 from durable._context import current_step
 from durable._models import StepKind
 from durable._registry import StepDef
@@ -141,6 +157,10 @@ class _Endpoint:
     rebuild_chunk: Callable[[Any], Any]
     usage: Callable[[Any], _Reading]
     stream_usage: Callable[[list[Any]], _Reading]
+    # The request's bound on its output tokens (None: it has none), and the parameter
+    # that gives it, named when a call under a limit leaves it out.
+    output_bound: Callable[[dict[str, Any]], int | None]
+    bound_field: str
     stream_options: Callable[[dict[str, Any]], dict[str, Any]] = lambda request: request
 
 
@@ -312,6 +332,57 @@ def _anthropic_stream_usage(events: list[Any]) -> _Reading:
     return _Reading(usage, missing)
 
 
+def _tokens(value: Any) -> int | None:
+    """A whole number of tokens the request gives, or None (left out, or the SDKs'
+    NOT_GIVEN, or not a count: the server refuses such a request anyway)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        return None
+    return value
+
+
+def _openai_chat_bound(request: dict[str, Any]) -> int | None:
+    """`max_completion_tokens` (or the older `max_tokens`) for each of the `n` choices."""
+    given = [
+        b
+        for b in (_tokens(request.get("max_completion_tokens")), _tokens(request.get("max_tokens")))
+        if b is not None
+    ]
+    if not given:
+        return None
+    return max(given) * max(1, _tokens(request.get("n")) or 1)
+
+
+def _openai_responses_bound(request: dict[str, Any]) -> int | None:
+    return _tokens(request.get("max_output_tokens"))
+
+
+def _anthropic_bound(request: dict[str, Any]) -> int | None:
+    return _tokens(request.get("max_tokens"))
+
+
+def _prompt_tokens(request: dict[str, Any]) -> int:
+    """The most input tokens a request's text can cost, by its size: the length of its
+    JSON with every character past ASCII escaped (six bytes or more, never fewer than its
+    UTF-8 bytes), since a token of text is at least one byte; the JSON's names and
+    punctuation stand for the few tokens that mark each message. An image or a file
+    given by URL or id counts only its reference, so it can cost more."""
+    try:
+        return len(json.dumps(request, default=str, separators=(",", ":")))
+    except (TypeError, ValueError):  # a key that is not a string, a cycle
+        return len(repr(request)) * 4
+
+
+def _worst_rates(price: Price | None) -> tuple[Decimal, Decimal] | None:
+    """The dollars per million input and output tokens a call can cost at most: input at
+    the dearer of its fresh and cached rates (a reply says which only after the fact)."""
+    if price is None:
+        return None
+    rate_in = Decimal(str(price.input))
+    if price.cached_input is not None:
+        rate_in = max(rate_in, Decimal(str(price.cached_input)))
+    return rate_in, Decimal(str(price.output))
+
+
 def _validator(type_path: str) -> Callable[[Any], Any]:
     """Rebuild an SDK object from its JSON as the SDK builds one from a response: leniently
     (`construct`, which both SDKs make recursive), so a field the server left out stays
@@ -357,6 +428,8 @@ _ENDPOINTS: dict[str, tuple[_Endpoint, ...]] = {
             _validator("openai.types.chat.ChatCompletionChunk"),
             _openai_chat_usage,
             _openai_chat_stream_usage,
+            _openai_chat_bound,
+            "max_completion_tokens",
             _include_usage,
         ),
         _Endpoint(
@@ -366,6 +439,8 @@ _ENDPOINTS: dict[str, tuple[_Endpoint, ...]] = {
             _validator("openai.types.responses.ResponseStreamEvent"),
             _openai_responses_usage,
             _openai_responses_stream_usage,
+            _openai_responses_bound,
+            "max_output_tokens",
         ),
     ),
     "anthropic": (
@@ -376,6 +451,8 @@ _ENDPOINTS: dict[str, tuple[_Endpoint, ...]] = {
             _validator("anthropic.types.RawMessageStreamEvent"),
             _anthropic_usage,
             _anthropic_stream_usage,
+            _anthropic_bound,
+            "max_tokens",
         ),
     ),
 }
@@ -459,8 +536,22 @@ class _Proxy:
 
 def _method(create: Callable[..., Any], endpoint: _Endpoint, calls: _Calls) -> Callable[..., Any]:
     """The wrapped `create`: a step named after the endpoint, sync or async like the
-    client. The price is looked up first, so an unpriced model fails before any request."""
+    client. The price is looked up first, so an unpriced model fails before any request.
+
+    Inside the step the call's worst case is set aside before the request is sent (a
+    refusal sends nothing: the step waits at the budget gate), and the reply, once sent
+    and paid for, is charged what it used even past the cap: it is never thrown away to
+    be sent again."""
     is_async = calls.is_async
+
+    def set_aside(request: dict[str, Any], price: Price | None) -> AbstractContextManager[Any]:
+        reservation = reserve_call(
+            _prompt_tokens(request),
+            endpoint.output_bound(request),
+            _worst_rates(price),
+            endpoint.bound_field,
+        )
+        return contextlib.nullcontext() if reservation is None else reservation
 
     def charged(reply: Any, stream: bool, price: Price | None) -> None:
         """Charge what the reply (the SDK's object, or its list of chunks) used."""
@@ -468,20 +559,20 @@ def _method(create: Callable[..., Any], endpoint: _Endpoint, calls: _Calls) -> C
         if scope is None or not scope.charging:
             return  # outside a workflow: a plain call, nothing to charge
         usage = _usage_to_charge(endpoint, reply, stream, price, calls)
-        dollars = 0.0 if price is None else float(price.dollars(usage))
-        charge(dollars=dollars, tokens=usage.total)
+        settle(Decimal(0) if price is None else price.dollars(usage), usage.total)
 
     if is_async:
 
         async def call_async(request: dict[str, Any], price: Price | None) -> Any:
             stream = bool(request.get("stream"))
-            response = await create(**request)
-            if stream:
-                response = [chunk async for chunk in response]
-                data: Any = [_dump(chunk) for chunk in response]
-            else:
-                data = _dump(response)
-            charged(response, stream, price)
+            with set_aside(request, price):  # refused: nothing is sent
+                response = await create(**request)
+                if stream:
+                    response = [chunk async for chunk in response]
+                    data: Any = [_dump(chunk) for chunk in response]
+                else:
+                    data = _dump(response)
+                charged(response, stream, price)
             return data
 
         defn = StepDef(endpoint.step_name, call_async, StepKind.STEP)
@@ -500,13 +591,14 @@ def _method(create: Callable[..., Any], endpoint: _Endpoint, calls: _Calls) -> C
 
     def call(request: dict[str, Any], price: Price | None) -> Any:
         stream = bool(request.get("stream"))
-        response = create(**request)
-        if stream:
-            response = list(response)
-            data: Any = [_dump(chunk) for chunk in response]
-        else:
-            data = _dump(response)
-        charged(response, stream, price)
+        with set_aside(request, price):  # refused: nothing is sent
+            response = create(**request)
+            if stream:
+                response = list(response)
+                data: Any = [_dump(chunk) for chunk in response]
+            else:
+                data = _dump(response)
+            charged(response, stream, price)
         return data
 
     sync_defn = StepDef(endpoint.step_name, call, StepKind.STEP)
@@ -546,12 +638,7 @@ def _usage_to_charge(
     if not reading.missing:
         return reading.usage
     field_, what = reading.missing[0]
-    left = budget_left()  # None where there is no limit
-    limit = None
-    if left.dollars is not None and price is not None:
-        limit = "dollar"
-    elif left.tokens is not None:
-        limit = "token"
+    limit = call_limit(price is not None)
     if limit is not None:
         hint = (
             " (for a streamed chat completion, stream_options={'include_usage': True}, "

@@ -4,6 +4,12 @@ A run draws from its root's ledger. Before a new step the budget gate decides wh
 runs (or waits for a person, keyed by its position); while a step runs, a charge or a
 reservation that would pass a limit is refused (the hard cap), counting what every step of
 the run now executing holds; and what is left is reported to the workflow's code.
+
+A model call (durable.llm) is decided before it is sent, not after it was paid for: its
+worst case is set aside (`reserve_call`: refused, the call is not sent and the step waits
+at the cap's gate), and what it really cost is then charged whatever the cap says
+(`settle`: the vendor was paid, so the reply is kept and journaled), leaving the next
+step's gate to stop what comes after.
 """
 
 from __future__ import annotations
@@ -16,7 +22,7 @@ from durable._models import Budget, Ledger, dollars_exact
 from durable._protocol.gates import gate
 from durable._protocol.ops import Execute, Gen, StepScope
 from durable._protocol.run import Run
-from durable.errors import BudgetExceededError
+from durable.errors import BudgetExceededError, UnboundedModelCallError
 
 
 def open_ledger(run: Run, limits: Budget | None) -> Gen[None]:
@@ -188,6 +194,63 @@ def reserve(run: Run, scope: StepScope, dollars: Decimal, tokens: int) -> None:
         raise BudgetExceededError(run.workflow_id, scope.name, why)
     scope.reserved_dollars += dollars
     scope.reserved_tokens += tokens
+
+
+def call_limit(run: Run, priced: bool) -> str | None:
+    """The limit a model call's cost counts against: "dollar" (a dollar limit, and the
+    model has a price), "token" (a token limit), or None (no limit needs to know what the
+    call costs: nothing is set aside, and a reply that leaves its usage out is charged
+    what it reported)."""
+    ledger = run.ledger
+    if ledger is None:
+        return None
+    if ledger.limit_dollars is not None and priced:
+        return "dollar"
+    if ledger.limit_tokens is not None:
+        return "token"
+    return None
+
+
+def reserve_call(
+    run: Run,
+    scope: StepScope,
+    input_tokens: int,
+    output_tokens: int | None,
+    rates: tuple[Decimal, Decimal] | None,
+    bound_field: str,
+) -> tuple[Decimal, int]:
+    """Before a model call is sent, set aside its worst case: `input_tokens` (an estimate
+    of the prompt) plus `output_tokens` (the request's own bound on its output, None when
+    it has none), at `rates` (dollars per million input and output tokens; None: the model
+    is charged tokens only). Returns what was set aside, to release once the call is
+    settled.
+
+    Refused by the cap (BudgetExceededError), the call is not sent and the step waits at
+    the cap's gate. Under a limit the call counts against, a call with no output bound
+    has no worst case and is refused before it is sent (UnboundedModelCallError): its
+    reply could cost any amount, and once paid for it is charged whatever the limit."""
+    limit = call_limit(run, rates is not None)
+    if limit is None:
+        return Decimal(0), 0
+    if output_tokens is None:
+        raise UnboundedModelCallError(scope.name, bound_field, limit)
+    tokens = input_tokens + output_tokens
+    dollars = Decimal(0)
+    if rates is not None:
+        rate_in, rate_out = rates
+        dollars = (rate_in * input_tokens + rate_out * output_tokens) / Decimal(1_000_000)
+    reserve(run, scope, dollars, tokens)
+    return dollars, tokens
+
+
+def settle(scope: StepScope, dollars: Decimal, tokens: int) -> None:
+    """Charge what a call that was sent cost, with no cap to refuse it: the vendor was
+    paid, and refusing the charge would throw the reply away and send the call again once
+    the budget is raised. Its worst case was set aside before it was sent, so only what
+    that estimate missed can take the total past a limit; the next step's budget gate
+    then stops the run."""
+    scope.dollars += dollars
+    scope.tokens += tokens
 
 
 def release(scope: StepScope, dollars: Decimal, tokens: int) -> None:

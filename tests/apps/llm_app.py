@@ -45,7 +45,9 @@ def openai_agent(workflow_id: str, /) -> list[str]:
     out = []
     for p in prompts(workflow_id):
         r = oa.chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": p}]
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": p}],
+            max_completion_tokens=100,
         )
         out.append(r.choices[0].message.content)
     return out
@@ -54,7 +56,8 @@ def openai_agent(workflow_id: str, /) -> list[str]:
 @durable.workflow(registry=registry, budget=BUDGET)
 def responses_agent(workflow_id: str, /) -> list[str]:
     return [
-        oa.responses.create(model="gpt-4o-mini", input=p).output_text for p in prompts(workflow_id)
+        oa.responses.create(model="gpt-4o-mini", input=p, max_output_tokens=100).output_text
+        for p in prompts(workflow_id)
     ]
 
 
@@ -64,14 +67,19 @@ async def openai_async_agent(workflow_id: str, /) -> list[str]:
     for i, p in enumerate(prompts(workflow_id)):
         if i % 2:  # every other call streams
             stream = await oa_async.chat.completions.create(
-                model="gpt-4o-mini", messages=[{"role": "user", "content": p}], stream=True
+                model="gpt-4o-mini",
+                messages=[{"role": "user", "content": p}],
+                max_completion_tokens=100,
+                stream=True,
             )
             out.append(
                 "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
             )
         else:
             r = await oa_async.chat.completions.create(
-                model="gpt-4o-mini", messages=[{"role": "user", "content": p}]
+                model="gpt-4o-mini",
+                messages=[{"role": "user", "content": p}],
+                max_completion_tokens=100,
             )
             out.append(r.choices[0].message.content or "")
     return out

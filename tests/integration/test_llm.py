@@ -46,10 +46,15 @@ def test_a_replay_sends_no_request_and_an_unpriced_model_sends_none(
     @durable.workflow(registry=reg, budget=durable.Budget(tokens=10_000))
     def agent() -> list[str]:
         text = client.chat.completions.create(
-            model="local-model", messages=[{"role": "user", "content": "plan"}]
+            model="local-model",
+            messages=[{"role": "user", "content": "plan"}],
+            max_completion_tokens=100,
         )
         chunks = client.chat.completions.create(
-            model="gpt-4o-mini", messages=[{"role": "user", "content": "write"}], stream=True
+            model="gpt-4o-mini",
+            messages=[{"role": "user", "content": "write"}],
+            max_completion_tokens=100,
+            stream=True,
         )
         streamed = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
         flaky()
@@ -118,9 +123,11 @@ def agents(reg: durable.Registry, stub: ModelStub, name: str, budget: durable.Bu
     @durable.workflow(registry=reg, name=name, budget=budget)
     def ask(endpoint: str, stream: bool, model: str) -> str:
         if endpoint == "chat":
-            reply = oa.chat.completions.create(model=model, messages=messages, stream=stream)
+            reply = oa.chat.completions.create(
+                model=model, messages=messages, max_completion_tokens=9, stream=stream
+            )
         elif endpoint == "responses":
-            reply = oa.responses.create(model=model, input="hi", stream=stream)
+            reply = oa.responses.create(model=model, input="hi", max_output_tokens=9, stream=stream)
         else:
             reply = an.messages.create(model=model, max_tokens=9, messages=messages, stream=stream)
         return str(len(list(reply)) if stream else type(reply).__name__)
@@ -129,10 +136,12 @@ def agents(reg: durable.Registry, stub: ModelStub, name: str, budget: durable.Bu
     async def ask_async(endpoint: str, stream: bool, model: str) -> str:
         if endpoint == "chat":
             reply = await oa_async.chat.completions.create(
-                model=model, messages=messages, stream=stream
+                model=model, messages=messages, max_completion_tokens=9, stream=stream
             )
         elif endpoint == "responses":
-            reply = await oa_async.responses.create(model=model, input="hi", stream=stream)
+            reply = await oa_async.responses.create(
+                model=model, input="hi", max_output_tokens=9, stream=stream
+            )
         else:
             reply = await an_async.messages.create(
                 model=model, max_tokens=9, messages=messages, stream=stream
@@ -342,38 +351,184 @@ def test_a_price_table_that_is_not_one_is_refused_by_wrap(prices: Any, named: st
         llm.wrap(client, prices=prices)
 
 
-def test_parallel_calls_of_a_wrapped_async_client_never_record_past_the_cap(
+# -- the cap decides before the vendor is paid ----------------------------------------------------
+
+# $0.01 a token: "q<i>" costs 114 + 22 tokens at the stub, $1.36. Its worst case, set aside
+# before it is sent, is the request's size (under 100 bytes: a token is at least one
+# byte of text) plus max_completion_tokens=100: under $2.
+DEAR = {"dear-model": llm.Price(10_000.0, 10_000.0)}
+
+
+def _wait_suspended(engine: durable.Engine, workflow_id: str) -> None:
+    deadline = time.monotonic() + 30
+    while engine.get_workflow(workflow_id).status != "SUSPENDED":
+        assert time.monotonic() < deadline, engine.get_workflow(workflow_id)
+        time.sleep(0.05)
+
+
+def _prompts(stub: ModelStub) -> list[str]:
+    return [str(body["messages"][-1]["content"]) for _, body in stub.requests]
+
+
+def test_a_call_the_cap_cannot_cover_is_not_sent_and_none_is_sent_twice(
     database_url: str, stub: ModelStub
 ) -> None:
-    """Five gathered chat calls at $1.36 each under a $3 cap: the calls are in flight
-    together (the stub sees them all), but the ledger records two and the rest wait at
-    the budget gate; a denial ends the workflow with nothing more recorded."""
+    """Two calls of $1.36 in sequence under $2.50: the second's worst case does not fit
+    beside the first's cost, so it waits at the gate unsent; raised, the workflow finishes
+    with each request sent once, and every request the vendor saw is charged."""
     reg = durable.Registry()
-    dear = {"dear-model": llm.Price(10_000.0, 10_000.0)}  # "hi": 136 tokens, $1.36
+    client = llm.wrap(openai.OpenAI(base_url=stub.url, api_key="t", max_retries=0), prices=DEAR)
+
+    @durable.workflow(registry=reg, budget=durable.Budget(dollars=2.5))
+    def two() -> list[str]:
+        return [
+            str(
+                client.chat.completions.create(
+                    model="dear-model",
+                    messages=[{"role": "user", "content": f"q{i}"}],
+                    max_completion_tokens=100,
+                )
+                .choices[0]
+                .message.content
+            )
+            for i in range(2)
+        ]
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        handle = engine.start(two, workflow_id="two")
+        _wait_suspended(engine, "two")
+        assert _prompts(stub) == ["q0"]  # the second was not sent
+        assert spent(engine, "two") == (1.36, 136)  # what the vendor was paid, to the cent
+        engine.raise_budget("two", dollars=5.0)
+        assert handle.result(timeout=30) == ["answer to q0", "answer to q1"]
+        assert _prompts(stub) == ["q0", "q1"]  # none twice
+        assert spent(engine, "two") == (2.72, 272)
+
+
+def test_gathered_calls_past_the_cap_are_not_sent_and_none_is_sent_twice(
+    database_url: str, stub: ModelStub
+) -> None:
+    """Five gathered calls under $4: two worst cases fit, so two requests are sent and
+    charged and three wait at the gate unsent; raised, the three are sent, once each."""
+    reg = durable.Registry()
     client = llm.wrap(
-        openai.AsyncOpenAI(base_url=stub.url, api_key="t", max_retries=0), prices=dear
+        openai.AsyncOpenAI(base_url=stub.url, api_key="t", max_retries=0), prices=DEAR
     )
 
     async def one(i: int) -> str:
         reply = await client.chat.completions.create(
-            model="dear-model", messages=[{"role": "user", "content": "hi"}]
+            model="dear-model",
+            messages=[{"role": "user", "content": f"q{i}"}],
+            max_completion_tokens=100,
         )
         return str(reply.choices[0].message.content)
 
-    @durable.workflow(registry=reg, budget=durable.Budget(dollars=3.0))
+    @durable.workflow(registry=reg, budget=durable.Budget(dollars=4.0))
     async def fan_out() -> list[str]:
         return list(await asyncio.gather(*(one(i) for i in range(5))))
 
     with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
-        engine.start(fan_out, workflow_id="fan")
-        deadline = time.monotonic() + 30
-        while engine.get_workflow("fan").status != "SUSPENDED":
-            assert time.monotonic() < deadline, engine.get_workflow("fan")
-            time.sleep(0.05)
-        dollars, tokens = spent(engine, "fan")
-        assert dollars <= 3.0 and (dollars, tokens) == (2.72, 272)
-        for gate in engine.list_approvals("fan"):
-            engine.decide("fan", gate["name"], False)
-        with pytest.raises(errors.WorkflowFailedError):
-            engine.retrieve("fan").result(timeout=30)
-        assert spent(engine, "fan") == (2.72, 272)
+        handle = engine.start(fan_out, workflow_id="fan")
+        _wait_suspended(engine, "fan")
+        assert stub.count() == 2
+        assert spent(engine, "fan") == (2.72, 272)  # both requests sent, both charged
+        engine.raise_budget("fan", dollars=10.0)
+        assert handle.result(timeout=30) == [f"answer to q{i}" for i in range(5)]
+        assert sorted(_prompts(stub)) == [f"q{i}" for i in range(5)]  # none twice
+        assert spent(engine, "fan") == (6.8, 680)
+
+
+def test_a_reply_that_costs_more_than_was_set_aside_is_kept_and_charged_past_the_cap(
+    database_url: str, stub: ModelStub
+) -> None:
+    """The stub counts 7 tokens a character of the prompt, more than its bytes: the reply
+    costs more than was set aside and takes the total past the cap. It was paid for, so it
+    is charged and journaled, never sent again; the next call waits at the budget gate."""
+    reg = durable.Registry()
+    client = llm.wrap(
+        openai.OpenAI(base_url=stub.url, api_key="t", max_retries=0), prices={"m": None}
+    )
+    long = "x" * 40  # 380 + 60 tokens
+
+    @durable.workflow(registry=reg, budget=durable.Budget(tokens=300))
+    def over(prompts: list[str]) -> int:
+        for p in prompts:
+            client.chat.completions.create(
+                model="m", messages=[{"role": "user", "content": p}], max_completion_tokens=10
+            )
+        return len(prompts)
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        handle = engine.start(over, [long, "q1"], workflow_id="over")
+        _wait_suspended(engine, "over")
+        assert _prompts(stub) == [long]
+        assert spent(engine, "over") == (0.0, 440)  # past the cap: it was paid for
+        assert [s.step_seq for s in engine.steps("over")] == [0]
+        assert [g["name"] for g in engine.list_approvals("over")] == ["budget@1"]
+        engine.raise_budget("over", tokens=1000)
+        assert handle.result(timeout=30) == 2
+        assert _prompts(stub) == [long, "q1"]
+        assert spent(engine, "over") == (0.0, 440 + 136)
+
+
+def test_a_call_with_no_output_bound_under_a_cap_is_refused_unsent(
+    database_url: str, stub: ModelStub
+) -> None:
+    """With no max_tokens there is no worst case to set aside: under a limit the call's
+    cost counts against, it fails before it is sent, naming the fix. Without such a limit
+    (steps only; a dollar limit and a model priced None) it is sent as before."""
+    reg = durable.Registry()
+    prices: dict[str, llm.Price | None] = {"paid-model": llm.Price(1.0, 2.0), "free-model": None}
+    oa = llm.wrap(openai.OpenAI(base_url=stub.url, api_key="t", max_retries=0), prices=prices)
+    messages = [{"role": "user", "content": "hi"}]
+
+    def call(endpoint: str, model: str) -> None:
+        if endpoint == "chat":
+            oa.chat.completions.create(model=model, messages=messages)
+        else:
+            oa.responses.create(model=model, input="hi")
+
+    @durable.workflow(registry=reg, name="dollars", budget=durable.Budget(dollars=5.0))
+    def dollars(endpoint: str, model: str) -> None:
+        call(endpoint, model)
+
+    @durable.workflow(registry=reg, name="tokens", budget=durable.Budget(tokens=100_000))
+    def tokens(endpoint: str, model: str) -> None:
+        call(endpoint, model)
+
+    @durable.workflow(registry=reg, name="steps", budget=durable.Budget(steps=10))
+    def steps(endpoint: str, model: str) -> None:
+        call(endpoint, model)
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        refused = {
+            (endpoint, name): outcome(engine, wf, f"{name}-{endpoint}", endpoint, "paid-model")
+            for endpoint in ("chat", "responses")
+            for name, wf in (("dollar", dollars), ("token", tokens))
+        }
+        assert stub.count() == 0
+        assert outcome(engine, steps, "s", "chat", "paid-model") is None
+        assert outcome(engine, dollars, "d-free", "chat", "free-model") is None
+        assert stub.count() == 2
+    bound = {"chat": "max_completion_tokens", "responses": "max_output_tokens"}
+    for (endpoint, limit), error in refused.items():
+        assert isinstance(error, errors.WorkflowFailedError), error
+        assert error.error_type == "durable.errors.UnboundedModelCallError"
+        assert f"the workflow's {limit} limit" in error.error_message
+        assert f"{bound[endpoint]}=" in error.error_message
+        assert "nothing was sent" in error.error_message
+
+
+def test_each_endpoints_output_bound_and_the_prompts_size() -> None:
+    # The bound the request gives, for each choice; the SDK's NOT_GIVEN or a non-count is none.
+    assert llm._openai_chat_bound({"max_completion_tokens": 10, "n": 3}) == 30
+    assert llm._openai_chat_bound({"max_tokens": 10, "max_completion_tokens": 20}) == 20
+    assert llm._openai_chat_bound({"max_completion_tokens": openai.NOT_GIVEN}) is None
+    assert llm._openai_chat_bound({"max_completion_tokens": True}) is None
+    assert llm._openai_responses_bound({"max_output_tokens": 7, "max_tokens": 99}) == 7
+    assert llm._anthropic_bound({"max_tokens": 5}) == 5
+    # The size is never less than the prompt's UTF-8 bytes (a token is at least one byte).
+    for text in ("plain words", "naïve café", "日本語のテキスト", "emoji \U0001f600"):
+        request = {"model": "m", "messages": [{"role": "user", "content": text}]}
+        assert llm._prompt_tokens(request) >= len(text.encode())
+    assert llm._prompt_tokens({"model": "m", "timeout": object(), 1: "key"}) > 0

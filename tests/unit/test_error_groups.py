@@ -39,6 +39,7 @@ CONFIGURATION = {
     "InvalidScheduleError",
     "InvalidBudgetError",
     "UnknownModelPriceError",
+    "UnboundedModelCallError",
     "MissingExtraError",
 }
 

@@ -20,6 +20,7 @@ from durable.errors import (
     BudgetExceededError,
     StaleOwnerError,
     StreamClosedError,
+    UnboundedModelCallError,
     WorkflowInterrupted,
     WorkflowSuspended,
 )
@@ -607,6 +608,90 @@ def test_sync_steps_charging_from_threads_at_once_never_pass_the_cap() -> None:
             assert sum(s.dollars for s in scopes) <= Decimal(1)
     finally:
         sys.setswitchinterval(switch)
+
+
+# -- model calls: decided before they are sent, settled after ---------------------------------
+
+RATES = (Decimal(1000), Decimal(3000))  # dollars per million input and output tokens
+
+
+def test_a_model_calls_limit_is_the_one_its_cost_counts_against() -> None:
+    def limit(priced: bool, **row: Any) -> str | None:
+        return protocol.call_limit(make_run(budget_id=WORKFLOW_ID, ledger=ledger(**row)), priced)
+
+    assert protocol.call_limit(make_run(), priced=True) is None  # no budget
+    assert limit(True, limit_steps=5) is None
+    assert limit(True, limit_dollars="1") == "dollar"
+    assert limit(False, limit_dollars="1") is None  # priced None: tokens cost no dollars
+    assert limit(False, limit_dollars="1", limit_tokens=10) == "token"
+    assert limit(True, limit_tokens=10) == "token"
+
+
+def test_a_model_calls_worst_case_is_set_aside_and_refused_before_it_is_sent() -> None:
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.6"))
+    a, b = protocol.StepScope("a", charging=True), protocol.StepScope("b", charging=True)
+    run.inflight = [a, b]
+    # 100 input tokens at $1000/M and 50 output at $3000/M: $0.25, 150 tokens.
+    held = protocol.reserve_call(run, a, 100, 50, RATES, "max_tokens")
+    assert held == (Decimal("0.25"), 150)
+    assert (a.reserved_dollars, a.reserved_tokens) == held
+    with pytest.raises(BudgetExceededError, match="would pass the limit of 1"):
+        protocol.reserve_call(run, b, 100, 50, RATES, "max_tokens")  # 0.6 + 0.25 + 0.25
+    assert b.refused is not None  # refused by the cap: the step waits at its gate
+
+
+def test_a_model_call_with_no_output_bound_fails_under_a_limit_and_goes_without_one() -> None:
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_tokens=1000))
+    scope = protocol.StepScope("openai.chat.completions.create", charging=True)
+    with pytest.raises(UnboundedModelCallError, match=r"max_completion_tokens=\.\.\.") as info:
+        protocol.reserve_call(run, scope, 100, None, None, "max_completion_tokens")
+    assert (info.value.limit, info.value.field) == ("token", "max_completion_tokens")
+    # A mistake in the program, not the cap: the step fails instead of waiting.
+    assert scope.refused is None and scope.reserved_tokens == 0
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1"))
+    # Priced None under a dollar limit: nothing to set aside, nothing to bound.
+    assert protocol.reserve_call(run, scope, 100, None, None, "max_tokens") == (Decimal(0), 0)
+
+
+def test_a_settled_call_is_recorded_past_the_cap_and_the_next_step_waits() -> None:
+    """A reply that cost more than was set aside was paid for: its charge is recorded
+    past the limit (not refused, which would send it again), and the gate stops the
+    step after it."""
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.5"))
+    sent: list[str] = []
+
+    def answer(op: Any) -> Any:
+        if isinstance(op, Call) and op.scope is not None:
+            held = protocol.reserve_call(run, op.scope, 100, 50, RATES, "max_tokens")
+            sent.append(op.scope.name)
+            protocol.settle(op.scope, Decimal("0.8"), 800)  # the prompt was longer
+            protocol.release(op.scope, *held)
+            return protocol.Outcome("reply")
+        return DEFAULT
+
+    script = Script(
+        answer,
+        statements={
+            "record_charged_step": ledger_row(
+                limit_dollars="1", spent_dollars="1.3", spent_steps=1, written=True
+            ),
+            "get_budget": ledger_row(limit_dollars="1", spent_dollars="1.3", spent_steps=1),
+            "get_approval": None,
+            "suspend_for_approval": 1,
+        },
+    )
+    assert script.run(protocol.step(run, step_def(llm), (), {})) == "reply"
+    written = script.only("record_charged_step")
+    assert (written["dollars"], written["tokens"], written["attempts"]) == (
+        Decimal("0.8"),
+        800,
+        1,
+    )
+    assert script.executed("approval_request") == []
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.step(run, step_def(llm), (), {}))
+    assert sent == ["llm"]  # the next call was not made
+    assert script.only("approval_request")["name"] == "budget@1"
 
 
 def test_a_time_budget_is_used_up_by_the_clock() -> None:
