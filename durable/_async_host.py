@@ -278,7 +278,9 @@ class AsyncHost:
                 case lifecycle.RunClaimed(claimed=claimed):
                     return await self.run_claimed(claimed)
                 case lifecycle.Attach():
-                    return await asyncio.to_thread(client.existing, op.defn, op.workflow_id)
+                    return await asyncio.to_thread(
+                        client.existing, op.defn, op.workflow_id, op.inputs
+                    )
                 case lifecycle.Finished():
                     return await asyncio.to_thread(client.finished, op.workflow_id)
                 case lifecycle.Reclaim():

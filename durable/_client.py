@@ -61,7 +61,6 @@ from durable.errors import (
     ForkAfterUndoError,
     InvalidBudgetError,
     InvalidWaitError,
-    JournalVersionError,
     QueueDedupError,
     UnknownApprovalError,
     UnknownScheduleError,
@@ -157,14 +156,18 @@ class Client(Messages):
         (an Engine's `durability=`; "sync" for a plain Client)."""
         return self.config.durability
 
-    def existing(self, defn: WorkflowDef, workflow_id: str) -> WorkflowInfo:
-        """The stored workflow a start of `defn` under an existing id attaches to:
-        WorkflowConflictError if another function holds the id, JournalVersionError if its
-        journal is of a newer format than this code reads."""
+    def existing(
+        self, defn: WorkflowDef, workflow_id: str, inputs: str | None = None
+    ) -> WorkflowInfo:
+        """The WorkflowInfo a start of `defn` (stored `inputs`) under an existing id attaches
+        to: WorkflowConflictError if another function, or the same method on another
+        instance, holds the id; JournalVersionError if its journal is newer than this code."""
         info = self.get_workflow(workflow_id)
         if info.name != defn.name:
             raise WorkflowConflictError(workflow_id, info.name, defn.name)
-        _check_journal(info)
+        if defn.receiver is not None and inputs is not None:
+            self.inputs.check_receiver(info, defn, inputs)
+        info.check_journal()
         return info
 
     @start_method
@@ -183,7 +186,7 @@ class Client(Messages):
             params = self.inputs.row(defn, workflow_id, inputs, None, self.default_durability)
         row = self.db.fetch_one("insert_workflow_pending", params)
         if row is None:
-            self.existing(defn, workflow_id)
+            self.existing(defn, workflow_id, inputs)
         else:
             self.notify_work(workflow_id)
         return self.handle(workflow_id)
@@ -299,7 +302,7 @@ class Client(Messages):
         else:
             row = self.db.atomically(lambda tx: _enqueue_deduplicated(tx, params), "enqueue")
         if row is None:
-            self.existing(defn, workflow_id)
+            self.existing(defn, workflow_id, params["inputs"])
         else:
             self.notify_work(workflow_id)
 
@@ -405,7 +408,7 @@ class Client(Messages):
                     self.notify_work(workflow_id)
                 return row
             info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
-            _check_journal(info)
+            info.check_journal()
             if info.status in _NOT_RESUMABLE:
                 raise WorkflowNotResumableError(workflow_id, info.status.value)
             if _compensated(info):
@@ -498,7 +501,7 @@ class Client(Messages):
         one undo, with the fork). JournalVersionError first when the original's journal
         is newer (fork_workflow refuses it too)."""
         info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
-        _check_journal(info)
+        info.check_journal()
         if info.status not in _NOT_RESUMABLE and not _compensated(info):
             return
         effects = [
@@ -726,19 +729,6 @@ class Client(Messages):
         tables as reference tables. See docs/scaling.md. Returns how many were distributed;
         raises ConfigurationError where there is no citus extension."""
         return self.db.distribute_citus()
-
-
-def _check_journal(info: WorkflowInfo) -> None:
-    """JournalVersionError when a workflow's journal is of a newer format than this code
-    reads (durable/_labels.py, JOURNAL_VERSION): running it could misread its names, so it
-    is left for code that knows its version."""
-    if info.journal_version > labels.JOURNAL_VERSION:
-        raise JournalVersionError(
-            f"the journal of workflow {info.workflow_id!r}",
-            info.journal_version,
-            labels.JOURNAL_VERSION,
-            info.workflow_id,
-        )
 
 
 def _run_ops(db: SystemDB, gen: protocol.Gen[T]) -> T:

@@ -478,7 +478,7 @@ class Engine:
                 case lifecycle.Create():
                     return runner.create(op)
                 case lifecycle.Attach():
-                    return self.client.existing(op.defn, op.workflow_id)
+                    return self.client.existing(op.defn, op.workflow_id, op.inputs)
                 case lifecycle.Launch():
                     return runner.submit(op.claimed)
                 case lifecycle.LaunchClaim():
@@ -532,7 +532,9 @@ class Engine:
                 case lifecycle.Create():
                     return await host.create(op)
                 case lifecycle.Attach():
-                    return await asyncio.to_thread(self.client.existing, op.defn, op.workflow_id)
+                    return await asyncio.to_thread(
+                        self.client.existing, op.defn, op.workflow_id, op.inputs
+                    )
                 case lifecycle.Launch() if op.claimed.defn.is_async:
                     return host.spawn(op.claimed)
                 case lifecycle.Launch():

@@ -19,6 +19,7 @@ from durable import _protocol as protocol
 from durable import _tracing as tracing
 from durable._context import current_run, workflow_code_run
 from durable._methods import STORED_KEY, reference, resolve
+from durable._models import WorkflowInfo
 from durable._protocol import Run
 from durable._registry import Registry, WorkflowDef
 from durable._timeouts import timeout_for
@@ -28,6 +29,7 @@ from durable.errors import (
     PayloadTooLargeError,
     SerializationError,
     WorkflowArgumentsError,
+    WorkflowConflictError,
 )
 from durable.serialization import (
     JSONSerializer,
@@ -105,6 +107,24 @@ class Inputs:
                     self.max_payload_bytes,
                 )
             raise
+
+    def receiver(self, text: str) -> Any:
+        """The receiver a stored call records (a method's class and instance name, a
+        classmethod's class), or None: what tells two calls of one method apart."""
+        try:
+            data = self.serializer.loads(text)
+        except Exception:
+            return None
+        return data.get(STORED_KEY) if isinstance(data, dict) else None
+
+    def check_receiver(self, info: WorkflowInfo, defn: WorkflowDef, inputs: str) -> None:
+        """WorkflowConflictError when the stored workflow `info` is `defn` called on another
+        instance (or class) than these inputs name: its result is not this call's."""
+        held, asked = self.receiver(info.inputs), self.receiver(inputs)
+        if held != asked:
+            raise WorkflowConflictError(
+                info.workflow_id, _on(info.name, held), _on(defn.name, asked)
+            )
 
     def decode(
         self, text: str, defn: WorkflowDef | None = None, registry: Registry | None = None
@@ -204,3 +224,12 @@ def _budget_for(defn: WorkflowDef, workflow_id: str, parent: tuple[str, int] | N
         if run is not None and run.workflow_id == parent[0] and run.budget_id is not None:
             return run.budget_id
     return workflow_id if defn.budget is not None else None
+
+
+def _on(name: str, receiver: Any) -> str:
+    """A method workflow's name with the instance (or class) it was called on."""
+    if not isinstance(receiver, dict):
+        return name
+    if "instance" in receiver:
+        return f"{name} on instance {receiver['instance']!r} of {receiver.get('class')}"
+    return f"{name} on class {receiver.get('class')}"

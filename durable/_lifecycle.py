@@ -47,10 +47,12 @@ class Create:
 @dataclass(frozen=True)
 class Attach:
     """The id exists: check that it is this workflow (WorkflowConflictError if another
-    function holds it). Answer: its WorkflowInfo."""
+    function, or the same method on another instance, holds it). Answer: its WorkflowInfo.
+    `inputs`: the call's stored inputs (they name a method's instance)."""
 
     defn: WorkflowDef
     workflow_id: str
+    inputs: str | None = None
 
 
 @dataclass(frozen=True)
@@ -178,7 +180,7 @@ def run_here(
             return (yield RunClaimed(created, created=True))
         except WorkflowSuspended:
             pass  # waits without holding anything; resumed below once runnable
-    yield Attach(defn, workflow_id)
+    yield Attach(defn, workflow_id, inputs)
     delay = POLL_MIN
     while True:
         done, value = yield Finished(workflow_id)
@@ -209,7 +211,7 @@ def start(
         raise
     if created is not None:
         return (yield Launch(created))
-    info = yield Attach(defn, workflow_id)
+    info = yield Attach(defn, workflow_id, inputs)
     if info.status.is_terminal:
         yield Forget(workflow_id)
         return None

@@ -11,7 +11,7 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Any
 
-from durable.errors import InvalidBudgetError
+from durable.errors import InvalidBudgetError, JournalVersionError
 
 
 class WorkflowStatus(StrEnum):
@@ -114,6 +114,20 @@ class WorkflowInfo:
             journal_version=int(row.get("journal_version", 1)),
             waiting_for_worker=row.get("waiting_for_worker"),
         )
+
+    def check_journal(self) -> None:
+        """JournalVersionError when this workflow's journal is of a newer format than this
+        code reads (durable/_labels.py, JOURNAL_VERSION): running it could misread its
+        names, so it is left for code that knows its version."""
+        from durable._labels import JOURNAL_VERSION
+
+        if self.journal_version > JOURNAL_VERSION:
+            raise JournalVersionError(
+                f"the journal of workflow {self.workflow_id!r}",
+                self.journal_version,
+                JOURNAL_VERSION,
+                self.workflow_id,
+            )
 
 
 @dataclass(frozen=True)

@@ -72,7 +72,9 @@ class Reader(Protocol):
     @property
     def database_url(self) -> str: ...
 
-    def existing(self, defn: WorkflowDef, workflow_id: str) -> WorkflowInfo: ...
+    def existing(
+        self, defn: WorkflowDef, workflow_id: str, inputs: str | None = None
+    ) -> WorkflowInfo: ...
 
     def finished(self, workflow_id: str) -> tuple[bool, Any]: ...
 
@@ -783,7 +785,7 @@ class Runner:
                     case lifecycle.RunClaimed(claimed=claimed):
                         return contextvars.copy_context().run(self.execute, claimed)
                     case lifecycle.Attach():
-                        return client.existing(op.defn, op.workflow_id)
+                        return client.existing(op.defn, op.workflow_id, op.inputs)
                     case lifecycle.Finished():
                         return client.finished(op.workflow_id)
                     case lifecycle.Reclaim():

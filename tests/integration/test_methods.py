@@ -85,6 +85,29 @@ def test_a_method_workflow_runs_on_its_instance_and_stores_its_name(database_url
     assert {r["class"] for r in receivers} == {Account.__qualname__}
 
 
+def test_one_id_cannot_name_a_method_on_two_instances(database_url: str) -> None:
+    # The id's workflow is "charge on low": the same method on "high" under that id is
+    # another call, whose result is not low's (DBOS refuses it too), whichever way it starts.
+    reg = durable.Registry()
+    Account, ran = make_accounts(reg)
+    low, high = Account("low", 2), Account("high", 10)
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        assert engine.start(low.charge, 5, workflow_id="acct").result(timeout=20) == 11
+        with pytest.raises(errors.WorkflowConflictError, match="instance 'high'"):
+            engine.start(high.charge, 5, workflow_id="acct")
+        with pytest.raises(errors.WorkflowConflictError, match="instance 'low'"):
+            engine.submit(high.charge, 5, workflow_id="acct")
+        with durable.Client(database_url) as client:
+            with pytest.raises(errors.WorkflowConflictError):
+                client.submit(high.charge, 5, workflow_id="acct")
+            queue = durable.Queue("accounts", registry=reg)
+            with pytest.raises(errors.WorkflowConflictError):
+                client.enqueue(queue, high.charge, 5, workflow_id="acct")
+        # The same instance again attaches, as ids are idempotency keys.
+        assert engine.start(low.charge, 5, workflow_id="acct").result(timeout=20) == 11
+    assert ran == ["low:fee"]
+
+
 def test_an_async_method_workflow_runs_on_its_instance(database_url: str) -> None:
     reg = durable.Registry()
     Account, ran = make_accounts(reg)
