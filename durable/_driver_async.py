@@ -37,6 +37,7 @@ from durable._context import (
 from durable._protocol import TIMEOUT_REASON, Gen, Outcome, Run, ops
 from durable._runio_async import AsyncAppTransaction
 from durable.errors import (
+    BranchOrderError,
     StepTimeoutError,
     WorkflowInterrupted,
     WorkflowSuspended,
@@ -107,12 +108,19 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
     escaping: BaseException | None = None
     try:
         while True:
+            before = run.journal.next_seq
             try:
                 op = gen.send(value) if error is None else gen.throw(error)
             except StopIteration as stop:
+                branches.took(run, task, before)
                 result: T = stop.value  # what the generator returned, typed by Gen[T]
                 return result
             value = error = None
+            try:
+                branches.took(run, task, before)
+            except BranchOrderError as refused:
+                error = refused  # thrown into the call before anything of it runs
+                continue
             try:
                 # Statements and the writer's queue: on the lease, nothing waits. A
                 # statement is handed on by its operation's `op.name` (never SQL text).
@@ -218,6 +226,20 @@ class _Branches:
         # durable call raised the run's end (its suspension or its stop).
         self.body: asyncio.Task[Any] | None = None
         self.ended_run: set[asyncio.Task[Any]] = set()
+        # The last journal position each branch took (the body's are not checked: it
+        # waits for its branches, so what they take in between is not timing).
+        self.last_taken: dict[asyncio.Task[Any], int] = {}
+
+    def took(self, run: Run, task: asyncio.Task[Any] | None, before: int) -> None:
+        """Note the positions the calling task's last step of a generator took (from
+        `before` to the journal's next position now: a step of a generator runs without
+        awaiting, so no sibling took any of them), after checking a branch takes them right
+        after its previous ones (protocol.check_branch_order)."""
+        after = run.journal.next_seq
+        if after == before or task is None or task is self.body:
+            return
+        protocol.check_branch_order(run, self.last_taken.get(task), before)
+        self.last_taken[task] = after - 1
 
     def enter(self, task: asyncio.Task[Any]) -> None:
         if task not in self.tasks:

@@ -35,6 +35,7 @@ The tree::
     │   │   └── PayloadTooLargeError
     │   ├── WorkflowArgumentsError (also a TypeError)
     │   ├── NondeterminismError
+    │   │   └── BranchOrderError
     │   ├── JournalVersionError
     │   ├── ExportFormatError
     │   ├── EffectOutsideWorkflowError
@@ -427,6 +428,33 @@ class NondeterminismError(UsageError):
                 "durable.patched(...) where the code changed, or register the new code "
                 "under a new version="
             )
+        )
+
+
+class BranchOrderError(NondeterminismError):
+    """A branch of an async workflow (a task of asyncio.gather) made a durable call after
+    an earlier one of its own while other branches took positions in between: which branch
+    takes the next position after an await depends on timing, so a replay would give these
+    positions to other calls. Make one durable call per branch, or run a branch of several
+    calls as a child workflow (await it, or durable.start_child_async): its calls are then
+    journaled in a journal of its own.
+
+    Raised on the first run, before the call runs (nothing of it happened); the workflow
+    ends ERROR, as for any code that cannot replay."""
+
+    def __init__(self, workflow_id: str, step_seq: int, previous: int) -> None:
+        self.workflow_id = workflow_id
+        self.step_seq = step_seq
+        self.previous = previous
+        self.recorded = ""
+        self.current = ""
+        UsageError.__init__(
+            self,
+            f"workflow {workflow_id!r}: a branch of asyncio.gather made a durable call at "
+            f"position {step_seq} after its own call at position {previous}, with other "
+            "branches' calls in between; a replay would not give it the same position. Make "
+            "one durable call per gather branch, or run a branch of several calls as a child "
+            "workflow (await it, or durable.start_child_async), which has a journal of its own",
         )
 
 

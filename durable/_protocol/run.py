@@ -23,6 +23,7 @@ from durable._models import Ledger, StepRecord
 from durable._protocol.faults import AppFault
 from durable._protocol.ops import Execute, StepScope
 from durable.errors import (
+    BranchOrderError,
     NondeterminismError,
     StaleOwnerError,
     WorkflowHandedOver,
@@ -253,6 +254,20 @@ def stop_reason(run: Run) -> str | None:
     if run.deadline is not None and run.settings.clock.now() >= run.deadline:
         return TIMEOUT_REASON
     return None
+
+
+def check_branch_order(run: Run, previous: int | None, seq: int) -> None:
+    """A branch of an async run (a task other than the workflow body's) takes position
+    `seq` after its own position `previous`: BranchOrderError unless they are adjacent.
+
+    Tasks start in the order they were created, and a replayed call returns without
+    waiting, so on a replay a branch takes all its journaled positions one after the other
+    before a sibling runs. Its positions replay only if it took them that way on the first
+    run: a sibling's call between two of its calls means the order came from timing, and a
+    replay would hand those positions to other calls. Refused on the first run, before
+    the call runs, rather than found on a replay as a mismatch that blames a code change."""
+    if previous is not None and seq != previous + 1:
+        raise BranchOrderError(run.workflow_id, seq, previous)
 
 
 def check_interrupt(run: Run) -> None:

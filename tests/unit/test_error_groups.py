@@ -137,6 +137,7 @@ def test_configuration_error_catches_the_configuration_mistakes_only() -> None:
         (errors.PayloadTooLargeError, errors.UsageError),
         (errors.NotInWorkflowError, errors.UsageError),
         (errors.NondeterminismError, errors.UsageError),
+        (errors.BranchOrderError, errors.NondeterminismError),
         (errors.TransactionStepError, errors.UsageError),
     ],
     ids=lambda v: v.__name__,

@@ -23,6 +23,7 @@ from durable._protocol import (
 )
 from durable._registry import StepDef
 from durable.errors import (
+    BranchOrderError,
     DatabaseUnavailableError,
     NondeterminismError,
     SerializationError,
@@ -867,3 +868,14 @@ def test_a_proven_claim_is_recorded_and_a_lost_one_raises() -> None:
     protocol.proven(run, check, {"epoch": EPOCH})
     assert (run.doubts_seen, run.proven_at) == (3, 100.1)
     assert protocol.reclaim(run, 3, 0.0, 100.2) is None  # proven just now
+
+
+def test_a_branch_takes_its_positions_one_after_another_or_is_refused() -> None:
+    run = make_run()
+    protocol.check_branch_order(run, None, 4)  # its first call: anywhere
+    protocol.check_branch_order(run, 4, 5)  # right after its own: what a replay gives
+    with pytest.raises(BranchOrderError) as info:
+        protocol.check_branch_order(run, 4, 6)  # a sibling took 5 in between
+    assert (info.value.step_seq, info.value.previous) == (6, 4)
+    assert isinstance(info.value, NondeterminismError)
+    assert "child workflow" in str(info.value)
