@@ -69,9 +69,14 @@ class Journal:
             if record.step_name.startswith(labels.PATCH_PREFIX):
                 patch_id = record.step_name[len(labels.PATCH_PREFIX) :]
                 fix = (
-                    f"This run took patch {patch_id!r} here: keep "
-                    f"durable.deprecate_patch({patch_id!r}) at this point until no run that "
-                    "took the patch is left"
+                    f"This run took patch {patch_id!r} here, on code that has "
+                    f"durable.patched({patch_id!r}); this code calls neither that nor "
+                    f"durable.deprecate_patch({patch_id!r}) at this point. Either this "
+                    "worker runs code older than the run's (a deploy in progress: stop the "
+                    "old workers before new code takes patches, or give the new code a "
+                    "version= of its own so old workers leave its runs alone), or the patch "
+                    f"call was removed too early: keep durable.deprecate_patch({patch_id!r}) "
+                    "here until no run that took the patch is left"
                 )
             raise NondeterminismError(self.workflow_id, seq, record.step_name, step_name, fix)
         return seq, record

@@ -105,6 +105,18 @@ def test_a_marker_with_no_patch_call_left_is_nondeterminism() -> None:
         Script().run(protocol.step(run, step_def(fetch), (), {}))
 
 
+def test_a_worker_older_than_the_runs_code_is_told_so() -> None:
+    # A rolling deploy: a worker still on the code from before the patch claims a run that
+    # took it. The error says that first, with what to do, before the other cause.
+    run = make_run(records=[marker(0, "fix-tax")])
+    with pytest.raises(NondeterminismError) as info:
+        Script().run(protocol.step(run, step_def(fetch), (), {}))
+    text = str(info.value)
+    assert "worker runs code older than the run's" in text
+    assert "version=" in text
+    assert text.index("older than the run's") < text.index("removed too early")
+
+
 def test_a_call_an_earlier_run_started_at_the_point_keeps_the_old_branch() -> None:
     # Cut off inside an effect (its intent written, no journal row yet) on the old code:
     # the effect replays as the old code's, it is not made again after a marker.
