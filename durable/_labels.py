@@ -32,13 +32,17 @@ LABELS_VERSION = 1
 rewrites every stored label of the old version: journals outlive the code that wrote
 them, and the code reading them must find the same names."""
 
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2
 """The version of the journal format as a whole: the labels of LABELS_VERSION, the kinds
 of journal rows and what each holds. Written on every workflow when it is created
 (`workflows.journal_version`, migration 0020). Code refuses a journal of a higher version
 than this (JournalVersionError: it would misread it), and its workers do not claim one.
 Bump it with LABELS_VERSION, and whenever a journal that new code writes could be misread
-by the code before it (a new kind of row an older replay would not know, say)."""
+by the code before it (a new kind of row an older replay would not know, say).
+
+Versions: 1, the first; 2, a workflow's sent message ids name its incarnation (migration
+0025, `sent_message_id`): code of version 1 would send a message cut off before its
+journal row again under another id, so it must not run a journal of version 2."""
 
 # -- journal step names -----------------------------------------------------------------------
 
@@ -89,11 +93,16 @@ def send(topic_key: str) -> str:
     return f"{SEND_PREFIX}{topic_key}"
 
 
-def sent_message_id(sender_id: str, seq: int) -> str:
+def sent_message_id(sender_id: str, seq: int, incarnation: str = "") -> str:
     """The id of the message a workflow sends at position `seq` (when the caller gives no
     idempotency key): the same on every run, so a send that is run again after a crash is
-    the same message, delivered once."""
-    return f"{sender_id}:send:{seq}"
+    the same message, delivered once. `incarnation`: which life of its id the sender is
+    (journal version 2, `workflows.incarnation`), so that a workflow started again under
+    the id of a pruned one sends new messages, not the old ones' ids; '' for a journal of
+    version 1, whose ids stay as they were."""
+    if not incarnation:
+        return f"{sender_id}:send:{seq}"
+    return f"{sender_id}:send:{seq}@{incarnation}"
 
 
 def read_event(key: str) -> str:

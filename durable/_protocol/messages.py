@@ -48,7 +48,12 @@ def send(
         error = WorkflowNotFoundError(workflow_id)
         yield from record(run, seq, label, StepKind.SEND, None, encode_error(error))
         raise error
-    message_id = idempotency_key or labels.sent_message_id(run.workflow_id, seq)
+    if idempotency_key is None and run.incarnation is None:
+        row = yield Execute("get_incarnation", {"workflow_id": run.workflow_id}, "one")
+        run.incarnation = "" if row is None else str(row["incarnation"])
+    message_id = idempotency_key or labels.sent_message_id(
+        run.workflow_id, seq, run.incarnation or ""
+    )
     params = {
         "workflow_id": workflow_id,
         "message_id": message_id,

@@ -202,6 +202,9 @@ class Run:
     # The workflow that started this one (None for a top-level workflow): its finish wakes
     # that parent if it is suspended waiting for it (durable.start_child's result()).
     parent_id: str | None = None
+    # Which life of its id the workflow is (workflows.incarnation, '' for a journal of
+    # version 1): read once, by the first send that derives a message id. None: not read.
+    incarnation: str | None = None
     # When the workflow times out (from its first start), and why it was asked to stop if
     # it was when claimed. `stopping` is set while compensations of a cancel run, so that
     # they are not interrupted in turn.

@@ -44,6 +44,12 @@ SELECT workflow_id, name, version, status, inputs, output, error, serializer, du
     created_at, updated_at, finished_at, journal_version
 FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
 
+-- get_incarnation --
+-- Which life of its id a workflow is ('' for a row from before incarnations): read once
+-- by a run that derives the id of a message it sends.
+SELECT coalesce(incarnation, '') AS incarnation FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s
+
 -- get_workflow_status --
 -- The status, output and error of one workflow, for result polling.
 SELECT status, output, error, serializer FROM {schema}.workflows

@@ -339,6 +339,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "record_step_in_app": step,
         "finish_workflow": {**fenced, "status": "SUCCESS", "output": "1", "error": None},
         "finish_refused": fenced,
+        "get_incarnation": {"workflow_id": w},
         "finish_workflows": {
             "workflow_ids": [w, f"{w}-child"],
             "epochs": [1, 1],
@@ -760,6 +761,7 @@ HOT = [
     "get_approval",
     "get_budget",
     "get_cancel_request",
+    "get_incarnation",
     "get_effect",
     "get_event",
     "get_workflow",

@@ -27,8 +27,8 @@ BARE_FRAGMENTS = tuple(f.strip('"') for f in FRAGMENTS)
 def test_the_contract_version() -> None:
     assert labels.LABELS_VERSION == 1
     # Written on every workflow; a journal of a higher version is refused. Bumped with
-    # LABELS_VERSION (never below it).
-    assert labels.JOURNAL_VERSION == 1
+    # LABELS_VERSION (never below it). 2: sent message ids name the sender's incarnation.
+    assert labels.JOURNAL_VERSION == 2
     assert labels.JOURNAL_VERSION >= labels.LABELS_VERSION
 
 
@@ -49,7 +49,8 @@ def test_journal_step_names() -> None:
     assert labels.patch("fix-tax") == "patch:fix-tax"
     assert labels.send("orders") == "send:orders"
     assert labels.send("") == "send:"
-    assert labels.sent_message_id("wf-1", 4) == "wf-1:send:4"
+    assert labels.sent_message_id("wf-1", 4) == "wf-1:send:4"  # journal version 1
+    assert labels.sent_message_id("wf-1", 4, "3f2a9c01bb7e") == "wf-1:send:4@3f2a9c01bb7e"
     assert labels.read_event("progress") == "get-event:progress"
     assert labels.child_result("billing", "b-1") == "child-result:billing@b-1"
     assert labels.wait_first(0, "message:chat") == "wait-first#0 message:chat"

@@ -18,14 +18,43 @@ def names(script: Script) -> list[str]:
 
 def test_a_send_delivers_under_an_id_of_its_position_then_journals() -> None:
     run = make_run()
-    script = Script(statements={"get_workflow_status": {"status": "SUSPENDED"}})
+    script = Script(
+        statements={
+            "get_workflow_status": {"status": "SUSPENDED"},
+            "get_incarnation": {"incarnation": "a1b2c3"},
+        }
+    )
     script.run(protocol.send(run, "to-1", {"hi": 1}, "orders", None))
-    assert names(script) == ["get_workflow_status", "send_message", "notify_work", "record_step"]
-    sent = script.ops[1].params
-    assert sent["message_id"] == "wf-1:send:0"  # the same on every run: delivered once
+    assert names(script) == [
+        "get_workflow_status",
+        "get_incarnation",
+        "send_message",
+        "notify_work",
+        "record_step",
+    ]
+    sent = script.ops[2].params
+    # The same on every run of this workflow (delivered once), and another for a workflow
+    # started again under the id once this one is pruned (another incarnation).
+    assert sent["message_id"] == "wf-1:send:0@a1b2c3"
     assert (sent["workflow_id"], sent["topic"], sent["payload"]) == ("to-1", "orders", '{"hi":1}')
-    recorded = script.ops[3].params
+    assert (sent["sender_id"], sent["sender_seq"]) == ("wf-1", 0)
+    recorded = script.ops[4].params
     assert (recorded["step_name"], recorded["kind"]) == ("send:orders", "send")
+    # The incarnation is read once per run.
+    script.run(protocol.send(run, "to-1", {"hi": 2}, "orders", None))
+    assert names(script).count("get_incarnation") == 1
+    assert script.executed("send_message")[-1]["message_id"] == "wf-1:send:1@a1b2c3"
+
+
+def test_a_send_of_a_journal_from_before_incarnations_keeps_its_old_id() -> None:
+    # A row with no incarnation (journal version 1): a send cut off before its journal
+    # row is sent again under the id it had, so it is still delivered once.
+    run = make_run()
+    script = Script(
+        statements={"get_workflow_status": {"status": "RUNNING"}, "get_incarnation": None}
+    )
+    script.run(protocol.send(run, "to-1", "m", None, None))
+    assert script.executed("send_message")[0]["message_id"] == "wf-1:send:0"
 
 
 def test_a_send_with_a_key_uses_it() -> None:
