@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import functools
 import math
@@ -784,3 +785,51 @@ def test_an_impossible_duration_inside_a_workflow_is_an_invalid_wait_error(
             with pytest.raises(errors.WorkflowFailedError) as info:
                 handle.result(timeout=10)
             assert info.value.error_type == "durable.errors.InvalidWaitError", (which, info.value)
+
+
+# -- ids the library derives ----------------------------------------------------------------------
+
+
+@durable.workflow(registry=REG, name="hostile.parent_of")
+def parent_of(value: str) -> str:
+    """Starts a child at position 0 under a derived id."""
+    return str(child_echo(value))
+
+
+@pytest.mark.parametrize("parent_id", ["p" * 510, "é" * 255 + "x" * 2], ids=["ascii", "utf8"])
+def test_a_child_of_a_parent_with_a_long_id_can_be_read_and_acted_on_by_id(
+    database_url: str, parent_id: str
+) -> None:
+    """The child's derived id fits the id limit, so every call that takes an id takes it."""
+    with engine(database_url) as eng:
+        assert eng.start(parent_of, "v", workflow_id=parent_id).result(timeout=30) == "v"
+        children = eng.client.list_children([parent_id])[parent_id]
+        (child_id,) = [str(c["workflow_id"]) for c in children]
+        assert len(child_id.encode("utf-8")) <= 512
+        assert eng.get_workflow(child_id).status == durable.WorkflowStatus.SUCCESS
+        assert eng.retrieve(child_id).result(timeout=5) == "v"
+        eng.cancel(child_id)  # finished: nothing to cancel, but the id is taken
+        assert eng.client.export_workflow(child_id)["root"] == child_id
+
+
+def test_a_schedule_with_a_long_name_starts_runs_that_can_be_read_by_id(
+    database_url: str,
+) -> None:
+    name = "s" * 500
+    with engine(database_url) as eng:
+        eng.schedule(name, one_tick, "0 * * * *")
+        start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+        handles = eng.client.backfill_schedule(name, start, start + dt.timedelta(hours=2))
+        triggered = eng.client.trigger_schedule(name)
+        for handle in [*handles, triggered]:
+            assert len(handle.workflow_id.encode("utf-8")) <= 512
+            assert eng.get_workflow(handle.workflow_id).name == "hostile.one_tick"
+        # Each tick still starts once: a second backfill starts nothing new.
+        again = eng.client.backfill_schedule(name, start, start + dt.timedelta(hours=2))
+        assert [h.workflow_id for h in again] == [h.workflow_id for h in handles]
+        assert len({h.workflow_id for h in handles}) == 2
+
+
+@durable.workflow(registry=REG, name="hostile.one_tick")
+def one_tick(tick: dt.datetime) -> str:
+    return tick.isoformat()
