@@ -532,8 +532,10 @@ class Client(Messages):
         worker with its code (or `resume`) takes it up and replays its journal; a
         suspended one still waits for its message, decision or wake-up time; a finished
         one keeps its outcome (fork it to run it again). Refused, with nothing written:
-        ids this database already has (ImportConflictError), and an export of a newer
-        format (ExportFormatError) or journal (JournalVersionError)."""
+        ids this database already has (ImportConflictError); an export of a newer
+        format or schema, a row with a column a table here lacks, two rows with the same
+        key or a row PostgreSQL refuses (ExportFormatError); a newer journal
+        (JournalVersionError)."""
         checked = transfer.check(data)
         transfer.import_(self.db, checked)
         if checked.runnable:

@@ -517,10 +517,28 @@ SELECT workflow_id FROM {schema}.workflows WHERE workflow_id = ANY(%(workflow_id
 UNION
 SELECT workflow_id FROM {schema}.effects WHERE workflow_id = ANY(%(workflow_ids)s::text[])
 
+-- import_columns --
+-- Import: the columns of each per-workflow table, as this database has them (each as an
+-- object of its columns, all null: a row type read from the catalog, no table scanned).
+-- The import_* statements below ignore a key their table lacks, so an import refuses a
+-- row with such a key first: a newer release's column would be dropped without a word.
+SELECT to_jsonb(jsonb_populate_record(NULL::{schema}.workflows, e)) AS workflows,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.budgets, e)) AS budgets,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.steps, e)) AS steps,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.charges, e)) AS charges,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.tool_calls, e)) AS tool_calls,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.effects, e)) AS effects,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.approvals, e)) AS approvals,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.messages, e)) AS messages,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.events, e)) AS events,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.streams, e)) AS streams
+FROM (VALUES (jsonb_build_object())) AS nothing (e)
+
 -- import_workflows --
 -- Import (Client.import_workflow): insert exported rows, given as a JSON array of objects
 -- keyed by column (PostgreSQL reads each value as its column's type). Every import_*
--- statement runs in one transaction with the others; a key the table lacks is ignored.
+-- statement runs in one transaction with the others; a key the table lacks is ignored
+-- (import_columns is asked first, and such a row refused).
 INSERT INTO {schema}.workflows
 SELECT * FROM jsonb_populate_recordset(NULL::{schema}.workflows, %(rows)s::jsonb)
 

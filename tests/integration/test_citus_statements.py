@@ -330,6 +330,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "export_charges": exported,
         "export_tool_calls": exported,
         "import_taken": {"workflow_ids": [w, f"{w}-imp"]},
+        "import_columns": {},
         **{f"import_{table}": {"rows": json.dumps(rows)} for table, rows in imported.items()},
         "notify_work": {"channel": "durable_work", "payload": w},
         "list_executors": {},
