@@ -52,7 +52,12 @@ from durable._queues import Queue
 from durable._registry import Registry, WorkflowDef
 from durable._retention import PruneProgress, PruneReport, RetentionPolicy, prune
 from durable._schedules import Schedule, backfill, trigger
-from durable._start_options import enqueue_method, enqueue_method_async, start_method
+from durable._start_options import (
+    check_delay,
+    enqueue_method,
+    enqueue_method_async,
+    start_method,
+)
 from durable._systemdb import SystemDB, Tx, is_unique_violation
 from durable._timeouts import call_timeout, pop_timeout
 from durable.errors import (
@@ -60,7 +65,6 @@ from durable.errors import (
     ConfigurationError,
     ForkAfterUndoError,
     InvalidBudgetError,
-    InvalidWaitError,
     JournalVersionError,
     QueueDedupError,
     UnknownApprovalError,
@@ -79,9 +83,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 R = TypeVar("R")
 
-
-# The longest wait or delay accepted (100 years): beyond it a timestamp overflows.
-MAX_WAIT_SECONDS = 100 * 365.25 * 86400
 
 # A workflow resume cannot run again: its undo already ran (or failed half-way).
 _NOT_RESUMABLE = frozenset({WorkflowStatus.COMPENSATED, WorkflowStatus.COMPENSATION_FAILED})
@@ -791,11 +792,4 @@ def _check_enqueue(
         raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
     check_name("workflow_id", workflow_id, optional=True)
     queue.check_options(dedup_key, priority, partition_key)
-    if delay is not None and (
-        not isinstance(delay, int | float)
-        or isinstance(delay, bool)
-        or not 0 <= delay <= MAX_WAIT_SECONDS
-    ):
-        raise InvalidWaitError(
-            f"delay={delay!r}: give zero or more seconds (at most {MAX_WAIT_SECONDS:.0f})"
-        )
+    check_delay(delay)

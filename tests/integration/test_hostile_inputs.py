@@ -37,6 +37,7 @@ from durable import errors
 TAG = "__durable__"
 REG = durable.Registry()
 QUEUE = durable.Queue("hostile.q", registry=REG)
+RANKED = durable.Queue("hostile.ranked", priority=True, registry=REG)
 
 # What the workflow code of `typed` saw, in order, and how often step bodies really ran.
 SEEN: list[tuple[str, str, str]] = []
@@ -833,3 +834,55 @@ def test_a_schedule_with_a_long_name_starts_runs_that_can_be_read_by_id(
 @durable.workflow(registry=REG, name="hostile.one_tick")
 def one_tick(tick: dt.datetime) -> str:
     return tick.isoformat()
+
+
+# -- start options ----------------------------------------------------------------------------
+
+
+BAD_OPTIONS: list[tuple[dict[str, Any], type[errors.DurableError], str]] = [
+    ({"timeout": "5"}, errors.InvalidWaitError, "timeout="),
+    ({"timeout": True}, errors.InvalidWaitError, "timeout="),
+    ({"timeout": 10**400}, errors.InvalidWaitError, "timeout="),
+    ({"timeout": dt.timedelta(0)}, errors.InvalidWaitError, "timeout="),
+    ({"workflow_id": 5}, errors.InvalidNameError, "workflow_id="),
+]
+BAD_QUEUE_OPTIONS: list[tuple[dict[str, Any], type[errors.DurableError], str]] = [
+    ({"priority": 2**70}, errors.ConfigurationError, "priority="),
+    ({"priority": 2**31}, errors.ConfigurationError, "priority="),
+    ({"priority": -(2**31) - 1}, errors.ConfigurationError, "priority="),
+    ({"priority": "1"}, errors.ConfigurationError, "priority="),
+    ({"priority": 1.0}, errors.ConfigurationError, "priority="),
+    ({"delay": "5"}, errors.InvalidWaitError, "delay="),
+    ({"delay": True}, errors.InvalidWaitError, "delay="),
+    ({"delay": 10**400}, errors.InvalidWaitError, "delay="),
+    ({"dedup_key": 3}, errors.InvalidNameError, "dedup_key="),
+]
+
+
+def test_a_start_option_of_the_wrong_type_or_range_is_refused_alike_everywhere(
+    database_url: str,
+) -> None:
+    """start, submit, enqueue (and queue.enqueue) refuse the same values with the same typed
+    error, and store nothing: never a string read as a number, never a PostgreSQL error."""
+    with engine(database_url) as eng:
+        for options, error, match in BAD_OPTIONS:
+            for start in (eng.start, eng.submit, eng.client.submit):
+                with pytest.raises(error, match=match):
+                    start(one, 1, **options)
+            with pytest.raises(error, match=match):
+                eng.enqueue(RANKED, one, 1, **options)
+        for options, error, match in BAD_QUEUE_OPTIONS:
+            for enqueue in (eng.enqueue, eng.client.enqueue):
+                with pytest.raises(error, match=match):
+                    enqueue(RANKED, one, 1, **options)
+            with pytest.raises(error, match=match):
+                RANKED.enqueue(one, 1, **options)
+        with pytest.raises(errors.InvalidWaitError, match="timeout="):
+            with durable.workflow_timeout("5"):  # type: ignore[arg-type]
+                pass
+        assert eng.list_workflows() == []
+        # The ends of the ranges are taken.
+        low, high = -(2**31), 2**31 - 1
+        for priority in (low, high):
+            handle = eng.enqueue(RANKED, one, 2, priority=priority, delay=0, timeout=5)
+            assert eng.get_workflow(handle.workflow_id).status == durable.WorkflowStatus.ENQUEUED
