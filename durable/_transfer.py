@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,21 +237,6 @@ def _release(row: dict[str, Any]) -> None:
         row.update(status=WorkflowStatus.PENDING.value, owner=None, lease_expires_at=None)
 
 
-# The statement that inserts each table's rows, in TABLES' order.
-_INSERTS: tuple[tuple[str, str], ...] = (
-    ("workflows", "import_workflows"),
-    ("budgets", "import_budgets"),
-    ("steps", "import_steps"),
-    ("charges", "import_charges"),
-    ("tool_calls", "import_tool_calls"),
-    ("effects", "import_effects"),
-    ("approvals", "import_approvals"),
-    ("messages", "import_messages"),
-    ("events", "import_events"),
-    ("streams", "import_streams"),
-)
-
-
 def import_(db: SystemDB, checked: Checked) -> None:
     """Insert a checked export's rows in one transaction; nothing is written when any is
     refused. ImportConflictError if this database already has one of its ids;
@@ -264,14 +250,27 @@ def import_(db: SystemDB, checked: Checked) -> None:
         if taken:
             raise ImportConflictError(sorted(str(r["workflow_id"]) for r in taken))
         _refuse_unknown_columns(checked.tables, tx.fetch_one("import_columns", {}))
-        for table, statement in _INSERTS:
-            try:
-                tx.execute(statement, {"rows": json.dumps(checked.tables[table])})
-            except Exception as exc:
-                why = refused_data(exc)
-                if why is None or is_unique_violation(exc, None):
-                    raise  # a duplicate key is told apart from a conflict below
-                raise ExportFormatError(f"its {table!r} rows were refused: {why}") from None
+        t = {name: {"rows": json.dumps(rows)} for name, rows in checked.tables.items()}
+        with _refused("workflows"):
+            tx.execute("import_workflows", t["workflows"])
+        with _refused("budgets"):
+            tx.execute("import_budgets", t["budgets"])
+        with _refused("steps"):
+            tx.execute("import_steps", t["steps"])
+        with _refused("charges"):
+            tx.execute("import_charges", t["charges"])
+        with _refused("tool_calls"):
+            tx.execute("import_tool_calls", t["tool_calls"])
+        with _refused("effects"):
+            tx.execute("import_effects", t["effects"])
+        with _refused("approvals"):
+            tx.execute("import_approvals", t["approvals"])
+        with _refused("messages"):
+            tx.execute("import_messages", t["messages"])
+        with _refused("events"):
+            tx.execute("import_events", t["events"])
+        with _refused("streams"):
+            tx.execute("import_streams", t["streams"])
 
     try:
         db.atomically(work, "import_workflow")
@@ -286,6 +285,20 @@ def import_(db: SystemDB, checked: Checked) -> None:
         raise ExportFormatError(
             f"it holds two rows with the same key: {refused_data(exc)}; keep each row once"
         ) from None
+
+
+@contextmanager
+def _refused(table: str) -> Iterator[None]:
+    """A table's rows that PostgreSQL refuses (a value of the wrong type, a missing one, a
+    broken reference) as ExportFormatError; a duplicate key is told apart from a conflict
+    with this database's rows after the transaction (import_), so it passes through."""
+    try:
+        yield
+    except Exception as exc:
+        why = refused_data(exc)
+        if why is None or is_unique_violation(exc, None):
+            raise
+        raise ExportFormatError(f"its {table!r} rows were refused: {why}") from None
 
 
 def _refuse_unknown_columns(
