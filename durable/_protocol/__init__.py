@@ -122,6 +122,7 @@ from durable._protocol.steps import (
 from durable._protocol.streams import (
     append_turn,
     set_event,
+    set_event_in_step,
     set_state,
     write_stream,
 )
@@ -235,6 +236,7 @@ __all__ = [
     "restore",
     "send",
     "set_event",
+    "set_event_in_step",
     "set_state",
     "sleep",
     "step",

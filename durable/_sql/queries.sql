@@ -418,14 +418,21 @@ WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
 -- fork_events --
 -- Each event's value as it was at the fork point: the latest event call per key among the
 -- copied ones (the events table keeps only a key's latest value, which may have been set
--- at or after the fork point).
+-- at or after the fork point), or the value a copied step's code set, when the events
+-- table still holds it and it is later (an event set in a step has no journal row).
 INSERT INTO {schema}.events (workflow_id, key, value, step_seq, updated_at)
-SELECT DISTINCT ON (step_name) %(new_id)s, substr(step_name, length(%(event_prefix)s) + 1),
-    output, step_seq, finished_at
-FROM {schema}.steps
-WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
-  AND kind = 'event' AND output IS NOT NULL
-ORDER BY step_name, step_seq DESC
+SELECT DISTINCT ON (key) %(new_id)s, key, value, step_seq, updated_at
+FROM (
+    SELECT substr(step_name, length(%(event_prefix)s) + 1) AS key, output AS value,
+        step_seq, finished_at AS updated_at
+    FROM {schema}.steps
+    WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
+      AND kind = 'event' AND output IS NOT NULL
+    UNION ALL
+    SELECT key, value, step_seq, updated_at FROM {schema}.events
+    WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
+) AS set_before
+ORDER BY key, step_seq DESC
 
 -- fork_gates --
 -- The gates decided at the copied positions (a gate still waiting is asked again by the
@@ -1336,6 +1343,17 @@ WITH journaled AS (
 )
 INSERT INTO {schema}.events (workflow_id, key, value, step_seq)
 SELECT workflow_id, %(key)s, %(value)s, %(step_seq)s FROM journaled
+ON CONFLICT (workflow_id, key) DO UPDATE
+SET value = excluded.value, step_seq = excluded.step_seq, updated_at = excluded.updated_at
+
+-- set_step_event --
+-- Publish an event from a step's code, fenced by epoch, under the step's position: no
+-- journal row of its own (the step's record is its journal); a step run again sets it again.
+INSERT INTO {schema}.events (workflow_id, key, value, step_seq)
+SELECT workflow_id, %(key)s, %(value)s, %(step_seq)s FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s
+AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+FOR SHARE
 ON CONFLICT (workflow_id, key) DO UPDATE
 SET value = excluded.value, step_seq = excluded.step_seq, updated_at = excluded.updated_at
 

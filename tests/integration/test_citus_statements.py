@@ -461,6 +461,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         },
         "consume_message": {**fenced, "topic": "topic", "step_seq": 10, "step_name": "recv"},
         "set_event": {**fenced, "step_seq": 10, "step_name": "ev", "key": "ev", "value": "2"},
+        "set_step_event": {**fenced, "step_seq": 1, "key": "ev-step", "value": "3"},
         "write_stream": {
             **fenced,
             "step_seq": 10,
@@ -780,6 +781,7 @@ HOT = [
     "resume_workflow",  # an operator's resume (or move) of one workflow
     "send_message",
     "set_event",
+    "set_step_event",
     "settle_effect",
     "suspend_for_approval",
     "suspend_for_any",
