@@ -52,12 +52,7 @@ from durable._queues import Queue
 from durable._registry import Registry, WorkflowDef
 from durable._retention import PruneProgress, PruneReport, RetentionPolicy, prune
 from durable._schedules import Schedule, backfill, trigger
-from durable._start_options import (
-    check_delay,
-    enqueue_method,
-    enqueue_method_async,
-    start_method,
-)
+from durable._start_options import enqueue_method, enqueue_method_async, start_method
 from durable._systemdb import SystemDB, Tx, is_unique_violation
 from durable._timeouts import call_timeout, pop_timeout
 from durable.errors import (
@@ -656,6 +651,14 @@ class Client(Messages):
         if row is None:
             raise UnknownScheduleError(name)
 
+    def delete_schedule(self, name: str) -> None:
+        """Delete stored schedule `name` (UnknownScheduleError if none): it fires no more.
+        The runs its ticks started are kept. One declared in code (`durable.scheduled`)
+        is stored again by the next engine launched with that code: remove it there too."""
+        check_name("name", name)
+        if self.db.fetch_one("delete_schedule", {"schedule_name": name}) is None:
+            raise UnknownScheduleError(name)
+
     def backfill_schedule(
         self,
         name: str,
@@ -791,5 +794,4 @@ def _check_enqueue(
     if not isinstance(queue, Queue):
         raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
     check_name("workflow_id", workflow_id, optional=True)
-    queue.check_options(dedup_key, priority, partition_key)
-    check_delay(delay)
+    queue.check_options(dedup_key, priority, partition_key, delay)

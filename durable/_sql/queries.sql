@@ -1427,6 +1427,13 @@ SELECT schedule_name, workflow_name, workflow_version, cron, timezone, catch_up,
     last_tick, created_at, updated_at
 FROM {schema}.schedules ORDER BY schedule_name
 
+-- delete_schedule --
+-- Forget a schedule: no tick of it fires any more. The workflows its ticks started are
+-- workflows like any other and stay; a firing under way holds the row (lock_schedule), and
+-- the delete waits for its commit.
+DELETE FROM {schema}.schedules WHERE schedule_name = %(schedule_name)s
+RETURNING schedule_name
+
 -- set_schedule_paused --
 -- Pause or resume a schedule.
 UPDATE {schema}.schedules SET paused = %(paused)s, updated_at = {schema}.current_time()

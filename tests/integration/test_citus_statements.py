@@ -488,6 +488,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "set_schedule_mark": {"schedule_name": f"sched-{w}", "last_tick": NOW},
         "list_schedules": {},
         "set_schedule_paused": {"schedule_name": f"sched-{w}", "paused": True},
+        "delete_schedule": {"schedule_name": f"sched-{w}"},
         "enqueue_workflow": {
             **workflow,
             "workflow_id": f"{w}-queued2",
