@@ -785,8 +785,6 @@ class Engine:
     """Client.get_state, on the engine's client."""
     schedule = _client_call(Client.schedule)
     """Client.schedule, on the engine's client."""
-    delete_schedule = _client_call(Client.delete_schedule)
-    """Client.delete_schedule, on the engine's client."""
 
     # -- the client's hook ------------------------------------------------------------------------
 
