@@ -60,7 +60,6 @@ from durable.errors import (
     ConfigurationError,
     ForkAfterUndoError,
     InvalidBudgetError,
-    InvalidWaitError,
     QueueDedupError,
     UnknownApprovalError,
     UnknownScheduleError,
@@ -78,9 +77,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 R = TypeVar("R")
 
-
-# The longest wait or delay accepted (100 years): beyond it a timestamp overflows.
-MAX_WAIT_SECONDS = 100 * 365.25 * 86400
 
 # A workflow resume cannot run again: its undo already ran (or failed half-way).
 _NOT_RESUMABLE = frozenset({WorkflowStatus.COMPENSATED, WorkflowStatus.COMPENSATION_FAILED})
@@ -536,8 +532,10 @@ class Client(Messages):
         worker with its code (or `resume`) takes it up and replays its journal; a
         suspended one still waits for its message, decision or wake-up time; a finished
         one keeps its outcome (fork it to run it again). Refused, with nothing written:
-        ids this database already has (ImportConflictError), and an export of a newer
-        format (ExportFormatError) or journal (JournalVersionError)."""
+        ids this database already has (ImportConflictError); an export of a newer
+        format or schema, a row with a column a table here lacks, two rows with the same
+        key or a row PostgreSQL refuses (ExportFormatError); a newer journal
+        (JournalVersionError)."""
         checked = transfer.check(data)
         transfer.import_(self.db, checked)
         if checked.runnable:
@@ -655,6 +653,14 @@ class Client(Messages):
         check_name("name", name)
         row = self.db.fetch_one("set_schedule_paused", {"schedule_name": name, "paused": paused})
         if row is None:
+            raise UnknownScheduleError(name)
+
+    def delete_schedule(self, name: str) -> None:
+        """Delete stored schedule `name` (UnknownScheduleError if none): it fires no more.
+        The runs its ticks started are kept. One declared in code (`durable.scheduled`)
+        is stored again by the next engine launched with that code: remove it there too."""
+        check_name("name", name)
+        if self.db.fetch_one("delete_schedule", {"schedule_name": name}) is None:
             raise UnknownScheduleError(name)
 
     def backfill_schedule(
@@ -779,12 +785,4 @@ def _check_enqueue(
     if not isinstance(queue, Queue):
         raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
     check_name("workflow_id", workflow_id, optional=True)
-    queue.check_options(dedup_key, priority, partition_key)
-    if delay is not None and (
-        not isinstance(delay, int | float)
-        or isinstance(delay, bool)
-        or not 0 <= delay <= MAX_WAIT_SECONDS
-    ):
-        raise InvalidWaitError(
-            f"delay={delay!r}: give zero or more seconds (at most {MAX_WAIT_SECONDS:.0f})"
-        )
+    queue.check_options(dedup_key, priority, partition_key, delay)

@@ -26,6 +26,7 @@ Nothing here imports from the rest of the package: the names depend on nothing.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 
 LABELS_VERSION = 1
 """The version of the label contract below. Bump it only together with a migration that
@@ -222,18 +223,47 @@ def effect_approval(effect_name: str, nth: int) -> str:
 
 # -- derived ids ----------------------------------------------------------------------------------
 
+MAX_ID_BYTES = 512
+"""The longest id, key or name (UTF-8 bytes) the library takes (`_names.check_name`):
+every id it derives is kept within it, or the workflow it names would run but be refused
+by id afterwards (get, cancel, send, export)."""
+
+_DIGEST = "~h"
+_DIGEST_HEX = 32
+
+
+def _within_limit(stem: str, tail: str) -> str:
+    """`stem + tail`, as it always was when it fits in MAX_ID_BYTES. When it does not, the
+    stem is replaced by its longest prefix that leaves room for `~h` and 32 hex digits of
+    the stem's SHA-256, and the tail is kept: the same on every run and in every process
+    (so a replay derives the same id), distinct for distinct stems, readable by its start,
+    and never more than the limit. Only an id that did not fit (and so could not be read
+    back) is derived differently from before."""
+    whole = stem + tail
+    if len(whole.encode("utf-8")) <= MAX_ID_BYTES:
+        return whole
+    digest = hashlib.sha256(stem.encode("utf-8")).hexdigest()[:_DIGEST_HEX]
+    room = MAX_ID_BYTES - len(tail.encode("utf-8")) - len(_DIGEST) - _DIGEST_HEX
+    head = stem.encode("utf-8")[: max(room, 0)].decode("utf-8", errors="ignore")
+    return f"{head}{_DIGEST}{digest}{tail}"
+
+
 _CHILD = ":child:"
 
 
 def child_id(parent_id: str, seq: int) -> str:
     """The id of the child workflow started at a parent's position: deterministic, so a
-    replay of the parent finds the child it started instead of starting another."""
-    return f"{parent_id}{_CHILD}{seq}"
+    replay of the parent finds the child it started instead of starting another. A parent
+    whose id leaves no room for the `:child:<seq>` tail has its part shortened and hashed
+    (`_within_limit`): a child's id fits the id limit like any other."""
+    return _within_limit(parent_id, f"{_CHILD}{seq}")
 
 
 def parse_child_id(workflow_id: str) -> tuple[str, int] | None:
     """(parent id, position) of a derived child id, or None for an id not of that form
-    (an id the user gave). Nested children have the innermost position last."""
+    (an id the user gave). Nested children have the innermost position last. For a parent
+    id too long to be kept whole (see child_id), the parent part is its shortened, hashed
+    form: the parent itself is in the child's row (`parent_id`)."""
     parent, sep, seq = workflow_id.rpartition(_CHILD)
     if not sep or not parent or not _is_number(seq):
         return None
@@ -243,7 +273,10 @@ def parse_child_id(workflow_id: str) -> tuple[str, int] | None:
 def effect_key(workflow_id: str, seq: int, user_part: str | None = None) -> str:
     """An effect's idempotency key: derived from the work, never random, so it is the same
     on every replay and in every process (the effects table, and the systems the effect
-    calls, dedupe by it). With a user key, that key replaces the position."""
+    calls, dedupe by it). With a user key, that key replaces the position. It may pass the
+    id limit (up to twice it, with a user key): no call takes an effect key back, the
+    effects table's key holds it, and it is never shortened, since a pending effect must
+    be found under the key it was sent with, or its vendor would be called again."""
     return f"{workflow_id}:{seq}" if user_part is None else f"{workflow_id}:{user_part}"
 
 
@@ -253,13 +286,14 @@ SCHEDULE_PREFIX = "schedule:"
 def schedule_tick_id(schedule_name: str, tick: dt.datetime) -> str:
     """The id of the workflow a schedule starts for one tick: the primary key makes a tick
     start once, whichever process fires it first."""
-    return f"{SCHEDULE_PREFIX}{schedule_name}:{tick.astimezone(dt.UTC).isoformat()}"
+    tail = f":{tick.astimezone(dt.UTC).isoformat()}"
+    return _within_limit(f"{SCHEDULE_PREFIX}{schedule_name}", tail)
 
 
 def schedule_trigger_id(schedule_name: str, unique: str) -> str:
     """The id of a run of a schedule triggered by hand (`trigger_schedule`): never a tick's
     id, so a triggered run never takes the place of the tick it falls on."""
-    return f"{SCHEDULE_PREFIX}{schedule_name}:trigger:{unique}"
+    return _within_limit(f"{SCHEDULE_PREFIX}{schedule_name}", f":trigger:{unique}")
 
 
 DEBOUNCE_PREFIX = "debounce:"

@@ -8,9 +8,10 @@ argument and why: a non-empty string of at most 512 bytes of UTF-8, with no NUL.
 
 from __future__ import annotations
 
+from durable._labels import MAX_ID_BYTES
 from durable.errors import InvalidNameError
 
-MAX_NAME_BYTES = 512
+MAX_NAME_BYTES = MAX_ID_BYTES  # the ids the library derives are kept within it too
 
 
 def check_name(what: str, value: object, *, optional: bool = False) -> None:

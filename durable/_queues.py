@@ -34,7 +34,7 @@ from durable import _labels as labels
 from durable._context import current_engine
 from durable._names import check_name
 from durable._registry import Registry, default_registry
-from durable._start_options import queue_enqueue_method
+from durable._start_options import check_delay, check_priority, queue_enqueue_method
 from durable.errors import ConfigurationError, NoEngineError
 
 if TYPE_CHECKING:
@@ -101,11 +101,16 @@ class Queue:
         return handle
 
     def check_options(
-        self, dedup_key: str | None, priority: int | None, partition_key: str | None
+        self,
+        dedup_key: str | None,
+        priority: int | None,
+        partition_key: str | None,
+        delay: float | None = None,
     ) -> None:
-        """An enqueue's `dedup_key=`, `priority=` and `partition_key=`, checked against this
-        queue: a priority or a partition key is refused on a queue declared without what it
-        needs, where it would do nothing."""
+        """An enqueue's `dedup_key=`, `priority=`, `partition_key=` and `delay=`, checked
+        against this queue: a priority or a partition key is refused on a queue declared
+        without what it needs, where it would do nothing."""
+        check_delay(delay)
         check_name("dedup_key", dedup_key, optional=True)
         if priority is not None:
             if not self.priority:
@@ -113,8 +118,7 @@ class Queue:
                     f"priority={priority!r} given, but queue {self.name!r} orders by age: "
                     f"declare it with durable.Queue({self.name!r}, priority=True)"
                 )
-            if not isinstance(priority, int) or isinstance(priority, bool):
-                raise ConfigurationError(f"priority={priority!r}: give an integer (lower first)")
+            check_priority(priority)
         check_name("partition_key", partition_key, optional=True)
         if partition_key is not None and self.partition_concurrency is None:
             raise ConfigurationError(

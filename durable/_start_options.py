@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
+import math
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
-from durable.errors import DefinitionError
+from durable.errors import ConfigurationError, DefinitionError, InvalidWaitError
 
 if TYPE_CHECKING:
     from durable._handles import AsyncWorkflowHandle, WorkflowHandle
@@ -35,6 +36,60 @@ ENQUEUE_OPTIONS = ("workflow_id", "dedup_key", "priority", "delay", "partition_k
 #: Names a workflow's keyword-passable parameters may not have: the options above, and
 #: those reserved for starts (a per-call `timeout`).
 RESERVED = frozenset((*START_OPTIONS, *ENQUEUE_OPTIONS, "timeout"))
+
+
+#: The longest duration an option takes (`timeout=`, `delay=`): 100 years, as for waits.
+MAX_SECONDS = 100 * 365.25 * 86400
+#: The range of `priority=`: the queue's `priority` column is a PostgreSQL integer.
+PRIORITY_RANGE = (-(2**31), 2**31 - 1)
+
+
+def _seconds(value: object) -> float:
+    """A duration option's seconds: an int or a float (not a bool, not a string a float()
+    would read), or a datetime.timedelta; NaN for anything else, which no range takes."""
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except OverflowError:  # an int past a float's range
+            return math.inf
+    return math.nan
+
+
+def check_timeout(value: object) -> float:
+    """`timeout=` of a start (or durable.workflow_timeout): seconds, more than zero and at
+    most MAX_SECONDS, as a number or a timedelta (InvalidWaitError)."""
+    seconds = _seconds(value)
+    if not 0 < seconds <= MAX_SECONDS:
+        raise InvalidWaitError(
+            f"timeout={value!r}: give a workflow timeout of more than zero seconds, at most "
+            "100 years (a number or a datetime.timedelta)"
+        )
+    return seconds
+
+
+def check_delay(value: object) -> None:
+    """`delay=` of an enqueue: zero or more seconds, at most MAX_SECONDS, as a number
+    (InvalidWaitError)."""
+    if value is None:
+        return
+    if isinstance(value, dt.timedelta) or not 0 <= _seconds(value) <= MAX_SECONDS:
+        raise InvalidWaitError(
+            f"delay={value!r}: give zero or more seconds as a number (at most {MAX_SECONDS:.0f})"
+        )
+
+
+def check_priority(value: object) -> None:
+    """`priority=` of an enqueue: an int the queue's column holds (ConfigurationError), not
+    a value that PostgreSQL would refuse with `integer out of range` once sent."""
+    if value is None:
+        return
+    low, high = PRIORITY_RANGE
+    if not isinstance(value, int) or isinstance(value, bool) or not low <= value <= high:
+        raise ConfigurationError(
+            f"priority={value!r}: give an integer from {low} to {high} (lower runs first)"
+        )
 
 
 def check_parameters(fn: Callable[..., Any], name: str) -> None:

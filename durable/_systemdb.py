@@ -540,11 +540,32 @@ def _create_database(url: str, connect_timeout: int) -> None:
     logger.info("created database %s", name)
 
 
-def is_unique_violation(exc: BaseException | None, constraint: str) -> bool:
-    """Whether `exc` is a unique violation of `constraint` (by SQLSTATE, not message)."""
-    return (
-        isinstance(exc, psycopg.errors.UniqueViolation) and exc.diag.constraint_name == constraint
+def is_unique_violation(exc: BaseException | None, constraint: str | None) -> bool:
+    """Whether `exc` is a unique violation of `constraint` (by SQLSTATE, not message); of
+    any constraint with None."""
+    return isinstance(exc, psycopg.errors.UniqueViolation) and (
+        constraint is None or exc.diag.constraint_name == constraint
     )
+
+
+def refused_data(exc: BaseException | None) -> str | None:
+    """What PostgreSQL refused in the values a statement was given, in its words, with the
+    table, column or constraint and the key it names: a data exception (SQLSTATE class 22,
+    a value its column's type cannot take) or an integrity violation (class 23: a missing
+    value, a broken reference, a duplicate key, a failed check). None for any other error,
+    which is not about the values (an outage, a timeout)."""
+    if not isinstance(exc, psycopg.Error) or (exc.sqlstate or "")[:2] not in ("22", "23"):
+        return None
+    diag = exc.diag
+    named = (
+        ("table", diag.table_name),
+        ("column", diag.column_name),
+        ("constraint", diag.constraint_name),
+    )
+    where = ", ".join(f"{what} {value}" for what, value in named if value)
+    said = diag.message_primary or type(exc).__name__
+    detail = f" ({diag.message_detail})" if diag.message_detail else ""
+    return f"{said}{detail}" + (f" [{where}]" if where else "")
 
 
 class Tx:

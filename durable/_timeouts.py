@@ -23,29 +23,12 @@ from contextvars import ContextVar
 from typing import Any
 
 from durable._context import current_run
-from durable.errors import InvalidWaitError
-
-# The longest timeout accepted (100 years), as for waits.
-_MAX_SECONDS = 100 * 365.25 * 86400
+from durable._start_options import check_timeout
 
 # (seconds, the run whose code entered the block, or None outside any run)
 _scope: ContextVar[tuple[float, object | None] | None] = ContextVar(
     "durable_workflow_timeout", default=None
 )
-
-
-def check_timeout(value: Any) -> float:
-    """A per-call timeout in seconds: positive, a number or a timedelta (InvalidWaitError)."""
-    try:
-        seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
-    except (TypeError, ValueError):
-        seconds = math.nan
-    if isinstance(value, bool) or not 0 < seconds <= _MAX_SECONDS:
-        raise InvalidWaitError(
-            f"timeout={value!r}: give a workflow timeout of more than zero seconds, at most "
-            "100 years (a number or a datetime.timedelta)"
-        )
-    return seconds
 
 
 @contextmanager

@@ -22,8 +22,10 @@ An export is a dict that `json.dumps` writes as it is:
 Each row is its columns as PostgreSQL writes them in JSON (timestamps in ISO 8601), with
 amounts of money and time (`numeric` columns) as text, which JSON's floating point would
 round. An import refuses, in one transaction that then leaves nothing behind, an export of
-a newer format or journal, rows that name a workflow the export does not list, and ids
-this database already has. A run that was unfinished is imported runnable by no one in
+a newer format, journal or schema (`schema_version` above this release's last migration),
+rows that name a workflow the export does not list, a column a table here lacks (it would
+be dropped), rows PostgreSQL refuses (two with the same key, a value of the wrong type),
+and ids this database already has. A run that was unfinished is imported runnable by no one in
 particular: its claim (owner, lease) belonged to an executor of the other database, so a
 RUNNING workflow is imported PENDING, for a worker or `client.resume(id)` to take up.
 
@@ -37,7 +39,8 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,7 +48,7 @@ from durable import _labels as labels
 from durable import _migrate
 from durable._models import WorkflowStatus
 from durable._names import check_name
-from durable._systemdb import SystemDB, Tx, is_unique_violation
+from durable._systemdb import SystemDB, Tx, is_unique_violation, refused_data
 from durable.errors import (
     ExportFormatError,
     ImportConflictError,
@@ -174,6 +177,15 @@ def check(data: object) -> Checked:
         raise JournalVersionError(
             "the export's journal labels", written, labels.LABELS_VERSION, data.get("root")
         )
+    schema = data.get("schema_version", _migrate.latest_version())
+    if not _is_int(schema):
+        raise ExportFormatError(f"its 'schema_version' is {schema!r}, not a migration number")
+    if schema > _migrate.latest_version():
+        raise ExportFormatError(
+            f"it was written by a release whose schema is at migration {schema}, newer than "
+            f"this release's ({_migrate.latest_version()}), so its rows may hold what this "
+            "release would drop or misread: import it with that release or a newer one"
+        )
     ids = data.get("workflow_ids")
     if not isinstance(ids, list) or not ids or len(set(ids)) != len(ids):
         raise ExportFormatError("its 'workflow_ids' is not a list of distinct workflow ids")
@@ -226,36 +238,84 @@ def _release(row: dict[str, Any]) -> None:
 
 
 def import_(db: SystemDB, checked: Checked) -> None:
-    """Insert a checked export's rows in one transaction; ImportConflictError (and
-    nothing written) if this database already has one of its ids."""
+    """Insert a checked export's rows in one transaction; nothing is written when any is
+    refused. ImportConflictError if this database already has one of its ids;
+    ExportFormatError for a row with a column this database's table lacks (it would be
+    dropped), a row PostgreSQL refuses (a value of the wrong type, a missing one, a broken
+    reference) and two rows with the same key (a journal row twice, say)."""
     ids = checked.workflow_ids
 
     def work(tx: Tx) -> None:
         taken = tx.fetch_all("import_taken", {"workflow_ids": ids})
         if taken:
             raise ImportConflictError(sorted(str(r["workflow_id"]) for r in taken))
+        _refuse_unknown_columns(checked.tables, tx.fetch_one("import_columns", {}))
         t = {name: {"rows": json.dumps(rows)} for name, rows in checked.tables.items()}
-        tx.execute("import_workflows", t["workflows"])
-        tx.execute("import_budgets", t["budgets"])
-        tx.execute("import_steps", t["steps"])
-        tx.execute("import_charges", t["charges"])
-        tx.execute("import_tool_calls", t["tool_calls"])
-        tx.execute("import_effects", t["effects"])
-        tx.execute("import_approvals", t["approvals"])
-        tx.execute("import_messages", t["messages"])
-        tx.execute("import_events", t["events"])
-        tx.execute("import_streams", t["streams"])
+        with _refused("workflows"):
+            tx.execute("import_workflows", t["workflows"])
+        with _refused("budgets"):
+            tx.execute("import_budgets", t["budgets"])
+        with _refused("steps"):
+            tx.execute("import_steps", t["steps"])
+        with _refused("charges"):
+            tx.execute("import_charges", t["charges"])
+        with _refused("tool_calls"):
+            tx.execute("import_tool_calls", t["tool_calls"])
+        with _refused("effects"):
+            tx.execute("import_effects", t["effects"])
+        with _refused("approvals"):
+            tx.execute("import_approvals", t["approvals"])
+        with _refused("messages"):
+            tx.execute("import_messages", t["messages"])
+        with _refused("events"):
+            tx.execute("import_events", t["events"])
+        with _refused("streams"):
+            tx.execute("import_streams", t["streams"])
 
     try:
         db.atomically(work, "import_workflow")
     except Exception as exc:
-        # Another import (or a start) of one of these ids committed after the check.
-        if any(
-            is_unique_violation(exc, constraint)
-            for constraint in ("workflows_pkey", "effects_pkey", "budgets_pkey")
-        ):
-            raise ImportConflictError(list(ids)) from None
-        raise
+        if not is_unique_violation(exc, None):
+            raise
+        # Another import (or a start) of one of these ids committed after the check, or
+        # the export holds two rows with the same key: the ids, read again, tell which.
+        taken = db.fetch_all("import_taken", {"workflow_ids": ids})
+        if taken:
+            raise ImportConflictError(sorted(str(r["workflow_id"]) for r in taken)) from None
+        raise ExportFormatError(
+            f"it holds two rows with the same key: {refused_data(exc)}; keep each row once"
+        ) from None
+
+
+@contextmanager
+def _refused(table: str) -> Iterator[None]:
+    """A table's rows that PostgreSQL refuses (a value of the wrong type, a missing one, a
+    broken reference) as ExportFormatError; a duplicate key is told apart from a conflict
+    with this database's rows after the transaction (import_), so it passes through."""
+    try:
+        yield
+    except Exception as exc:
+        why = refused_data(exc)
+        if why is None or is_unique_violation(exc, None):
+            raise
+        raise ExportFormatError(f"its {table!r} rows were refused: {why}") from None
+
+
+def _refuse_unknown_columns(
+    tables: Mapping[str, list[dict[str, Any]]], columns: Mapping[str, Any] | None
+) -> None:
+    """ExportFormatError for a row with a column this database's table lacks: the insert
+    would drop it without a word (a newer release's column, or an edited export)."""
+    assert columns is not None  # import_columns returns one row
+    for table in TABLES:
+        known = set(columns[table])
+        extra = sorted({key for row in tables[table] for key in row} - known)
+        if extra:
+            raise ExportFormatError(
+                f"its {table!r} rows have column(s) {extra} that this database's {table} "
+                "table lacks (an export of a newer release, or an edited one): importing "
+                "it would drop them"
+            )
 
 
 def _is_int(value: object) -> bool:

@@ -13,16 +13,24 @@ functions that drive them.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 from typing import Any
 
 from durable import _protocol as protocol
-from durable._context import current_engine, current_run, workflow_code_run, workflow_run
-from durable._driver import drive
-from durable._driver_async import drive_async
+from durable._context import (
+    current_engine,
+    current_run,
+    current_step,
+    workflow_code_run,
+    workflow_run,
+)
+from durable._driver import drive, drive_in_step
+from durable._driver_async import drive_async, drive_in_step_async
 from durable._models import Decision
 from durable._names import check_name
-from durable.errors import InvalidWaitError, NoEngineError
+from durable._protocol import Run
+from durable.errors import BlockingCallError, InvalidWaitError, NoEngineError
 
 __all__ = [
     "Decision",
@@ -98,10 +106,55 @@ def recv(topic: str | None = None, timeout: float | dt.timedelta | None = None) 
 
 
 def set_event(key: str, value: Any) -> None:
-    """Publish `value` under `key` for readers outside the workflow (engine.get_event)."""
+    """Publish `value` under `key` for readers outside the workflow (engine.get_event).
+
+    From workflow code the call is journaled: a replay publishes nothing again. From a
+    step's code it is published at once, as part of that step (a long step reports its
+    progress): a step run again after a crash or a failed attempt publishes again, and a
+    reader sees the latest value written."""
     check_name("key", key)
+    in_step = _event_step("durable.set_event()", "durable.set_event_async(...)")
+    if in_step is not None:
+        run, seq = in_step
+        drive_in_step(run, protocol.set_event_in_step(run, seq, key, value))
+        return
     run = workflow_run("durable.set_event()")
     drive(run, protocol.set_event(run, key, value))
+
+
+def _step_run(what: str, twin: str, is_async: bool = False) -> tuple[Run, int] | None:
+    """The run and position of the step whose code is calling, None outside a step's code.
+    A sync call (not `is_async`) from an async step, on its workflow's event loop, would
+    block that loop: BlockingCallError, naming the awaited twin."""
+    run = current_run.get()
+    scope = current_step.get()
+    if run is None or scope is None:
+        return None
+    if not is_async:
+        _refuse_on_loop(run, what, twin)
+    return run, scope.seq
+
+
+def _event_step(what: str, twin: str, is_async: bool = False) -> tuple[Run, int] | None:
+    """_step_run for an event set from a step's code: the step must have a position of its
+    own in the journal, which the event's row is written under."""
+    in_step = _step_run(what, twin, is_async)
+    if in_step is not None and in_step[1] < 0:
+        raise NoEngineError(f"{what} must be called from a workflow or a step's code")
+    return in_step
+
+
+def _refuse_on_loop(run: Run, what: str, twin: str) -> None:
+    """BlockingCallError for a sync call made on a running event loop by a step's code (an
+    async step): the call would hold the loop, and every workflow on it, until it returns."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return  # a thread of its own: a sync step
+    raise BlockingCallError(
+        f"{what} in a step of async workflow {run.name!r} would block its event loop: "
+        f"write `await {twin}`"
+    )
 
 
 def send(
@@ -122,6 +175,7 @@ def send(
     check_name("idempotency_key", idempotency_key, optional=True)
     run = workflow_code_run()
     if run is None:
+        _step_run("durable.send()", "durable.send_async(...)")
         _engine("durable.send()").send(workflow_id, message, topic, idempotency_key)
         return
     run = workflow_run("durable.send()")
@@ -139,6 +193,7 @@ def get_event(workflow_id: str, key: str, timeout: float | dt.timedelta = 0.0) -
     seconds = _seconds(timeout, "timeout")
     run = workflow_code_run()
     if run is None:
+        _step_run("durable.get_event()", "durable.get_event_async(...)")
         return _engine("durable.get_event()").get_event(workflow_id, key, seconds)
     run = workflow_run("durable.get_event()")
     return drive(run, protocol.get_event(run, workflow_id, key, seconds))
@@ -192,8 +247,13 @@ async def recv_async(topic: str | None = None, timeout: float | dt.timedelta | N
 
 
 async def set_event_async(key: str, value: Any) -> None:
-    """set_event(), awaited in an async workflow."""
+    """set_event(), awaited in an async workflow or an async step's code."""
     check_name("key", key)
+    in_step = _event_step("durable.set_event_async()", "", is_async=True)
+    if in_step is not None:
+        run, seq = in_step
+        await drive_in_step_async(run, protocol.set_event_in_step(run, seq, key, value))
+        return
     run = workflow_run("durable.set_event_async()", is_async=True)
     await drive_async(run, protocol.set_event(run, key, value))
 

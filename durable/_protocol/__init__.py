@@ -132,6 +132,7 @@ from durable._protocol.steps import (
 from durable._protocol.streams import (
     append_turn,
     set_event,
+    set_event_in_step,
     set_state,
     write_stream,
 )
@@ -253,6 +254,7 @@ __all__ = [
     "restore",
     "send",
     "set_event",
+    "set_event_in_step",
     "set_state",
     "settle",
     "sleep",

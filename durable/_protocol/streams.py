@@ -39,6 +39,25 @@ def set_event(run: Run, key: str, value: Any) -> Gen[None]:
     _fenced((yield Execute("set_event", params)), run)
 
 
+def set_event_in_step(run: Run, seq: int, key: str, value: Any) -> Gen[None]:
+    """Publish `value` under `key` from the code of the step at position `seq`: at once (a
+    long step reports its progress while it runs), with no journal row of its own, since
+    a step's inner calls are not journaled: the step's record is its output. The event's
+    row carries the step's position, by which a fork copies it. A step run again (after a
+    crash, or a retry) sets it again: an event holds its latest value, so writing the same
+    value again changes nothing a reader sees, and another value is the newer one. Fenced:
+    a run that lost its workflow writes nothing (StaleOwnerError)."""
+    text = run.dumps(value, f"the value of event {key!r}")
+    params = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "step_seq": seq,
+        "key": key,
+        "value": text,
+    }
+    _fenced((yield Execute("set_step_event", params)), run)
+
+
 def write_stream(run: Run, key: str, value: Any, closing: bool = False) -> Gen[int | None]:
     """Append `value` to stream `key` (or close it), journaled with its call in one
     statement: the n-th write of a key has offset n on every run, and a replay writes

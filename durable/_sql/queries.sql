@@ -427,14 +427,21 @@ WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
 -- fork_events --
 -- Each event's value as it was at the fork point: the latest event call per key among the
 -- copied ones (the events table keeps only a key's latest value, which may have been set
--- at or after the fork point).
+-- at or after the fork point), or the value a copied step's code set, when the events
+-- table still holds it and it is later (an event set in a step has no journal row).
 INSERT INTO {schema}.events (workflow_id, key, value, step_seq, updated_at)
-SELECT DISTINCT ON (step_name) %(new_id)s, substr(step_name, length(%(event_prefix)s) + 1),
-    output, step_seq, finished_at
-FROM {schema}.steps
-WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
-  AND kind = 'event' AND output IS NOT NULL
-ORDER BY step_name, step_seq DESC
+SELECT DISTINCT ON (key) %(new_id)s, key, value, step_seq, updated_at
+FROM (
+    SELECT substr(step_name, length(%(event_prefix)s) + 1) AS key, output AS value,
+        step_seq, finished_at AS updated_at
+    FROM {schema}.steps
+    WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
+      AND kind = 'event' AND output IS NOT NULL
+    UNION ALL
+    SELECT key, value, step_seq, updated_at FROM {schema}.events
+    WHERE workflow_id = %(workflow_id)s AND step_seq = ANY(%(copied)s::int[])
+) AS set_before
+ORDER BY key, step_seq DESC
 
 -- fork_gates --
 -- The gates decided at the copied positions (a gate still waiting is asked again by the
@@ -526,10 +533,28 @@ SELECT workflow_id FROM {schema}.workflows WHERE workflow_id = ANY(%(workflow_id
 UNION
 SELECT workflow_id FROM {schema}.effects WHERE workflow_id = ANY(%(workflow_ids)s::text[])
 
+-- import_columns --
+-- Import: the columns of each per-workflow table, as this database has them (each as an
+-- object of its columns, all null: a row type read from the catalog, no table scanned).
+-- The import_* statements below ignore a key their table lacks, so an import refuses a
+-- row with such a key first: a newer release's column would be dropped without a word.
+SELECT to_jsonb(jsonb_populate_record(NULL::{schema}.workflows, e)) AS workflows,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.budgets, e)) AS budgets,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.steps, e)) AS steps,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.charges, e)) AS charges,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.tool_calls, e)) AS tool_calls,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.effects, e)) AS effects,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.approvals, e)) AS approvals,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.messages, e)) AS messages,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.events, e)) AS events,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.streams, e)) AS streams
+FROM (VALUES (jsonb_build_object())) AS nothing (e)
+
 -- import_workflows --
 -- Import (Client.import_workflow): insert exported rows, given as a JSON array of objects
 -- keyed by column (PostgreSQL reads each value as its column's type). Every import_*
--- statement runs in one transaction with the others; a key the table lacks is ignored.
+-- statement runs in one transaction with the others; a key the table lacks is ignored
+-- (import_columns is asked first, and such a row refused).
 INSERT INTO {schema}.workflows
 SELECT * FROM jsonb_populate_recordset(NULL::{schema}.workflows, %(rows)s::jsonb)
 
@@ -1365,6 +1390,17 @@ SELECT workflow_id, %(key)s, %(value)s, %(step_seq)s FROM journaled
 ON CONFLICT (workflow_id, key) DO UPDATE
 SET value = excluded.value, step_seq = excluded.step_seq, updated_at = excluded.updated_at
 
+-- set_step_event --
+-- Publish an event from a step's code, fenced by epoch, under the step's position: no
+-- journal row of its own (the step's record is its journal); a step run again sets it again.
+INSERT INTO {schema}.events (workflow_id, key, value, step_seq)
+SELECT workflow_id, %(key)s, %(value)s, %(step_seq)s FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s
+AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+FOR SHARE
+ON CONFLICT (workflow_id, key) DO UPDATE
+SET value = excluded.value, step_seq = excluded.step_seq, updated_at = excluded.updated_at
+
 -- write_stream --
 -- Append a value (or the closing row) to a stream and journal it as this step in one
 -- statement, fenced by epoch; readers following the stream are woken by the NOTIFY.
@@ -1434,6 +1470,13 @@ WHERE schedule_name = %(schedule_name)s
 SELECT schedule_name, workflow_name, workflow_version, cron, timezone, catch_up, paused,
     last_tick, created_at, updated_at
 FROM {schema}.schedules ORDER BY schedule_name
+
+-- delete_schedule --
+-- Forget a schedule: no tick of it fires any more. The workflows its ticks started are
+-- workflows like any other and stay; a firing under way holds the row (lock_schedule), and
+-- the delete waits for its commit.
+DELETE FROM {schema}.schedules WHERE schedule_name = %(schedule_name)s
+RETURNING schedule_name
 
 -- set_schedule_paused --
 -- Pause or resume a schedule.

@@ -20,7 +20,7 @@ from durable.cli._options import json_option, schema_option, url_option
 
 @click.group()
 def schedules() -> None:
-    """List, pause, resume, backfill and trigger cron schedules."""
+    """List, pause, resume, delete, backfill and trigger cron schedules."""
 
 
 @schedules.command("list")
@@ -77,6 +77,24 @@ def _pause_command(paused: bool) -> click.Command:
 
 schedules.add_command(_pause_command(True))
 schedules.add_command(_pause_command(False))
+
+
+@schedules.command("delete")
+@click.argument("name")
+@url_option
+@schema_option
+@_handle_errors
+def schedules_delete(name: str, database_url: str | None, schema: str) -> None:
+    """Delete a stored schedule: it fires no more. Runs its ticks started are kept. A
+    schedule declared in code is stored again by the next worker started with that code."""
+    with _client(database_url, schema) as client:
+        client.delete_schedule(name)
+    click.echo(
+        inert(
+            f"deleted schedule {name}: it fires no more; the runs of its ticks are kept (a "
+            "schedule declared in code comes back with the next worker of that code)"
+        )
+    )
 
 
 def _app_registry(app: str | None) -> Registry | None:

@@ -735,10 +735,16 @@ def _schedule(client: Client, form: dict[str, str]) -> str:
     return f"{'paused' if paused else 'resumed'} schedule {form['name']}"
 
 
+def _delete_schedule(client: Client, form: dict[str, str]) -> str:
+    client.delete_schedule(form["name"])
+    return f"deleted schedule {form['name']}: it fires no more; the runs of its ticks are kept"
+
+
 _ACTIONS: dict[str, Callable[[Client, dict[str, str]], str]] = {
     "decide": _decide,
     "cancel": _cancel,
     "resume": _resume,
     "fork": _fork,
     "schedule": _schedule,
+    "delete-schedule": _delete_schedule,
 }

@@ -330,6 +330,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "export_charges": exported,
         "export_tool_calls": exported,
         "import_taken": {"workflow_ids": [w, f"{w}-imp"]},
+        "import_columns": {},
         **{f"import_{table}": {"rows": json.dumps(rows)} for table, rows in imported.items()},
         "notify_work": {"channel": "durable_work", "payload": w},
         "list_executors": {},
@@ -464,6 +465,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         },
         "consume_message": {**fenced, "topic": "topic", "step_seq": 10, "step_name": "recv"},
         "set_event": {**fenced, "step_seq": 10, "step_name": "ev", "key": "ev", "value": "2"},
+        "set_step_event": {**fenced, "step_seq": 1, "key": "ev-step", "value": "3"},
         "write_stream": {
             **fenced,
             "step_seq": 10,
@@ -490,6 +492,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "set_schedule_mark": {"schedule_name": f"sched-{w}", "last_tick": NOW},
         "list_schedules": {},
         "set_schedule_paused": {"schedule_name": f"sched-{w}", "paused": True},
+        "delete_schedule": {"schedule_name": f"sched-{w}"},
         "enqueue_workflow": {
             **workflow,
             "workflow_id": f"{w}-queued2",
@@ -785,6 +788,7 @@ HOT = [
     "resume_workflow",  # an operator's resume (or move) of one workflow
     "send_message",
     "set_event",
+    "set_step_event",
     "settle_effect",
     "suspend_for_approval",
     "suspend_for_any",

@@ -346,6 +346,62 @@ def test_what_an_import_cannot_read_is_refused(database_url: str, here: str) -> 
         assert client.list_workflows() == []
 
 
+def with_rows(data: dict[str, Any], table: str, rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {**data, "tables": {**data["tables"], table: rows}}
+
+
+def test_an_export_of_a_newer_schema_or_with_rows_this_database_cannot_take_is_refused(
+    database_url: str, here: str
+) -> None:
+    """Refused with a typed error that names the problem, and nothing imported: not a
+    column dropped without a word, not a psycopg error."""
+    app = make_app()
+    run_trip(database_url, app, "trip-1")
+    with durable.Client(database_url) as there:
+        data = there.export_workflow("trip-1", children=True)
+    steps = data["tables"]["steps"]
+    effects = data["tables"]["effects"]
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({**data, "schema_version": data["schema_version"] + 1}, "schema is at migration"),
+        ({**data, "schema_version": "20"}, "not a migration number"),
+        (with_rows(data, "steps", [{**steps[0], "color": "red"}, *steps[1:]]), r"\['color'\]"),
+        (with_rows(data, "steps", [*steps, steps[2]]), "two rows with the same key"),
+        (with_rows(data, "effects", [*effects, effects[0]]), "two rows with the same key"),
+        (with_rows(data, "steps", [{**steps[0], "created_at": "soon"}]), "'steps' rows"),
+        (with_rows(data, "steps", [{**steps[0], "step_name": None}]), "step_name"),
+    ]
+    with durable.Client(here) as client:
+        for bad, match in cases:
+            with pytest.raises(errors.ExportFormatError, match=match):
+                client.import_workflow(bad)
+            assert count_rows(here) == dict.fromkeys(count_rows(here), 0)
+        # The export as written still imports whole.
+        assert client.import_workflow(data) == ["trip-1", "trip-1:child:7"]
+
+
+def test_the_cli_refuses_an_export_with_a_duplicated_journal_row_in_its_words(
+    database_url: str, here: str, subprocess_env: dict[str, str]
+) -> None:
+    app = make_app()
+    with durable.Engine(database_url, registry=app.registry) as engine:
+        engine.start(app.workflows["work"], 2, workflow_id="w").result(timeout=10)
+        data = engine.client.export_workflow("w")
+    doubled = with_rows(data, "steps", [*data["tables"]["steps"], data["tables"]["steps"][0]])
+    done = cli(
+        subprocess_env,
+        "workflows",
+        "import",
+        "-",
+        "--database-url",
+        here,
+        stdin=json.dumps(doubled),
+    )
+    assert done.returncode == 1
+    assert "two rows with the same key" in done.stderr and "nothing was imported" in done.stderr
+    assert "Traceback" not in done.stderr and "psycopg" not in done.stderr
+    assert count_rows(here)["workflows"] == 0
+
+
 def cli(
     env: dict[str, str], *args: str, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:

@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import enum
 import functools
 import math
@@ -36,6 +37,7 @@ from durable import errors
 TAG = "__durable__"
 REG = durable.Registry()
 QUEUE = durable.Queue("hostile.q", registry=REG)
+RANKED = durable.Queue("hostile.ranked", priority=True, registry=REG)
 
 # What the workflow code of `typed` saw, in order, and how often step bodies really ran.
 SEEN: list[tuple[str, str, str]] = []
@@ -784,3 +786,103 @@ def test_an_impossible_duration_inside_a_workflow_is_an_invalid_wait_error(
             with pytest.raises(errors.WorkflowFailedError) as info:
                 handle.result(timeout=10)
             assert info.value.error_type == "durable.errors.InvalidWaitError", (which, info.value)
+
+
+# -- ids the library derives ----------------------------------------------------------------------
+
+
+@durable.workflow(registry=REG, name="hostile.parent_of")
+def parent_of(value: str) -> str:
+    """Starts a child at position 0 under a derived id."""
+    return str(child_echo(value))
+
+
+@pytest.mark.parametrize("parent_id", ["p" * 510, "é" * 255 + "x" * 2], ids=["ascii", "utf8"])
+def test_a_child_of_a_parent_with_a_long_id_can_be_read_and_acted_on_by_id(
+    database_url: str, parent_id: str
+) -> None:
+    """The child's derived id fits the id limit, so every call that takes an id takes it."""
+    with engine(database_url) as eng:
+        assert eng.start(parent_of, "v", workflow_id=parent_id).result(timeout=30) == "v"
+        children = eng.client.list_children([parent_id])[parent_id]
+        (child_id,) = [str(c["workflow_id"]) for c in children]
+        assert len(child_id.encode("utf-8")) <= 512
+        assert eng.get_workflow(child_id).status == durable.WorkflowStatus.SUCCESS
+        assert eng.retrieve(child_id).result(timeout=5) == "v"
+        eng.cancel(child_id)  # finished: nothing to cancel, but the id is taken
+        assert eng.client.export_workflow(child_id)["root"] == child_id
+
+
+def test_a_schedule_with_a_long_name_starts_runs_that_can_be_read_by_id(
+    database_url: str,
+) -> None:
+    name = "s" * 500
+    with engine(database_url) as eng:
+        eng.schedule(name, one_tick, "0 * * * *")
+        start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+        handles = eng.client.backfill_schedule(name, start, start + dt.timedelta(hours=2))
+        triggered = eng.client.trigger_schedule(name)
+        for handle in [*handles, triggered]:
+            assert len(handle.workflow_id.encode("utf-8")) <= 512
+            assert eng.get_workflow(handle.workflow_id).name == "hostile.one_tick"
+        # Each tick still starts once: a second backfill starts nothing new.
+        again = eng.client.backfill_schedule(name, start, start + dt.timedelta(hours=2))
+        assert [h.workflow_id for h in again] == [h.workflow_id for h in handles]
+        assert len({h.workflow_id for h in handles}) == 2
+
+
+@durable.workflow(registry=REG, name="hostile.one_tick")
+def one_tick(tick: dt.datetime) -> str:
+    return tick.isoformat()
+
+
+# -- start options ----------------------------------------------------------------------------
+
+
+BAD_OPTIONS: list[tuple[dict[str, Any], type[errors.DurableError], str]] = [
+    ({"timeout": "5"}, errors.InvalidWaitError, "timeout="),
+    ({"timeout": True}, errors.InvalidWaitError, "timeout="),
+    ({"timeout": 10**400}, errors.InvalidWaitError, "timeout="),
+    ({"timeout": dt.timedelta(0)}, errors.InvalidWaitError, "timeout="),
+    ({"workflow_id": 5}, errors.InvalidNameError, "workflow_id="),
+]
+BAD_QUEUE_OPTIONS: list[tuple[dict[str, Any], type[errors.DurableError], str]] = [
+    ({"priority": 2**70}, errors.ConfigurationError, "priority="),
+    ({"priority": 2**31}, errors.ConfigurationError, "priority="),
+    ({"priority": -(2**31) - 1}, errors.ConfigurationError, "priority="),
+    ({"priority": "1"}, errors.ConfigurationError, "priority="),
+    ({"priority": 1.0}, errors.ConfigurationError, "priority="),
+    ({"delay": "5"}, errors.InvalidWaitError, "delay="),
+    ({"delay": True}, errors.InvalidWaitError, "delay="),
+    ({"delay": 10**400}, errors.InvalidWaitError, "delay="),
+    ({"dedup_key": 3}, errors.InvalidNameError, "dedup_key="),
+]
+
+
+def test_a_start_option_of_the_wrong_type_or_range_is_refused_alike_everywhere(
+    database_url: str,
+) -> None:
+    """start, submit, enqueue (and queue.enqueue) refuse the same values with the same typed
+    error, and store nothing: never a string read as a number, never a PostgreSQL error."""
+    with engine(database_url) as eng:
+        for options, error, match in BAD_OPTIONS:
+            for start in (eng.start, eng.submit, eng.client.submit):
+                with pytest.raises(error, match=match):
+                    start(one, 1, **options)
+            with pytest.raises(error, match=match):
+                eng.enqueue(RANKED, one, 1, **options)
+        for options, error, match in BAD_QUEUE_OPTIONS:
+            for enqueue in (eng.enqueue, eng.client.enqueue):
+                with pytest.raises(error, match=match):
+                    enqueue(RANKED, one, 1, **options)
+            with pytest.raises(error, match=match):
+                RANKED.enqueue(one, 1, **options)
+        with pytest.raises(errors.InvalidWaitError, match="timeout="):
+            with durable.workflow_timeout("5"):  # type: ignore[arg-type]
+                pass
+        assert eng.list_workflows() == []
+        # The ends of the ranges are taken.
+        low, high = -(2**31), 2**31 - 1
+        for priority in (low, high):
+            handle = eng.enqueue(RANKED, one, 2, priority=priority, delay=0, timeout=5)
+            assert eng.get_workflow(handle.workflow_id).status == durable.WorkflowStatus.ENQUEUED

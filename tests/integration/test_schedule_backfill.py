@@ -142,3 +142,37 @@ def test_the_cli_backfills_and_triggers(database_url: str, subprocess_env: dict[
     with durable.Client(database_url) as client:
         pending = [w for w in client.list_workflows() if w.name == "counter.ticker"]
     assert len(pending) == 4 + 2
+
+
+def test_a_deleted_schedule_fires_no_more_and_its_runs_are_kept(
+    setup: tuple[durable.Engine, durable.FakeClock, list[str]],
+) -> None:
+    engine, clock, _ = setup
+    client = engine.client
+    nine = "schedule:hourly:2026-01-05T09:00:00+00:00"
+    client.delete_schedule("hourly")  # an operator's action: engine.client, as pause
+    assert client.list_schedules() == []
+    clock.advance(dt.timedelta(hours=3))
+    assert fire(client, engine.registry, "sync") == 0
+    assert engine.fire_schedules() == 0
+    # The run its tick started is kept, as it was.
+    assert client.get_workflow(nine).status is durable.WorkflowStatus.SUCCESS
+    assert [w.workflow_id for w in client.list_workflows() if w.name == "report"] == [nine]
+    with pytest.raises(errors.UnknownScheduleError, match="hourly"):
+        client.delete_schedule("hourly")
+    with pytest.raises(errors.UnknownScheduleError):
+        client.trigger_schedule("hourly")
+
+
+def test_the_cli_deletes_a_schedule(database_url: str, subprocess_env: dict[str, str]) -> None:
+    from tests.apps import counter_app
+
+    with durable.Client(database_url) as client:
+        client.schedule("ticks", counter_app.ticker, "*/30 * * * *")
+    out = cli(subprocess_env, database_url, "schedules", "delete", "ticks")
+    assert out.returncode == 0, out.stderr
+    assert "deleted schedule ticks" in out.stdout
+    again = cli(subprocess_env, database_url, "schedules", "delete", "ticks")
+    assert again.returncode == 1 and "no schedule named 'ticks'" in again.stderr
+    with durable.Client(database_url) as client:
+        assert client.list_schedules() == []

@@ -161,3 +161,101 @@ def test_bad_stream_input_is_refused_and_nothing_is_stored(database_url: str) ->
             list(engine.read_stream("after_close", "s", offset=-1))
     with pytest.raises(errors.NoEngineError):
         durable.write_stream("s", 1)
+
+
+# -- events set from a step's code ----------------------------------------------------------------
+
+
+def test_a_step_sets_an_event_at_once_and_again_when_it_runs_again(database_url: str) -> None:
+    """Published while the step runs (a reader sees it before the step ends); an attempt
+    that fails after setting it sets it again, and readers see the latest value; a fork
+    from after the step has it."""
+    reg = durable.Registry()
+    attempts: list[int] = []
+    seen: list[Any] = []
+
+    @durable.step(registry=reg, retries=1, initial_delay=0.01)
+    def work(n: int) -> int:
+        attempts.append(n)
+        durable.set_event("progress", {"attempt": len(attempts)})
+        seen.append(durable.get_event(durable.workflow_id(), "progress"))
+        if len(attempts) == 1:
+            raise RuntimeError("crashed after the event")
+        return n
+
+    @durable.workflow(registry=reg)
+    def job() -> int:
+        done = work(7)
+        durable.set_event("done", True)
+        return done
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(job, workflow_id="j").result(timeout=10) == 7
+        assert seen == [{"attempt": 1}, {"attempt": 2}]
+        assert engine.client.events("j") == {"progress": {"attempt": 2}, "done": True}
+        # No journal row of its own: the step's record is its journal.
+        assert [(s.step_seq, s.kind) for s in engine.steps("j")] == [(0, "step"), (1, "event")]
+        fork = engine.fork("j", from_step=1, new_id="j-fork")
+        assert fork.result(timeout=10) == 7
+        assert engine.client.events("j-fork") == {"progress": {"attempt": 2}, "done": True}
+        assert len(attempts) == 2  # the fork replayed the step
+
+
+def test_an_async_step_sets_an_event_awaited(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.step(registry=reg)
+    async def report() -> str:
+        await durable.set_event_async("progress", "half")
+        return "ok"
+
+    @durable.workflow(registry=reg)
+    async def job() -> str:
+        return await report()
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            handle = await engine.start_async(job, workflow_id="a")
+            assert await handle.result(timeout=10) == "ok"
+            assert await engine.client.get_event_async("a", "progress") == "half"
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("what", ["send", "get_event", "set_event"])
+def test_a_sync_send_or_event_call_in_an_async_step_is_a_blocking_call_error(
+    database_url: str, what: str
+) -> None:
+    """It would hold the event loop, and every workflow on it, until the database answers:
+    refused with the awaited twin to call instead, and nothing sent."""
+    reg = durable.Registry()
+
+    @durable.step(registry=reg)
+    async def blocking() -> str:
+        if what == "send":
+            durable.send("other", "hello")
+        elif what == "get_event":
+            durable.get_event("other", "k")
+        else:
+            durable.set_event("progress", "blocked")
+        return "unreachable"
+
+    @durable.workflow(registry=reg)
+    async def job() -> str:
+        return await blocking()
+
+    @durable.workflow(registry=reg)
+    def other() -> None:
+        pass
+
+    async def main() -> None:
+        async with durable.Engine(database_url, registry=reg) as engine:
+            await (await engine.start_async(other, workflow_id="other")).result(timeout=10)
+            handle = await engine.start_async(job, workflow_id="b")
+            with pytest.raises(errors.WorkflowFailedError) as info:
+                await handle.result(timeout=10)
+            assert info.value.error_type == "durable.errors.BlockingCallError"
+            assert f"await durable.{what}_async" in info.value.error_message
+            assert engine.client.events("b") == {}
+
+    asyncio.run(main())

@@ -200,6 +200,10 @@ def test_cancel_resume_fork_and_schedules(engine: durable.Engine) -> None:
     assert web.post("/actions/schedule", data=pause).status_code == 200
     assert [s["paused"] for s in engine.client.list_schedules()] == [True]
     assert "Resume" in web.get("/schedules", headers={TOKEN_HEADER: TOKEN}).text
+    delete = {"name": "nightly", "token": TOKEN, "csrf": _csrf(web, "/schedules")}
+    assert web.post("/actions/delete-schedule", data=delete).status_code == 200
+    assert engine.client.list_schedules() == []
+    assert web.post("/actions/delete-schedule", data=delete).status_code == 400
     missing = web.post("/actions/resume", data=cancel | {"workflow_id": "nope"})
     assert missing.status_code == 404
 

@@ -93,6 +93,51 @@ def test_derived_ids() -> None:
     assert labels.DEBOUNCE_STEP == "durable.debounce"
 
 
+def size(text: str) -> int:
+    return len(text.encode("utf-8"))
+
+
+def test_an_id_that_fits_derives_as_it_always_has() -> None:
+    """Up to the limit exactly, the derived id is the plain concatenation."""
+    parent = "p" * (labels.MAX_ID_BYTES - len(":child:12"))
+    assert labels.child_id(parent, 12) == parent + ":child:12"
+    assert size(labels.child_id(parent, 12)) == labels.MAX_ID_BYTES
+    name = "n" * (labels.MAX_ID_BYTES - len("schedule::trigger:u1"))
+    assert labels.schedule_trigger_id(name, "u1") == f"schedule:{name}:trigger:u1"
+
+
+@pytest.mark.parametrize("parent", ["p" * 510, "é" * 255, "a" * 505 + "é" * 3, "x" * 512])
+@pytest.mark.parametrize("seq", [0, 7, 10**12])
+def test_a_child_id_that_would_not_fit_is_shortened_alike_each_time(parent: str, seq: int) -> None:
+    derived = labels.child_id(parent, seq)
+    assert size(derived) <= labels.MAX_ID_BYTES
+    assert derived == labels.child_id(parent, seq)  # the same on every replay
+    assert derived.endswith(f":child:{seq}")
+    assert labels.parse_child_id(derived) is not None
+    assert labels.parse_child_id(derived)[1] == seq  # type: ignore[index]
+    # Two parents alike but for their last character never share a child id.
+    assert derived != labels.child_id(parent[:-1] + "q", seq)
+    # Nested children stay within the limit too.
+    assert size(labels.child_id(derived, seq + 1)) <= labels.MAX_ID_BYTES
+
+
+def test_schedule_ids_of_a_long_name_fit() -> None:
+    tick = dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC)
+    name = "s" * 512
+    assert size(labels.schedule_tick_id(name, tick)) <= labels.MAX_ID_BYTES
+    assert labels.schedule_tick_id(name, tick).endswith(":2026-01-02T03:04:00+00:00")
+    assert labels.schedule_tick_id(name, tick) != labels.schedule_tick_id(name[:-1], tick)
+    assert size(labels.schedule_trigger_id(name, "u" * 36)) <= labels.MAX_ID_BYTES
+
+
+def test_keys_that_are_never_taken_back_by_id_are_never_shortened() -> None:
+    """A pending effect or a sent message is found by the key it was first written with."""
+    long_id = "w" * 512
+    assert labels.effect_key(long_id, 3) == long_id + ":3"
+    assert labels.effect_key(long_id, 3, "k" * 512) == long_id + ":" + "k" * 512
+    assert labels.sent_message_id(long_id, 3) == long_id + ":send:3"
+
+
 @pytest.mark.parametrize("key", ["", "progress", "a:b", "event:nested", "é ü"])
 def test_event_keys_read_back(key: str) -> None:
     assert labels.event_key(labels.event(key)) == key

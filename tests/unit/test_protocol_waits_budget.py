@@ -476,6 +476,31 @@ def test_set_event_is_fenced() -> None:
         Script(statements={"set_event": 0}).run(protocol.set_event(make_run(), "k", 1))
 
 
+def test_an_event_set_in_a_step_is_written_under_the_step_with_no_call_of_its_own() -> None:
+    """The step's record is its journal: the event takes no position (a step run again
+    sets it again, in its latest value), and the run's next call keeps its position."""
+    run = make_run()
+    script = Script()
+    script.run(protocol.set_event_in_step(run, 4, "progress", {"done": 1}))
+    script.run(protocol.set_event_in_step(run, 4, "progress", {"done": 2}))
+    assert script.labels == ["Execute set_step_event", "Execute set_step_event"]
+    assert script.executed("set_step_event")[-1] == {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
+        "step_seq": 4,
+        "key": "progress",
+        "value": '{"done":2}',
+    }
+    assert run.journal.next_call("event:k")[0] == 0
+
+
+def test_an_event_set_in_a_step_is_fenced() -> None:
+    with pytest.raises(StaleOwnerError):
+        Script(statements={"set_step_event": 0}).run(
+            protocol.set_event_in_step(make_run(), 1, "k", 1)
+        )
+
+
 def test_a_replayed_set_event_publishes_nothing() -> None:
     run = make_run(records=[done(0, "event:k", 1, StepKind.EVENT)])
     script = Script()
