@@ -32,10 +32,8 @@ from durable._clock import Clock
 from durable._config import Config
 from durable._debounce import Debouncer
 from durable._decorators import workflow_call, workflow_def
-from durable._driver import drive
-from durable._driver_async import drive_async
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
-from durable._inputs import place_child
+from durable._inputs import start_placed, start_placed_async
 from durable._messages import Messages
 from durable._models import (
     ApprovalStatus,
@@ -176,17 +174,21 @@ class Client(Messages):
         existing id returns its handle. `timeout=` (popped from kwargs) replaces the
         decorator's timeout for this workflow."""
         check_name("workflow_id", workflow_id, optional=True)  # "" is refused, not "none"
-        workflow_id = workflow_id or str(uuid.uuid4())
         defn, call_args = workflow_call(fn, args)
-        with call_timeout(pop_timeout(kwargs)):
-            inputs = self.inputs.encode(defn, call_args, kwargs)
-            params = self.inputs.row(defn, workflow_id, inputs, None, self.default_durability)
-        row = self.db.fetch_one("insert_workflow_pending", params)
-        if row is None:
-            self.existing(defn, workflow_id)
-        else:
-            self.notify_work(workflow_id)
-        return self.handle(workflow_id)
+        timeout = pop_timeout(kwargs)
+
+        def create(chosen: str, parent: tuple[str, int] | None) -> None:
+            with call_timeout(timeout):
+                inputs = self.inputs.encode(defn, call_args, kwargs)
+                params = self.inputs.row(defn, chosen, inputs, parent, self.default_durability)
+            row = self.db.fetch_one("insert_workflow_pending", params)
+            if row is None:
+                self.existing(defn, chosen)
+            else:
+                self.notify_work(chosen)
+
+        chosen, _ = start_placed(defn, workflow_id, create)
+        return self.handle(chosen)
 
     @enqueue_method
     def enqueue(
@@ -212,25 +214,24 @@ class Client(Messages):
         _check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
         timeout = pop_timeout(kwargs)
         defn, call_args = workflow_call(fn, args)
-        run, parent, workflow_id, journaled = place_child(defn, workflow_id)
-        if journaled:
-            return self.handle(workflow_id)
-        with call_timeout(timeout):
-            self._enqueue(
-                queue,
-                defn,
-                workflow_id,
-                parent,
-                call_args,
-                kwargs,
-                dedup_key,
-                priority,
-                delay,
-                partition_key,
-            )
-        if run is not None and parent is not None:
-            drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
-        return self.handle(workflow_id)
+
+        def create(chosen: str, parent: tuple[str, int] | None) -> None:
+            with call_timeout(timeout):
+                self._enqueue(
+                    queue,
+                    defn,
+                    chosen,
+                    parent,
+                    call_args,
+                    kwargs,
+                    dedup_key,
+                    priority,
+                    delay,
+                    partition_key,
+                )
+
+        chosen, _ = start_placed(defn, workflow_id, create)
+        return self.handle(chosen)
 
     @enqueue_method_async
     async def enqueue_async(
@@ -251,14 +252,14 @@ class Client(Messages):
         _check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
         timeout = pop_timeout(kwargs)
         defn, call_args = workflow_call(fn, args)
-        run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
-        if not journaled:
+
+        async def create(chosen: str, parent: tuple[str, int] | None) -> None:
             with call_timeout(timeout):  # (to_thread carries the block into the thread)
                 await asyncio.to_thread(
                     self._enqueue,
                     queue,
                     defn,
-                    workflow_id,
+                    chosen,
                     parent,
                     call_args,
                     kwargs,
@@ -267,10 +268,9 @@ class Client(Messages):
                     delay,
                     partition_key,
                 )
-            if run is not None and parent is not None:
-                gen = protocol.record_child_started(run, parent[1], defn.name, workflow_id)
-                await drive_async(run, gen)
-        return AsyncWorkflowHandle(self, workflow_id)
+
+        chosen, _ = await start_placed_async(defn, workflow_id, create)
+        return AsyncWorkflowHandle(self, chosen)
 
     def _enqueue(
         self,

@@ -50,9 +50,10 @@ from durable._protocol.budget import (
     with_running_steps,
 )
 from durable._protocol.children import (
+    Placed,
     child,
-    child_started,
-    record_child_started,
+    place_start,
+    record_start,
 )
 from durable._protocol.effects import (
     effect,
@@ -189,6 +190,7 @@ __all__ = [
     "Outcome",
     "Park",
     "Pause",
+    "Placed",
     "Run",
     "RunChild",
     "Settings",
@@ -207,7 +209,6 @@ __all__ = [
     "check_interrupt",
     "child",
     "child_result",
-    "child_started",
     "compensate",
     "conflict_backoff",
     "decode_error",
@@ -221,11 +222,12 @@ __all__ = [
     "open_ledger",
     "over_cap",
     "patched",
+    "place_start",
     "proven",
     "rebuild_error",
     "reclaim",
     "record",
-    "record_child_started",
+    "record_start",
     "recv",
     "refresh_ledger",
     "register_compensation",
