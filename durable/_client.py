@@ -172,7 +172,10 @@ class Client(Messages):
         """Record `fn(*args, **kwargs)` as runnable for any worker (`durable worker`), without
         running it here. `workflow_id=` chooses the id: ids are idempotency keys, so an
         existing id returns its handle. `timeout=` (popped from kwargs) replaces the
-        decorator's timeout for this workflow."""
+        decorator's timeout for this workflow. Inside a workflow it is journaled as a child
+        (its id derived from the call's position unless given), so a replay does not
+        record it again; from an async workflow use `await engine.start_async(...)` or
+        `enqueue_async(...)` instead."""
         check_name("workflow_id", workflow_id, optional=True)  # "" is refused, not "none"
         defn, call_args = workflow_call(fn, args)
         timeout = pop_timeout(kwargs)
@@ -210,7 +213,9 @@ class Client(Messages):
         `priority=` (lower first; queues declared with priority=True), `delay=` (seconds
         before it may start), `partition_key=` (a user or tenant: see Queue) and `timeout=`
         (popped from kwargs: replaces the decorator's timeout). Inside a workflow the entry
-        is journaled as a child, so a replay does not enqueue it again."""
+        is journaled as a child, so a replay does not enqueue it again; a QueueDedupError
+        raised there is journaled too, and a replay raises it again without enqueuing
+        (even once the key is free), so the workflow takes the same branch."""
         _check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
         timeout = pop_timeout(kwargs)
         defn, call_args = workflow_call(fn, args)

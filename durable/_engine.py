@@ -711,7 +711,8 @@ class Engine:
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
     ) -> WorkflowHandle:
-        """Client.submit, on the engine's client: record the workflow for any worker."""
+        """Client.submit, on the engine's client: record the workflow for any worker (inside
+        a workflow, journaled as a child like start)."""
         return self.client.submit(fn, *args, workflow_id=workflow_id, **kwargs)
 
     @enqueue_method_async

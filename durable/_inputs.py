@@ -4,7 +4,8 @@ run sees them, and the row that records a new workflow.
 Recording a workflow is shared by everything that makes one (a client's submit and
 enqueue, an engine's start, a schedule's tick, the runner's direct calls): the inputs are
 bound to the function's signature and must read back as given before anything is stored,
-and a child started inside a workflow takes the next position of its parent's journal.
+and a child started inside a workflow takes the next position of its parent's journal
+(start_placed: the one way every start from workflow code is stored and journaled).
 """
 
 from __future__ import annotations
