@@ -172,10 +172,7 @@ class Client(Messages):
         """Record `fn(*args, **kwargs)` as runnable for any worker (`durable worker`), without
         running it here. `workflow_id=` chooses the id: ids are idempotency keys, so an
         existing id returns its handle. `timeout=` (popped from kwargs) replaces the
-        decorator's timeout for this workflow. Inside a workflow it is journaled as a child
-        (its id derived from the call's position unless given), so a replay does not
-        record it again; from an async workflow use `await engine.start_async(...)` or
-        `enqueue_async(...)` instead."""
+        decorator's timeout. Inside a workflow it is journaled as a child, as enqueue's is."""
         check_name("workflow_id", workflow_id, optional=True)  # "" is refused, not "none"
         defn, call_args = workflow_call(fn, args)
         timeout = pop_timeout(kwargs)
@@ -184,11 +181,7 @@ class Client(Messages):
             with call_timeout(timeout):
                 inputs = self.inputs.encode(defn, call_args, kwargs)
                 params = self.inputs.row(defn, chosen, inputs, parent, self.default_durability)
-            row = self.db.fetch_one("insert_workflow_pending", params)
-            if row is None:
-                self.existing(defn, chosen)
-            else:
-                self.notify_work(chosen)
+            self._stored(defn, chosen, self.db.fetch_one("insert_workflow_pending", params))
 
         chosen, _ = start_placed(defn, workflow_id, create)
         return self.handle(chosen)
@@ -213,9 +206,8 @@ class Client(Messages):
         `priority=` (lower first; queues declared with priority=True), `delay=` (seconds
         before it may start), `partition_key=` (a user or tenant: see Queue) and `timeout=`
         (popped from kwargs: replaces the decorator's timeout). Inside a workflow the entry
-        is journaled as a child, so a replay does not enqueue it again; a QueueDedupError
-        raised there is journaled too, and a replay raises it again without enqueuing
-        (even once the key is free), so the workflow takes the same branch."""
+        is journaled as a child, so a replay does not enqueue it again; so is a QueueDedupError
+        there: a replay raises it again, even once the key is free."""
         _check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
         timeout = pop_timeout(kwargs)
         defn, call_args = workflow_call(fn, args)
@@ -303,6 +295,10 @@ class Client(Messages):
             row = self.db.fetch_one("enqueue_workflow", params)
         else:
             row = self.db.atomically(lambda tx: _enqueue_deduplicated(tx, params), "enqueue")
+        self._stored(defn, workflow_id, row)
+
+    def _stored(self, defn: WorkflowDef, workflow_id: str, row: dict[str, Any] | None) -> None:
+        """After a new workflow's insert: wake a worker, or check the id's existing holder."""
         if row is None:
             self.existing(defn, workflow_id)
         else:
