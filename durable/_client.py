@@ -32,10 +32,8 @@ from durable._clock import Clock
 from durable._config import Config
 from durable._debounce import Debouncer
 from durable._decorators import workflow_call, workflow_def
-from durable._driver import drive
-from durable._driver_async import drive_async
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
-from durable._inputs import place_child
+from durable._inputs import start_placed, start_placed_async
 from durable._messages import Messages
 from durable._models import (
     ApprovalStatus,
@@ -173,19 +171,20 @@ class Client(Messages):
         """Record `fn(*args, **kwargs)` as runnable for any worker (`durable worker`), without
         running it here. `workflow_id=` chooses the id: ids are idempotency keys, so an
         existing id returns its handle. `timeout=` (popped from kwargs) replaces the
-        decorator's timeout for this workflow."""
+        decorator's timeout. Inside a workflow it is journaled as a child, as enqueue's is."""
         check_name("workflow_id", workflow_id, optional=True)  # "" is refused, not "none"
-        workflow_id = workflow_id or str(uuid.uuid4())
         defn, call_args = workflow_call(fn, args)
-        with call_timeout(pop_timeout(kwargs)):
-            inputs = self.inputs.encode(defn, call_args, kwargs)
-            params = self.inputs.row(defn, workflow_id, inputs, None, self.default_durability)
-        row = self.db.fetch_one("insert_workflow_pending", params)
-        if row is None:
-            self.existing(defn, workflow_id, inputs)
-        else:
-            self.notify_work(workflow_id)
-        return self.handle(workflow_id)
+        timeout = pop_timeout(kwargs)
+
+        def create(chosen: str, parent: tuple[str, int] | None) -> None:
+            with call_timeout(timeout):
+                inputs = self.inputs.encode(defn, call_args, kwargs)
+                params = self.inputs.row(defn, chosen, inputs, parent, self.default_durability)
+            row = self.db.fetch_one("insert_workflow_pending", params)
+            self._stored(defn, chosen, row, inputs)
+
+        chosen, _ = start_placed(defn, workflow_id, create)
+        return self.handle(chosen)
 
     @enqueue_method
     def enqueue(
@@ -207,29 +206,29 @@ class Client(Messages):
         `priority=` (lower first; queues declared with priority=True), `delay=` (seconds
         before it may start), `partition_key=` (a user or tenant: see Queue) and `timeout=`
         (popped from kwargs: replaces the decorator's timeout). Inside a workflow the entry
-        is journaled as a child, so a replay does not enqueue it again."""
+        is journaled as a child, so a replay does not enqueue it again; so is a QueueDedupError
+        there: a replay raises it again, even once the key is free."""
         _check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
         timeout = pop_timeout(kwargs)
         defn, call_args = workflow_call(fn, args)
-        run, parent, workflow_id, journaled = place_child(defn, workflow_id)
-        if journaled:
-            return self.handle(workflow_id)
-        with call_timeout(timeout):
-            self._enqueue(
-                queue,
-                defn,
-                workflow_id,
-                parent,
-                call_args,
-                kwargs,
-                dedup_key,
-                priority,
-                delay,
-                partition_key,
-            )
-        if run is not None and parent is not None:
-            drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
-        return self.handle(workflow_id)
+
+        def create(chosen: str, parent: tuple[str, int] | None) -> None:
+            with call_timeout(timeout):
+                self._enqueue(
+                    queue,
+                    defn,
+                    chosen,
+                    parent,
+                    call_args,
+                    kwargs,
+                    dedup_key,
+                    priority,
+                    delay,
+                    partition_key,
+                )
+
+        chosen, _ = start_placed(defn, workflow_id, create)
+        return self.handle(chosen)
 
     @enqueue_method_async
     async def enqueue_async(
@@ -250,14 +249,14 @@ class Client(Messages):
         _check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
         timeout = pop_timeout(kwargs)
         defn, call_args = workflow_call(fn, args)
-        run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
-        if not journaled:
+
+        async def create(chosen: str, parent: tuple[str, int] | None) -> None:
             with call_timeout(timeout):  # (to_thread carries the block into the thread)
                 await asyncio.to_thread(
                     self._enqueue,
                     queue,
                     defn,
-                    workflow_id,
+                    chosen,
                     parent,
                     call_args,
                     kwargs,
@@ -266,10 +265,9 @@ class Client(Messages):
                     delay,
                     partition_key,
                 )
-            if run is not None and parent is not None:
-                gen = protocol.record_child_started(run, parent[1], defn.name, workflow_id)
-                await drive_async(run, gen)
-        return AsyncWorkflowHandle(self, workflow_id)
+
+        chosen, _ = await start_placed_async(defn, workflow_id, create)
+        return AsyncWorkflowHandle(self, chosen)
 
     def _enqueue(
         self,
@@ -297,8 +295,12 @@ class Client(Messages):
             row = self.db.fetch_one("enqueue_workflow", params)
         else:
             row = self.db.atomically(lambda tx: _enqueue_deduplicated(tx, params), "enqueue")
+        self._stored(defn, workflow_id, row, params["inputs"])
+
+    def _stored(self, defn: WorkflowDef, workflow_id: str, row: Any, inputs: str) -> None:
+        """After a new workflow's insert: wake a worker, or check the id's existing holder."""
         if row is None:
-            self.existing(defn, workflow_id, params["inputs"])
+            self.existing(defn, workflow_id, inputs)
         else:
             self.notify_work(workflow_id)
 

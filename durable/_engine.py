@@ -30,17 +30,14 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from durable import _host as host
 from durable import _lifecycle as lifecycle
-from durable import _protocol as protocol
 from durable._async_host import AsyncHosts
 from durable._client import Client
 from durable._clock import Clock
 from durable._config import Config
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_call
-from durable._driver import drive
-from durable._driver_async import drive_async
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
-from durable._inputs import place_child
+from durable._inputs import start_placed, start_placed_async
 from durable._names import check_name
 from durable._ownership import Ownership, say_who_holds
 from durable._queues import Queue
@@ -463,10 +460,6 @@ class Engine:
                 return handle
         defn, call_args = workflow_call(fn, args)
         self._ensure_running()
-        run, parent, workflow_id, journaled = place_child(defn, workflow_id)
-        if journaled:
-            return self.client.handle(workflow_id)
-        inputs = self.client.inputs.encode(defn, call_args, kwargs)
         runner = self.runner
 
         def perform(op: lifecycle.Op) -> Any:
@@ -488,12 +481,15 @@ class Engine:
                     return launched
             raise AssertionError(f"start does not ask for {op!r}")
 
-        future: concurrent.futures.Future[Any] | None = lifecycle.drive(
-            lifecycle.start(defn, workflow_id, inputs, parent), perform
-        )
-        if run is not None and parent is not None:
-            drive(run, protocol.record_child_started(run, parent[1], defn.name, workflow_id))
-        return self.client.handle(workflow_id, future)
+        def create(chosen: str, parent: tuple[str, int] | None) -> WorkflowHandle:
+            inputs = self.client.inputs.encode(defn, call_args, kwargs)
+            future: concurrent.futures.Future[Any] | None = lifecycle.drive(
+                lifecycle.start(defn, chosen, inputs, parent), perform
+            )
+            return self.client.handle(chosen, future)
+
+        chosen, started = start_placed(defn, workflow_id, create)
+        return started if started is not None else self.client.handle(chosen)
 
     @start_method_async
     async def start_async(
@@ -512,13 +508,9 @@ class Engine:
                 return await start(fn, *args, workflow_id=workflow_id, **kwargs)  # type: ignore[no-any-return]
         defn, call_args = workflow_call(fn, args)
         self._ensure_running()
-        run, parent, workflow_id, journaled = place_child(defn, workflow_id, asynchronous=True)
-        if journaled:
-            return AsyncWorkflowHandle(self.client, workflow_id)
         hosts = self._hosts()
         host = await hosts.here()
         runner = self.runner
-        inputs = self.client.inputs.encode(defn, call_args, kwargs)
 
         async def perform(op: lifecycle.Op) -> Any:
             match op:
@@ -546,14 +538,14 @@ class Engine:
                     return None if future is None else asyncio.wrap_future(future)
             raise AssertionError(f"start does not ask for {op!r}")
 
-        life = lifecycle.start(defn, workflow_id, inputs, parent)
-        waiter: asyncio.Future[Any] | None = await lifecycle.drive_async(life, perform)
-        handle = AsyncWorkflowHandle(self.client, workflow_id, waiter)  # (reads the run's error)
-        if run is not None and parent is not None:
-            await drive_async(
-                run, protocol.record_child_started(run, parent[1], defn.name, workflow_id)
-            )
-        return handle
+        async def create(chosen: str, parent: tuple[str, int] | None) -> AsyncWorkflowHandle:
+            inputs = self.client.inputs.encode(defn, call_args, kwargs)
+            life = lifecycle.start(defn, chosen, inputs, parent)
+            waiter: asyncio.Future[Any] | None = await lifecycle.drive_async(life, perform)
+            return AsyncWorkflowHandle(self.client, chosen, waiter)  # (reads the run's error)
+
+        chosen, started = await start_placed_async(defn, workflow_id, create)
+        return started if started is not None else AsyncWorkflowHandle(self.client, chosen)
 
     def _say_who_holds(self, workflow_id: str) -> None:
         say_who_holds(self.client.db, workflow_id, self.config.lease_seconds)
@@ -725,7 +717,8 @@ class Engine:
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
     ) -> WorkflowHandle:
-        """Client.submit, on the engine's client: record the workflow for any worker."""
+        """Client.submit, on the engine's client: record the workflow for any worker (inside
+        a workflow, journaled as a child like start)."""
         return self.client.submit(fn, *args, workflow_id=workflow_id, **kwargs)
 
     @enqueue_method_async

@@ -54,9 +54,10 @@ from durable._protocol.budget import (
     with_running_steps,
 )
 from durable._protocol.children import (
+    Placed,
     child,
-    child_started,
-    record_child_started,
+    place_start,
+    record_start,
 )
 from durable._protocol.effects import (
     effect,
@@ -202,6 +203,7 @@ __all__ = [
     "Outcome",
     "Park",
     "Pause",
+    "Placed",
     "Run",
     "RunChild",
     "Settings",
@@ -222,7 +224,6 @@ __all__ = [
     "check_interrupt",
     "child",
     "child_result",
-    "child_started",
     "compensate",
     "conflict_backoff",
     "decode_error",
@@ -239,11 +240,12 @@ __all__ = [
     "outlast",
     "over_cap",
     "patched",
+    "place_start",
     "proven",
     "rebuild_error",
     "reclaim",
     "record",
-    "record_child_started",
+    "record_start",
     "recv",
     "refresh_ledger",
     "register_compensation",

@@ -4,23 +4,50 @@ as one call of the parent.
 A child run to its end is recorded with its outcome; one started without waiting is
 recorded with its id, so a replay hands back the same child. A child cancelled with its
 parent stops the parent too, unrecorded, so a resume runs the child again.
+
+Every start from workflow code (engine.start/start_async, submit, enqueue/enqueue_async,
+durable.start_child, a Client's calls) takes one position of the parent's journal
+(`place_start`) and journals how it ended there (`record_start`): the child's id once its
+row is stored, or the queue's refusal of a dedup key. A refusal is an outcome like any
+other: the workflow may catch it and take another branch, and a replay must take the same
+one even if the key has been freed since, so it raises the refusal again and enqueues
+nothing. Any other error of a start stored nothing and is not journaled: a replay meets it
+again (an id held by another workflow, bad arguments) or it was the database's (an outage,
+a lost lease), which must not become the call's outcome.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from durable import _labels as labels
-from durable._models import StepKind
+from durable._models import StepKind, StepRecord
 from durable._protocol.budget import refresh_ledger
-from durable._protocol.journal import barrier, encode_error, record, replay
+from durable._protocol.journal import (
+    barrier,
+    encode_error,
+    rebuild_error,
+    record,
+    replay,
+    restore,
+)
 from durable._protocol.ops import Execute, Gen, Outcome, RunChild
 from durable._protocol.run import Run, check_interrupt
-from durable.errors import DatabaseUnavailableError, StaleOwnerError, WorkflowCancelledError
+from durable.errors import (
+    DatabaseUnavailableError,
+    NondeterminismError,
+    QueueDedupError,
+    StaleOwnerError,
+    WorkflowCancelledError,
+)
 
 if TYPE_CHECKING:
     from durable._registry import WorkflowDef
+
+# The key of a journaled dedup refusal (the output of a start that stored no child).
+REFUSED = "refused"
 
 
 def child(run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Gen[Any]:
@@ -53,21 +80,72 @@ def child(run: Run, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str,
     return value
 
 
-def child_started(run: Run, name: str) -> tuple[int, str | None]:
-    """A child started (or enqueued) without waiting for it: its position, and the id
-    journaled there if this is a replay."""
+@dataclass(frozen=True)
+class Placed:
+    """Where a start from workflow code goes in its parent's journal: its position, the
+    child's id there, and whether the start is journaled already (a replay: nothing to
+    start, the id is the one journaled)."""
+
+    seq: int
+    workflow_id: str
+    journaled: bool
+
+
+def place_start(run: Run, name: str, workflow_id: str | None) -> Placed:
+    """Take the next position of the parent's journal for a start of workflow `name`. A
+    start journaled there hands back its child; a refusal journaled there is raised again,
+    the same typed error, with nothing enqueued; otherwise the child gets `workflow_id`
+    or, if none is given, an id derived from the parent and the position, so that a start
+    cut off before its journal row (a crash, an outage) finds the child it stored."""
     seq, found = run.journal.next_call(name)
-    if found is None:
-        return seq, None
-    return seq, found.child_workflow_id
+    if found is not None and found.child_workflow_id is not None:
+        return Placed(seq, found.child_workflow_id, True)
+    if found is not None:
+        raise _replayed_refusal(run, found)
+    return Placed(seq, workflow_id or labels.child_id(run.workflow_id, seq), False)
 
 
-def record_child_started(run: Run, seq: int, name: str, workflow_id: str) -> Gen[None]:
-    # The child's row is committed, the parent's journal row is not: the one mark of the
-    # start is the child's row (patched() finds it there, by parent and position).
-    run.settings.crash_point("after_child_start")
-    output = run.settings.serializer.dumps(workflow_id)
-    yield from record(run, seq, name, StepKind.CHILD, output, None, 1, None, workflow_id)
+def record_start(
+    run: Run, placed: Placed, name: str, error: BaseException | None = None
+) -> Gen[None]:
+    """Journal how the start at `placed` ended: the child's id (`error` None: its row is
+    stored), or the queue's refusal of its dedup key. Other errors are not journaled.
+
+    A refusal is journaled as what the call returned, not as a failure (no error, no
+    child): a resume forgets the failed calls at the end of a journal so that they run
+    again, and this one must not run again."""
+    if placed.journaled:
+        return
+    if error is None:
+        run.settings.crash_point("after_child_start")
+        output = run.settings.serializer.dumps(placed.workflow_id)
+        yield from record(
+            run, placed.seq, name, StepKind.CHILD, output, None, 1, None, placed.workflow_id
+        )
+    elif isinstance(error, QueueDedupError):
+        refusal = {"queue": error.queue, "dedup_key": error.dedup_key, "holder": error.workflow_id}
+        output = run.settings.serializer.dumps({REFUSED: refusal})
+        yield from record(run, placed.seq, name, StepKind.CHILD, output)
+
+
+def _replayed_refusal(run: Run, found: StepRecord) -> BaseException:
+    """What a start journaled without a child raised the first time: a dedup refusal, as
+    the same QueueDedupError (code catches it by type)."""
+    if found.error is not None:  # not written by a start: a failed call of another kind
+        return rebuild_error(found.step_name, found.error)
+    stored = restore(run, found.output, None)
+    refusal = stored.get(REFUSED) if isinstance(stored, dict) else None
+    if not isinstance(refusal, dict):
+        recorded = f"{found.step_name} (no child, no refusal)"
+        return NondeterminismError(
+            run.workflow_id, found.step_seq, recorded, f"a start of {found.step_name}"
+        )
+    holder = refusal.get("holder")
+    return QueueDedupError(
+        str(refusal.get("queue")),
+        str(refusal.get("dedup_key")),
+        None if holder is None else str(holder),
+    )
 
 
 def _stop_if_asked(run: Run) -> Gen[None]:

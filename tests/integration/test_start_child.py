@@ -242,3 +242,192 @@ def test_an_async_gather_of_child_results_parks_once_and_gets_both(database_url:
             assert await handle.result(timeout=30) == [2, 3]
 
     asyncio.run(main())
+
+
+# -- a start from workflow code, failed and resumed ---------------------------------------------
+
+# Each start from workflow code, run by a workflow that fails once after it and is resumed:
+# the replay must adopt the child journaled by the first run, never start another.
+SYNC_STARTS = [
+    "engine.start",
+    "engine.submit",
+    "engine.enqueue",
+    "queue.enqueue",
+    "durable.start_child",
+    "client.submit",
+    "client.enqueue",
+]
+ASYNC_STARTS = [
+    "engine.start_async",
+    "engine.enqueue_async",
+    "durable.start_child_async",
+    "client.enqueue_async",
+]
+HELD: dict[str, Any] = {}  # the engine, client and queue the workflows below start with
+
+
+def kid_runs(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("SELECT workflow_id FROM kid_runs ORDER BY at").fetchall()
+    return [str(r[0]) for r in rows]
+
+
+def rows_of(url: str, name: str) -> list[tuple[Any, ...]]:
+    with psycopg.connect(url) as conn:
+        return conn.execute(
+            "SELECT workflow_id, parent_id, parent_step_seq FROM durable.workflows"
+            " WHERE name = %s ORDER BY created_at",
+            [name],
+        ).fetchall()
+
+
+def resumed_app(url: str) -> tuple[durable.Registry, Any, Any, Any]:
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(
+            "CREATE TABLE kid_runs (workflow_id text NOT NULL,"
+            " at timestamptz NOT NULL DEFAULT clock_timestamp())"
+        )
+    reg = durable.Registry()
+    queue = durable.Queue("resumed.kids", registry=reg)
+    fails = [True]
+
+    @durable.step(registry=reg, name="resumed.ran")
+    def ran() -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("INSERT INTO kid_runs (workflow_id) VALUES (%s)", [durable.workflow_id()])
+
+    @durable.workflow(registry=reg, name="resumed.kid")
+    def kid(n: int) -> int:
+        ran()
+        return n
+
+    def fail_once() -> None:
+        if fails[0]:
+            fails[0] = False
+            raise ValueError("fails once, after the start")
+
+    @durable.workflow(registry=reg, name="resumed.parent")
+    def parent(how: str) -> str:
+        engine, client = HELD["engine"], HELD["client"]
+        started: Any
+        if how == "engine.start":
+            started = engine.start(kid, 1)
+        elif how == "engine.submit":
+            started = engine.submit(kid, 1)
+        elif how == "engine.enqueue":
+            started = engine.enqueue(queue, kid, 1)
+        elif how == "queue.enqueue":
+            started = queue.enqueue(kid, 1)
+        elif how == "durable.start_child":
+            started = durable.start_child(kid, 1)
+        elif how == "client.submit":
+            started = client.submit(kid, 1)
+        else:
+            started = client.enqueue(queue, kid, 1)
+        fail_once()
+        return str(started.workflow_id)
+
+    @durable.workflow(registry=reg, name="resumed.parent_async")
+    async def parent_async(how: str) -> str:
+        engine, client = HELD["engine"], HELD["client"]
+        started: Any
+        if how == "engine.start_async":
+            started = await engine.start_async(kid, 1)
+        elif how == "engine.enqueue_async":
+            started = await engine.enqueue_async(queue, kid, 1)
+        elif how == "durable.start_child_async":
+            started = await durable.start_child_async(kid, 1)
+        else:
+            started = await client.enqueue_async(queue, kid, 1)
+        fail_once()
+        return str(started.workflow_id)
+
+    HELD["queue"] = queue
+    return reg, parent, parent_async, kid
+
+
+@pytest.mark.parametrize("how", SYNC_STARTS + ASYNC_STARTS)
+def test_a_start_in_a_resumed_workflow_adopts_its_child(database_url: str, how: str) -> None:
+    reg, parent, parent_async, _ = resumed_app(database_url)
+    workflow = parent_async if how in ASYNC_STARTS else parent
+    with (
+        durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine,
+        durable.Client(database_url) as client,
+    ):
+        HELD.update(engine=engine, client=client)
+        first = engine.start(workflow, how, workflow_id="parent")
+        with pytest.raises(errors.WorkflowFailedError, match="fails once"):
+            first.result(timeout=30)
+        child_id = engine.resume("parent").result(timeout=30)
+        engine.retrieve(child_id).result(timeout=30)
+        journal = [(s.step_seq, s.kind, s.child_workflow_id) for s in engine.steps("parent")]
+    # One child, the parent's, at the start's position; it ran once.
+    assert rows_of(database_url, "resumed.kid") == [(child_id, "parent", 0)]
+    assert child_id == "parent:child:0"
+    assert journal == [(0, durable.StepKind.CHILD, child_id)]
+    assert kid_runs(database_url) == [child_id]
+
+
+@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+def test_a_dedup_refusal_replays_as_refused_after_the_key_is_freed(
+    database_url: str, asynchronous: bool
+) -> None:
+    reg, _, _, kid = resumed_app(database_url)
+    queue = HELD["queue"]
+    fails = [True]
+
+    @durable.workflow(registry=reg, name="dedup.parent")
+    def parent() -> str:
+        try:
+            taken = f"enqueued {queue.enqueue(kid, 2, dedup_key='k').workflow_id}"
+        except errors.QueueDedupError as refused:
+            taken = f"refused: {refused.workflow_id} holds {refused.dedup_key}"
+        if fails[0]:
+            fails[0] = False
+            raise ValueError("fails once, after the refusal")
+        return taken
+
+    @durable.workflow(registry=reg, name="dedup.parent_async")
+    async def parent_async() -> str:
+        try:
+            handle = await HELD["engine"].enqueue_async(queue, kid, 2, dedup_key="k")
+            taken = f"enqueued {handle.workflow_id}"
+        except errors.QueueDedupError as refused:
+            taken = f"refused: {refused.workflow_id} holds {refused.dedup_key}"
+        if fails[0]:
+            fails[0] = False
+            raise ValueError("fails once, after the refusal")
+        return taken
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        HELD["engine"] = engine
+        # The key's holder waits an hour before it may start: the key stays taken.
+        holder = engine.enqueue(queue, kid, 1, workflow_id="holder", dedup_key="k", delay=3600)
+        first = engine.start(parent_async if asynchronous else parent, workflow_id="parent")
+        with pytest.raises(errors.WorkflowFailedError, match="fails once"):
+            first.result(timeout=30)
+        engine.cancel(holder.workflow_id)  # finished: the key is free again
+        assert engine.resume("parent").result(timeout=30) == "refused: holder holds k"
+        journal = [(s.step_seq, s.child_workflow_id) for s in engine.steps("parent")]
+    # The replay took the same branch and enqueued nothing: no child ever ran.
+    assert rows_of(database_url, "resumed.kid") == [("holder", None, None)]
+    assert kid_runs(database_url) == []
+    assert journal == [(0, None)]  # the refusal, journaled at the enqueue's position
+
+
+def test_a_submit_from_async_workflow_code_is_refused(database_url: str) -> None:
+    # It could not be journaled without blocking the loop: the awaited starts can.
+    reg, _, _, kid = resumed_app(database_url)
+
+    @durable.workflow(registry=reg, name="submits.async")
+    async def submits() -> str:
+        try:
+            HELD["engine"].submit(kid, 1)
+        except errors.BlockingCallError as refused:
+            return str(refused)
+        return "submitted"
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        HELD["engine"] = engine
+        assert "start_async" in engine.start(submits).result(timeout=30)
+    assert rows_of(database_url, "resumed.kid") == []

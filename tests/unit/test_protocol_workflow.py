@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from durable import _protocol as protocol
-from durable._models import Budget, StepKind, WorkflowStatus
+from durable._models import Budget, StepKind, StepRecord, WorkflowStatus
 from durable._protocol import (
     TRANSACTION_OUTPUTS_TAKEN,
     AppBegin,
@@ -26,10 +26,12 @@ from durable.errors import (
     BranchOrderError,
     DatabaseUnavailableError,
     NondeterminismError,
+    QueueDedupError,
     SerializationError,
     StaleOwnerError,
     TransactionStepError,
     WorkflowCancelledError,
+    WorkflowConflictError,
     WorkflowHandedOver,
     WorkflowInterrupted,
     WorkflowSuspended,
@@ -879,3 +881,106 @@ def test_a_branch_takes_its_positions_one_after_another_or_is_refused() -> None:
     assert (info.value.step_seq, info.value.previous) == (6, 4)
     assert isinstance(info.value, NondeterminismError)
     assert "child workflow" in str(info.value)
+
+
+# -- starts from workflow code (start, submit, enqueue, start_child) ---------------------------
+
+
+def journaled(params: dict[str, Any]) -> StepRecord:
+    """What a replay reads back of a record_step the protocol asked for."""
+    return StepRecord.from_row(params)
+
+
+def test_a_start_takes_a_position_and_a_child_id_derived_from_it() -> None:
+    run = make_run(records=[done(0, "fetch", 1)])
+    run.journal.next_call("fetch")
+    placed = protocol.place_start(run, "sub", None)
+    assert placed == protocol.Placed(1, f"{WORKFLOW_ID}:child:1", False)
+    assert protocol.place_start(run, "sub", "mine") == protocol.Placed(2, "mine", False)
+
+
+def test_a_started_child_is_journaled_and_a_replay_adopts_it() -> None:
+    run = make_run()
+    placed = protocol.place_start(run, "sub", None)
+    script = Script()
+    script.run(protocol.record_start(run, placed, "sub"))
+    record = script.only("record_step")
+    assert (record["step_seq"], record["kind"], record["error"]) == (0, "child", None)
+    assert record["child_workflow_id"] == f"{WORKFLOW_ID}:child:0"
+    replay = make_run(records=[journaled(record)])
+    again = protocol.place_start(replay, "sub", "ignored on a replay")
+    assert again == protocol.Placed(0, f"{WORKFLOW_ID}:child:0", True)
+    script = Script()
+    script.run(protocol.record_start(replay, again, "sub"))
+    assert script.ops == []  # journaled already: nothing written again
+
+
+def test_a_start_cut_off_before_its_record_finds_the_same_child_id() -> None:
+    # The crash point lies after the child's row and before the parent's: a run that dies
+    # there leaves no record, and the next run derives the same id and stores nothing new.
+    crashes: list[str] = []
+    run = make_run(crash_point=crashes.append)
+    placed = protocol.place_start(run, "sub", None)
+    Script().run(protocol.record_start(run, placed, "sub"))
+    assert crashes == ["after_child_start"]
+    again = protocol.place_start(make_run(first_run=False), "sub", None)
+    assert again == protocol.Placed(0, placed.workflow_id, False)
+
+
+def test_a_dedup_refusal_is_journaled_and_raised_again_on_replay() -> None:
+    run = make_run()
+    placed = protocol.place_start(run, "sub", None)
+    refusal = QueueDedupError("reports", "k", "holder-1")
+    script = Script()
+    script.run(protocol.record_start(run, placed, "sub", refusal))
+    record = script.only("record_step")
+    # An outcome, not a failure (a resume forgets failures at the end of a journal).
+    assert (record["error"], record["child_workflow_id"]) == (None, None)
+    assert json.loads(record["output"]) == {
+        "refused": {"queue": "reports", "dedup_key": "k", "holder": "holder-1"}
+    }
+    replay = make_run(records=[journaled(record)])
+    with pytest.raises(QueueDedupError) as info:
+        protocol.place_start(replay, "sub", None)
+    assert (info.value.queue, info.value.dedup_key, info.value.workflow_id) == (
+        "reports",
+        "k",
+        "holder-1",
+    )
+    assert str(info.value) == str(refusal)
+    assert replay.journal.next_seq == 1  # the refusal holds its position
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        DatabaseUnavailableError("down"),
+        StaleOwnerError(WORKFLOW_ID, EPOCH),
+        WorkflowConflictError("wf-1:child:0", "other", "sub"),
+        ValueError("bad arguments"),
+    ],
+)
+def test_other_start_errors_are_not_journaled(error: Exception) -> None:
+    run = make_run()
+    placed = protocol.place_start(run, "sub", None)
+    script = Script()
+    script.run(protocol.record_start(run, placed, "sub", error))
+    assert script.ops == []
+
+
+def test_a_start_replayed_over_another_kind_of_record_is_refused() -> None:
+    run = make_run(records=[done(0, "sub", {"not": "a refusal"}, StepKind.CHILD)])
+    with pytest.raises(NondeterminismError):
+        protocol.place_start(run, "sub", None)
+    run = make_run(records=[failed(0, "sub", KeyError("k"), StepKind.CHILD)])
+    with pytest.raises(KeyError):
+        protocol.place_start(run, "sub", None)
+
+
+def test_a_refusal_journaled_in_exit_mode_writes_held_records_first() -> None:
+    run = make_run(mode="exit")
+    run.pending.append({"workflow_id": WORKFLOW_ID, "step_name": "earlier"})
+    placed = protocol.place_start(run, "sub", None)
+    script = Script()
+    script.run(protocol.record_start(run, placed, "sub", QueueDedupError("q", "k", None)))
+    assert script.labels == ["WriteSteps 1", "Execute record_step"]
