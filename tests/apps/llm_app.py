@@ -21,7 +21,13 @@ from durable import llm
 
 registry = durable.Registry()
 STUB = os.environ.get("LLM_STUB_URL", "http://127.0.0.1:9/v1")
-PRICES = {"gpt-4o-mini": llm.Price(0.15, 0.60), "claude-sonnet-4": llm.Price(3.00, 15.00)}
+PRICES = {
+    "gpt-4o-mini": llm.Price(0.15, 0.60),
+    "claude-sonnet-4": llm.Price(3.00, 15.00),
+    # $0.01 a token: "q<i>" costs 114 + 22 tokens at the stub, $1.36, and sets aside its
+    # worst case first (the request's size plus max_completion_tokens=100): under $2.
+    "dear-model": llm.Price(10_000.0, 10_000.0),
+}
 BUDGET = durable.Budget(dollars=10.0)
 
 oa = llm.wrap(openai.OpenAI(base_url=STUB, api_key="test", max_retries=0), prices=PRICES)
@@ -110,6 +116,23 @@ async def anthropic_async_agent(workflow_id: str, /) -> list[str]:
         )
         out.append(r.content[0].text)
     return out
+
+
+async def _dear(prompt: str) -> str:
+    r = await oa_async.chat.completions.create(
+        model="dear-model",
+        messages=[{"role": "user", "content": prompt}],
+        max_completion_tokens=100,
+    )
+    return r.choices[0].message.content or ""
+
+
+@durable.workflow(registry=registry, budget=durable.Budget(dollars=2.5))
+async def capped_agent(workflow_id: str, /) -> list[str]:
+    """Two calls in sequence, then three gathered, under a cap with room for one: each
+    call the cap refuses waits at a budget gate until the budget is raised."""
+    first = [await _dear(f"q{i}") for i in range(2)]
+    return first + list(await asyncio.gather(*(_dear(f"q{i}") for i in range(2, 5))))
 
 
 AGENTS = {
