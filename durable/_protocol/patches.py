@@ -53,6 +53,7 @@ def patched(run: Run, patch_id: str) -> Gen[bool]:
         run.patches[patch_id] = False
         return False
     # Beyond the journal: this run reaches the point for the first time, on patched code.
+    journal.refuse_if_diverged()
     journal.next_seq += 1
     run.patches[patch_id] = True
     yield from record(run, seq, label, StepKind.PATCH, None, lazy=True)

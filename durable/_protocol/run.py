@@ -42,6 +42,11 @@ class Journal:
     workflow_id: str
     records: dict[int, StepRecord] = field(default_factory=dict)
     next_seq: int = 0
+    # The first call that did not match the journal (or broke a branch's order): from then
+    # on no new call is made, in any branch of the run, only replays. A sibling branch whose
+    # positions shifted would otherwise make its journaled call again, for real, at a later
+    # position (a card charged twice, a child started twice) before the run ends ERROR.
+    diverged: NondeterminismError | None = None
 
     @classmethod
     def from_records(cls, workflow_id: str, records: Iterable[StepRecord]) -> Journal:
@@ -61,10 +66,12 @@ class Journal:
         """Assign the next position; return the record to replay there, if any."""
         seq = self.next_seq
         self.next_seq += 1
-        if not self.records:
+        record = self.records.get(seq) if self.records else None
+        if record is None:
+            if self.diverged is not None:  # (refuse_if_diverged, inline: every new call)
+                raise self.diverged
             return seq, None
-        record = self.records.get(seq)
-        if record is not None and record.step_name != step_name:
+        if record.step_name != step_name:
             fix = ""
             if record.step_name.startswith(labels.PATCH_PREFIX):
                 patch_id = record.step_name[len(labels.PATCH_PREFIX) :]
@@ -78,8 +85,21 @@ class Journal:
                     f"call was removed too early: keep durable.deprecate_patch({patch_id!r}) "
                     "here until no run that took the patch is left"
                 )
-            raise NondeterminismError(self.workflow_id, seq, record.step_name, step_name, fix)
+            raise self.diverge(
+                NondeterminismError(self.workflow_id, seq, record.step_name, step_name, fix)
+            )
         return seq, record
+
+    def diverge(self, error: NondeterminismError) -> NondeterminismError:
+        """Note the run's first divergence (see `diverged`); returns `error` to raise."""
+        if self.diverged is None:
+            self.diverged = error
+        return error
+
+    def refuse_if_diverged(self) -> None:
+        """Before a new call (one beyond the journal): none is made once the run diverged."""
+        if self.diverged is not None:
+            raise self.diverged
 
     def next_call_of(self, step_names: Sequence[str]) -> tuple[int, StepRecord | None]:
         """next_call for a call journaled under one of `step_names`: a wait whose name
@@ -275,7 +295,7 @@ def check_branch_order(run: Run, previous: int | None, seq: int) -> None:
     replay would hand those positions to other calls. Refused on the first run, before
     the call runs, rather than found on a replay as a mismatch that blames a code change."""
     if previous is not None and seq != previous + 1:
-        raise BranchOrderError(run.workflow_id, seq, previous)
+        raise run.journal.diverge(BranchOrderError(run.workflow_id, seq, previous))
 
 
 def check_interrupt(run: Run) -> None:

@@ -89,3 +89,40 @@ def test_a_branch_with_its_calls_one_after_another_replays(database_url: str) ->
         engine.send("alone", "now", topic="go")
         assert handle.result(timeout=30) == ["one", "a-1b-1", "a-2b-2"]
     assert sorted(ran) == ["a-1", "a-2", "b-1", "b-2", "one"]  # each once
+
+
+def test_no_branch_charges_again_once_the_run_diverged(database_url: str) -> None:
+    # Each branch charges a card, then waits for a message. The first run either refuses
+    # the branch whose wait came after a sibling's charge, or (when a sibling parked the
+    # run first) suspends; the replay after the messages then meets a mismatch. Either
+    # way the run ends ERROR and no card is charged twice: once diverged, no branch makes
+    # a new call (the sibling would charge again at its shifted position).
+    charged: list[tuple[str, str]] = []
+    reg = durable.Registry()
+
+    @durable.effect(registry=reg, name="gbo.charge", idempotent=True)
+    async def charge(card: str, *, idempotency_key: str) -> str:
+        charged.append((card, idempotency_key))
+        await asyncio.sleep(0.02)
+        return card
+
+    async def branch(card: str) -> Any:
+        await charge(card)
+        return await durable.recv_async(f"ok-{card}")
+
+    @durable.workflow(registry=reg, name="gbo.cards")
+    async def cards() -> list[Any]:
+        return list(await asyncio.gather(branch("A"), branch("B")))
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        handle = engine.start(cards, workflow_id="cards")
+        deadline = time.monotonic() + 30
+        while engine.get_workflow("cards").status.value not in ("SUSPENDED", "ERROR"):
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        engine.send("cards", "yes", topic="ok-A")
+        engine.send("cards", "yes", topic="ok-B")
+        with pytest.raises(errors.WorkflowFailedError) as info:
+            handle.result(timeout=30)
+    assert "Nondeterminism" in info.value.error_type or "BranchOrder" in info.value.error_type
+    assert sorted(card for card, _ in charged) == ["A", "B"]  # each card once

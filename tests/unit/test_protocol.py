@@ -29,7 +29,10 @@ def test_replay_then_execute_and_name_check() -> None:
     with pytest.raises(errors.NondeterminismError) as info:
         j.next_call("c")
     assert (info.value.step_seq, info.value.recorded, info.value.current) == (1, "b", "c")
-    assert j.next_call("d") == (2, None)
+    # Diverged: no new call is made after it (in any branch), only replays.
+    with pytest.raises(errors.NondeterminismError) as again:
+        j.next_call("d")
+    assert again.value is info.value
 
 
 def test_builtin_errors_rebuild_others_become_step_errors() -> None:
