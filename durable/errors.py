@@ -66,7 +66,8 @@ The tree::
     │   ├── UnknownScheduleError
     │   ├── QueueDedupError
     │   ├── NoProjectDatabaseError
-    │   └── ImportConflictError
+    │   ├── ImportConflictError
+    │   └── SharedEffectLostError
     └── InfrastructureError
         ├── DatabaseUnavailableError
         ├── EmbeddedServerError
@@ -375,6 +376,26 @@ class ForkAfterUndoError(WorkflowNotResumableError):
         )
         self.workflow_id = workflow_id
         self.status = status
+
+
+class SharedEffectLostError(StateError):
+    """An effect this workflow shares with the workflow it was forked from is recorded in
+    that workflow's effect ledger, and that ledger is gone (pruned with it, or not imported
+    with this one): whether the effect was undone already cannot be told, so it is not
+    undone blindly. Check the outside world and undo it by hand if it still stands.
+
+    The workflow ends COMPENSATION_FAILED with this as its failed compensation."""
+
+    def __init__(self, workflow_id: str, applied_in: str, step_seq: int) -> None:
+        self.workflow_id = workflow_id
+        self.applied_in = applied_in
+        self.step_seq = step_seq
+        super().__init__(
+            f"workflow {workflow_id!r} shares the effect at position {step_seq} with "
+            f"{applied_in!r}, whose effect ledger is gone (pruned, or not imported with this "
+            "workflow): whether it was undone cannot be told, so it was not undone again. "
+            "Check the outside world and undo it by hand if it still stands"
+        )
 
 
 class WorkflowNotMovableError(StateError):

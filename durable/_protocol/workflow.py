@@ -26,6 +26,7 @@ from durable.errors import (
     DatabaseUnavailableError,
     NondeterminismError,
     SerializationError,
+    SharedEffectLostError,
     StaleOwnerError,
     WorkflowCancelledError,
     WorkflowHandedOver,
@@ -223,9 +224,14 @@ def compensate(
     failed_step: str | None = None
     error: Exception | None = None
     for comp in reversed(run.compensations):
-        if not (yield from _claim_undo(run, comp)):
-            continue
         undo = comp.undo
+        try:
+            if not (yield from _claim_undo(run, comp)):
+                continue
+        except SharedEffectLostError as lost:
+            failed_step = getattr(getattr(undo, "__durable_step__", None), "name", repr(undo))
+            error = lost
+            break
         outcome: Outcome = yield Call(undo, comp.args, comp.kwargs)
         exc = outcome.error
         if exc is None:
@@ -274,6 +280,9 @@ def _claim_undo(run: Run, comp: Compensation) -> Gen[bool]:
     by = row["undone_by"]
     if by == run.workflow_id:
         return True
+    if by is None and comp.applied_in != run.workflow_id and not row["ledger"]:
+        # The shared effect's ledger is gone: nobody can tell whether it was undone.
+        raise SharedEffectLostError(run.workflow_id, comp.applied_in, comp.step_seq)
     logger.info(
         "workflow %s: the effect at %s:%d is %s, not undone again",
         run.workflow_id,

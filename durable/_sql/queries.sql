@@ -1084,9 +1084,11 @@ FROM settled
 -- Claim the undo of the effect recorded at a ledger position, only while this run owns its
 -- workflow: the first workflow to claim it (the one that applied it, or a fork sharing it)
 -- undoes it, and every later claim reads that workflow back instead of undoing it again.
--- One row: whether this run owns its workflow, and who undoes the effect (NULL when no
+-- One row: whether this run owns its workflow, who undoes the effect (NULL when no
 -- effect was applied at that position: a later call that found its key applied earlier,
--- whose undo belongs to that earlier call). A claim is never released.
+-- whose undo belongs to that earlier call), and whether that workflow's ledger is there at
+-- all (a shared effect's ledger pruned or not imported: nobody can tell if it was undone).
+-- A claim is never released.
 WITH owner AS (
     SELECT workflow_id FROM {schema}.workflows
     WHERE workflow_id = %(workflow_id)s
@@ -1100,7 +1102,8 @@ WITH owner AS (
       AND e.status = 'applied'
     RETURNING e.undone_by
 )
-SELECT (SELECT count(*) FROM owner) AS owned, (SELECT undone_by FROM claimed) AS undone_by
+SELECT (SELECT count(*) FROM owner) AS owned, (SELECT undone_by FROM claimed) AS undone_by,
+    EXISTS (SELECT 1 FROM {schema}.effects WHERE workflow_id = %(applied_in)s) AS ledger
 
 -- list_effects --
 -- The effect ledger of one workflow, in call order, with who undid each (claim_undo).
@@ -1829,15 +1832,24 @@ SELECT (SELECT count(*) FROM gone) AS workflows, (SELECT count(*) FROM journal) 
 
 -- prune_effects --
 -- Delete up to `batch` effect-ledger rows older than the cutoff whose workflow is gone or
--- finished. (Read without a row lock, as in prune_finished: a settled effect of a finished
+-- finished, but for those a live fork shares. (Read without a row lock, as in prune_finished: a settled effect of a finished
 -- workflow is not written again.)
-WITH doomed AS (
+WITH shared AS (
+    -- Rows a live fork shares (its journal names them, steps.applied_in): its undo claims
+    -- them, so they stay while it may fail, whatever their own workflow's age.
+    SELECT s.applied_in, s.step_seq FROM {schema}.steps AS s
+    JOIN {schema}.workflows AS w ON w.workflow_id = s.workflow_id
+    WHERE s.applied_in IS NOT NULL
+      AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED',
+                       'COMPENSATING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+), doomed AS (
     SELECT e.workflow_id, e.step_seq FROM {schema}.effects AS e
     WHERE e.updated_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
       AND NOT EXISTS (
           SELECT 1 FROM {schema}.workflows AS w WHERE w.workflow_id = e.workflow_id
             AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED',
                              'COMPENSATING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'))
+      AND (e.workflow_id, e.step_seq) NOT IN (SELECT applied_in, step_seq FROM shared)
     ORDER BY e.updated_at
     LIMIT %(batch)s
 )
@@ -1859,6 +1871,12 @@ SELECT
      WHERE e.updated_at < {schema}.current_time() - make_interval(secs => %(effects_after)s)
        AND NOT EXISTS (
            SELECT 1 FROM {schema}.workflows AS w WHERE w.workflow_id = e.workflow_id
+             AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED',
+                              'COMPENSATING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED'))
+       AND (e.workflow_id, e.step_seq) NOT IN (  -- as prune_effects: a live fork's shared
+           SELECT s.applied_in, s.step_seq FROM {schema}.steps AS s
+           JOIN {schema}.workflows AS w ON w.workflow_id = s.workflow_id
+           WHERE s.applied_in IS NOT NULL
              AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED',
                               'COMPENSATING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')))
         AS effects

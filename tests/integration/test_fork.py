@@ -11,6 +11,7 @@ itself apart from the same value written again by the fork.
 
 from __future__ import annotations
 
+import datetime as dt
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -532,3 +533,57 @@ def test_a_booking_two_calls_share_by_key_is_undone_once_after_a_replay(
         fail(engine, "f")
         fail(engine, "t")
         assert [a for a, _, _ in vendor_calls(database_url)] == ["book", "undo"]
+
+
+def test_retention_keeps_the_bookings_a_live_fork_shares(database_url: str) -> None:
+    """The original finishes and its effect rows pass the retention age while a fork that
+    shares them still waits: prune keeps those rows, so the fork's failure undoes the
+    bookings (once each) instead of finding their ledger gone."""
+    app = make_trip(database_url)
+    with durable.Engine(database_url, registry=app.registry, worker=True, poll_interval=0.05) as e:
+        e.start(app.workflow, workflow_id="t")
+        wait_for_status(e, "t", "SUSPENDED")
+        e.fork("t", from_step=2, new_id="f")
+        wait_for_status(e, "f", "SUSPENDED")
+        e.send("t", "ok", topic="verdict")
+        assert e.retrieve("t").result(timeout=20) == "done"
+        policy = durable.RetentionPolicy(
+            finished_after=dt.timedelta(days=1), effects_after=dt.timedelta(0)
+        )
+        assert e.client.prune(policy, dry_run=True).effects == 0
+        assert e.client.prune(policy).effects == 0  # both rows are the live fork's too
+        fail(e, "f")
+        assert undone(database_url) == ["flight", "hotel"]
+        # Once the fork has ended nothing holds them: the two bookings go, with the
+        # fork's two undos.
+        assert e.client.prune(policy).effects == 4
+
+
+def test_a_fork_whose_shared_ledger_is_gone_fails_its_saga_loudly(
+    database_url: str, pg_databases: Any
+) -> None:
+    """The fork alone is exported and imported into another database: the bookings it
+    shares are recorded in its original's ledger, which did not come along. Whether they
+    were undone cannot be told there: the fork ends COMPENSATION_FAILED naming the lost
+    ledger, rather than COMPENSATED with the bookings standing and nothing said."""
+    app = make_trip(database_url)
+    with durable.Engine(database_url, registry=app.registry, worker=True, poll_interval=0.05) as e:
+        e.start(app.workflow, workflow_id="t")
+        wait_for_status(e, "t", "SUSPENDED")
+        e.fork("t", from_step=2, new_id="f")
+        wait_for_status(e, "f", "SUSPENDED")
+        data = e.client.export_workflow("f")
+    other = pg_databases.create()
+    try:
+        with durable.Client(other) as client:
+            client.import_workflow(data)
+        there = make_trip(other)
+        with durable.Engine(other, registry=there.registry, worker=True, poll_interval=0.05) as e:
+            e.send("f", "fail", topic="verdict")
+            with pytest.raises(errors.WorkflowFailedError) as info:
+                e.retrieve("f").result(timeout=20)
+            assert e.retrieve("f").status() == "COMPENSATION_FAILED"
+        assert "SharedEffectLostError" in info.value.error_type
+        assert undone(other) == []  # not undone blindly
+    finally:
+        pg_databases.drop(other)

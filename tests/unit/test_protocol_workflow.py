@@ -212,7 +212,8 @@ def test_each_undo_is_claimed_on_its_ledger_row_and_skipped_when_another_has_it(
     claims = Then(
         {"owned": 1, "undone_by": WORKFLOW_ID},  # the car: this run claimed it
         {"owned": 1, "undone_by": "original"},  # the flight: the original undid it
-        {"owned": 1, "undone_by": None},  # the hotel: nothing applied at that position
+        # the hotel: nothing applied at that position (the original's ledger is there)
+        {"owned": 1, "undone_by": None, "ledger": True},
     )
     script = Script(
         body_that(run, outcome=Outcome(error=RuntimeError("no visa"))),
@@ -234,6 +235,33 @@ def test_each_undo_is_claimed_on_its_ledger_row_and_skipped_when_another_has_it(
         for s in (2, 1, 0)
     ]
     assert finish_params(script)["status"] == "COMPENSATED"
+
+
+def test_a_shared_effect_whose_ledger_is_gone_fails_the_compensation_loudly() -> None:
+    """The original's ledger was pruned (or not imported with the fork): whether the
+    effect was undone cannot be told. Not undone blindly, nor skipped in silence as if it
+    were: the run ends COMPENSATION_FAILED naming it, after the undos it could claim."""
+    hotel, car = undo("unbook_hotel"), undo("unbook_car")
+    run = make_run()
+    protocol.register_compensation(run, hotel, (0,), {}, "original", 0)
+    protocol.register_compensation(run, car, (1,), {}, WORKFLOW_ID, 1)  # the fork's own
+    claims = Then(
+        {"owned": 1, "undone_by": WORKFLOW_ID, "ledger": True},
+        {"owned": 1, "undone_by": None, "ledger": False},
+    )
+    script = Script(
+        body_that(run, outcome=Outcome(error=RuntimeError("no visa"))),
+        statements={"claim_undo": claims},
+    )
+    with pytest.raises(RuntimeError):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    assert "Call unbook_hotel" not in script.labels
+    assert "Call unbook_car" in script.labels
+    finish = finish_params(script)
+    assert finish["status"] == "COMPENSATION_FAILED"
+    detail = json.loads(finish["error"])
+    assert detail["type"] == "durable.errors.SharedEffectLostError"
+    assert detail["failed_compensation"] == "unbook_hotel"
 
 
 def test_a_claim_refused_by_the_fence_is_a_stale_owner() -> None:
