@@ -251,9 +251,26 @@ def import_(db: SystemDB, checked: Checked) -> None:
             raise ImportConflictError(sorted(str(r["workflow_id"]) for r in taken))
         _refuse_unknown_columns(checked.tables, tx.fetch_one("import_columns", {}))
         t = {name: {"rows": json.dumps(rows)} for name, rows in checked.tables.items()}
-        for name in TABLES:  # in import order: a row after the rows it references
-            with _refused(name):
-                tx.execute(f"import_{name}", t[name])
+        with _refused("workflows"):
+            tx.execute("import_workflows", t["workflows"])
+        with _refused("budgets"):
+            tx.execute("import_budgets", t["budgets"])
+        with _refused("steps"):
+            tx.execute("import_steps", t["steps"])
+        with _refused("charges"):
+            tx.execute("import_charges", t["charges"])
+        with _refused("tool_calls"):
+            tx.execute("import_tool_calls", t["tool_calls"])
+        with _refused("effects"):
+            tx.execute("import_effects", t["effects"])
+        with _refused("approvals"):
+            tx.execute("import_approvals", t["approvals"])
+        with _refused("messages"):
+            tx.execute("import_messages", t["messages"])
+        with _refused("events"):
+            tx.execute("import_events", t["events"])
+        with _refused("streams"):
+            tx.execute("import_streams", t["streams"])
 
     try:
         db.atomically(work, "import_workflow")
