@@ -165,6 +165,8 @@ def drive(run: Run, gen: Gen[T]) -> T:
                     case Call():
                         _prove_claim(run, db, conn)
                         value = _call(op.fn, op.args, op.kwargs, op.scope, run)
+                        if run.settings.observe_step is not None:
+                            run.settings.observe_step(op.scope, value)
                     case WriteSteps(rows=rows, finish=finish):
                         value = db.write_steps(conn, rows, finish)
                     case Enqueue(row=row):
@@ -194,6 +196,8 @@ def drive(run: Run, gen: Gen[T]) -> T:
                         assert app is not None
                         _prove_claim(run, db, conn)
                         value = _call(fn, (app.conn, *args), kwargs, scope, run)
+                        if run.settings.observe_step is not None:
+                            run.settings.observe_step(scope, value)
                     case AppEnd(commit=commit, last=last):
                         if app is not None:
                             ending, app = app, None

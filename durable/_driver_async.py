@@ -156,6 +156,8 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                             value = await _call(run, op)
                     case ops.Call():
                         value = await _call(run, op)
+                        if run.settings.observe_step is not None:
+                            run.settings.observe_step(op.scope, value)
                     case ops.Park():
                         with branches.idle(task):
                             value = await branches.park(run, task)
@@ -181,6 +183,8 @@ async def drive_async(run: Run, gen: Gen[T]) -> T:
                     case ops.AppCall(args=args):
                         assert app is not None
                         value = await _call(run, op, (app.conn, *args))
+                        if run.settings.observe_step is not None:
+                            run.settings.observe_step(op.scope, value)
                     case ops.AppEnd(commit=commit, last=last):
                         if app is not None:
                             ending, app = app, None

@@ -270,6 +270,7 @@ class Engine:
                         "dead": holder_dead,
                     },
                 )
+                db.counters.takeovers += taken
                 if taken:
                     logger.info(
                         "executor %s restarted: taking back %d interrupted workflows",

@@ -117,6 +117,7 @@ class Ownership:
             dead = {"owner": row["executor_id"], "incarnation": row["incarnation"]}
             count = db.execute("abandon_dead_executor", dead)
             db.execute("forget_dead_executor", dead)
+            db.counters.takeovers += count
             if count:
                 logger.info(
                     "executor %s (pid %s on this host) is gone: taking back its %d "

@@ -33,6 +33,8 @@ class Counters:
 
     statements: int = 0
     conflicts: int = 0  # serialization failures and deadlocks retried
+    # Workflows taken back from executors found dead or restarted (their leases cut short).
+    takeovers: int = 0
 
 
 # SQLSTATEs that mean "the server is going away or not taking connections": an outage.

@@ -99,6 +99,8 @@ class SystemDB(RunIO, AsyncRunIO):
         self._fake_clock = clock if clock is not None and not clock.is_system else None
         self.schema = schema
         self.counters = Counters()
+        # Told of every batch of claims (the worker's metrics: recoveries, dead letters).
+        self.on_claims: Callable[[list[Row]], None] | None = None
         self.outage = Outage(url)
         # Whether the schema is distributed by Citus (then a run's batch of records goes
         # as one statement per workflow, each on its shard), and whether claims are
@@ -200,12 +202,15 @@ class SystemDB(RunIO, AsyncRunIO):
         work of one node's outage waits for it and the rest goes on."""
         name = "claim_batch_cas" if self.cas_claims else "claim_batch"
         try:
-            return self.fetch_all(name, params)
+            rows = self.fetch_all(name, params)
         except DatabaseUnavailableError as exc:
             if not (self.distributed and params.get("workflow_ids") is None and node_down(exc)):
                 raise
-        ids = [r["workflow_id"] for r in self.fetch_all("claim_candidates_on_shards", params)]
-        return self.fetch_all(name, {**params, "workflow_ids": ids}) if ids else []
+            ids = [r["workflow_id"] for r in self.fetch_all("claim_candidates_on_shards", params)]
+            rows = self.fetch_all(name, {**params, "workflow_ids": ids}) if ids else []
+        if self.on_claims is not None and rows:
+            self.on_claims(rows)
+        return rows
 
     def wake_due(self) -> int:
         """Make the sleepers whose time has come runnable; on Citus with a worker node

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from durable import _labels as labels
 from durable._models import Ledger, StepRecord
 from durable._protocol.faults import AppFault
-from durable._protocol.ops import Execute, StepScope
+from durable._protocol.ops import Execute, Outcome, StepScope
 from durable.errors import (
     BranchOrderError,
     NondeterminismError,
@@ -165,6 +165,8 @@ class Settings:
     work_channel: the NOTIFY channel that wakes workers (a message a workflow sent).
     executor_id: the executor running the runs (an attribute of their spans).
     lease_seconds: how long a claim holds without renewal (see reclaim).
+    observe_step: told of each attempt of a journaled call whose code ran (its scope and
+        Outcome): the worker's metrics (durable/_metrics.py). None: nothing is measured.
     """
 
     serializer: Serializer
@@ -180,6 +182,7 @@ class Settings:
     work_channel: str = "durable_work"
     executor_id: str = ""
     lease_seconds: float = 30.0
+    observe_step: Callable[[StepScope | None, Outcome], None] | None = None
 
 
 @dataclass

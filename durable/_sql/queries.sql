@@ -1880,3 +1880,34 @@ SELECT
              AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED',
                               'COMPENSATING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')))
         AS effects
+
+-- metrics_workflows --
+-- Prometheus' scrape-time counts (durable/_metrics.py), in one pass over workflows: by
+-- status and name, how many hold a lease that ran out and how long the oldest went
+-- unchanged; queued entries also by queue and partition, with how long the oldest entry
+-- that may start has waited.
+SELECT status, name,
+    CASE WHEN status = 'ENQUEUED' THEN queue_name END AS queue_name,
+    CASE WHEN status = 'ENQUEUED' THEN partition_key END AS partition_key,
+    count(*) AS n,
+    count(*) FILTER (WHERE status = 'RUNNING' AND lease_expires_at < {schema}.current_time())
+        AS lease_expired,
+    extract(epoch FROM {schema}.current_time() - min(updated_at))::float8 AS oldest_change,
+    extract(epoch FROM {schema}.current_time() - min(greatest(created_at, available_at))
+        FILTER (WHERE status = 'ENQUEUED' AND (available_at IS NULL
+                OR available_at <= {schema}.current_time())))::float8 AS oldest_ready
+FROM {schema}.workflows
+GROUP BY status, name, CASE WHEN status = 'ENQUEUED' THEN queue_name END,
+    CASE WHEN status = 'ENQUEUED' THEN partition_key END
+
+-- metrics_executors --
+-- Prometheus' scrape-time heartbeat age of each registered executor (durable/_metrics.py).
+SELECT executor_id,
+    extract(epoch FROM {schema}.current_time() - heartbeat_at)::float8 AS heartbeat_age
+FROM {schema}.executors
+
+-- metrics_registered --
+-- A worker's readiness (/readyz): the database answers and still names this process's
+-- incarnation as the holder of its executor id.
+SELECT 1 AS registered FROM {schema}.executors
+WHERE executor_id = %(executor_id)s AND incarnation = %(incarnation)s

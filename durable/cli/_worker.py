@@ -31,7 +31,10 @@ from durable.cli._options import (
 from durable.errors import DurableError
 
 if TYPE_CHECKING:
+    from http.server import ThreadingHTTPServer
+
     from durable._engine import Engine
+    from durable._metrics import WorkerMetrics
 
 
 @click.group()
@@ -208,6 +211,20 @@ def executors_prune(stale: dt.timedelta, database_url: str | None, schema: str) 
     help="Worker processes to run, each with these options, its own executor id and "
     "heartbeat (a worker's Python runs on one core): they share the claims row by row.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    default=None,
+    help="Serve Prometheus metrics (/metrics) and health checks (/healthz, /readyz) on this "
+    "port (needs the metrics extra: pip install 'durable-pg[metrics]'). With --processes N, "
+    "process k serves on PORT+k.",
+)
+@click.option(
+    "--metrics-host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address the metrics port listens on (0.0.0.0 for a scraper or probes elsewhere).",
+)
 @url_option
 @schema_option
 @_handle_errors
@@ -225,6 +242,8 @@ def worker(
     executor_id: str | None,
     log_format: str,
     processes: int,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> None:
     """Run the recovery daemon and workflow executor until SIGTERM or SIGINT.
 
@@ -246,6 +265,7 @@ def worker(
         app, database_url, concurrency, lease_seconds, poll_interval, schema, executor_id
     )
     nth = os.environ.get("DURABLE_WORKER_PROCESS")
+    metrics = _metrics_server(metrics_host, metrics_port, nth)
     if nth is not None and executor_id is None and engine.config.explicit_id:
         # One of `--processes N`, on an engine given its executor id in code: one id each.
         engine._override(executor_id=f"{engine.config.executor_id}-{nth}", explicit_id=True)
@@ -269,6 +289,8 @@ def worker(
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     engine.launch()
+    if metrics is not None:
+        metrics[0].attach(engine)
     try:
         engine.run_worker(stop, grace_seconds=grace_seconds)
     except DurableError as exc:
@@ -285,6 +307,8 @@ def worker(
         os._exit(1)
     finally:
         engine.shutdown(wait=not engine.ownership.superseded)
+        if metrics is not None:
+            metrics[1].shutdown()
     if engine.ownership.superseded:
         # Another process holds this worker's executor id (the engine logged it, as an
         # error): exit now, non-zero, for a supervisor to restart it. Not a clean exit,
@@ -294,3 +318,21 @@ def worker(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
+
+
+def _metrics_server(
+    host: str, port: int | None, nth: str | None
+) -> tuple[WorkerMetrics, ThreadingHTTPServer] | None:
+    """The worker's metrics and health endpoints, listening before the engine launches (a
+    port already taken, or the extra missing, stops the worker at once)."""
+    if port is None:
+        return None
+    from durable._metrics import WorkerMetrics, serve
+
+    metrics = WorkerMetrics()  # MissingExtraError names the pip install
+    if nth is not None and port:
+        port += int(nth)  # one of --processes N: each process its own port
+    try:
+        return metrics, serve(metrics, host, port)
+    except OSError as exc:
+        raise click.UsageError(f"--metrics-port {port}: cannot listen on {host}: {exc}") from None
