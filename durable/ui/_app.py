@@ -40,6 +40,7 @@ from durable.errors import (
     WorkflowNotFoundError,
 )
 from durable.ui._auth import SESSION_COOKIE, SESSION_SECONDS, TOKEN_HEADER, Sessions
+from durable.ui._metrics import metrics_route
 from durable.ui._timeline import between, human_duration, timeline
 
 CSRF_COOKIE = "durable_csrf"
@@ -109,6 +110,7 @@ def create_app(
         Route("/executors", console.executors),
         Route("/queues", console.queues),
         Route("/schedules", console.schedules),
+        Route("/metrics", metrics_route(client)),
         Route("/signin", console.signin, methods=["GET", "POST"]),
         Route("/signout", console.signout, methods=["POST"]),
         Route("/actions/{action}", console.act, methods=["POST"]),
