@@ -1,0 +1,172 @@
+"""`durable worker --metrics-port`: real worker processes serve Prometheus metrics and
+health checks over HTTP. The families are there, the counts move as workflows run, a
+recovery after a SIGKILL shows on the worker that took over, and a worker without the
+metrics extra refuses the option with the pip install to run."""
+
+from __future__ import annotations
+
+import http.client
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("prometheus_client", reason="pip install 'durable-pg[metrics]'")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from tests.acceptance.workers import client, start_worker, stop_worker, wait_for, world  # noqa: E402
+from tests.apps import counter_app  # noqa: E402
+
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    try:
+        conn.request("GET", path)
+        answer = conn.getresponse()
+        return answer.status, answer.read().decode()
+    finally:
+        conn.close()
+
+
+def _up(port: int) -> bool:
+    try:
+        return _get(port, "/healthz")[0] == 200
+    except OSError:
+        return False
+
+
+def _scrape(port: int) -> tuple[set[str], Samples]:
+    """The families served and every sample, keyed by name and labels."""
+    status, text = _get(port, "/metrics")
+    assert status == 200
+    families: set[str] = set()
+    samples: Samples = {}
+    for family in text_string_to_metric_families(text):
+        families.add(family.name)
+        for s in family.samples:
+            samples[(s.name, frozenset(s.labels.items()))] = s.value
+    return families, samples
+
+
+def _value(samples: Samples, name: str, **labels: str) -> float:
+    """The sum of the samples of `name` whose labels include `labels` (0 when none)."""
+    want = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and want <= ls)
+
+
+FAMILIES = {
+    "durable_workflows",
+    "durable_workflows_lease_expired",
+    "durable_queue_depth",
+    "durable_queue_oldest_wait_seconds",
+    "durable_executor_heartbeat_age_seconds",
+    "durable_step_duration_seconds",
+    "durable_step_retries",
+    "durable_budget_spent_dollars",
+    "durable_recoveries",
+    "durable_dead_letters",
+    "durable_lease_takeovers",
+    "durable_database_outages",
+}
+
+
+def test_worker_serves_metrics_and_health(database_url: str, subprocess_env: dict[str, str]) -> None:
+    port = _free_port()
+    with client(database_url) as engine:
+        handles = [
+            engine.submit(counter_app.three_steps, f"m{i}", workflow_id=f"m{i}") for i in range(3)
+        ]
+        slow = engine.submit(counter_app.slow, "ms", 4, 0.3, workflow_id="ms")
+        worker = start_worker(subprocess_env, database_url, extra=["--metrics-port", str(port)])
+        try:
+            wait_for(lambda: _up(port), what="the worker's /healthz")
+            wait_for(lambda: len(world(database_url, "ms")) >= 1, what="the slow workflow's step")
+            # While it works: every family is served, and steps have been measured.
+            families, during = _scrape(port)
+            assert FAMILIES <= families, FAMILIES - families
+            steps_during = _value(
+                during, "durable_step_duration_seconds_count", step="counter.slow_step"
+            )
+            assert steps_during >= 1
+            assert _get(port, "/readyz") == (200, "ok\n")
+            for h in handles:
+                h.result(timeout=60)
+            slow.result(timeout=60)
+            _, after = _scrape(port)
+        finally:
+            assert stop_worker(worker) == 0
+    assert _value(after, "durable_workflows", status="SUCCESS", workflow="counter.three_steps") == 3
+    assert _value(after, "durable_workflows", status="SUCCESS", workflow="counter.slow") == 1
+    assert _value(after, "durable_workflows", status="RUNNING") == 0
+    assert (
+        _value(after, "durable_step_duration_seconds_count", step="counter.slow_step")
+        > steps_during
+    )
+    assert _value(after, "durable_step_duration_seconds_count", step="counter.step") == 9
+    assert _value(after, "durable_executor_heartbeat_age_seconds") >= 0
+
+
+def test_recovery_after_a_kill_shows_on_the_worker_that_took_over(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    first_port, second_port = _free_port(), _free_port()
+    with client(database_url) as engine:
+        handle = engine.submit(counter_app.slow, "mk", 6, 0.3, workflow_id="mk")
+        first = start_worker(
+            subprocess_env, database_url, lease=30.0, extra=["--metrics-port", str(first_port)]
+        )
+        wait_for(lambda: len(world(database_url, "mk")) >= 1, what="the first step")
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+        second = start_worker(
+            subprocess_env, database_url, lease=30.0, extra=["--metrics-port", str(second_port)]
+        )
+        try:
+            wait_for(lambda: _up(second_port), what="the second worker's /healthz")
+            # Its lease (30 s) has not run out: the second worker, on the same host, sees
+            # the first's process gone and takes its workflow back at once.
+            assert handle.result(timeout=60) == [f"s{i}" for i in range(6)]
+            _, samples = _scrape(second_port)
+        finally:
+            assert stop_worker(second) == 0
+    assert _value(samples, "durable_recoveries_total", workflow="counter.slow") == 1
+    assert _value(samples, "durable_lease_takeovers_total") == 1
+    assert _value(samples, "durable_workflows", status="SUCCESS", workflow="counter.slow") == 1
+
+
+def test_metrics_port_without_the_extra_names_the_install(
+    database_url: str, subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    # prometheus_client made unimportable in the worker's process, as where it is not
+    # installed.
+    shadow = tmp_path / "prometheus_client"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text(
+        "raise ModuleNotFoundError(\"No module named 'prometheus_client'\", "
+        "name='prometheus_client')\n"
+    )
+    env = dict(subprocess_env)
+    env["PYTHONPATH"] = f"{tmp_path}:{env['PYTHONPATH']}"
+    env["DURABLE_DATABASE_URL"] = database_url
+    counter_app.setup(database_url)
+    done = subprocess.run(
+        [sys.executable, "-m", "durable.cli", "worker", "--app", "tests.apps.counter_app"]
+        + ["--metrics-port", str(_free_port())],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "pip install 'durable-pg[metrics]'" in done.stderr + done.stdout

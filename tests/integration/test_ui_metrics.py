@@ -1,0 +1,58 @@
+"""The console's /metrics: the system database's counts in Prometheus' text format, behind
+the console's guard like every page."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.testclient import TestClient
+
+import durable
+from durable.ui import TOKEN_HEADER, create_app
+
+pytest.importorskip("prometheus_client", reason="pip install 'durable-pg[metrics]'")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+TOKEN = "s3cret-token"
+reg = durable.Registry()
+queue = durable.Queue("mq", partition_concurrency=1, registry=reg)
+
+
+@durable.workflow(registry=reg, name="um.echo")
+def echo(n: int) -> int:
+    return n
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_console_metrics(database_url: str) -> None:
+    with durable.Engine(database_url, registry=reg) as engine:
+        for n in range(2):
+            assert engine.start(echo, n).result(timeout=30) == n
+        for n in range(3):
+            queue.enqueue(echo, n, partition_key="p1" if n else "p0")
+        app = create_app(engine.client, token=TOKEN)
+        web = TestClient(app, base_url="http://127.0.0.1:8321")
+        answer = web.get("/metrics")
+        assert answer.status_code == 200
+        assert answer.headers["content-type"].startswith("text/plain")
+        samples = _samples(answer.text)
+        success = frozenset({("status", "SUCCESS"), ("workflow", "um.echo")})
+        assert samples[("durable_workflows", success)] == 2
+        queued = frozenset({("status", "ENQUEUED"), ("workflow", "um.echo")})
+        assert samples[("durable_workflows", queued)] == 3
+        p0 = frozenset({("queue", "mq"), ("partition", "p0")})
+        assert samples[("durable_queue_depth", p0)] == 1
+        p1 = frozenset({("queue", "mq"), ("partition", "p1")})
+        assert samples[("durable_queue_depth", p1)] == 2
+        assert samples[("durable_queue_oldest_wait_seconds", p1)] >= 0
+        assert samples[("durable_database_scrape_ok", frozenset())] == 1
+        # Beyond loopback the guard asks for the token, as for every page.
+        lan = TestClient(app, base_url="http://192.0.2.10:8321")
+        assert lan.get("/metrics").status_code == 401
+        assert lan.get("/metrics", headers={TOKEN_HEADER: TOKEN}).status_code == 200
