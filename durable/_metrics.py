@@ -188,10 +188,14 @@ class WorkerMetrics:
         ownership = self.engine.ownership
         if ownership.handing_over():
             return False, "stopping"
+        db = self.engine.client.db
+        if db.outage.down_since is not None:
+            # Known lost (a run or the worker loop said so): no probe waits on the pool.
+            return False, "database unreachable"
         try:
-            row = self.engine.client.db.fetch_one("metrics_registered", ownership.identity_params())
-        except DurableError as exc:
-            return False, f"database unreachable: {exc}"
+            row = db.fetch_one("metrics_registered", ownership.identity_params())
+        except Exception as exc:  # a probe answers 503, never a stack trace
+            return False, f"database unreachable: {type(exc).__name__}: {exc}"
         if row is None:
             return False, "executor not registered"
         return True, "ok"

@@ -12,13 +12,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
 import pytest
 
 pytest.importorskip("prometheus_client", reason="pip install 'durable-pg[metrics]'")
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families
 
-from tests.acceptance.workers import client, start_worker, stop_worker, wait_for, world  # noqa: E402
-from tests.apps import counter_app  # noqa: E402
+from tests.acceptance.workers import client, start_worker, stop_worker, wait_for, world
+from tests.apps import counter_app
 
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
@@ -81,7 +82,9 @@ FAMILIES = {
 }
 
 
-def test_worker_serves_metrics_and_health(database_url: str, subprocess_env: dict[str, str]) -> None:
+def test_worker_serves_metrics_and_health(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
     port = _free_port()
     with client(database_url) as engine:
         handles = [
@@ -161,8 +164,10 @@ def test_metrics_port_without_the_extra_names_the_install(
     env["DURABLE_DATABASE_URL"] = database_url
     counter_app.setup(database_url)
     done = subprocess.run(
-        [sys.executable, "-m", "durable.cli", "worker", "--app", "tests.apps.counter_app"]
-        + ["--metrics-port", str(_free_port())],
+        [
+            *(sys.executable, "-m", "durable.cli", "worker", "--app", "tests.apps.counter_app"),
+            *("--metrics-port", str(_free_port())),
+        ],
         env=env,
         capture_output=True,
         text=True,
@@ -170,3 +175,39 @@ def test_metrics_port_without_the_extra_names_the_install(
     )
     assert done.returncode != 0
     assert "pip install 'durable-pg[metrics]'" in done.stderr + done.stdout
+
+
+def _cut_off(url: str, allow: bool) -> None:
+    """Refuse (or allow again) new connections to the test's database, and terminate the
+    worker's connections when refusing: the system database is unreachable for it."""
+    name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+    admin_url = psycopg.conninfo.make_conninfo(url, dbname="postgres")
+    with psycopg.connect(admin_url, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS {str(allow).lower()}'.encode())
+        if not allow:
+            admin.execute(
+                "SELECT pg_terminate_backend(pid, 5000) FROM pg_stat_activity"
+                " WHERE datname = %s AND application_name LIKE 'durable%%'",
+                [name],
+            )
+
+
+def test_readyz_answers_503_while_the_database_is_unreachable(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    port = _free_port()
+    counter_app.setup(database_url)
+    worker = start_worker(subprocess_env, database_url, extra=["--metrics-port", str(port)])
+    try:
+        wait_for(lambda: _up(port) and _get(port, "/readyz")[0] == 200, what="readiness")
+        _cut_off(database_url, allow=False)
+        try:
+            wait_for(lambda: _get(port, "/readyz")[0] == 503, what="/readyz 503")
+            assert "database unreachable" in _get(port, "/readyz")[1]
+            # Liveness asks nothing of the database: an outage restarts no worker.
+            assert _get(port, "/healthz") == (200, "ok\n")
+        finally:
+            _cut_off(database_url, allow=True)
+        wait_for(lambda: _get(port, "/readyz")[0] == 200, what="readiness again")
+    finally:
+        assert stop_worker(worker) == 0
