@@ -10,7 +10,7 @@ import durable
 from durable.ui import TOKEN_HEADER, create_app
 
 pytest.importorskip("prometheus_client", reason="pip install 'durable-pg[metrics]'")
-from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families
 
 TOKEN = "s3cret-token"
 reg = durable.Registry()
