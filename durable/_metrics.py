@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable._extras import extra
 from durable._models import WorkflowStatus
-from durable.errors import DurableError
+from durable.errors import DurableError, EngineNotRunningError
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -156,7 +156,7 @@ class WorkerMetrics:
         system database."""
         runner = engine.runner
         if runner.settings is None:
-            raise DurableError("attach metrics to a launched engine")
+            raise EngineNotRunningError("attach metrics to a launched engine")
         runner.settings = dataclasses.replace(runner.settings, observe_step=self.observe_step)
         engine.client.db.on_claims = self.claimed
         self.engine = engine

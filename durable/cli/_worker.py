@@ -259,6 +259,11 @@ def worker(
     if processes > 1:
         from durable.cli._processes import supervise
 
+        if metrics_port is not None:
+            from durable._metrics import new_registry
+
+            new_registry()  # the extra is missing: say so once, not once per process
+
         # Each process runs this command line (after the program's name) without --processes.
         sys.exit(supervise(sys.argv[1:], processes, grace_seconds))
     engine = _load_app(
