@@ -191,8 +191,9 @@ def _decode(obj: dict[str, Any]) -> Any:
 
 class JSONSerializer:
     """JSON with round-tripping hooks for datetime (a zoneinfo one keeps its zone and fold),
-    date, time, timedelta (to the microsecond), Decimal (NaN and Infinity too; a signaling NaN is refused), UUID and
-    bytes; dataclasses and pydantic models are stored as dicts. Tuples come back as lists."""
+    date, time, timedelta (to the microsecond), Decimal (NaN and Infinity too; a signaling
+    NaN is refused), UUID and bytes; dataclasses and pydantic models are stored as dicts.
+    Tuples come back as lists."""
 
     def dumps(self, value: Any) -> str:
         text = json.dumps(value, default=_encode, separators=(",", ":"), allow_nan=False)
