@@ -5,9 +5,12 @@ workflow this worker has: under the schedule's row lock (FOR UPDATE SKIP LOCKED,
 workers never wait for each other) it lists the ticks due since `last_tick`, inserts one
 workflow per tick with the id `schedule:<name>:<tick in UTC>` (`_labels.schedule_tick_id`;
 the primary key makes a second insert of the same tick a no-op), and moves `last_tick`
-on. After downtime, the missed-tick policy decides: `catch_up=0` runs only the latest due
-tick and skips the others; `catch_up=N` also runs up to N missed ticks before it. Time
-comes from the engine's clock, so a month of ticks can be tested in seconds.
+on. The cron names wall times of the schedule's timezone; each fires at one instant
+(`tick_instant`), the key of its workflow, so a daylight-saving change neither repeats
+nor drops a tick. After downtime, the missed-tick policy decides: `catch_up=0` runs only
+the latest due tick and skips the others; `catch_up=N` also runs up to N missed ticks
+before it. Time comes from the engine's clock, so a month of ticks can be tested in
+seconds.
 """
 
 from __future__ import annotations
@@ -126,6 +129,13 @@ def scheduled(
     each tick exactly once; `catch_up` is the missed-tick policy after downtime (0: skip
     missed ticks, N: run at most N of them). Bad cron or timezone raise
     InvalidScheduleError here, at import time.
+
+    The cron is read on the wall clock of `timezone`, and each wall time it names fires
+    once, at the first moment that clock reads it or later: when the clocks go back, a
+    repeated time fires at its first occurrence only; when they jump forward, a time
+    that does not exist fires when the jump lands (02:30 in Europe/Berlin on the night of
+    02:00 -> 03:00 fires at 03:00 CEST). Catching up and backfilling follow the same rule.
+    For ticks at fixed intervals of real time, use timezone="UTC".
     """
 
     def decorate(fn: F) -> F:
