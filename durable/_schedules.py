@@ -181,6 +181,16 @@ def _local(when: dt.datetime, tz: zoneinfo.ZoneInfo) -> dt.datetime:
     return when.astimezone(tz).replace(tzinfo=None)
 
 
+def next_tick(cron: str, timezone: str, now: dt.datetime) -> dt.datetime:
+    """The schedule's first tick after `now` (by `tick_instant`), in its timezone."""
+    tz = zoneinfo.ZoneInfo(timezone)
+    it = croniter(cron, _local(now, tz))
+    while True:  # in a repeated hour's second pass, its wall times fired in the first
+        tick = tick_instant(it.get_next(dt.datetime), tz)
+        if tick.astimezone(dt.UTC) > now:
+            return tick
+
+
 def due_ticks(
     schedule: dict[str, Any], now: dt.datetime
 ) -> tuple[list[dt.datetime], dt.datetime | None]:

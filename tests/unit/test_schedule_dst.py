@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from durable._schedules import backfill_ticks, due_ticks, tick_instant
+from durable._schedules import backfill_ticks, due_ticks, next_tick, tick_instant
 
 U = dt.UTC
 
@@ -188,3 +188,13 @@ def test_the_instant_of_a_wall_time(zone: str, wall: str, fires: str) -> None:
     tick = tick_instant(dt.datetime.fromisoformat(wall), zoneinfo.ZoneInfo(zone))
     assert tick.isoformat() == fires and tick.fold == 0
     assert tick.astimezone(U) == dt.datetime.fromisoformat(fires).astimezone(U)
+
+
+def test_the_next_tick_shown_skips_the_second_pass() -> None:
+    second_pass = utc("2026-10-25T01:30")  # 02:30 CET: 02:xx fired an hour ago, in CEST
+    shown = next_tick("*/15 * * * *", "Europe/Berlin", second_pass)
+    assert shown.isoformat() == "2026-10-25T03:00:00+01:00"
+    shown = next_tick("30 2 * * *", "Europe/Berlin", second_pass)
+    assert shown.isoformat() == "2026-10-26T02:30:00+01:00"
+    gap = next_tick("30 2 * * *", "Europe/Berlin", utc("2026-03-29T00:30"))
+    assert gap.isoformat() == "2026-03-29T03:00:00+02:00"
