@@ -208,3 +208,17 @@ def test_a_step_may_return_a_time_of_the_repeated_hour(
             assert got.astimezone(U) == value.astimezone(U)  # the same instant
             assert got.tzinfo is berlin and got.fold == fold  # in its zone, the same hour
             assert got.isoformat() == value.isoformat()
+
+
+def test_a_trigger_in_the_repeated_hour_runs_at_that_moment(
+    database_url: str, reg: durable.Registry
+) -> None:
+    report = report_workflow(reg)
+    second_pass = dt.datetime(2026, 10, 25, 1, 30, tzinfo=U)  # 02:30 CET, the second time
+    clock = durable.FakeClock(second_pass)
+    with durable.Engine(database_url, registry=reg, clock=clock, worker=True) as engine:
+        engine.schedule("nightly", report, "30 2 * * *", timezone="Europe/Berlin")
+        iso, zone, fold = engine.client.trigger_schedule("nightly").result(timeout=30)
+    assert (zone, fold) == ("Europe/Berlin", "1")
+    assert dt.datetime.fromisoformat(iso) - second_pass < dt.timedelta(minutes=1)
+    assert iso.startswith("2026-10-25T02:30") and iso.endswith("+01:00")
