@@ -643,8 +643,11 @@ class Client(Messages):
     ) -> None:
         """Store (or update) a cron schedule of workflow `fn`, which is called with each tick.
 
-        Any worker that has the workflow fires it, each tick exactly once. Invalid cron or
-        timezone raise InvalidScheduleError and nothing is stored."""
+        Any worker that has the workflow fires it, each tick exactly once. The cron is read
+        on `timezone`'s wall clock; at a daylight-saving change a repeated time fires once,
+        at its first occurrence, and a skipped one when the jump lands (see
+        `durable.scheduled`). Invalid cron or timezone raise InvalidScheduleError and nothing
+        is stored."""
         defn = workflow_def(fn)
         schedule = Schedule.build(name, defn.name, defn.version, cron, timezone, catch_up)
         self.db.execute("upsert_schedule", schedule.row())
@@ -675,11 +678,11 @@ class Client(Messages):
     ) -> list[WorkflowHandle]:
         """Run schedule `name`'s ticks from `start` (included) to `end` (excluded), as if it
         had fired them: each tick's run gets its tick's id, so a tick that already ran (or
-        was backfilled before) starts nothing new. A naive datetime is read in the
-        schedule's timezone. Returns a handle per tick, oldest first (any worker runs them).
-        The workflow's code must be imported here (`registry`: where it is registered,
-        default an Engine's own registry, else the default one): UnknownWorkflowError
-        otherwise."""
+        was backfilled before) starts nothing new. A naive datetime is a wall time of the
+        schedule's timezone, read as a tick is (a repeated time: its first occurrence).
+        Returns a handle per tick, oldest first (any worker runs them). The workflow's code
+        must be imported here (`registry`: where it is registered, default an Engine's own
+        registry, else the default one): UnknownWorkflowError otherwise."""
         code = registry or self.registry
         ids, _ = backfill(self, name, start, end, self.default_durability, code)
         return [self.handle(workflow_id) for workflow_id in ids]

@@ -201,6 +201,7 @@ def workflow(
     durability: Durability | None = None,
     timeout: float | dt.timedelta | None = None,
     budget: Budget | None = None,
+    max_recovery_attempts: int | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def workflow(
@@ -212,6 +213,7 @@ def workflow(
     durability: Durability | None = None,
     timeout: float | dt.timedelta | None = None,
     budget: Budget | None = None,
+    max_recovery_attempts: int | None = None,
     registry: Registry | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a durable workflow: its inputs, steps and outcome are journaled.
@@ -222,8 +224,21 @@ def workflow(
     `timeout` (seconds or a timedelta) counts from the first start, across crashes and
     waits; past it the workflow is cancelled at its next step or wait (WorkflowTimeoutError).
     `budget` (a durable.Budget) is the ledger the workflow and its children draw from.
+    `max_recovery_attempts`: how many crashes of its worker it survives (recoveries of an
+    expired lease) before it is left as MAX_RECOVERY_ATTEMPTS_EXCEEDED for an operator
+    (`durable workflows resume`); it wins over the Engine's `max_recovery_attempts` and is
+    stored with each run when it starts, so any worker that recovers the run honours it.
     """
     _check_name(name)
+    if max_recovery_attempts is not None and (
+        not isinstance(max_recovery_attempts, int)
+        or isinstance(max_recovery_attempts, bool)
+        or max_recovery_attempts < 1
+    ):
+        raise DefinitionError(
+            f"max_recovery_attempts={max_recovery_attempts!r}: give a whole number >= 1 (the "
+            "crashes of its worker a workflow survives), or None for the Engine's"
+        )
     if budget is not None and not isinstance(budget, Budget):
         raise DefinitionError(
             f"budget={budget!r}: give durable.Budget(dollars=..., tokens=..., steps=...)"
@@ -246,6 +261,7 @@ def workflow(
             durability=durability,
             timeout=timeout_seconds,
             budget=budget,
+            max_recovery_attempts=max_recovery_attempts,
             receiver=receiver,
         )
         reg.add_workflow(defn)

@@ -106,7 +106,8 @@ class Engine:
       app_database_url: database of @transaction steps (default: the system database,
         which lets their journal row commit in the same transaction, fenced by epoch).
       lease_seconds: how long a claim lasts without a heartbeat (default 30).
-      max_recovery_attempts: crashes of its worker a workflow survives (default 10).
+      max_recovery_attempts: crashes of its worker a workflow survives (default 10); a
+        workflow's own `@durable.workflow(max_recovery_attempts=N)` wins over it.
       max_workers: threads that run started workflows (default 8).
       max_async: async def workflows this process runs at once (default 1000); they hold
         no thread, only memory and, between awaits, a connection of the loop's pool.

@@ -190,6 +190,8 @@ class Inputs:
             "trace_context": tracing.start_context(defn.name, workflow_id),
             # The journal format this code writes (and the newest it reads).
             "journal_version": labels.JOURNAL_VERSION,
+            # Stored with it, so every claim honours it, whatever that worker's engine says.
+            "max_recovery_attempts": defn.max_recovery_attempts,
         }
 
 

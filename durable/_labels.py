@@ -33,7 +33,7 @@ LABELS_VERSION = 1
 rewrites every stored label of the old version: journals outlive the code that wrote
 them, and the code reading them must find the same names."""
 
-JOURNAL_VERSION = 2
+JOURNAL_VERSION = 3
 """The version of the journal format as a whole: the labels of LABELS_VERSION, the kinds
 of journal rows and what each holds. Written on every workflow when it is created
 (`workflows.journal_version`, migration 0020). Code refuses a journal of a higher version
@@ -43,7 +43,9 @@ by the code before it (a new kind of row an older replay would not know, say).
 
 Versions: 1, the first; 2, a workflow's sent message ids name its incarnation (migration
 0025, `sent_message_id`): code of version 1 would send a message cut off before its
-journal row again under another id, so it must not run a journal of version 2."""
+journal row again under another id, so it must not run a journal of version 2; 3, a datetime
+in an IANA zone is stored with its zone (`...+01:00[Europe/Berlin]`), which code of version 2
+cannot decode."""
 
 # -- journal step names -----------------------------------------------------------------------
 

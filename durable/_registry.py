@@ -31,6 +31,8 @@ class WorkflowDef:
     timeout: float | None = None
     # Limits of the workflow tree's budget ledger, or None.
     budget: Budget | None = None
+    # Crashes of its worker it survives; None: the engine's max_recovery_attempts.
+    max_recovery_attempts: int | None = None
     # Defined in a class body ("method": maybe a method, decided per call by _methods) or
     # a classmethod below the decorator; None for a plain function or a staticmethod.
     receiver: Literal["method", "classmethod"] | None = None

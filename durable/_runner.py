@@ -667,7 +667,7 @@ class Runner:
                     "workflow %s crashed its worker %d times; it is left as %s for an "
                     "operator (`durable workflows resume` retries it)",
                     row["workflow_id"],
-                    self.config.max_recovery_attempts,
+                    row.get("max_recovery_attempts") or self.config.max_recovery_attempts,
                     row["status"],
                     extra={"event": "gave_up", "status": row["status"], **fields},
                 )

@@ -5,9 +5,12 @@ workflow this worker has: under the schedule's row lock (FOR UPDATE SKIP LOCKED,
 workers never wait for each other) it lists the ticks due since `last_tick`, inserts one
 workflow per tick with the id `schedule:<name>:<tick in UTC>` (`_labels.schedule_tick_id`;
 the primary key makes a second insert of the same tick a no-op), and moves `last_tick`
-on. After downtime, the missed-tick policy decides: `catch_up=0` runs only the latest due
-tick and skips the others; `catch_up=N` also runs up to N missed ticks before it. Time
-comes from the engine's clock, so a month of ticks can be tested in seconds.
+on. The cron names wall times of the schedule's timezone; each fires at one instant
+(`tick_instant`), the key of its workflow, so a daylight-saving change neither repeats
+nor drops a tick. After downtime, the missed-tick policy decides: `catch_up=0` runs only
+the latest due tick and skips the others; `catch_up=N` also runs up to N missed ticks
+before it. Time comes from the engine's clock, so a month of ticks can be tested in
+seconds.
 """
 
 from __future__ import annotations
@@ -126,6 +129,13 @@ def scheduled(
     each tick exactly once; `catch_up` is the missed-tick policy after downtime (0: skip
     missed ticks, N: run at most N of them). Bad cron or timezone raise
     InvalidScheduleError here, at import time.
+
+    The cron is read on the wall clock of `timezone`, and each wall time it names fires
+    once, at the first moment that clock reads it or later: when the clocks go back, a
+    repeated time fires at its first occurrence only; when they jump forward, a time
+    that does not exist fires when the jump lands (02:30 in Europe/Berlin on the night of
+    02:00 -> 03:00 fires at 03:00 CEST). Catching up and backfilling follow the same rule.
+    For ticks at fixed intervals of real time, use timezone="UTC".
     """
 
     def decorate(fn: F) -> F:
@@ -139,26 +149,81 @@ def scheduled(
     return decorate
 
 
+def tick_instant(wall: dt.datetime, tz: zoneinfo.ZoneInfo) -> dt.datetime:
+    """The instant a schedule's wall-clock time `wall` (naive, in `tz`) fires: the first
+    moment the zone's clock reads `wall` or later. So a time that happens once fires then;
+    one that happens twice (the clocks go back) fires at its first occurrence only; one
+    that never happens (the clocks jump forward over it) fires when the jump lands (02:30
+    in Berlin on the night of 02:00 -> 03:00 fires at 03:00). Later wall times never fire
+    earlier: ticks keep their order. Returned in `tz`, fold set, as the zone's clock reads
+    it then."""
+    wall = wall.replace(tzinfo=None)
+    # fold=0 is a repeated time's first occurrence; a time that exists reads back as itself.
+    at = wall.replace(tzinfo=tz).astimezone(dt.UTC)
+    if at.astimezone(tz).replace(tzinfo=None) == wall:
+        return at.astimezone(tz)
+    # A gap: read with the offset after the jump it is before the jump, with the offset
+    # before it after the jump. The jump is the first moment between them reading >= wall.
+    low = wall.replace(tzinfo=tz, fold=1).astimezone(dt.UTC)
+    high = at
+    step = dt.timedelta(microseconds=1)
+    while high - low > step:
+        middle = low + (high - low) // 2
+        if middle.astimezone(tz).replace(tzinfo=None) >= wall:
+            high = middle
+        else:
+            low = middle
+    return high.astimezone(tz)
+
+
+def _local(when: dt.datetime, tz: zoneinfo.ZoneInfo) -> dt.datetime:
+    """The zone's wall-clock reading at `when`, naive."""
+    return when.astimezone(tz).replace(tzinfo=None)
+
+
+def next_tick(cron: str, timezone: str, now: dt.datetime) -> dt.datetime:
+    """The schedule's first tick after `now` (by `tick_instant`), in its timezone."""
+    tz = zoneinfo.ZoneInfo(timezone)
+    it = croniter(cron, _local(now, tz))
+    while True:  # in a repeated hour's second pass, its wall times fired in the first
+        tick = tick_instant(it.get_next(dt.datetime), tz)
+        if tick.astimezone(dt.UTC) > now:
+            return tick
+
+
 def due_ticks(
     schedule: dict[str, Any], now: dt.datetime
 ) -> tuple[list[dt.datetime], dt.datetime | None]:
     """The ticks to run now, oldest first, and the new last_tick (None: nothing changes).
 
-    With no last_tick yet (a new schedule) nothing runs: the latest tick becomes the mark,
-    so a schedule starts with the next tick rather than back-filling the past.
+    The cron is read in the schedule's wall clock (croniter on naive times: its own
+    handling of zones repeats or drops ticks at a DST change), and each wall time fires at
+    its `tick_instant`. With no last_tick yet (a new schedule) nothing runs: the latest tick
+    becomes the mark, so a schedule starts with the next tick rather than back-filling the
+    past.
     """
     tz = zoneinfo.ZoneInfo(schedule["timezone"])
     last = schedule["last_tick"]
+    here = now.astimezone(tz)
+    # The latest wall time read so far: in the second pass of a repeated hour the clock
+    # reads less than it did before it went back, and those later wall times are due.
+    top = here.replace(tzinfo=None)
+    first, second = here.replace(fold=0).utcoffset(), here.utcoffset()
+    if here.fold and first is not None and second is not None:
+        top += first - second
     # get_prev() is strictly before its start, so start one second on and drop the future.
-    it = croniter(schedule["cron"], now.astimezone(tz) + dt.timedelta(seconds=1))
+    it = croniter(schedule["cron"], top + dt.timedelta(seconds=1))
     wanted = 1 + int(schedule["catch_up"])
     ticks: list[dt.datetime] = []
     while len(ticks) < wanted:
-        tick = it.get_prev(dt.datetime)
-        if tick > now:
+        tick = tick_instant(it.get_prev(dt.datetime), tz)
+        at = tick.astimezone(dt.UTC)
+        if at > now:
             continue
-        if last is not None and tick <= last:
+        if last is not None and at <= last:
             break
+        if ticks and at == ticks[-1].astimezone(dt.UTC):
+            continue  # wall times of one gap fire at one instant: one tick
         ticks.append(tick)
         if last is None:
             break
@@ -260,28 +325,33 @@ def _code(schedule: dict[str, Any], registry: Registry | None) -> WorkflowDef:
 
 
 def _aware(when: dt.datetime, tz: zoneinfo.ZoneInfo, label: str) -> dt.datetime:
-    """`when` as an aware datetime; a naive one is read in the schedule's timezone."""
+    """`when` as an aware datetime; a naive one is a wall time of the schedule's timezone,
+    read as a tick is (`tick_instant`)."""
     if not isinstance(when, dt.datetime):
         raise InvalidScheduleError(f"{label}={when!r}: give a datetime")
-    return when.replace(tzinfo=tz) if when.tzinfo is None else when
+    return tick_instant(when, tz) if when.tzinfo is None else when
 
 
 def backfill_ticks(
     schedule: dict[str, Any], start: dt.datetime, end: dt.datetime
 ) -> list[dt.datetime]:
-    """The schedule's ticks from `start` (included) to `end` (excluded), oldest first."""
+    """The schedule's ticks from `start` (included) to `end` (excluded), oldest first: the
+    instants `due_ticks` fires, so a backfilled tick has the id its firing has."""
     tz = zoneinfo.ZoneInfo(schedule["timezone"])
-    first, last = _aware(start, tz, "start"), _aware(end, tz, "end")
+    first = _aware(start, tz, "start").astimezone(dt.UTC)
+    last = _aware(end, tz, "end").astimezone(dt.UTC)
     if last < first:
         raise InvalidScheduleError(f"end={end!r} is before start={start!r}: swap them")
-    # get_next() is strictly after its start, so start one second before.
-    it = croniter(schedule["cron"], first.astimezone(tz) - dt.timedelta(seconds=1))
+    # get_next() is strictly after its start; a wall time no later than the clock's reading
+    # a second before `first` fires before `first` (ticks keep their order).
+    it = croniter(schedule["cron"], _local(first - dt.timedelta(seconds=1), tz))
     ticks: list[dt.datetime] = []
     while True:
-        tick = it.get_next(dt.datetime)
-        if tick < first:
+        tick = tick_instant(it.get_next(dt.datetime), tz)
+        at = tick.astimezone(dt.UTC)
+        if at < first or (ticks and at == ticks[-1].astimezone(dt.UTC)):
             continue
-        if tick >= last:
+        if at >= last:
             return ticks
         if len(ticks) == MAX_BACKFILL_TICKS:
             raise InvalidScheduleError(

@@ -19,6 +19,7 @@ import pickle
 import types
 import typing
 import uuid
+import zoneinfo
 from typing import Any, Protocol, runtime_checkable
 
 from durable.errors import SerializationError
@@ -49,7 +50,7 @@ def _encode(value: Any) -> Any:
     # and pydantic models are stored as plain dicts because rebuilding an arbitrary class
     # from the journal would mean importing and calling code named by stored data.
     if isinstance(value, dt.datetime):
-        return {_TAG: "datetime", "v": value.isoformat()}
+        return {_TAG: "datetime", "v": _datetime_text(value)}
     if isinstance(value, dt.date):
         return {_TAG: "date", "v": value.isoformat()}
     if isinstance(value, dt.time):
@@ -114,8 +115,44 @@ def _timedelta(stored: Any) -> dt.timedelta:
     return dt.timedelta(microseconds=int(micro))
 
 
+def _datetime_text(value: dt.datetime) -> str:
+    """ISO 8601 with the offset; a datetime in an IANA zone (zoneinfo) also names its zone,
+    as RFC 9557 writes it (`2026-10-25T02:30:00+01:00[Europe/Berlin]`), so it reads back
+    in its zone: the same instant, the same wall clock, the same `fold`."""
+    text = value.isoformat()
+    zone = value.tzinfo
+    if isinstance(zone, zoneinfo.ZoneInfo) and zone.key is not None:
+        text += f"[{zone.key}]"
+    return text
+
+
+def _datetime(stored: str) -> dt.datetime:
+    """A datetime written by `_datetime_text` (or plain ISO 8601, as journals always held).
+
+    The offset fixes the instant; the zone gives back the wall clock, with the `fold` whose
+    offset is the stored one (the second 02:30 of a night the clocks go back is fold=1). A
+    zone this machine does not know, or whose rules no longer give that offset, reads back
+    as the same instant at the stored offset, or in the zone."""
+    if not stored.endswith("]"):
+        return dt.datetime.fromisoformat(stored)
+    text, _, key = stored[:-1].partition("[")
+    parsed = dt.datetime.fromisoformat(text)
+    offset = parsed.utcoffset()
+    if offset is None:
+        raise ValueError("a zone without an offset")
+    try:
+        zone = zoneinfo.ZoneInfo(key)
+    except zoneinfo.ZoneInfoNotFoundError:
+        return parsed
+    for fold in (0, 1):
+        local = parsed.replace(tzinfo=zone, fold=fold)
+        if local.utcoffset() == offset:
+            return local
+    return parsed.astimezone(zone)
+
+
 _DECODERS: dict[str, Any] = {
-    "datetime": dt.datetime.fromisoformat,
+    "datetime": _datetime,
     "date": dt.date.fromisoformat,
     "time": dt.time.fromisoformat,
     "timedelta": _timedelta,
@@ -153,9 +190,10 @@ def _decode(obj: dict[str, Any]) -> Any:
 
 
 class JSONSerializer:
-    """JSON with round-tripping hooks for datetime, date, time, timedelta (to the
-    microsecond), Decimal (NaN and Infinity too; a signaling NaN is refused), UUID and
-    bytes; dataclasses and pydantic models are stored as dicts. Tuples come back as lists."""
+    """JSON with round-tripping hooks for datetime (a zoneinfo one keeps its zone and fold),
+    date, time, timedelta (to the microsecond), Decimal (NaN and Infinity too; a signaling
+    NaN is refused), UUID and bytes; dataclasses and pydantic models are stored as dicts.
+    Tuples come back as lists."""
 
     def dumps(self, value: Any) -> str:
         text = json.dumps(value, default=_encode, separators=(",", ":"), allow_nan=False)
@@ -468,9 +506,26 @@ def _same_scalar(decoded: Any, value: Any) -> bool:
         return decoded is None and value is None
     if kind is decimal.Decimal:
         return bool(decoded.compare_total(value) == 0)  # exact form; NaN is NaN
+    if kind is dt.datetime:
+        return _same_datetime(decoded, value)
     try:
         return kind.__eq__(decoded, value) is True
     except Exception:
+        return False
+
+
+def _same_datetime(decoded: dt.datetime, value: dt.datetime) -> bool:
+    """The same instant read on the same wall clock (the same offset), or the same naive
+    time. Not `==`: between two tzinfos it is False for every time in a fold or a gap
+    (PEP 495), so a zone's 02:30 on the night the clocks go back would never match."""
+    try:
+        offset = dt.datetime.utcoffset(value)
+        if offset != dt.datetime.utcoffset(decoded):
+            return False
+        if offset is None:
+            return dt.datetime.__eq__(decoded, value) is True
+        return dt.datetime.__sub__(decoded, value) == dt.timedelta(0)
+    except Exception:  # a tzinfo of the value's own that raises
         return False
 
 

@@ -17,12 +17,12 @@
 -- Create a workflow already owned by this run (epoch 1); nothing is returned if the id exists.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, owner, epoch, lease_expires_at, timeout_seconds,
-    deadline_at, budget_id, trace_context, journal_version)
+    deadline_at, budget_id, trace_context, journal_version, max_recovery_attempts)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'RUNNING', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(owner)s, 1,
     {schema}.current_time() + make_interval(secs => %(lease_seconds)s), %(timeout_seconds)s,
     {schema}.current_time() + make_interval(secs => %(timeout_seconds)s::float8),
-    %(budget_id)s, %(trace_context)s, %(journal_version)s)
+    %(budget_id)s, %(trace_context)s, %(journal_version)s, %(max_recovery_attempts)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch, deadline_at
 
@@ -30,10 +30,10 @@ RETURNING epoch, deadline_at
 -- Create a runnable workflow that no one owns yet (a worker will claim it).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, timeout_seconds, budget_id, trace_context,
-    journal_version)
+    journal_version, max_recovery_attempts)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'PENDING', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s,
-    %(trace_context)s, %(journal_version)s)
+    %(trace_context)s, %(journal_version)s, %(max_recovery_attempts)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 
@@ -370,12 +370,13 @@ RETURNING workflow_id, name, version, status
 -- A forked root gets a ledger of its own (seeded with the copied steps' charges); a
 -- forked child keeps drawing from its root's.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
-    durability, budget_id, timeout_seconds, trace_context, journal_version)
+    durability, budget_id, timeout_seconds, trace_context, journal_version,
+    max_recovery_attempts)
 SELECT %(new_id)s, name,
     CASE WHEN %(version)s::text IS NULL THEN version ELSE nullif(%(version)s::text, '') END,
     'PENDING', inputs, serializer, durability,
     CASE WHEN budget_id = workflow_id THEN %(new_id)s ELSE budget_id END, timeout_seconds,
-    %(trace_context)s, %(journal_version)s
+    %(trace_context)s, %(journal_version)s, max_recovery_attempts
 FROM {schema}.workflows
 WHERE workflow_id = %(workflow_id)s AND journal_version <= %(journal_version)s
 RETURNING workflow_id
@@ -756,14 +757,21 @@ RETURNING workflow_id
 -- code (name, version) and reads their journal's version (0020); every claim and dequeue
 -- below says the same.
 UPDATE {schema}.workflows AS w
-SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+-- Out of attempts: its own limit (stored when it was created, 0029), else this engine's.
+SET status = CASE WHEN w.status = 'RUNNING'
+                       AND w.recovery_attempts >= coalesce(w.max_recovery_attempts,
+                                                           %(max_attempts)s)
                   THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
-    owner = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+    owner = CASE WHEN w.status = 'RUNNING'
+                      AND w.recovery_attempts >= coalesce(w.max_recovery_attempts,
+                                                          %(max_attempts)s)
                  THEN NULL ELSE %(owner)s END,
     -- NULL when out of attempts. The time is never inside a CASE or a COALESCE (Citus
     -- refuses it there), and a column is added to it by plus_seconds (IMMUTABLE).
     lease_expires_at = {schema}.plus_seconds({schema}.current_time(),
-        CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+        CASE WHEN w.status = 'RUNNING'
+                  AND w.recovery_attempts >= coalesce(w.max_recovery_attempts,
+                                                      %(max_attempts)s)
              THEN NULL ELSE %(lease_seconds)s END),
     recovery_attempts = w.recovery_attempts + (CASE WHEN w.status = 'RUNNING' THEN 1 ELSE 0 END),
     epoch = w.epoch + 1,
@@ -788,7 +796,7 @@ FROM (
 WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context,
-    c.status = 'RUNNING' AS lease_expired, w.parent_id
+    c.status = 'RUNNING' AS lease_expired, w.parent_id, w.max_recovery_attempts
 
 -- claim_batch_cas --
 -- claim_batch for distributed PostgreSQL, which cannot lock rows of many shards in one
@@ -809,14 +817,21 @@ WITH c AS (
     LIMIT %(limit)s
 )
 UPDATE {schema}.workflows AS w
-SET status = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+-- Out of attempts: its own limit (stored when it was created, 0029), else this engine's.
+SET status = CASE WHEN w.status = 'RUNNING'
+                       AND w.recovery_attempts >= coalesce(w.max_recovery_attempts,
+                                                           %(max_attempts)s)
                   THEN 'MAX_RECOVERY_ATTEMPTS_EXCEEDED' ELSE 'RUNNING' END,
-    owner = CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+    owner = CASE WHEN w.status = 'RUNNING'
+                      AND w.recovery_attempts >= coalesce(w.max_recovery_attempts,
+                                                          %(max_attempts)s)
                  THEN NULL ELSE %(owner)s END,
     -- NULL when out of attempts. The time is never inside a CASE or a COALESCE (Citus
     -- refuses it there), and a column is added to it by plus_seconds (IMMUTABLE).
     lease_expires_at = {schema}.plus_seconds({schema}.current_time(),
-        CASE WHEN w.status = 'RUNNING' AND w.recovery_attempts >= %(max_attempts)s
+        CASE WHEN w.status = 'RUNNING'
+                  AND w.recovery_attempts >= coalesce(w.max_recovery_attempts,
+                                                      %(max_attempts)s)
              THEN NULL ELSE %(lease_seconds)s END),
     recovery_attempts = w.recovery_attempts + (CASE WHEN w.status = 'RUNNING' THEN 1 ELSE 0 END),
     epoch = w.epoch + 1,
@@ -834,7 +849,7 @@ WHERE w.workflow_id = c.workflow_id
       SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context,
-    c.status = 'RUNNING' AS lease_expired, w.parent_id
+    c.status = 'RUNNING' AS lease_expired, w.parent_id, w.max_recovery_attempts
 
 -- renew_claim --
 -- Keep a claim that waited in the queue, if it is still this run's: renewing its lease
@@ -1492,14 +1507,15 @@ RETURNING schedule_name
 -- first, in the same transaction: take_dedup).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, timeout_seconds, budget_id, queue_name, priority,
-    dedup_key, available_at, trace_context, journal_version, partition_key)
+    dedup_key, available_at, trace_context, journal_version, partition_key,
+    max_recovery_attempts)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'ENQUEUED', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s,
     %(queue_name)s,
     %(priority)s, %(dedup_key)s,
     CASE WHEN %(delay_seconds)s::float8 > 0
          THEN {schema}.current_time() + make_interval(secs => %(delay_seconds)s::float8) END,
-    %(trace_context)s, %(journal_version)s, %(partition_key)s)
+    %(trace_context)s, %(journal_version)s, %(partition_key)s, %(max_recovery_attempts)s)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from croniter import croniter
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -32,6 +31,7 @@ from durable._engine import Engine
 from durable._models import WorkflowStatus
 from durable._names import workflow_label
 from durable._protocol import decode_error
+from durable._schedules import next_tick
 from durable.errors import (
     ConfigurationError,
     DatabaseUnavailableError,
@@ -211,8 +211,7 @@ def _next_tick(row: dict[str, Any]) -> str:
     if row["paused"]:
         return ""
     try:
-        now = dt.datetime.now(zoneinfo.ZoneInfo(row["timezone"]))
-        return _when(croniter(row["cron"], now).get_next(dt.datetime))
+        return _when(next_tick(row["cron"], row["timezone"], dt.datetime.now(dt.UTC)))
     except (ValueError, KeyError, zoneinfo.ZoneInfoNotFoundError):
         return ""
 

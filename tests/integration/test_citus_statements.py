@@ -190,6 +190,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "budget_id": None,
         "trace_context": None,
         "journal_version": 1,
+        "max_recovery_attempts": None,
     }
     step = {
         "workflow_id": w,

@@ -16,6 +16,7 @@ import json
 import pickle
 import typing
 import uuid
+import zoneinfo
 from typing import Any
 
 import pydantic
@@ -501,3 +502,56 @@ def test_a_serializers_text_that_cannot_be_stored_or_read_is_a_serialization_err
 ) -> None:
     with pytest.raises(errors.SerializationError, match=message):
         keep(["x"], None, serializer)
+
+
+@pytest.mark.parametrize(
+    ("zone", "wall", "fold"),
+    [
+        ("Europe/Berlin", "2026-10-25T02:30", 0),  # the repeated hour, first time
+        ("Europe/Berlin", "2026-10-25T02:30", 1),  # ... and second time
+        ("Europe/Berlin", "2026-03-29T02:30", 0),  # the skipped hour: PEP 495 reads it
+        ("Europe/Berlin", "2026-03-29T02:30", 1),
+        ("America/New_York", "2026-11-01T01:30", 1),
+        ("Australia/Lord_Howe", "2026-04-05T01:45", 1),  # a 30-minute change
+        ("Australia/Lord_Howe", "2026-10-04T02:15", 0),
+    ],
+)
+def test_a_zoned_datetime_reads_back_as_the_same_instant_in_its_zone(
+    zone: str, wall: str, fold: int
+) -> None:
+    value = dt.datetime.fromisoformat(wall).replace(tzinfo=zoneinfo.ZoneInfo(zone), fold=fold)
+    text = JSONSerializer().dumps({"at": value})
+    assert zone in text
+    for back in (
+        JSONSerializer().loads(text)["at"],
+        serialization.faithful(
+            JSONSerializer(), value, JSONSerializer().dumps(value), dt.datetime, "x"
+        ),
+    ):
+        assert back.astimezone(dt.UTC) == value.astimezone(dt.UTC)  # the same instant
+        assert back.tzinfo is zoneinfo.ZoneInfo(zone)  # in its zone
+        assert (back.replace(tzinfo=None), back.fold, back.utcoffset()) == (
+            value.replace(tzinfo=None),
+            value.fold,
+            value.utcoffset(),
+        )
+    serialization.check_faithful(JSONSerializer(), value, dt.datetime, "an input")
+
+
+def test_other_datetimes_are_checked_as_instants_on_their_clock() -> None:
+    # Plain ISO 8601 (what journals held before zones were written) still reads back.
+    old = JSONSerializer().loads('{"__durable__":"datetime","v":"2026-10-25T02:30:00+01:00"}')
+    assert old == dt.datetime(2026, 10, 25, 1, 30, tzinfo=dt.UTC)
+    # A zone this machine does not know: the instant, at the stored offset.
+    unknown = '{"__durable__":"datetime","v":"2026-10-25T02:30:00+01:00[Nowhere/City]"}'
+    assert JSONSerializer().loads(unknown).utcoffset() == dt.timedelta(hours=1)
+    fixed = dt.datetime(2026, 10, 25, 2, 30, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert (
+        serialization.faithful(JSONSerializer(), fixed, JSONSerializer().dumps(fixed), None, "x")
+        == fixed
+    )
+    naive = dt.datetime(2026, 10, 25, 2, 30, fold=1)
+    assert (
+        serialization.faithful(JSONSerializer(), naive, JSONSerializer().dumps(naive), None, "x")
+        == naive
+    )
