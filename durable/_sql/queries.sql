@@ -1880,3 +1880,29 @@ SELECT
              AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED',
                               'COMPENSATING', 'MAX_RECOVERY_ATTEMPTS_EXCEEDED')))
         AS effects
+
+-- insert_audit --
+-- Record an operator action's rows, in the transaction of the action itself.
+INSERT INTO {schema}.audit_log (workflow_id, audit_id, at, actor, action, subject, detail)
+SELECT t.workflow_id, t.audit_id, {schema}.current_time(), %(actor)s, t.action, t.subject,
+       t.detail
+FROM unnest(%(workflow_ids)s::text[], %(audit_ids)s::uuid[], %(actions)s::text[],
+            %(subjects)s::text[], %(details)s::text[])
+    AS t (workflow_id, audit_id, action, subject, detail)
+
+-- audit_of_workflow --
+-- The operator actions on one workflow ('' for the schedules'), newest first.
+SELECT workflow_id, at, actor, action, subject, detail FROM {schema}.audit_log
+WHERE workflow_id = %(workflow_id)s
+  AND (%(action)s::text IS NULL OR action = %(action)s::text)
+  AND (%(before)s::timestamptz IS NULL OR at < %(before)s::timestamptz)
+ORDER BY at DESC, audit_id
+LIMIT %(limit)s
+
+-- list_audit --
+-- Every operator action, newest first (an action's name filters; `before` pages back).
+SELECT workflow_id, at, actor, action, subject, detail FROM {schema}.audit_log
+WHERE (%(action)s::text IS NULL OR action = %(action)s::text)
+  AND (%(before)s::timestamptz IS NULL OR at < %(before)s::timestamptz)
+ORDER BY at DESC, workflow_id, audit_id
+LIMIT %(limit)s
