@@ -42,6 +42,7 @@ class ClientBase(Protocol):
     @property
     def db(self) -> SystemDB: ...
 
+
 # One action's row: the workflow it was on ('' for none), the action, what else it names
 # (a gate, a schedule, a fork's id, a version), and its details (a reason, a comment).
 Entry = tuple[str, str, str | None, str | None]
