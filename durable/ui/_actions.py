@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from durable._audit import acting_as
 from durable._client import Client
 from durable._models import WorkflowStatus
 from durable._names import workflow_label
@@ -85,3 +86,14 @@ _ACTIONS: dict[str, Callable[[Client, dict[str, str]], str]] = {
     "schedule": _schedule,
     "delete-schedule": _delete_schedule,
 }
+
+
+def _acting(
+    actor: str,
+    action: Callable[[Client, dict[str, str]], str],
+    client: Client,
+    form: dict[str, str],
+) -> str:
+    """An action, recorded in the audit log as `actor`'s (run in a worker thread)."""
+    with acting_as(actor):
+        return action(client, form)

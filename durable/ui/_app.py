@@ -12,7 +12,7 @@ import json
 import secrets
 import time
 import zoneinfo
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -28,7 +28,6 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from durable._audit import acting_as
 from durable._client import Client
 from durable._clock import SystemClock
 from durable._engine import Engine
@@ -42,7 +41,7 @@ from durable.errors import (
     InvalidNameError,
     WorkflowNotFoundError,
 )
-from durable.ui._actions import _ACTIONS, _CANCELLABLE, _RESUMABLE
+from durable.ui._actions import _ACTIONS, _CANCELLABLE, _RESUMABLE, _acting
 from durable.ui._auth import (
     SESSION_COOKIE,
     SESSION_SECONDS,
@@ -335,9 +334,10 @@ class _Console:
         Bearer token or a Basic password), else its live session cookie, else `given` (a
         form's token field). A presented token is compared in constant time and counts
         against the throttle: past its limits the answer is a 429 (Retry-After), whatever
-        the token. Decided once per request (request.state), as pages ask again."""
+        the token. Decided once per request (request.state), as pages ask again; a form's
+        field is looked at only when given."""
         decided = getattr(request.state, "durable_auth", None)
-        if decided is not None:
+        if decided is not None and given is None:
             return bool(decided)
         sessions = self.sessions
         token = credential(request)
@@ -353,6 +353,9 @@ class _Console:
         return allowed
 
     def _guess(self, request: Request, token: bytes) -> bool | Response:
+        """A presented token, throttled: the 429 while its address (or everyone) is held
+        back, else whether it is the token (a wrong one counted, a right one clearing its
+        address's count)."""
         assert self.sessions is not None
         address = _address(request)
         wait = self.throttle.wait(address)
@@ -724,16 +727,6 @@ def _address(request: Request) -> str:
     """The client's address (behind a proxy, the proxy's unless the server is told to trust
     its X-Forwarded-For: uvicorn's --forwarded-allow-ips)."""
     return request.client.host if request.client else "unknown"
-
-
-def _acting(
-    actor: str,
-    action: Callable[[Client, dict[str, str]], str],
-    client: Client,
-    form: dict[str, str],
-) -> str:
-    with acting_as(actor):
-        return action(client, form)
 
 
 async def _body(request: Request, limit: int) -> bytes | None:
