@@ -19,7 +19,8 @@ from durable.cli._options import schema_option, url_option
     "--token",
     envvar="DURABLE_UI_TOKEN",
     default=None,
-    help="What actions must present ($DURABLE_UI_TOKEN; default: a new one, printed).",
+    help="What actions must present ($DURABLE_UI_TOKEN; default: a new one, printed); "
+    "beyond loopback, 32 characters or more.",
 )
 @click.option(
     "--read-only",
