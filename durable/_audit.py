@@ -237,11 +237,19 @@ def read(
     workflow_id: str | None = None,
     *,
     action: str | None = None,
-    before: dt.datetime | None = None,
+    before: tuple[dt.datetime, uuid.UUID | str] | None = None,
     limit: int = 100,
 ) -> list[dict[str, Any]]:
-    """Audit rows, newest first: of one workflow ('' for the schedules'), or of all."""
-    params = {"workflow_id": workflow_id, "action": action, "before": before, "limit": limit}
+    """Audit rows, newest first: of one workflow ('' for the schedules'), or of all;
+    `before` is the (at, audit_id) of the last row of the page before."""
+    at, audit_id = before if before is not None else (None, None)
+    params = {
+        "workflow_id": workflow_id,
+        "action": action,
+        "before_at": at,
+        "before_id": None if audit_id is None else uuid.UUID(str(audit_id)),
+        "limit": limit,
+    }
     if workflow_id is not None:
         return client.db.fetch_all("audit_of_workflow", params)
     return client.db.fetch_all("list_audit", params)

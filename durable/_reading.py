@@ -366,14 +366,14 @@ class Reading(ClientBase):
         workflow_id: str | None = None,
         *,
         action: str | None = None,
-        before: dt.datetime | None = None,
+        before: tuple[dt.datetime, Any] | None = None,
         limit: int = 100,
     ) -> list[dict[str, Any]]:
         """The operator actions recorded (who cancelled, resumed, moved, forked, imported,
         decided, raised a budget, paused or deleted a schedule: see _audit.py), newest
-        first, as dicts: workflow_id ('' for a schedule's), at, actor, action, subject,
-        detail. Of one workflow, or ('' ) the schedules', or (None) all; `action` keeps one
-        kind; `before` (an `at`) gives the page after a page."""
+        first, as dicts: workflow_id ('' for a schedule's), audit_id, at, actor, action,
+        subject, detail. Of one workflow, or ('') the schedules', or (None) all; `action`
+        keeps one kind; `before`, the last row's (at, audit_id), gives the next page."""
         from durable import _audit
 
         if workflow_id:

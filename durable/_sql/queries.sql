@@ -1891,18 +1891,22 @@ FROM unnest(%(workflow_ids)s::text[], %(audit_ids)s::uuid[], %(actions)s::text[]
     AS t (workflow_id, audit_id, action, subject, detail)
 
 -- audit_of_workflow --
--- The operator actions on one workflow ('' for the schedules'), newest first.
-SELECT workflow_id, at, actor, action, subject, detail FROM {schema}.audit_log
+-- The operator actions on one workflow ('' for the schedules'), newest first (keyset
+-- `before`: the (at, audit_id) of the last row of the page before).
+SELECT workflow_id, audit_id, at, actor, action, subject, detail FROM {schema}.audit_log
 WHERE workflow_id = %(workflow_id)s
   AND (%(action)s::text IS NULL OR action = %(action)s::text)
-  AND (%(before)s::timestamptz IS NULL OR at < %(before)s::timestamptz)
-ORDER BY at DESC, audit_id
+  AND (%(before_at)s::timestamptz IS NULL
+       OR (at, audit_id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
+ORDER BY at DESC, audit_id DESC
 LIMIT %(limit)s
 
 -- list_audit --
--- Every operator action, newest first (an action's name filters; `before` pages back).
-SELECT workflow_id, at, actor, action, subject, detail FROM {schema}.audit_log
+-- Every operator action, newest first (an action's name filters; keyset `before` as in
+-- audit_of_workflow).
+SELECT workflow_id, audit_id, at, actor, action, subject, detail FROM {schema}.audit_log
 WHERE (%(action)s::text IS NULL OR action = %(action)s::text)
-  AND (%(before)s::timestamptz IS NULL OR at < %(before)s::timestamptz)
-ORDER BY at DESC, workflow_id, audit_id
+  AND (%(before_at)s::timestamptz IS NULL
+       OR (at, audit_id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
+ORDER BY at DESC, audit_id DESC
 LIMIT %(limit)s

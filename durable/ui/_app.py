@@ -11,6 +11,7 @@ import ipaddress
 import json
 import secrets
 import time
+import uuid
 import zoneinfo
 from collections.abc import Iterable
 from pathlib import Path
@@ -673,13 +674,22 @@ class _Console:
         return self.render(request, "schedules.html", refresh=REFRESH_SECONDS, schedules=rows)
 
     async def audit(self, request: Request) -> Response:
-        """The audit log, newest first, a page at a time (`before`: the last row's time)."""
+        """The audit log, newest first, a page at a time (keyset: the last row's time and
+        id)."""
+        q = request.query_params
         try:
-            before = _time_param(request.query_params.get("before"))
+            at, audit_id = _time_param(q.get("before_at")), q.get("before_id", "")
+            if (at is None) != (not audit_id):
+                raise ValueError("before_at and before_id go together (the older link has both)")
+            before = (at, uuid.UUID(audit_id)) if at is not None else None
         except ValueError as exc:
             return self.message(request, f"bad filter: {exc}", 400, back="/audit")
         rows = await run_in_threadpool(self.client.audit_log, before=before, limit=PAGE_SIZE)
-        older = rows[-1]["at"].isoformat() if len(rows) == PAGE_SIZE else None
+        older = None
+        if len(rows) == PAGE_SIZE:
+            older = urlencode(
+                {"before_at": rows[-1]["at"].isoformat(), "before_id": rows[-1]["audit_id"]}
+            )
         return self.render(request, "audit.html", refresh=REFRESH_SECONDS, rows=rows, older=older)
 
     # -- actions ---------------------------------------------------------------------------

@@ -502,8 +502,14 @@ def params(name: str, w: str) -> dict[str, Any]:
             "subjects": [None, f"sched-{w}"],
             "details": ["why", None],
         },
-        "audit_of_workflow": {"workflow_id": w, "action": None, "before": NOW, "limit": 10},
-        "list_audit": {"action": "cancel", "before": None, "limit": 10},
+        "audit_of_workflow": {
+            "workflow_id": w,
+            "action": None,
+            "before_at": NOW,
+            "before_id": uuid.uuid4(),
+            "limit": 10,
+        },
+        "list_audit": {"action": "cancel", "before_at": None, "before_id": None, "limit": 10},
         "enqueue_workflow": {
             **workflow,
             "workflow_id": f"{w}-queued2",
