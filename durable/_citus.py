@@ -35,9 +35,11 @@ BY_WORKFLOW: dict[str, str] = {
 
 # Tables sharded by a key of their own (not colocated with workflows): a queue's dedup
 # keys, by queue. An enqueue with a key writes this shard and the new workflow's shard in
-# one (two-phase) transaction.
+# one (two-phase) transaction. The audit log, by workflow id but in a group of its own:
+# no workflow's data (not exported, not pruned), written by rare operator actions.
 BY_OWN_KEY: dict[str, str] = {
     "queue_dedup": "queue_name",
+    "audit_log": "workflow_id",
 }
 
 # Small tables every worker reads: one copy on every node.

@@ -23,9 +23,9 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ParamSpec, TypeVar
 
+from durable import _audit as audit
 from durable import _debounce
 from durable import _labels as labels
-from durable import _protocol as protocol
 from durable import _tracing as tracing
 from durable import _transfer as transfer
 from durable._clock import Clock
@@ -51,7 +51,7 @@ from durable._registry import Registry, WorkflowDef
 from durable._retention import PruneProgress, PruneReport, RetentionPolicy, prune
 from durable._schedules import Schedule, backfill, trigger
 from durable._start_options import enqueue_method, enqueue_method_async, start_method
-from durable._systemdb import SystemDB, Tx, is_unique_violation
+from durable._systemdb import Tx, is_unique_violation
 from durable._timeouts import call_timeout, pop_timeout
 from durable.errors import (
     ApprovalConflictError,
@@ -105,6 +105,8 @@ class Client(Messages):
       max_payload_bytes: largest serialized input/output stored (default 2,000,000).
       connect_timeout: seconds to wait for the database (default 15).
       clock: where time is read (default the system clock, or DURABLE_FAKE_CLOCK's).
+      actor: who the operator actions are recorded as (the audit log; default "library
+        <user>@<host>"; `with client.acting_as(...)` for some calls).
 
     Use it as a context manager (`with durable.Client(url) as client:`) or call
     `connect()` and `close()`.
@@ -121,7 +123,9 @@ class Client(Messages):
         connect_timeout: float = 15.0,
         clock: Clock | None = None,
         listen: bool | None = None,
+        actor: str | None = None,
     ) -> None:
+        self.actor = actor
         self._configure(
             Config.resolve(
                 database_url=database_url,
@@ -343,7 +347,7 @@ class Client(Messages):
         check_name("workflow_id", workflow_id)
         check_text("reason", reason)
         error = encode_error(WorkflowCancelledError(workflow_id, reason))
-        rows = _run_ops(self.db, protocol.cancel_tree(workflow_id, reason, error))
+        rows = audit.cancel_tree(self, workflow_id, reason, error)
         asked = {r["workflow_id"]: WorkflowStatus(r["status"]) for r in rows}
         running = [
             (r["workflow_id"], int(r["epoch"]))
@@ -398,9 +402,7 @@ class Client(Messages):
             "journal_version": labels.JOURNAL_VERSION,
         }
         for _ in range(3):
-            row = self.db.fetch_one("resume_workflow", params)
-            if row is None and version is not None:
-                row = self.db.fetch_one("move_workflow", params)
+            row = audit.resume(self, params)
             if row is not None:
                 if row["status"] != WorkflowStatus.SUSPENDED:
                     self.notify_work(workflow_id)
@@ -477,7 +479,7 @@ class Client(Messages):
             "journal_version": labels.JOURNAL_VERSION,
         }
         try:
-            created = self.db.fork(params)
+            created = audit.fork(self, params)
         except Exception as exc:
             if is_unique_violation(exc, "workflows_pkey"):
                 raise ConfigurationError(
@@ -539,7 +541,7 @@ class Client(Messages):
         key or a row PostgreSQL refuses (ExportFormatError); a newer journal
         (JournalVersionError)."""
         checked = transfer.check(data)
-        transfer.import_(self.db, checked)
+        audit.import_(self, checked)
         if checked.runnable:
             self.notify_work(checked.runnable[0])
         return checked.workflow_ids
@@ -560,8 +562,8 @@ class Client(Messages):
         check_text("comment", comment)
         check_text("decided_by", decided_by)
         status = ApprovalStatus.APPROVED if approve else ApprovalStatus.DENIED
-        row = self.db.fetch_one(
-            "decide_approval",
+        row = audit.decide(
+            self,
             {
                 "workflow_id": workflow_id,
                 "name": name,
@@ -608,8 +610,9 @@ class Client(Messages):
                 "@durable.workflow(budget=durable.Budget(...))"
             )
         budget_id = row["budget_id"]
-        raised = self.db.fetch_one(
-            "raise_budget",
+        raised = audit.raise_budget(
+            self,
+            workflow_id,
             {
                 "budget_id": budget_id,
                 "dollars": dollars_exact(dollars),
@@ -656,8 +659,7 @@ class Client(Messages):
         """Stop (or, with paused=False, restart) firing a schedule. On restart, ticks missed
         while paused follow the schedule's missed-tick policy."""
         check_name("name", name)
-        row = self.db.fetch_one("set_schedule_paused", {"schedule_name": name, "paused": paused})
-        if row is None:
+        if audit.pause_schedule(self, name, paused) is None:
             raise UnknownScheduleError(name)
 
     def delete_schedule(self, name: str) -> None:
@@ -665,7 +667,7 @@ class Client(Messages):
         The runs its ticks started are kept. One declared in code (`durable.scheduled`)
         is stored again by the next engine launched with that code: remove it there too."""
         check_name("name", name)
-        if self.db.fetch_one("delete_schedule", {"schedule_name": name}) is None:
+        if audit.delete_schedule(self, name) is None:
             raise UnknownScheduleError(name)
 
     def backfill_schedule(
@@ -740,26 +742,6 @@ class Client(Messages):
         tables as reference tables. See docs/scaling.md. Returns how many were distributed;
         raises ConfigurationError where there is no citus extension."""
         return self.db.distribute_citus()
-
-
-def _run_ops(db: SystemDB, gen: protocol.Gen[T]) -> T:
-    """Run a protocol generator that asks only for statements (Execute), outside any run:
-    each on a pooled connection, its own transaction."""
-    answer: Any = None
-    while True:
-        try:
-            op = gen.send(answer)
-        except StopIteration as stop:
-            result: T = stop.value
-            return result
-        if not isinstance(op, protocol.Execute):
-            raise TypeError(f"{op!r} needs a run")
-        if op.fetch == "count":
-            answer = db.execute(op.name, op.params)
-        elif op.fetch == "one":
-            answer = db.fetch_one(op.name, op.params)
-        else:
-            answer = db.fetch_all(op.name, op.params)
 
 
 def _enqueue_deduplicated(tx: Tx, params: dict[str, Any]) -> dict[str, Any] | None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
 
+from durable import _audit
 from durable._clock import Clock
 from durable._config import Config
 from durable._inputs import Inputs
@@ -44,6 +45,7 @@ class ClientBase:
     """Settings, the system database's pool and the shared LISTEN connection."""
 
     config: Config
+    actor: str | None = None  # who operator actions are recorded as (see _audit.py)
 
     def _configure(self, config: Config) -> None:
         """Take the resolved settings (the environment was read there, once)."""
@@ -76,6 +78,11 @@ class ClientBase:
         # name is given (a schedule's backfill or trigger): an Engine's registry for its
         # client, else the default one.
         self.registry: Registry | None = None
+
+    def acting_as(self, actor: str) -> AbstractContextManager[None]:
+        """Record the operator actions called in this block (this thread or task) as
+        `actor`'s in the audit log, e.g. `with client.acting_as("ana via deploy-bot"):`."""
+        return _audit.acting_as(actor)
 
     # -- connection --------------------------------------------------------------------------
 

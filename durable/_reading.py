@@ -361,6 +361,28 @@ class Reading(ClientBase):
             "live_versions": [v or None for v in row["live_versions"]],
         }
 
+    def audit_log(
+        self,
+        workflow_id: str | None = None,
+        *,
+        action: str | None = None,
+        before: tuple[dt.datetime, Any] | None = None,
+        limit: int = 100,
+    ) -> list[dict[str, Any]]:
+        """The operator actions recorded (who cancelled, resumed, moved, forked, imported,
+        decided, raised a budget, paused or deleted a schedule: see _audit.py), newest
+        first, as dicts: workflow_id ('' for a schedule's), audit_id, at, actor, action,
+        subject, detail. Of one workflow, or ('') the schedules', or (None) all; `action`
+        keeps one kind; `before`, the last row's (at, audit_id), gives the next page."""
+        from durable import _audit
+
+        if workflow_id:
+            check_name("workflow_id", workflow_id)
+        check_text("action", action)
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ConfigurationError(f"limit={limit!r}: give a number of rows >= 1")
+        return _audit.read(self, workflow_id, action=action, before=before, limit=limit)
+
 
 def _prefix_end(prefix: str) -> str:
     """The least string above every string starting with `prefix`, in byte (code point)

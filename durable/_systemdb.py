@@ -401,11 +401,12 @@ class SystemDB(RunIO, AsyncRunIO):
         rows: list[Row] = self.atomically(lambda tx: tx.fetch_all(name, params), name, single=True)
         return rows
 
-    def fork(self, params: dict[str, Any]) -> bool:
+    def fork(self, params: dict[str, Any], then: Callable[[Tx], None] | None = None) -> bool:
         """Create a fork and copy what lies before its fork point, in one transaction; False
         when the original does not exist. Each copy reads the original's shard and writes
         the fork's (on Citus they may be two), for the positions fork_seqs read once, so a
-        step the original's run records meanwhile is left behind with all that is its."""
+        step the original's run records meanwhile is left behind with all that is its.
+        `then(tx)` writes more in the same transaction (its audit rows)."""
 
         def work(tx: Tx) -> bool:
             if not tx.execute("fork_workflow", params):
@@ -413,6 +414,8 @@ class SystemDB(RunIO, AsyncRunIO):
             copied = [int(r["step_seq"]) for r in tx.fetch_all("fork_seqs", params)]
             for name in _FORK_COPIES:
                 tx.execute(name, {**params, "copied": copied})
+            if then is not None:
+                then(tx)
             return True
 
         return self.atomically(work, "fork_workflow")

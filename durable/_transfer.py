@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -237,12 +237,13 @@ def _release(row: dict[str, Any]) -> None:
         row.update(status=WorkflowStatus.PENDING.value, owner=None, lease_expires_at=None)
 
 
-def import_(db: SystemDB, checked: Checked) -> None:
-    """Insert a checked export's rows in one transaction; nothing is written when any is
-    refused. ImportConflictError if this database already has one of its ids;
-    ExportFormatError for a row with a column this database's table lacks (it would be
-    dropped), a row PostgreSQL refuses (a value of the wrong type, a missing one, a broken
-    reference) and two rows with the same key (a journal row twice, say)."""
+def import_(db: SystemDB, checked: Checked, then: Callable[[Tx], None] | None = None) -> None:
+    """Insert a checked export's rows in one transaction (with what `then(tx)` writes: the
+    audit rows); nothing is written when any is refused. ImportConflictError if this
+    database already has one of its ids; ExportFormatError for a row with a column this
+    database's table lacks (it would be dropped), a row PostgreSQL refuses (a value of the
+    wrong type, a missing one, a broken reference) and two rows with the same key (a
+    journal row twice, say)."""
     ids = checked.workflow_ids
 
     def work(tx: Tx) -> None:
@@ -271,6 +272,8 @@ def import_(db: SystemDB, checked: Checked) -> None:
             tx.execute("import_events", t["events"])
         with _refused("streams"):
             tx.execute("import_streams", t["streams"])
+        if then is not None:
+            then(tx)
 
     try:
         db.atomically(work, "import_workflow")

@@ -44,7 +44,8 @@ The tree::
     │   ├── NotInWorkflowError
     │   ├── TransactionStepError
     │   ├── AsyncInSyncError (also a TypeError)
-    │   └── BlockingCallError (also a TypeError)
+    │   ├── BlockingCallError (also a TypeError)
+    │   └── WeakTokenError
     ├── OutcomeError
     │   ├── ApprovalDeniedError
     │   ├── BudgetExceededError
@@ -897,6 +898,23 @@ class MigrationError(InfrastructureError):
 
     An InfrastructureError: the database (or the installed package) is not at the version
     the code needs, which a deployment step fixes, not a change to the program."""
+
+
+class WeakTokenError(UsageError):
+    """The console's token is too weak for a console others can reach: give a long random
+    one, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`, as --token or
+    DURABLE_UI_TOKEN (or leave it unset: `durable ui` then makes and prints one).
+
+    A UsageError: anyone who reaches the console may guess the token, so a short or
+    repetitive one is refused at start, before anything listens."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+        super().__init__(
+            f"the console's token is too weak to serve beyond loopback: {why}; give a long "
+            "random one, e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`, "
+            "as --token or DURABLE_UI_TOKEN (or set none: durable ui makes and prints one)"
+        )
 
 
 def describe(value: Any) -> str:

@@ -1927,3 +1927,33 @@ FROM {schema}.executors
 -- incarnation as the holder of its executor id.
 SELECT 1 AS registered FROM {schema}.executors
 WHERE executor_id = %(executor_id)s AND incarnation = %(incarnation)s
+
+-- insert_audit --
+-- Record an operator action's rows, in the transaction of the action itself.
+INSERT INTO {schema}.audit_log (workflow_id, audit_id, at, actor, action, subject, detail)
+SELECT t.workflow_id, t.audit_id, {schema}.current_time(), %(actor)s, t.action, t.subject,
+       t.detail
+FROM unnest(%(workflow_ids)s::text[], %(audit_ids)s::uuid[], %(actions)s::text[],
+            %(subjects)s::text[], %(details)s::text[])
+    AS t (workflow_id, audit_id, action, subject, detail)
+
+-- audit_of_workflow --
+-- The operator actions on one workflow ('' for the schedules'), newest first (keyset
+-- `before`: the (at, audit_id) of the last row of the page before).
+SELECT workflow_id, audit_id, at, actor, action, subject, detail FROM {schema}.audit_log
+WHERE workflow_id = %(workflow_id)s
+  AND (%(action)s::text IS NULL OR action = %(action)s::text)
+  AND (%(before_at)s::timestamptz IS NULL
+       OR (at, audit_id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
+ORDER BY at DESC, audit_id DESC
+LIMIT %(limit)s
+
+-- list_audit --
+-- Every operator action, newest first (an action's name filters; keyset `before` as in
+-- audit_of_workflow).
+SELECT workflow_id, audit_id, at, actor, action, subject, detail FROM {schema}.audit_log
+WHERE (%(action)s::text IS NULL OR action = %(action)s::text)
+  AND (%(before_at)s::timestamptz IS NULL
+       OR (at, audit_id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
+ORDER BY at DESC, audit_id DESC
+LIMIT %(limit)s

@@ -5,7 +5,7 @@ embedded server. Tables are printed for people; --json prints data for scripts. 
 0 success, 1 a durable error (message on stderr), 2 bad usage.
 
 The commands live in modules by group (`_workflows`, `_worker`, `_approvals`, `_schedules`,
-`_database`, `_ui`), with what they share in `_options` and `_common`; this module makes
+`_database`, `_ui`, `_audit`), with what they share in `_options` and `_common`; this module makes
 the `main` group (the `durable` console script) and attaches them.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 import click
 
 from durable.cli._approvals import approvals
+from durable.cli._audit import audit
 from durable.cli._database import db, migrate, prune
 from durable.cli._schedules import queues, schedules
 from durable.cli._ui import ui
@@ -41,5 +42,6 @@ for _command in (
     schedules,
     ui,
     db,
+    audit,
 ):
     main.add_command(_command)

@@ -16,6 +16,7 @@ from typing import Any, ParamSpec, TypeVar
 import click
 from rich.console import Console
 
+from durable._audit import whoami
 from durable._client import Client
 from durable._terminal import InertConsole, inert
 from durable.errors import DurableError
@@ -50,7 +51,10 @@ def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
 def _client(url: str | None, schema: str, *, migrate: bool = False) -> Iterator[Client]:
     """A Client for one command: a small pool, no threads, no executor row."""
     resolved = _resolve_url(url, create=migrate)
-    with Client(resolved, schema=schema, migrate=migrate, connect_timeout=10) as client:
+    actor = f"{whoami()} via cli"  # the audit log's record of who acted
+    with Client(
+        resolved, schema=schema, migrate=migrate, connect_timeout=10, actor=actor
+    ) as client:
         yield client
 
 

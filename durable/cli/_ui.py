@@ -19,7 +19,8 @@ from durable.cli._options import schema_option, url_option
     "--token",
     envvar="DURABLE_UI_TOKEN",
     default=None,
-    help="What actions must present ($DURABLE_UI_TOKEN; default: a new one, printed).",
+    help="What actions must present ($DURABLE_UI_TOKEN; default: a new one, printed); "
+    "beyond loopback, 32 characters or more.",
 )
 @click.option(
     "--read-only",
@@ -52,15 +53,18 @@ def ui(
 
         from durable.ui import create_app
         from durable.ui._app import _is_loopback
+        from durable.ui._auth import check_strong
     except ImportError as exc:
         hint = "install the console with pip install 'durable-pg[ui]'"
         raise click.UsageError(f"{exc}: {hint}") from None
     beyond = not _is_loopback(host.strip("[]").lower())
     if beyond or allowed_hosts or not read_only:
+        if token and (beyond or allowed_hosts):
+            check_strong(token)  # WeakTokenError, before anything listens
         if not token:
             import secrets
 
-            token = secrets.token_urlsafe(18)
+            token = secrets.token_urlsafe(32)
             needs = (
                 "every page needs"
                 if beyond
@@ -74,8 +78,10 @@ def ui(
     if beyond:
         click.echo(
             f"listening beyond loopback ({host}): every page needs the token, not only the "
-            "actions (the browser asks for it as a password, any user name; scripts send "
-            "the X-Durable-Token header); use https in front of it on an untrusted network",
+            "actions (a browser shows a sign-in form for it; scripts send the "
+            "X-Durable-Token header, a Bearer token, or Basic authentication with the token "
+            "as the password); wrong tokens are throttled per client address; use https in "
+            "front of it on an untrusted network",
             err=True,
         )
     with _client(database_url, schema) as client:

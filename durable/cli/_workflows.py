@@ -18,6 +18,7 @@ from durable._models import WorkflowInfo, WorkflowStatus
 from durable._names import workflow_label
 from durable._protocol import decode_error
 from durable._terminal import inert
+from durable.cli._audit import audit_table
 from durable.cli._common import (
     _client,
     _console,
@@ -130,7 +131,7 @@ def show(
     workflow_id: str, database_url: str | None, schema: str, as_json: bool, full: bool
 ) -> None:
     """Show one workflow: inputs, status, every journaled step, its effects, budget,
-    state, tool calls and conversation."""
+    state, tool calls, conversation, and the operator actions on it (the audit log)."""
     _show_full(full)
     with _client(database_url, schema) as client:
         tools = client.tool_calls(workflow_id)
@@ -142,6 +143,7 @@ def show(
         state_text = client.state_text(workflow_id)
         budget = client.budget(workflow_id)
         wait = client.worker_wait(workflow_id)
+        audited = client.audit_log(workflow_id, limit=50)
     orphan = wait["waiting"]
     label = workflow_label(info.name, info.version)
     live = [workflow_label(info.name, v) for v in wait["live_versions"]]
@@ -190,6 +192,7 @@ def show(
                 }
                 for e in effects
             ],
+            "audit": audited,
         }
         click.echo(json.dumps(data, indent=2, default=str))
         return
@@ -272,6 +275,8 @@ def show(
         console.print(f"{turn.get('role')}: {_short(str(turn.get('content')), 300)}")
     for key, value in events.items():
         console.print(f"event {key}: {_short(json.dumps(value, default=str), 200)}")
+    if audited:
+        console.print(audit_table(audited, "operator actions (newest first)"))
 
 
 @workflows.command("cancel")

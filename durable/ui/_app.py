@@ -10,8 +10,10 @@ import hmac
 import ipaddress
 import json
 import secrets
+import time
+import uuid
 import zoneinfo
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
@@ -27,6 +29,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from durable._client import Client
+from durable._clock import SystemClock
 from durable._engine import Engine
 from durable._models import WorkflowStatus
 from durable._names import workflow_label
@@ -39,7 +42,16 @@ from durable.errors import (
     InvalidNameError,
     WorkflowNotFoundError,
 )
-from durable.ui._auth import SESSION_COOKIE, SESSION_SECONDS, TOKEN_HEADER, Sessions
+from durable.ui._actions import _ACTIONS, _CANCELLABLE, _RESUMABLE, _acting
+from durable.ui._auth import (
+    SESSION_COOKIE,
+    SESSION_SECONDS,
+    TOKEN_HEADER,
+    Sessions,
+    Throttle,
+    check_strong,
+    credential,
+)
 from durable.ui._metrics import metrics_route
 from durable.ui._timeline import between, human_duration, timeline
 
@@ -77,7 +89,10 @@ def create_app(
       no other name at all.
 
     A console that is neither read-only nor given a token is refused, so that a mounted
-    console never acts for anyone who can reach it.
+    console never acts for anyone who can reach it; one that serves others (reads_need_token,
+    allowed_hosts) refuses a weak token (WeakTokenError). Wrong tokens are throttled per
+    client address and in all (see _auth.py); each action is recorded in the audit log as
+    "console <client address> ...".
     """
     if isinstance(client, Engine):
         client = client.client
@@ -91,6 +106,8 @@ def create_app(
             "reads_need_token and allowed_hosts need a token (the pages they serve ask for "
             "it): give token=... (durable ui: --token or DURABLE_UI_TOKEN)"
         )
+    if token and (reads_need_token or allowed_hosts):
+        check_strong(token)
     if isinstance(allowed_hosts, str):
         raise ConfigurationError(
             f"allowed_hosts={allowed_hosts!r}: give a list of names, e.g. [{allowed_hosts!r}]"
@@ -111,6 +128,7 @@ def create_app(
         Route("/queues", console.queues),
         Route("/schedules", console.schedules),
         Route("/metrics", metrics_route(client)),
+        Route("/audit", console.audit),
         Route("/signin", console.signin, methods=["GET", "POST"]),
         Route("/signout", console.signout, methods=["POST"]),
         Route("/actions/{action}", console.act, methods=["POST"]),
@@ -248,6 +266,12 @@ class _Console:
         self.client = client
         self.token = token
         self.sessions = Sessions(token) if token else None
+        clock = client.clock
+        self.throttle = Throttle(
+            clock=time.monotonic
+            if isinstance(clock, SystemClock)
+            else lambda: clock.now().timestamp()
+        )
         self.read_only = read_only
         self.reads_need_token = reads_need_token
         self.allowed_hosts = allowed_hosts
@@ -288,23 +312,82 @@ class _Console:
                 "it one (durable ui --token, or create_app(token=...)) to serve it further",
                 403,
             )
-        if self.sessions.presented(request):
-            return None
+        allowed = self.authorized(request)
+        if allowed is not False:
+            return None if allowed is True else allowed
         asked = path + (f"?{request.url.query}" if request.url.query else "")
         back = _back(asked) if request.method == "GET" else ""  # where signing in leads
-        return self.render(
+        answer = self.render(
             request,
             "signin.html",
             401,
             next=back,
             here="",
             note="this console needs its token to show anything from here: sign in (scripts "
-            f"send it in the {TOKEN_HEADER} header)",
+            f"send it in the {TOKEN_HEADER} header, or as a Bearer token)",
         )
+        # A scheme this console takes that browsers answer with no dialog of their own: a
+        # person signs in with the form above (a session that signing out ends).
+        answer.headers["WWW-Authenticate"] = 'Bearer realm="durable console"'
+        return answer
+
+    def authorized(self, request: Request, given: str | None = None) -> bool | Response:
+        """Whether this request may read and act: the token it presents (the header, a
+        Bearer token or a Basic password), else its live session cookie, else `given` (a
+        form's token field). A presented token is compared in constant time and counts
+        against the throttle: past its limits the answer is a 429 (Retry-After), whatever
+        the token. Decided once per request (request.state), as pages ask again; a form's
+        field is looked at only when given."""
+        decided = getattr(request.state, "durable_auth", None)
+        if decided is not None and given is None:
+            return bool(decided)
+        sessions = self.sessions
+        token = credential(request)
+        if sessions is None:
+            allowed: bool | Response = False
+        elif token is None and sessions.valid(request.cookies.get(SESSION_COOKIE)):
+            allowed = True
+        elif token is None and given is None:
+            allowed = False
+        else:
+            allowed = self._guess(request, token if token is not None else str(given).encode())
+        request.state.durable_auth = allowed is True
+        return allowed
+
+    def _guess(self, request: Request, token: bytes) -> bool | Response:
+        """A presented token, throttled: the 429 while its address (or everyone) is held
+        back, else whether it is the token (a wrong one counted, a right one clearing its
+        address's count)."""
+        assert self.sessions is not None
+        address = _address(request)
+        wait = self.throttle.wait(address)
+        if wait:
+            request.state.durable_auth = False
+            answer = self.message(
+                request,
+                f"refused: too many wrong tokens (from {address}, or from everywhere): try "
+                f"again in {wait} s",
+                429,
+            )
+            answer.headers["Retry-After"] = str(wait)
+            return answer
+        if self.sessions.is_token(token):
+            self.throttle.succeeded(address)
+            return True
+        self.throttle.failed(address)
+        return False
 
     def signed_in(self, request: Request) -> bool:
         """Whether this request may act: it carries the token, or a live session."""
-        return self.sessions is not None and self.sessions.presented(request)
+        return self.authorized(request) is True
+
+    def actor(self, request: Request) -> str:
+        """Who acts, for the audit log: the client's address, and its session (a prefix of
+        its nonce, which names it and proves nothing) or that it sent the token."""
+        assert self.sessions is not None
+        nonce = self.sessions.nonce(request.cookies.get(SESSION_COOKIE))
+        how = f"session {nonce[:8]}" if nonce and credential(request) is None else "token"
+        return f"console {_address(request)} {how}"
 
     async def unavailable(self, request: Request, exc: Exception) -> Response:
         """A lost database is the server's trouble, not the request's: 503, try again."""
@@ -377,7 +460,10 @@ class _Console:
         after = _back(form.get("next", ""))
         if not after or after.startswith(("/signin", "/signout", "/actions/")):
             after = "/workflows"
-        if not self.sessions.is_token(form.get("token", "").encode()):
+        allowed = self._guess(request, form.get("token", "").encode())
+        if isinstance(allowed, Response):
+            return allowed
+        if not allowed:
             return self.render(
                 request,
                 "signin.html",
@@ -530,6 +616,7 @@ class _Console:
             "tools": c.tool_calls(workflow_id),
             "events": c.events(workflow_id),
             "gates": c.list_approvals(workflow_id, waiting_only=False, limit=500),
+            "audit": c.audit_log(workflow_id, limit=PAGE_SIZE),
         }
 
     async def approvals(self, request: Request) -> Response:
@@ -587,6 +674,25 @@ class _Console:
             row["next_tick"] = _next_tick(row)
         return self.render(request, "schedules.html", refresh=REFRESH_SECONDS, schedules=rows)
 
+    async def audit(self, request: Request) -> Response:
+        """The audit log, newest first, a page at a time (keyset: the last row's time and
+        id)."""
+        q = request.query_params
+        try:
+            at, audit_id = _time_param(q.get("before_at")), q.get("before_id", "")
+            if (at is None) != (not audit_id):
+                raise ValueError("before_at and before_id go together (the older link has both)")
+            before = (at, uuid.UUID(audit_id)) if at is not None else None
+        except ValueError as exc:
+            return self.message(request, f"bad filter: {exc}", 400, back="/audit")
+        rows = await run_in_threadpool(self.client.audit_log, before=before, limit=PAGE_SIZE)
+        older = None
+        if len(rows) == PAGE_SIZE:
+            older = urlencode(
+                {"before_at": rows[-1]["at"].isoformat(), "before_id": rows[-1]["audit_id"]}
+            )
+        return self.render(request, "audit.html", refresh=REFRESH_SECONDS, rows=rows, older=older)
+
     # -- actions ---------------------------------------------------------------------------
 
     async def act(self, request: Request) -> Response:
@@ -603,12 +709,11 @@ class _Console:
             refused = self._checked_form(request, form)
             if refused is not None:
                 return refused
-        # A signed-in session, the header, Basic authentication, or (for scripts written
-        # against forms) a `token` field: each compared in constant time.
-        given = form.get("token")
-        allowed = self.sessions.presented(request) or (
-            given is not None and self.sessions.is_token(given.encode())
-        )
+        # The header, a Bearer token, Basic authentication, a signed-in session, or (for
+        # scripts written against forms) a `token` field.
+        allowed = self.authorized(request, form.get("token"))
+        if isinstance(allowed, Response):
+            return allowed
         if not allowed:
             return self.message(
                 request, "refused: this action needs the console's token: sign in first", 403
@@ -618,7 +723,7 @@ class _Console:
             return self.message(request, "no such action", 404)
         back = _back(form.get("back", ""))
         try:
-            text = await run_in_threadpool(action, self.client, form)
+            text = await run_in_threadpool(_acting, self.actor(request), action, self.client, form)
         except DatabaseUnavailableError as exc:
             return self.message(request, f"not done: {exc}; try again shortly", 503, back=back)
         except (DurableError, ValueError, KeyError) as exc:
@@ -627,6 +732,12 @@ class _Console:
                 status = 404
             return self.message(request, f"not done: {exc}", status, back=back)
         return self.message(request, text, 200, back=back)
+
+
+def _address(request: Request) -> str:
+    """The client's address (behind a proxy, the proxy's unless the server is told to trust
+    its X-Forwarded-For: uvicorn's --forwarded-allow-ips)."""
+    return request.client.host if request.client else "unknown"
 
 
 async def _body(request: Request, limit: int) -> bytes | None:
@@ -673,79 +784,3 @@ def _same_origin(request: Request) -> bool:
         return origin is None
     host = request.headers.get("host", "")
     return origin.split("://", 1)[-1] == host
-
-
-def _decide(client: Client, form: dict[str, str]) -> str:
-    approve = form["decision"] == "approve"
-    if form["decision"] not in ("approve", "deny"):
-        raise ValueError(f"decision={form['decision']!r}: approve or deny")
-    client.decide(
-        form["workflow_id"],
-        form["name"],
-        approve,
-        comment=form.get("comment") or None,
-        decided_by=form.get("by") or "console",
-    )
-    verb = "approved" if approve else "denied"
-    return f"{verb} {form['name']} of {form['workflow_id']}"
-
-
-_CANCELLABLE = frozenset(
-    {WorkflowStatus.ENQUEUED, WorkflowStatus.PENDING, WorkflowStatus.RUNNING}
-    | {WorkflowStatus.SUSPENDED}
-)
-_RESUMABLE = frozenset(
-    {WorkflowStatus.CANCELLED, WorkflowStatus.ERROR, WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
-)
-
-
-def _cancel(client: Client, form: dict[str, str]) -> str:
-    workflow_id = form["workflow_id"]
-    status = client.cancel(workflow_id, form.get("reason") or "cancelled from the console")
-    if status.is_terminal and status is not WorkflowStatus.CANCELLED:
-        return f"{workflow_id} already finished ({status.value}): nothing to cancel"
-    return f"cancel requested for {workflow_id} (now {status.value})"
-
-
-def _resume(client: Client, form: dict[str, str]) -> str:
-    """Resume, or with a version in the form move the workflow to it (a blank field keeps
-    its version; moving to no version is the CLI's `--version ''`)."""
-    workflow_id = form["workflow_id"]
-    version = form.get("version", "").strip() or None
-    row = client._resume(workflow_id, version=version)
-    if row and version is not None:
-        return f"moved {workflow_id} to {workflow_label(row['name'], row['version'])}"
-    if row:
-        return f"resumed {workflow_id}"
-    status = client.get_workflow(workflow_id).status
-    if status is WorkflowStatus.SUCCESS:
-        return f"{workflow_id} already succeeded: nothing to resume"
-    return f"{workflow_id} is {status.value}: it is still going, nothing to resume"
-
-
-def _fork(client: Client, form: dict[str, str]) -> str:
-    handle = client.fork(form["workflow_id"], from_step=int(form["from_step"]))
-    return f"forked {form['workflow_id']} from step {form['from_step']} as {handle.workflow_id}"
-
-
-def _schedule(client: Client, form: dict[str, str]) -> str:
-    if form["paused"] not in ("0", "1"):
-        raise ValueError(f"paused={form['paused']!r}: 1 pauses, 0 resumes")
-    paused = form["paused"] == "1"
-    client.pause_schedule(form["name"], paused)
-    return f"{'paused' if paused else 'resumed'} schedule {form['name']}"
-
-
-def _delete_schedule(client: Client, form: dict[str, str]) -> str:
-    client.delete_schedule(form["name"])
-    return f"deleted schedule {form['name']}: it fires no more; the runs of its ticks are kept"
-
-
-_ACTIONS: dict[str, Callable[[Client, dict[str, str]], str]] = {
-    "decide": _decide,
-    "cancel": _cancel,
-    "resume": _resume,
-    "fork": _fork,
-    "schedule": _schedule,
-    "delete-schedule": _delete_schedule,
-}

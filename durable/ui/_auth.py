@@ -1,6 +1,6 @@
 """Who may act: the operator token, presented once at sign-in and then carried by a session
-cookie, or sent with each request by a script (the X-Durable-Token header, or as the
-password of Basic authentication).
+cookie, or sent with each request by a script (the X-Durable-Token header, as a Bearer
+token, or as the password of Basic authentication).
 
 A session cookie is opaque and bound to the token: `issued.nonce.mac`, where the MAC is an
 HMAC-SHA256, keyed by a hash of the token, of the time it was issued and a random nonce. It
@@ -8,6 +8,11 @@ holds nothing secret, needs no server-side store (so it survives a restart of th
 and works across the processes of a mounted app), and a console given another token cannot
 verify it: changing the token signs every session out. It expires after SESSION_SECONDS;
 signing out deletes it in the browser and revokes it in this process.
+
+A wrong token is a guess: the Throttle counts them per client address and in all, and past
+its limits the console answers 429 (Retry-After) without looking at the token, the right one
+included, until the window has passed. A session cookie is not throttled: its MAC cannot be
+guessed, and signed-in operators keep working while someone else is locked out.
 """
 
 from __future__ import annotations
@@ -16,14 +21,49 @@ import base64
 import binascii
 import hashlib
 import hmac
+import math
 import secrets
 import time
+from collections import deque
+from collections.abc import Callable
 
 from starlette.requests import Request
+
+from durable.errors import WeakTokenError
 
 TOKEN_HEADER = "X-Durable-Token"
 SESSION_COOKIE = "durable_session"
 SESSION_SECONDS = 12 * 3600
+# Failed token attempts allowed in a sliding window, from one client address and from all
+# of them together (the second stops a guesser spread over many addresses; a signed-in
+# session keeps working through it).
+FAILURES_PER_ADDRESS = 10
+FAILURES_OVERALL = 100
+FAILURE_WINDOW_SECONDS = 60.0
+# A token that guards a console beyond loopback: this long, with this many different
+# characters (secrets.token_urlsafe(32) gives 43 characters, 256 random bits).
+STRONG_TOKEN_LENGTH = 32
+STRONG_TOKEN_DISTINCT = 10
+
+
+def check_strong(token: str) -> None:
+    """WeakTokenError when `token` is too short or too repetitive to guard a console that
+    others can reach (anyone who reaches it may guess)."""
+    why = None
+    if len(token) < STRONG_TOKEN_LENGTH:
+        why = f"it has {len(token)} characters, fewer than {STRONG_TOKEN_LENGTH}"
+    elif len(set(token)) < STRONG_TOKEN_DISTINCT:
+        why = f"it uses {len(set(token))} different characters, fewer than {STRONG_TOKEN_DISTINCT}"
+    if why is not None:
+        raise WeakTokenError(why)
+
+
+def bearer_token(header: str | None) -> bytes | None:
+    """The token of a Bearer Authorization header."""
+    scheme, _, token = (header or "").partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        return None
+    return token.strip().encode("latin-1")
 
 
 def basic_password(header: str | None) -> bytes | None:
@@ -76,13 +116,67 @@ class Sessions:
         if self.valid(cookie):
             self._revoked.add((cookie or "").split(".")[1])
 
-    def presented(self, request: Request) -> bool:
-        """Whether a request carries the token: in the header, as a Basic password, or by a
-        live session cookie."""
-        header = request.headers.get(TOKEN_HEADER)
-        if header is not None:
-            return self.is_token(header.encode("latin-1"))
-        password = basic_password(request.headers.get("authorization"))
-        if password is not None:
-            return self.is_token(password)
-        return self.valid(request.cookies.get(SESSION_COOKIE))
+    def nonce(self, cookie: str | None) -> str | None:
+        """A live session's nonce (not secret: it names the session, the MAC proves it)."""
+        return (cookie or "").split(".")[1] if self.valid(cookie) else None
+
+
+def credential(request: Request) -> bytes | None:
+    """The token a request presents: the X-Durable-Token header, else a Bearer token or a
+    Basic password; None when it presents none (a session cookie may still sign it in)."""
+    header = request.headers.get(TOKEN_HEADER)
+    if header is not None:
+        return header.encode("latin-1")
+    authorization = request.headers.get("authorization")
+    return bearer_token(authorization) or basic_password(authorization)
+
+
+class Throttle:
+    """Failed token attempts, per client address and in all, in a sliding window of
+    `window` seconds (see the module's docstring). Bounded: once `overall` failures are in
+    the window no more are recorded, so it holds at most that many."""
+
+    def __init__(
+        self,
+        per_address: int = FAILURES_PER_ADDRESS,
+        overall: int = FAILURES_OVERALL,
+        window: float = FAILURE_WINDOW_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.per_address = per_address
+        self.overall = overall
+        self.window = window
+        self.clock = clock
+        self._failures: dict[str, deque[float]] = {}
+        self._all: deque[float] = deque()
+
+    def _expire(self, now: float) -> None:
+        while self._all and self._all[0] <= now - self.window:
+            self._all.popleft()
+        for address in list(self._failures):
+            times = self._failures[address]
+            while times and times[0] <= now - self.window:
+                times.popleft()
+            if not times:
+                del self._failures[address]
+
+    def wait(self, address: str) -> int:
+        """Seconds before `address` may present a token again (0: it may now)."""
+        now = self.clock()
+        self._expire(now)
+        waits = []
+        times = self._failures.get(address)
+        if times is not None and len(times) >= self.per_address:
+            waits.append(times[-self.per_address] + self.window - now)
+        if len(self._all) >= self.overall:
+            waits.append(self._all[-self.overall] + self.window - now)
+        return max(1, math.ceil(max(waits))) if waits else 0
+
+    def failed(self, address: str) -> None:
+        now = self.clock()
+        self._failures.setdefault(address, deque()).append(now)
+        self._all.append(now)
+
+    def succeeded(self, address: str) -> None:
+        """The right token from `address`: its own count starts again."""
+        self._failures.pop(address, None)

@@ -92,8 +92,18 @@ def test_beyond_loopback_every_page_needs_the_token(
     assert found, started
     token = found.group(1)
 
+    assert len(token) >= 32  # a strong one: a weak one is refused beyond loopback
+    assert "sign-in form" in started and "asks for it as a password" not in started
+
     status, text = _get(base + "/workflows/secret-42")
     assert status == 401 and "net.secret" not in text  # a sign-in form, nothing of it
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(base + "/workflows", timeout=10)
+    # The challenge names a scheme the console takes, and a browser shows the form for it.
+    challenge = refused.value.headers["WWW-Authenticate"]
+    refused.value.close()
+    assert challenge == 'Bearer realm="durable console"'
+    assert _get(base + "/workflows", {"Authorization": f"Bearer {token}"})[0] == 200
     basic = "Basic " + base64.b64encode(f"ana:{token}".encode()).decode()
     status, text = _get(base + "/workflows/secret-42", {"Authorization": basic})
     assert status == 200 and "secret-42" in text

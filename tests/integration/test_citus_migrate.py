@@ -99,7 +99,11 @@ def test_the_latest_migration_applies_to_a_schema_distributed_before_it(
     with durable.Client(citus_bare_url, migrate=True):
         pass
     with psycopg.connect(citus_bare_url, autocommit=True) as conn:
-        for _, statement in _citus.plan():
+        for table, statement in _citus.plan():
+            if table is not None:
+                found = conn.execute("SELECT to_regclass(%s)", [table]).fetchone()
+                if found is None or found[0] is None:
+                    continue  # made by a later migration
             name = re.search(r"create_distributed_function\('(.*)'\)", statement)
             if name is not None:
                 found = conn.execute("SELECT to_regprocedure(%s)", [name.group(1)]).fetchone()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import re
+import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from importlib import resources
@@ -494,6 +495,22 @@ def params(name: str, w: str) -> dict[str, Any]:
         "list_schedules": {},
         "set_schedule_paused": {"schedule_name": f"sched-{w}", "paused": True},
         "delete_schedule": {"schedule_name": f"sched-{w}"},
+        "insert_audit": {
+            "actor": "ana@ops via cli",
+            "workflow_ids": [w, ""],
+            "audit_ids": [uuid.uuid4(), uuid.uuid4()],
+            "actions": ["cancel", "delete schedule"],
+            "subjects": [None, f"sched-{w}"],
+            "details": ["why", None],
+        },
+        "audit_of_workflow": {
+            "workflow_id": w,
+            "action": None,
+            "before_at": NOW,
+            "before_id": uuid.uuid4(),
+            "limit": 10,
+        },
+        "list_audit": {"action": "cancel", "before_at": None, "before_id": None, "limit": 10},
         "enqueue_workflow": {
             **workflow,
             "workflow_id": f"{w}-queued2",

@@ -18,7 +18,7 @@ import durable
 from durable.testing import TemplateDatabases
 from durable.ui import TOKEN_HEADER, create_app
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-for-the-console-tests-7Kq"
 SCRIPT = "<script>alert('owned')</script>"
 LOCAL = "127.0.0.1:8321"
 
@@ -313,8 +313,9 @@ def test_a_page_asked_for_under_another_host_name_is_refused(engine: durable.Eng
 
 def test_beyond_loopback_every_page_needs_the_token(engine: durable.Engine) -> None:
     """A request that came in on an address other than loopback (or that the console was
-    told to guard, as `durable ui --host 0.0.0.0` does) is answered only with the token: as
-    the password of the browser's login prompt, or in the X-Durable-Token header."""
+    told to guard, as `durable ui --host 0.0.0.0` does) is answered only with the token: by
+    a session signed in with it, in the X-Durable-Token header, as a Bearer token, or as the
+    password of Basic authentication."""
     engine.start(idle, 7, workflow_id="secret-2").result(timeout=10)
     app = create_app(engine.client, token=TOKEN)
     lan = _web(app, host="192.0.2.10:8321")
@@ -324,8 +325,10 @@ def test_beyond_loopback_every_page_needs_the_token(engine: durable.Engine) -> N
         assert refused.status_code == 401, path
         assert "ui.idle" not in refused.text, path  # nothing of the workflow: a sign-in form
         assert 'action="/signin"' in refused.text, path
-    for auth in ("Basic !!!", "Basic " + "bm8tY29sb24=", "Bearer " + TOKEN, "Basic w6k6w6k="):
+    for auth in ("Basic !!!", "Basic " + "bm8tY29sb24=", "Bearer wrong", "Basic w6k6w6k="):
         assert lan.get("/workflows", headers={"authorization": auth}).status_code == 401, auth
+    bearer = lan.get("/workflows", headers={"authorization": "Bearer " + TOKEN})
+    assert bearer.status_code == 200 and "secret-2" in bearer.text
     assert lan.get("/workflows", auth=("anyone", "wrong")).status_code == 401
     assert "secret-2" in lan.get("/workflows", auth=("anyone", TOKEN)).text
     assert lan.get("/workflows/secret-2", headers={TOKEN_HEADER: TOKEN}).status_code == 200

@@ -84,3 +84,35 @@ def test_a_sleep_lasts_until_the_next_call_and_a_wait_from_the_call_before() -> 
     ]
     assert drawn.total == "1 s" and not drawn.running
     assert [label for _, label in drawn.ticks] == ["0 ms", "250 ms", "500 ms", "750 ms", "1 s"]
+
+
+def test_the_throttle_counts_wrong_tokens_per_address_and_in_all() -> None:
+    now = [1000.0]
+    throttle = _auth.Throttle(per_address=3, overall=5, window=60, clock=lambda: now[0])
+    for _ in range(3):
+        assert throttle.wait("a") == 0
+        throttle.failed("a")
+    assert throttle.wait("a") == 60 and throttle.wait("b") == 0
+    now[0] += 59.5
+    assert throttle.wait("a") == 1  # whole seconds, never 0 while it holds
+    now[0] += 1
+    assert throttle.wait("a") == 0
+    throttle.failed("b")
+    throttle.succeeded("b")  # the right token: its own count starts again
+    for address in ("c", "d", "e", "f", "g"):
+        throttle.failed(address)
+    assert throttle.wait("h") > 0  # five in the window, from five addresses
+    now[0] += 61
+    assert throttle.wait("h") == 0 and throttle._failures == {}
+
+
+def test_a_token_beyond_loopback_must_be_long_and_varied() -> None:
+    from durable.errors import WeakTokenError
+
+    for weak in ("", "s3cret", "x" * 31, "ab" * 20, "0123456780" * 4):
+        with pytest.raises(WeakTokenError, match="token_urlsafe"):
+            _auth.check_strong(weak)
+    import secrets
+
+    _auth.check_strong(secrets.token_urlsafe(32))
+    _auth.check_strong(secrets.token_hex(16))

@@ -1,0 +1,99 @@
+"""The console's actions: each reads its fields from a checked form, calls the Client (in a
+thread, as the operator the console names: see _audit.py) and returns what to tell the
+operator. The form never names who acts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from durable._audit import acting_as
+from durable._client import Client
+from durable._models import WorkflowStatus
+from durable._names import workflow_label
+
+
+def _decide(client: Client, form: dict[str, str]) -> str:
+    approve = form["decision"] == "approve"
+    if form["decision"] not in ("approve", "deny"):
+        raise ValueError(f"decision={form['decision']!r}: approve or deny")
+    client.decide(
+        form["workflow_id"],
+        form["name"],
+        approve,
+        comment=form.get("comment") or None,
+        decided_by=form.get("by") or "console",
+    )
+    verb = "approved" if approve else "denied"
+    return f"{verb} {form['name']} of {form['workflow_id']}"
+
+
+_CANCELLABLE = frozenset(
+    {WorkflowStatus.ENQUEUED, WorkflowStatus.PENDING, WorkflowStatus.RUNNING}
+    | {WorkflowStatus.SUSPENDED}
+)
+_RESUMABLE = frozenset(
+    {WorkflowStatus.CANCELLED, WorkflowStatus.ERROR, WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
+)
+
+
+def _cancel(client: Client, form: dict[str, str]) -> str:
+    workflow_id = form["workflow_id"]
+    status = client.cancel(workflow_id, form.get("reason") or "cancelled from the console")
+    if status.is_terminal and status is not WorkflowStatus.CANCELLED:
+        return f"{workflow_id} already finished ({status.value}): nothing to cancel"
+    return f"cancel requested for {workflow_id} (now {status.value})"
+
+
+def _resume(client: Client, form: dict[str, str]) -> str:
+    """Resume, or with a version in the form move the workflow to it (a blank field keeps
+    its version; moving to no version is the CLI's `--version ''`)."""
+    workflow_id = form["workflow_id"]
+    version = form.get("version", "").strip() or None
+    row = client._resume(workflow_id, version=version)
+    if row and version is not None:
+        return f"moved {workflow_id} to {workflow_label(row['name'], row['version'])}"
+    if row:
+        return f"resumed {workflow_id}"
+    status = client.get_workflow(workflow_id).status
+    if status is WorkflowStatus.SUCCESS:
+        return f"{workflow_id} already succeeded: nothing to resume"
+    return f"{workflow_id} is {status.value}: it is still going, nothing to resume"
+
+
+def _fork(client: Client, form: dict[str, str]) -> str:
+    handle = client.fork(form["workflow_id"], from_step=int(form["from_step"]))
+    return f"forked {form['workflow_id']} from step {form['from_step']} as {handle.workflow_id}"
+
+
+def _schedule(client: Client, form: dict[str, str]) -> str:
+    if form["paused"] not in ("0", "1"):
+        raise ValueError(f"paused={form['paused']!r}: 1 pauses, 0 resumes")
+    paused = form["paused"] == "1"
+    client.pause_schedule(form["name"], paused)
+    return f"{'paused' if paused else 'resumed'} schedule {form['name']}"
+
+
+def _delete_schedule(client: Client, form: dict[str, str]) -> str:
+    client.delete_schedule(form["name"])
+    return f"deleted schedule {form['name']}: it fires no more; the runs of its ticks are kept"
+
+
+_ACTIONS: dict[str, Callable[[Client, dict[str, str]], str]] = {
+    "decide": _decide,
+    "cancel": _cancel,
+    "resume": _resume,
+    "fork": _fork,
+    "schedule": _schedule,
+    "delete-schedule": _delete_schedule,
+}
+
+
+def _acting(
+    actor: str,
+    action: Callable[[Client, dict[str, str]], str],
+    client: Client,
+    form: dict[str, str],
+) -> str:
+    """An action, recorded in the audit log as `actor`'s (run in a worker thread)."""
+    with acting_as(actor):
+        return action(client, form)
