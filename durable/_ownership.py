@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from durable import _host as host
 from durable._systemdb import node_down
-from durable.errors import DatabaseUnavailableError, ExecutorIdTakenError
+from durable.errors import DatabaseUnavailableError, ExecutorIdInUseError, ExecutorIdTakenError
 
 if TYPE_CHECKING:
     from durable._systemdb import SystemDB
@@ -98,6 +98,32 @@ class Ownership:
             "pid_start": host.start_tick(pid),
         }
         return self.registration
+
+    def refuse_a_live_twin(self, db: SystemDB) -> bool:
+        """An explicit executor id still beating for another process is in use: taking its
+        runs would run their steps twice. Refuse (ExecutorIdInUseError) before anything is
+        touched. Otherwise say whether the process that held the id is known to be gone
+        (then all it owned is ours to take back at once; else only what it let expire).
+
+        Its pid is asked about only from its own host key (the same kernel and pid
+        namespace, see durable/_host.py): there a pid that is gone, or that names a process
+        started at another tick (this very process's, in a container restarted as pid 1),
+        is a dead predecessor. A row of another host key (another container, even with
+        the same hostname) is judged by its heartbeat alone."""
+        row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
+        if row is None:
+            return True
+        key = host.host_key()
+        start = row["pid_start"]
+        if key and row["host_key"] == key and host.gone(int(row["pid"]), start):
+            return True  # it crashed (a kill -9, an OOM kill): its runs are ours to take back
+        age = float(row["heartbeat_age"])
+        if age > self.lease_seconds:
+            # It stopped beating a lease ago: paused, cut off or gone. If it comes back, it
+            # finds its id taken and stops (the executor row names this incarnation now).
+            return False
+        # A live process (this one included) beats under this id: a twin.
+        raise ExecutorIdInUseError(self.executor_id, f"pid {row['pid']} on {row['hostname']}", age)
 
     def take_back_from_the_dead(self, db: SystemDB) -> int:
         """The claims of other executors of this host whose process is gone (a crash: a

@@ -28,7 +28,7 @@ from durable.cli._options import (
     schema_option,
     url_option,
 )
-from durable.errors import DurableError
+from durable.errors import DurableError, ExecutorIdInUseError
 
 if TYPE_CHECKING:
     from durable._engine import Engine
@@ -268,7 +268,14 @@ def worker(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    engine.launch()
+    from durable.cli._processes import EXIT_ID_IN_USE, watch_supervisor
+
+    watch_supervisor(stop)  # one of `--processes N`: it stops when the command is gone
+    try:
+        engine.launch()
+    except ExecutorIdInUseError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(EXIT_ID_IN_USE)  # the holder may be a predecessor still stopping: retry
     try:
         engine.run_worker(stop, grace_seconds=grace_seconds)
     except DurableError as exc:

@@ -98,7 +98,11 @@ def test_the_claims_of_a_dead_process_of_this_host_are_taken_at_launch(
 
 def test_gone_is_judged_by_pid_and_start_tick() -> None:
     me = os.getpid()
-    assert not _host.gone(me, None) and not _host.gone(me, 0)  # this process, whatever
+    mine = _host.start_tick(me)
+    assert mine is not None
+    assert not _host.gone(me, None) and not _host.gone(me, mine)  # this process
+    # This pid at another start tick: a predecessor whose pid came round to this process.
+    assert _host.gone(me, mine - 1)
     assert _host.gone(_dead_pid(), None)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
