@@ -17,6 +17,7 @@ import click
 from rich.table import Table
 
 from durable._names import workflow_label
+from durable._terminal import inert
 from durable.cli._common import _client, _console, _handle_errors
 from durable.cli._options import (
     _DAY,
@@ -274,7 +275,7 @@ def worker(
     try:
         engine.launch()
     except ExecutorIdInUseError as exc:
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {inert(str(exc))}", err=True)
         sys.exit(EXIT_ID_IN_USE)  # the holder may be a predecessor still stopping: retry
     try:
         engine.run_worker(stop, grace_seconds=grace_seconds)
