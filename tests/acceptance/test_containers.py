@@ -191,7 +191,9 @@ def test_a_live_twin_in_another_container_is_refused_until_its_heartbeat_is_stal
                 lambda: b is not None and b.poll() is not None or len(world(database_url)) > 8,
                 what="B to exit or to run a step",
             )
-            entered = world(database_url)
+            # While A lives, B runs nothing: it is refused, with the fix in its message.
+            entered = [(what, pid) for _, what, pid in world(database_url)]
+            assert entered == [("enter", 50)] * 8
             b_exit = b.wait(timeout=30)
             holder_after_b = holder(database_url, "twin")[0]
             # A dies (a kill -9 of its container): B, started again and again as a
@@ -205,8 +207,6 @@ def test_a_live_twin_in_another_container_is_refused_until_its_heartbeat_is_stal
                     break  # running: it holds the id
             gate.touch()
             results = [client.retrieve(f"w{k}").result(timeout=60) for k in range(8)]
-        # While A lived, B ran nothing and was refused with the fix in its message.
-        assert [(what, pid) for _, what, pid in entered] == [("enter", 50)] * 8
         assert b_exit == 75
         assert "give each process its own --executor-id" in (tmp_path / "b.log").read_text()
         assert holder_after_b == 50
