@@ -177,6 +177,7 @@ def test_processes_die_with_their_command_and_a_new_one_takes_over_at_once(
     with client(database_url) as engine:
         first = start_worker(subprocess_env, database_url, concurrency=4, extra=extra)
         second = None
+        children: list[int] = []
         try:
             handles = [
                 engine.submit(counter_app.slow, f"w{k}", 8, 0.3, workflow_id=f"w{k}")
@@ -199,6 +200,9 @@ def test_processes_die_with_their_command_and_a_new_one_takes_over_at_once(
         finally:
             first.kill()
             first.wait()
+            for pid in children:  # left running if they outlived their command
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
             code = stop_worker(second) if second is not None else None
     assert code == 0
     runs = Counter((wid, what) for wid, what, _ in world(database_url))

@@ -15,6 +15,7 @@ import pytest
 
 import durable
 from durable import _host
+from durable.errors import ExecutorIdInUseError
 
 
 @durable.workflow(registry=durable.Registry(), name="takeover.wf")
@@ -114,3 +115,31 @@ def test_gone_is_judged_by_pid_and_start_tick() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_an_explicit_id_is_judged_by_host_key_and_start_tick_at_launch(
+    database_url: str,
+) -> None:
+    """Its own row, left by a predecessor of this pid namespace whose pid came round to
+    this process (pid 1 of a container restarted): a dead predecessor, taken over at once.
+    A row of another host key (another container, the same hostname): judged by its
+    heartbeat alone, never by a pid that means nothing here."""
+    here = _host.host_key()
+    if not here:
+        pytest.skip("no host key on this platform (/proc is needed)")
+    me = os.getpid()
+    mine = _host.start_tick(me)
+    assert mine is not None
+    _held_by(database_url, "restarted", me, here, mine - 1)
+    with durable.Engine(database_url, registry=durable.Registry(), executor_id="restarted"):
+        assert _state(database_url, "restarted") == ("abandoned:restarted", True, True)
+    # Another container, whose pid is not one here: alive while its heartbeat is fresh.
+    _held_by(database_url, "twin", _dead_pid(), "box/" + here.split("/", 1)[1] + "x", None)
+    with pytest.raises(ExecutorIdInUseError) as refused:
+        durable.Engine(database_url, registry=durable.Registry(), executor_id="twin").launch()
+    assert "give each process its own --executor-id" in str(refused.value)
+    assert _state(database_url, "twin") == ("twin", False, True)
+    # The same pid and start tick as this process: an engine of this very process.
+    _held_by(database_url, "same", me, here, mine)
+    with pytest.raises(ExecutorIdInUseError):
+        durable.Engine(database_url, registry=durable.Registry(), executor_id="same").launch()
