@@ -22,6 +22,7 @@ import datetime as dt
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -108,22 +109,50 @@ class Ownership:
         Its pid is asked about only from its own host key (the same kernel and pid
         namespace, see durable/_host.py): there a pid that is gone, or that names a process
         started at another tick (this very process's, in a container restarted as pid 1),
-        is a dead predecessor. A row of another host key (another container, even with
-        the same hostname) is judged by its heartbeat alone."""
+        is a dead predecessor, and a live pid a twin. A row of another host key (another
+        container, even with the same hostname; or this container restarted in a new pid
+        namespace) is judged by its heartbeat alone: this process watches it for up to a
+        lease, and is refused as soon as it beats again, or takes the id once it is a lease
+        old, rather than failing at once and being restarted until then."""
         row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
         if row is None:
             return True
         key = host.host_key()
-        start = row["pid_start"]
-        if key and row["host_key"] == key and host.gone(int(row["pid"]), start):
+        pid, start = int(row["pid"]), row["pid_start"]
+        here = bool(key) and row["host_key"] == key
+        if here and host.gone(pid, start):
             return True  # it crashed (a kill -9, an OOM kill): its runs are ours to take back
-        age = float(row["heartbeat_age"])
-        if age > self.lease_seconds:
-            # It stopped beating a lease ago: paused, cut off or gone. If it comes back, it
-            # finds its id taken and stops (the executor row names this incarnation now).
-            return False
-        # A live process (this one included) beats under this id: a twin.
-        raise ExecutorIdInUseError(self.executor_id, f"pid {row['pid']} on {row['hostname']}", age)
+        first = row
+        deadline = time.monotonic() + self.lease_seconds + 1.0
+        while True:
+            age = float(row["heartbeat_age"])
+            if age > self.lease_seconds:
+                # It stopped beating a lease ago: paused, cut off or gone. If it comes back,
+                # it finds its id taken and stops (the executor row names this incarnation).
+                return False
+            beat = (row["incarnation"], row["heartbeat_at"]) != (
+                first["incarnation"],
+                first["heartbeat_at"],
+            )
+            if here or beat or time.monotonic() > deadline:
+                # A live process (this one included) beats under this id: a twin.
+                holder = f"pid {row['pid']} on {row['hostname']}"
+                raise ExecutorIdInUseError(self.executor_id, holder, age)
+            if row is first:
+                logger.warning(
+                    "executor id %s was held by pid %s on %s, of another pid namespace, "
+                    "whose heartbeat is %.1f s old: waiting for it to beat again (then this "
+                    "process is refused) or to be a lease old (then it takes the id over)",
+                    self.executor_id,
+                    row["pid"],
+                    row["hostname"],
+                    age,
+                    extra={"event": "twin_check", "executor_id": self.executor_id},
+                )
+            time.sleep(min(0.5, self.lease_seconds / 10))
+            row = db.fetch_one("get_executor", {"executor_id": self.executor_id}) or {}
+            if not row:
+                return True  # its row was deleted: it shut down
 
     def take_back_from_the_dead(self, db: SystemDB) -> int:
         """The claims of other executors of this host whose process is gone (a crash: a

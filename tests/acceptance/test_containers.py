@@ -84,7 +84,9 @@ def at_pid(pid: int, command: str) -> str:
     return f"echo {pid - 1} > /proc/sys/kernel/ns_last_pid; {command} & wait $!"
 
 
-def container(env: dict[str, str], hostname: str, script: str, log: Path) -> subprocess.Popen[bytes]:
+def container(
+    env: dict[str, str], hostname: str, script: str, log: Path
+) -> subprocess.Popen[bytes]:
     """`script` run by sh as pid 1 of new pid, mount and uts namespaces named `hostname`;
     SIGKILL to the returned process kills all of it."""
     with open(log, "ab") as out:
@@ -222,3 +224,37 @@ def test_a_live_twin_in_another_container_is_refused_until_its_heartbeat_is_stal
         kill_container(a)
         if b is not None:
             kill_container(b)
+
+
+def test_a_container_restarted_in_a_new_namespace_waits_out_the_lease_instead_of_failing(
+    database_url: str, subprocess_env: dict[str, str], tmp_path: Path
+) -> None:
+    """The worker is pid 1 of its container; the container is killed and started again at
+    once, with a new pid namespace, the same hostname and executor id. Nothing here tells
+    its predecessor's death from a live twin's but the heartbeat: the new worker watches
+    it, and takes over once it is a lease old, instead of exiting (a crash loop)."""
+    counter_app.setup(database_url)
+    env = worker_env(subprocess_env, database_url)
+    lease = 3.0
+    command = f"exec {worker_command('tests.apps.counter_app', 'box', lease)}"
+    old = container(env, "box", command, tmp_path / "old.log")
+    new = None
+    try:
+        wait_for(lambda: holder(database_url, "box")[0] == 1, what="the worker at pid 1")
+        with durable.Client(database_url) as client:
+            handles = [
+                client.submit(counter_app.slow, f"w{k}", 6, 0.4, workflow_id=f"w{k}")
+                for k in range(8)
+            ]
+            wait_for(lambda: len(world(database_url)) >= 8, what="steps to run")
+            kill_container(old)
+            new = container(env, "box", command, tmp_path / "new.log")
+            results = [h.result(timeout=60) for h in handles]
+        assert new.poll() is None  # it waited, and runs: no exit to be restarted from
+        assert results == [[f"s{i}" for i in range(6)]] * 8
+        runs = Counter((wid, what) for wid, what, _ in world(database_url))
+        assert len(runs) == 8 * 6 and set(runs.values()) == {1}
+    finally:
+        kill_container(old)
+        if new is not None:
+            kill_container(new)

@@ -146,8 +146,10 @@ def test_a_process_killed_again_and_again_at_start_backs_off_alone(
                 assert pid is not None
                 os.kill(pid, signal.SIGKILL)
                 wait_for(
-                    lambda: executor_pid(database_url, "pw-0") not in (pid, None)
-                    or supervisor.poll() is not None,
+                    lambda: (
+                        executor_pid(database_url, "pw-0") not in (pid, None)
+                        or supervisor.poll() is not None
+                    ),
                     what="pw-0 to be started again",
                 )
                 assert supervisor.poll() is None  # the command did not stop
