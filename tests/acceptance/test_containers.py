@@ -188,9 +188,9 @@ def test_a_live_twin_in_another_container_is_refused_until_its_heartbeat_is_stal
                 client.submit(twin_app.hold, f"w{k}", str(gate), workflow_id=f"w{k}")
             wait_for(lambda: len(world(database_url)) == 8, what="A inside 8 steps")
             # Container B: the same hostname and executor id, its worker at pid 1.
-            b = container(env, "box", f"exec {command}", tmp_path / "b.log")
+            b = twin = container(env, "box", f"exec {command}", tmp_path / "b.log")
             wait_for(
-                lambda: b is not None and b.poll() is not None or len(world(database_url)) > 8,
+                lambda: twin.poll() is not None or len(world(database_url)) > 8,
                 what="B to exit or to run a step",
             )
             # While A lives, B runs nothing: it is refused, with the fix in its message.

@@ -146,7 +146,7 @@ def test_a_process_killed_again_and_again_at_start_backs_off_alone(
                 assert pid is not None
                 os.kill(pid, signal.SIGKILL)
                 wait_for(
-                    lambda: (
+                    lambda pid=pid: (
                         executor_pid(database_url, "pw-0") not in (pid, None)
                         or supervisor.poll() is not None
                     ),
