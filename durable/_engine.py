@@ -28,7 +28,6 @@ from contextlib import asynccontextmanager, contextmanager
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
-from durable import _host as host
 from durable import _lifecycle as lifecycle
 from durable._async_host import AsyncHosts
 from durable._client import Client
@@ -254,7 +253,7 @@ class Engine:
                 self.runner, max(4, config.max_workers), config.connect_timeout
             )
             ownership = self.ownership
-            holder_dead = self._refuse_a_live_twin(db) if ownership.explicit else True
+            holder_dead = ownership.refuse_a_live_twin(db) if ownership.explicit else True
             # From here on this incarnation holds the id; a process that held it before
             # (paused past its lease, and perhaps resumed) touches nothing under it.
             registration = ownership.register(
@@ -358,28 +357,6 @@ class Engine:
     def _id_lost(self) -> None:
         """Another process holds the id now: the worker loop stops (see Ownership.lose_id)."""
         self._worker_stop.set()
-
-    def _refuse_a_live_twin(self, db: Any) -> bool:
-        """An explicit executor id still beating for another process is in use: taking its
-        runs would run their steps twice. Refuse before anything is touched. Otherwise say
-        whether the process that held the id is known to be gone (then all it owned is
-        ours to take back at once; else only what it let expire)."""
-        row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
-        if row is None:
-            return True
-        hostname, _ = host.identity()
-        if row["hostname"] == hostname and not host.pid_alive(int(row["pid"])):
-            return True  # on this host we can ask: that process died (a crash): take its runs back
-        if float(row["heartbeat_age"]) > self.config.lease_seconds:
-            # It stopped beating a lease ago: paused, cut off or gone. If it comes back, it
-            # finds its id taken and stops (the executor row names this incarnation now).
-            return False
-        # A live process (this one included) beats under this id: a twin.
-        raise ConfigurationError(
-            f"executor id {self.executor_id!r} is in use by pid {row['pid']} on "
-            f"{row['hostname']} (heartbeat {float(row['heartbeat_age']):.1f} s ago): give "
-            "each process its own --executor-id / Engine(executor_id=...)"
-        )
 
     def __enter__(self) -> Engine:
         self.launch()

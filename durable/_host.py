@@ -8,6 +8,11 @@ also be reused by a later process: the row holds its process's start (in clock t
 boot, which no clock adjustment moves), and a pid whose process started at another tick
 is not the executor's. No time of day is compared, so a database clock that is behind
 (or a fake clock) cannot make a live process look dead.
+
+A row can name this process's own pid: a predecessor of this pid namespace, killed, whose
+pid came round to this process (pid 1 of a container restarted). Its start tick, not
+this one's, says it is gone. A row of another pid namespace (another container, even
+under the same hostname) says nothing here: only its heartbeat going stale does.
 """
 
 from __future__ import annotations
@@ -28,8 +33,11 @@ def host_key() -> str:
     try:
         boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         namespace = os.readlink("/proc/self/ns/pid")
+        mounted_for = os.readlink("/proc/self")
     except OSError:
         return ""
+    if mounted_for != str(os.getpid()):
+        return ""  # /proc is another pid namespace's: /proc/<pid> is not our pid's process
     return f"{socket.gethostname()}/{boot}/{namespace}"
 
 
@@ -48,9 +56,13 @@ def gone(pid: int, pid_start: int | None) -> bool:
     """Whether the process an executor row names (`pid`, which started at tick `pid_start`
     since boot) is gone from this host: no such pid, or the pid now names a process that
     started at another tick (reused). Where the start is unknown, a live pid counts as
-    the executor's. No clock is read: a database's, skewed or fake, cannot fool it."""
+    the executor's. No clock is read: a database's, skewed or fake, cannot fool it.
+
+    This process's own pid names it only at its own start tick (or where the tick is
+    unknown): at another, a predecessor whose pid came round to this process."""
     if pid == os.getpid():
-        return False
+        mine = start_tick(pid)
+        return pid_start is not None and mine is not None and mine != pid_start
     if not pid_alive(pid):
         return True
     now = start_tick(pid)

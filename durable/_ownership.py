@@ -22,13 +22,14 @@ import datetime as dt
 import json
 import logging
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from durable import _host as host
 from durable._systemdb import node_down
-from durable.errors import DatabaseUnavailableError, ExecutorIdTakenError
+from durable.errors import DatabaseUnavailableError, ExecutorIdInUseError, ExecutorIdTakenError
 
 if TYPE_CHECKING:
     from durable._systemdb import SystemDB
@@ -98,6 +99,60 @@ class Ownership:
             "pid_start": host.start_tick(pid),
         }
         return self.registration
+
+    def refuse_a_live_twin(self, db: SystemDB) -> bool:
+        """An explicit executor id still beating for another process is in use: taking its
+        runs would run their steps twice. Refuse (ExecutorIdInUseError) before anything is
+        touched. Otherwise say whether the process that held the id is known to be gone
+        (then all it owned is ours to take back at once; else only what it let expire).
+
+        Its pid is asked about only from its own host key (the same kernel and pid
+        namespace, see durable/_host.py): there a pid that is gone, or that names a process
+        started at another tick (this very process's, in a container restarted as pid 1),
+        is a dead predecessor, and a live pid a twin. A row of another host key (another
+        container, even with the same hostname; or this container restarted in a new pid
+        namespace) is judged by its heartbeat alone: this process watches it for up to a
+        lease, and is refused as soon as it beats again, or takes the id once it is a lease
+        old, rather than failing at once and being restarted until then."""
+        row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
+        if row is None:
+            return True
+        key = host.host_key()
+        pid, start = int(row["pid"]), row["pid_start"]
+        here = bool(key) and row["host_key"] == key
+        if here and host.gone(pid, start):
+            return True  # it crashed (a kill -9, an OOM kill): its runs are ours to take back
+        first = row
+        deadline = time.monotonic() + self.lease_seconds + 1.0
+        while True:
+            age = float(row["heartbeat_age"])
+            if age > self.lease_seconds:
+                # It stopped beating a lease ago: paused, cut off or gone. If it comes back,
+                # it finds its id taken and stops (the executor row names this incarnation).
+                return False
+            beat = (row["incarnation"], row["heartbeat_at"]) != (
+                first["incarnation"],
+                first["heartbeat_at"],
+            )
+            if here or beat or time.monotonic() > deadline:
+                # A live process (this one included) beats under this id: a twin.
+                holder = f"pid {row['pid']} on {row['hostname']}"
+                raise ExecutorIdInUseError(self.executor_id, holder, age)
+            if row is first:
+                logger.warning(
+                    "executor id %s was held by pid %s on %s, of another pid namespace, "
+                    "whose heartbeat is %.1f s old: waiting for it to beat again (then this "
+                    "process is refused) or to be a lease old (then it takes the id over)",
+                    self.executor_id,
+                    row["pid"],
+                    row["hostname"],
+                    age,
+                    extra={"event": "twin_check", "executor_id": self.executor_id},
+                )
+            time.sleep(min(0.5, self.lease_seconds / 10))
+            row = db.fetch_one("get_executor", {"executor_id": self.executor_id}) or {}
+            if not row:
+                return True  # its row was deleted: it shut down
 
     def take_back_from_the_dead(self, db: SystemDB) -> int:
         """The claims of other executors of this host whose process is gone (a crash: a

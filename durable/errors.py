@@ -26,6 +26,7 @@ The tree::
     │   │   ├── UnknownWorkflowError
     │   │   ├── UnknownInstanceError
     │   │   ├── InvalidNameError
+    │   │   ├── ExecutorIdInUseError
     │   │   ├── InvalidScheduleError
     │   │   ├── InvalidBudgetError
     │   │   ├── UnknownModelPriceError
@@ -265,6 +266,29 @@ class ExecutorIdTakenError(InfrastructureError):
             "renews and releases nothing under it any more, and stops. Restart it (a "
             "supervisor does), and give each process its own --executor-id / "
             "Engine(executor_id=...)"
+        )
+
+
+class ExecutorIdInUseError(ConfigurationError):
+    """This executor id is in use: a live process beats under it (its heartbeat is fresh),
+    and taking its workflows would run their steps twice. Give each process its own
+    --executor-id / Engine(executor_id=...); in containers, one per replica (e.g. from the
+    pod name).
+
+    A process of another pid namespace (another container, even under the same hostname)
+    is never judged dead by its pid: the id is free to take only once its heartbeat is a
+    lease old. `durable worker` exits with code 75 (EX_TEMPFAIL) on it."""
+
+    def __init__(self, executor_id: str, holder: str, heartbeat_age: float) -> None:
+        self.executor_id = executor_id
+        self.holder = holder
+        self.heartbeat_age = heartbeat_age
+        super().__init__(
+            f"executor id {executor_id!r} is in use by {holder} (heartbeat "
+            f"{heartbeat_age:.1f} s ago): give each process its own --executor-id / "
+            "Engine(executor_id=...); in containers, one per replica (e.g. from the pod "
+            "name). A process in another container is taken over only once its heartbeat "
+            "is a lease old"
         )
 
 

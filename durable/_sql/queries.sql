@@ -923,7 +923,7 @@ WHERE owner = %(owner)s AND status = 'RUNNING' AND workflow_id = ANY(%(held)s::t
 
 -- get_executor --
 -- One executor's row, with how long ago it last beat (is that id in use right now?).
-SELECT executor_id, hostname, pid,
+SELECT executor_id, hostname, pid, host_key, pid_start, incarnation, heartbeat_at,
     extract(epoch FROM {schema}.current_time() - heartbeat_at) AS heartbeat_age
 FROM {schema}.executors WHERE executor_id = %(executor_id)s
 

@@ -17,6 +17,7 @@ import click
 from rich.table import Table
 
 from durable._names import workflow_label
+from durable._terminal import inert
 from durable.cli._common import _client, _console, _handle_errors
 from durable.cli._options import (
     _DAY,
@@ -28,7 +29,7 @@ from durable.cli._options import (
     schema_option,
     url_option,
 )
-from durable.errors import DurableError
+from durable.errors import DurableError, ExecutorIdInUseError
 
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer
@@ -293,7 +294,14 @@ def worker(
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    engine.launch()
+    from durable.cli._processes import EXIT_ID_IN_USE, watch_supervisor
+
+    watch_supervisor(stop)  # one of `--processes N`: it stops when the command is gone
+    try:
+        engine.launch()
+    except ExecutorIdInUseError as exc:
+        click.echo(f"error: {inert(str(exc))}", err=True)
+        sys.exit(EXIT_ID_IN_USE)  # the holder may be a predecessor still stopping: retry
     if metrics is not None:
         metrics[0].attach(engine)
     try:

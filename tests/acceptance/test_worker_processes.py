@@ -116,3 +116,107 @@ def test_an_engine_given_its_id_in_code_gets_one_id_per_process(
     finally:
         code = stop_worker(supervisor)
     assert code == 0
+
+
+def executor_pid(url: str, executor_id: str) -> int | None:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT pid FROM durable.executors WHERE executor_id = %s", [executor_id]
+        ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def test_a_process_killed_again_and_again_at_start_backs_off_alone(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    """An OOM kill loop: one process SIGKILLed three times, each soon after its start. It
+    is not a process that cannot start: it comes back after a backoff, and its sibling
+    works all along."""
+    with client(database_url) as engine:
+        supervisor = start_worker(
+            subprocess_env,
+            database_url,
+            concurrency=2,
+            extra=["--processes", "2", "--executor-id", "pw"],
+        )
+        try:
+            wait_for(lambda: len(live_executors(database_url)) == 2, what="two executors")
+            for _ in range(4):
+                pid = executor_pid(database_url, "pw-0")
+                assert pid is not None
+                os.kill(pid, signal.SIGKILL)
+                wait_for(
+                    lambda pid=pid: (
+                        executor_pid(database_url, "pw-0") not in (pid, None)
+                        or supervisor.poll() is not None
+                    ),
+                    what="pw-0 to be started again",
+                )
+                assert supervisor.poll() is None  # the command did not stop
+            # The sibling runs workflows meanwhile, and so does pw-0 once back.
+            handles = [
+                engine.submit(counter_app.slow, f"c{k}", 2, 0.05, workflow_id=f"c{k}")
+                for k in range(8)
+            ]
+            for h in handles:
+                assert h.result(timeout=60) == ["s0", "s1"]
+            assert supervisor.poll() is None
+            wait_for(lambda: len(live_executors(database_url)) == 2, what="pw-0 back")
+        finally:
+            code = stop_worker(supervisor)
+    assert code == 0
+    runs = Counter((wid, what) for wid, what, _ in world(database_url))
+    assert len(runs) == 8 * 2 and set(runs.values()) == {1}
+
+
+def test_processes_die_with_their_command_and_a_new_one_takes_over_at_once(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    """The command is SIGKILLed: its processes stop (handing their workflows back at a
+    step boundary); the command started again runs at once and finishes the interrupted
+    workflows, no step running twice."""
+    extra = ["--processes", "2", "--executor-id", "box"]
+    with client(database_url) as engine:
+        first = start_worker(subprocess_env, database_url, concurrency=4, extra=extra)
+        second = None
+        children: list[int] = []
+        try:
+            handles = [
+                engine.submit(counter_app.slow, f"w{k}", 8, 0.3, workflow_id=f"w{k}")
+                for k in range(8)
+            ]
+            wait_for(lambda: len(live_executors_of(database_url, "box")) == 2, what="two")
+            children = [pid for _, pid in live_executors_of(database_url, "box")]
+            wait_for(lambda: len(world(database_url)) >= 8, what="steps to run")
+            first.kill()
+            first.wait()
+            wait_for(
+                lambda: not any(alive(pid) for pid in children),
+                timeout=30,
+                what="the processes of the killed command to exit",
+            )
+            second = start_worker(subprocess_env, database_url, concurrency=4, extra=extra)
+            for h in handles:
+                assert h.result(timeout=60) == [f"s{i}" for i in range(8)]
+            assert second.poll() is None  # it ran, no "in use" failure
+        finally:
+            first.kill()
+            first.wait()
+            for pid in children:  # left running if they outlived their command
+                if alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            code = stop_worker(second) if second is not None else None
+    assert code == 0
+    runs = Counter((wid, what) for wid, what, _ in world(database_url))
+    assert len(runs) == 8 * 8 and set(runs.values()) == {1}
+
+
+def live_executors_of(url: str, prefix: str) -> list[tuple[str, int]]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT executor_id, pid FROM durable.executors"
+            " WHERE heartbeat_at > now() - interval '3 seconds' AND executor_id LIKE %s"
+            " ORDER BY 1",
+            [prefix + "-%"],
+        ).fetchall()
+    return [(r[0], r[1]) for r in rows]

@@ -39,3 +39,10 @@ def mark(workflow_id: str) -> str:
 @durable.workflow(registry=registry, name="twin.quick")
 def quick(workflow_id: str, /) -> str:
     return mark(workflow_id)
+
+
+@durable.workflow(registry=registry, name="twin.mark_then_hold")
+def mark_then_hold(workflow_id: str, /, gate: str) -> str:
+    """A finished step (it must not run again), then one held open until the gate."""
+    mark(workflow_id)
+    return held(workflow_id, gate)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 
 import psycopg
@@ -15,6 +16,7 @@ import pytest
 
 import durable
 from durable import _host
+from durable.errors import ExecutorIdInUseError
 
 
 @durable.workflow(registry=durable.Registry(), name="takeover.wf")
@@ -98,7 +100,11 @@ def test_the_claims_of_a_dead_process_of_this_host_are_taken_at_launch(
 
 def test_gone_is_judged_by_pid_and_start_tick() -> None:
     me = os.getpid()
-    assert not _host.gone(me, None) and not _host.gone(me, 0)  # this process, whatever
+    mine = _host.start_tick(me)
+    assert mine is not None
+    assert not _host.gone(me, None) and not _host.gone(me, mine)  # this process
+    # This pid at another start tick: a predecessor whose pid came round to this process.
+    assert _host.gone(me, mine - 1)
     assert _host.gone(_dead_pid(), None)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -110,3 +116,60 @@ def test_gone_is_judged_by_pid_and_start_tick() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def _beating(url: str, executor: str, stop: threading.Event) -> None:
+    """The heartbeat of a live process of another container, as its row shows it."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        while not stop.wait(0.1):
+            conn.execute(
+                "UPDATE durable.executors SET heartbeat_at = now() WHERE executor_id = %s",
+                (executor,),
+            )
+
+
+def _engine(url: str, executor_id: str) -> durable.Engine:
+    return durable.Engine(
+        url, registry=durable.Registry(), executor_id=executor_id, lease_seconds=1.0
+    )
+
+
+def test_an_explicit_id_is_judged_by_host_key_and_start_tick_at_launch(
+    database_url: str,
+) -> None:
+    """Its own row, left by a predecessor of this pid namespace whose pid came round to
+    this process (pid 1 of a container restarted): a dead predecessor, taken over at once.
+    A row of another host key (another container, the same hostname): judged by its
+    heartbeat alone, never by a pid that means nothing here: refused while it beats, taken
+    over once it is a lease old."""
+    here = _host.host_key()
+    if not here:
+        pytest.skip("no host key on this platform (/proc is needed)")
+    me = os.getpid()
+    mine = _host.start_tick(me)
+    assert mine is not None
+    _held_by(database_url, "restarted", me, here, mine - 1)
+    with _engine(database_url, "restarted"):
+        assert _state(database_url, "restarted") == ("abandoned:restarted", True, True)
+    # Another container, whose pid is not one here, beating: refused.
+    elsewhere = here.rsplit("/", 1)[0] + "/pid:[1]"
+    _held_by(database_url, "twin", _dead_pid(), elsewhere, None)
+    stop = threading.Event()
+    beats = threading.Thread(target=_beating, args=(database_url, "twin", stop))
+    beats.start()
+    try:
+        with pytest.raises(ExecutorIdInUseError) as refused:
+            _engine(database_url, "twin").launch()
+    finally:
+        stop.set()
+        beats.join()
+    assert "give each process its own --executor-id" in str(refused.value)
+    assert _state(database_url, "twin") == ("twin", False, True)
+    # It stops beating (its container died): the id is taken once it is a lease old, and
+    # only the leases that ran out with it (the process may yet be alive, paused).
+    with _engine(database_url, "twin"):
+        assert _state(database_url, "twin") == ("twin", False, True)
+    # The same pid and start tick as this process: an engine of this very process.
+    _held_by(database_url, "same", me, here, mine)
+    with pytest.raises(ExecutorIdInUseError):
+        _engine(database_url, "same").launch()

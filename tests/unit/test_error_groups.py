@@ -36,6 +36,7 @@ CONFIGURATION = {
     "UnknownWorkflowError",
     "UnknownInstanceError",
     "InvalidNameError",
+    "ExecutorIdInUseError",
     "InvalidScheduleError",
     "InvalidBudgetError",
     "UnknownModelPriceError",
