@@ -88,6 +88,18 @@ class StepScope:
     seq: int = -1
     kind: str = "step"
     attempt: int = 1
+    # Long steps (see heartbeats): the attempt whose code may heartbeat now (None between
+    # attempts, and once one was given up), its heartbeat_timeout, when it last heartbeat
+    # (the driver's monotonic clock), the details of the last heartbeat before it began
+    # (once read), what the driver does on a heartbeat (move its deadline), and a refusal
+    # of a heartbeat written in the background, raised at the next one.
+    live: int | None = None
+    heartbeat_timeout: float | None = None
+    beat_at: float = 0.0
+    last_details: str | None = None
+    details_read: bool = False
+    on_beat: Callable[[], None] | None = None
+    beat_error: BaseException | None = None
 
 
 @dataclass(slots=True)
