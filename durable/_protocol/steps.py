@@ -104,6 +104,10 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
                 refusals += 1
                 attempt -= 1  # refused by the budget, not failed
                 continue
+            if isinstance(exc, StaleOwnerError):
+                # Refused at a heartbeat: another worker took the workflow over (or the
+                # attempt was given up). Nothing more of this run may run or be recorded.
+                raise exc
             if defn.retry.should_retry(exc, attempt):
                 delay = defn.retry.delay(attempt)
                 logger.info(
