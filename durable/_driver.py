@@ -73,7 +73,6 @@ def _call(
 ) -> Outcome:
     began = time.perf_counter()
     token = current_step.set(scope) if scope is not None else None
-    attempt = current_attempt.set(scope.live) if scope is not None else None
     with tracing.step_span(run, scope) as traced:
         try:
             if scope is not None and (timeout is not None or scope.heartbeat_timeout):
@@ -84,8 +83,6 @@ def _call(
             traced(exc)
             return Outcome(None, exc, time.perf_counter() - began)
         finally:
-            if attempt is not None:
-                current_attempt.reset(attempt)
             if token is not None:
                 current_step.reset(token)
         if inspect.isawaitable(value):
@@ -106,7 +103,8 @@ def _watched(
     in a worker thread, and wait for it no longer than the core says. A thread cannot be
     stopped: a given-up attempt's thread runs on, its heartbeats refused and its result
     dropped here (only the step's generator records, and it has moved on)."""
-    context = contextvars.copy_context()  # the run, the step and this attempt, as set
+    context = contextvars.copy_context()  # the run and the step, as set
+    context.run(current_attempt.set, scope.live)  # which attempt the thread's code is
     box: list[tuple[Any, BaseException | None]] = []
     done = threading.Event()
 

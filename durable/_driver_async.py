@@ -348,7 +348,13 @@ async def _call(run: Run, op: ops.Call | ops.AppCall, args: Sequence[Any] | None
     task = asyncio.current_task()
     began = time.perf_counter()
     token = current_step.set(scope) if scope is not None else None
-    attempt = current_attempt.set(scope.live) if scope is not None else None
+    # An attempt that may be given up (a sync one's thread runs on) names itself to its
+    # heartbeats; any other is the step's live attempt while it runs.
+    attempt = (
+        current_attempt.set(scope.live)
+        if scope is not None and (timeout is not None or scope.heartbeat_timeout)
+        else None
+    )
     # A step's or a transaction's attempt may be cut short; an effect's call is not (the
     # outside world may be half-way through it: it finishes and is settled).
     watched = (

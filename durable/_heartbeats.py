@@ -62,9 +62,11 @@ def heartbeat(details: Any = None) -> None:
         return
     run, scope = found
     attempt = current_attempt.get()
+    if attempt is None:
+        attempt = scope.live  # an attempt never given up: it runs while the step waits
     text = None if details is None else run.dumps(details, f"heartbeat details of {scope.name!r}")
     protocol.beat(run, scope, attempt, time.monotonic())
-    assert attempt is not None
+    assert attempt is not None  # (beat refuses None)
     if _on_loop():
         _write_in_background(run, scope, attempt, text)
         return

@@ -73,13 +73,19 @@ def _where(run: Run, scope: StepScope) -> dict[str, Any]:
     return {"workflow_id": run.workflow_id, "step_seq": scope.seq, "epoch": run.epoch}
 
 
-def begin_attempt(run: Run, scope: StepScope, attempt: int) -> Gen[None]:
-    """Attempt `attempt` of a step begins: it alone may heartbeat. A watched one writes its
-    row (the sweep watches it from now) and reads the last details in the same statement;
-    no row means this run lost the workflow."""
+def begin(scope: StepScope, attempt: int) -> None:
+    """Attempt `attempt` of a step begins: it alone may heartbeat, and it reads the last
+    details afresh. A watched attempt also writes its row (begin_attempt)."""
     scope.live = attempt
     scope.details_read = False
     scope.beat_error = None
+
+
+def begin_attempt(run: Run, scope: StepScope, attempt: int) -> Gen[None]:
+    """A watched attempt begins (see begin): it writes its row (the sweep watches it from
+    now) and reads the last details in the same statement; no row means this run lost
+    the workflow."""
+    begin(scope, attempt)
     if scope.heartbeat_timeout is None:
         return
     params = _where(run, scope)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from durable._models import Ledger, StepKind
 from durable._protocol.budget import _cap_gate, budget_gate, refresh_ledger
 from durable._protocol.faults import TRANSACTION_OUTPUTS_TAKEN, Fault
-from durable._protocol.heartbeats import begin_attempt, end_attempt
+from durable._protocol.heartbeats import begin, begin_attempt, end_attempt
 from durable._protocol.journal import barrier, encode_error, outlast, record, replay, restore
 from durable._protocol.ops import (
     ABORTED,
@@ -89,9 +89,16 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
         while True:
             attempt += 1
             scope.attempt = attempt
-            yield from begin_attempt(run, scope, attempt)
+            watched = scope.heartbeat_timeout is not None
+            if watched:
+                yield from begin_attempt(run, scope, attempt)
+            else:
+                begin(scope, attempt)
             outcome: Outcome = yield Call(defn.fn, args, kwargs, scope, defn.timeout)
-            yield from end_attempt(run, scope, attempt)
+            if watched:
+                yield from end_attempt(run, scope, attempt)
+            else:
+                scope.live = None
             elapsed += outcome.seconds
             exc = outcome.error
             if exc is None:
