@@ -107,9 +107,10 @@ class Call:
     """Call user code; sends back an Outcome (the driver catches Exception, and throws
     anything else, such as a suspension or a KeyboardInterrupt, into the generator).
     `scope`: the step the code runs as (None: the workflow's own body, a compensation or
-    a reconcile function). `timeout`: an attempt running longer is cancelled and fails
-    with StepTimeoutError (async code only). `body`: the workflow function itself, whose
-    task waits on its branches rather than running a durable call of its own (see Park).
+    a reconcile function). `timeout`: an attempt running longer is given up and fails
+    with StepTimeoutError (async code is cancelled; a def step's thread is left to
+    finish). `body`: the workflow function itself, whose task waits on its branches
+    rather than running a durable call of its own (see Park).
     """
 
     fn: Callable[..., Any]

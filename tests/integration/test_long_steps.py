@@ -67,6 +67,29 @@ def test_a_def_step_past_its_timeout_is_given_up_and_its_late_result_never_recor
         assert row is None
 
 
+def test_a_def_step_out_of_retries_records_its_timeout(database_url: str) -> None:
+    reg = durable.Registry()
+    release = threading.Event()
+
+    @durable.step(timeout=0.2, registry=reg)
+    def hangs() -> str:
+        release.wait(30)
+        return "late"
+
+    @durable.workflow(registry=reg)
+    def job() -> str:
+        return hangs()
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        handle = engine.start(job, workflow_id="hangs")
+        with pytest.raises(errors.WorkflowFailedError, match="StepTimeoutError"):
+            handle.result(timeout=20)
+        release.set()
+        (record,) = engine.steps("hangs")
+        assert record.attempts == 1 and "timeout of 0.2 s" in (record.error or "")
+        assert record.output is None
+
+
 def test_a_def_step_that_stops_heartbeating_resumes_from_its_last_details(
     database_url: str,
 ) -> None:
