@@ -216,3 +216,37 @@ def test_an_async_step_that_stops_heartbeating_resumes_from_its_last_details(
         assert starts == [None, 3]
         (record,) = engine.steps("crawl-async")
         assert record.attempts == 2
+
+
+def test_a_def_step_of_an_async_workflow_that_stops_heartbeating_resumes(
+    database_url: str,
+) -> None:
+    reg = durable.Registry()
+    starts: list[Any] = []
+    release = threading.Event()
+
+    @durable.step(retries=1, initial_delay=0, jitter=0, heartbeat_timeout=1.0, registry=reg)
+    def crawl(pages: int) -> list[int]:
+        start = durable.last_heartbeat()
+        starts.append(start)
+        done = [] if start is None else list(range(start + 1))
+        for page in range(0 if start is None else start + 1, pages):
+            done.append(page)
+            durable.heartbeat(page)
+            if page == 3 and len(starts) == 1:
+                release.wait(30)  # stuck: no heartbeat from here
+        if len(starts) == 1:
+            durable.heartbeat("late")  # refused: its attempt was given up
+        return done
+
+    @durable.workflow(registry=reg)
+    async def job() -> list[int]:
+        return await durable.to_thread(crawl, 6)
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        handle = engine.start(job, workflow_id="crawl-thread")
+        assert handle.result(timeout=20) == [0, 1, 2, 3, 4, 5]
+        assert starts == [None, 3]
+        release.set()
+        (record,) = engine.steps("crawl-thread")
+        assert (record.attempts, record.output) == (2, "[0,1,2,3,4,5]")
