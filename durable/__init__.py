@@ -26,6 +26,7 @@ from durable._decorators import effect, step, tool, transaction, workflow
 from durable._driver import compensate
 from durable._driver_async import to_thread
 from durable._engine import AsyncWorkflowHandle, Engine, WorkflowHandle
+from durable._heartbeats import heartbeat, last_heartbeat
 from durable._methods import Instance
 from durable._models import (
     Budget,
@@ -104,7 +105,9 @@ __all__ = [
     "effect",
     "get_event",
     "get_event_async",
+    "heartbeat",
     "instrument_psycopg",
+    "last_heartbeat",
     "on_approval",
     "on_message",
     "on_timer",

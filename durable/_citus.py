@@ -30,6 +30,7 @@ BY_WORKFLOW: dict[str, str] = {
     "charges": "workflow_id",
     "tool_calls": "workflow_id",
     "streams": "workflow_id",
+    "step_attempts": "workflow_id",
     "budgets": "budget_id",
 }
 

@@ -114,6 +114,9 @@ class LoopHost(RunHost, Protocol):
 current_engine: ContextVar[ActiveEngine | None] = ContextVar("durable_engine", default=None)
 current_run: ContextVar[Run | None] = ContextVar("durable_run", default=None)
 current_step: ContextVar[StepScope | None] = ContextVar("durable_step", default=None)
+# The attempt of the current step whose code is running here (durable.heartbeat() names it:
+# a given-up attempt's thread, still running, is told apart from the next attempt's).
+current_attempt: ContextVar[int | None] = ContextVar("durable_attempt", default=None)
 
 
 @contextmanager

@@ -139,15 +139,6 @@ def _timeout(timeout: float | dt.timedelta | None, what: str) -> float | None:
     return None if seconds is None else float(seconds)
 
 
-def _check_step_timeout(func: Callable[..., Any], seconds: float | None) -> None:
-    if seconds is not None and not inspect.iscoroutinefunction(func):
-        raise DefinitionError(
-            f"timeout= on {func.__qualname__!r}: only an async def step can be cancelled when "
-            "its time is up (a thread cannot be); make the step async def, or give the "
-            "library it calls a timeout of its own"
-        )
-
-
 def _check_name(name: str | None) -> None:
     if name is not None and (not isinstance(name, str) or not name.strip()):
         raise DefinitionError(f"name={name!r}: a name must be a non-empty string")
@@ -308,6 +299,7 @@ def step(
     jitter: float = 0.1,
     retry_on: tuple[type[BaseException], ...] | type[BaseException] = Exception,
     timeout: float | dt.timedelta | None = None,
+    heartbeat_timeout: float | dt.timedelta | None = None,
     registry: Registry | None = None,
 ) -> Callable[[Callable[P, R]], Callable[P, R]]: ...
 def step(
@@ -322,6 +314,7 @@ def step(
     jitter: float = 0.1,
     retry_on: tuple[type[BaseException], ...] | type[BaseException] = Exception,
     timeout: float | dt.timedelta | None = None,
+    heartbeat_timeout: float | dt.timedelta | None = None,
     registry: Registry | None = None,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a journaled step: inside a workflow its output is recorded once and
@@ -331,24 +324,30 @@ def step(
     re-runs it on resume, so a step that changes the outside world should be idempotent
     (or an effect).
 
-    An `async def` step is awaited by an async workflow. `timeout` (async steps): an
-    attempt running longer is cancelled and fails with StepTimeoutError, retried under the
-    retry policy like any failed attempt.
+    An `async def` step is awaited by an async workflow. `timeout`: an attempt running
+    longer is cancelled (async def) or given up (def: it runs in a worker thread, left to
+    finish; its result is never recorded) and fails with StepTimeoutError, retried under
+    the retry policy like any failed attempt. `heartbeat_timeout`: an attempt that goes
+    that long without durable.heartbeat() is given up the same way (HeartbeatTimeoutError),
+    in this process or, if the process is frozen or cut off, by another worker, which
+    claims the workflow and runs the step again; durable.last_heartbeat() gives the next
+    attempt the details of the last heartbeat.
     """
     _check_name(name)
     policy = _retry_policy(retries, initial_delay, backoff, max_delay, jitter, retry_on)
     seconds = _timeout(timeout, "timeout")
+    beat_seconds = _timeout(heartbeat_timeout, "heartbeat_timeout")
     reg = registry if registry is not None else default_registry
 
     def decorate(f: Callable[P, R]) -> Callable[P, R]:
         unwrapped, rewrap, receiver = unwrap(f)
         func = _check_function(unwrapped, "step")
-        _check_step_timeout(func, seconds)
         defn = StepDef(
             name=name or default_name(func),
             fn=func,
             retry=policy,
             timeout=seconds,
+            heartbeat_timeout=beat_seconds,
             receiver=receiver,
         )
         reg.add_step(defn)
@@ -385,7 +384,6 @@ def tool(
     def decorate(f: Callable[P, R]) -> Callable[P, R]:
         unwrapped, rewrap, receiver = unwrap(f)
         func = _check_function(unwrapped, "tool")
-        _check_step_timeout(func, seconds)
         defn = StepDef(
             name=name or default_name(func),
             fn=func,

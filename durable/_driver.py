@@ -12,7 +12,9 @@ function plainly; inside a run it drives the matching protocol generator.
 
 from __future__ import annotations
 
+import contextvars
 import inspect
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import ExitStack
@@ -23,6 +25,7 @@ from durable import _tracing as tracing
 from durable._context import (
     Host,
     check_effect_key,
+    current_attempt,
     current_run,
     current_step,
     engine_for,
@@ -66,12 +69,16 @@ def _call(
     kwargs: Mapping[str, Any],
     scope: StepScope | None,
     run: Run,
+    timeout: float | None = None,
 ) -> Outcome:
     began = time.perf_counter()
     token = current_step.set(scope) if scope is not None else None
     with tracing.step_span(run, scope) as traced:
         try:
-            value = fn(*args, **kwargs)
+            if scope is not None and (timeout is not None or scope.heartbeat_timeout):
+                value = _watched(fn, args, kwargs, scope, timeout)
+            else:
+                value = fn(*args, **kwargs)
         except Exception as exc:
             traced(exc)
             return Outcome(None, exc, time.perf_counter() - began)
@@ -83,6 +90,47 @@ def _call(
             traced(error)
             return Outcome(None, error, time.perf_counter() - began)
     return Outcome(value, None, time.perf_counter() - began)
+
+
+def _watched(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    scope: StepScope,
+    timeout: float | None,
+) -> Any:
+    """Run a def step's attempt that may be given up (its timeout, its heartbeat_timeout)
+    in a worker thread, and wait for it no longer than the core says. A thread cannot be
+    stopped: a given-up attempt's thread runs on, its heartbeats refused and its result
+    dropped here (only the step's generator records, and it has moved on)."""
+    context = contextvars.copy_context()  # the run and the step, as set
+    context.run(current_attempt.set, scope.live)  # which attempt the thread's code is
+    box: list[tuple[Any, BaseException | None]] = []
+    done = threading.Event()
+
+    def attempt() -> None:
+        try:
+            box.append((context.run(fn, *args, **kwargs), None))
+        except BaseException as exc:  # handed to the caller: a cancel, too
+            box.append((None, exc))
+        finally:
+            done.set()
+
+    began = scope.beat_at = time.monotonic()
+    threading.Thread(target=attempt, name=f"durable-step-{scope.name}", daemon=True).start()
+    while True:
+        now = time.monotonic()
+        given_up = protocol.give_up(scope, began, timeout, now)
+        if given_up is not None:
+            raise given_up
+        deadline = protocol.attempt_deadline(scope, began, timeout)
+        assert deadline is not None
+        if done.wait(max(0.0, deadline[0] - now)):
+            break
+    value, error = box[0]
+    if error is not None:
+        raise error
+    return value
 
 
 def _awaitable_in_sync_code(fn: Callable[..., Any], value: Any) -> AsyncInSyncError:
@@ -164,7 +212,7 @@ def drive(run: Run, gen: Gen[T]) -> T:
                             value = db.run_on(conn, op.name, op.params, op.fetch)
                     case Call():
                         _prove_claim(run, db, conn)
-                        value = _call(op.fn, op.args, op.kwargs, op.scope, run)
+                        value = _call(op.fn, op.args, op.kwargs, op.scope, run, op.timeout)
                         if run.settings.observe_step is not None:
                             run.settings.observe_step(op.scope, value)
                     case WriteSteps(rows=rows, finish=finish):

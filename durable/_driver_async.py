@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
@@ -29,6 +30,7 @@ from durable._context import (
     LoopHost,
     async_run,
     check_effect_key,
+    current_attempt,
     current_step,
     engine_for,
     running,
@@ -38,7 +40,6 @@ from durable._protocol import TIMEOUT_REASON, Gen, Outcome, Run, ops
 from durable._runio_async import AsyncAppTransaction
 from durable.errors import (
     BranchOrderError,
-    StepTimeoutError,
     WorkflowInterrupted,
     WorkflowSuspended,
 )
@@ -351,6 +352,13 @@ async def _call(run: Run, op: ops.Call | ops.AppCall, args: Sequence[Any] | None
     task = asyncio.current_task()
     began = time.perf_counter()
     token = current_step.set(scope) if scope is not None else None
+    # An attempt that may be given up (a sync one's thread runs on) names itself to its
+    # heartbeats; any other is the step's live attempt while it runs.
+    attempt = (
+        current_attempt.set(scope.live)
+        if scope is not None and (timeout is not None or scope.heartbeat_timeout)
+        else None
+    )
     # A step's or a transaction's attempt may be cut short; an effect's call is not (the
     # outside world may be half-way through it: it finishes and is settled).
     watched = (
@@ -369,32 +377,55 @@ async def _call(run: Run, op: ops.Call | ops.AppCall, args: Sequence[Any] | None
                 raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
         if not _is_async(fn):
             # A sync function in a thread; a sync durable function called by the workflow
-            # itself (a compensation) is journaled through this driver, in call order.
+            # itself (a compensation) is journaled through this driver, in call order. A
+            # step's thread given up is left to run on: its result is dropped.
             hop = to_thread if scope is None else asyncio.to_thread
-            value = await hop(fn, *call_args, **op.kwargs)
+            code = hop(fn, *call_args, **op.kwargs)
         else:
-            left = _until_deadline(run) if watched else None
-            limit = min((t for t in (timeout, left) if t is not None), default=None)
-            if limit is None:
-                value = await fn(*call_args, **op.kwargs)
-            else:
-                window = asyncio.timeout(limit)
-                try:
-                    async with window:
-                        value = await fn(*call_args, **op.kwargs)
-                except TimeoutError:
-                    if not window.expired():
-                        raise  # the step's own TimeoutError
-                    if left is not None and left <= limit:
-                        # The workflow's deadline passed during the step: it stops now.
-                        raise WorkflowInterrupted(run.workflow_id, TIMEOUT_REASON, True) from None
-                    assert scope is not None and timeout is not None
-                    error = StepTimeoutError(scope.name, timeout)
-                    traced(error)
-                    return Outcome(None, error, time.perf_counter() - began)
+            code = fn(*call_args, **op.kwargs)
+        left = _until_deadline(run) if watched else None
+        beats = None if scope is None or not watched else scope.heartbeat_timeout
+        limit = min((t for t in (timeout, left, beats) if t is not None), default=None)
+        if limit is None:
+            value = await code
+        else:
+            assert scope is not None
+            started = scope.beat_at = time.monotonic()
+            window = asyncio.timeout(limit)
+            if beats is not None:
+                scope.on_beat = _rescheduler(window, scope, started, timeout, left)
+            try:
+                async with window:
+                    value = await code
+            except TimeoutError:
+                if not window.expired():
+                    raise  # the step's own TimeoutError
+                now = time.monotonic()
+                if left is not None and now >= started + left - 0.01:
+                    # The workflow's deadline passed during the step: it stops now.
+                    raise WorkflowInterrupted(run.workflow_id, TIMEOUT_REASON, True) from None
+                # (a timer may fire a clock tick early: the deadline is reached)
+                ends = protocol.attempt_deadline(scope, started, timeout)
+                assert ends is not None
+                error = protocol.give_up(scope, started, timeout, max(now, ends[0]))
+                assert error is not None
+                traced(error)
+                return Outcome(None, error, time.perf_counter() - began)
+            finally:
+                scope.on_beat = None
     except Exception as exc:
         traced(exc)
         return Outcome(None, exc, time.perf_counter() - began)
+    except WorkflowInterrupted:
+        # Raised by the step's code at a heartbeat (its workflow's cancel). A cancellation
+        # the host sent the task meanwhile, still to be delivered, is spent here rather
+        # than at the driver's next await.
+        if watched and host.unwatch(run, task):  # type: ignore[arg-type]
+            watched = False
+            task.uncancel()  # type: ignore[union-attr]
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(0)
+        raise
     except asyncio.CancelledError as exc:
         traced(exc)
         if watched and host.unwatch(run, task):  # type: ignore[arg-type]
@@ -408,9 +439,41 @@ async def _call(run: Run, op: ops.Call | ops.AppCall, args: Sequence[Any] | None
         span.__exit__(None, None, None)
         if watched:
             host.unwatch(run, task)  # type: ignore[arg-type]
+        if attempt is not None:
+            current_attempt.reset(attempt)
         if token is not None:
             current_step.reset(token)
     return Outcome(value, None, time.perf_counter() - began)
+
+
+def _rescheduler(
+    window: asyncio.Timeout,
+    scope: ops.StepScope,
+    started: float,
+    timeout: float | None,
+    left: float | None,
+) -> Callable[[], None]:
+    """What a heartbeat of the attempt does: move its window's end to its new deadline
+    (from the step's code on the loop, or from its thread)."""
+    loop = asyncio.get_running_loop()
+
+    def move() -> None:
+        ends = protocol.attempt_deadline(scope, started, timeout)
+        candidates = [] if ends is None else [ends[0]]
+        if left is not None:
+            candidates.append(started + left)
+        if candidates:
+            with contextlib.suppress(RuntimeError):  # the window was left meanwhile
+                window.reschedule(loop.time() + (min(candidates) - time.monotonic()))
+
+    def on_beat() -> None:
+        if threading.get_ident() == loop_thread:
+            move()
+        else:
+            loop.call_soon_threadsafe(move)
+
+    loop_thread = threading.get_ident()
+    return on_beat
 
 
 def _until_deadline(run: Run) -> float | None:

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durable._names import workflow_label
+from durable._protocol import SWEEP_SLACK
 from durable._systemdb import node_down
 from durable.errors import DatabaseUnavailableError, EngineNotRunningError
 
@@ -108,6 +109,9 @@ class Worker:
                     _unless_node_down(self._apply_retention)
                     # A process of this host that died: its claims are recovered now.
                     _unless_node_down(engine.ownership.take_back_from_the_dead, engine.client.db)
+                    # A long step that stopped heartbeating (its process frozen or cut off):
+                    # its workflow is claimed below, before its lease would run out.
+                    _unless_node_down(self._expire_stuck_steps)
                 if time.monotonic() >= next_executor_prune:
                     next_executor_prune = time.monotonic() + _EXECUTOR_PRUNE_INTERVAL
                     stale = max(_EXECUTOR_STALE_MIN, 10 * engine.config.lease_seconds)
@@ -223,6 +227,16 @@ class Worker:
                     "version": row["version"],
                     "worker_has": same,
                 },
+            )
+
+    def _expire_stuck_steps(self) -> None:
+        """Expire the leases of workflows whose long step went past its heartbeat_timeout
+        without a heartbeat (see _protocol.heartbeats): claimed at once, epoch bumped."""
+        stuck = self.engine.client.db.fetch_all("expire_stuck_steps", {"slack": SWEEP_SLACK})
+        for row in stuck:
+            logger.warning(
+                "workflow %s: its running step stopped heartbeating; taking it over",
+                row["workflow_id"],
             )
 
     def _apply_retention(self) -> None:

@@ -53,8 +53,10 @@ class StepDef:
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     isolation_level: str | None = None
     effect: EffectOptions | None = None
-    # Seconds an attempt of an async step may run before it is cancelled (None: no limit).
+    # Seconds an attempt may run before it is cancelled (async) or given up (def).
     timeout: float | None = None
+    # Seconds an attempt may go without durable.heartbeat() before it is given up.
+    heartbeat_timeout: float | None = None
     # As WorkflowDef.receiver: whether a call's first argument may be bound as `self`.
     receiver: Literal["method", "classmethod"] | None = None
 

@@ -73,6 +73,7 @@ TABLES: tuple[str, ...] = (
     "messages",
     "events",
     "streams",
+    "step_attempts",
 )
 
 # The value of a NOT NULL column for rows exported before the column existed (an import
@@ -136,6 +137,7 @@ def _read(tx: Tx, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         "messages": tx.fetch_all("export_messages", p),
         "events": tx.fetch_all("export_events", p),
         "streams": tx.fetch_all("export_streams", p),
+        "step_attempts": tx.fetch_all("export_step_attempts", p),
     }
     return {name: [json.loads(r["data"]) for r in rows] for name, rows in tables.items()}
 
@@ -272,6 +274,8 @@ def import_(db: SystemDB, checked: Checked, then: Callable[[Tx], None] | None = 
             tx.execute("import_events", t["events"])
         with _refused("streams"):
             tx.execute("import_streams", t["streams"])
+        with _refused("step_attempts"):
+            tx.execute("import_step_attempts", t["step_attempts"])
         if then is not None:
             then(tx)
 

@@ -52,6 +52,7 @@ The tree::
     │   ├── BudgetExceededError
     │   ├── StepError
     │   ├── StepTimeoutError (also a TimeoutError)
+    │   │   └── HeartbeatTimeoutError
     │   ├── WorkflowFailedError
     │   ├── WorkflowCancelledError
     │   │   └── WorkflowTimeoutError
@@ -789,9 +790,10 @@ class StepError(OutcomeError):
 
 
 class StepTimeoutError(OutcomeError, TimeoutError):
-    """An attempt of an async step ran past its `timeout` and was cancelled (it counts as a
-    failed attempt, retried under the step's policy): raise the timeout or make the step
-    faster."""
+    """An attempt of a step ran past its `timeout` and was cancelled (an async step) or
+    given up (a def step: its thread is left to finish, and its result is never recorded);
+    it counts as a failed attempt, retried under the step's policy: raise the timeout or
+    make the step faster."""
 
     def __init__(self, step_name: str, timeout: float) -> None:
         self.step_name = step_name
@@ -799,6 +801,21 @@ class StepTimeoutError(OutcomeError, TimeoutError):
         super().__init__(
             f"step {step_name!r} ran longer than its timeout of {timeout:g} s and was "
             "cancelled: raise @durable.step(timeout=...) or make the step faster"
+        )
+
+
+class HeartbeatTimeoutError(StepTimeoutError):
+    """An attempt of a step went longer than its `heartbeat_timeout` without calling
+    durable.heartbeat() and was given up (it counts as a failed attempt, retried under the
+    step's policy; a def step's thread is left to finish, and its result is never
+    recorded): heartbeat more often or raise the heartbeat_timeout."""
+
+    def __init__(self, step_name: str, timeout: float) -> None:
+        super().__init__(step_name, timeout)
+        self.args = (
+            f"step {step_name!r} did not heartbeat for its heartbeat_timeout of {timeout:g} s "
+            "and was given up: call durable.heartbeat() more often or raise "
+            "@durable.step(heartbeat_timeout=...)",
         )
 
 

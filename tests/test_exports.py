@@ -3,6 +3,8 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "heartbeat",
+    "last_heartbeat",
     "Debouncer",
     "ChildHandle",
     "Winner",

@@ -22,6 +22,8 @@ The package is split by concept, one module per kind of decision:
 - `journal`: replay, errors as stored, journal writes (and outlasting an outage that
   cuts one off) and durability barriers.
 - `steps`: @step, @durable.tool and @transaction.
+- `heartbeats`: long steps: an attempt's deadlines, heartbeats, the fence on a given-up
+  attempt.
 - `faults`: what an application-database error means to a transaction step.
 - `effects`: @effect's write-ahead state machine.
 - `children`: child workflows.
@@ -74,6 +76,14 @@ from durable._protocol.first import (
 from durable._protocol.gates import (
     approval,
     gate,
+)
+from durable._protocol.heartbeats import (
+    SWEEP_SLACK,
+    attempt_deadline,
+    beat,
+    give_up,
+    read_last,
+    write_beat,
 )
 from durable._protocol.journal import (
     barrier,
@@ -173,6 +183,7 @@ __all__ = [
     "EFFECT_TRANSITIONS",
     "FINISHED_BY_A_RUN",
     "SLEEP_IN_PLACE",
+    "SWEEP_SLACK",
     "TIMEOUT_REASON",
     "TRANSACTION_OUTPUTS_TAKEN",
     "WORKFLOW_EVENTS",
@@ -214,7 +225,9 @@ __all__ = [
     "append_turn",
     "approval",
     "assert_transition",
+    "attempt_deadline",
     "barrier",
+    "beat",
     "budget_gate",
     "budget_left",
     "call_limit",
@@ -233,6 +246,7 @@ __all__ = [
     "finish",
     "gate",
     "get_event",
+    "give_up",
     "is_settled",
     "lease_may_hold",
     "open_ledger",
@@ -242,6 +256,7 @@ __all__ = [
     "patched",
     "place_start",
     "proven",
+    "read_last",
     "rebuild_error",
     "reclaim",
     "record",
@@ -266,5 +281,6 @@ __all__ = [
     "wait_first",
     "with_running_steps",
     "workflow",
+    "write_beat",
     "write_stream",
 ]

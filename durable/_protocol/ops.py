@@ -88,6 +88,18 @@ class StepScope:
     seq: int = -1
     kind: str = "step"
     attempt: int = 1
+    # Long steps (see heartbeats): the attempt whose code may heartbeat now (None between
+    # attempts, and once one was given up), its heartbeat_timeout, when it last heartbeat
+    # (the driver's monotonic clock), the details of the last heartbeat before it began
+    # (once read), what the driver does on a heartbeat (move its deadline), and a refusal
+    # of a heartbeat written in the background, raised at the next one.
+    live: int | None = None
+    heartbeat_timeout: float | None = None
+    beat_at: float = 0.0
+    last_details: str | None = None
+    details_read: bool = False
+    on_beat: Callable[[], None] | None = None
+    beat_error: BaseException | None = None
 
 
 @dataclass(slots=True)
@@ -95,9 +107,10 @@ class Call:
     """Call user code; sends back an Outcome (the driver catches Exception, and throws
     anything else, such as a suspension or a KeyboardInterrupt, into the generator).
     `scope`: the step the code runs as (None: the workflow's own body, a compensation or
-    a reconcile function). `timeout`: an attempt running longer is cancelled and fails
-    with StepTimeoutError (async code only). `body`: the workflow function itself, whose
-    task waits on its branches rather than running a durable call of its own (see Park).
+    a reconcile function). `timeout`: an attempt running longer is given up and fails
+    with StepTimeoutError (async code is cancelled; a def step's thread is left to
+    finish). `body`: the workflow function itself, whose task waits on its branches
+    rather than running a durable call of its own (see Park).
     """
 
     fn: Callable[..., Any]

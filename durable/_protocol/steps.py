@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from durable._models import Ledger, StepKind
 from durable._protocol.budget import _cap_gate, budget_gate, refresh_ledger
 from durable._protocol.faults import TRANSACTION_OUTPUTS_TAKEN, Fault
+from durable._protocol.heartbeats import begin, begin_attempt, end_attempt
 from durable._protocol.journal import barrier, encode_error, outlast, record, replay, restore
 from durable._protocol.ops import (
     ABORTED,
@@ -60,7 +61,13 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
         return replay(run, found, defn.fn)
     check_interrupt(run)
     settings = run.settings
-    scope = StepScope(defn.name, charging=True, seq=seq, kind=defn.kind.value)
+    scope = StepScope(
+        defn.name,
+        charging=True,
+        seq=seq,
+        kind=defn.kind.value,
+        heartbeat_timeout=defn.heartbeat_timeout,
+    )
     if run.ledger is not None:
         yield from budget_gate(run, seq, defn.name)
     # Counted against the budget from the gate's decision (nothing is yielded in between,
@@ -82,7 +89,16 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
         while True:
             attempt += 1
             scope.attempt = attempt
+            watched = scope.heartbeat_timeout is not None
+            if watched:
+                yield from begin_attempt(run, scope, attempt)
+            else:
+                begin(scope, attempt)
             outcome: Outcome = yield Call(defn.fn, args, kwargs, scope, defn.timeout)
+            if watched:
+                yield from end_attempt(run, scope, attempt)
+            else:
+                scope.live = None
             elapsed += outcome.seconds
             exc = outcome.error
             if exc is None:
@@ -95,6 +111,10 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
                 refusals += 1
                 attempt -= 1  # refused by the budget, not failed
                 continue
+            if isinstance(exc, StaleOwnerError):
+                # Refused at a heartbeat: another worker took the workflow over (or the
+                # attempt was given up). Nothing more of this run may run or be recorded.
+                raise exc
             if defn.retry.should_retry(exc, attempt):
                 delay = defn.retry.delay(attempt)
                 logger.info(

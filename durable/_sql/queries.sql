@@ -548,7 +548,8 @@ SELECT to_jsonb(jsonb_populate_record(NULL::{schema}.workflows, e)) AS workflows
        to_jsonb(jsonb_populate_record(NULL::{schema}.approvals, e)) AS approvals,
        to_jsonb(jsonb_populate_record(NULL::{schema}.messages, e)) AS messages,
        to_jsonb(jsonb_populate_record(NULL::{schema}.events, e)) AS events,
-       to_jsonb(jsonb_populate_record(NULL::{schema}.streams, e)) AS streams
+       to_jsonb(jsonb_populate_record(NULL::{schema}.streams, e)) AS streams,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.step_attempts, e)) AS step_attempts
 FROM (VALUES (jsonb_build_object())) AS nothing (e)
 
 -- import_workflows --
@@ -1957,3 +1958,84 @@ WHERE (%(action)s::text IS NULL OR action = %(action)s::text)
        OR (at, audit_id) < (%(before_at)s::timestamptz, %(before_id)s::uuid))
 ORDER BY at DESC, audit_id DESC
 LIMIT %(limit)s
+
+-- begin_step_attempt --
+-- A watched attempt of a long step begins (0027): its row names this run's epoch and the
+-- attempt, heartbeat now, and keeps the last details; only while this run owns the
+-- workflow, and never over a later attempt's row. No row: this run lost the workflow.
+INSERT INTO {schema}.step_attempts AS a (workflow_id, step_seq, epoch, attempt,
+    heartbeat_timeout, heartbeat_at)
+SELECT workflow_id, %(step_seq)s, epoch, %(attempt)s, %(heartbeat_timeout)s,
+    {schema}.current_time()
+FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+FOR SHARE
+ON CONFLICT (workflow_id, step_seq) DO UPDATE
+SET epoch = EXCLUDED.epoch, attempt = EXCLUDED.attempt,
+    heartbeat_timeout = EXCLUDED.heartbeat_timeout, heartbeat_at = EXCLUDED.heartbeat_at
+WHERE (a.epoch, a.attempt) <= (EXCLUDED.epoch, EXCLUDED.attempt)
+RETURNING details
+
+-- heartbeat_step --
+-- A step's attempt reports progress: heartbeat now, with its details; fenced as
+-- begin_step_attempt (an attempt given up, or a run that lost the workflow, writes nothing).
+-- Whether its own attempt's row is watched is left as begin and end set it (a heartbeat
+-- written late, in the background, does not watch an attempt that ended).
+INSERT INTO {schema}.step_attempts AS a (workflow_id, step_seq, epoch, attempt,
+    heartbeat_timeout, heartbeat_at, details)
+SELECT workflow_id, %(step_seq)s, epoch, %(attempt)s, %(heartbeat_timeout)s,
+    {schema}.current_time(), %(details)s
+FROM {schema}.workflows
+WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+FOR SHARE
+ON CONFLICT (workflow_id, step_seq) DO UPDATE
+SET heartbeat_timeout = CASE WHEN (a.epoch, a.attempt) = (EXCLUDED.epoch, EXCLUDED.attempt)
+                             THEN a.heartbeat_timeout ELSE EXCLUDED.heartbeat_timeout END,
+    epoch = EXCLUDED.epoch, attempt = EXCLUDED.attempt, heartbeat_at = EXCLUDED.heartbeat_at,
+    details = EXCLUDED.details
+WHERE (a.epoch, a.attempt) <= (EXCLUDED.epoch, EXCLUDED.attempt)
+RETURNING 1 AS written
+
+-- last_step_heartbeat --
+-- The details of a step's last heartbeat (by an earlier attempt, or an earlier run's).
+SELECT details FROM {schema}.step_attempts
+WHERE workflow_id = %(workflow_id)s AND step_seq = %(step_seq)s
+
+-- end_step_attempt --
+-- A watched attempt ended (returned or raised): no longer watched by the sweep.
+UPDATE {schema}.step_attempts
+SET heartbeat_timeout = NULL
+WHERE workflow_id = %(workflow_id)s AND step_seq = %(step_seq)s
+    AND epoch = %(epoch)s AND attempt = %(attempt)s
+
+-- expire_stuck_steps --
+-- A live worker's sweep: a running workflow whose watched step attempt (of its current
+-- epoch, not yet journaled) has not heartbeat for `slack` times its heartbeat_timeout is
+-- stuck, its process frozen or cut off (its own lease may still run long): expire the
+-- lease now and stop the heartbeat renewing it, so a worker claims it at once (epoch
+-- bumped: the stuck attempt's heartbeats and record are refused) and runs the step again.
+UPDATE {schema}.workflows AS w
+SET owner = 'abandoned:' || w.owner, lease_expires_at = {schema}.current_time(),
+    updated_at = {schema}.current_time()
+FROM {schema}.step_attempts AS a
+WHERE a.workflow_id = w.workflow_id AND a.epoch = w.epoch AND w.status = 'RUNNING'
+    AND a.heartbeat_timeout IS NOT NULL
+    AND {schema}.plus_seconds(a.heartbeat_at, a.heartbeat_timeout * %(slack)s)
+        < {schema}.current_time()
+    AND w.lease_expires_at >= {schema}.current_time()
+    AND w.owner NOT LIKE 'abandoned:%%'
+    AND NOT EXISTS (SELECT 1 FROM {schema}.steps AS s
+                    WHERE s.workflow_id = a.workflow_id AND s.step_seq = a.step_seq)
+RETURNING w.workflow_id
+
+-- export_step_attempts --
+-- Export: the last heartbeat of these workflows' long steps (where their next attempt resumes).
+SELECT to_jsonb(t)::text AS data FROM {schema}.step_attempts AS t
+WHERE t.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY t.workflow_id, t.step_seq
+
+-- import_step_attempts --
+-- Import: the last heartbeat of long steps.
+INSERT INTO {schema}.step_attempts
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.step_attempts, %(rows)s::jsonb)

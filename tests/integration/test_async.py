@@ -121,10 +121,6 @@ def test_sync_steps_through_to_thread_and_errors_that_say_what_to_do(database_ur
                 await h.result(timeout=10)
 
     run(main())
-    with pytest.raises(errors.DefinitionError, match="only an async def step"):
-
-        @durable.step(timeout=1, registry=durable.Registry())
-        def slow() -> None: ...
 
 
 def test_a_hanging_attempt_is_cancelled_retried_and_recorded(database_url: str) -> None:

@@ -340,6 +340,18 @@ def params(name: str, w: str) -> dict[str, Any]:
         "worker_wait": {"workflow_id": f"{w}-pending", "stale_seconds": 60.0},
         "record_step": step,
         "record_step_in_app": step,
+        "begin_step_attempt": {**fenced, "step_seq": 10, "attempt": 1, "heartbeat_timeout": 5.0},
+        "heartbeat_step": {
+            **fenced,
+            "step_seq": 10,
+            "attempt": 1,
+            "heartbeat_timeout": 5.0,
+            "details": "3",
+        },
+        "last_step_heartbeat": {"workflow_id": w, "step_seq": 10},
+        "end_step_attempt": {**fenced, "step_seq": 10, "attempt": 1},
+        "expire_stuck_steps": {"slack": 1.5},
+        "export_step_attempts": exported,
         "finish_workflow": {**fenced, "status": "SUCCESS", "output": "1", "error": None},
         "finish_refused": fenced,
         "get_incarnation": {"workflow_id": w},
@@ -690,6 +702,9 @@ def imported_rows(w: str) -> dict[str, list[dict[str, Any]]]:
                 "created_at": at,
             }
         ],
+        "step_attempts": [
+            {"workflow_id": w, "step_seq": 5, "epoch": 3, "attempt": 1, "heartbeat_at": at}
+        ],
     }
 
 
@@ -731,7 +746,7 @@ BEFORE: dict[str, list[str]] = {
     # and a tool call their journal row.
     **{
         f"import_{table}": ["import_workflows"]
-        for table in ("budgets", "approvals", "messages", "events", "streams")
+        for table in ("budgets", "approvals", "messages", "events", "streams", "step_attempts")
     },
     "import_charges": ["import_steps"],
     "import_tool_calls": ["import_steps"],
@@ -771,12 +786,14 @@ def test_the_statement_runs_on_the_distributed_schema(
 HOT = [
     "abandon_workflow",
     "approval_request",
+    "begin_step_attempt",
     "budget_of",
     "claim_batch_cas",  # with workflow_ids = [one]: claiming one workflow
     "consume_message",
     "decide_approval",
     "denied_budget_gate",
     "effect_intent",
+    "end_step_attempt",
     "effect_pending",
     "ensure_budget",
     "finish_refused",
@@ -790,11 +807,13 @@ HOT = [
     "get_event",
     "get_workflow",
     "get_workflow_status",
+    "heartbeat_step",
     "patch_point_started",
     "push_debounced",  # debouncing a key again: one queued entry's inputs and start
     "insert_workflow",
     "insert_workflow_pending",
     "join_suspension",
+    "last_step_heartbeat",
     "latest_state",
     "list_turns",
     "load_journal",
