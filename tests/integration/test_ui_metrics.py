@@ -56,3 +56,23 @@ def test_console_metrics(database_url: str) -> None:
         lan = TestClient(app, base_url="http://192.0.2.10:8321")
         assert lan.get("/metrics").status_code == 401
         assert lan.get("/metrics", headers={TOKEN_HEADER: TOKEN}).status_code == 200
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="durable_queue_depth and durable_queue_oldest_wait_seconds carry the partition key "
+    "as a label: partition keys are user data (a tenant, a user id), so every key queued "
+    "becomes its own series, and a caller who picks keys explodes Prometheus' series",
+)
+def test_queue_metrics_series_do_not_grow_with_partition_keys(database_url: str) -> None:
+    keys = 200
+    with durable.Engine(database_url, registry=reg) as engine:
+        for n in range(keys):
+            queue.enqueue(echo, n, partition_key=f"tenant-{n}")
+        app = create_app(engine.client, token=TOKEN)
+        web = TestClient(app, base_url="http://127.0.0.1:8321")
+        samples = _samples(web.get("/metrics").text)
+        depth = [labels for name, labels in samples if name == "durable_queue_depth"]
+        assert sum(v for (n, _), v in samples.items() if n == "durable_queue_depth") == keys
+        # A bounded number of series per queue, whatever keys callers choose.
+        assert len(depth) < keys // 10
