@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -250,7 +251,6 @@ def worker(
 
     With --prune-finished-after it also applies retention (as Engine(retention=...) does).
     """
-    import logging
     import signal
     import threading
 
@@ -264,6 +264,11 @@ def worker(
             from durable._metrics import new_registry
 
             new_registry()  # the extra is missing: say so once, not once per process
+            if metrics_port and metrics_port + processes - 1 > 65535:
+                raise click.UsageError(
+                    f"--metrics-port {metrics_port} --processes {processes}: process k "
+                    "listens on PORT+k, past 65535: give a lower port"
+                )
 
         # Each process runs this command line (after the program's name) without --processes.
         sys.exit(supervise(sys.argv[1:], processes, grace_seconds))
@@ -345,7 +350,17 @@ def _metrics_server(
     metrics = WorkerMetrics()  # MissingExtraError names the pip install
     if nth is not None and port:
         port += int(nth)  # one of --processes N: each process its own port
+    if port > 65535:
+        raise click.UsageError(
+            f"--metrics-port: process {nth} would listen on port {port}, past 65535 "
+            "(with --processes N, process k listens on PORT+k): give a lower port"
+        )
     try:
-        return metrics, serve(metrics, host, port)
+        server = serve(metrics, host, port)
     except OSError as exc:
         raise click.UsageError(f"--metrics-port {port}: cannot listen on {host}: {exc}") from None
+    bound = server.server_address[1]  # the one the system chose, for --metrics-port 0
+    logging.getLogger("durable.worker").info(
+        "serving metrics on http://%s:%d/metrics (health: /healthz, /readyz)", host, bound
+    )
+    return metrics, server

@@ -6,6 +6,7 @@ whose row cannot be written does not happen; the CLI records its OS user and hos
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import subprocess
 import sys
@@ -179,3 +180,24 @@ def test_the_cli_records_its_user_and_host_and_prints_the_log(database_url: str)
     assert [a["action"] for a in as_json["audit"]] == ["cancel"]
     table = _cli("audit", "--workflow", "au-cli", *url)
     assert table.returncode == 0 and "au-cli" in table.stdout and "cancel" in table.stdout
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an operator running a schedule's workflow by hand (trigger_schedule, `durable "
+    "schedules trigger`, backfill_schedule) starts runs that no audit row records",
+)
+def test_a_schedule_run_by_hand_is_recorded(database_url: str) -> None:
+    with durable.Client(database_url, actor="ana@ops via cli") as client:
+        client.schedule("au.hourly", nobody, "0 * * * *")
+        handle = client.trigger_schedule("au.hourly", registry=elsewhere)
+        start = dt.datetime(2026, 1, 1, tzinfo=dt.UTC)
+        filled = client.backfill_schedule(
+            "au.hourly", start, start + dt.timedelta(hours=2), registry=elsewhere
+        )
+        assert len(filled) == 2
+        acted = {r["workflow_id"] for r in client.audit_log()} | {
+            r["subject"] for r in client.audit_log("")
+        }
+        ran = {handle.workflow_id, *(h.workflow_id for h in filled)}
+        assert ran <= acted or "au.hourly" in acted

@@ -3,6 +3,9 @@ the console's guard like every page."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import psycopg
 import pytest
 from starlette.testclient import TestClient
 
@@ -56,3 +59,53 @@ def test_console_metrics(database_url: str) -> None:
         lan = TestClient(app, base_url="http://192.0.2.10:8321")
         assert lan.get("/metrics").status_code == 401
         assert lan.get("/metrics", headers={TOKEN_HEADER: TOKEN}).status_code == 200
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="durable_queue_depth and durable_queue_oldest_wait_seconds carry the partition key "
+    "as a label: partition keys are user data (a tenant, a user id), so every key queued "
+    "becomes its own series, and a caller who picks keys explodes Prometheus' series",
+)
+def test_queue_metrics_series_do_not_grow_with_partition_keys(database_url: str) -> None:
+    keys = 200
+    with durable.Engine(database_url, registry=reg) as engine:
+        for n in range(keys):
+            queue.enqueue(echo, n, partition_key=f"tenant-{n}")
+        app = create_app(engine.client, token=TOKEN)
+        web = TestClient(app, base_url="http://127.0.0.1:8321")
+        samples = _samples(web.get("/metrics").text)
+        depth = [labels for name, labels in samples if name == "durable_queue_depth"]
+        assert sum(v for (n, _), v in samples.items() if n == "durable_queue_depth") == keys
+        # A bounded number of series per queue, whatever keys callers choose.
+        assert len(depth) < keys // 10
+
+
+def _rows_read(plan: dict[str, Any], relation: str) -> float:
+    """Rows the scans of `relation` in an EXPLAIN ANALYZE plan returned, over all loops."""
+    own = plan["Actual Rows"] * plan["Actual Loops"] if plan.get("Relation Name") == relation else 0
+    return own + sum(_rows_read(child, relation) for child in plan.get("Plans", []))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="every scrape (each worker process, each console) counts workflows by status with "
+    "one GROUP BY over the whole workflows table, finished ones included: its cost grows with "
+    "the history kept (about 0.4 s of database time per scrape at a million finished rows), "
+    "multiplied by the processes scraped",
+)
+def test_a_scrape_does_not_read_every_finished_workflow(database_url: str) -> None:
+    finished = 20_000
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO durable.workflows (workflow_id, name, status, inputs)"
+            " SELECT 'done-' || g, 'um.echo', 'SUCCESS', '[]' FROM generate_series(1, %s) g",
+            (finished,),
+        )
+        conn.execute("ANALYZE durable.workflows")
+    with durable.Client(database_url) as client:
+        sql = client.db.statement("metrics_workflows")
+    with psycopg.connect(database_url) as conn:
+        row = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql).fetchone()
+    assert row is not None
+    assert _rows_read(row[0][0]["Plan"], "workflows") < finished
