@@ -4,6 +4,7 @@ thread the step's code started, and the bounds of `timeout=` and `heartbeat_time
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from typing import Any
@@ -114,3 +115,37 @@ def test_a_heartbeat_from_a_thread_the_step_started_counts_or_is_refused_clearly
         else:
             assert result == 15
 
+
+@pytest.mark.parametrize("seconds", [float("inf"), 1e12, dt.timedelta.max])
+@pytest.mark.parametrize("option", ["timeout", "heartbeat_timeout"])
+def test_a_step_timeout_beyond_any_wait_is_refused_where_it_is_declared(
+    option: str, seconds: float | dt.timedelta
+) -> None:
+    # Unrefused, a def step's attempt failed with OverflowError from its thread's wait, and
+    # a heartbeat_timeout the database cannot add to a time broke every worker's sweep.
+    reg = durable.Registry()
+    with pytest.raises(errors.DefinitionError, match=f"{option}=.*at most 100 years"):
+
+        @durable.step(registry=reg, **{option: seconds})
+        def slow() -> str:
+            time.sleep(0.05)
+            return "ok"
+
+
+def test_a_step_timeout_of_a_century_runs_the_step(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.step(timeout=dt.timedelta(days=36_500), heartbeat_timeout=3e9, registry=reg)
+    def slow() -> str:
+        time.sleep(0.05)
+        durable.heartbeat("half")
+        return "ok"
+
+    @durable.workflow(registry=reg)
+    def job() -> str:
+        return slow()
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(job, workflow_id="century").result(timeout=30) == "ok"
+        # The sweep reads the attempt's row without a time out of range.
+        assert engine.client.db.fetch_all("expire_stuck_steps", {"slack": 1.5}) == []
