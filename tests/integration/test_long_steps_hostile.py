@@ -4,6 +4,7 @@ thread the step's code started, and the bounds of `timeout=` and `heartbeat_time
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import threading
 import time
@@ -12,7 +13,7 @@ from typing import Any
 import pytest
 
 import durable
-from durable import errors
+from durable import _heartbeats, errors
 
 
 def _wait_for(predicate: Any, what: str, seconds: float = 20.0) -> None:
@@ -149,3 +150,44 @@ def test_a_step_timeout_of_a_century_runs_the_step(database_url: str) -> None:
         assert engine.start(job, workflow_id="century").result(timeout=30) == "ok"
         # The sweep reads the attempt's row without a time out of range.
         assert engine.client.db.fetch_all("expire_stuck_steps", {"slack": 1.5}) == []
+
+
+def test_a_late_refused_heartbeat_of_an_earlier_attempt_does_not_stop_the_next(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An async step's heartbeat is written in the background. The first attempt's write
+    # lands after the second attempt began, and is refused (an earlier attempt): that
+    # refusal is not the second attempt's, which must run on (it was raised at the second
+    # attempt's next heartbeat as StaleOwnerError, and the workflow stalled RUNNING).
+    reg = durable.Registry()
+    real = _heartbeats.drive_in_step_async
+    writes: list[int] = []
+
+    async def first_write_late(run: Any, gen: Any) -> Any:
+        writes.append(1)
+        if len(writes) == 1:
+            await asyncio.sleep(1.0)  # slow to land: the retry begins meanwhile
+        return await real(run, gen)
+
+    monkeypatch.setattr(_heartbeats, "drive_in_step_async", first_write_late)
+    attempts: list[int] = []
+
+    @durable.step(heartbeat_timeout=10, retries=1, initial_delay=0, jitter=0, registry=reg)
+    async def crawl() -> str:
+        attempts.append(len(attempts) + 1)
+        if len(attempts) == 1:
+            durable.heartbeat("first")
+            raise RuntimeError("flaky")
+        durable.heartbeat("second")
+        await asyncio.sleep(1.5)  # the first attempt's write is refused meanwhile
+        durable.heartbeat("third")
+        return "done"
+
+    @durable.workflow(registry=reg)
+    async def job() -> str:
+        return await crawl()
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(job, workflow_id="late-write").result(timeout=20) == "done"
+        (record,) = engine.steps("late-write")
+        assert record.attempts == 2
