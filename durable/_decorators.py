@@ -128,6 +128,10 @@ def _wrap(
     return wrapper
 
 
+# The largest value of a PostgreSQL integer column (workflows.max_recovery_attempts).
+_MAX_INTEGER = 2**31 - 1
+
+
 def _timeout(timeout: float | dt.timedelta | None, what: str) -> float | None:
     """At most MAX_SECONDS (100 years): an attempt's deadline is waited on by a thread
     (which refuses an infinite or vast wait) and the sweep adds the heartbeat_timeout to a
@@ -230,11 +234,12 @@ def workflow(
     if max_recovery_attempts is not None and (
         not isinstance(max_recovery_attempts, int)
         or isinstance(max_recovery_attempts, bool)
-        or max_recovery_attempts < 1
+        or not 1 <= max_recovery_attempts <= _MAX_INTEGER
     ):
         raise DefinitionError(
-            f"max_recovery_attempts={max_recovery_attempts!r}: give a whole number >= 1 (the "
-            "crashes of its worker a workflow survives), or None for the Engine's"
+            f"max_recovery_attempts={max_recovery_attempts!r}: give a whole number from 1 to "
+            f"{_MAX_INTEGER} (the crashes of its worker a workflow survives), or None for the "
+            "Engine's"
         )
     if budget is not None and not isinstance(budget, Budget):
         raise DefinitionError(

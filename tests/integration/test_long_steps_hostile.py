@@ -1,6 +1,8 @@
-"""Long steps at their seams, against a real database: what a given-up attempt's thread
-does after the step moved on (it charges the money its call cost), a heartbeat from a
-thread the step's code started, and the bounds of `timeout=` and `heartbeat_timeout=`."""
+"""Long steps, and a workflow's recovery limit, at their seams against a real database:
+what a given-up attempt's thread does after the step moved on (it charges the money its
+call cost), a heartbeat from a thread the step's code started, an earlier attempt's
+heartbeat refused late, and the bounds of `timeout=`, `heartbeat_timeout=` and
+`max_recovery_attempts=`."""
 
 from __future__ import annotations
 
@@ -191,3 +193,17 @@ def test_a_late_refused_heartbeat_of_an_earlier_attempt_does_not_stop_the_next(
         assert engine.start(job, workflow_id="late-write").result(timeout=20) == "done"
         (record,) = engine.steps("late-write")
         assert record.attempts == 2
+
+
+def test_a_recovery_limit_the_row_cannot_hold_is_refused_at_decoration(database_url: str) -> None:
+    # Unrefused, every start failed with "integer out of range" from the insert.
+    reg = durable.Registry()
+    with pytest.raises(errors.DefinitionError, match=r"max_recovery_attempts=.*from 1 to"):
+        durable.workflow(max_recovery_attempts=2**31, registry=reg)
+
+    @durable.workflow(registry=reg, max_recovery_attempts=2**31 - 1)
+    def job() -> str:
+        return "ok"
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(job, workflow_id="limit").result(timeout=20) == "ok"
