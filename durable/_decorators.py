@@ -28,7 +28,7 @@ from durable._registry import (
     WorkflowDef,
     default_registry,
 )
-from durable._start_options import check_parameters
+from durable._start_options import MAX_SECONDS, check_parameters
 from durable.errors import DefinitionError
 
 if TYPE_CHECKING:
@@ -128,13 +128,23 @@ def _wrap(
     return wrapper
 
 
+# The largest value of a PostgreSQL integer column (workflows.max_recovery_attempts).
+_MAX_INTEGER = 2**31 - 1
+
+
 def _timeout(timeout: float | dt.timedelta | None, what: str) -> float | None:
+    """At most MAX_SECONDS (100 years): an attempt's deadline is waited on by a thread
+    (which refuses an infinite or vast wait) and the sweep adds the heartbeat_timeout to a
+    database timestamp (out of range past it)."""
     seconds = timeout.total_seconds() if isinstance(timeout, dt.timedelta) else timeout
     if seconds is not None and (
-        not isinstance(seconds, int | float) or isinstance(seconds, bool) or not seconds > 0
+        not isinstance(seconds, int | float)
+        or isinstance(seconds, bool)
+        or not 0 < seconds <= MAX_SECONDS
     ):
         raise DefinitionError(
-            f"{what}={timeout!r}: give a positive number of seconds or a datetime.timedelta"
+            f"{what}={timeout!r}: give a positive number of seconds (at most 100 years) or "
+            "a datetime.timedelta"
         )
     return None if seconds is None else float(seconds)
 
@@ -224,11 +234,12 @@ def workflow(
     if max_recovery_attempts is not None and (
         not isinstance(max_recovery_attempts, int)
         or isinstance(max_recovery_attempts, bool)
-        or max_recovery_attempts < 1
+        or not 1 <= max_recovery_attempts <= _MAX_INTEGER
     ):
         raise DefinitionError(
-            f"max_recovery_attempts={max_recovery_attempts!r}: give a whole number >= 1 (the "
-            "crashes of its worker a workflow survives), or None for the Engine's"
+            f"max_recovery_attempts={max_recovery_attempts!r}: give a whole number from 1 to "
+            f"{_MAX_INTEGER} (the crashes of its worker a workflow survives), or None for the "
+            "Engine's"
         )
     if budget is not None and not isinstance(budget, Budget):
         raise DefinitionError(

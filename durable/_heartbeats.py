@@ -94,7 +94,10 @@ def _write_in_background(run: Run, scope: StepScope, attempt: int, text: str | N
                 "heartbeat of step %s of %s not written: %s", scope.name, run.workflow_id, exc
             )
         except Exception as exc:  # refused: raised at the attempt's next heartbeat
-            scope.beat_error = exc
+            # Only while this attempt is the live one: a write of an earlier attempt
+            # refused after the next began is no refusal of the next.
+            if scope.live == attempt:
+                scope.beat_error = exc
         finally:
             if _writing.get(key) is task:
                 del _writing[key]

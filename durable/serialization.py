@@ -142,7 +142,9 @@ def _datetime(stored: str) -> dt.datetime:
         raise ValueError("a zone without an offset")
     try:
         zone = zoneinfo.ZoneInfo(key)
-    except zoneinfo.ZoneInfoNotFoundError:
+    except (zoneinfo.ZoneInfoNotFoundError, ValueError, OSError):
+        # Not a zone's name here (a zone loaded from a file keeps the key it was given: a
+        # path, say): the same instant at the stored offset.
         return parsed
     for fold in (0, 1):
         local = parsed.replace(tzinfo=zone, fold=fold)
