@@ -24,6 +24,13 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from durable import _citus, _migrate
+from durable._bounded import (
+    DEFAULT_RESPONSE_TIMEOUT,
+    AsyncBoundedConnection,
+    BoundedConnection,
+    connect_kwargs,
+    unbounded,
+)
 from durable._finishes import FinishGroup, StepGroup
 from durable._outage import Outage
 from durable._protocol import AppFault, Fault, conflict_backoff
@@ -90,8 +97,11 @@ class SystemDB(RunIO, AsyncRunIO):
         clock: Clock | None = None,
         listen: bool = True,
         claims: str = "auto",
+        response_timeout: float | None = DEFAULT_RESPONSE_TIMEOUT,
     ) -> None:
         self.url = url
+        # How long each statement waits for its answer (see _bounded.py); None: for ever.
+        self.response_timeout = response_timeout or None
         self.listen = listen
         self.claims = claims  # "auto" (the schema decides), "cas" or "skip-locked"
         # A fake clock is handed to SQL on every checkout (see _clock.py); the real one
@@ -111,20 +121,30 @@ class SystemDB(RunIO, AsyncRunIO):
         self.records = StepGroup(self)
         self._async_pools: dict[AsyncConnectionPool, asyncio.AbstractEventLoop] = {}
         self._lock = threading.Lock()
-        self._pool = ConnectionPool(
+        self._pool: ConnectionPool[Any] = ConnectionPool(
             url,
             min_size=min_size,
             max_size=max_size,
             # Named in pg_stat_activity (unless the URL names itself): who holds what.
-            kwargs={"autocommit": True, "fallback_application_name": "durable"},
+            kwargs={
+                "autocommit": True,
+                "fallback_application_name": "durable",
+                **connect_kwargs(url, self.response_timeout),
+            },
+            connection_class=BoundedConnection,
             open=False,
             name="durable-pool",
-            # A new connection is the proof that a server answers again (a checkout is
-            # not: an idle connection to a dead server looks fine until it is used).
-            configure=self.outage.seen,
+            configure=self._configure,
         )
         self._raw = load_queries()
         self._queries: dict[str, bytes] = {}
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        # A new connection is the proof that a server answers again (a checkout is
+        # not: an idle connection to a dead server looks fine until it is used).
+        self.outage.seen(conn)
+        if isinstance(conn, BoundedConnection):
+            conn.response_timeout = self.response_timeout
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -255,13 +275,13 @@ class SystemDB(RunIO, AsyncRunIO):
         self._pool.close()
 
     def migrate(self, progress: _migrate.MigrationProgress | None = None) -> list[int]:
-        with self._pool.connection() as conn:
+        with unbounded(), self._pool.connection() as conn:
             return _migrate.migrate(cast("psycopg.Connection[object]", conn), self.schema, progress)
 
     def distribute_citus(self) -> int:
         """Distribute the migrated tables over Citus (durable/_citus.py's plan); tables
         already distributed are left as they are. Returns how many it distributed."""
-        with self._translate("distribute_citus"), self.connection() as conn:
+        with unbounded(), self._translate("distribute_citus"), self.connection() as conn:
             # Installed files are not enough: Citus runs only when the server preloads it.
             row = conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'citus')"
@@ -292,7 +312,7 @@ class SystemDB(RunIO, AsyncRunIO):
             return done
 
     def check_schema(self) -> None:
-        with self._pool.connection() as conn:
+        with unbounded(), self._pool.connection() as conn:
             _migrate.check(cast("psycopg.Connection[object]", conn), self.schema)
 
     def statement(self, name: str) -> str:
@@ -449,7 +469,12 @@ class SystemDB(RunIO, AsyncRunIO):
             self.url,
             min_size=1,
             max_size=max_size,
-            kwargs={"autocommit": True, "fallback_application_name": "durable-async"},
+            kwargs={
+                "autocommit": True,
+                "fallback_application_name": "durable-async",
+                **connect_kwargs(self.url, self.response_timeout),
+            },
+            connection_class=AsyncBoundedConnection,
             open=False,
             name="durable-async-pool",
             configure=self._configure_async,
@@ -457,6 +482,8 @@ class SystemDB(RunIO, AsyncRunIO):
 
     async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.outage.seen(conn)
+        if isinstance(conn, AsyncBoundedConnection):
+            conn.response_timeout = self.response_timeout
 
     def async_connection(
         self, pool: AsyncConnectionPool
@@ -474,8 +501,8 @@ class SystemDB(RunIO, AsyncRunIO):
         conn = psycopg.connect(
             self.url,
             autocommit=True,
-            connect_timeout=10,
             fallback_application_name="durable-listen",
+            **{"connect_timeout": 10, **connect_kwargs(self.url, self.response_timeout)},
         )
         try:
             for channel in channels:
