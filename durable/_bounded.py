@@ -9,7 +9,8 @@ for ever. The claims, the heartbeat and each run's records would then wait with 
 heartbeat that waits renews nothing while its runs go on as if it had.
 
 So each of durable's own statements waits `response_timeout` seconds at most for its
-answer (default 5, `Engine(response_timeout=...)`, DURABLE_RESPONSE_TIMEOUT): past it the
+answer (default 5, `Engine(response_timeout=...)`, DURABLE_RESPONSE_TIMEOUT; no default on
+a Citus schema, see SystemDB): past it the
 connection is closed and the statement fails as an outage (OperationalError, no
 SQLSTATE), which interrupts the run (not fails it) and is reported once by `Outage`. The
 server's own `statement_timeout` cannot do this: a hung server, or a coordinator waiting on
@@ -73,15 +74,15 @@ def _no_answer(seconds: float) -> NoAnswerError:
 def _bound(conn: Any, timeout: float | None) -> float | None:
     if timeout is not None or not _CAN_BOUND or _UNBOUNDED.get():
         return None
-    seconds: float | None = getattr(conn, "response_timeout", None)
+    seconds: float | None = getattr(conn.source, "response_timeout", None)
     return seconds
 
 
 class BoundedConnection(psycopg.Connection[Any]):
     """A connection of durable's pool: each wait for the server lasts `response_timeout`
-    seconds at most (set by the pool's `configure`)."""
+    seconds at most, that of its `source` (its SystemDB, set by the pool's `configure`)."""
 
-    response_timeout: float | None = None
+    source: Any = None
 
     def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
         seconds = _bound(self, timeout)
@@ -100,7 +101,7 @@ class BoundedConnection(psycopg.Connection[Any]):
 class AsyncBoundedConnection(psycopg.AsyncConnection[Any]):
     """BoundedConnection's twin, for the event loops' pools."""
 
-    response_timeout: float | None = None
+    source: Any = None
 
     async def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
         seconds = _bound(self, timeout)

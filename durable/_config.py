@@ -16,7 +16,7 @@ The variables:
                          default the schema decides (cas on a Citus-distributed one)
   DURABLE_FAKE_CLOCK     a FakeClock's file: real worker processes on a test's fake time
   DURABLE_RESPONSE_TIMEOUT  seconds a statement waits for the database to answer (default
-                         5; 0: for ever), past which the database counts as unreachable
+                         5, none on Citus; 0: for ever), past which it counts as unreachable
   DURABLE_CRASH_POINTS   crash tests: "point[:nth],..." where the process SIGKILLs itself
 """
 
@@ -55,7 +55,8 @@ class Config:
     serializer: Serializer = field(default_factory=JSONSerializer)
     max_payload_bytes: int = 2_000_000
     connect_timeout: float = 15.0
-    response_timeout: float | None = 5.0  # None: wait for ever (see _bounded.py)
+    # None: the default (5 s; none on a Citus schema), 0: wait for ever (see _bounded.py).
+    response_timeout: float | None = None
     clock: Clock = field(default_factory=SystemClock)
     listen: bool = True
     claims: Claims = "auto"
@@ -178,7 +179,8 @@ class Config:
 
 
 def _response_timeout(given: float | None, env: str | None) -> float | None:
-    """response_timeout= (else DURABLE_RESPONSE_TIMEOUT, else 5 s); 0 means None (no bound)."""
+    """response_timeout= (else DURABLE_RESPONSE_TIMEOUT); None when neither is given (the
+    default: see SystemDB), 0 for no bound."""
     if given is None and env:
         try:
             given = float(env)
@@ -189,10 +191,10 @@ def _response_timeout(given: float | None, env: str | None) -> float | None:
                 f"DURABLE_RESPONSE_TIMEOUT={env!r}: give seconds (0 waits for ever)"
             )
     if given is None:
-        return 5.0
+        return None
     if given < 0:
         raise ConfigurationError(f"response_timeout={given!r}: give seconds (0 waits for ever)")
-    return float(given) or None
+    return float(given)
 
 
 MAX_SCHEMA_BYTES = 58

@@ -97,11 +97,17 @@ class SystemDB(RunIO, AsyncRunIO):
         clock: Clock | None = None,
         listen: bool = True,
         claims: str = "auto",
-        response_timeout: float | None = DEFAULT_RESPONSE_TIMEOUT,
+        response_timeout: float | None = None,
     ) -> None:
         self.url = url
         # How long each statement waits for its answer (see _bounded.py); None: for ever.
-        self.response_timeout = response_timeout or None
+        # Given (0: for ever), or by default 5 s, but none on a Citus schema: there a
+        # statement given up on a hung node keeps its coordinator backend busy until the
+        # node answers, and the claims would give up and send it again every round.
+        self._given_timeout = response_timeout
+        self.response_timeout = (
+            DEFAULT_RESPONSE_TIMEOUT if response_timeout is None else response_timeout
+        ) or None
         self.listen = listen
         self.claims = claims  # "auto" (the schema decides), "cas" or "skip-locked"
         # A fake clock is handed to SQL on every checkout (see _clock.py); the real one
@@ -144,7 +150,7 @@ class SystemDB(RunIO, AsyncRunIO):
         # not: an idle connection to a dead server looks fine until it is used).
         self.outage.seen(conn)
         if isinstance(conn, BoundedConnection):
-            conn.response_timeout = self.response_timeout
+            conn.source = self
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -189,6 +195,7 @@ class SystemDB(RunIO, AsyncRunIO):
                 self._queries[name] = composed.as_bytes(conn)
             self.distributed = self._is_distributed(conn)
             self.cas_claims = self._wants_cas_claims()
+            self._citus_bound()
 
     def _is_distributed(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether the schema's `workflows` table is distributed by Citus."""
@@ -204,6 +211,11 @@ class SystemDB(RunIO, AsyncRunIO):
             [sql.Identifier(self.schema, "workflows").as_string(conn)],
         ).fetchone()
         return bool(found and found[0])
+
+    def _citus_bound(self) -> None:
+        """No default response_timeout on a distributed schema (see __init__)."""
+        if self.distributed and self._given_timeout is None:
+            self.response_timeout = None
 
     def _wants_cas_claims(self) -> bool:
         """Claim without row locks (claim_batch_cas, dequeue_cas) on a Citus-distributed
@@ -309,6 +321,7 @@ class SystemDB(RunIO, AsyncRunIO):
                 conn.execute(statement.encode())
             self.distributed = True
             self.cas_claims = self._wants_cas_claims()
+            self._citus_bound()
             return done
 
     def check_schema(self) -> None:
@@ -483,7 +496,7 @@ class SystemDB(RunIO, AsyncRunIO):
     async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.outage.seen(conn)
         if isinstance(conn, AsyncBoundedConnection):
-            conn.response_timeout = self.response_timeout
+            conn.source = self
 
     def async_connection(
         self, pool: AsyncConnectionPool

@@ -8,7 +8,8 @@ the outage while the proxy is still frozen, and runs no step past its lease. A s
 worker (B), connected directly, takes the workflows over once their leases lapse and
 finishes them, the proxy still frozen: every step ran, all of A's before any of B's, and
 only the step in flight at the freeze may have run twice. Thawed, A works again: it alone
-runs the next workflows to their end. Before, A's statements waited for the whole freeze
+runs the next workflows to their end. The same for `async def` workflows (their event
+loop's pool). Before, A's statements waited for the whole freeze
 and it said nothing.
 """
 
@@ -85,12 +86,15 @@ def proxy(database_url: str, tmp_path: Path) -> Iterator[Proxy]:
     proc.wait()
 
 
+@pytest.mark.parametrize("kind", ["sync", "async"])
 def test_a_hung_database_is_an_outage_within_the_bound(
+    kind: str,
     database_url: str,
     subprocess_env: dict[str, str],
     proxy: Proxy,
     tmp_path: Path,
 ) -> None:
+    workflow = hung_app.steps if kind == "sync" else hung_app.steps_async
     with psycopg.connect(database_url, autocommit=True) as conn:
         conn.execute(WORLD_DDL)
     env = {**subprocess_env, "HUNG_WORLD_URL": database_url, "DURABLE_RESPONSE_TIMEOUT": "1"}
@@ -104,7 +108,7 @@ def test_a_hung_database_is_an_outage_within_the_bound(
         first = ["H1", "H2"]
         with client(database_url) as engine:
             for w in first:
-                engine.submit(hung_app.steps, w, STEPS, workflow_id=w)
+                engine.submit(workflow, w, STEPS, workflow_id=w)
         wait_for(
             lambda: sum(1 for r in _world(database_url) if r[3] == a.pid) >= 4,
             timeout=60,
@@ -136,7 +140,7 @@ def test_a_hung_database_is_an_outage_within_the_bound(
         second = ["H3", "H4"]
         with client(database_url) as engine:
             for w in second:
-                engine.submit(hung_app.steps, w, 3, workflow_id=w)
+                engine.submit(workflow, w, 3, workflow_id=w)
         wait_for(
             lambda: _statuses(database_url, second) == ["SUCCESS", "SUCCESS"],
             timeout=90,
