@@ -9,8 +9,7 @@ for ever. The claims, the heartbeat and each run's records would then wait with 
 heartbeat that waits renews nothing while its runs go on as if it had.
 
 So each of durable's own statements waits `response_timeout` seconds at most for its
-answer (default 5, `Engine(response_timeout=...)`, DURABLE_RESPONSE_TIMEOUT; no default on
-a Citus schema, see SystemDB): past it the
+answer (default 5, `Engine(response_timeout=...)`, DURABLE_RESPONSE_TIMEOUT): past it the
 connection is closed and the statement fails as an outage (OperationalError, no
 SQLSTATE), which interrupts the run (not fails it) and is reported once by `Outage`. The
 server's own `statement_timeout` cannot do this: a hung server, or a coordinator waiting on

@@ -104,8 +104,7 @@ class Client(Messages):
       serializer: value serializer (default JSONSerializer; PickleSerializer is opt-in).
       max_payload_bytes: largest serialized input/output stored (default 2,000,000).
       connect_timeout: seconds to wait for the database (default 15).
-      response_timeout: seconds a statement waits for an answer (default 5, none on
-        Citus; 0: for ever).
+      response_timeout: seconds a statement waits for an answer (default 5; 0: for ever).
       clock: where time is read (default the system clock, or DURABLE_FAKE_CLOCK's).
 
     Use it as a context manager (`with durable.Client(url) as client:`) or call

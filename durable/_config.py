@@ -16,7 +16,7 @@ The variables:
                          default the schema decides (cas on a Citus-distributed one)
   DURABLE_FAKE_CLOCK     a FakeClock's file: real worker processes on a test's fake time
   DURABLE_RESPONSE_TIMEOUT  seconds a statement waits for the database to answer (default
-                         5, none on Citus; 0: for ever), past which it counts as unreachable
+                         5; 0: for ever), past which it counts as unreachable
   DURABLE_CRASH_POINTS   crash tests: "point[:nth],..." where the process SIGKILLs itself
 """
 
@@ -55,7 +55,7 @@ class Config:
     serializer: Serializer = field(default_factory=JSONSerializer)
     max_payload_bytes: int = 2_000_000
     connect_timeout: float = 15.0
-    # None: the default (5 s; none on a Citus schema), 0: wait for ever (see _bounded.py).
+    # None: the default (5 s), 0: wait for ever (see _bounded.py).
     response_timeout: float | None = None
     clock: Clock = field(default_factory=SystemClock)
     listen: bool = True

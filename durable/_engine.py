@@ -107,7 +107,7 @@ class Engine:
         which lets their journal row commit in the same transaction, fenced by epoch).
       lease_seconds: how long a claim lasts without a heartbeat (default 30).
       response_timeout: seconds a statement waits for an answer before the database
-        counts as unreachable (default 5, none on Citus; DURABLE_RESPONSE_TIMEOUT; 0: none).
+        counts as unreachable (default 5, or DURABLE_RESPONSE_TIMEOUT; 0: none).
       max_recovery_attempts: crashes of its worker a workflow survives (default 10).
       max_workers: threads that run started workflows (default 8).
       max_async: async def workflows this process runs at once (default 1000); they hold

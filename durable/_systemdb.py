@@ -28,6 +28,7 @@ from durable._bounded import (
     DEFAULT_RESPONSE_TIMEOUT,
     AsyncBoundedConnection,
     BoundedConnection,
+    NoAnswerError,
     connect_kwargs,
     unbounded,
 )
@@ -101,10 +102,6 @@ class SystemDB(RunIO, AsyncRunIO):
     ) -> None:
         self.url = url
         # How long each statement waits for its answer (see _bounded.py); None: for ever.
-        # Given (0: for ever), or by default 5 s, but none on a Citus schema: there a
-        # statement given up on a hung node keeps its coordinator backend busy until the
-        # node answers, and the claims would give up and send it again every round.
-        self._given_timeout = response_timeout
         self.response_timeout = (
             DEFAULT_RESPONSE_TIMEOUT if response_timeout is None else response_timeout
         ) or None
@@ -121,6 +118,10 @@ class SystemDB(RunIO, AsyncRunIO):
         # compare-and-set; both looked up when the pool opens.
         self.distributed = False
         self.cas_claims = False
+        # Citus worker nodes found hanging (group id -> when to ask again; see _find_hung),
+        # and whether they are being asked now.
+        self.hung_groups: dict[int, float] = {}
+        self._probing = False
         # Outcomes, and sync-mode step records, of runs writing at the same moment share
         # one statement and one commit (see _finishes).
         self.finishes = FinishGroup(self)
@@ -151,6 +152,8 @@ class SystemDB(RunIO, AsyncRunIO):
         self.outage.seen(conn)
         if isinstance(conn, BoundedConnection):
             conn.source = self
+        if self.distributed:
+            conn.execute(self._queries["citus_commutative"])
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -195,7 +198,8 @@ class SystemDB(RunIO, AsyncRunIO):
                 self._queries[name] = composed.as_bytes(conn)
             self.distributed = self._is_distributed(conn)
             self.cas_claims = self._wants_cas_claims()
-            self._citus_bound()
+            if self.distributed:
+                conn.execute(self._queries["citus_commutative"])
 
     def _is_distributed(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether the schema's `workflows` table is distributed by Citus."""
@@ -212,11 +216,6 @@ class SystemDB(RunIO, AsyncRunIO):
         ).fetchone()
         return bool(found and found[0])
 
-    def _citus_bound(self) -> None:
-        """No default response_timeout on a distributed schema (see __init__)."""
-        if self.distributed and self._given_timeout is None:
-            self.response_timeout = None
-
     def _wants_cas_claims(self) -> bool:
         """Claim without row locks (claim_batch_cas, dequeue_cas) on a Citus-distributed
         schema, or when the configuration asks for it (DURABLE_CLAIMS=cas)."""
@@ -231,17 +230,63 @@ class SystemDB(RunIO, AsyncRunIO):
         workflows on the nodes that answer are then claimed by their ids, so that the
         work of one node's outage waits for it and the rest goes on."""
         name = "claim_batch_cas" if self.cas_claims else "claim_batch"
-        try:
-            return self.fetch_all(name, params)
-        except DatabaseUnavailableError as exc:
-            if not (self.distributed and params.get("workflow_ids") is None and node_down(exc)):
-                raise
-        ids = [r["workflow_id"] for r in self.fetch_all("claim_candidates_on_shards", params)]
+        every = params.get("workflow_ids") is None
+        if not (every and self.nodes_hung()):
+            try:
+                return self.fetch_all(name, params)
+            except DatabaseUnavailableError as exc:
+                if not (self.distributed and every and node_down(exc)):
+                    raise
+        if self.hung_groups:
+            hung = {**params, "hung": list(self.hung_groups)}
+            found = self.fetch_all("claim_candidates_on_nodes", hung)
+        else:
+            found = self.fetch_all("claim_candidates_on_shards", params)
+        ids = [r["workflow_id"] for r in found]
         return self.fetch_all(name, {**params, "workflow_ids": ids}) if ids else []
+
+    def nodes_hung(self) -> bool:
+        """Whether a Citus worker node was found hanging (asked again once its time is up):
+        the statements over every shard would wait for it, so they are not sent meanwhile."""
+        if not self.hung_groups:
+            return False
+        if time.monotonic() >= min(self.hung_groups.values()):
+            self._find_hung()
+        return bool(self.hung_groups)
+
+    def _find_hung(self) -> bool:
+        """Ask each Citus worker node, through the coordinator, for a trivial answer within
+        the response timeout; those that give none hang. True if one does. False too when
+        the coordinator itself does not answer (an outage, not a node)."""
+        with self._lock:
+            if self._probing:
+                return bool(self.hung_groups)
+            self._probing = True
+        try:
+            found: dict[int, float] = {}
+            for node in self.fetch_all("citus_worker_nodes", {}):
+                where = {"host": node["nodename"], "port": node["nodeport"]}
+                try:
+                    row = self.fetch_one("citus_probe_node", where)
+                    answers = bool(row and row["answers"])
+                except (DatabaseUnavailableError, StatementError):
+                    answers = False
+                if not answers:
+                    found[int(node["groupid"])] = time.monotonic() + _HUNG_RECHECK
+            if found.keys() != self.hung_groups.keys():
+                logger.warning("Citus worker nodes that do not answer: %s", sorted(found) or "none")
+            self.hung_groups = found
+            return bool(found)
+        except DatabaseUnavailableError:
+            return False
+        finally:
+            self._probing = False
 
     def wake_due(self) -> int:
         """Make the sleepers whose time has come runnable; on Citus with a worker node
         down, those on the nodes that answer (as claim_batch)."""
+        if self.nodes_hung():
+            return 0  # a node hangs: the sleepers wait for it (due_on_shards would too)
         try:
             return self.execute("wake_due", {"workflow_ids": None})
         except DatabaseUnavailableError as exc:
@@ -260,15 +305,19 @@ class SystemDB(RunIO, AsyncRunIO):
         answer are kept, and those of the node that is down are not (its runs are stuck
         on it anyway)."""
         run = self.fetch_all if fetch == "all" else self.execute
-        try:
-            return run(name, params), True
-        except DatabaseUnavailableError as exc:
-            if not (self.distributed and node_down(exc)):
-                raise
+        if not self.nodes_hung():
+            try:
+                return run(name, params), True
+            except DatabaseUnavailableError as exc:
+                if not (self.distributed and node_down(exc)):
+                    raise
         rows: list[Row] = []
         count = 0
         reached = True
         for group in self.fetch_all("nodes_of", params):
+            if group["node"] in self.hung_groups:
+                reached = False  # its runs wait for it
+                continue
             part = {**params, "held": group["held"], "epochs": group["epochs"]}
             try:
                 got = run(name, part)
@@ -321,7 +370,7 @@ class SystemDB(RunIO, AsyncRunIO):
                 conn.execute(statement.encode())
             self.distributed = True
             self.cas_claims = self._wants_cas_claims()
-            self._citus_bound()
+            conn.execute(self._queries["citus_commutative"])
             return done
 
     def check_schema(self) -> None:
@@ -354,6 +403,17 @@ class SystemDB(RunIO, AsyncRunIO):
         err = translate(name, exc)
         if node_down(exc):
             return err  # one Citus node, not the database: the others' shards still answer
+        if (
+            self.distributed
+            and isinstance(exc, NoAnswerError)
+            and (self._probing or self._find_hung())
+        ):
+            # A node that hangs, not the coordinator: as node_down, without the outage.
+            hung = DatabaseUnavailableError(
+                f"a Citus worker node does not answer while running {name!r}: {exc}"
+            )
+            hung.node_hung = True  # type: ignore[attr-defined]
+            return hung
         if isinstance(err, DatabaseUnavailableError) and self.outage.lost(exc, name, conn):
             # The pool's idle connections went down with the server: drop them now, so
             # that none is handed to a run after the database is back.
@@ -497,6 +557,8 @@ class SystemDB(RunIO, AsyncRunIO):
         self.outage.seen(conn)
         if isinstance(conn, AsyncBoundedConnection):
             conn.source = self
+        if self.distributed:
+            await conn.execute(self._queries["citus_commutative"])
 
     def async_connection(
         self, pool: AsyncConnectionPool
@@ -526,6 +588,9 @@ class SystemDB(RunIO, AsyncRunIO):
         self.outage.seen(conn)
         return conn
 
+
+# How long a Citus worker node found hanging is left alone before it is asked again.
+_HUNG_RECHECK = 5.0
 
 # What a fork copies from its original, after the fork's row (SystemDB.fork).
 _FORK_COPIES = (
