@@ -122,6 +122,8 @@ class SystemDB(RunIO, AsyncRunIO):
         # and whether they are being asked now.
         self.hung_groups: dict[int, float] = {}
         self._probing = False
+        # Meanwhile, workflows whose claim got no answer (see claim_batch).
+        self._stuck: set[str] = set()
         # Outcomes, and sync-mode step records, of runs writing at the same moment share
         # one statement and one commit (see _finishes).
         self.finishes = FinishGroup(self)
@@ -153,7 +155,7 @@ class SystemDB(RunIO, AsyncRunIO):
         if isinstance(conn, BoundedConnection):
             conn.source = self
         if self.distributed:
-            conn.execute(self._queries["citus_commutative"])
+            conn.execute(self._queries["citus_session"])
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -199,7 +201,7 @@ class SystemDB(RunIO, AsyncRunIO):
             self.distributed = self._is_distributed(conn)
             self.cas_claims = self._wants_cas_claims()
             if self.distributed:
-                conn.execute(self._queries["citus_commutative"])
+                conn.execute(self._queries["citus_session"])
 
     def _is_distributed(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether the schema's `workflows` table is distributed by Citus."""
@@ -237,13 +239,29 @@ class SystemDB(RunIO, AsyncRunIO):
             except DatabaseUnavailableError as exc:
                 if not (self.distributed and every and node_down(exc)):
                     raise
-        if self.hung_groups:
-            hung = {**params, "hung": list(self.hung_groups)}
-            found = self.fetch_all("claim_candidates_on_nodes", hung)
-        else:
+        if not self.hung_groups:
             found = self.fetch_all("claim_candidates_on_shards", params)
-        ids = [r["workflow_id"] for r in found]
-        return self.fetch_all(name, {**params, "workflow_ids": ids}) if ids else []
+            ids = [r["workflow_id"] for r in found]
+            return self.fetch_all(name, {**params, "workflow_ids": ids}) if ids else []
+        # A node hangs: the candidates of the others, but for the rows a statement left
+        # waiting on the hung node still locks (a claim of them waits as long: see below).
+        more = {
+            **params,
+            "hung": list(self.hung_groups),
+            "limit": params["limit"] + len(self._stuck),
+        }
+        found = self.fetch_all("claim_candidates_on_nodes", more)
+        ids = [r["workflow_id"] for r in found if r["workflow_id"] not in self._stuck]
+        ids = ids[: params["limit"]]
+        if not ids:
+            return []
+        try:
+            return self.fetch_all(name, {**params, "workflow_ids": ids})
+        except DatabaseUnavailableError as exc:
+            if not node_down(exc):
+                raise
+            self._stuck.update(ids)  # claimed once the node answers; others next round
+            return []
 
     def nodes_hung(self) -> bool:
         """Whether a Citus worker node was found hanging (asked again once its time is up):
@@ -264,6 +282,7 @@ class SystemDB(RunIO, AsyncRunIO):
             self._probing = True
         try:
             found: dict[int, float] = {}
+            silent: list[str] = []
             for node in self.fetch_all("citus_worker_nodes", {}):
                 where = {"host": node["nodename"], "port": node["nodeport"]}
                 try:
@@ -273,9 +292,16 @@ class SystemDB(RunIO, AsyncRunIO):
                     answers = False
                 if not answers:
                     found[int(node["groupid"])] = time.monotonic() + _HUNG_RECHECK
+                    silent.append(f"{node['nodename']}:{node['nodeport']}")
             if found.keys() != self.hung_groups.keys():
-                logger.warning("Citus worker nodes that do not answer: %s", sorted(found) or "none")
+                logger.warning(
+                    "Citus worker nodes that do not answer within %g s: %s",
+                    self.response_timeout,
+                    ", ".join(silent) or "none (all answer again)",
+                )
             self.hung_groups = found
+            if not found:
+                self._stuck.clear()
             return bool(found)
         except DatabaseUnavailableError:
             return False
@@ -370,7 +396,7 @@ class SystemDB(RunIO, AsyncRunIO):
                 conn.execute(statement.encode())
             self.distributed = True
             self.cas_claims = self._wants_cas_claims()
-            conn.execute(self._queries["citus_commutative"])
+            conn.execute(self._queries["citus_session"])
             return done
 
     def check_schema(self) -> None:
@@ -558,7 +584,7 @@ class SystemDB(RunIO, AsyncRunIO):
         if isinstance(conn, AsyncBoundedConnection):
             conn.source = self
         if self.distributed:
-            await conn.execute(self._queries["citus_commutative"])
+            await conn.execute(self._queries["citus_session"])
 
     def async_connection(
         self, pool: AsyncConnectionPool

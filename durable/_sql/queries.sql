@@ -919,12 +919,14 @@ WHERE noderole = 'primary' AND groupid <> 0 AND isactive
 SELECT bool_and(success) AS answers
 FROM master_run_on_worker(ARRAY[%(host)s::text], ARRAY[%(port)s::int], ARRAY['SELECT 1'], false)
 
--- citus_commutative --
--- On a Citus schema, each connection of durable's lets its multi-shard writes take shared
--- shard locks, not exclusive ones: a claim or lease renewal left waiting on a node that
--- hangs then holds up no write on the other nodes' shards. Row locks and the epoch fences
--- keep the writes correct; a distributed deadlock is cancelled by Citus and retried.
-SET citus.all_modifications_commutative = on
+-- citus_session --
+-- On a Citus schema, each connection of durable's lets its multi-shard writes on
+-- distributed tables run beside one another (no ShareUpdateExclusive shard lock): a claim
+-- or lease renewal left waiting on a node that hangs then holds up no multi-shard write
+-- on the other nodes' shards. Row locks and the epoch fences keep the writes correct; a
+-- distributed deadlock is cancelled by Citus (SQLSTATE 40P01) and the statement retried.
+-- Reference tables keep their exclusive locks (their replicas stay in one order).
+SET citus.enable_deadlock_prevention = off
 
 -- nodes_of --
 -- The workflows `held` grouped by the Citus node that holds their shard (read from the

@@ -361,7 +361,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "claim_candidates_on_nodes": {**claim, "hung": []},
         "citus_worker_nodes": {},
         "citus_probe_node": {"host": "127.0.0.1", "port": 1},  # nobody there: no answer
-        "citus_commutative": {},
+        "citus_session": {},
         "nodes_of": held,
         "renew_claim": {**fenced, "lease_seconds": 30.0},
         "renew_leases": {**held, "lease_seconds": 30.0},
