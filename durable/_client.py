@@ -104,6 +104,7 @@ class Client(Messages):
       serializer: value serializer (default JSONSerializer; PickleSerializer is opt-in).
       max_payload_bytes: largest serialized input/output stored (default 2,000,000).
       connect_timeout: seconds to wait for the database (default 15).
+      response_timeout: seconds a statement waits for an answer (default 5; 0: for ever).
       clock: where time is read (default the system clock, or DURABLE_FAKE_CLOCK's).
       actor: who the operator actions are recorded as (the audit log; default "library
         <user>@<host>"; `with client.acting_as(...)` for some calls).
@@ -124,6 +125,7 @@ class Client(Messages):
         clock: Clock | None = None,
         listen: bool | None = None,
         actor: str | None = None,
+        response_timeout: float | None = None,
     ) -> None:
         self.actor = actor
         self._configure(
@@ -136,6 +138,7 @@ class Client(Messages):
                 connect_timeout=connect_timeout,
                 clock=clock,
                 listen=listen,
+                response_timeout=response_timeout,
             )
         )
 

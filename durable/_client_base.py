@@ -113,6 +113,7 @@ class ClientBase:
             clock=self.clock,
             listen=self.listen,
             claims=self.config.claims,
+            response_timeout=self.config.response_timeout,
         )
         db.open(timeout=self.connect_timeout, create_database=create_database)
         try:

@@ -15,6 +15,8 @@ The variables:
   DURABLE_CLAIMS         "cas" (compare-and-set claims) or "skip-locked" (row locks); by
                          default the schema decides (cas on a Citus-distributed one)
   DURABLE_FAKE_CLOCK     a FakeClock's file: real worker processes on a test's fake time
+  DURABLE_RESPONSE_TIMEOUT  seconds a statement waits for the database to answer (default
+                         5; 0: for ever), past which it counts as unreachable
   DURABLE_CRASH_POINTS   crash tests: "point[:nth],..." where the process SIGKILLs itself
 """
 
@@ -53,6 +55,8 @@ class Config:
     serializer: Serializer = field(default_factory=JSONSerializer)
     max_payload_bytes: int = 2_000_000
     connect_timeout: float = 15.0
+    # None: the default (5 s), 0: wait for ever (see _bounded.py).
+    response_timeout: float | None = None
     clock: Clock = field(default_factory=SystemClock)
     listen: bool = True
     claims: Claims = "auto"
@@ -97,6 +101,7 @@ class Config:
         serializer: Serializer | None = None,
         max_payload_bytes: int = 2_000_000,
         connect_timeout: float = 15.0,
+        response_timeout: float | None = None,
         clock: Clock | None = None,
         listen: bool | None = None,
         app_database_url: str | None = None,
@@ -140,6 +145,7 @@ class Config:
                 "'skip-locked' (the default on one server)"
             )
         fake_clock = env.get("DURABLE_FAKE_CLOCK")
+        answer = _response_timeout(response_timeout, env.get("DURABLE_RESPONSE_TIMEOUT"))
         return cls(
             database_url=database_url or env.get("DURABLE_DATABASE_URL") or None,
             schema=schema,
@@ -147,6 +153,7 @@ class Config:
             serializer=serializer if serializer is not None else JSONSerializer(),
             max_payload_bytes=max_payload_bytes,
             connect_timeout=connect_timeout,
+            response_timeout=answer,
             clock=(
                 clock
                 if clock is not None
@@ -169,6 +176,25 @@ class Config:
             create_database=create_database,
             crash_points=crash_points(env.get("DURABLE_CRASH_POINTS", "")),
         )
+
+
+def _response_timeout(given: float | None, env: str | None) -> float | None:
+    """response_timeout= (else DURABLE_RESPONSE_TIMEOUT); None when neither is given (the
+    default: see SystemDB), 0 for no bound."""
+    if given is None and env:
+        try:
+            given = float(env)
+        except ValueError:
+            given = -1.0
+        if given < 0:
+            raise ConfigurationError(
+                f"DURABLE_RESPONSE_TIMEOUT={env!r}: give seconds (0 waits for ever)"
+            )
+    if given is None:
+        return None
+    if given < 0:
+        raise ConfigurationError(f"response_timeout={given!r}: give seconds (0 waits for ever)")
+    return float(given)
 
 
 MAX_SCHEMA_BYTES = 58

@@ -105,6 +105,8 @@ class Engine:
       app_database_url: database of @transaction steps (default: the system database,
         which lets their journal row commit in the same transaction, fenced by epoch).
       lease_seconds: how long a claim lasts without a heartbeat (default 30).
+      response_timeout: seconds a statement waits for an answer before the database
+        counts as unreachable (default 5, or DURABLE_RESPONSE_TIMEOUT; 0: none).
       max_recovery_attempts: crashes of its worker a workflow survives (default 10); a
         workflow's own `@durable.workflow(max_recovery_attempts=N)` wins over it.
       max_workers: threads that run started workflows (default 8).
@@ -142,6 +144,7 @@ class Engine:
         durability: Durability = "sync",
         executor_id: str | None = None,
         connect_timeout: float = 15.0,
+        response_timeout: float | None = None,
         worker: bool = False,
         poll_interval: float = 1.0,
         grace_seconds: float = 30.0,
@@ -157,6 +160,7 @@ class Engine:
             serializer=serializer,
             max_payload_bytes=max_payload_bytes,
             connect_timeout=connect_timeout,
+            response_timeout=response_timeout,
             clock=clock,
             listen=listen,
             app_database_url=app_database_url,

@@ -95,9 +95,13 @@ class Worker:
         next_housekeeping = 0.0
         while not self._stopping(stop):
             try:
-                if engine.ownership.release_interrupted(engine.client.db):
+                # While a Citus worker node hangs, what would wait for it is not sent: the
+                # statements over every shard, and the release of runs it cut off (their
+                # leases run out).
+                hung = engine.client.db.nodes_hung()
+                if not hung and engine.ownership.release_interrupted(engine.client.db):
                     raise DatabaseUnavailableError("interrupted workflows still held")
-                if time.monotonic() >= next_housekeeping:
+                if time.monotonic() >= next_housekeeping and not hung:
                     # Once per poll interval, not once per claim round: while a backlog is
                     # being worked through (a recovery), rounds come every few
                     # milliseconds and these statements were a third of the loop's time.
@@ -112,7 +116,7 @@ class Worker:
                     # A long step that stopped heartbeating (its process frozen or cut off):
                     # its workflow is claimed below, before its lease would run out.
                     _unless_node_down(self._expire_stuck_steps)
-                if time.monotonic() >= next_executor_prune:
+                if time.monotonic() >= next_executor_prune and not hung:
                     next_executor_prune = time.monotonic() + _EXECUTOR_PRUNE_INTERVAL
                     stale = max(_EXECUTOR_STALE_MIN, 10 * engine.config.lease_seconds)
                     prune = {"stale_seconds": stale}
@@ -127,7 +131,7 @@ class Worker:
                 # so take only what can start now, never a backlog.
                 room = engine.config.max_workers - engine.runner.running_count()
                 backlog = False
-                if room > 0:
+                if room > 0 and not hung:
                     # A queue's limits count its entries on every node: while a Citus node
                     # is down, queues wait for it (claims of other work go on).
                     dequeued = _unless_node_down(engine.runner.dequeue, room) or []
@@ -368,7 +372,8 @@ class Heartbeat:
                 if held:
                     reached = db.on_held("renew_leases", ownership.held_params(held), "count")[1]
                 try:
-                    if not ownership.beat(db):
+                    # The executor row is written on every node: not while one hangs.
+                    if not db.nodes_hung() and not ownership.beat(db):
                         return  # another process holds the id: renew nothing more (lose_id)
                 except DatabaseUnavailableError as exc:
                     # The executor row is a reference table, written on every node: refused

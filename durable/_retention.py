@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from durable._bounded import unbounded
 from durable.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -76,6 +77,7 @@ class PruneReport:
 PruneProgress = Callable[[str, int, int], None]
 
 
+@unbounded()  # long by right: see _bounded.py
 def prune(
     db: SystemDB,
     policy: RetentionPolicy,

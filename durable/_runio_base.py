@@ -72,6 +72,8 @@ def node_down(exc: BaseException | None) -> bool:
     the statement needed that node's shards, the connection to the coordinator is sound, and
     statements on the other nodes' shards run. Unavailable (the caller retries it later), but
     not an outage of the system database: the other runs and the pool carry on."""
+    if getattr(exc, "node_hung", False):
+        return True  # a node that hangs (SystemDB.error)
     if isinstance(exc, DatabaseUnavailableError):
         exc = exc.__cause__
     return (

@@ -24,6 +24,14 @@ from psycopg import sql
 from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from durable import _citus, _migrate
+from durable._bounded import (
+    DEFAULT_RESPONSE_TIMEOUT,
+    AsyncBoundedConnection,
+    BoundedConnection,
+    NoAnswerError,
+    connect_kwargs,
+    unbounded,
+)
 from durable._finishes import FinishGroup, StepGroup
 from durable._outage import Outage
 from durable._protocol import AppFault, Fault, conflict_backoff
@@ -90,8 +98,13 @@ class SystemDB(RunIO, AsyncRunIO):
         clock: Clock | None = None,
         listen: bool = True,
         claims: str = "auto",
+        response_timeout: float | None = None,
     ) -> None:
         self.url = url
+        # How long each statement waits for its answer (see _bounded.py); None: for ever.
+        self.response_timeout = (
+            DEFAULT_RESPONSE_TIMEOUT if response_timeout is None else response_timeout
+        ) or None
         self.listen = listen
         self.claims = claims  # "auto" (the schema decides), "cas" or "skip-locked"
         # A fake clock is handed to SQL on every checkout (see _clock.py); the real one
@@ -107,26 +120,44 @@ class SystemDB(RunIO, AsyncRunIO):
         # compare-and-set; both looked up when the pool opens.
         self.distributed = False
         self.cas_claims = False
+        # Citus worker nodes found hanging (group id -> when to ask again; see _find_hung),
+        # and whether they are being asked now.
+        self.hung_groups: dict[int, float] = {}
+        self._probing = False
+        # Meanwhile, workflows whose claim got no answer (see claim_batch).
+        self._stuck: set[str] = set()
         # Outcomes, and sync-mode step records, of runs writing at the same moment share
         # one statement and one commit (see _finishes).
         self.finishes = FinishGroup(self)
         self.records = StepGroup(self)
         self._async_pools: dict[AsyncConnectionPool, asyncio.AbstractEventLoop] = {}
         self._lock = threading.Lock()
-        self._pool = ConnectionPool(
+        self._pool: ConnectionPool[Any] = ConnectionPool(
             url,
             min_size=min_size,
             max_size=max_size,
             # Named in pg_stat_activity (unless the URL names itself): who holds what.
-            kwargs={"autocommit": True, "fallback_application_name": "durable"},
+            kwargs={
+                "autocommit": True,
+                "fallback_application_name": "durable",
+                **connect_kwargs(url, self.response_timeout),
+            },
+            connection_class=BoundedConnection,
             open=False,
             name="durable-pool",
-            # A new connection is the proof that a server answers again (a checkout is
-            # not: an idle connection to a dead server looks fine until it is used).
-            configure=self.outage.seen,
+            configure=self._configure,
         )
         self._raw = load_queries()
         self._queries: dict[str, bytes] = {}
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        # A new connection is the proof that a server answers again (a checkout is
+        # not: an idle connection to a dead server looks fine until it is used).
+        self.outage.seen(conn)
+        if isinstance(conn, BoundedConnection):
+            conn.source = self
+        if self.distributed:
+            conn.execute(self._queries["citus_session"])
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -171,6 +202,8 @@ class SystemDB(RunIO, AsyncRunIO):
                 self._queries[name] = composed.as_bytes(conn)
             self.distributed = self._is_distributed(conn)
             self.cas_claims = self._wants_cas_claims()
+            if self.distributed:
+                conn.execute(self._queries["citus_session"])
 
     def _is_distributed(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether the schema's `workflows` table is distributed by Citus."""
@@ -195,26 +228,99 @@ class SystemDB(RunIO, AsyncRunIO):
         return self.distributed
 
     def claim_batch(self, params: dict[str, Any]) -> list[Row]:
-        """Claim runnable workflows (FOR UPDATE SKIP LOCKED, or compare-and-set).
-
-        On Citus, while a worker node is down, a claim over every shard is refused; the
-        workflows on the nodes that answer are then claimed by their ids, so that the
-        work of one node's outage waits for it and the rest goes on."""
-        name = "claim_batch_cas" if self.cas_claims else "claim_batch"
-        try:
-            rows = self.fetch_all(name, params)
-        except DatabaseUnavailableError as exc:
-            if not (self.distributed and params.get("workflow_ids") is None and node_down(exc)):
-                raise
-            ids = [r["workflow_id"] for r in self.fetch_all("claim_candidates_on_shards", params)]
-            rows = self.fetch_all(name, {**params, "workflow_ids": ids}) if ids else []
+        """Claim runnable workflows (FOR UPDATE SKIP LOCKED, or compare-and-set), and tell
+        `on_claims` (the metrics) what was claimed."""
+        rows = self._claim_batch(params)
         if self.on_claims is not None and rows:
             self.on_claims(rows)
         return rows
 
+    def _claim_batch(self, params: dict[str, Any]) -> list[Row]:
+        """On Citus, while a worker node is down, a claim over every shard is refused; the
+        workflows on the nodes that answer are then claimed by their ids, so that the
+        work of one node's outage waits for it and the rest goes on."""
+        name = "claim_batch_cas" if self.cas_claims else "claim_batch"
+        every = params.get("workflow_ids") is None
+        if not (every and self.nodes_hung()):
+            try:
+                return self.fetch_all(name, params)
+            except DatabaseUnavailableError as exc:
+                if not (self.distributed and every and node_down(exc)):
+                    raise
+        if not self.hung_groups:
+            found = self.fetch_all("claim_candidates_on_shards", params)
+            ids = [r["workflow_id"] for r in found]
+            return self.fetch_all(name, {**params, "workflow_ids": ids}) if ids else []
+        # A node hangs: the candidates of the others, but for the rows a statement left
+        # waiting on the hung node still locks (a claim of them waits as long: see below).
+        more = {
+            **params,
+            "hung": list(self.hung_groups),
+            "limit": params["limit"] + len(self._stuck),
+        }
+        found = self.fetch_all("claim_candidates_on_nodes", more)
+        ids = [r["workflow_id"] for r in found if r["workflow_id"] not in self._stuck]
+        ids = ids[: params["limit"]]
+        if not ids:
+            return []
+        try:
+            return self.fetch_all(name, {**params, "workflow_ids": ids})
+        except DatabaseUnavailableError as exc:
+            if not node_down(exc):
+                raise
+            self._stuck.update(ids)  # claimed once the node answers; others next round
+            return []
+
+    def nodes_hung(self) -> bool:
+        """Whether a Citus worker node was found hanging (asked again once its time is up):
+        the statements over every shard would wait for it, so they are not sent meanwhile."""
+        if not self.hung_groups:
+            return False
+        if time.monotonic() >= min(self.hung_groups.values()):
+            self._find_hung()
+        return bool(self.hung_groups)
+
+    def _find_hung(self) -> bool:
+        """Ask each Citus worker node, through the coordinator, for a trivial answer within
+        the response timeout; those that give none hang. True if one does. False too when
+        the coordinator itself does not answer (an outage, not a node)."""
+        with self._lock:
+            if self._probing:
+                return bool(self.hung_groups)
+            self._probing = True
+        try:
+            found: dict[int, float] = {}
+            silent: list[str] = []
+            for node in self.fetch_all("citus_worker_nodes", {}):
+                where = {"host": node["nodename"], "port": node["nodeport"]}
+                try:
+                    row = self.fetch_one("citus_probe_node", where)
+                    answers = bool(row and row["answers"])
+                except (DatabaseUnavailableError, StatementError):
+                    answers = False
+                if not answers:
+                    found[int(node["groupid"])] = time.monotonic() + _HUNG_RECHECK
+                    silent.append(f"{node['nodename']}:{node['nodeport']}")
+            if found.keys() != self.hung_groups.keys():
+                logger.warning(
+                    "Citus worker nodes that do not answer within %g s: %s",
+                    self.response_timeout,
+                    ", ".join(silent) or "none (all answer again)",
+                )
+            self.hung_groups = found
+            if not found:
+                self._stuck.clear()
+            return bool(found)
+        except DatabaseUnavailableError:
+            return False
+        finally:
+            self._probing = False
+
     def wake_due(self) -> int:
         """Make the sleepers whose time has come runnable; on Citus with a worker node
         down, those on the nodes that answer (as claim_batch)."""
+        if self.nodes_hung():
+            return 0  # a node hangs: the sleepers wait for it (due_on_shards would too)
         try:
             return self.execute("wake_due", {"workflow_ids": None})
         except DatabaseUnavailableError as exc:
@@ -233,15 +339,19 @@ class SystemDB(RunIO, AsyncRunIO):
         answer are kept, and those of the node that is down are not (its runs are stuck
         on it anyway)."""
         run = self.fetch_all if fetch == "all" else self.execute
-        try:
-            return run(name, params), True
-        except DatabaseUnavailableError as exc:
-            if not (self.distributed and node_down(exc)):
-                raise
+        if not self.nodes_hung():
+            try:
+                return run(name, params), True
+            except DatabaseUnavailableError as exc:
+                if not (self.distributed and node_down(exc)):
+                    raise
         rows: list[Row] = []
         count = 0
         reached = True
         for group in self.fetch_all("nodes_of", params):
+            if group["node"] in self.hung_groups:
+                reached = False  # its runs wait for it
+                continue
             part = {**params, "held": group["held"], "epochs": group["epochs"]}
             try:
                 got = run(name, part)
@@ -260,13 +370,13 @@ class SystemDB(RunIO, AsyncRunIO):
         self._pool.close()
 
     def migrate(self, progress: _migrate.MigrationProgress | None = None) -> list[int]:
-        with self._pool.connection() as conn:
+        with unbounded(), self._pool.connection() as conn:
             return _migrate.migrate(cast("psycopg.Connection[object]", conn), self.schema, progress)
 
     def distribute_citus(self) -> int:
         """Distribute the migrated tables over Citus (durable/_citus.py's plan); tables
         already distributed are left as they are. Returns how many it distributed."""
-        with self._translate("distribute_citus"), self.connection() as conn:
+        with unbounded(), self._translate("distribute_citus"), self.connection() as conn:
             # Installed files are not enough: Citus runs only when the server preloads it.
             row = conn.execute(
                 "SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'citus')"
@@ -294,10 +404,11 @@ class SystemDB(RunIO, AsyncRunIO):
                 conn.execute(statement.encode())
             self.distributed = True
             self.cas_claims = self._wants_cas_claims()
+            conn.execute(self._queries["citus_session"])
             return done
 
     def check_schema(self) -> None:
-        with self._pool.connection() as conn:
+        with unbounded(), self._pool.connection() as conn:
             _migrate.check(cast("psycopg.Connection[object]", conn), self.schema)
 
     def statement(self, name: str) -> str:
@@ -326,6 +437,17 @@ class SystemDB(RunIO, AsyncRunIO):
         err = translate(name, exc)
         if node_down(exc):
             return err  # one Citus node, not the database: the others' shards still answer
+        if (
+            self.distributed
+            and isinstance(exc, NoAnswerError)
+            and (self._probing or self._find_hung())
+        ):
+            # A node that hangs, not the coordinator: as node_down, without the outage.
+            hung = DatabaseUnavailableError(
+                f"a Citus worker node does not answer while running {name!r}: {exc}"
+            )
+            hung.node_hung = True  # type: ignore[attr-defined]
+            return hung
         if isinstance(err, DatabaseUnavailableError) and self.outage.lost(exc, name, conn):
             # The pool's idle connections went down with the server: drop them now, so
             # that none is handed to a run after the database is back.
@@ -457,7 +579,12 @@ class SystemDB(RunIO, AsyncRunIO):
             self.url,
             min_size=1,
             max_size=max_size,
-            kwargs={"autocommit": True, "fallback_application_name": "durable-async"},
+            kwargs={
+                "autocommit": True,
+                "fallback_application_name": "durable-async",
+                **connect_kwargs(self.url, self.response_timeout),
+            },
+            connection_class=AsyncBoundedConnection,
             open=False,
             name="durable-async-pool",
             configure=self._configure_async,
@@ -465,6 +592,10 @@ class SystemDB(RunIO, AsyncRunIO):
 
     async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
         self.outage.seen(conn)
+        if isinstance(conn, AsyncBoundedConnection):
+            conn.source = self
+        if self.distributed:
+            await conn.execute(self._queries["citus_session"])
 
     def async_connection(
         self, pool: AsyncConnectionPool
@@ -482,8 +613,8 @@ class SystemDB(RunIO, AsyncRunIO):
         conn = psycopg.connect(
             self.url,
             autocommit=True,
-            connect_timeout=10,
             fallback_application_name="durable-listen",
+            **{"connect_timeout": 10, **connect_kwargs(self.url, self.response_timeout)},
         )
         try:
             for channel in channels:
@@ -494,6 +625,9 @@ class SystemDB(RunIO, AsyncRunIO):
         self.outage.seen(conn)
         return conn
 
+
+# How long a Citus worker node found hanging is left alone before it is asked again.
+_HUNG_RECHECK = 5.0
 
 # What a fork copies from its original, after the fork's row (SystemDB.fork).
 _FORK_COPIES = (

@@ -46,6 +46,7 @@ from typing import Any
 
 from durable import _labels as labels
 from durable import _migrate
+from durable._bounded import unbounded
 from durable._models import WorkflowStatus
 from durable._names import check_name
 from durable._systemdb import SystemDB, Tx, is_unique_violation, refused_data
@@ -91,6 +92,7 @@ def owner_column(table: str) -> str:
     return _OWNER.get(table, "workflow_id")
 
 
+@unbounded()  # long by right: see _bounded.py
 def export(db: SystemDB, workflow_id: str, *, children: bool, now: dt.datetime) -> dict[str, Any]:
     """The export of one workflow (and its descendants with `children`), read in one
     snapshot; WorkflowNotFoundError if there is no such workflow."""
@@ -239,6 +241,7 @@ def _release(row: dict[str, Any]) -> None:
         row.update(status=WorkflowStatus.PENDING.value, owner=None, lease_expires_at=None)
 
 
+@unbounded()  # long by right: see _bounded.py
 def import_(db: SystemDB, checked: Checked, then: Callable[[Tx], None] | None = None) -> None:
     """Insert a checked export's rows in one transaction (with what `then(tx)` writes: the
     audit rows); nothing is written when any is refused. ImportConflictError if this

@@ -213,6 +213,23 @@ class CitusCluster:
         node.killed = True
         return node
 
+    def freeze_worker(self, index: int) -> list[int]:
+        """SIGSTOP worker `index`'s postmaster and every process of it (a hung host: its
+        connections stay open, nothing answers); returns their pids for thaw_worker."""
+        node = self.workers[index]
+        master = int((node.pgdata / "postmaster.pid").read_text().split()[0])
+        found = subprocess.run(["pgrep", "-P", str(master)], capture_output=True, text=True)
+        pids = [master, *(int(p) for p in found.stdout.split())]
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        return pids
+
+    @staticmethod
+    def thaw_worker(pids: list[int]) -> None:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
     def start_worker(self, index: int) -> Node:
         """Start worker `index` again (after kill_worker), on its port and data directory."""
         node = self.workers[index]

@@ -886,6 +886,64 @@ WHERE s.success
 ORDER BY c.created_at
 LIMIT %(limit)s
 
+-- claim_candidates_on_nodes --
+-- claim_candidates_on_shards while a Citus worker node hangs (it keeps its connections
+-- and answers nothing, so run_command_on_shards would wait for it): each node that is not
+-- among the `hung` groups is asked by master_run_on_worker, one command per node over the
+-- union of its shards, for up to `limit` runnable workflows; the oldest `limit` of them all
+-- are claimed by claim_batch_cas with their ids. A read on a worker: its clock.
+WITH tables AS (
+    SELECT n.nodename, n.nodeport,
+           string_agg('SELECT workflow_id, created_at, status, lease_expires_at, name,'
+                      || ' version, journal_version FROM '
+                      || shard_name(s.logicalrelid, s.shardid), ' UNION ALL ') AS shards
+    FROM pg_dist_shard AS s
+    JOIN pg_dist_placement AS p ON p.shardid = s.shardid
+    JOIN pg_dist_node AS n ON n.groupid = p.groupid AND n.noderole = 'primary'
+    WHERE s.logicalrelid = '{schema}.workflows'::regclass
+      AND NOT (p.groupid = ANY(%(hung)s::int[]))
+    GROUP BY n.nodename, n.nodeport
+), commands AS (
+    SELECT array_agg(nodename) AS names, array_agg(nodeport) AS ports,
+           array_agg($cmd$SELECT coalesce(json_agg(c)::text, '[]') FROM (
+               SELECT workflow_id, created_at FROM ($cmd$ || shards || $cmd$) AS w
+               WHERE (status = 'PENDING'
+                      OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
+                 AND (name, coalesce(version, '')) IN (SELECT n, v FROM unnest($cmd$
+               || quote_literal(%(names)s::text[]) || '::text[], '
+               || quote_literal(%(versions)s::text[]) || $cmd$::text[]) AS t (n, v))
+                 AND journal_version <= $cmd$ || %(journal_version)s::int || $cmd$
+               ORDER BY created_at LIMIT $cmd$ || %(limit)s::int || ') AS c') AS cmds
+    FROM tables
+)
+SELECT c.workflow_id
+FROM commands,
+     LATERAL master_run_on_worker(commands.names, commands.ports, commands.cmds, true) AS r,
+     LATERAL json_to_recordset(r.result::json) AS c (workflow_id text, created_at timestamptz)
+WHERE r.success
+ORDER BY c.created_at
+LIMIT %(limit)s
+
+-- citus_worker_nodes --
+-- The Citus worker nodes (the coordinator's metadata: it answers while one hangs).
+SELECT groupid, nodename, nodeport FROM pg_dist_node
+WHERE noderole = 'primary' AND groupid <> 0 AND isactive
+
+-- citus_probe_node --
+-- Whether one Citus worker node answers (a new connection from the coordinator, a trivial
+-- command): sent with durable's response_timeout, a node that hangs does not answer.
+SELECT bool_and(success) AS answers
+FROM master_run_on_worker(ARRAY[%(host)s::text], ARRAY[%(port)s::int], ARRAY['SELECT 1'], false)
+
+-- citus_session --
+-- On a Citus schema, each connection of durable's lets its multi-shard writes on
+-- distributed tables run beside one another (no ShareUpdateExclusive shard lock): a claim
+-- or lease renewal left waiting on a node that hangs then holds up no multi-shard write
+-- on the other nodes' shards. Row locks and the epoch fences keep the writes correct; a
+-- distributed deadlock is cancelled by Citus (SQLSTATE 40P01) and the statement retried.
+-- Reference tables keep their exclusive locks (their replicas stay in one order).
+SET citus.enable_deadlock_prevention = off
+
 -- nodes_of --
 -- The workflows `held` grouped by the Citus node that holds their shard (read from the
 -- coordinator's metadata: it answers while a worker node is down), so that a statement

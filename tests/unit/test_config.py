@@ -57,6 +57,8 @@ def test_the_config_is_frozen() -> None:
         ({"schema": "x" * 59}, {}, "schema"),
         ({}, {"DURABLE_CLAIMS": "optimistic"}, "DURABLE_CLAIMS"),
         ({}, {"DURABLE_CRASH_POINTS": "a:b"}, "DURABLE_CRASH_POINTS"),
+        ({"response_timeout": -1}, {}, "response_timeout"),
+        ({}, {"DURABLE_RESPONSE_TIMEOUT": "soon"}, "DURABLE_RESPONSE_TIMEOUT"),
     ],
 )
 def test_a_bad_setting_is_refused_by_name(
@@ -106,3 +108,17 @@ def test_nothing_else_reads_the_environment() -> None:
         if re.search(r"os\.environ|os\.getenv", path.read_text("utf-8")):
             readers.append(rel)
     assert readers == [], f"read settings in durable/_config.py, not in {readers}"
+
+
+def test_the_response_timeout_is_given_or_five_seconds() -> None:
+    """None (not given) is the SystemDB's default, 5 s; 0 is no bound."""
+    from durable._systemdb import SystemDB
+
+    assert Config.resolve(environ={}).response_timeout is None
+    assert Config.resolve(environ={"DURABLE_RESPONSE_TIMEOUT": "2.5"}).response_timeout == 2.5
+    given_both = Config.resolve(environ={"DURABLE_RESPONSE_TIMEOUT": "9"}, response_timeout=1)
+    assert given_both.response_timeout == 1.0
+    assert Config.resolve(environ={}, response_timeout=0).response_timeout == 0.0
+    url = "postgresql://h/db"
+    assert SystemDB(url, "durable").response_timeout == 5.0
+    assert SystemDB(url, "durable", response_timeout=0).response_timeout is None

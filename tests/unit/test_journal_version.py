@@ -21,7 +21,8 @@ def test_every_claim_passes_by_a_newer_journal() -> None:
         if re.search(r"ELSE 'RUNNING' END|SET status = 'RUNNING'", text)
     }
     assert claiming == CLAIMS
-    for name in [*CLAIMS, "claim_candidates_on_shards", "resume_workflow", "fork_workflow"]:
+    candidates = ["claim_candidates_on_shards", "claim_candidates_on_nodes"]
+    for name in [*CLAIMS, *candidates, "resume_workflow", "fork_workflow"]:
         assert re.search(r"journal_version <= (%\(journal_version\)s|\$cmd\$)", queries[name]), name
 
 
