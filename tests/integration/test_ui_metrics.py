@@ -15,7 +15,7 @@ from durable.ui import TOKEN_HEADER, create_app
 pytest.importorskip("prometheus_client", reason="pip install 'durable-pg[metrics]'")
 from prometheus_client.parser import text_string_to_metric_families
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-of-the-metrics-scrape-Hz4"
 reg = durable.Registry()
 queue = durable.Queue("mq", partition_concurrency=1, registry=reg)
 
