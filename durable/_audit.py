@@ -1,5 +1,6 @@
 """The audit log: which operator cancelled, resumed, moved, forked, imported, decided,
-raised a budget of, or paused or deleted a schedule, when, and from where.
+raised a budget of, sent a message to, created, updated, paused, deleted, triggered or
+backfilled a schedule, when, and from where.
 
 Each action and its audit rows are written in one transaction, so an action without its
 record cannot exist (and a refused or rolled-back one leaves none). An action that changed
@@ -223,6 +224,60 @@ def delete_schedule(client: ClientBase, name: str) -> Any:
         return row
 
     return client.db.atomically(work, "delete_schedule")
+
+
+def set_schedule(client: ClientBase, row: dict[str, Any]) -> None:
+    """upsert_schedule with its audit row ("create schedule", "update schedule"); storing a
+    schedule as it already is records nothing (an application storing its schedules at
+    each start is not an operator's change)."""
+    actor = actor_of(client)
+    name = row["schedule_name"]
+
+    def work(tx: Tx) -> None:
+        old = next(
+            (r for r in tx.fetch_all("list_schedules", {}) if r["schedule_name"] == name), None
+        )
+        tx.execute("upsert_schedule", row)
+        if old is not None and all(old[k] == v for k, v in row.items()):
+            return
+        action = "create schedule" if old is None else "update schedule"
+        detail = f"{row['workflow_name']} at {row['cron']!r} ({row['timezone']})"
+        record(tx, actor, [("", action, name, detail)])
+
+    client.db.atomically(work, "upsert_schedule")
+
+
+def start_runs(client: ClientBase, rows: list[dict[str, Any]], action: str, name: str) -> int:
+    """insert_workflow_pending of a schedule's runs started by hand (action: "trigger
+    schedule", "backfill schedule"), with an audit row on each run started now; returns
+    how many were (a backfilled tick that already ran starts nothing, records nothing)."""
+    actor = actor_of(client)
+
+    def work(tx: Tx) -> int:
+        started = [str(r["workflow_id"]) for r in rows if tx.execute("insert_workflow_pending", r)]
+        record(tx, actor, [(workflow_id, action, name, None) for workflow_id in started])
+        return len(started)
+
+    return client.db.atomically(work, "insert_workflow_pending")
+
+
+def send(client: ClientBase, params: dict[str, Any]) -> None:
+    """send_message; with its audit row when an operator named makes it (the CLI, the
+    console, acting_as, a client given an actor). An application's own sends (a client
+    with no actor: a webhook handler, a service) are its traffic, not operator actions:
+    recording them would bury the few actions the log is for. Workflow code's sends
+    (durable.send) are journaled as the sender's steps and never come here."""
+    actor = _acting.get() or client.actor
+    if actor is None:
+        client.db.execute("send_message", params)
+        return
+    entry = (params["workflow_id"], "send", params["topic"] or None, params["message_id"])
+
+    def work(tx: Tx) -> None:
+        tx.execute("send_message", params)
+        record(tx, actor, [entry])
+
+    client.db.atomically(work, "send_message")
 
 
 def import_(client: ClientBase, checked: transfer.Checked) -> None:

@@ -656,7 +656,7 @@ class Client(Messages):
         is stored."""
         defn = workflow_def(fn)
         schedule = Schedule.build(name, defn.name, defn.version, cron, timezone, catch_up)
-        self.db.execute("upsert_schedule", schedule.row())
+        audit.set_schedule(self, schedule.row())
 
     def pause_schedule(self, name: str, paused: bool = True) -> None:
         """Stop (or, with paused=False, restart) firing a schedule. On restart, ticks missed

@@ -9,6 +9,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+from durable import _audit as audit
 from durable import _lifecycle as lifecycle
 from durable._listen import Subscription
 from durable._models import WorkflowStatus
@@ -34,17 +35,15 @@ class Messages(Reading):
         check_name("idempotency_key", idempotency_key, optional=True)
         self.get_workflow(workflow_id)  # WorkflowNotFoundError before anything is stored
         payload = dumps_checked(self.serializer, message, "the message", self.max_payload_bytes)
-        self.db.execute(
-            "send_message",
-            {
-                "workflow_id": workflow_id,
-                "message_id": idempotency_key or str(uuid.uuid4()),
-                "topic": topic or "",
-                "payload": payload,
-                "sender_id": None,  # from outside any workflow
-                "sender_seq": None,
-            },
-        )
+        params = {
+            "workflow_id": workflow_id,
+            "message_id": idempotency_key or str(uuid.uuid4()),
+            "topic": topic or "",
+            "payload": payload,
+            "sender_id": None,  # from outside any workflow
+            "sender_seq": None,
+        }
+        audit.send(self, params)  # recorded when an operator sends (the CLI, the console)
         self.notify_work(workflow_id)
 
     async def send_async(

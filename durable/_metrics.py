@@ -4,15 +4,19 @@ and the metrics of the console (its /metrics route).
 Two kinds of numbers, in one CollectorRegistry owned by whoever serves them (never
 prometheus_client's global one):
 
-- What the system database holds, read when Prometheus scrapes: workflows by status and
-  name, queued entries by queue and partition with the oldest wait, leases that ran out,
-  each executor's heartbeat age. One grouped statement over workflows and one over the
-  executors (queries.sql: metrics_workflows, metrics_executors); every worker and the
-  console report the same numbers, so aggregate them with `max by (...)`.
+- What the system database holds, read when Prometheus scrapes: the workflows not
+  finished (and the dead-lettered ones) by status and name, queued entries by queue with
+  the oldest wait, leases that ran out, each executor's heartbeat age. One grouped
+  statement over a partial index of workflows that holds no finished row, and one over
+  the executors (queries.sql: metrics_workflows, metrics_executors): a scrape's cost
+  follows the live work, not the history kept. Every worker and the console report the
+  same numbers, so aggregate them with `max by (...)`. Labels are bounded by the code
+  (names, statuses, queues), never by data: a partition key is a caller's value.
 - What this process did, counted as it happens: each attempt of a step's code (a
-  histogram by step, kind and outcome), retries, budget charged, workflows recovered and
-  dead-lettered by its claims; and, read from the engine at scrape time at no cost to the
-  runs, workflows taken back from dead executors, database outages, statements sent.
+  histogram by step, kind and outcome), retries, budget charged, the outcomes its runs
+  wrote (finished workflows by status and name), workflows recovered and dead-lettered
+  by its claims; and, read from the engine at scrape time at no cost to the runs,
+  workflows taken back from dead executors, database outages, statements sent.
 
 Without the `metrics` extra nothing here is imported by a run: the drivers test one
 attribute (`Settings.observe_step`, None) per step attempt.
@@ -117,9 +121,21 @@ class WorkerMetrics:
             ["workflow"],
             registry=r,
         )
+        self.finished = Counter(
+            "durable_workflows_finished",
+            "Outcomes this worker's runs wrote (SUCCESS, ERROR, CANCELLED, COMPENSATED, "
+            "COMPENSATION_FAILED), by status and name.",
+            ["status", "workflow"],
+            registry=r,
+        )
         # (step, kind, failed) -> the histogram's child: one dict lookup per attempt.
         self._children: dict[tuple[str, str, bool], Any] = {}
+        # (name, status) -> the counter's child: one dict lookup per finished workflow.
+        self._finished: dict[tuple[str, str], Any] = {}
         self.engine: Engine | None = None
+        # Set while the worker launches its engine, which may wait up to a lease on another
+        # process's heartbeat (Ownership.refuse_a_live_twin): a process starting is alive.
+        self.starting = False
 
     # -- hooks (called by the engine's threads) ------------------------------------------------
 
@@ -140,6 +156,14 @@ class WorkerMetrics:
         if scope.tokens:
             self.tokens.labels(scope.name).inc(scope.tokens)
 
+    def observe_finish(self, name: str, status: str) -> None:
+        """A run wrote its workflow's outcome (Settings.observe_finish)."""
+        key = (name, status)
+        child = self._finished.get(key)
+        if child is None:
+            child = self._finished[key] = self.finished.labels(status, name)
+        child.inc()
+
     def claimed(self, rows: list[dict[str, Any]]) -> None:
         """A batch of claims (SystemDB.on_claims)."""
         for row in rows:
@@ -157,17 +181,24 @@ class WorkerMetrics:
         runner = engine.runner
         if runner.settings is None:
             raise EngineNotRunningError("attach metrics to a launched engine")
-        runner.settings = dataclasses.replace(runner.settings, observe_step=self.observe_step)
+        runner.settings = dataclasses.replace(
+            runner.settings, observe_step=self.observe_step, observe_finish=self.observe_finish
+        )
         engine.client.db.on_claims = self.claimed
         self.engine = engine
+        self.starting = False
         self.registry.register(_EngineCollector(engine))
         self.registry.register(DatabaseCollector(lambda: engine.client.db))
 
     def live(self) -> tuple[bool, str]:
         """Liveness: the engine runs, its heartbeat thread is alive, its event loop (async
         workflows) has not died and no other process took its executor id. The database is
-        not asked: an outage must not get a worker restarted."""
+        not asked: an outage must not get a worker restarted. While the engine launches
+        (`starting`): alive, not ready, so that a liveness probe restarts no worker waiting
+        on a predecessor's lease."""
         engine = self.engine
+        if engine is None and self.starting:
+            return True, "starting"
         if engine is None or not engine.running:
             return False, "engine not running"
         beat = engine._heartbeat._thread
@@ -184,7 +215,7 @@ class WorkerMetrics:
         and still names this process's incarnation as the holder of its executor id."""
         ok, why = self.live()
         if not ok or self.engine is None:
-            return ok, why
+            return False, why
         ownership = self.engine.ownership
         if ownership.handing_over():
             return False, "stopping"
@@ -214,7 +245,9 @@ def _counter(name: str, doc: str, value: float) -> Any:
 
 
 class DatabaseCollector:
-    """What the system database holds, read at each scrape (two statements)."""
+    """What the system database holds, read at each scrape (two statements): workflows
+    not finished and dead-lettered ones (finished ones are counted by the workers that
+    write them, WorkerMetrics.finished)."""
 
     def __init__(self, db: Callable[[], SystemDB]) -> None:
         self._db = db
@@ -233,7 +266,11 @@ class DatabaseCollector:
         up = _gauge("durable_database_scrape_ok", "The system database answered.", [])
         up.add_metric([], 1)
         yield up
-        total = _gauge("durable_workflows", "Workflows by status and name.", ["status", "workflow"])
+        total = _gauge(
+            "durable_workflows",
+            "Workflows not finished (and dead-lettered ones) by status and name.",
+            ["status", "workflow"],
+        )
         expired = _gauge(
             "durable_workflows_lease_expired",
             "RUNNING workflows whose lease ran out (their worker is gone or stuck) and no "
@@ -245,21 +282,25 @@ class DatabaseCollector:
             "Age of the oldest last change among the workflows of a status and name.",
             ["status", "workflow"],
         )
-        depth = _gauge("durable_queue_depth", "Entries waiting in a queue.", ["queue", "partition"])
+        # By queue only: partition keys are callers' values (a tenant, a user), a series each
+        # would grow without bound. Per partition: `durable queues list`, the console.
+        depth = _gauge(
+            "durable_queue_depth", "Entries waiting in a queue (all its partitions).", ["queue"]
+        )
         wait = _gauge(
             "durable_queue_oldest_wait_seconds",
-            "How long the oldest entry of a queue that may start has waited.",
-            ["queue", "partition"],
+            "How long the oldest entry of a queue (any partition) that may start has waited.",
+            ["queue"],
         )
         counts: dict[tuple[str, str], list[float]] = {}
-        queues: dict[tuple[str, str], list[float]] = {}
+        queues: dict[str, list[float]] = {}
         for r in rows:
             c = counts.setdefault((r["status"], r["name"]), [0, 0, 0.0])
             c[0] += r["n"]
             c[1] += r["lease_expired"]
             c[2] = max(c[2], r["oldest_change"] or 0.0)
             if r["status"] == WorkflowStatus.ENQUEUED.value:
-                q = queues.setdefault((r["queue_name"] or "", r["partition_key"] or ""), [0, 0.0])
+                q = queues.setdefault(r["queue_name"] or "", [0, 0.0])
                 q[0] += r["n"]
                 q[1] = max(q[1], r["oldest_ready"] or 0.0)
         expired_by_name: dict[str, float] = {}
@@ -270,9 +311,9 @@ class DatabaseCollector:
                 expired_by_name[name] = lapsed
         for name, lapsed in expired_by_name.items():
             expired.add_metric([name], lapsed)
-        for (queue, partition), (n, age) in queues.items():
-            depth.add_metric([queue, partition], n)
-            wait.add_metric([queue, partition], age)
+        for queue_name, (n, age) in queues.items():
+            depth.add_metric([queue_name], n)
+            wait.add_metric([queue_name], age)
         beat = _gauge(
             "durable_executor_heartbeat_age_seconds",
             "Seconds since each registered executor's last heartbeat.",

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from croniter import croniter
 
+from durable import _audit as audit
 from durable import _labels as labels
 from durable._decorators import workflow_def
 from durable._names import check_name
@@ -58,6 +59,13 @@ class Starter(Protocol):
     inputs: Inputs
 
     def notify_work(self, payload: str = "") -> None: ...
+
+
+class Operator(Starter, Protocol):
+    """What running a schedule by hand (backfill, trigger) needs: a client that knows who
+    acts, for the audit log."""
+
+    actor: str | None
 
 
 @dataclass(frozen=True)
@@ -363,7 +371,7 @@ def backfill_ticks(
 
 
 def backfill(
-    client: Starter,
+    client: Operator,
     name: str,
     start: dt.datetime,
     end: dt.datetime,
@@ -382,17 +390,14 @@ def backfill(
         inputs = client.inputs.encode(defn, [tick], {})
         rows.append(client.inputs.row(defn, workflow_id, inputs, None, durability))
 
-    def record(tx: Tx) -> int:
-        return sum(tx.execute("insert_workflow_pending", row) for row in rows)
-
-    started = client.db.atomically(record, "backfill_schedule") if rows else 0
+    started = audit.start_runs(client, rows, "backfill schedule", name) if rows else 0
     if started:
         client.notify_work("schedule")
     return [str(row["workflow_id"]) for row in rows], started
 
 
 def trigger(
-    client: Starter,
+    client: Operator,
     name: str,
     workflow_id: str | None,
     durability: str,
@@ -409,7 +414,7 @@ def trigger(
     tick = client.clock.now().astimezone(zoneinfo.ZoneInfo(schedule["timezone"]))
     inputs = client.inputs.encode(defn, [tick], {})
     row = client.inputs.row(defn, chosen, inputs, None, durability)
-    started = client.db.execute("insert_workflow_pending", row) > 0
+    started = audit.start_runs(client, [row], "trigger schedule", name) > 0
     if started:
         client.notify_work(chosen)
     return defn, chosen, started

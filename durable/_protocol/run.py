@@ -167,6 +167,8 @@ class Settings:
     lease_seconds: how long a claim holds without renewal (see reclaim).
     observe_step: told of each attempt of a journaled call whose code ran (its scope and
         Outcome): the worker's metrics (durable/_metrics.py). None: nothing is measured.
+    observe_finish: told of each outcome a run wrote (the workflow's name and status):
+        the worker's metrics. None: nothing is counted.
     """
 
     serializer: Serializer
@@ -183,6 +185,7 @@ class Settings:
     executor_id: str = ""
     lease_seconds: float = 30.0
     observe_step: Callable[[StepScope | None, Outcome], None] | None = None
+    observe_finish: Callable[[str, str], None] | None = None
 
 
 @dataclass

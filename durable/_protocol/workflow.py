@@ -187,6 +187,8 @@ def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | No
         yield from barrier(run)
         if not (yield Execute("finish_workflow", params)):
             yield from _refused(run, status)
+    if run.settings.observe_finish is not None:
+        run.settings.observe_finish(run.name, status.value)
     yield from wake_parent(run)
 
 

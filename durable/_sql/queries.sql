@@ -1957,13 +1957,13 @@ SELECT
         AS effects
 
 -- metrics_workflows --
--- Prometheus' scrape-time counts (durable/_metrics.py), in one pass over workflows: by
--- status and name, how many hold a lease that ran out and how long the oldest went
--- unchanged; queued entries also by queue and partition, with how long the oldest entry
--- that may start has waited.
+-- Prometheus' scrape-time counts (durable/_metrics.py) of the workflows not finished and
+-- the dead-lettered ones, through workflows_unfinished_idx (finished rows are not read):
+-- by status and name, how many hold a lease that ran out and how long the oldest went
+-- unchanged; queued entries also by queue (partitions summed), with how long the oldest
+-- entry that may start has waited.
 SELECT status, name,
     CASE WHEN status = 'ENQUEUED' THEN queue_name END AS queue_name,
-    CASE WHEN status = 'ENQUEUED' THEN partition_key END AS partition_key,
     count(*) AS n,
     count(*) FILTER (WHERE status = 'RUNNING' AND lease_expires_at < {schema}.current_time())
         AS lease_expired,
@@ -1972,8 +1972,9 @@ SELECT status, name,
         FILTER (WHERE status = 'ENQUEUED' AND (available_at IS NULL
                 OR available_at <= {schema}.current_time())))::float8 AS oldest_ready
 FROM {schema}.workflows
-GROUP BY status, name, CASE WHEN status = 'ENQUEUED' THEN queue_name END,
-    CASE WHEN status = 'ENQUEUED' THEN partition_key END
+WHERE status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED', 'COMPENSATING',
+    'MAX_RECOVERY_ATTEMPTS_EXCEEDED')
+GROUP BY status, name, CASE WHEN status = 'ENQUEUED' THEN queue_name END
 
 -- metrics_executors --
 -- Prometheus' scrape-time heartbeat age of each registered executor (durable/_metrics.py).

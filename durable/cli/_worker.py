@@ -348,6 +348,9 @@ def _metrics_server(
     from durable._metrics import WorkerMetrics, serve
 
     metrics = WorkerMetrics()  # MissingExtraError names the pip install
+    # Alive, not ready, until the engine is attached: its launch may wait up to a lease on
+    # a predecessor's heartbeat, and a liveness probe must not restart it meanwhile.
+    metrics.starting = True
     if nth is not None and port:
         port += int(nth)  # one of --processes N: each process its own port
     if port > 65535:

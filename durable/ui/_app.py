@@ -51,6 +51,7 @@ from durable.ui._auth import (
     Throttle,
     check_strong,
     credential,
+    weakness,
 )
 from durable.ui._metrics import metrics_route
 from durable.ui._timeline import between, human_duration, timeline
@@ -90,7 +91,8 @@ def create_app(
 
     A console that is neither read-only nor given a token is refused, so that a mounted
     console never acts for anyone who can reach it; one that serves others (reads_need_token,
-    allowed_hosts) refuses a weak token (WeakTokenError). Wrong tokens are throttled per
+    allowed_hosts) refuses a weak token (WeakTokenError); one given a weak token answers to
+    loopback clients only (a 403 beyond, naming the fix). Wrong tokens are throttled per
     client address and in all (see _auth.py); each action is recorded in the audit log as
     "console <client address> ...".
     """
@@ -266,6 +268,7 @@ class _Console:
         self.client = client
         self.token = token
         self.sessions = Sessions(token) if token else None
+        self.weak = weakness(token) if token else None  # why, if it is too weak to guard
         clock = client.clock
         self.throttle = Throttle(
             clock=time.monotonic
@@ -300,6 +303,14 @@ class _Console:
                     "allowed_hosts=..., durable ui --allowed-host)",
                     400,
                 )
+        if self.weak is not None and not _is_loopback(_address(request)):
+            return self.message(
+                request,
+                f"refused: this console's token is too weak to guard it beyond loopback "
+                f"({self.weak}), so it answers loopback clients only; give it a strong one: "
+                "python -c 'import secrets; print(secrets.token_urlsafe(32))'",
+                403,
+            )
         if via_loopback and named_loopback and not self.reads_need_token:
             return None
         path = request.url.path[len(request.scope.get("root_path", "")) :]

@@ -46,14 +46,21 @@ STRONG_TOKEN_LENGTH = 32
 STRONG_TOKEN_DISTINCT = 10
 
 
-def check_strong(token: str) -> None:
-    """WeakTokenError when `token` is too short or too repetitive to guard a console that
-    others can reach (anyone who reaches it may guess)."""
-    why = None
+def weakness(token: str) -> str | None:
+    """Why `token` is too short or too repetitive to guard a console that others can reach
+    (anyone who reaches it may guess), or None when it is strong."""
     if len(token) < STRONG_TOKEN_LENGTH:
-        why = f"it has {len(token)} characters, fewer than {STRONG_TOKEN_LENGTH}"
-    elif len(set(token)) < STRONG_TOKEN_DISTINCT:
-        why = f"it uses {len(set(token))} different characters, fewer than {STRONG_TOKEN_DISTINCT}"
+        return f"it has {len(token)} characters, fewer than {STRONG_TOKEN_LENGTH}"
+    if len(set(token)) < STRONG_TOKEN_DISTINCT:
+        return f"it uses {len(set(token))} different characters, fewer than {STRONG_TOKEN_DISTINCT}"
+    return None
+
+
+def check_strong(token: str) -> None:
+    """WeakTokenError when `token` is weak (see weakness): refused where others can reach
+    the console. A console given a weak token anyway (create_app, mounted) answers to
+    loopback clients only (_Console.refusal)."""
+    why = weakness(token)
     if why is not None:
         raise WeakTokenError(why)
 

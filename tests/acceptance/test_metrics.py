@@ -77,6 +77,7 @@ FAMILIES = {
     "durable_budget_spent_dollars",
     "durable_recoveries",
     "durable_dead_letters",
+    "durable_workflows_finished",
     "durable_lease_takeovers",
     "durable_database_outages",
 }
@@ -109,8 +110,12 @@ def test_worker_serves_metrics_and_health(
             _, after = _scrape(port)
         finally:
             assert stop_worker(worker) == 0
-    assert _value(after, "durable_workflows", status="SUCCESS", workflow="counter.three_steps") == 3
-    assert _value(after, "durable_workflows", status="SUCCESS", workflow="counter.slow") == 1
+    # Finished workflows are counted by the worker that finished them (a scrape reads no
+    # finished row of the database).
+    finished = "durable_workflows_finished_total"
+    assert _value(after, finished, status="SUCCESS", workflow="counter.three_steps") == 3
+    assert _value(after, finished, status="SUCCESS", workflow="counter.slow") == 1
+    assert _value(after, "durable_workflows", status="SUCCESS") == 0
     assert _value(after, "durable_workflows", status="RUNNING") == 0
     assert (
         _value(after, "durable_step_duration_seconds_count", step="counter.slow_step")
@@ -145,7 +150,8 @@ def test_recovery_after_a_kill_shows_on_the_worker_that_took_over(
             assert stop_worker(second) == 0
     assert _value(samples, "durable_recoveries_total", workflow="counter.slow") == 1
     assert _value(samples, "durable_lease_takeovers_total") == 1
-    assert _value(samples, "durable_workflows", status="SUCCESS", workflow="counter.slow") == 1
+    finished = "durable_workflows_finished_total"
+    assert _value(samples, finished, status="SUCCESS", workflow="counter.slow") == 1
 
 
 def test_metrics_port_without_the_extra_names_the_install(
@@ -209,5 +215,49 @@ def test_readyz_answers_503_while_the_database_is_unreachable(
         finally:
             _cut_off(database_url, allow=True)
         wait_for(lambda: _get(port, "/readyz")[0] == 200, what="readiness again")
+    finally:
+        assert stop_worker(worker) == 0
+
+
+def _health(port: int, path: str) -> tuple[int, str]:
+    try:
+        return _get(port, path)
+    except OSError:
+        return 0, ""
+
+
+def test_a_worker_waiting_on_a_predecessors_lease_is_alive_not_ready(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    """A worker given an executor id whose row another container (another host key) beat
+    for a moment ago watches that heartbeat for up to a lease before taking the id: it is
+    starting, so /healthz answers 200 (a liveness probe must not restart it mid-wait) and
+    /readyz 503; once it takes the id, both answer ok."""
+    first_port, port = _free_port(), _free_port()
+    fixed = ["--executor-id", "box"]
+    first = start_worker(
+        subprocess_env, database_url, extra=[*fixed, "--metrics-port", str(first_port)]
+    )
+    try:
+        wait_for(lambda: _health(first_port, "/readyz")[0] == 200, what="the first worker")
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(timeout=30)
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        # As if it ran in another container, and beat just now.
+        conn.execute(
+            "UPDATE durable.executors SET host_key = 'another-container', heartbeat_at = now()"
+            " WHERE executor_id = 'box'"
+        )
+    worker = start_worker(
+        subprocess_env, database_url, lease=20.0, extra=[*fixed, "--metrics-port", str(port)]
+    )
+    try:
+        wait_for(lambda: _health(port, "/healthz")[0] != 0, what="the worker's endpoints")
+        # Its endpoints listen before it launches: starting from their first answer.
+        assert _health(port, "/healthz") == (200, "starting\n")
+        assert _health(port, "/readyz") == (503, "starting\n")
+        wait_for(lambda: _health(port, "/readyz") == (200, "ok\n"), what="the takeover")
+        assert _health(port, "/healthz") == (200, "ok\n")
     finally:
         assert stop_worker(worker) == 0

@@ -1,5 +1,6 @@
 """The audit log over a real database: every operator action (cancel, resume, move, fork,
-import, a decision, a budget raised, a schedule paused, resumed or deleted) leaves a row
+import, a decision, a budget raised, a message sent, a schedule created, updated, paused,
+resumed, deleted, triggered or backfilled) leaves a row
 naming who acted, what and on what; an action that changed nothing leaves none; an action
 whose row cannot be written does not happen; the CLI records its OS user and host, and
 `durable audit` and `durable workflows show` print the rows."""
@@ -93,13 +94,14 @@ def test_every_operator_action_is_recorded_with_who_acted(
         ((action, _, raised, actor),) = _actions(ops, "au-budget")
         assert (action, actor) == ("raise budget", who) and "dollars +2" in str(raised)
         assert _actions(ops, "") == [
+            ("create schedule", "au-sched", "au.nobody at '0 * * * *' (UTC)", who),
             ("pause schedule", "au-sched", None, who),
             ("resume schedule", "au-sched", None, who),
             ("delete schedule", "au-sched", None, who),
         ]
         assert _actions(ops, "au-copy") == [("import", None, None, who)]
         everything = ops.audit_log()
-        assert len(everything) == 11 and everything[0]["action"] == "import"
+        assert len(everything) == 12 and everything[0]["action"] == "import"
         assert [r["workflow_id"] for r in ops.audit_log(action="cancel")] == ["au-idle"]
         first, rest = (
             ops.audit_log(limit=5),
@@ -182,11 +184,6 @@ def test_the_cli_records_its_user_and_host_and_prints_the_log(database_url: str)
     assert table.returncode == 0 and "au-cli" in table.stdout and "cancel" in table.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="an operator running a schedule's workflow by hand (trigger_schedule, `durable "
-    "schedules trigger`, backfill_schedule) starts runs that no audit row records",
-)
 def test_a_schedule_run_by_hand_is_recorded(database_url: str) -> None:
     with durable.Client(database_url, actor="ana@ops via cli") as client:
         client.schedule("au.hourly", nobody, "0 * * * *")
@@ -201,3 +198,49 @@ def test_a_schedule_run_by_hand_is_recorded(database_url: str) -> None:
         }
         ran = {handle.workflow_id, *(h.workflow_id for h in filled)}
         assert ran <= acted or "au.hourly" in acted
+        # Each run started by hand, on its own workflow; a tick backfilled again records none.
+        who = "ana@ops via cli"
+        assert _actions(client, handle.workflow_id) == [
+            ("trigger schedule", "au.hourly", None, who)
+        ]
+        for h in filled:
+            assert _actions(client, h.workflow_id) == [
+                ("backfill schedule", "au.hourly", None, who)
+            ]
+        client.backfill_schedule(
+            "au.hourly", start, start + dt.timedelta(hours=2), registry=elsewhere
+        )
+        assert [r["action"] for r in client.audit_log(action="backfill schedule")] == [
+            "backfill schedule"
+        ] * 2
+
+
+def test_schedules_stored_and_messages_sent_by_an_operator_are_recorded(
+    database_url: str,
+) -> None:
+    who = "ana@ops via cli"
+    with durable.Client(database_url, actor=who) as client:
+        client.schedule("au.daily", nobody, "0 6 * * *")
+        client.schedule("au.daily", nobody, "0 6 * * *")  # as it is: nothing changed
+        client.schedule("au.daily", nobody, "0 7 * * *", timezone="Europe/Paris")
+        assert _actions(client, "") == [
+            ("create schedule", "au.daily", "au.nobody at '0 6 * * *' (UTC)", who),
+            ("update schedule", "au.daily", "au.nobody at '0 7 * * *' (Europe/Paris)", who),
+        ]
+        client.submit(nobody, 1, workflow_id="au-send")
+        client.send("au-send", {"go": True}, topic="orders", idempotency_key="k-1")
+        assert _actions(client, "au-send") == [("send", "orders", "k-1", who)]
+    # An application's own sends (a client with no actor) are its traffic: not recorded.
+    with durable.Client(database_url) as app:
+        app.send("au-send", "from the application")
+        with app.acting_as("bob via a runbook"):
+            app.send("au-send", "by hand")
+        assert [(a, actor) for a, _, _, actor in _actions(app, "au-send")] == [
+            ("send", who),
+            ("send", "bob via a runbook"),
+        ]
+    url = ["--database-url", database_url]
+    done = _cli("send", "au-send", '{"n": 1}', *url)
+    assert done.returncode == 0, done.stderr
+    with durable.Client(database_url) as client:
+        assert _actions(client, "au-send")[-1][0::3] == ("send", f"{whoami()} via cli")

@@ -15,7 +15,7 @@ from durable.ui import TOKEN_HEADER, create_app
 pytest.importorskip("prometheus_client", reason="pip install 'durable-pg[metrics]'")
 from prometheus_client.parser import text_string_to_metric_families
 
-TOKEN = "s3cret-token"
+TOKEN = "s3cret-token-of-the-metrics-scrape-Hz4"
 reg = durable.Registry()
 queue = durable.Queue("mq", partition_concurrency=1, registry=reg)
 
@@ -45,15 +45,14 @@ def test_console_metrics(database_url: str) -> None:
         assert answer.status_code == 200
         assert answer.headers["content-type"].startswith("text/plain")
         samples = _samples(answer.text)
+        # Finished workflows are counted by the workers that finish them, not read here.
         success = frozenset({("status", "SUCCESS"), ("workflow", "um.echo")})
-        assert samples[("durable_workflows", success)] == 2
+        assert ("durable_workflows", success) not in samples
         queued = frozenset({("status", "ENQUEUED"), ("workflow", "um.echo")})
         assert samples[("durable_workflows", queued)] == 3
-        p0 = frozenset({("queue", "mq"), ("partition", "p0")})
-        assert samples[("durable_queue_depth", p0)] == 1
-        p1 = frozenset({("queue", "mq"), ("partition", "p1")})
-        assert samples[("durable_queue_depth", p1)] == 2
-        assert samples[("durable_queue_oldest_wait_seconds", p1)] >= 0
+        mq = frozenset({("queue", "mq")})
+        assert samples[("durable_queue_depth", mq)] == 3
+        assert samples[("durable_queue_oldest_wait_seconds", mq)] >= 0
         assert samples[("durable_database_scrape_ok", frozenset())] == 1
         # Beyond loopback the guard asks for the token, as for every page.
         lan = TestClient(app, base_url="http://192.0.2.10:8321")
@@ -61,12 +60,6 @@ def test_console_metrics(database_url: str) -> None:
         assert lan.get("/metrics", headers={TOKEN_HEADER: TOKEN}).status_code == 200
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="durable_queue_depth and durable_queue_oldest_wait_seconds carry the partition key "
-    "as a label: partition keys are user data (a tenant, a user id), so every key queued "
-    "becomes its own series, and a caller who picks keys explodes Prometheus' series",
-)
 def test_queue_metrics_series_do_not_grow_with_partition_keys(database_url: str) -> None:
     keys = 200
     with durable.Engine(database_url, registry=reg) as engine:
@@ -87,13 +80,6 @@ def _rows_read(plan: dict[str, Any], relation: str) -> float:
     return own + sum(_rows_read(child, relation) for child in plan.get("Plans", []))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="every scrape (each worker process, each console) counts workflows by status with "
-    "one GROUP BY over the whole workflows table, finished ones included: its cost grows with "
-    "the history kept (about 0.4 s of database time per scrape at a million finished rows), "
-    "multiplied by the processes scraped",
-)
 def test_a_scrape_does_not_read_every_finished_workflow(database_url: str) -> None:
     finished = 20_000
     with psycopg.connect(database_url, autocommit=True) as conn:

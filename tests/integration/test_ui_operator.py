@@ -20,7 +20,7 @@ import durable
 from durable.ui import TOKEN_HEADER, create_app
 from durable.ui._timeline import human_duration
 
-TOKEN = "op3rator-token"
+TOKEN = "op3rator-token-long-and-random-Vb7Yq2"
 LOCAL = "127.0.0.1:8321"
 SIGNED = {TOKEN_HEADER: TOKEN}
 
@@ -147,7 +147,7 @@ def test_signing_in_once_lets_a_browser_act_until_it_signs_out(engine: durable.E
         other.cookies.set("durable_session", bad)
         csrf_other = other.get("/signin") and other.cookies["durable_csrf"]
         assert _decide(other, "sign-2", csrf=csrf_other).status_code == 403, bad
-    rotated = _web(create_app(engine.client, token="a-new-token"))
+    rotated = _web(create_app(engine.client, token="a-new-token-after-a-rotation-Kp5xW2"))
     rotated.cookies.set("durable_session", session)
     assert 'id="signout"' not in rotated.get("/approvals").text
     rotated_csrf = rotated.cookies["durable_csrf"]
