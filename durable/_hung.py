@@ -25,10 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from durable._systemdb import SystemDB
+from typing import Protocol
 
 logger = logging.getLogger("durable.systemdb")
 
@@ -41,10 +38,18 @@ SUSPECT_AFTER = 0.5
 NODE_ANSWER = 0.4
 
 
+class Prober(Protocol):
+    """What HungNodes asks its SystemDB for."""
+
+    response_timeout: float | None
+
+    def probe_nodes(self, bound: float, node_answer: float) -> dict[int, tuple[str, bool]]: ...
+
+
 class HungNodes:
     """The Citus worker nodes found hanging, for one SystemDB."""
 
-    def __init__(self, db: SystemDB) -> None:
+    def __init__(self, db: Prober) -> None:
         self._db = db
         # Group id -> when to ask again.
         self.groups: dict[int, float] = {}
