@@ -260,10 +260,16 @@ class SystemDB(RunIO, AsyncRunIO):
         ids = ids[: params["limit"]]
         if not ids:
             return []
+
+        def claim(tx: Tx) -> list[Row]:
+            tx.execute("citus_set_local", {})
+            tx.execute("claim_lock_wait", {})
+            return tx.fetch_all(name, {**params, "workflow_ids": ids})
+
         try:
-            return self.fetch_all(name, {**params, "workflow_ids": ids})
-        except DatabaseUnavailableError as exc:
-            if not node_down(exc):
+            return self.atomically(claim, name)
+        except (DatabaseUnavailableError, StatementError) as exc:
+            if not (node_down(exc) or getattr(exc, "sqlstate", None) == _LOCK_NOT_AVAILABLE):
                 raise
             self.hung.stuck.update(ids)  # claimed once the node answers; others next round
             return []
@@ -605,6 +611,10 @@ class SystemDB(RunIO, AsyncRunIO):
             raise
         self.outage.seen(conn)
         return conn
+
+
+# A lock not granted within lock_timeout (claim_lock_wait).
+_LOCK_NOT_AVAILABLE = "55P03"
 
 
 class _Bound:

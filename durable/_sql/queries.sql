@@ -946,6 +946,16 @@ SELECT n.groupid, n.nodename || ':' || n.nodeport AS node, coalesce(asked.succes
 FROM nodes AS n
 LEFT JOIN asked ON asked.node_name = n.nodename AND asked.node_port = n.nodeport
 
+-- citus_set_local --
+-- In a claim's transaction on Citus, the SET LOCAL that follows reaches the worker nodes
+-- too (where the rows and their locks are).
+SET LOCAL citus.propagate_set_commands = 'local'
+
+-- claim_lock_wait --
+-- While a Citus worker node hangs, a claim by ids waits a moment at most for a row that a
+-- statement left waiting on the hung node still locks (55P03: left for later).
+SET LOCAL lock_timeout = '200ms'
+
 -- citus_session --
 -- On a Citus schema, each connection of durable's lets its multi-shard writes on
 -- distributed tables run beside one another (no ShareUpdateExclusive shard lock): a claim

@@ -375,6 +375,8 @@ def params(name: str, w: str) -> dict[str, Any]:
         "claim_candidates_on_nodes": {**claim, "hung": []},
         "citus_probe_session": {"ms": 2000},
         "citus_probe_nodes": {},
+        "citus_set_local": {},
+        "claim_lock_wait": {},
         "citus_session": {},
         "nodes_of": held,
         "renew_claim": {**fenced, "lease_seconds": 30.0},
