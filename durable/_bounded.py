@@ -15,6 +15,10 @@ SQLSTATE), which interrupts the run (not fails it) and is reported once by `Outa
 server's own `statement_timeout` cannot do this: a hung server, or a coordinator waiting on
 a hung node, does not answer its own cancellation.
 
+On a Citus schema a statement unanswered after half the bound starts a probe of the worker
+nodes in the background (SystemDB.suspect, _hung.py) and waits on: a node that hangs is
+marked by the time the statement is given up.
+
 The bound is kept where a statement may take long by right: migrations, distributing the
 schema, pruning and export/import run `unbounded()`. A step's @transaction runs on the
 application's engine, not on these connections, and is never bounded here. New
