@@ -15,6 +15,10 @@ SQLSTATE), which interrupts the run (not fails it) and is reported once by `Outa
 server's own `statement_timeout` cannot do this: a hung server, or a coordinator waiting on
 a hung node, does not answer its own cancellation.
 
+On a Citus schema a statement unanswered after half the bound starts a probe of the worker
+nodes in the background (SystemDB.suspect, _hung.py) and waits on: a node that hangs is
+marked by the time the statement is given up.
+
 The bound is kept where a statement may take long by right: migrations, distributing the
 schema, pruning and export/import run `unbounded()`. A step's @transaction runs on the
 application's engine, not on these connections, and is never bounded here. New
@@ -28,6 +32,7 @@ import contextlib
 import contextvars
 import inspect
 import math
+import time
 from collections.abc import Iterator
 from typing import Any, TypeVar
 
@@ -60,14 +65,29 @@ def unbounded() -> Iterator[None]:
 
 
 class NoAnswerError(psycopg.OperationalError):
-    """The database did not answer a statement within the bound: an outage (no SQLSTATE)."""
+    """The database did not answer a statement within the bound: an outage (no SQLSTATE).
+    `sent_at`: when the wait began (time.monotonic())."""
+
+    sent_at: float = 0.0
 
 
-def _no_answer(seconds: float) -> NoAnswerError:
-    return NoAnswerError(
+def _no_answer(seconds: float, sent_at: float) -> NoAnswerError:
+    err = NoAnswerError(
         f"the database did not answer within {seconds:g} s (response_timeout): treated as "
         "unreachable; the connection is closed"
     )
+    err.sent_at = sent_at
+    return err
+
+
+def _timed_out(exc: psycopg.OperationalError) -> bool:
+    return type(exc).__name__ == "_WaitTimeout"
+
+
+def _suspect_after(conn: Any, seconds: float) -> float | None:
+    """On Citus, how long to wait before the worker nodes are probed (SystemDB.suspect)."""
+    after: float | None = getattr(conn.source, "suspect_after", None)
+    return after if after is not None and after < seconds else None
 
 
 def _bound(conn: Any, timeout: float | None) -> float | None:
@@ -87,14 +107,26 @@ class BoundedConnection(psycopg.Connection[Any]):
         seconds = _bound(self, timeout)
         if seconds is None:
             return super().wait(gen, interval, timeout)
+        sent_at = time.monotonic()
+        after = _suspect_after(self, seconds)
+        if after is not None:
+            # On Citus: past `after`, the nodes are probed while the statement waits on
+            # (a generator that timed out resumes where it was: psycopg's own Ctrl-C
+            # handling relies on it).
+            try:
+                return super().wait(gen, interval, after)
+            except psycopg.OperationalError as exc:
+                if not _timed_out(exc):
+                    raise
+            self.source.suspect()
         try:
-            return super().wait(gen, interval, seconds)
+            return super().wait(gen, interval, sent_at + seconds - time.monotonic())
         except psycopg.OperationalError as exc:
-            if type(exc).__name__ != "_WaitTimeout":
+            if not _timed_out(exc):
                 raise
             # Its protocol state is unknown (a statement half sent or half read).
             self.pgconn.finish()
-            raise _no_answer(seconds) from None
+            raise _no_answer(seconds, sent_at) from None
 
 
 class AsyncBoundedConnection(psycopg.AsyncConnection[Any]):
@@ -106,13 +138,22 @@ class AsyncBoundedConnection(psycopg.AsyncConnection[Any]):
         seconds = _bound(self, timeout)
         if seconds is None:
             return await super().wait(gen, interval, timeout)
+        sent_at = time.monotonic()
+        after = _suspect_after(self, seconds)
+        if after is not None:
+            try:
+                return await super().wait(gen, interval, after)
+            except psycopg.OperationalError as exc:
+                if not _timed_out(exc):
+                    raise
+            self.source.suspect()  # starts a thread: the loop does not wait for the probe
         try:
-            return await super().wait(gen, interval, seconds)
+            return await super().wait(gen, interval, sent_at + seconds - time.monotonic())
         except psycopg.OperationalError as exc:
-            if type(exc).__name__ != "_WaitTimeout":
+            if not _timed_out(exc):
                 raise
             self.pgconn.finish()
-            raise _no_answer(seconds) from None
+            raise _no_answer(seconds, sent_at) from None
 
 
 def connect_kwargs(url: str, response_timeout: float | None) -> dict[str, Any]:

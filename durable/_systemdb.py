@@ -33,6 +33,7 @@ from durable._bounded import (
     unbounded,
 )
 from durable._finishes import FinishGroup, StepGroup
+from durable._hung import SUSPECT_AFTER, HungNodes
 from durable._outage import Outage
 from durable._protocol import AppFault, Fault, conflict_backoff
 from durable._runio import RunIO
@@ -120,12 +121,8 @@ class SystemDB(RunIO, AsyncRunIO):
         # compare-and-set; both looked up when the pool opens.
         self.distributed = False
         self.cas_claims = False
-        # Citus worker nodes found hanging (group id -> when to ask again; see _find_hung),
-        # and whether they are being asked now.
-        self.hung_groups: dict[int, float] = {}
-        self._probing = False
-        # Meanwhile, workflows whose claim got no answer (see claim_batch).
-        self._stuck: set[str] = set()
+        # Citus worker nodes found hanging (see _hung.py).
+        self.hung = HungNodes(self)
         # Outcomes, and sync-mode step records, of runs writing at the same moment share
         # one statement and one commit (see _finishes).
         self.finishes = FinishGroup(self)
@@ -247,7 +244,7 @@ class SystemDB(RunIO, AsyncRunIO):
             except DatabaseUnavailableError as exc:
                 if not (self.distributed and every and node_down(exc)):
                     raise
-        if not self.hung_groups:
+        if not self.hung.groups:
             found = self.fetch_all("claim_candidates_on_shards", params)
             ids = [r["workflow_id"] for r in found]
             return self.fetch_all(name, {**params, "workflow_ids": ids}) if ids else []
@@ -255,66 +252,60 @@ class SystemDB(RunIO, AsyncRunIO):
         # waiting on the hung node still locks (a claim of them waits as long: see below).
         more = {
             **params,
-            "hung": list(self.hung_groups),
-            "limit": params["limit"] + len(self._stuck),
+            "hung": list(self.hung.groups),
+            "limit": params["limit"] + len(self.hung.stuck),
         }
         found = self.fetch_all("claim_candidates_on_nodes", more)
-        ids = [r["workflow_id"] for r in found if r["workflow_id"] not in self._stuck]
+        ids = [r["workflow_id"] for r in found if r["workflow_id"] not in self.hung.stuck]
         ids = ids[: params["limit"]]
         if not ids:
             return []
+
+        def claim(tx: Tx) -> list[Row]:
+            tx.execute("citus_set_local", {})
+            tx.execute("claim_lock_wait", {})
+            return tx.fetch_all(name, {**params, "workflow_ids": ids})
+
         try:
-            return self.fetch_all(name, {**params, "workflow_ids": ids})
-        except DatabaseUnavailableError as exc:
-            if not node_down(exc):
+            return self.atomically(claim, name)
+        except (DatabaseUnavailableError, StatementError) as exc:
+            if not (node_down(exc) or getattr(exc, "sqlstate", None) == _LOCK_NOT_AVAILABLE):
                 raise
-            self._stuck.update(ids)  # claimed once the node answers; others next round
+            self.hung.stuck.update(ids)  # claimed once the node answers; others next round
             return []
 
     def nodes_hung(self) -> bool:
-        """Whether a Citus worker node was found hanging (asked again once its time is up):
-        the statements over every shard would wait for it, so they are not sent meanwhile."""
-        if not self.hung_groups:
-            return False
-        if time.monotonic() >= min(self.hung_groups.values()):
-            self._find_hung()
-        return bool(self.hung_groups)
+        """Whether a Citus worker node was found hanging (asked again in the background once
+        its time is up): the statements over every shard would wait for it, so they are not
+        sent meanwhile."""
+        return self.hung.any()
 
-    def _find_hung(self) -> bool:
-        """Ask each Citus worker node, through the coordinator, for a trivial answer within
-        the response timeout; those that give none hang. True if one does. False too when
-        the coordinator itself does not answer (an outage, not a node)."""
-        with self._lock:
-            if self._probing:
-                return bool(self.hung_groups)
-            self._probing = True
-        try:
-            found: dict[int, float] = {}
-            silent: list[str] = []
-            for node in self.fetch_all("citus_worker_nodes", {}):
-                where = {"host": node["nodename"], "port": node["nodeport"]}
-                try:
-                    row = self.fetch_one("citus_probe_node", where)
-                    answers = bool(row and row["answers"])
-                except (DatabaseUnavailableError, StatementError):
-                    answers = False
-                if not answers:
-                    found[int(node["groupid"])] = time.monotonic() + _HUNG_RECHECK
-                    silent.append(f"{node['nodename']}:{node['nodeport']}")
-            if found.keys() != self.hung_groups.keys():
-                logger.warning(
-                    "Citus worker nodes that do not answer within %g s: %s",
-                    self.response_timeout,
-                    ", ".join(silent) or "none (all answer again)",
-                )
-            self.hung_groups = found
-            if not found:
-                self._stuck.clear()
-            return bool(found)
-        except DatabaseUnavailableError:
-            return False
-        finally:
-            self._probing = False
+    @property
+    def suspect_after(self) -> float | None:
+        """How long a statement waits for its answer before the Citus worker nodes are
+        probed (see _hung.py); None off Citus."""
+        if not (self.distributed and self.response_timeout):
+            return None
+        return self.response_timeout * SUSPECT_AFTER
+
+    def suspect(self) -> None:
+        """A statement is slow to answer: probe the Citus worker nodes in the background."""
+        self.hung.suspect()
+
+    def probe_nodes(self, bound: float, node_answer: float) -> dict[int, tuple[str, bool]]:
+        """Ask every Citus worker node at once, through the coordinator, on a connection of
+        the probe's own (the pool's may all be waiting on the hung node), within `bound`
+        seconds, each node within `node_answer`: {group id: (host:port, answers)}."""
+        with BoundedConnection.connect(
+            self.url,
+            autocommit=True,
+            fallback_application_name="durable-probe",
+            **connect_kwargs(self.url, bound),
+        ) as conn:
+            conn.source = _Bound(bound)
+            conn.execute(self._queries["citus_probe_session"], {"ms": int(node_answer * 1000)})
+            rows = conn.execute(self._queries["citus_probe_nodes"]).fetchall()
+        return {int(group): (str(node), bool(answers)) for group, node, answers in rows}
 
     def wake_due(self) -> int:
         """Make the sleepers whose time has come runnable; on Citus with a worker node
@@ -349,7 +340,7 @@ class SystemDB(RunIO, AsyncRunIO):
         count = 0
         reached = True
         for group in self.fetch_all("nodes_of", params):
-            if group["node"] in self.hung_groups:
+            if group["node"] in self.hung.groups:
                 reached = False  # its runs wait for it
                 continue
             part = {**params, "held": group["held"], "epochs": group["epochs"]}
@@ -437,11 +428,7 @@ class SystemDB(RunIO, AsyncRunIO):
         err = translate(name, exc)
         if node_down(exc):
             return err  # one Citus node, not the database: the others' shards still answer
-        if (
-            self.distributed
-            and isinstance(exc, NoAnswerError)
-            and (self._probing or self._find_hung())
-        ):
+        if self.distributed and isinstance(exc, NoAnswerError) and self.hung.find(exc.sent_at):
             # A node that hangs, not the coordinator: as node_down, without the outage.
             hung = DatabaseUnavailableError(
                 f"a Citus worker node does not answer while running {name!r}: {exc}"
@@ -626,8 +613,16 @@ class SystemDB(RunIO, AsyncRunIO):
         return conn
 
 
-# How long a Citus worker node found hanging is left alone before it is asked again.
-_HUNG_RECHECK = 5.0
+# A lock not granted within lock_timeout (claim_lock_wait).
+_LOCK_NOT_AVAILABLE = "55P03"
+
+
+class _Bound:
+    """The source of the probe's connection: its own bound (see BoundedConnection)."""
+
+    def __init__(self, response_timeout: float) -> None:
+        self.response_timeout = response_timeout
+
 
 # What a fork copies from its original, after the fork's row (SystemDB.fork).
 _FORK_COPIES = (

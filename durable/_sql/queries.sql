@@ -924,16 +924,37 @@ WHERE r.success
 ORDER BY c.created_at
 LIMIT %(limit)s
 
--- citus_worker_nodes --
--- The Citus worker nodes (the coordinator's metadata: it answers while one hangs).
-SELECT groupid, nodename, nodeport FROM pg_dist_node
-WHERE noderole = 'primary' AND groupid <> 0 AND isactive
+-- citus_probe_session --
+-- The probe's own connection gives each Citus worker node `ms` milliseconds to connect and
+-- answer (citus.node_connection_timeout): a node that hangs accepts no connection.
+SELECT set_config('citus.node_connection_timeout', %(ms)s::int::text, false)
 
--- citus_probe_node --
--- Whether one Citus worker node answers (a new connection from the coordinator, a trivial
--- command): sent with durable's response_timeout, a node that hangs does not answer.
-SELECT bool_and(success) AS answers
-FROM master_run_on_worker(ARRAY[%(host)s::text], ARRAY[%(port)s::int], ARRAY['SELECT 1'], false)
+-- citus_probe_nodes --
+-- Whether each Citus worker node answers a trivial command: all asked at once, through
+-- the coordinator (its metadata answers while one hangs), each on a new connection.
+WITH nodes AS (
+    SELECT groupid, nodename, nodeport FROM pg_dist_node
+    WHERE noderole = 'primary' AND groupid <> 0 AND isactive
+), asked AS (
+    SELECT r.node_name, r.node_port, r.success
+    FROM (SELECT array_agg(nodename) AS names, array_agg(nodeport) AS ports,
+                 array_agg('SELECT 1'::text) AS cmds FROM nodes) AS a,
+         LATERAL master_run_on_worker(a.names, a.ports, a.cmds, true) AS r
+    WHERE a.names IS NOT NULL
+)
+SELECT n.groupid, n.nodename || ':' || n.nodeport AS node, coalesce(asked.success, false) AS answers
+FROM nodes AS n
+LEFT JOIN asked ON asked.node_name = n.nodename AND asked.node_port = n.nodeport
+
+-- citus_set_local --
+-- In a claim's transaction on Citus, the SET LOCAL that follows reaches the worker nodes
+-- too (where the rows and their locks are).
+SET LOCAL citus.propagate_set_commands = 'local'
+
+-- claim_lock_wait --
+-- While a Citus worker node hangs, a claim by ids waits a moment at most for a row that a
+-- statement left waiting on the hung node still locks (55P03: left for later).
+SET LOCAL lock_timeout = '200ms'
 
 -- citus_session --
 -- On a Citus schema, each connection of durable's lets its multi-shard writes on

@@ -97,6 +97,7 @@ def test_a_worker_node_that_hangs(
         )
         pids = citus_cluster.freeze_worker(FROZEN)
         frozen_at = time.monotonic()
+        frozen_wall = time.time()
         before = _finished(url, on_live) or 0
         # Coordinator backends of durable's that a statement on the frozen node holds.
         stuck = 0
@@ -136,16 +137,20 @@ def test_a_worker_node_that_hangs(
         ).fetchone()
         # The live node's longest pause between two committed steps during the freeze.
         gaps = conn.execute(
-            "SELECT max(gap) FROM (SELECT extract(epoch FROM at - lag(at) OVER (ORDER BY at))"
-            " AS gap FROM marks WHERE workflow_id = ANY(%s)) AS g",
+            "SELECT gap, to_char(at AT TIME ZONE 'UTC', 'HH24:MI:SS.MS') FROM (SELECT at,"
+            " extract(epoch FROM at - lag(at) OVER (ORDER BY at)) AS gap FROM marks"
+            " WHERE workflow_id = ANY(%s)) AS g WHERE gap IS NOT NULL ORDER BY gap DESC LIMIT 1",
             [on_live],
         ).fetchone()
     longest = float(gaps[0]) if gaps and gaps[0] is not None else 0.0
+    ended = gaps[1] if gaps else None
     print(
         f"\ncitus node hung {FREEZE:.0f}s: {len(on_live)} workflows on the other node,"
         f" {before} finished before; {during - before} finished during the freeze;"
         f" longest pause between two of their steps {longest:.1f}s; at most {stuck}"
-        " coordinator backends of durable's busy at once"
+        " coordinator backends of durable's busy at once;"
+        f" frozen at {time.strftime('%H:%M:%S', time.gmtime(frozen_wall))}"
+        f".{int(frozen_wall % 1 * 1000):03d} UTC, the longest pause ended at {ended} UTC"
     )
     assert statuses == {"SUCCESS": N_WORKFLOWS}, statuses
     assert full is not None and full[0] == N_WORKFLOWS

@@ -373,8 +373,10 @@ def params(name: str, w: str) -> dict[str, Any]:
         "claim_batch_cas": claim,
         "claim_candidates_on_shards": claim,
         "claim_candidates_on_nodes": {**claim, "hung": []},
-        "citus_worker_nodes": {},
-        "citus_probe_node": {"host": "127.0.0.1", "port": 1},  # nobody there: no answer
+        "citus_probe_session": {"ms": 2000},
+        "citus_probe_nodes": {},
+        "citus_set_local": {},
+        "claim_lock_wait": {},
         "citus_session": {},
         "nodes_of": held,
         "renew_claim": {**fenced, "lease_seconds": 30.0},
