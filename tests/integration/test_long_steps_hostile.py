@@ -26,12 +26,6 @@ def _wait_for(predicate: Any, what: str, seconds: float = 20.0) -> None:
         time.sleep(0.01)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a given-up def attempt's thread that charges after the step's record is "
-    "written charges a scope nobody records: the money its call cost is never counted, "
-    "so the budget's spent undercounts and its cap can be passed",
-)
 def test_the_charge_of_a_given_up_attempt_that_returns_late_is_counted(
     database_url: str,
 ) -> None:
