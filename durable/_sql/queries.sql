@@ -549,7 +549,8 @@ SELECT to_jsonb(jsonb_populate_record(NULL::{schema}.workflows, e)) AS workflows
        to_jsonb(jsonb_populate_record(NULL::{schema}.messages, e)) AS messages,
        to_jsonb(jsonb_populate_record(NULL::{schema}.events, e)) AS events,
        to_jsonb(jsonb_populate_record(NULL::{schema}.streams, e)) AS streams,
-       to_jsonb(jsonb_populate_record(NULL::{schema}.step_attempts, e)) AS step_attempts
+       to_jsonb(jsonb_populate_record(NULL::{schema}.step_attempts, e)) AS step_attempts,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.late_charges, e)) AS late_charges
 FROM (VALUES (jsonb_build_object())) AS nothing (e)
 
 -- import_workflows --
