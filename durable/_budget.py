@@ -25,14 +25,18 @@ BudgetExceededError in the workflow. The decisions are in `_protocol` (`open_led
 
 from __future__ import annotations
 
-import threading
+import asyncio
+import logging
+import time
 from decimal import Decimal
 
 from durable import _protocol as protocol
-from durable._context import current_run, current_step
+from durable._context import current_attempt, current_run, current_step
+from durable._driver import drive_in_step
+from durable._driver_async import drive_in_step_async
 from durable._models import Budget, Ledger, check_amount, dollars_exact
-from durable._protocol import StepScope
-from durable.errors import NotInWorkflowError
+from durable._protocol import LateCharge, Run, StepScope
+from durable.errors import DatabaseUnavailableError, NotInWorkflowError
 
 __all__ = [
     "Budget",
@@ -47,10 +51,15 @@ __all__ = [
     "settle",
 ]
 
-# A charge is checked against what the run's running steps hold, then added: parallel sync
-# steps (durable.to_thread) charge from worker threads at once, and a thread switch
-# between the check and the addition would let both pass a cap that has room for one.
-_deciding = threading.Lock()
+logger = logging.getLogger("durable.budget")
+
+# The background writes of late charges made on an event loop, referenced until they end.
+_writing: set[asyncio.Task[None]] = set()
+
+# How often a late charge's write is sent before it is given up (logged as an error), and
+# the wait before the first resend (doubled each time); resent, its key adds it once.
+LATE_CHARGE_SENDS = 5
+LATE_CHARGE_BACKOFF = 0.2
 
 
 def charge(*, dollars: float = 0.0, tokens: int = 0) -> None:
@@ -58,8 +67,10 @@ def charge(*, dollars: float = 0.0, tokens: int = 0) -> None:
 
     Written with the step's journal row, so it is counted exactly once however often the
     process crashes; a replayed step does not charge again. What a failed attempt charged
-    before a retry counts too (the money was spent). Call it from a @step or
-    @durable.tool."""
+    before a retry counts too (the money was spent), and so does what an attempt that was
+    given up (its `timeout`, its `heartbeat_timeout`) charges when its call returns late:
+    that is written to the budget's ledger on its own, and the run's next cap check and
+    budget gate count it. Call it from a @step or @durable.tool."""
     run, scope = current_run.get(), current_step.get()
     if run is None or scope is None or not scope.charging:
         raise NotInWorkflowError(
@@ -68,15 +79,70 @@ def charge(*, dollars: float = 0.0, tokens: int = 0) -> None:
         )
     check_amount("dollars", dollars, whole=False)
     check_amount("tokens", tokens, whole=True)
-    with _deciding:
-        protocol.charge(run, scope, Decimal(str(dollars)), int(tokens))
+    attempt = current_attempt.get()
+    with run.deciding:  # see Run.deciding: checked and added at once
+        late = protocol.charge(run, scope, Decimal(str(dollars)), int(tokens), attempt)
+    if late is not None:
+        _write_late(run, scope, late)
+
+
+def _write_late(run: Run, scope: StepScope, late: LateCharge) -> None:
+    """Write the charge of an attempt that no longer counts (see _protocol.charge): on an
+    event loop in the background, else now, sent again while the database is away."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        task = asyncio.get_running_loop().create_task(_write_late_async(run, scope, late))
+        _writing.add(task)
+        task.add_done_callback(_writing.discard)
+        return
+    delay = LATE_CHARGE_BACKOFF
+    for send in range(1, LATE_CHARGE_SENDS + 1):
+        try:
+            drive_in_step(run, protocol.write_late_charge(run, scope, late))
+            return
+        except DatabaseUnavailableError as exc:
+            if send == LATE_CHARGE_SENDS:
+                _not_written(run, scope, late, exc)
+                return
+            time.sleep(delay)
+            delay *= 2
+
+
+async def _write_late_async(run: Run, scope: StepScope, late: LateCharge) -> None:
+    delay = LATE_CHARGE_BACKOFF
+    for send in range(1, LATE_CHARGE_SENDS + 1):
+        try:
+            await drive_in_step_async(run, protocol.write_late_charge(run, scope, late))
+            return
+        except DatabaseUnavailableError as exc:
+            if send == LATE_CHARGE_SENDS:
+                _not_written(run, scope, late, exc)
+                return
+            await asyncio.sleep(delay)
+            delay *= 2
+
+
+def _not_written(run: Run, scope: StepScope, late: LateCharge, exc: Exception) -> None:
+    logger.error(
+        "late charge %s of step %s of %s ($%s, %d tokens) not written to its budget: %s",
+        late.key,
+        scope.name,
+        run.workflow_id,
+        late.dollars,
+        late.tokens,
+        exc,
+    )
 
 
 class Reservation:
     """An estimate set aside by durable.reserve(); as a context manager its block is the
     call it covers (the reservation ends with the block, charges made in it stay)."""
 
-    def __init__(self, scope: StepScope, dollars: Decimal, tokens: int) -> None:
+    def __init__(self, run: Run, scope: StepScope, dollars: Decimal, tokens: int) -> None:
+        self._run = run
         self._scope = scope
         self.dollars = dollars
         self.tokens = tokens
@@ -85,7 +151,7 @@ class Reservation:
     def release(self) -> None:
         if self._open:
             self._open = False
-            with _deciding:
+            with self._run.deciding:
                 protocol.release(self._scope, self.dollars, self.tokens)
 
     def __enter__(self) -> Reservation:
@@ -102,8 +168,9 @@ def reserve(*, dollars: float = 0.0, tokens: int = 0) -> Reservation:
     running steps charged or reserved), BudgetExceededError is raised here, so the call
     is not made; the step then waits at the budget gate. The real cost is what
     `durable.charge()` records; the reservation only holds room until the step records
-    (or, used as `with durable.reserve(...):`, until the block ends). Call it from a
-    @step or @durable.tool."""
+    (or, used as `with durable.reserve(...):`, until the block ends). An attempt that was
+    given up, or whose step has recorded, may not reserve: StaleOwnerError, and its call
+    is not made. Call it from a @step or @durable.tool."""
     run, scope = current_run.get(), current_step.get()
     if run is None or scope is None or not scope.charging:
         raise NotInWorkflowError(
@@ -113,9 +180,10 @@ def reserve(*, dollars: float = 0.0, tokens: int = 0) -> Reservation:
     check_amount("dollars", dollars, whole=False)
     check_amount("tokens", tokens, whole=True)
     amount, count = Decimal(str(dollars)), int(tokens)
-    with _deciding:
-        protocol.reserve(run, scope, amount, count)
-    return Reservation(scope, amount, count)
+    attempt = current_attempt.get()
+    with run.deciding:
+        protocol.reserve(run, scope, amount, count, attempt)
+    return Reservation(run, scope, amount, count)
 
 
 def call_limit(priced: bool) -> str | None:
@@ -136,21 +204,24 @@ def reserve_call(
     run, scope = current_run.get(), current_step.get()
     if run is None or scope is None or not scope.charging:
         return None
-    with _deciding:
+    with run.deciding:
         dollars, tokens = protocol.reserve_call(
-            run, scope, input_tokens, output_tokens, rates, bound_field
+            run, scope, input_tokens, output_tokens, rates, bound_field, current_attempt.get()
         )
-    return Reservation(scope, dollars, tokens)
+    return Reservation(run, scope, dollars, tokens)
 
 
 def settle(dollars: Decimal, tokens: int) -> None:
     """Charge what a model call that was sent cost, past the cap if it must be: it was
     paid for (see _protocol.settle). Called inside a charging step."""
-    scope = current_step.get()
-    if scope is None or not scope.charging:
+    run, scope = current_run.get(), current_step.get()
+    if run is None or scope is None or not scope.charging:
         raise NotInWorkflowError("a model call is settled inside the step that made it")
-    with _deciding:
-        protocol.settle(scope, dollars, tokens)
+    attempt = current_attempt.get()
+    with run.deciding:
+        late = protocol.settle(run, scope, dollars, tokens, attempt)
+    if late is not None:
+        _write_late(run, scope, late)
 
 
 def budget_left() -> Budget:

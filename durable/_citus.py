@@ -31,6 +31,7 @@ BY_WORKFLOW: dict[str, str] = {
     "tool_calls": "workflow_id",
     "streams": "workflow_id",
     "step_attempts": "workflow_id",
+    "late_charges": "workflow_id",
     "budgets": "budget_id",
 }
 

@@ -5,8 +5,12 @@ details are written with the time, so that the next attempt (after a failure, a 
 or a crash or freeze of this process) resumes from them with last_heartbeat(). A step
 with `heartbeat_timeout=` that stops heartbeating is given up (see
 _protocol.heartbeats), and a cancel of the workflow is raised at the step's next
-heartbeat. Outside a step's code both are harmless: heartbeat() does nothing and
-last_heartbeat() is None, so a step function can be called plainly.
+heartbeat. Outside a running step both raise NotInStepError (as Temporal does outside an
+activity): a heartbeat that went nowhere would let the step be given up for not
+heartbeating. A thread the step's code starts runs in no step unless its function runs in
+a copy of the step's context (contextvars.copy_context().run); there it heartbeats for
+the step, as the step's own code does (the writes are a pool connection's each, and the
+in-memory half moves the attempt's deadline from any thread).
 
 A sync step's heartbeat is written before it returns. An async step's is decided at
 once (a cancel, a refused attempt raise there) and written in the background on the
@@ -25,7 +29,7 @@ from durable._context import current_attempt, current_run, current_step
 from durable._driver import drive_in_step
 from durable._driver_async import drive_in_step_async
 from durable._protocol import Run, StepScope
-from durable.errors import BlockingCallError, DatabaseUnavailableError
+from durable.errors import BlockingCallError, DatabaseUnavailableError, NotInStepError
 
 logger = logging.getLogger("durable.heartbeat")
 
@@ -34,10 +38,16 @@ logger = logging.getLogger("durable.heartbeat")
 _writing: dict[int, asyncio.Task[None]] = {}
 
 
-def _step() -> tuple[Run, StepScope] | None:
+def _step(what: str) -> tuple[Run, StepScope]:
     run, scope = current_run.get(), current_step.get()
     if run is None or scope is None or scope.seq < 0 or not scope.charging:
-        return None
+        raise NotInStepError(
+            f"{what} belongs to a running @durable.step, and none runs in this thread: call "
+            "it from the step's own code, or run a thread's function in a copy of the "
+            "step's context, made in the step (threading.Thread(target=contextvars."
+            "copy_context().run, args=(fn,)), or pool.submit(contextvars.copy_context()"
+            ".run, fn, ...): a copy per task)"
+        )
     return run, scope
 
 
@@ -56,11 +66,9 @@ def heartbeat(details: Any = None) -> None:
     Resets the step's `heartbeat_timeout`. Raises the workflow's interruption when it was
     cancelled (or timed out), and StaleOwnerError when this attempt no longer counts (it
     was given up, or another worker took the workflow over): let both propagate. Each call
-    is one write: heartbeat per page or batch, not per item."""
-    found = _step()
-    if found is None:
-        return
-    run, scope = found
+    is one write: heartbeat per page or batch, not per item. Outside a running step (a
+    thread the step started, without its context), NotInStepError."""
+    run, scope = _step("durable.heartbeat()")
     attempt = current_attempt.get()
     if attempt is None:
         attempt = scope.live  # an attempt never given up: it runs while the step waits
@@ -110,11 +118,8 @@ def last_heartbeat() -> Any:
     """The details of the running step's last heartbeat before this attempt began (by an
     earlier attempt, or before a crash, a freeze or a hand-over), or None: where a long
     step resumes. In an async step, give the step a `heartbeat_timeout` (its details are
-    then read as each attempt begins)."""
-    found = _step()
-    if found is None:
-        return None
-    run, scope = found
+    then read as each attempt begins). Outside a running step, NotInStepError."""
+    run, scope = _step("durable.last_heartbeat()")
     if not scope.details_read:
         if _on_loop():
             raise BlockingCallError(

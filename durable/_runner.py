@@ -327,6 +327,7 @@ class Runner:
             doubts_seen=claimed.doubts if claimed.doubts >= 0 else self.db.outage.doubts,
             proven_at=claimed.claimed_at or time.monotonic(),
             parent_id=claimed.parent_id,
+            deciding=threading.Lock(),
         )
 
     def execute(

@@ -75,6 +75,7 @@ TABLES: tuple[str, ...] = (
     "events",
     "streams",
     "step_attempts",
+    "late_charges",
 )
 
 # The value of a NOT NULL column for rows exported before the column existed (an import
@@ -140,6 +141,7 @@ def _read(tx: Tx, ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         "events": tx.fetch_all("export_events", p),
         "streams": tx.fetch_all("export_streams", p),
         "step_attempts": tx.fetch_all("export_step_attempts", p),
+        "late_charges": tx.fetch_all("export_late_charges", p),
     }
     return {name: [json.loads(r["data"]) for r in rows] for name, rows in tables.items()}
 
@@ -279,6 +281,8 @@ def import_(db: SystemDB, checked: Checked, then: Callable[[Tx], None] | None = 
             tx.execute("import_streams", t["streams"])
         with _refused("step_attempts"):
             tx.execute("import_step_attempts", t["step_attempts"])
+        with _refused("late_charges"):
+            tx.execute("import_late_charges", t["late_charges"])
         if then is not None:
             then(tx)
 

@@ -43,6 +43,7 @@ The tree::
     │   ├── InvalidWaitError
     │   ├── StreamClosedError
     │   ├── NotInWorkflowError
+    │   │   └── NotInStepError
     │   ├── TransactionStepError
     │   ├── AsyncInSyncError (also a TypeError)
     │   ├── BlockingCallError (also a TypeError)
@@ -702,6 +703,14 @@ class QueueDedupError(StateError):
 class NotInWorkflowError(UsageError):
     """This call only has a meaning inside a running workflow (or its step): see the
     message for where to call it."""
+
+
+class NotInStepError(NotInWorkflowError):
+    """durable.heartbeat() and durable.last_heartbeat() belong to a running step, and this
+    thread runs none (a thread or pool the step's code started does not inherit its
+    context): call them from the step's own code, or run the thread's function in a copy
+    of the step's context, made in the step, one per thread or task:
+    `pool.submit(contextvars.copy_context().run, fn, ...)`."""
 
 
 class InvalidBudgetError(ConfigurationError):

@@ -42,6 +42,8 @@ below are its surface.
 from __future__ import annotations
 
 from durable._protocol.budget import (
+    LateCharge,
+    adopt_ledger,
     budget_gate,
     budget_left,
     call_limit,
@@ -54,6 +56,7 @@ from durable._protocol.budget import (
     reserve_call,
     settle,
     with_running_steps,
+    write_late_charge,
 )
 from durable._protocol.children import (
     Placed,
@@ -205,6 +208,7 @@ __all__ = [
     "Gen",
     "Join",
     "Journal",
+    "LateCharge",
     "LeaseClock",
     "OnApproval",
     "OnChild",
@@ -221,6 +225,7 @@ __all__ = [
     "StepScope",
     "TransitionError",
     "WriteSteps",
+    "adopt_ledger",
     "allowed",
     "append_turn",
     "approval",
@@ -282,5 +287,6 @@ __all__ = [
     "with_running_steps",
     "workflow",
     "write_beat",
+    "write_late_charge",
     "write_stream",
 ]

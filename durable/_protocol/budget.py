@@ -14,15 +14,16 @@ step's gate to stop what comes after.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from decimal import Decimal
+from typing import Any
 
 from durable import _labels as labels
 from durable._models import Budget, Ledger, dollars_exact
 from durable._protocol.gates import gate
 from durable._protocol.ops import Execute, Gen, StepScope
 from durable._protocol.run import Run
-from durable.errors import BudgetExceededError, UnboundedModelCallError
+from durable.errors import BudgetExceededError, StaleOwnerError, UnboundedModelCallError
 
 
 def open_ledger(run: Run, limits: Budget | None) -> Gen[None]:
@@ -46,13 +47,33 @@ def open_ledger(run: Run, limits: Budget | None) -> Gen[None]:
     run.ledger = None if row is None else Ledger.from_row(row)
 
 
+def adopt_ledger(run: Run, ledger: Ledger) -> None:
+    """Take `ledger` (a budget row a write or a read returned) as the run's copy, unless
+    the copy is newer: a late charge's write (from another thread) and the run's own
+    records answer in any order. What was spent only grows, so a row that shows less of
+    anything than the copy was read before it."""
+    with run.deciding:
+        held = run.ledger
+        if (
+            held is not None
+            and held.budget_id == ledger.budget_id
+            and (
+                ledger.spent_dollars < held.spent_dollars
+                or ledger.spent_tokens < held.spent_tokens
+                or ledger.spent_steps < held.spent_steps
+            )
+        ):
+            return
+        run.ledger = ledger
+
+
 def refresh_ledger(run: Run) -> Gen[None]:
     """Re-read the ledger (after a child, which spends from the same row, returns)."""
     if run.ledger is None:
         return
     row = yield Execute("get_budget", {"budget_id": run.ledger.budget_id}, "one", serial=True)
     if row is not None:
-        run.ledger = Ledger.from_row(row)
+        adopt_ledger(run, Ledger.from_row(row))
 
 
 def _held(
@@ -174,20 +195,80 @@ def over_cap(
     return None
 
 
-def charge(run: Run, scope: StepScope, dollars: Decimal, tokens: int) -> None:
+@dataclass(frozen=True, slots=True)
+class LateCharge:
+    """What an attempt that no longer counts spent (see late): written to the budget's
+    ledger on its own, once per `key`."""
+
+    key: str
+    dollars: Decimal
+    tokens: int
+
+
+def late(scope: StepScope, attempt: int | None) -> bool:
+    """Whether code charging for `scope` as `attempt` (None: code the driver does not run
+    as a watched attempt: the step's own thread or task, or a thread it started) no longer
+    counts: its attempt was given up, or ended (the step is recording or recorded). What
+    it spends was spent all the same, and is charged apart from the step's record."""
+    return scope.live is None or (attempt is not None and attempt != scope.live)
+
+
+def charge(
+    run: Run, scope: StepScope, dollars: Decimal, tokens: int, attempt: int | None = None
+) -> LateCharge | None:
     """Add to what the step spent, unless it would pass a limit: then nothing is added and
-    BudgetExceededError is raised in the step (the hard cap)."""
+    BudgetExceededError is raised in the step (the hard cap). A charge of an attempt that
+    no longer counts (late) is not the step's: it is returned, keyed, to be written to the
+    ledger on its own (write_late_charge), past the cap if it must be (it was paid for);
+    the next cap check and budget gate of the run count it."""
+    if late(scope, attempt):
+        if not dollars and not tokens:
+            return None
+        scope.late_charges += 1
+        return LateCharge(f"{run.epoch}:{scope.seq}:{scope.late_charges}", dollars, tokens)
     why = over_cap(run, scope, dollars, tokens)
     if why is not None:
         scope.refused = why
         raise BudgetExceededError(run.workflow_id, scope.name, why)
     scope.dollars += dollars
     scope.tokens += tokens
+    return None
 
 
-def reserve(run: Run, scope: StepScope, dollars: Decimal, tokens: int) -> None:
+def write_late_charge(run: Run, scope: StepScope, spent: LateCharge) -> Gen[None]:
+    """Add a late charge to the budget's ledger in a statement of its own, not fenced by
+    the step's record nor by the run's epoch (the money was spent, whoever owns the
+    workflow now). Its key makes the write idempotent: sent again after an answer was
+    lost, it adds nothing more."""
+    params: dict[str, Any] = {
+        "workflow_id": run.workflow_id,
+        "charge_key": spent.key,
+        "step_seq": scope.seq,
+        "budget_id": run.budget_id,
+        "dollars": spent.dollars,
+        "tokens": spent.tokens,
+    }
+    row = yield Execute("add_late_charge", params, "one")
+    if row is not None and row["budget_id"] is not None:
+        adopt_ledger(run, Ledger.from_row(row))
+
+
+def charged_by(run: Run, scope: StepScope) -> tuple[Decimal, int]:
+    """What a step whose attempts ended charged, for its record. A charge is checked
+    (live or late) and added under `run.deciding`, and this reads under it: a charge
+    decided while an attempt was live is in the record, and any decided later is late."""
+    with run.deciding:
+        return scope.dollars, scope.tokens
+
+
+def reserve(
+    run: Run, scope: StepScope, dollars: Decimal, tokens: int, attempt: int | None = None
+) -> None:
     """Set aside an estimate before an expensive call; BudgetExceededError (and the call is
-    not made) if it does not fit."""
+    not made) if it does not fit. An attempt that no longer counts (late) may not reserve
+    (StaleOwnerError): the call it is about to make is for nobody."""
+    if late(scope, attempt):
+        raise StaleOwnerError(run.workflow_id, run.epoch)
     why = over_cap(run, scope, reserve_dollars=dollars, reserve_tokens=tokens)
     if why is not None:
         scope.refused = why
@@ -218,6 +299,7 @@ def reserve_call(
     output_tokens: int | None,
     rates: tuple[Decimal, Decimal] | None,
     bound_field: str,
+    attempt: int | None = None,
 ) -> tuple[Decimal, int]:
     """Before a model call is sent, set aside its worst case: `input_tokens` (an estimate
     of the prompt) plus `output_tokens` (the request's own bound on its output, None when
@@ -228,7 +310,10 @@ def reserve_call(
     Refused by the cap (BudgetExceededError), the call is not sent and the step waits at
     the cap's gate. Under a limit the call counts against, a call with no output bound
     has no worst case and is refused before it is sent (UnboundedModelCallError): its
-    reply could cost any amount, and once paid for it is charged whatever the limit."""
+    reply could cost any amount, and once paid for it is charged whatever the limit. An
+    attempt that no longer counts (late) may not send it (StaleOwnerError)."""
+    if late(scope, attempt):
+        raise StaleOwnerError(run.workflow_id, run.epoch)
     limit = call_limit(run, rates is not None)
     if limit is None:
         return Decimal(0), 0
@@ -239,18 +324,24 @@ def reserve_call(
     if rates is not None:
         rate_in, rate_out = rates
         dollars = (rate_in * input_tokens + rate_out * output_tokens) / Decimal(1_000_000)
-    reserve(run, scope, dollars, tokens)
+    reserve(run, scope, dollars, tokens, attempt)
     return dollars, tokens
 
 
-def settle(scope: StepScope, dollars: Decimal, tokens: int) -> None:
+def settle(
+    run: Run, scope: StepScope, dollars: Decimal, tokens: int, attempt: int | None = None
+) -> LateCharge | None:
     """Charge what a call that was sent cost, with no cap to refuse it: the vendor was
     paid, and refusing the charge would throw the reply away and send the call again once
     the budget is raised. Its worst case was set aside before it was sent, so only what
     that estimate missed can take the total past a limit; the next step's budget gate
-    then stops the run."""
+    then stops the run. A call settled by an attempt that no longer counts is a late
+    charge (see charge)."""
+    if late(scope, attempt):
+        return charge(run, scope, dollars, tokens, attempt)
     scope.dollars += dollars
     scope.tokens += tokens
+    return None
 
 
 def release(scope: StepScope, dollars: Decimal, tokens: int) -> None:

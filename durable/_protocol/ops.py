@@ -100,6 +100,8 @@ class StepScope:
     details_read: bool = False
     on_beat: Callable[[], None] | None = None
     beat_error: BaseException | None = None
+    # How many charges of attempts that no longer counted were written apart (their keys).
+    late_charges: int = 0
 
 
 @dataclass(slots=True)

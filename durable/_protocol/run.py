@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -243,6 +244,10 @@ class Run:
     budget_id: str | None = None
     ledger: Ledger | None = None
     inflight: list[StepScope] = field(default_factory=list)
+    # Held while a charge is checked and added (steps charge from worker threads at once),
+    # and while a step's record reads what it charged and the run's copy of its ledger is
+    # changed (see _protocol.budget): the driver's lock; none for a single-threaded run.
+    deciding: AbstractContextManager[Any] = field(default_factory=nullcontext)
     # The working state (durable.state) and the conversation turns, as of this point of
     # the run: rebuilt by replay, since every update is a journaled call.
     state: str | None = None

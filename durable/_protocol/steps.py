@@ -19,7 +19,13 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from durable._models import Ledger, StepKind
-from durable._protocol.budget import _cap_gate, budget_gate, refresh_ledger
+from durable._protocol.budget import (
+    _cap_gate,
+    adopt_ledger,
+    budget_gate,
+    charged_by,
+    refresh_ledger,
+)
 from durable._protocol.faults import TRANSACTION_OUTPUTS_TAKEN, Fault
 from durable._protocol.heartbeats import begin, begin_attempt, end_attempt
 from durable._protocol.journal import barrier, encode_error, outlast, record, replay, restore
@@ -161,7 +167,8 @@ def _record_call(
     A plain step of an unbudgeted run is an ordinary (lazy) record. Otherwise the journal
     row, the charge, the tool call and the budget's new totals are one fenced statement:
     a crash keeps all of them or none, so a charge is never lost nor counted twice."""
-    charged = bool(scope.dollars or scope.tokens)
+    dollars, tokens = charged_by(run, scope)
+    charged = bool(dollars or tokens)
     if run.budget_id is None and arguments is None and not charged:
         yield from record(
             run, seq, defn.name, defn.kind, output, error, attempts, started, lazy=True
@@ -181,8 +188,8 @@ def _record_call(
             "attempts": attempts,
             "started_at": started,
             "budget_id": run.budget_id,
-            "dollars": scope.dollars,
-            "tokens": scope.tokens,
+            "dollars": dollars,
+            "tokens": tokens,
             "steps": 1 if run.budget_id is not None else 0,
             "arguments": arguments,
             "latency_ms": seconds * 1000.0,
@@ -204,7 +211,7 @@ def _record_call(
         scope.dollars, scope.tokens = Decimal(0), 0
         raise StaleOwnerError(run.workflow_id, run.epoch)
     if row["budget_id"] is not None:
-        run.ledger = Ledger.from_row(row)  # first: see over_cap for the order
+        adopt_ledger(run, Ledger.from_row(row))  # first: see over_cap for the order
     scope.dollars, scope.tokens = Decimal(0), 0
 
 

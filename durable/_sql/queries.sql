@@ -549,7 +549,8 @@ SELECT to_jsonb(jsonb_populate_record(NULL::{schema}.workflows, e)) AS workflows
        to_jsonb(jsonb_populate_record(NULL::{schema}.messages, e)) AS messages,
        to_jsonb(jsonb_populate_record(NULL::{schema}.events, e)) AS events,
        to_jsonb(jsonb_populate_record(NULL::{schema}.streams, e)) AS streams,
-       to_jsonb(jsonb_populate_record(NULL::{schema}.step_attempts, e)) AS step_attempts
+       to_jsonb(jsonb_populate_record(NULL::{schema}.step_attempts, e)) AS step_attempts,
+       to_jsonb(jsonb_populate_record(NULL::{schema}.late_charges, e)) AS late_charges
 FROM (VALUES (jsonb_build_object())) AS nothing (e)
 
 -- import_workflows --
@@ -1873,6 +1874,26 @@ WITH journaled AS (
 SELECT (SELECT count(*) FROM journaled) AS written, s.*
 FROM (SELECT 1) AS one LEFT JOIN spent AS s ON true
 
+-- add_late_charge --
+-- Add what an attempt that no longer counts spent to its budget, once per key (unfenced).
+WITH charged AS (
+    INSERT INTO {schema}.late_charges (workflow_id, charge_key, step_seq, budget_id, dollars,
+        tokens)
+    VALUES (%(workflow_id)s, %(charge_key)s, %(step_seq)s, %(budget_id)s, %(dollars)s,
+        %(tokens)s)
+    ON CONFLICT (workflow_id, charge_key) DO NOTHING
+    RETURNING budget_id, dollars, tokens
+), spent AS (
+    UPDATE {schema}.budgets AS b
+    SET spent_dollars = b.spent_dollars + c.dollars, spent_tokens = b.spent_tokens + c.tokens,
+        updated_at = {schema}.current_time()
+    FROM charged AS c
+    WHERE b.budget_id = %(budget_id)s AND b.budget_id = c.budget_id
+    RETURNING b.budget_id, b.limit_dollars, b.limit_tokens, b.limit_steps, b.limit_seconds,
+        b.spent_dollars, b.spent_tokens, b.spent_steps, b.created_at AS started_at
+)
+SELECT * FROM spent
+
 -- list_charges --
 -- The charges of every workflow drawing from one budget, in order.
 SELECT c.workflow_id, c.step_seq, s.step_name, c.dollars, c.tokens, c.steps, c.created_at
@@ -2119,3 +2140,13 @@ WHERE t.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY t.workflow_id, t.st
 -- Import: the last heartbeat of long steps.
 INSERT INTO {schema}.step_attempts
 SELECT * FROM jsonb_populate_recordset(NULL::{schema}.step_attempts, %(rows)s::jsonb)
+
+-- export_late_charges --
+-- Export: what given-up attempts of these workflows spent apart from their steps' records.
+SELECT to_jsonb(t)::text AS data FROM {schema}.late_charges AS t
+WHERE t.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY t.workflow_id, t.charge_key
+
+-- import_late_charges --
+-- Import: what given-up attempts spent apart from their steps' records.
+INSERT INTO {schema}.late_charges
+SELECT * FROM jsonb_populate_recordset(NULL::{schema}.late_charges, %(rows)s::jsonb)

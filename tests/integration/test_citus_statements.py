@@ -352,6 +352,15 @@ def params(name: str, w: str) -> dict[str, Any]:
         "end_step_attempt": {**fenced, "step_seq": 10, "attempt": 1},
         "expire_stuck_steps": {"slack": 1.5},
         "export_step_attempts": exported,
+        "export_late_charges": exported,
+        "add_late_charge": {
+            "workflow_id": w,
+            "charge_key": "3:10:1",
+            "step_seq": 10,
+            "budget_id": w,
+            "dollars": Decimal("0.25"),
+            "tokens": 5,
+        },
         "finish_workflow": {**fenced, "status": "SUCCESS", "output": "1", "error": None},
         "finish_refused": fenced,
         "get_incarnation": {"workflow_id": w},
@@ -711,6 +720,16 @@ def imported_rows(w: str) -> dict[str, list[dict[str, Any]]]:
         "step_attempts": [
             {"workflow_id": w, "step_seq": 5, "epoch": 3, "attempt": 1, "heartbeat_at": at}
         ],
+        "late_charges": [
+            {
+                "workflow_id": w,
+                "charge_key": "3:5:1",
+                "step_seq": 5,
+                "dollars": "0.5",
+                "tokens": 10,
+                "created_at": at,
+            }
+        ],
     }
 
 
@@ -752,7 +771,15 @@ BEFORE: dict[str, list[str]] = {
     # and a tool call their journal row.
     **{
         f"import_{table}": ["import_workflows"]
-        for table in ("budgets", "approvals", "messages", "events", "streams", "step_attempts")
+        for table in (
+            "budgets",
+            "approvals",
+            "messages",
+            "events",
+            "streams",
+            "step_attempts",
+            "late_charges",
+        )
     },
     "import_charges": ["import_steps"],
     "import_tool_calls": ["import_steps"],

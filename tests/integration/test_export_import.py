@@ -165,6 +165,7 @@ def test_a_finished_workflow_and_its_child_import_row_for_row(database_url: str,
         "events": 1,
         "streams": 3,
         "step_attempts": 0,
+        "late_charges": 0,
     }
     # Stored values are the serialized text they are in the database.
     (effect,) = tables["effects"]

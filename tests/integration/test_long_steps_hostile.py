@@ -7,6 +7,8 @@ heartbeat refused late, and the bounds of `timeout=`, `heartbeat_timeout=` and
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import datetime as dt
 import threading
 import time
@@ -26,12 +28,6 @@ def _wait_for(predicate: Any, what: str, seconds: float = 20.0) -> None:
         time.sleep(0.01)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a given-up def attempt's thread that charges after the step's record is "
-    "written charges a scope nobody records: the money its call cost is never counted, "
-    "so the budget's spent undercounts and its cap can be passed",
-)
 def test_the_charge_of_a_given_up_attempt_that_returns_late_is_counted(
     database_url: str,
 ) -> None:
@@ -72,12 +68,6 @@ def test_the_charge_of_a_given_up_attempt_that_returns_late_is_counted(
         assert ledger["spent"]["dollars"] == 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="durable.heartbeat() from a thread the step's code started (a thread pool "
-    "working through pages) silently does nothing, so a step that heartbeats that way is "
-    "given up with HeartbeatTimeoutError saying it 'did not heartbeat'",
-)
 def test_a_heartbeat_from_a_thread_the_step_started_counts_or_is_refused_clearly(
     database_url: str,
 ) -> None:
@@ -117,6 +107,59 @@ def test_a_heartbeat_from_a_thread_the_step_started_counts_or_is_refused_clearly
             assert "HeartbeatTimeoutError" not in exc.error_type, str(exc)
         else:
             assert result == 15
+
+
+def test_a_heartbeat_from_a_thread_without_the_steps_context_is_refused_by_name(
+    database_url: str,
+) -> None:
+    reg = durable.Registry()
+
+    @durable.step(heartbeat_timeout=5, registry=reg)
+    def crawl() -> str:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            pool.submit(durable.heartbeat, 1).result()
+        return "beat"
+
+    @durable.workflow(registry=reg)
+    def job() -> str:
+        return crawl()
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        handle = engine.start(job, workflow_id="no-context")
+        with pytest.raises(errors.WorkflowFailedError) as failed:
+            handle.result(timeout=30)
+        assert failed.value.error_type.endswith("NotInStepError"), failed.value.error_type
+        assert "copy_context().run" in str(failed.value)
+
+
+def test_a_pool_running_in_copies_of_the_steps_context_heartbeats_for_the_step(
+    database_url: str,
+) -> None:
+    reg = durable.Registry()
+    attempts: list[Any] = []
+
+    @durable.step(heartbeat_timeout=0.5, retries=1, registry=reg)
+    def crawl(pages: int) -> int:
+        attempts.append(durable.last_heartbeat())
+        if len(attempts) > 1:
+            return -1  # resumed: the first attempt was given up
+
+        def page(n: int) -> int:
+            time.sleep(0.1)
+            durable.heartbeat(n)
+            return n
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            futures = [pool.submit(contextvars.copy_context().run, page, n) for n in range(pages)]
+            return len([f.result() for f in futures])
+
+    @durable.workflow(registry=reg)
+    def job() -> int:
+        return crawl(40)  # 1 s of pages: past the heartbeat_timeout unless they heartbeat
+
+    with durable.Engine(database_url, registry=reg) as engine:
+        assert engine.start(job, workflow_id="pool").result(timeout=30) == 40
+        assert attempts == [None]
 
 
 @pytest.mark.parametrize("seconds", [float("inf"), 1e12, dt.timedelta.max])

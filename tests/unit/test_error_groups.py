@@ -137,6 +137,7 @@ def test_configuration_error_catches_the_configuration_mistakes_only() -> None:
         (errors.SerializationError, errors.UsageError),
         (errors.PayloadTooLargeError, errors.UsageError),
         (errors.NotInWorkflowError, errors.UsageError),
+        (errors.NotInStepError, errors.NotInWorkflowError),
         (errors.NondeterminismError, errors.UsageError),
         (errors.BranchOrderError, errors.NondeterminismError),
         (errors.TransactionStepError, errors.UsageError),

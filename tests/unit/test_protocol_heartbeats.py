@@ -218,3 +218,18 @@ def test_a_given_up_attempt_is_retried_as_the_next_attempt() -> None:
         ("begin_step_attempt", 2),
         ("end_step_attempt", 2),
     ]
+
+
+# -- outside a running step -------------------------------------------------------------------
+
+
+def test_a_heartbeat_outside_a_running_step_is_refused_with_the_fix() -> None:
+    # A heartbeat that went nowhere would let the step be given up for not heartbeating.
+    import durable
+    from durable.errors import NotInStepError, NotInWorkflowError
+
+    with pytest.raises(NotInStepError, match=r"copy_context\(\)\.run") as refused:
+        durable.heartbeat({"page": 1})
+    assert isinstance(refused.value, NotInWorkflowError)
+    with pytest.raises(NotInStepError, match=r"durable\.last_heartbeat\(\)"):
+        durable.last_heartbeat()

@@ -206,7 +206,7 @@ def test_open_ledger_of_a_child_reads_its_roots_ledger() -> None:
 
 def test_budget_left_counts_the_running_steps_charges() -> None:
     run = make_run(ledger=ledger(limit_dollars="2", spent_dollars="0.5", limit_tokens=100))
-    scope = protocol.StepScope("llm", charging=True)
+    scope = protocol.StepScope("llm", charging=True, live=1)
     protocol.charge(run, scope, Decimal("0.25"), 40)
     assert protocol.budget_left(run, scope) == Budget(dollars=1.25, tokens=60, steps=None)
     assert protocol.budget_left(run) == Budget(dollars=1.5, tokens=100, steps=None)
@@ -588,7 +588,10 @@ def test_a_resumed_run_does_not_run_a_step_whose_gate_was_denied() -> None:
 
 def test_reservations_count_until_released_and_against_parallel_steps() -> None:
     run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.5"))
-    a, b = protocol.StepScope("a", charging=True), protocol.StepScope("b", charging=True)
+    a, b = (
+        protocol.StepScope("a", charging=True, live=1),
+        protocol.StepScope("b", charging=True, live=1),
+    )
     run.inflight = [a, b]
     protocol.reserve(run, a, Decimal("0.3"), 0)
     with pytest.raises(BudgetExceededError, match="would pass the limit of 1"):
@@ -610,7 +613,8 @@ def test_sync_steps_charging_from_threads_at_once_never_pass_the_cap() -> None:
     try:
         for _ in range(1500):
             run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1"))
-            scopes = [protocol.StepScope(f"s{i}", charging=True) for i in range(8)]
+            run.deciding = threading.Lock()  # as the runner gives each run
+            scopes = [protocol.StepScope(f"s{i}", charging=True, live=1) for i in range(8)]
             run.inflight = list(scopes)
             start = threading.Barrier(len(scopes))
 
@@ -654,7 +658,10 @@ def test_a_model_calls_limit_is_the_one_its_cost_counts_against() -> None:
 
 def test_a_model_calls_worst_case_is_set_aside_and_refused_before_it_is_sent() -> None:
     run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.6"))
-    a, b = protocol.StepScope("a", charging=True), protocol.StepScope("b", charging=True)
+    a, b = (
+        protocol.StepScope("a", charging=True, live=1),
+        protocol.StepScope("b", charging=True, live=1),
+    )
     run.inflight = [a, b]
     # 100 input tokens at $1000/M and 50 output at $3000/M: $0.25, 150 tokens.
     held = protocol.reserve_call(run, a, 100, 50, RATES, "max_tokens")
@@ -667,7 +674,7 @@ def test_a_model_calls_worst_case_is_set_aside_and_refused_before_it_is_sent() -
 
 def test_a_model_call_with_no_output_bound_fails_under_a_limit_and_goes_without_one() -> None:
     run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_tokens=1000))
-    scope = protocol.StepScope("openai.chat.completions.create", charging=True)
+    scope = protocol.StepScope("openai.chat.completions.create", charging=True, live=1)
     with pytest.raises(UnboundedModelCallError, match=r"max_completion_tokens=\.\.\.") as info:
         protocol.reserve_call(run, scope, 100, None, None, "max_completion_tokens")
     assert (info.value.limit, info.value.field) == ("token", "max_completion_tokens")
@@ -689,7 +696,7 @@ def test_a_settled_call_is_recorded_past_the_cap_and_the_next_step_waits() -> No
         if isinstance(op, Call) and op.scope is not None:
             held = protocol.reserve_call(run, op.scope, 100, 50, RATES, "max_tokens")
             sent.append(op.scope.name)
-            protocol.settle(op.scope, Decimal("0.8"), 800)  # the prompt was longer
+            protocol.settle(run, op.scope, Decimal("0.8"), 800)  # the prompt was longer
             protocol.release(op.scope, *held)
             return protocol.Outcome("reply")
         return DEFAULT
@@ -772,7 +779,7 @@ def test_a_step_counts_against_the_cap_until_its_record_is_answered() -> None:
     """A sibling charging while this step's record is on its way sees this step's charge
     (it is neither in the ledger the run holds nor to be forgotten)."""
     run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.3"))
-    sibling = protocol.StepScope("sibling", charging=True)
+    sibling = protocol.StepScope("sibling", charging=True, live=1)
     seen: list[str] = []
     verdicts: list[str | None] = []
 
@@ -814,7 +821,10 @@ def test_a_step_limit_counts_the_steps_running_in_parallel() -> None:
     """One step of three allowed is recorded and two are running: a fourth must wait at
     the gate instead of running."""
     run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_steps=3, spent_steps=1))
-    run.inflight = [protocol.StepScope("a", charging=True), protocol.StepScope("b", charging=True)]
+    run.inflight = [
+        protocol.StepScope("a", charging=True, live=1),
+        protocol.StepScope("b", charging=True, live=1),
+    ]
     script = Script(
         statements={
             "get_budget": ledger_row(limit_steps=3, spent_steps=1),
