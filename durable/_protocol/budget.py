@@ -144,7 +144,13 @@ def _cap_gate(run: Run, seq: int, scope: StepScope, nth: int) -> Gen[None]:
     """A step refused by the cap waits at gate `_labels.budget_cap_gate(seq, nth)` (the
     n-th refusal at this position: a second refusal after a raise asks again)."""
     why = scope.refused or "the budget"
-    scope.dollars, scope.tokens, scope.refused = Decimal(0), 0, None
+    with run.deciding:  # the attempt ended: what it charged is final (see charged_by)
+        kept = LateCharge(f"{run.epoch}:{seq}:cap{nth}", scope.dollars, scope.tokens)
+        scope.dollars, scope.tokens, scope.refused = Decimal(0), 0, None
+    if kept.dollars or kept.tokens:
+        # What the refused attempt charged before the refusal was paid for: it is kept in
+        # the ledger, apart from the step (which is not journaled and may run again).
+        yield from write_late_charge(run, scope, kept)
     scope.reserved_dollars, scope.reserved_tokens = Decimal(0), 0
     ledger = run.ledger
     assert ledger is not None

@@ -173,3 +173,51 @@ def test_bad_budget_input_is_refused_with_typed_errors(database_url: str) -> Non
             handle.result(timeout=10)
         ledger = engine.budget("neg")
         assert ledger is not None and ledger["spent"]["dollars"] == 0.0
+
+
+@pytest.mark.parametrize("kind", ["sync", "async"])
+def test_what_a_refused_attempt_charged_before_the_refusal_stays_spent(
+    database_url: str, kind: str
+) -> None:
+    """A step makes two paid calls: the first charge fits, the second would pass the cap.
+    The step is refused and not journaled, but the first call was paid for: the ledger
+    keeps it, and a denied gate leaves it spent (a resume cannot reset it either)."""
+    reg = durable.Registry()
+    vendor: list[str] = []
+
+    def two_calls(i: int) -> int:
+        for call in ("a", "b"):
+            vendor.append(f"{i}{call}")
+            durable.charge(dollars=0.3, tokens=10)
+        return i
+
+    if kind == "sync":
+        think = durable.step(registry=reg, name="think")(two_calls)
+
+        @durable.workflow(registry=reg, budget=durable.Budget(dollars=1.0))
+        def agent(n: int) -> list[int]:
+            return [think(i) for i in range(n)]
+
+    else:
+
+        @durable.step(registry=reg, name="think")
+        async def athink(i: int) -> int:
+            return two_calls(i)
+
+        @durable.workflow(registry=reg, budget=durable.Budget(dollars=1.0))
+        async def agent(n: int) -> list[int]:
+            return [await athink(i) for i in range(n)]
+
+    with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05) as engine:
+        engine.start(agent, 3, workflow_id="paid")
+        _wait_status(engine, "paid", "SUSPENDED")
+        assert vendor == ["0a", "0b", "1a", "1b"]  # 0.6 journaled; 1a fits, 1b is refused
+        ledger = engine.budget("paid")
+        assert ledger is not None
+        assert ledger["spent"]["dollars"] == pytest.approx(0.9)
+        assert ledger["spent"]["tokens"] == 30
+        engine.decide("paid", "budget@1:cap0", False, comment="stop")
+        with pytest.raises(errors.WorkflowFailedError):
+            engine.retrieve("paid").result(timeout=20)
+        ledger = engine.budget("paid")
+        assert ledger is not None and ledger["spent"]["dollars"] == pytest.approx(0.9)
