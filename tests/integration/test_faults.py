@@ -275,6 +275,9 @@ def test_an_async_runs_connection_refusing_writes_is_not_used_again(database_url
             warm = [await engine.start_async(noting, -k, workflow_id=f"warm{k}") for k in (1, 2, 3)]
             assert [await h.result(timeout=20) for h in warm] == [-1, -2, -3]
             host = await engine.runner.async_side.here()  # type: ignore[union-attr]
+            async with contextlib.AsyncExitStack() as stack:  # however the runs overlapped
+                for _ in range(3):
+                    await stack.enter_async_context(host._pool.connection())
             refusing = await refuse_writes(host._pool)
             assert len(refusing) >= 2
             handle = await engine.start_async(noting, 1, workflow_id="after")
