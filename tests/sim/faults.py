@@ -146,13 +146,21 @@ def _process_of(conn: Any) -> Process | None:
     return _processes.get(raw.decode())
 
 
-def _decide(conn: Any) -> tuple[Process | None, str | None]:
+# Generators that send nothing when no transaction is open (a COMMIT of an autocommit
+# connection): no exchange, so no fault point.
+_NO_OP_OUTSIDE_TX = ("_commit_gen", "_rollback_gen")
+
+
+def _decide(conn: Any, gen: Any) -> tuple[Process | None, str | None]:
     proc = _process_of(conn)
     if proc is None:
         return None, None
     if proc.dead:
         raise Crash(proc.name)
     if current_run.get() is None:  # the engine's loops: not counted, never faulted
+        return proc, None
+    name = getattr(gen, "__qualname__", "")
+    if name.endswith(_NO_OP_OUTSIDE_TX) and conn.pgconn.transaction_status == 0:  # IDLE
         return proc, None
     return proc, proc._next()
 
@@ -176,7 +184,7 @@ def install() -> None:
     async_wait = psycopg.AsyncConnection.wait
 
     def wait(self: Any, gen: Generator[Any, Any, Any], *args: Any, **kwargs: Any) -> Any:
-        proc, kind = _decide(self)
+        proc, kind = _decide(self, gen)
         if kind == "pause":
             assert proc is not None
             proc.pause_here()
@@ -196,7 +204,7 @@ def install() -> None:
         return result
 
     async def await_(self: Any, gen: Generator[Any, Any, Any], *args: Any, **kwargs: Any) -> Any:
-        proc, kind = _decide(self)
+        proc, kind = _decide(self, gen)
         if kind == "pause":
             assert proc is not None
             await asyncio.to_thread(proc.pause_here)

@@ -7,6 +7,7 @@ names are the ones docs/guarantees.md links to.
 
 from __future__ import annotations
 
+import json
 from collections import Counter, defaultdict
 from decimal import Decimal
 from typing import Any
@@ -27,7 +28,7 @@ def _wid(key: str) -> str:
 class Facts:
     """The stored rows the checks read, in one snapshot."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, app_url: str | None = None) -> None:
         with psycopg.connect(url, row_factory=dict_row, application_name="sim_admin") as conn:
             conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
             self.workflows = {
@@ -35,10 +36,15 @@ class Facts:
             }
             self.steps = list(conn.execute("SELECT * FROM durable.steps ORDER BY 1, 2"))
             self.effects = list(conn.execute("SELECT * FROM durable.effects"))
-            self.budgets = {r["budget_id"]: r for r in conn.execute("SELECT * FROM durable.budgets")}
+            self.budgets = {
+                r["budget_id"]: r for r in conn.execute("SELECT * FROM durable.budgets")
+            }
             self.messages = list(conn.execute("SELECT * FROM durable.messages"))
-            self.app_rows = list(conn.execute("SELECT workflow_id, tag FROM sim_app"))
             self.approvals = list(conn.execute("SELECT * FROM durable.approvals"))
+        with psycopg.connect(
+            app_url or url, row_factory=dict_row, application_name="sim_admin"
+        ) as conn:
+            self.app_rows = list(conn.execute("SELECT workflow_id, tag FROM sim_app"))
 
 
 def effects_once(vendor: Vendor, facts: Facts) -> list[str]:
@@ -46,7 +52,7 @@ def effects_once(vendor: Vendor, facts: Facts) -> list[str]:
     reached the vendor; no refund without its payment."""
     out = [f"payment key {k} charged {n} times" for k, n in vendor.payments.items() if n > 1]
     for e in facts.effects:
-        if e["effect_name"] == "pay" or e["effect_name"] == "apay_effect":
+        if e["effect_name"] in ("pay", "apay"):
             if e["status"] == "applied" and not vendor.payments[e["idempotency_key"]]:
                 out.append(f"effect {e['idempotency_key']} applied in the ledger, never paid")
     return out
@@ -125,7 +131,7 @@ def children_adopted(vendor: Vendor, facts: Facts) -> list[str]:
     return out
 
 
-def spending_capped(vendor: Vendor, facts: Facts, faults_fired: int) -> list[str]:
+def spending_capped(vendor: Vendor, facts: Facts, faults_fired: int) -> list[str]:  # noqa: C901
     """The ledger never passes its limit by more than docs/discussions.md allows (children
     running concurrently: one step each), and the vendor was paid no more than the ledger
     plus the attempts a crash cut off before their record (each re-run once)."""
@@ -179,17 +185,69 @@ def messages_once(vendor: Vendor, facts: Facts) -> list[str]:
     return out
 
 
-def check(vendor: Vendor, facts: Facts, faults_fired: int) -> list[str]:
-    out: list[str] = []
-    for fn in (effects_once, undone_once, compensated_net_zero, transactions_exactly_once,
-               children_adopted, nothing_stranded, messages_once):
-        out += [f"{fn.__name__}: {v}" for v in fn(vendor, facts)]
-    out += [f"spending_capped: {v}" for v in spending_capped(vendor, facts, faults_fired)]
+def once_unless_cut(vendor: Vendor, facts: Facts, cut: set[str]) -> list[str]:
+    """A plain step, a model call or an llm request of one workflow runs again only when
+    the process that ran it first was cut off (killed, or its lease lost while it was
+    paused) before its record: never twice from processes that lived on."""
+    runs: Counter[tuple[str, str]] = Counter()
+    for kind, tag, proc in vendor.calls:
+        if proc not in cut:
+            runs[(kind, tag)] += 1
+    return [f"{kind} {tag} ran {n} times by processes that were not cut off"
+            for (kind, tag), n in runs.items() if n > 1]
+
+
+def patch_one_branch(vendor: Vendor, facts: Facts) -> list[str]:
+    """At a patch point a run takes one branch: never the new one after the old code
+    started its call there (a payment, a child under its own id, a transaction)."""
+    out = []
+    old_done: set[tuple[str, str]] = set()
+    for key, tag in vendor.paid_tags.items():
+        wid = _wid(key)
+        if tag.endswith(".old"):
+            old_done.add((wid, tag[: -len(".old")]))
+        elif tag.endswith(".old.0"):  # the pay of a child "<parent>-<tag>.old"
+            base = tag[: -len(".old.0")]
+            old_done.add((wid.removesuffix(f"-{base}.old"), base))
+    for row in facts.app_rows:
+        if row["tag"].endswith(".old"):
+            old_done.add((row["workflow_id"], row["tag"][: -len(".old")]))
+    for key, tag in vendor.paid_tags.items():
+        if tag.endswith(".new") and (_wid(key), tag[: -len(".new")]) in old_done:
+            out.append(f"{_wid(key)} took both branches of the patch at {tag[:-4]}")
     return out
 
 
-def replays(sim: Any) -> list[str]:
-    """A replay of each finished run returns its recorded value and calls nothing: a fork
-    from its last position replays the whole journal."""
-    del sim
-    return []
+EXPECTED_ERRORS = (
+    "tests.sim.app.Boom",
+    "durable.errors.WorkflowFailedError",  # a child's failure, raised in its parent
+    "durable.errors.WorkflowCancelledError",
+    "durable.errors.ApprovalDeniedError",
+)
+
+
+def expected_outcomes(vendor: Vendor, facts: Facts) -> list[str]:
+    """The programs are deterministic and well-formed: a run that ends in error ends with
+    its own failure (or a child's, a cancel, a denial), never with an error durable raised
+    about itself (a NondeterminismError, a lost record, a refused key)."""
+    out = []
+    for wid, w in facts.workflows.items():
+        if w["error"] is None:
+            continue
+        kind = json.loads(w["error"]).get("type", "")
+        if not kind.startswith(EXPECTED_ERRORS):
+            message = json.loads(w["error"]).get("message", "")[:200]
+            out.append(f"{wid} ended {w['status']} with {kind}: {message}")
+    return out
+
+
+def check(sim: Any, facts: Facts) -> list[str]:
+    vendor = sim.vendor
+    out: list[str] = []
+    for fn in (effects_once, undone_once, compensated_net_zero, transactions_exactly_once,
+               children_adopted, nothing_stranded, messages_once, patch_one_branch,
+               expected_outcomes):
+        out += [f"{fn.__name__}: {v}" for v in fn(vendor, facts)]
+    out += [f"spending_capped: {v}" for v in spending_capped(vendor, facts, sim.faults_fired)]
+    out += [f"once_unless_cut: {v}" for v in once_unless_cut(vendor, facts, sim.cut)]
+    return out

@@ -53,6 +53,7 @@ class Node:
 class Sim:
     url: str
     scenario: Scenario
+    app_url: str | None = None  # a separate application database (scenario "app": "separate")
     clock: durable.FakeClock = field(default_factory=lambda: durable.FakeClock(T0))
     vendor: Vendor = field(default_factory=Vendor)
     deployed: bool = False
@@ -60,6 +61,9 @@ class Sim:
     kinds: list[str] = field(default_factory=list)
     inputs: dict[str, tuple[list[Any], str]] = field(default_factory=dict)
     faults_fired: int = 0
+    # Processes whose runs were cut off (killed, or their lease lost while paused): a plain
+    # step they ran may run again; one run by any other process may not.
+    cut: set[str] = field(default_factory=set)
     log: list[str] = field(default_factory=list)
     _apps: dict[bool, App] = field(default_factory=dict)
     client: durable.Client | None = None
@@ -68,7 +72,8 @@ class Sim:
 
     def app(self) -> App:
         if self.deployed not in self._apps:
-            self._apps[self.deployed] = build(self.vendor, deployed=self.deployed)
+            assert self.client is not None
+            self._apps[self.deployed] = build(self.vendor, self.client, deployed=self.deployed)
         return self._apps[self.deployed]
 
     def launch(self) -> Node:
@@ -80,6 +85,7 @@ class Sim:
             listen=False,
             durability=self.scenario.get("durability", "sync"),
             max_workers=4,
+            app_database_url=self.app_url,
         )
         engine.launch()
         engine.runner.db._sim_process = proc.name  # type: ignore[attr-defined]
@@ -109,6 +115,7 @@ class Sim:
 
     def dispose(self, node: Node) -> None:
         if node.proc.dead:
+            self.cut.add(node.proc.name)
             # Nothing of a dead process reaches the database; its threads end on Crash.
             with contextlib.suppress(BaseException):
                 node.engine.shutdown(wait=False)
@@ -150,33 +157,53 @@ class Sim:
     def run(self) -> None:
         self.client = durable.Client(f"{self.url} application_name=sim_op", clock=self.clock)
         self.client.connect()
-        try:
-            self.submit_all()
-            for n, (fault, actions) in enumerate(self.scenario["phases"]):
-                self.phase(n, fault, actions)
-            self.drain()
-        finally:
+        self.submit_all()
+        for n, (fault, actions) in enumerate(self.scenario["phases"]):
+            self.phase(n, fault, actions)
+        self.drain()
+
+    def close(self) -> None:
+        if self.client is not None:
             self.client.close()
 
     def phase(self, n: int, fault: list[Any] | None, actions: list[list[Any]]) -> None:
         node = self.launch()
         kind = fault[0] if fault else None
+        pausing = kind in ("pause", "zombie", "sigterm")
         if fault is not None:
-            node.proc.arm(Fault(fault[1], "pause" if kind == "zombie" else kind))
+            node.proc.arm(Fault(fault[1], "pause" if pausing else kind))
+        stop = threading.Event()
+        worker: threading.Thread | None = None
         try:
-            self.kick(node)
-            state = self.quiet(node, until_paused=kind in ("pause", "zombie"))
+            if kind == "sigterm":
+                # A worker (its loop claims the work), told to stop while a run is inside.
+                worker = threading.Thread(
+                    target=node.engine.run_worker, args=(stop,),
+                    kwargs={"poll_interval": 0.05, "grace_seconds": 20.0}, daemon=True,
+                )
+                worker.start()
+            else:
+                self.kick(node)
+            state = self.quiet(node, until_paused=pausing)
             if state == "paused" and fault is not None:
                 self.log.append(f"phase {n}: paused at {fault[1]}")
                 if kind == "pause":
                     self.act(fault[2])
-                else:
+                elif kind == "zombie":
+                    self.cut.add(node.proc.name)
                     self.zombie(node)
+                else:
+                    stop.set()
                 node.proc.release()
+                if worker is not None:
+                    worker.join(30)
                 state = self.quiet(node)
             if node.proc.fired:
                 self.faults_fired += 1
         finally:
+            stop.set()
+            if worker is not None:
+                worker.join(30)
             self.dispose(node)
         for action in actions:
             self.act(action)
@@ -222,7 +249,7 @@ class Sim:
                 for gate in client.list_approvals(wid):
                     client.decide(wid, gate["name"], name == "approve")
             elif name == "raise":
-                client.raise_budget(wid, dollars=1.0)
+                client.raise_budget(wid, dollars=1.0, steps=4)
             elif name == "send":
                 client.send(wid, f"msg-{wid}-{len(self.log)}", topic="m")
             elif name == "export":
@@ -232,7 +259,8 @@ class Sim:
 
     def statuses(self) -> dict[str, str]:
         with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as conn:
-            return dict(conn.execute("SELECT workflow_id, status FROM durable.workflows").fetchall())
+            rows = conn.execute("SELECT workflow_id, status FROM durable.workflows").fetchall()
+        return dict(rows)
 
     def drain(self, rounds: int = 12) -> None:
         client = self.client
@@ -245,7 +273,7 @@ class Sim:
             for gate in client.list_approvals():
                 with contextlib.suppress(errors.DurableError):
                     if gate["name"].startswith("budget@"):
-                        client.raise_budget(gate["workflow_id"], dollars=5.0)
+                        client.raise_budget(gate["workflow_id"], dollars=5.0, steps=20)
                     else:
                         client.decide(gate["workflow_id"], gate["name"], True)
             node = self.launch()
@@ -254,3 +282,39 @@ class Sim:
                 self.quiet(node)
             finally:
                 self.dispose(node)
+
+    def replay_finished(self) -> list[str]:
+        """Fork each finished root from past its last position: the fork replays the whole
+        journal, must return the recorded value and must call nothing in the world."""
+        out: list[str] = []
+        with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as conn:
+            rows = conn.execute(
+                "SELECT w.workflow_id, w.output, max(s.step_seq) FROM durable.workflows w "
+                "JOIN durable.steps s USING (workflow_id) WHERE w.status = 'SUCCESS' "
+                "AND w.parent_id IS NULL GROUP BY 1, 2 ORDER BY 1"
+            ).fetchall()
+        if not rows:
+            return out
+        client = self.client
+        assert client is not None
+        before = self.vendor.snapshot()
+        for wid, _, last in rows:
+            client.fork(wid, from_step=last + 1, new_id=f"{wid}~replay")
+        node = self.launch()
+        try:
+            self.kick(node)
+            self.quiet(node)
+        finally:
+            self.dispose(node)
+        with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as conn:
+            for wid, output, _ in rows:
+                got = conn.execute(
+                    "SELECT status, output FROM durable.workflows WHERE workflow_id = %s",
+                    (f"{wid}~replay",),
+                ).fetchone()
+                if got is None or got[0] != "SUCCESS" or got[1] != output:
+                    out.append(f"replay of {wid} ended {got}, recorded {output}")
+        after = self.vendor.snapshot()
+        if after != before:
+            out.append(f"replays called the world: {before} -> {after}")
+        return out

@@ -33,8 +33,10 @@ from hypothesis import strategies as st
 
 Scenario = dict[str, Any]
 
-SYNC_OPS = ["step", "txn", "pay", "model", "child", "recv", "sleep", "approve", "patch", "fail"]
-ASYNC_OPS = ["pay", "model", "par", "child", "recv", "sleep", "approve", "patch", "fail"]
+SYNC_OPS = [
+    "step", "txn", "pay", "model", "llm", "child", "recv", "sleep", "approve", "patch", "fail",
+]
+ASYNC_OPS = ["pay", "model", "llm", "par", "child", "recv", "sleep", "approve", "patch", "fail"]
 ACTIONS = [
     "cancel", "resume", "resume_v", "fork", "deploy", "approve", "deny", "raise", "send",
     "advance", "export",
@@ -51,16 +53,23 @@ def instruction(kind: str, depth: int) -> st.SearchStrategy[list[Any]]:
             return st.tuples(st.just("pay"), st.sampled_from([100, 250, 700])).map(list)
         if op == "model":
             return st.tuples(st.just("model"), st.sampled_from([0.2, 0.35, 0.5])).map(list)
+        if op == "llm":
+            return st.tuples(st.just("llm"), st.sampled_from([50, 100, 400])).map(list)
         if op == "sleep":
             return st.tuples(st.just("sleep"), st.sampled_from([1, 30, 3600])).map(list)
         if op == "patch":
-            return st.tuples(st.just("patch"), st.sampled_from([50, 60])).map(list)
+            olds = ["pay", "own", "txn"] if kind == "prog" else ["pay"]
+            return st.tuples(st.just("patch"), st.sampled_from(olds)).map(list)
         if op == "child":
-            return st.tuples(st.just("child"), st.booleans(), program(kind, depth + 1)).map(list)
+            hows = ["derived", "own", "submit"] if kind == "prog" else ["derived", "own"]
+            return st.tuples(
+                st.just("child"), st.sampled_from(hows), program(kind, depth + 1)
+            ).map(list)
         if op == "par":
             leaf = st.one_of(
                 st.tuples(st.just("pay"), st.sampled_from([100, 250])).map(list),
                 st.tuples(st.just("model"), st.sampled_from([0.35, 0.5])).map(list),
+                st.tuples(st.just("llm"), st.sampled_from([100, 400])).map(list),
             )
             return st.tuples(st.just("par"), st.lists(leaf, min_size=2, max_size=3)).map(list)
         return st.just([op])
@@ -93,7 +102,7 @@ def fault(n_workflows: int) -> st.SearchStrategy[list[Any] | None]:
         st.none(),
         st.tuples(st.sampled_from(["crash_before", "crash_after", "lost"]), k).map(list),
         st.tuples(st.just("pause"), k, action(n_workflows)).map(list),
-        st.tuples(st.just("zombie"), k).map(list),
+        st.tuples(st.sampled_from(["zombie", "sigterm"]), k).map(list),
     )
 
 
@@ -110,4 +119,5 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         )
     )
     mode = draw(st.sampled_from(["sync", "async", "exit"]))
-    return {"workflows": workflows, "phases": phases, "durability": mode}
+    app = draw(st.sampled_from(["same", "separate"]))
+    return {"workflows": workflows, "phases": phases, "durability": mode, "app": app}

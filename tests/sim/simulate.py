@@ -45,42 +45,46 @@ class Databases:
 
     def __init__(self, dbs: TemplateDatabases) -> None:
         self.dbs = dbs
-        self.url: str | None = None
-        self.tables: list[str] = []
+        self.urls: dict[str, str] = {}  # "system" / "app" -> URL
 
-    def fresh(self) -> str:
-        if self.url is None:
-            self.url = self.dbs.create()
-            with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as c:
+    def fresh(self, which: str) -> str:
+        url = self.urls.get(which)
+        if url is None:
+            url = self.urls[which] = self.dbs.create(migrated=which == "system")
+            with psycopg.connect(url, autocommit=True, application_name="sim_admin") as c:
                 c.execute("CREATE TABLE sim_app (workflow_id text NOT NULL, tag text NOT NULL)")
-                self.tables = [
-                    f"durable.{name}" for (name,) in c.execute(
-                        "SELECT tablename FROM pg_tables WHERE schemaname = 'durable' "
-                        "AND tablename <> 'schema_migrations'"
-                    )
-                ] + ["sim_app"]
-            return self.url
-        with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as c:
-            c.execute(f"TRUNCATE {', '.join(self.tables)} CASCADE")
-        return self.url
+            return url
+        with psycopg.connect(url, autocommit=True, application_name="sim_admin") as c:
+            tables = [
+                f'"{schema}"."{name}"' for schema, name in c.execute(
+                    "SELECT schemaname, tablename FROM pg_tables WHERE schemaname NOT IN "
+                    "('pg_catalog', 'information_schema') AND tablename <> 'schema_migrations'"
+                )
+            ]
+            c.execute(f"TRUNCATE {', '.join(tables)} CASCADE")
+        return url
 
     def close(self) -> None:
-        if self.url is not None:
-            self.dbs.drop(self.url)
-            self.url = None
+        for url in self.urls.values():
+            self.dbs.drop(url)
+        self.urls.clear()
 
 
 def run_scenario(dbs: Databases, scenario: Scenario) -> Outcome:
     started = time.monotonic()
-    url = dbs.fresh()
-    sim = Sim(url, scenario)
+    url = dbs.fresh("system")
+    app_url = dbs.fresh("app") if scenario.get("app") == "separate" else None
+    sim = Sim(url, scenario, app_url=app_url)
     try:
         sim.run()
-        violations = invariants.check(sim.vendor, invariants.Facts(url), sim.faults_fired)
+        facts = invariants.Facts(url, app_url)
+        violations = invariants.check(sim, facts)
         if not violations:
-            violations = invariants.replays(sim)
+            violations = [f"replays: {v}" for v in sim.replay_finished()]
     except Stuck as exc:
         violations = [f"stuck: {exc}"]
+    finally:
+        sim.close()
     return Outcome(violations, sim.log, time.monotonic() - started)
 
 

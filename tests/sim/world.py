@@ -19,6 +19,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
+from durable._context import current_run
+from tests.apps.model_stub import usage_of
 from tests.sim import faults
 
 
@@ -34,11 +36,23 @@ class Vendor:
     received: Counter[str] = field(default_factory=Counter)  # message payloads consumed
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    @staticmethod
-    def _reachable() -> None:
+    # Every call of a plain step, a model or an llm request: (kind, tag, process name).
+    calls: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def _reachable(self, kind: str = "", tag: str = "") -> None:
         proc = faults.process_of_run()
         if proc is not None:
             proc.alive()
+        if kind:
+            run = current_run.get()
+            wid = run.workflow_id if run is not None else "?"
+            with self.lock:
+                self.calls.append((kind, f"{wid}|{tag}", proc.name if proc is not None else "?"))
+
+    def snapshot(self) -> tuple[int, ...]:
+        """How many calls of each kind the vendor has had (a replay must add none)."""
+        with self.lock:
+            return (sum(self.payments.values()), sum(self.refunds.values()), len(self.calls))
 
     def pay(self, key: str, tag: str, cents: int) -> str:
         self._reachable()
@@ -65,13 +79,22 @@ class Vendor:
         with self.lock:
             return f"re_{key}" if self.refunds[key] else None
 
-    def model(self, workflow_id: str, dollars: Decimal) -> None:
-        self._reachable()
+    def model(self, tag: str, dollars: Decimal) -> None:
+        self._reachable("model", tag)
+        run = current_run.get()
         with self.lock:
-            self.models.append((workflow_id, dollars))
+            self.models.append((run.workflow_id if run is not None else "?", dollars))
+
+    def llm(self, tag: str) -> None:
+        self._reachable("llm", tag)
+        tokens_in, tokens_out = usage_of(tag)
+        run = current_run.get()
+        dollars = Decimal(tokens_in + tokens_out) / Decimal(1000)  # PRICES: $1000 per million
+        with self.lock:
+            self.models.append((run.workflow_id if run is not None else "?", dollars))
 
     def touch(self, tag: str) -> None:
-        self._reachable()
+        self._reachable("touch", tag)
         with self.lock:
             self.touches[tag] += 1
 
