@@ -76,23 +76,29 @@ def undone_once(vendor: Vendor, facts: Facts) -> list[str]:
 
 
 def compensated_net_zero(vendor: Vendor, facts: Facts) -> list[str]:
-    """A workflow that ended compensated (failed or cancelled after paying) refunded every
-    payment it made itself: its net is zero. (A failure of the refund itself would end
+    """An instruction's payments are all refunded when every workflow that holds one of
+    them in its journal ended compensated (failed or cancelled after paying): the payer,
+    and the forks that copied it. A fork and its original share a copied payment and undo
+    it once between them (whichever compensates first), so the net is judged per
+    instruction across them, not per workflow. (A failed refund would end
     COMPENSATION_FAILED; the vendor here never refuses one.)"""
     out = []
-    by_wf: dict[str, Counter[str]] = defaultdict(Counter)
+    paid: Counter[str] = Counter()
+    holders: dict[str, set[str]] = defaultdict(set)
     for key, tag in vendor.paid_tags.items():
         if vendor.payments[key]:
-            by_wf[_wid(key)][tag] += 1
+            paid[tag] += 1
+            payer = _wid(key)
+            holders[tag] |= {w for w in facts.workflows if w == payer or w.startswith(payer + "f")}
+    refunded: Counter[str] = Counter()
     for key, tag in vendor.refund_tags.items():
         if vendor.refunds[key]:
-            by_wf[_wid(key)][tag] -= 1
-    for wid, net in by_wf.items():
-        status = facts.workflows.get(wid, {}).get("status")
-        if status in COMPENSATING:
-            left = {t: n for t, n in net.items() if n}
-            if left:
-                out.append(f"{wid} ended {status} with net payments {left}")
+            refunded[tag] += 1
+    for tag, n in paid.items():
+        statuses = {facts.workflows[w]["status"] for w in holders[tag]}
+        if statuses and statuses <= COMPENSATING and refunded[tag] != n:
+            out.append(f"{tag}: paid {n}, refunded {refunded[tag]}, by workflows that all "
+                       f"ended compensated ({sorted(holders[tag])})")
     return out
 
 

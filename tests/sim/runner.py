@@ -37,6 +37,7 @@ TERMINAL = {
 }
 
 logging.getLogger("durable").setLevel(logging.CRITICAL)
+logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
 
 
 class Stuck(AssertionError):

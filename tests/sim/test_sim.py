@@ -27,6 +27,14 @@ REGRESSIONS = {
         "durability": "sync",
         "app": "same",
     },
+    # A connection to the application database lost while a @transaction step checked it
+    # out (before BEGIN) failed the workflow with a raw OperationalError, not an outage.
+    "lost-at-transaction-begin": {
+        "workflows": [["prog", [["llm", 400], ["txn"]]]],
+        "phases": [[["lost", 4], []]],
+        "durability": "sync",
+        "app": "same",
+    },
 }
 
 
