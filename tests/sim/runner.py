@@ -115,6 +115,8 @@ class Sim:
                     f"{QUIET_TIMEOUT:.0f} s; {self.statuses()}")
 
     def dispose(self, node: Node) -> None:
+        if node.proc.paused.is_set() and not node.proc.resumed.is_set():
+            self.cut.add(node.proc.name)  # its paused run was given up (lease, grace)
         if node.proc.dead:
             self.cut.add(node.proc.name)
             # Nothing of a dead process reaches the database; its threads end on Crash.
@@ -176,15 +178,15 @@ class Sim:
         stop = threading.Event()
         worker: threading.Thread | None = None
         try:
+            self.kick(node)
             if kind == "sigterm":
-                # A worker (its loop claims the work), told to stop while a run is inside.
+                # A worker loop, told to stop while a run is inside (it hands the runs
+                # over at their next step boundary).
                 worker = threading.Thread(
                     target=node.engine.run_worker, args=(stop,),
                     kwargs={"poll_interval": 0.05, "grace_seconds": 20.0}, daemon=True,
                 )
                 worker.start()
-            else:
-                self.kick(node)
             state = self.quiet(node, until_paused=pausing)
             if state == "paused" and fault is not None:
                 self.log.append(f"phase {n}: paused at {fault[1]}")
