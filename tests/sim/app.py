@@ -19,6 +19,9 @@ A program is a list of instructions (plain JSON, so it is the workflow's saved i
     ["par", [i1, i2..]]   (async) asyncio.gather of pay/model/llm instructions
     ["fail"]              raise: the workflow fails and its compensations run
 
+The deployed code (a mid-run deploy) takes the new branch of patch points and also
+serves both workflows as version "2", so that an operator can move a run there.
+
 Every call into the world carries its instruction's tag ("<label>.<n>"), so a forked run
 doing an instruction again is told apart from the original by its idempotency key.
 """
@@ -66,8 +69,9 @@ def model_client(vendor: Vendor, is_async: bool) -> Any:
         prompt = body["messages"][-1]["content"]
         vendor.llm(prompt)
         tokens_in, tokens_out = usage_of(prompt)
-        return httpx.Response(200, json=_chat(body["model"], f"re {prompt}", tokens_in,
-                                              tokens_out, False))
+        return httpx.Response(
+            200, json=_chat(body["model"], f"re {prompt}", tokens_in, tokens_out, False)
+        )
 
     if is_async:
 
@@ -76,14 +80,18 @@ def model_client(vendor: Vendor, is_async: bool) -> Any:
 
         return llm.wrap(
             openai.AsyncOpenAI(
-                api_key="sim", base_url="http://vendor/v1", max_retries=0,
+                api_key="sim",
+                base_url="http://vendor/v1",
+                max_retries=0,
                 http_client=httpx.AsyncClient(transport=httpx.MockTransport(answer_async)),
             ),
             prices=PRICES,
         )
     return llm.wrap(
         openai.OpenAI(
-            api_key="sim", base_url="http://vendor/v1", max_retries=0,
+            api_key="sim",
+            base_url="http://vendor/v1",
+            max_retries=0,
             http_client=httpx.Client(transport=httpx.MockTransport(answer)),
         ),
         prices=PRICES,
@@ -133,14 +141,16 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
 
     def ask(tag: str, max_tokens: int) -> str:
         reply = chat.chat.completions.create(
-            model="sim-model", messages=[{"role": "user", "content": tag}],
+            model="sim-model",
+            messages=[{"role": "user", "content": tag}],
             max_completion_tokens=max_tokens,
         )
         return str(reply.choices[0].message.content)
 
     async def aask(tag: str, max_tokens: int) -> str:
         reply = await achat.chat.completions.create(
-            model="sim-model", messages=[{"role": "user", "content": tag}],
+            model="sim-model",
+            messages=[{"role": "user", "content": tag}],
             max_completion_tokens=max_tokens,
         )
         return str(reply.choices[0].message.content)
@@ -178,8 +188,7 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
             return book(f"{tag}.old")
         return pay(f"{tag}.old", 30)
 
-    @durable.workflow(registry=reg, name="prog", budget=BUDGET)
-    def prog(program: list[Any], label: str) -> list[Any]:
+    def run_program(program: list[Any], label: str) -> list[Any]:
         out: list[Any] = []
         for n, ins in enumerate(program):
             tag = f"{label}.{n}"
@@ -220,8 +229,11 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
                 out.append(touch(tag))
         return out
 
-    @durable.workflow(registry=reg, name="aprog", budget=BUDGET)
-    async def aprog(program: list[Any], label: str) -> list[Any]:
+    @durable.workflow(registry=reg, name="prog", budget=BUDGET)
+    def prog(program: list[Any], label: str) -> list[Any]:
+        return run_program(program, label)
+
+    async def run_program_async(program: list[Any], label: str) -> list[Any]:
         out: list[Any] = []
 
         async def one(tag: str, ins: list[Any]) -> Any:
@@ -264,5 +276,21 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
             else:
                 out.append(tag)
         return out
+
+    @durable.workflow(registry=reg, name="aprog", budget=BUDGET)
+    async def aprog(program: list[Any], label: str) -> list[Any]:
+        return await run_program_async(program, label)
+
+    if deployed:
+        # The deployed code also serves version "2" of both workflows: what
+        # `resume(..., version="2")` moves a run to (old processes never claim it).
+
+        @durable.workflow(registry=reg, name="prog", version="2", budget=BUDGET)
+        def prog_v2(program: list[Any], label: str) -> list[Any]:
+            return run_program(program, label)
+
+        @durable.workflow(registry=reg, name="aprog", version="2", budget=BUDGET)
+        async def aprog_v2(program: list[Any], label: str) -> list[Any]:
+            return await run_program_async(program, label)
 
     return App(reg, prog, aprog, deployed)

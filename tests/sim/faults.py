@@ -13,7 +13,9 @@ backends are terminated (their open transactions roll back, their locks go), and
 on each of its round trips raises `Crash` (so no code of the dead process writes anything
 more, not even its clean-up), and `alive()` refuses the world's calls from its threads.
 A lost reply instead closes the connection after the exchange and raises psycopg's
-OperationalError, as a network cut does; the process lives on and reconnects.
+OperationalError, as a network cut does; the process lives on and reconnects. An outage
+terminates every backend of the process at once (a database restart): the exchange under
+way fails, so does each pooled connection's next one, and the process reconnects.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ import psycopg
 from durable._context import current_run
 
 
-class Crash(BaseException):  # noqa: N818 - the process is gone, not an error of its code
+class Crash(BaseException):
     """The simulated process died here."""
 
 
@@ -41,7 +43,7 @@ class Fault:
     exchange) or `lost` (the reply lost after the exchange; the process lives)."""
 
     at: int
-    kind: str  # "crash_before" | "crash_after" | "lost"
+    kind: str  # "crash_before" | "crash_after" | "lost" | "outage" | "pause"
 
 
 @dataclass
@@ -185,6 +187,10 @@ def install() -> None:
 
     def wait(self: Any, gen: Generator[Any, Any, Any], *args: Any, **kwargs: Any) -> Any:
         proc, kind = _decide(self, gen)
+        if kind == "outage":
+            assert proc is not None
+            _terminate(proc.admin_url, proc.name)  # every connection of it drops; it lives
+            kind = None
         if kind == "pause":
             assert proc is not None
             proc.pause_here()
@@ -205,6 +211,10 @@ def install() -> None:
 
     async def await_(self: Any, gen: Generator[Any, Any, Any], *args: Any, **kwargs: Any) -> Any:
         proc, kind = _decide(self, gen)
+        if kind == "outage":
+            assert proc is not None
+            await asyncio.to_thread(_terminate, proc.admin_url, proc.name)
+            kind = None
         if kind == "pause":
             assert proc is not None
             await asyncio.to_thread(proc.pause_here)

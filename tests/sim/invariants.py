@@ -97,8 +97,10 @@ def compensated_net_zero(vendor: Vendor, facts: Facts) -> list[str]:
     for tag, n in paid.items():
         statuses = {facts.workflows[w]["status"] for w in holders[tag]}
         if statuses and statuses <= COMPENSATING and refunded[tag] != n:
-            out.append(f"{tag}: paid {n}, refunded {refunded[tag]}, by workflows that all "
-                       f"ended compensated ({sorted(holders[tag])})")
+            out.append(
+                f"{tag}: paid {n}, refunded {refunded[tag]}, by workflows that all "
+                f"ended compensated ({sorted(holders[tag])})"
+            )
     return out
 
 
@@ -109,12 +111,14 @@ def transactions_exactly_once(vendor: Vendor, facts: Facts) -> list[str]:
     rows = Counter(f"{r['workflow_id']}/{r['tag']}" for r in facts.app_rows)
     out += [f"application row {k} written {n} times" for k, n in rows.items() if n > 1]
     journaled = {
-        s["output"].strip('"') for s in facts.steps
+        s["output"].strip('"')
+        for s in facts.steps
         if s["step_name"] == "book" and s["output"] is not None
     }
     out += [f"application row {k} has no journal row" for k in rows if k not in journaled]
-    out += [f"journal names application row {k}, which is missing" for k in journaled
-            if k not in rows]
+    out += [
+        f"journal names application row {k}, which is missing" for k in journaled if k not in rows
+    ]
     return out
 
 
@@ -137,7 +141,7 @@ def children_adopted(vendor: Vendor, facts: Facts) -> list[str]:
     return out
 
 
-def spending_capped(vendor: Vendor, facts: Facts, faults_fired: int) -> list[str]:  # noqa: C901
+def spending_capped(vendor: Vendor, facts: Facts, faults_fired: int) -> list[str]:
     """The ledger never passes its limit by more than docs/discussions.md allows (children
     running concurrently: one step each), and the vendor was paid no more than the ledger
     plus the attempts a crash cut off before their record (each re-run once)."""
@@ -160,8 +164,10 @@ def spending_capped(vendor: Vendor, facts: Facts, faults_fired: int) -> list[str
         at_vendor = sum((spent_at_vendor[w] for w in tree), Decimal(0))
         allowed = Decimal(str(b["spent_dollars"])) + MAX_MODEL_CALL * (faults_fired + len(tree))
         if at_vendor > max(allowed, Decimal(str(limit)) + slack + MAX_MODEL_CALL * faults_fired):
-            out.append(f"budget {budget_id}: vendor paid {at_vendor}, ledger {b['spent_dollars']}, "
-                       f"limit {limit}")
+            out.append(
+                f"budget {budget_id}: vendor paid {at_vendor}, ledger {b['spent_dollars']}, "
+                f"limit {limit}"
+            )
     return out
 
 
@@ -171,12 +177,20 @@ def nothing_stranded(vendor: Vendor, facts: Facts) -> list[str]:
     out = []
     waiting_gates = {a["workflow_id"] for a in facts.approvals if a["status"] == "PENDING"}
     for wid, w in facts.workflows.items():
-        if w["status"] in ("SUCCESS", "ERROR", "CANCELLED", "COMPENSATED",
-                           "COMPENSATION_FAILED", "MAX_RECOVERY_ATTEMPTS_EXCEEDED"):
+        if w["status"] in (
+            "SUCCESS",
+            "ERROR",
+            "CANCELLED",
+            "COMPENSATED",
+            "COMPENSATION_FAILED",
+            "MAX_RECOVERY_ATTEMPTS_EXCEEDED",
+        ):
             continue
         why = (w["wake_at"] is not None) or wid in waiting_gates
-        out.append(f"{wid} left {w['status']} (owner {w['owner']}, lease "
-                   f"{w['lease_expires_at']}, wake_at {w['wake_at']}, gate {why})")
+        out.append(
+            f"{wid} left {w['status']} (owner {w['owner']}, lease "
+            f"{w['lease_expires_at']}, wake_at {w['wake_at']}, gate {why})"
+        )
     return out
 
 
@@ -186,8 +200,10 @@ def messages_once(vendor: Vendor, facts: Facts) -> list[str]:
     seqs = {(s["workflow_id"], s["step_seq"]) for s in facts.steps}
     for m in facts.messages:
         if m["consumed_at"] is not None and (m["workflow_id"], m["consumed_seq"]) not in seqs:
-            out.append(f"message {m['message_id']} consumed at {m['workflow_id']}@"
-                       f"{m['consumed_seq']}, which the journal lacks")
+            out.append(
+                f"message {m['message_id']} consumed at {m['workflow_id']}@"
+                f"{m['consumed_seq']}, which the journal lacks"
+            )
     return out
 
 
@@ -199,8 +215,11 @@ def once_unless_cut(vendor: Vendor, facts: Facts, cut: set[str]) -> list[str]:
     for kind, tag, proc in vendor.calls:
         if proc not in cut:
             runs[(kind, tag)] += 1
-    return [f"{kind} {tag} ran {n} times by processes that were not cut off"
-            for (kind, tag), n in runs.items() if n > 1]
+    return [
+        f"{kind} {tag} ran {n} times by processes that were not cut off"
+        for (kind, tag), n in runs.items()
+        if n > 1
+    ]
 
 
 def patch_one_branch(vendor: Vendor, facts: Facts) -> list[str]:
@@ -250,9 +269,17 @@ def expected_outcomes(vendor: Vendor, facts: Facts) -> list[str]:
 def check(sim: Any, facts: Facts) -> list[str]:
     vendor = sim.vendor
     out: list[str] = []
-    for fn in (effects_once, undone_once, compensated_net_zero, transactions_exactly_once,
-               children_adopted, nothing_stranded, messages_once, patch_one_branch,
-               expected_outcomes):
+    for fn in (
+        effects_once,
+        undone_once,
+        compensated_net_zero,
+        transactions_exactly_once,
+        children_adopted,
+        nothing_stranded,
+        messages_once,
+        patch_one_branch,
+        expected_outcomes,
+    ):
         out += [f"{fn.__name__}: {v}" for v in fn(vendor, facts)]
     out += [f"spending_capped: {v}" for v in spending_capped(vendor, facts, sim.faults_fired)]
     out += [f"once_unless_cut: {v}" for v in once_unless_cut(vendor, facts, sim.cut)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import json
 import logging
 import threading
 import time
@@ -32,7 +33,11 @@ from tests.sim.world import Vendor
 T0 = dt.datetime(2027, 1, 4, 9, 0, tzinfo=dt.UTC)
 QUIET_TIMEOUT = 30.0
 TERMINAL = {
-    "SUCCESS", "ERROR", "CANCELLED", "COMPENSATED", "COMPENSATION_FAILED",
+    "SUCCESS",
+    "ERROR",
+    "CANCELLED",
+    "COMPENSATED",
+    "COMPENSATION_FAILED",
     "MAX_RECOVERY_ATTEMPTS_EXCEEDED",
 }
 
@@ -111,8 +116,10 @@ class Sim:
             else:
                 calm = 0
             time.sleep(0.005)
-        raise Stuck(f"{node.proc.name} still runs {self.busy(node)} workflows after "
-                    f"{QUIET_TIMEOUT:.0f} s; {self.statuses()}")
+        raise Stuck(
+            f"{node.proc.name} still runs {self.busy(node)} workflows after "
+            f"{QUIET_TIMEOUT:.0f} s; {self.statuses()}"
+        )
 
     def dispose(self, node: Node) -> None:
         if node.proc.paused.is_set() and not node.proc.resumed.is_set():
@@ -183,8 +190,10 @@ class Sim:
                 # A worker loop, told to stop while a run is inside (it hands the runs
                 # over at their next step boundary).
                 worker = threading.Thread(
-                    target=node.engine.run_worker, args=(stop,),
-                    kwargs={"poll_interval": 0.05, "grace_seconds": 20.0}, daemon=True,
+                    target=node.engine.run_worker,
+                    args=(stop,),
+                    kwargs={"poll_interval": 0.05, "grace_seconds": 20.0},
+                    daemon=True,
                 )
                 worker.start()
             state = self.quiet(node, until_paused=pausing)
@@ -241,8 +250,10 @@ class Sim:
         with contextlib.suppress(errors.DurableError):
             if name == "cancel":
                 client.cancel(wid)
-            elif name in ("resume", "resume_v"):
+            elif name == "resume":
                 client.resume(wid)
+            elif name == "resume_v":
+                client.resume(wid, version="2")
             elif name == "fork":
                 new_id = f"{wid}f{len(self.ids)}"
                 client.fork(wid, from_step=action[2], new_id=new_id)
@@ -256,7 +267,33 @@ class Sim:
             elif name == "send":
                 client.send(wid, f"msg-{wid}-{len(self.log)}", topic="m")
             elif name == "export":
-                client.export_workflow(wid, children=True)
+                self.move(wid)
+
+    def move(self, wid: str) -> None:
+        """Carry a workflow (and its children) out of the database and back in, as an
+        operator moving it between databases does: export, delete, import. Not while a
+        process runs it (its rows are in the old database for it to write to)."""
+        client = self.client
+        assert client is not None
+        data = client.export_workflow(wid, children=True)
+        ids = [row["workflow_id"] for row in data["tables"]["workflows"]]
+        with psycopg.connect(self.url, application_name="sim_admin") as conn:
+            statuses = conn.execute(
+                "SELECT status FROM durable.workflows WHERE workflow_id = ANY(%s) FOR UPDATE",
+                (ids,),
+            ).fetchall()
+            if any(s == "RUNNING" for (s,) in statuses):
+                return
+            tables = conn.execute(
+                "SELECT table_name FROM information_schema.columns WHERE table_schema = "
+                "'durable' AND column_name = 'workflow_id' AND table_name <> 'workflows'"
+            ).fetchall()
+            for (table,) in tables:
+                conn.execute(f"DELETE FROM durable.{table} WHERE workflow_id = ANY(%s)", (ids,))
+            conn.execute("DELETE FROM durable.budgets WHERE budget_id = ANY(%s)", (ids,))
+            conn.execute("DELETE FROM durable.workflows WHERE workflow_id = ANY(%s)", (ids,))
+        client.import_workflow(json.loads(json.dumps(data)))
+        self.log.append(f"moved {ids}")
 
     # -- the end -----------------------------------------------------------------------------
 
@@ -273,6 +310,7 @@ class Sim:
             if all(s in TERMINAL for s in statuses.values()):
                 return
             self.clock.advance(4000)
+            self.deployed = True  # the last deploy: its code runs every version
             for gate in client.list_approvals():
                 with contextlib.suppress(errors.DurableError):
                     if gate["name"].startswith("budget@"):

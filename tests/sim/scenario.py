@@ -11,9 +11,11 @@ at most one fault armed at its k-th round trip to the server made by workflow co
     ["crash_before", k]   the process dies before the k-th exchange is sent
     ["crash_after", k]    the process dies after it was done (and committed), reply unread
     ["lost", k]           the reply of the k-th exchange is lost (a network cut); it lives
+    ["outage", k]         every connection of the process drops before the k-th exchange
     ["pause", k, action]  the run stops at the k-th exchange while the operator acts
     ["zombie", k]         the run stops there, its lease runs out, a second process takes
                           the workflow and runs it, then the first one goes on
+    ["sigterm", k]        a worker is told to stop while its run is stopped there
     null                  no fault
 
 and then zero or more operator actions, done once the process has gone quiet:
@@ -21,6 +23,9 @@ and then zero or more operator actions, done once the process has gone quiet:
     ["cancel", w]  ["resume", w]  ["resume_v", w]  ["fork", w, step]  ["deploy"]
     ["approve", w] ["deny", w]    ["raise", w]     ["send", w]        ["advance", s]
     ["export", w]
+
+(resume_v moves the run to version "2", which only deployed code serves; export carries
+a stopped workflow out of the database and back in, as a move between databases does.)
 
 where w indexes the scenario's workflows (forks are appended to them as they are made).
 """
@@ -34,12 +39,31 @@ from hypothesis import strategies as st
 Scenario = dict[str, Any]
 
 SYNC_OPS = [
-    "step", "txn", "pay", "model", "llm", "child", "recv", "sleep", "approve", "patch", "fail",
+    "step",
+    "txn",
+    "pay",
+    "model",
+    "llm",
+    "child",
+    "recv",
+    "sleep",
+    "approve",
+    "patch",
+    "fail",
 ]
 ASYNC_OPS = ["pay", "model", "llm", "par", "child", "recv", "sleep", "approve", "patch", "fail"]
 ACTIONS = [
-    "cancel", "resume", "resume_v", "fork", "deploy", "approve", "deny", "raise", "send",
-    "advance", "export",
+    "cancel",
+    "resume",
+    "resume_v",
+    "fork",
+    "deploy",
+    "approve",
+    "deny",
+    "raise",
+    "send",
+    "advance",
+    "export",
 ]
 
 
@@ -62,9 +86,9 @@ def instruction(kind: str, depth: int) -> st.SearchStrategy[list[Any]]:
             return st.tuples(st.just("patch"), st.sampled_from(olds)).map(list)
         if op == "child":
             hows = ["derived", "own", "submit"] if kind == "prog" else ["derived", "own"]
-            return st.tuples(
-                st.just("child"), st.sampled_from(hows), program(kind, depth + 1)
-            ).map(list)
+            return st.tuples(st.just("child"), st.sampled_from(hows), program(kind, depth + 1)).map(
+                list
+            )
         if op == "par":
             leaf = st.one_of(
                 st.tuples(st.just("pay"), st.sampled_from([100, 250])).map(list),
@@ -100,7 +124,7 @@ def fault(n_workflows: int) -> st.SearchStrategy[list[Any] | None]:
     k = st.one_of(st.integers(1, 8), st.integers(1, 40))
     return st.one_of(
         st.none(),
-        st.tuples(st.sampled_from(["crash_before", "crash_after", "lost"]), k).map(list),
+        st.tuples(st.sampled_from(["crash_before", "crash_after", "lost", "outage"]), k).map(list),
         st.tuples(st.just("pause"), k, action(n_workflows)).map(list),
         st.tuples(st.sampled_from(["zombie", "sigterm"]), k).map(list),
     )

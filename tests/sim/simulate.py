@@ -56,7 +56,8 @@ class Databases:
             return url
         with psycopg.connect(url, autocommit=True, application_name="sim_admin") as c:
             tables = [
-                f'"{schema}"."{name}"' for schema, name in c.execute(
+                f'"{schema}"."{name}"'
+                for schema, name in c.execute(
                     "SELECT schemaname, tablename FROM pg_tables WHERE schemaname NOT IN "
                     "('pg_catalog', 'information_schema') AND tablename <> 'schema_migrations'"
                 )
@@ -97,8 +98,10 @@ def check_one(dbs: Databases, scenario: Scenario) -> Outcome:
     if outcome.violations:
         raise Violation(
             "\n".join(outcome.violations)
-            + "\nscenario: " + json.dumps(scenario)
-            + "\nreplay:   " + replay_command(scenario)
+            + "\nscenario: "
+            + json.dumps(scenario)
+            + "\nreplay:   "
+            + replay_command(scenario)
         )
     return outcome
 
@@ -132,7 +135,10 @@ def check_seed(
 
 
 def run_seeds(
-    dbs: Databases, seeds: list[int], budget: float, per_seed: int = PER_SEED,
+    dbs: Databases,
+    seeds: list[int],
+    budget: float,
+    per_seed: int = PER_SEED,
     report: Callable[[str], Any] = print,
 ) -> int:
     """Run the seeds until the budget is spent; returns how many scenarios ran."""
@@ -149,6 +155,8 @@ def run_seeds(
         try:
             check_seed(dbs, n, per_seed, on_scenario=count)
         except Violation as exc:
-            raise Violation(f"seed {n} (after {ran[0]} scenarios): {exc}\n"
-                            f"or the seed: python -m tests.sim --seed {n}") from None
+            raise Violation(
+                f"seed {n} (after {ran[0]} scenarios): {exc}\n"
+                f"or the seed: python -m tests.sim --seed {n}"
+            ) from None
     return ran[0]
