@@ -9,8 +9,10 @@ A program is a list of instructions (plain JSON, so it is the workflow's saved i
     ["llm", max_tokens]   a model call through durable.llm.wrap (an OpenAI client whose
                           transport is the vendor, in-process)
     ["child", how, p]     a child running program p, then its result: how is "derived"
-                          (start_child), "own" (start_child under an id of its own) or
-                          "submit" (Client.submit from workflow code)
+                          (start_child), "own" (start_child under an id of its own),
+                          "submit" (Client.submit from workflow code) or "enqueue" (on
+                          queue "simq", concurrency 2); the last two are not awaited
+    ["send"]              send a message to workflow w0 (topic "m") from workflow code
     ["recv"]              recv on topic "m" (timeout 60 s), the payload consumed in a step
     ["sleep", seconds]    a durable sleep
     ["approve"]           an approval gate; a denial fails the workflow
@@ -174,10 +176,14 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
             durable.charge(dollars=dollars)
         return tag
 
+    queue = durable.Queue("simq", concurrency=2, registry=reg)
+
     def child(how: str, program: list[Any], tag: str) -> Any:
         own = {"workflow_id": f"{durable.workflow_id()}-{tag}"}
         if how == "submit":
             return client.submit(prog, program, tag).workflow_id  # not awaited
+        if how == "enqueue":
+            return queue.enqueue(prog, program, tag).workflow_id  # not awaited
         handle = durable.start_child(prog, program, tag, **(own if how == "own" else {}))
         return handle.result()
 
@@ -223,6 +229,9 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
                     out.append(pay(f"{tag}.new", 20))
                 else:
                     out.append(old_branch(ins[1], tag))
+            elif op == "send":
+                durable.send("w0", f"{durable.workflow_id()}/{tag}", topic="m")
+                out.append("sent")
             elif op == "fail":
                 raise Boom(tag)
             else:  # "par": the async program's
@@ -271,6 +280,9 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
                     out.append(await apay(f"{tag}.new", 20))
                 else:
                     out.append(await apay(f"{tag}.old", 30))
+            elif op == "send":
+                await durable.send_async("w0", f"{durable.workflow_id()}/{tag}", topic="m")
+                out.append("sent")
             elif op == "fail":
                 raise Boom(tag)
             else:

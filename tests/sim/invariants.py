@@ -195,8 +195,13 @@ def nothing_stranded(vendor: Vendor, facts: Facts) -> list[str]:
 
 
 def messages_once(vendor: Vendor, facts: Facts) -> list[str]:
-    """A message is consumed at most once, by a journaled receive of its workflow."""
+    """A send from workflow code delivers one message, however often its run is replayed or
+    recovered; a message is consumed at most once, by a journaled receive of its workflow."""
     out = []
+    sends = Counter(
+        (m["sender_id"], m["sender_seq"]) for m in facts.messages if m["sender_id"] is not None
+    )
+    out += [f"the send at {w}@{s} delivered {n} messages" for (w, s), n in sends.items() if n > 1]
     seqs = {(s["workflow_id"], s["step_seq"]) for s in facts.steps}
     for m in facts.messages:
         if m["consumed_at"] is not None and (m["workflow_id"], m["consumed_seq"]) not in seqs:

@@ -163,6 +163,7 @@ class Sim:
     def kick(self, node: Node) -> None:
         with contextlib.suppress(Crash):
             node.engine.recover(limit=100)
+            node.engine.runner.dequeue(10)
 
     def run(self) -> None:
         self.client = durable.Client(f"{self.url} application_name=sim_op", clock=self.clock)
@@ -181,11 +182,15 @@ class Sim:
         kind = fault[0] if fault else None
         pausing = kind in ("pause", "zombie", "sigterm")
         if fault is not None:
-            node.proc.arm(Fault(fault[1], "pause" if pausing else kind))
+            armed = "pause" if pausing else "crash_after" if kind == "two" else kind
+            node.proc.arm(Fault(fault[1], str(armed)))
         stop = threading.Event()
         worker: threading.Thread | None = None
+        other = self.launch() if kind == "two" else None
         try:
             self.kick(node)
+            if other is not None:
+                self.kick(other)
             if kind == "sigterm":
                 # A worker loop, told to stop while a run is inside (it hands the runs
                 # over at their next step boundary).
@@ -212,11 +217,17 @@ class Sim:
                 state = self.quiet(node)
             if node.proc.fired:
                 self.faults_fired += 1
+            if other is not None:
+                self.quiet(other)
+                self.kick(other)  # what the first left when it died
+                self.quiet(other)
         finally:
             stop.set()
             if worker is not None:
                 worker.join(30)
             self.dispose(node)
+            if other is not None:
+                self.dispose(other)
         for action in actions:
             self.act(action)
 

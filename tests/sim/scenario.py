@@ -16,6 +16,8 @@ at most one fault armed at its k-th round trip to the server made by workflow co
     ["zombie", k]         the run stops there, its lease runs out, a second process takes
                           the workflow and runs it, then the first one goes on
     ["sigterm", k]        a worker is told to stop while its run is stopped there
+    ["two", k]            two processes claim the work side by side; the first dies after
+                          its k-th exchange
     null                  no fault
 
 and then zero or more operator actions, done once the process has gone quiet:
@@ -85,7 +87,7 @@ def instruction(kind: str, depth: int) -> st.SearchStrategy[list[Any]]:
             olds = ["pay", "own", "txn"] if kind == "prog" else ["pay"]
             return st.tuples(st.just("patch"), st.sampled_from(olds)).map(list)
         if op == "child":
-            hows = ["derived", "own", "submit"] if kind == "prog" else ["derived", "own"]
+            hows = ["derived", "own", "submit", "enqueue"] if kind == "prog" else ["derived", "own"]
             return st.tuples(st.just("child"), st.sampled_from(hows), program(kind, depth + 1)).map(
                 list
             )
@@ -126,7 +128,7 @@ def fault(n_workflows: int) -> st.SearchStrategy[list[Any] | None]:
         st.none(),
         st.tuples(st.sampled_from(["crash_before", "crash_after", "lost", "outage"]), k).map(list),
         st.tuples(st.just("pause"), k, action(n_workflows)).map(list),
-        st.tuples(st.sampled_from(["zombie", "sigterm"]), k).map(list),
+        st.tuples(st.sampled_from(["zombie", "sigterm", "two"]), k).map(list),
     )
 
 
