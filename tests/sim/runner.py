@@ -161,9 +161,17 @@ class Sim:
             client.submit(app.prog if kind == "prog" else app.aprog, program, wid, workflow_id=wid)
 
     def kick(self, node: Node) -> None:
-        with contextlib.suppress(Crash):
-            node.engine.recover(limit=100)
-            node.engine.runner.dequeue(10)
+        """What a worker's loop does once: claim the runnable work and dequeue. An outage
+        met here (the process's connections dropped) is tried again, as the loop would."""
+        for _ in range(3):
+            try:
+                node.engine.recover(limit=100)
+                node.engine.runner.dequeue(10)
+                return
+            except Crash:
+                return
+            except errors.DatabaseUnavailableError:
+                continue
 
     def run(self) -> None:
         self.client = durable.Client(f"{self.url} application_name=sim_op", clock=self.clock)

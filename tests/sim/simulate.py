@@ -154,9 +154,19 @@ def run_seeds(
             break
         try:
             check_seed(dbs, n, per_seed, on_scenario=count)
-        except Violation as exc:
+        except Exception as exc:  # a Violation, or Hypothesis's report of several or flaky
             raise Violation(
-                f"seed {n} (after {ran[0]} scenarios): {exc}\n"
+                f"seed {n} (after {ran[0]} scenarios): {_messages(exc)}\n"
                 f"or the seed: python -m tests.sim --seed {n}"
             ) from None
     return ran[0]
+
+
+def _messages(exc: BaseException) -> str:
+    """The violations in an error Hypothesis raised (one, several, or a flaky one)."""
+    if isinstance(exc, BaseExceptionGroup):
+        return "\n---\n".join(_messages(e) for e in exc.exceptions)
+    if isinstance(exc, Violation):
+        return str(exc)
+    note = "\n".join(getattr(exc, "__notes__", []))
+    return f"{type(exc).__name__}: {exc}\n{note}"
