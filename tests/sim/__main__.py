@@ -28,7 +28,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-seed", type=int, default=PER_SEED, help="scenarios per seed")
     parser.add_argument("--seed", type=int, help="run this one seed (and shrink a failure)")
     parser.add_argument("--replay", help="run this one scenario (JSON), as printed")
+    parser.add_argument("--jobs", type=int, default=1, help="processes running seeds side by side")
+    parser.add_argument("--stride", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.jobs > 1 and args.replay is None and args.seed is None:
+        return _in_parallel(args)
     source = find_postgres()
     templates = TemplateDatabases(source.url, prefix="durable_sim")
     dbs = Databases(templates)
@@ -47,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
             seeds = [random.randrange(2**32) for _ in range(args.seeds)]
             print("random seeds:", " ".join(map(str, seeds)))
         else:
-            seeds = list(range(args.first, args.first + args.seeds))
+            seeds = list(range(args.first, args.first + args.seeds * args.stride, args.stride))
         ran = run_seeds(dbs, seeds, args.budget, args.per_seed)
         took = time.monotonic() - started
         print(f"{ran} scenarios, no violation, in {took:.0f} s ({ran / took:.1f}/s)")
@@ -59,6 +63,35 @@ def main(argv: list[str] | None = None) -> int:
         dbs.close()
         templates.close()
         source.close()
+
+
+def _in_parallel(args: argparse.Namespace) -> int:
+    """Run the seeds in `jobs` processes (seed first+j, first+j+jobs, ...), each with a
+    database of its own; fails if any of them found a violation."""
+    import subprocess
+
+    jobs = []
+    for j in range(args.jobs):
+        command = [
+            sys.executable,
+            "-m",
+            "tests.sim",
+            "--seeds",
+            str(-(-args.seeds // args.jobs)),
+            "--first",
+            str(args.first + j),
+            "--stride",
+            str(args.jobs),
+            "--budget",
+            str(args.budget),
+            "--per-seed",
+            str(args.per_seed),
+        ]
+        if args.random:
+            command.append("--random")
+        jobs.append(subprocess.Popen(command))
+    codes = [job.wait() for job in jobs]
+    return max(codes)
 
 
 if __name__ == "__main__":
