@@ -21,7 +21,9 @@ A program is a list of instructions (plain JSON, so it is the workflow's saved i
     ["par", [i1, i2..]]   (async) asyncio.gather of pay/model/llm instructions
     ["fail"]              raise: the workflow fails and its compensations run
 
-The deployed code (a mid-run deploy) takes the new branch of patch points and also
+Each program runs as `prog` / `aprog` (sync / async, under a budget: every step of a
+budgeted run is recorded synchronously) or `fprog` / `faprog` (no budget: the durability
+mode decides when steps are recorded). The deployed code (a mid-run deploy) takes the new branch of patch points and also
 serves both workflows as version "2", so that an operator can move a run there.
 
 Every call into the world carries its instruction's tag ("<label>.<n>"), so a forked run
@@ -57,9 +59,16 @@ class Boom(Exception):
 @dataclass
 class App:
     registry: durable.Registry
-    prog: Any
+    prog: Any  # budgeted (every step of a budgeted run is recorded synchronously)
     aprog: Any
+    fprog: Any  # no budget: the durability mode decides when steps are recorded
+    faprog: Any
     deployed: bool
+
+    def workflow(self, kind: str) -> Any:
+        return {"prog": self.prog, "aprog": self.aprog, "fprog": self.fprog, "faprog": self.faprog}[
+            kind
+        ]
 
 
 def model_client(vendor: Vendor, is_async: bool) -> Any:
@@ -178,23 +187,24 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
 
     queue = durable.Queue("simq", concurrency=2, registry=reg)
 
-    def child(how: str, program: list[Any], tag: str) -> Any:
+    def child(how: str, program: list[Any], tag: str, budgeted: bool) -> Any:
+        fn = prog if budgeted else fprog
         own = {"workflow_id": f"{durable.workflow_id()}-{tag}"}
         if how == "submit":
-            return client.submit(prog, program, tag).workflow_id  # not awaited
+            return client.submit(fn, program, tag).workflow_id  # not awaited
         if how == "enqueue":
-            return queue.enqueue(prog, program, tag).workflow_id  # not awaited
-        handle = durable.start_child(prog, program, tag, **(own if how == "own" else {}))
+            return queue.enqueue(fn, program, tag).workflow_id  # not awaited
+        handle = durable.start_child(fn, program, tag, **(own if how == "own" else {}))
         return handle.result()
 
-    def old_branch(old: str, tag: str) -> Any:
+    def old_branch(old: str, tag: str, budgeted: bool) -> Any:
         if old == "own":
-            return child("own", [["pay", 40]], f"{tag}.old")
+            return child("own", [["pay", 40]], f"{tag}.old", budgeted)
         if old == "txn":
             return book(f"{tag}.old")
         return pay(f"{tag}.old", 30)
 
-    def run_program(program: list[Any], label: str) -> list[Any]:
+    def run_program(program: list[Any], label: str, budgeted: bool) -> list[Any]:
         out: list[Any] = []
         for n, ins in enumerate(program):
             tag = f"{label}.{n}"
@@ -213,7 +223,7 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
                     proc.alive()
                 out.append(ask(tag, ins[1]))
             elif op == "child":
-                out.append(child(ins[1], ins[2], tag))
+                out.append(child(ins[1], ins[2], tag, budgeted))
             elif op == "recv":
                 message = durable.recv("m", timeout=60)
                 out.append(got(message) if message is not None else None)
@@ -228,7 +238,7 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
                 if deployed and durable.patched("extra"):
                     out.append(pay(f"{tag}.new", 20))
                 else:
-                    out.append(old_branch(ins[1], tag))
+                    out.append(old_branch(ins[1], tag, budgeted))
             elif op == "send":
                 durable.send("w0", f"{durable.workflow_id()}/{tag}", topic="m")
                 out.append("sent")
@@ -240,9 +250,13 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
 
     @durable.workflow(registry=reg, name="prog", budget=BUDGET)
     def prog(program: list[Any], label: str) -> list[Any]:
-        return run_program(program, label)
+        return run_program(program, label, True)
 
-    async def run_program_async(program: list[Any], label: str) -> list[Any]:
+    @durable.workflow(registry=reg, name="fprog")
+    def fprog(program: list[Any], label: str) -> list[Any]:
+        return run_program(program, label, False)
+
+    async def run_program_async(program: list[Any], label: str, budgeted: bool) -> list[Any]:
         out: list[Any] = []
 
         async def one(tag: str, ins: list[Any]) -> Any:
@@ -264,7 +278,8 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
             elif op == "child":
                 how = ins[1]
                 own = {"workflow_id": f"{durable.workflow_id()}-{tag}"} if how == "own" else {}
-                handle = await durable.start_child_async(aprog, ins[2], tag, **own)
+                fn = aprog if budgeted else faprog
+                handle = await durable.start_child_async(fn, ins[2], tag, **own)
                 out.append(await handle.result_async())
             elif op == "recv":
                 out.append(await durable.recv_async("m", timeout=60))
@@ -291,7 +306,11 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
 
     @durable.workflow(registry=reg, name="aprog", budget=BUDGET)
     async def aprog(program: list[Any], label: str) -> list[Any]:
-        return await run_program_async(program, label)
+        return await run_program_async(program, label, True)
+
+    @durable.workflow(registry=reg, name="faprog")
+    async def faprog(program: list[Any], label: str) -> list[Any]:
+        return await run_program_async(program, label, False)
 
     if deployed:
         # The deployed code also serves version "2" of both workflows: what
@@ -299,10 +318,18 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
 
         @durable.workflow(registry=reg, name="prog", version="2", budget=BUDGET)
         def prog_v2(program: list[Any], label: str) -> list[Any]:
-            return run_program(program, label)
+            return run_program(program, label, True)
 
         @durable.workflow(registry=reg, name="aprog", version="2", budget=BUDGET)
         async def aprog_v2(program: list[Any], label: str) -> list[Any]:
-            return await run_program_async(program, label)
+            return await run_program_async(program, label, True)
 
-    return App(reg, prog, aprog, deployed)
+        @durable.workflow(registry=reg, name="fprog", version="2")
+        def fprog_v2(program: list[Any], label: str) -> list[Any]:
+            return run_program(program, label, False)
+
+        @durable.workflow(registry=reg, name="faprog", version="2")
+        async def faprog_v2(program: list[Any], label: str) -> list[Any]:
+            return await run_program_async(program, label, False)
+
+    return App(reg, prog, aprog, fprog, faprog, deployed)

@@ -158,7 +158,7 @@ class Sim:
             self.ids.append(wid)
             self.kinds.append(kind)
             self.inputs[wid] = (program, wid)
-            client.submit(app.prog if kind == "prog" else app.aprog, program, wid, workflow_id=wid)
+            client.submit(app.workflow(kind), program, wid, workflow_id=wid)
 
     def kick(self, node: Node) -> None:
         """What a worker's loop does once: claim the runnable work and dequeue. An outage

@@ -70,7 +70,8 @@ ACTIONS = [
 
 
 def instruction(kind: str, depth: int) -> st.SearchStrategy[list[Any]]:
-    ops = SYNC_OPS if kind == "prog" else ASYNC_OPS
+    is_sync = kind in ("prog", "fprog")
+    ops = SYNC_OPS if is_sync else ASYNC_OPS
     if depth > 0:
         ops = [o for o in ops if o != "child"]
 
@@ -84,10 +85,10 @@ def instruction(kind: str, depth: int) -> st.SearchStrategy[list[Any]]:
         if op == "sleep":
             return st.tuples(st.just("sleep"), st.sampled_from([1, 30, 3600])).map(list)
         if op == "patch":
-            olds = ["pay", "own", "txn"] if kind == "prog" else ["pay"]
+            olds = ["pay", "own", "txn"] if is_sync else ["pay"]
             return st.tuples(st.just("patch"), st.sampled_from(olds)).map(list)
         if op == "child":
-            hows = ["derived", "own", "submit", "enqueue"] if kind == "prog" else ["derived", "own"]
+            hows = ["derived", "own", "submit", "enqueue"] if is_sync else ["derived", "own"]
             return st.tuples(st.just("child"), st.sampled_from(hows), program(kind, depth + 1)).map(
                 list
             )
@@ -134,7 +135,9 @@ def fault(n_workflows: int) -> st.SearchStrategy[list[Any] | None]:
 
 @st.composite
 def scenarios(draw: st.DrawFn) -> Scenario:
-    kinds = draw(st.lists(st.sampled_from(["prog", "aprog"]), min_size=1, max_size=2))
+    kinds = draw(
+        st.lists(st.sampled_from(["prog", "aprog", "fprog", "faprog"]), min_size=1, max_size=2)
+    )
     workflows = [[kind, draw(program(kind))] for kind in kinds]
     n = len(workflows)
     phases = draw(
