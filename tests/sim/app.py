@@ -23,8 +23,9 @@ A program is a list of instructions (plain JSON, so it is the workflow's saved i
 
 Each program runs as `prog` / `aprog` (sync / async, under a budget: every step of a
 budgeted run is recorded synchronously) or `fprog` / `faprog` (no budget: the durability
-mode decides when steps are recorded). The deployed code (a mid-run deploy) takes the new branch of patch points and also
-serves both workflows as version "2", so that an operator can move a run there.
+mode decides when steps are recorded). The deployed code (a mid-run deploy) takes the
+new branch of patch points and also serves every workflow as version "2", so that an
+operator can move a run there.
 
 Every call into the world carries its instruction's tag ("<label>.<n>"), so a forked run
 doing an instruction again is told apart from the original by its idempotency key.
