@@ -22,11 +22,15 @@ Answers come, in this order, from:
    has no default: script it.
 
 Nothing here pretends to run SQL: the answers are whatever the test says the database did.
+But every statement asked for must be one of queries.sql, given a value for each of its
+parameters (`check_statement`): a misspelt name or key is a ScriptError, as it would be an
+error from the real driver.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Generator, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -55,6 +59,7 @@ from durable._protocol import (
     encode_error,
 )
 from durable._registry import EffectOptions, StepDef, WorkflowDef
+from durable._systemdb import load_queries
 from durable.serialization import JSONSerializer
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
@@ -109,6 +114,31 @@ class FixedClock:
 
     def advance(self, seconds: float) -> None:
         self._now += dt.timedelta(seconds=seconds)
+
+
+QUERIES = load_queries()
+PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+def check_statement(op: Any) -> None:
+    """A ScriptError unless `op` (an Execute or AppExecute) names a statement of
+    queries.sql and gives every parameter the statement binds; for a WriteSteps, unless each
+    row binds record_step's parameters and `finish` finish_workflow's."""
+    if isinstance(op, WriteSteps):
+        for row in op.rows:
+            _check_params(op, "record_step", row)
+        if op.finish is not None:
+            _check_params(op, "finish_workflow", op.finish)
+        return
+    if op.name not in QUERIES:
+        raise ScriptError(f"{label(op)}: no such statement in queries.sql")
+    _check_params(op, op.name, op.params)
+
+
+def _check_params(op: Any, name: str, params: Mapping[str, Any]) -> None:
+    missing = set(PLACEHOLDER.findall(QUERIES[name])) - set(params)
+    if missing:
+        raise ScriptError(f"{label(op)}: no value for {sorted(missing)} of {name}")
 
 
 def label(op: Any) -> str:
@@ -167,6 +197,13 @@ class Script:
                 return stop.value
             value = error = None
             self.ops.append(op)
+            asked = op.last if isinstance(op, AppEnd) and op.last is not None else op
+            if isinstance(asked, Execute | AppExecute | WriteSteps):
+                try:
+                    check_statement(asked)
+                except ScriptError:
+                    gen.close()
+                    raise
             if len(self.ops) > self.limit:
                 gen.close()
                 raise TooManyOperations(f"more than {self.limit} operations: {self.labels[-5:]}")
@@ -325,6 +362,23 @@ def effect_def(
 
 def workflow_def(fn: Callable[..., Any], name: str | None = None, **options: Any) -> WorkflowDef:
     return WorkflowDef(name or fn.__name__, fn, **options)
+
+
+def held(seq: int, name: str) -> dict[str, Any]:
+    """A record a lazy durability mode still holds (what journal.record puts in
+    run.pending): a plain step of `name` at `seq` that returned null."""
+    return {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
+        "step_seq": seq,
+        "step_name": name,
+        "kind": StepKind.STEP.value,
+        "output": "null",
+        "error": None,
+        "attempts": 1,
+        "child_workflow_id": None,
+        "started_at": T0,
+    }
 
 
 def done(seq: int, name: str, value: Any, kind: StepKind = StepKind.STEP) -> StepRecord:

@@ -1,0 +1,43 @@
+"""The scripted driver (tests/unit/scripted.py) refuses a statement the real driver could
+not run: a name missing from queries.sql, or a parameter the statement binds left out."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+from durable._protocol import Execute, WriteSteps
+from tests.unit.scripted import WORKFLOW_ID, Script, ScriptError, held
+
+
+def asks(*ops: Any) -> Generator[Any, Any, str]:
+    for op in ops:
+        yield op
+    return "done"
+
+
+def test_a_known_statement_with_its_parameters_passes() -> None:
+    op = Execute("get_workflow_status", {"workflow_id": WORKFLOW_ID}, "one")
+    assert Script().run(asks(op)) == "done"
+
+
+def test_a_statement_missing_from_queries_sql_is_refused() -> None:
+    op = Execute("get_workflow_statuz", {"workflow_id": WORKFLOW_ID}, "one")
+    with pytest.raises(ScriptError, match="no such statement"):
+        Script().run(asks(op))
+
+
+def test_a_statement_without_a_parameter_it_binds_is_refused() -> None:
+    op = Execute("get_workflow_status", {"workflow": WORKFLOW_ID}, "one")
+    with pytest.raises(ScriptError, match="workflow_id"):
+        Script().run(asks(op))
+
+
+def test_a_journal_row_without_a_column_is_refused() -> None:
+    row = held(0, "a")
+    del row["epoch"]
+    with pytest.raises(ScriptError, match="epoch"):
+        Script().run(asks(WriteSteps([row])))
+    assert Script().run(asks(WriteSteps([held(0, "a")]))) == "done"
