@@ -14,7 +14,7 @@ from tests.unit.scripted import WORKFLOW_ID, Script, ScriptError, held
 
 def asks(*ops: Any) -> Generator[Any, Any, str]:
     for op in ops:
-        yield op
+        _answer = yield op  # the answers are sent in: not `yield from` a tuple
     return "done"
 
 
