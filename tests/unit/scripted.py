@@ -122,7 +122,8 @@ PLACEHOLDER = re.compile(r"%\((\w+)\)s")
 
 def check_statement(op: Any) -> None:
     """A ScriptError unless `op` (an Execute or AppExecute) names a statement of
-    queries.sql and gives every parameter the statement binds; for a WriteSteps, unless each
+    queries.sql, fetches a count, one row or all rows, and gives every parameter the
+    statement binds; for a WriteSteps, unless each
     row binds record_step's parameters and `finish` finish_workflow's."""
     if isinstance(op, WriteSteps):
         for row in op.rows:
@@ -132,7 +133,25 @@ def check_statement(op: Any) -> None:
         return
     if op.name not in QUERIES:
         raise ScriptError(f"{label(op)}: no such statement in queries.sql")
+    if op.fetch not in SHAPES:
+        raise ScriptError(f"{label(op)}: no such fetch {op.fetch!r}")
     _check_params(op, op.name, op.params)
+
+
+SHAPES: dict[str, tuple[type, ...]] = {
+    "count": (int,),  # a row count (or the bool of a statement the driver tests)
+    "one": (Mapping, type(None)),
+    "all": (list,),
+}
+
+
+def check_answer(op: Any, answer: Any) -> None:
+    """A ScriptError unless a scripted answer has the shape of what the driver sends back
+    for the statement's `fetch`: a count, one row or None, a list of rows."""
+    if isinstance(answer, Raise):
+        return
+    if not isinstance(answer, SHAPES[op.fetch]):
+        raise ScriptError(f"{label(op)} fetches {op.fetch!r}, not {answer!r}")
 
 
 def _check_params(op: Any, name: str, params: Mapping[str, Any]) -> None:
@@ -225,15 +244,20 @@ class Script:
             result = self.answer(op)
             if result is not DEFAULT:
                 return result
-        if isinstance(op, AppEnd) and op.last is not None:
+        commit = isinstance(op, AppEnd) and op.last is not None
+        if commit:
             op = op.last  # the statement sent with the COMMIT answers for both
         if isinstance(op, Execute | AppExecute) and op.name in self.statements:
             scripted = self.statements[op.name]
             if isinstance(scripted, Then):
-                return scripted.next(op)
-            if callable(scripted):
-                return scripted(op)
-            return scripted
+                result = scripted.next(op)
+            elif callable(scripted):
+                result = scripted(op)
+            else:
+                result = scripted
+            if not commit:  # a COMMIT's answer is the AppEnd's (None, or ABORTED)
+                check_answer(op, result)
+            return result
         return self._default(op)
 
     def _default(self, op: Any) -> Any:

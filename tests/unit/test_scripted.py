@@ -41,3 +41,14 @@ def test_a_journal_row_without_a_column_is_refused() -> None:
     with pytest.raises(ScriptError, match="epoch"):
         Script().run(asks(WriteSteps([row])))
     assert Script().run(asks(WriteSteps([held(0, "a")]))) == "done"
+
+
+def test_an_answer_of_another_shape_than_the_fetch_is_refused() -> None:
+    asked = Execute("get_workflow_status", {"workflow_id": WORKFLOW_ID}, "one")
+    counted = Execute("get_workflow_status", {"workflow_id": WORKFLOW_ID})
+    row = {"status": "SUCCESS"}
+    assert Script(statements={"get_workflow_status": row}).run(asks(asked)) == "done"
+    with pytest.raises(ScriptError, match="fetches 'count'"):
+        Script(statements={"get_workflow_status": row}).run(asks(counted))
+    with pytest.raises(ScriptError, match="no such fetch"):
+        Script().run(asks(Execute("get_workflow_status", {"workflow_id": WORKFLOW_ID}, "row")))
