@@ -54,15 +54,15 @@ class AsyncRunIO(RunIOBase):
         async with AsyncExitStack() as stack:
             try:
                 conn = await stack.enter_async_context(pool.connection())  # checkout
+                if self._fake_clock is not None:
+                    await conn.execute(
+                        "SELECT set_config('durable.fake_now', %s, false)",
+                        [self._fake_clock.now().isoformat()],
+                    )
             except (psycopg.Error, PoolTimeout) as exc:
                 # No connection to be had (an outage, or a pool exhausted for its whole
-                # timeout): the run is interrupted, not failed.
+                # timeout), or one lost at once: the run is interrupted, not failed.
                 raise self.error("checkout", exc) from exc
-            if self._fake_clock is not None:
-                await conn.execute(
-                    "SELECT set_config('durable.fake_now', %s, false)",
-                    [self._fake_clock.now().isoformat()],
-                )
             try:
                 yield conn
             except (DatabaseUnavailableError, psycopg.Error) as exc:

@@ -268,7 +268,17 @@ def transaction(
     while True:
         attempt += 1
         recording = False
-        yield AppBegin(defn.isolation_level)
+        try:
+            yield AppBegin(defn.isolation_level)
+        except Exception as exc:
+            # No transaction yet, nothing of the step done: a connection lost at its
+            # checkout (the app database restarting) interrupts the run, as any outage.
+            fault = settings.classify_app_error(exc)
+            if fault is not None and fault.kind is Fault.LOST:
+                raise DatabaseUnavailableError(
+                    f"lost the database at the start of a transaction: {exc}"
+                ) from exc
+            raise
         try:
             if separate and not run.first_run:
                 # The app database may hold this step's record although the journal does

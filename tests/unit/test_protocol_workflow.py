@@ -754,6 +754,38 @@ def test_same_database_connection_lost_is_database_unavailable() -> None:
     assert script.executed("record_step") == []
 
 
+def test_a_connection_lost_before_the_transaction_began_interrupts_the_run() -> None:
+    """The application database cannot be reached when the step checks out its connection
+    (it restarts): nothing of the step ran, so the run is interrupted (an outage) and the
+    step runs when it is recovered, instead of the workflow failing for good."""
+    lost = ConnectionError("server closed the connection")
+    run = make_run(classify_app_error=lambda exc: LOST if exc is lost else None)
+
+    def refuse(op: Any) -> Any:
+        if isinstance(op, AppBegin):
+            raise lost
+        return DEFAULT
+
+    script = Script(answer=refuse)
+    with pytest.raises(DatabaseUnavailableError) as info:
+        script.run(protocol.transaction(run, txn(), (1,), {}))
+    assert info.value.__cause__ is lost
+    assert script.labels == ["AppBegin"]  # no AppCall, no AppEnd: nothing began
+    assert script.executed("record_step") == []
+
+
+def test_another_error_before_the_transaction_began_is_raised_as_it_is() -> None:
+    odd = RuntimeError("no such isolation level")
+
+    def refuse(op: Any) -> Any:
+        if isinstance(op, AppBegin):
+            raise odd
+        return DEFAULT
+
+    with pytest.raises(RuntimeError):
+        Script(answer=refuse).run(protocol.transaction(make_run(), txn(), (1,), {}))
+
+
 def test_a_replayed_transaction_does_not_open_one() -> None:
     run = make_run(records=[done(0, "move_money", {"moved": 1}, StepKind.TRANSACTION)])
     script = Script()

@@ -1,0 +1,372 @@
+"""Run one scenario against a real PostgreSQL database, then judge it (invariants.py).
+
+Each phase is a fresh simulated process (faults.Process + an Engine); the first starts
+the workload, later ones recover what earlier ones left. A crash leaves the database as
+SIGKILL would (the process's backends are terminated mid-transaction), and the lease it
+held is then run out at once rather than waited for (what a minute of wall time would do,
+made instant: nothing renews a dead process's leases). The drain at the end plays a
+patient operator: it runs the clock forward, approves the gates, raises the budgets that
+stop a run, and recovers, until every workflow has ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import psycopg
+
+import durable
+from durable import errors
+from tests.sim import faults
+from tests.sim.app import App, build
+from tests.sim.faults import Crash, Fault, Process
+from tests.sim.scenario import Scenario
+from tests.sim.world import Vendor
+
+T0 = dt.datetime(2027, 1, 4, 9, 0, tzinfo=dt.UTC)
+QUIET_TIMEOUT = 30.0
+TERMINAL = {
+    "SUCCESS",
+    "ERROR",
+    "CANCELLED",
+    "COMPENSATED",
+    "COMPENSATION_FAILED",
+    "MAX_RECOVERY_ATTEMPTS_EXCEEDED",
+}
+
+logging.getLogger("durable").setLevel(logging.CRITICAL)
+logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
+
+
+class Stuck(AssertionError):
+    """A process did not go quiet: a run hangs (a bug the simulation reports)."""
+
+
+@dataclass
+class Node:
+    proc: Process
+    engine: durable.Engine
+
+
+@dataclass
+class Sim:
+    url: str
+    scenario: Scenario
+    app_url: str | None = None  # a separate application database (scenario "app": "separate")
+    clock: durable.FakeClock = field(default_factory=lambda: durable.FakeClock(T0))
+    vendor: Vendor = field(default_factory=Vendor)
+    deployed: bool = False
+    ids: list[str] = field(default_factory=list)
+    kinds: list[str] = field(default_factory=list)
+    inputs: dict[str, tuple[list[Any], str]] = field(default_factory=dict)
+    faults_fired: int = 0
+    # Processes whose runs were cut off (killed, or their lease lost while paused): a plain
+    # step they ran may run again; one run by any other process may not.
+    cut: set[str] = field(default_factory=set)
+    log: list[str] = field(default_factory=list)
+    _apps: dict[bool, App] = field(default_factory=dict)
+    client: durable.Client | None = None
+
+    # -- processes -------------------------------------------------------------------------
+
+    def app(self) -> App:
+        if self.deployed not in self._apps:
+            assert self.client is not None
+            self._apps[self.deployed] = build(self.vendor, self.client, deployed=self.deployed)
+        return self._apps[self.deployed]
+
+    def launch(self) -> Node:
+        proc = faults.new_process(self.url)
+        engine = durable.Engine(
+            f"{self.url} application_name={proc.name}",
+            registry=self.app().registry,
+            clock=self.clock,
+            listen=False,
+            durability=self.scenario.get("durability", "sync"),
+            max_workers=4,
+            app_database_url=self.app_url,
+        )
+        engine.launch()
+        engine.runner.db._sim_process = proc.name  # type: ignore[attr-defined]
+        return Node(proc, engine)
+
+    def busy(self, node: Node) -> int:
+        runner = node.engine.runner
+        with runner._lock:
+            return len(runner._futures) + len(runner._async_futures)
+
+    def quiet(self, node: Node, *, until_paused: bool = False) -> str:
+        """Wait until the process has nothing running (or a run of it is paused)."""
+        deadline = time.monotonic() + QUIET_TIMEOUT
+        calm = 0
+        while time.monotonic() < deadline:
+            if until_paused and node.proc.paused.is_set():
+                return "paused"
+            if self.busy(node) == 0:
+                calm += 1
+                if calm >= 3:
+                    return "dead" if node.proc.dead else "quiet"
+            else:
+                calm = 0
+            time.sleep(0.005)
+        raise Stuck(
+            f"{node.proc.name} still runs {self.busy(node)} workflows after "
+            f"{QUIET_TIMEOUT:.0f} s; {self.statuses()}"
+        )
+
+    def dispose(self, node: Node) -> None:
+        if node.proc.paused.is_set() and not node.proc.resumed.is_set():
+            self.cut.add(node.proc.name)  # its paused run was given up (lease, grace)
+        if node.proc.dead:
+            self.cut.add(node.proc.name)
+            # Nothing of a dead process reaches the database; its threads end on Crash.
+            with contextlib.suppress(BaseException):
+                node.engine.shutdown(wait=False)
+            with contextlib.suppress(BaseException):
+                node.engine.client.db.close()
+            self.run_out_leases(node.engine.executor_id)
+        else:
+            node.proc.release()
+            node.engine.shutdown(wait=True)
+        faults.forget(node.proc)
+
+    def run_out_leases(self, executor_id: str) -> None:
+        with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as conn:
+            conn.execute(
+                "UPDATE durable.workflows SET lease_expires_at = '2000-01-01' "
+                "WHERE owner = %s AND status = 'RUNNING'",
+                (executor_id,),
+            )
+
+    # -- the schedule ----------------------------------------------------------------------
+
+    def submit_all(self) -> None:
+        """Record the workload as runnable (the first process then claims it: every run
+        begins in workflow code, where the faults are counted)."""
+        client = self.client
+        assert client is not None
+        app = self.app()
+        for n, (kind, program) in enumerate(self.scenario["workflows"]):
+            wid = f"w{n}"
+            self.ids.append(wid)
+            self.kinds.append(kind)
+            self.inputs[wid] = (program, wid)
+            client.submit(app.prog if kind == "prog" else app.aprog, program, wid, workflow_id=wid)
+
+    def kick(self, node: Node) -> None:
+        with contextlib.suppress(Crash):
+            node.engine.recover(limit=100)
+            node.engine.runner.dequeue(10)
+
+    def run(self) -> None:
+        self.client = durable.Client(f"{self.url} application_name=sim_op", clock=self.clock)
+        self.client.connect()
+        self.submit_all()
+        for n, (fault, actions) in enumerate(self.scenario["phases"]):
+            self.phase(n, fault, actions)
+        self.drain()
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+
+    def phase(self, n: int, fault: list[Any] | None, actions: list[list[Any]]) -> None:
+        node = self.launch()
+        kind = fault[0] if fault else None
+        pausing = kind in ("pause", "zombie", "sigterm")
+        if fault is not None:
+            armed = "pause" if pausing else "crash_after" if kind == "two" else kind
+            node.proc.arm(Fault(fault[1], str(armed)))
+        stop = threading.Event()
+        worker: threading.Thread | None = None
+        other = self.launch() if kind == "two" else None
+        try:
+            self.kick(node)
+            if other is not None:
+                self.kick(other)
+            if kind == "sigterm":
+                # A worker loop, told to stop while a run is inside (it hands the runs
+                # over at their next step boundary).
+                worker = threading.Thread(
+                    target=node.engine.run_worker,
+                    args=(stop,),
+                    kwargs={"poll_interval": 0.05, "grace_seconds": 20.0},
+                    daemon=True,
+                )
+                worker.start()
+            state = self.quiet(node, until_paused=pausing)
+            if state == "paused" and fault is not None:
+                self.log.append(f"phase {n}: paused at {fault[1]}")
+                if kind == "pause":
+                    self.act(fault[2])
+                elif kind == "zombie":
+                    self.cut.add(node.proc.name)
+                    self.zombie(node)
+                else:
+                    stop.set()
+                node.proc.release()
+                if worker is not None:
+                    worker.join(30)
+                state = self.quiet(node)
+            if node.proc.fired:
+                self.faults_fired += 1
+            if other is not None:
+                self.quiet(other)
+                self.kick(other)  # what the first left when it died
+                self.quiet(other)
+        finally:
+            stop.set()
+            if worker is not None:
+                worker.join(30)
+            self.dispose(node)
+            if other is not None:
+                self.dispose(other)
+        for action in actions:
+            self.act(action)
+
+    def zombie(self, node: Node) -> None:
+        """The paused process's lease runs out; a second process takes its workflows and
+        runs them to quiet; then the first goes on (its writes must be fenced off)."""
+        self.run_out_leases(node.engine.executor_id)
+        other = self.launch()
+        try:
+            self.kick(other)
+            self.quiet(other)
+        finally:
+            self.dispose(other)
+
+    # -- operator actions --------------------------------------------------------------------
+
+    def act(self, action: list[Any]) -> None:
+        client = self.client
+        assert client is not None
+        name = action[0]
+        self.log.append(f"act {action}")
+        if name == "deploy":
+            self.deployed = True
+            return
+        if name == "advance":
+            self.clock.advance(action[1])
+            return
+        if not self.ids:
+            return
+        wid = self.ids[action[1] % len(self.ids)]
+        with contextlib.suppress(errors.DurableError):
+            if name == "cancel":
+                client.cancel(wid)
+            elif name == "resume":
+                client.resume(wid)
+            elif name == "resume_v":
+                client.resume(wid, version="2")
+            elif name == "fork":
+                new_id = f"{wid}f{len(self.ids)}"
+                client.fork(wid, from_step=action[2], new_id=new_id)
+                self.ids.append(new_id)
+                self.inputs[new_id] = self.inputs[wid]
+            elif name in ("approve", "deny"):
+                for gate in client.list_approvals(wid):
+                    client.decide(wid, gate["name"], name == "approve")
+            elif name == "raise":
+                client.raise_budget(wid, dollars=1.0, steps=4)
+            elif name == "send":
+                client.send(wid, f"msg-{wid}-{len(self.log)}", topic="m")
+            elif name == "export":
+                self.move(wid)
+
+    def move(self, wid: str) -> None:
+        """Carry a workflow (and its children) out of the database and back in, as an
+        operator moving it between databases does: export, delete, import. Not while a
+        process runs it (its rows are in the old database for it to write to)."""
+        client = self.client
+        assert client is not None
+        data = client.export_workflow(wid, children=True)
+        ids = [row["workflow_id"] for row in data["tables"]["workflows"]]
+        with psycopg.connect(self.url, application_name="sim_admin") as conn:
+            statuses = conn.execute(
+                "SELECT status FROM durable.workflows WHERE workflow_id = ANY(%s) FOR UPDATE",
+                (ids,),
+            ).fetchall()
+            if any(s == "RUNNING" for (s,) in statuses):
+                return
+            tables = conn.execute(
+                "SELECT table_name FROM information_schema.columns WHERE table_schema = "
+                "'durable' AND column_name = 'workflow_id' AND table_name <> 'workflows'"
+            ).fetchall()
+            for (table,) in tables:
+                conn.execute(f"DELETE FROM durable.{table} WHERE workflow_id = ANY(%s)", (ids,))
+            conn.execute("DELETE FROM durable.budgets WHERE budget_id = ANY(%s)", (ids,))
+            conn.execute("DELETE FROM durable.workflows WHERE workflow_id = ANY(%s)", (ids,))
+        client.import_workflow(json.loads(json.dumps(data)))
+        self.log.append(f"moved {ids}")
+
+    # -- the end -----------------------------------------------------------------------------
+
+    def statuses(self) -> dict[str, str]:
+        with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as conn:
+            rows = conn.execute("SELECT workflow_id, status FROM durable.workflows").fetchall()
+        return dict(rows)
+
+    def drain(self, rounds: int = 12) -> None:
+        client = self.client
+        assert client is not None
+        for _ in range(rounds):
+            statuses = self.statuses()
+            if all(s in TERMINAL for s in statuses.values()):
+                return
+            self.clock.advance(4000)
+            self.deployed = True  # the last deploy: its code runs every version
+            for gate in client.list_approvals():
+                with contextlib.suppress(errors.DurableError):
+                    if gate["name"].startswith("budget@"):
+                        client.raise_budget(gate["workflow_id"], dollars=5.0, steps=20)
+                    else:
+                        client.decide(gate["workflow_id"], gate["name"], True)
+            node = self.launch()
+            try:
+                self.kick(node)
+                self.quiet(node)
+            finally:
+                self.dispose(node)
+
+    def replay_finished(self) -> list[str]:
+        """Fork each finished root from past its last position: the fork replays the whole
+        journal, must return the recorded value and must call nothing in the world."""
+        out: list[str] = []
+        with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as conn:
+            rows = conn.execute(
+                "SELECT w.workflow_id, w.output, max(s.step_seq) FROM durable.workflows w "
+                "JOIN durable.steps s USING (workflow_id) WHERE w.status = 'SUCCESS' "
+                "AND w.parent_id IS NULL GROUP BY 1, 2 ORDER BY 1"
+            ).fetchall()
+        if not rows:
+            return out
+        client = self.client
+        assert client is not None
+        before = self.vendor.snapshot()
+        for wid, _, last in rows:
+            client.fork(wid, from_step=last + 1, new_id=f"{wid}~replay")
+        node = self.launch()
+        try:
+            self.kick(node)
+            self.quiet(node)
+        finally:
+            self.dispose(node)
+        with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as conn:
+            for wid, output, _ in rows:
+                got = conn.execute(
+                    "SELECT status, output FROM durable.workflows WHERE workflow_id = %s",
+                    (f"{wid}~replay",),
+                ).fetchone()
+                if got is None or got[0] != "SUCCESS" or got[1] != output:
+                    out.append(f"replay of {wid} ended {got}, recorded {output}")
+        after = self.vendor.snapshot()
+        if after != before:
+            out.append(f"replays called the world: {before} -> {after}")
+        return out
