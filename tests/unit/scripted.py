@@ -22,11 +22,15 @@ Answers come, in this order, from:
    has no default: script it.
 
 Nothing here pretends to run SQL: the answers are whatever the test says the database did.
+But every statement asked for must be one of queries.sql, given a value for each of its
+parameters (`check_statement`): a misspelt name or key is a ScriptError, as it would be an
+error from the real driver.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import re
 from collections.abc import Callable, Generator, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
@@ -55,6 +59,7 @@ from durable._protocol import (
     encode_error,
 )
 from durable._registry import EffectOptions, StepDef, WorkflowDef
+from durable._systemdb import load_queries
 from durable.serialization import JSONSerializer
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
@@ -109,6 +114,50 @@ class FixedClock:
 
     def advance(self, seconds: float) -> None:
         self._now += dt.timedelta(seconds=seconds)
+
+
+QUERIES = load_queries()
+PLACEHOLDER = re.compile(r"%\((\w+)\)s")
+
+
+def check_statement(op: Any) -> None:
+    """A ScriptError unless `op` (an Execute or AppExecute) names a statement of
+    queries.sql, fetches a count, one row or all rows, and gives every parameter the
+    statement binds; for a WriteSteps, unless each
+    row binds record_step's parameters and `finish` finish_workflow's."""
+    if isinstance(op, WriteSteps):
+        for row in op.rows:
+            _check_params(op, "record_step", row)
+        if op.finish is not None:
+            _check_params(op, "finish_workflow", op.finish)
+        return
+    if op.name not in QUERIES:
+        raise ScriptError(f"{label(op)}: no such statement in queries.sql")
+    if op.fetch not in SHAPES:
+        raise ScriptError(f"{label(op)}: no such fetch {op.fetch!r}")
+    _check_params(op, op.name, op.params)
+
+
+SHAPES: dict[str, tuple[type, ...]] = {
+    "count": (int,),  # a row count (or the bool of a statement the driver tests)
+    "one": (Mapping, type(None)),
+    "all": (list,),
+}
+
+
+def check_answer(op: Any, answer: Any) -> None:
+    """A ScriptError unless a scripted answer has the shape of what the driver sends back
+    for the statement's `fetch`: a count, one row or None, a list of rows."""
+    if isinstance(answer, Raise):
+        return
+    if not isinstance(answer, SHAPES[op.fetch]):
+        raise ScriptError(f"{label(op)} fetches {op.fetch!r}, not {answer!r}")
+
+
+def _check_params(op: Any, name: str, params: Mapping[str, Any]) -> None:
+    missing = set(PLACEHOLDER.findall(QUERIES[name])) - set(params)
+    if missing:
+        raise ScriptError(f"{label(op)}: no value for {sorted(missing)} of {name}")
 
 
 def label(op: Any) -> str:
@@ -167,6 +216,13 @@ class Script:
                 return stop.value
             value = error = None
             self.ops.append(op)
+            asked = op.last if isinstance(op, AppEnd) and op.last is not None else op
+            if isinstance(asked, Execute | AppExecute | WriteSteps):
+                try:
+                    check_statement(asked)
+                except ScriptError:
+                    gen.close()
+                    raise
             if len(self.ops) > self.limit:
                 gen.close()
                 raise TooManyOperations(f"more than {self.limit} operations: {self.labels[-5:]}")
@@ -188,15 +244,20 @@ class Script:
             result = self.answer(op)
             if result is not DEFAULT:
                 return result
-        if isinstance(op, AppEnd) and op.last is not None:
+        commit = isinstance(op, AppEnd) and op.last is not None
+        if commit:
             op = op.last  # the statement sent with the COMMIT answers for both
         if isinstance(op, Execute | AppExecute) and op.name in self.statements:
             scripted = self.statements[op.name]
             if isinstance(scripted, Then):
-                return scripted.next(op)
-            if callable(scripted):
-                return scripted(op)
-            return scripted
+                result = scripted.next(op)
+            elif callable(scripted):
+                result = scripted(op)
+            else:
+                result = scripted
+            if not commit:  # a COMMIT's answer is the AppEnd's (None, or ABORTED)
+                check_answer(op, result)
+            return result
         return self._default(op)
 
     def _default(self, op: Any) -> Any:
@@ -325,6 +386,23 @@ def effect_def(
 
 def workflow_def(fn: Callable[..., Any], name: str | None = None, **options: Any) -> WorkflowDef:
     return WorkflowDef(name or fn.__name__, fn, **options)
+
+
+def held(seq: int, name: str) -> dict[str, Any]:
+    """A record a lazy durability mode still holds (what journal.record puts in
+    run.pending): a plain step of `name` at `seq` that returned null."""
+    return {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
+        "step_seq": seq,
+        "step_name": name,
+        "kind": StepKind.STEP.value,
+        "output": "null",
+        "error": None,
+        "attempts": 1,
+        "child_workflow_id": None,
+        "started_at": T0,
+    }
 
 
 def done(seq: int, name: str, value: Any, kind: StepKind = StepKind.STEP) -> StepRecord:

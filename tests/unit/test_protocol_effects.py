@@ -31,6 +31,7 @@ from tests.unit.scripted import (
     done,
     effect_def,
     effect_row,
+    held,
     make_run,
 )
 
@@ -352,7 +353,7 @@ def test_cancel_interrupts_an_effect_before_its_intent() -> None:
 
 def test_an_effect_in_exit_mode_writes_the_pending_records_first() -> None:
     run = make_run(mode="exit")
-    run.pending.append({"workflow_id": WORKFLOW_ID, "step_seq": 0, "step_name": "earlier"})
+    run.pending.append(held(0, "earlier"))
     run.journal.next_seq = 1
     script = Script()
     run_effect(run, script)

@@ -35,6 +35,7 @@ from tests.unit.scripted import (
     Then,
     approval_row,
     done,
+    held,
     ledger,
     ledger_row,
     make_run,
@@ -163,7 +164,7 @@ def test_a_cancelled_run_is_interrupted_before_asking() -> None:
 
 def test_the_gate_writes_pending_records_before_looking() -> None:
     run = make_run(mode="exit")
-    run.pending.append({"workflow_id": WORKFLOW_ID, "step_name": "earlier"})
+    run.pending.append(held(0, "earlier"))
     script = Script(statements={"get_approval": APPROVED})
     script.run(protocol.approval(run, "ship"))
     assert script.labels[:2] == ["WriteSteps 1", "Execute get_approval"]

@@ -48,6 +48,7 @@ from tests.unit.scripted import (
     Then,
     done,
     failed,
+    held,
     ledger,
     ledger_row,
     make_run,
@@ -339,7 +340,7 @@ def test_a_handed_over_run_writes_what_it_holds_before_it_lets_go() -> None:
     """In exit (and async) durability the records a run holds are written before its
     claim is released: the next worker must replay them, not run their steps again."""
     run = make_run(mode="exit")
-    run.pending.append({"workflow_id": WORKFLOW_ID, "step_name": "earlier"})
+    run.pending.append(held(0, "earlier"))
 
     def answer(op: Any) -> Any:
         if isinstance(op, Call) and op.fn is body:
@@ -897,7 +898,7 @@ def test_a_replayed_child_is_not_run_again() -> None:
 
 def test_a_child_in_exit_mode_writes_held_records_first() -> None:
     run = make_run(mode="exit")
-    run.pending.append({"workflow_id": WORKFLOW_ID, "step_name": "earlier"})
+    run.pending.append(held(0, "earlier"))
     script = Script(child_answer(Outcome(1)))
     script.run(protocol.child(run, workflow_def(sub), (), {}))
     assert script.labels[:2] == ["WriteSteps 1", "RunChild wf-1:child:0"]
@@ -1039,7 +1040,7 @@ def test_a_start_replayed_over_another_kind_of_record_is_refused() -> None:
 
 def test_a_refusal_journaled_in_exit_mode_writes_held_records_first() -> None:
     run = make_run(mode="exit")
-    run.pending.append({"workflow_id": WORKFLOW_ID, "step_name": "earlier"})
+    run.pending.append(held(0, "earlier"))
     placed = protocol.place_start(run, "sub", None)
     script = Script()
     script.run(protocol.record_start(run, placed, "sub", QueueDedupError("q", "k", None)))
