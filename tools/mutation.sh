@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing of durable's pure core (durable/_protocol/ and durable/_lifecycle.py)
 # with mutmut 3, against the unit tests that need no database: the files to mutate and
-# the tests are in pyproject.toml ([tool.mutmut]). MUTATION.md has the results.
+# the tests are in pyproject.toml ([tool.mutmut]). docs/guarantees.md has the results
+# (pip install -e '.[mutation]' installs mutmut).
 #
 #   tools/mutation.sh              # a fresh run, 2 processes
 #   CHILDREN=1 tools/mutation.sh   # on a busy machine
