@@ -123,10 +123,15 @@ def transactions_exactly_once(vendor: Vendor, facts: Facts) -> list[str]:
 
 
 def children_adopted(vendor: Vendor, facts: Facts) -> list[str]:
-    """Every child is named by its parent's journal, and one position starts one child."""
+    """One position starts one child, and a parent that went on past the position where
+    it started a child names that child there. (A child created in the window before its
+    parent's journal row, whose parent never ran that far again, cancelled say, is not
+    adopted; it ended with its parent's cancel, which nothing_stranded checks.)"""
     out = []
     named: dict[str, list[str]] = defaultdict(list)
+    reached: dict[str, int] = {}
     for s in facts.steps:
+        reached[s["workflow_id"]] = max(reached.get(s["workflow_id"], -1), s["step_seq"])
         if s["child_workflow_id"]:
             named[s["child_workflow_id"]].append(f"{s['workflow_id']}@{s['step_seq']}")
     per_position: Counter[tuple[str, int]] = Counter()
@@ -135,7 +140,8 @@ def children_adopted(vendor: Vendor, facts: Facts) -> list[str]:
         if parent is None:
             continue
         per_position[(parent, w["parent_step_seq"])] += 1
-        if parent in facts.workflows and not any(p.startswith(parent + "@") for p in named[wid]):
+        went_on = reached.get(parent, -1) >= w["parent_step_seq"]
+        if went_on and not any(p.startswith(parent + "@") for p in named[wid]):
             out.append(f"child {wid} ({w['status']}) is not in the journal of its parent {parent}")
     out += [f"{p}@{s} started {n} children" for (p, s), n in per_position.items() if n > 1]
     return out

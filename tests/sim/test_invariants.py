@@ -114,6 +114,10 @@ def test_an_orphan_child_and_two_children_at_one_position_are_flagged() -> None:
         "child c2 (SUCCESS) is not in the journal of its parent p",
         "p@0 started 2 children",
     ]
+    # A parent that never got back to the position (cancelled after the crash that cut off
+    # its journal row) has not passed its child over.
+    alone = {"p": wf("p", "CANCELLED"), "c": wf("c", "CANCELLED", parent_id="p", parent_step_seq=0)}
+    assert invariants.children_adopted(Vendor(), facts(workflows=alone)) == []
 
 
 def test_a_step_run_twice_by_live_processes_is_flagged_unless_one_was_cut() -> None:
