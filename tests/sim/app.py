@@ -90,24 +90,13 @@ def model_client(vendor: Vendor, is_async: bool) -> Any:
         async def answer_async(request: httpx.Request) -> httpx.Response:
             return answer(request)
 
-        return llm.wrap(
-            openai.AsyncOpenAI(
-                api_key="sim",
-                base_url="http://vendor/v1",
-                max_retries=0,
-                http_client=httpx.AsyncClient(transport=httpx.MockTransport(answer_async)),
-            ),
-            prices=PRICES,
-        )
-    return llm.wrap(
-        openai.OpenAI(
-            api_key="sim",
-            base_url="http://vendor/v1",
-            max_retries=0,
-            http_client=httpx.Client(transport=httpx.MockTransport(answer)),
-        ),
-        prices=PRICES,
-    )
+        client_class: Any = openai.AsyncOpenAI
+        http = httpx.AsyncClient(transport=httpx.MockTransport(answer_async))
+    else:
+        client_class = openai.OpenAI
+        http = httpx.Client(transport=httpx.MockTransport(answer))
+    sdk = client_class(api_key="sim", base_url="http://vendor/v1", max_retries=0, http_client=http)
+    return llm.wrap(sdk, prices=PRICES)
 
 
 def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:

@@ -21,6 +21,7 @@ way fails, so does each pooled connection's next one, and the process reconnects
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import os
 import threading
@@ -167,7 +168,28 @@ def _decide(conn: Any, gen: Any) -> tuple[Process | None, str | None]:
     return proc, proc._next()
 
 
-def _after(conn: Any, proc: Process, kind: str | None) -> None:
+def _before(conn: Any, gen: Any) -> tuple[Process | None, str | None, Any]:
+    """Before an exchange: the process, the fault left for after it, and what to do first
+    that may block (a pause, an outage's terminations), for the caller to run in its way."""
+    proc, kind = _decide(conn, gen)
+    if proc is None or kind is None:
+        return proc, None, None
+    if kind == "crash_before":
+        proc.kill()
+        raise Crash(proc.name)
+    if kind == "outage":  # every connection of it drops; it lives
+        return proc, None, functools.partial(_terminate, proc.admin_url, proc.name)
+    if kind == "pause":
+        return proc, None, proc.pause_here
+    return proc, kind, None
+
+
+def _after(conn: Any, proc: Process | None, kind: str | None) -> None:
+    """After an exchange (or a pause): a dead process learns nothing; a fault fires."""
+    if proc is None:
+        return
+    if proc.dead:
+        raise Crash(proc.name)
     if kind == "crash_after":
         proc.kill()
         raise Crash(proc.name)
@@ -186,51 +208,21 @@ def install() -> None:
     async_wait = psycopg.AsyncConnection.wait
 
     def wait(self: Any, gen: Generator[Any, Any, Any], *args: Any, **kwargs: Any) -> Any:
-        proc, kind = _decide(self, gen)
-        if kind == "outage":
-            assert proc is not None
-            _terminate(proc.admin_url, proc.name)  # every connection of it drops; it lives
-            kind = None
-        if kind == "pause":
-            assert proc is not None
-            proc.pause_here()
-            kind = None
-            if proc.dead:
-                raise Crash(proc.name)
-        if kind == "crash_before":
-            assert proc is not None
-            proc.kill()
-            raise Crash(proc.name)
+        proc, kind, first = _before(self, gen)
+        if first is not None:
+            first()
+            _after(self, proc, None)
         result = sync_wait(self, gen, *args, **kwargs)
-        if proc is not None and proc.dead:
-            raise Crash(proc.name)
-        if kind is not None:
-            assert proc is not None
-            _after(self, proc, kind)
+        _after(self, proc, kind)
         return result
 
     async def await_(self: Any, gen: Generator[Any, Any, Any], *args: Any, **kwargs: Any) -> Any:
-        proc, kind = _decide(self, gen)
-        if kind == "outage":
-            assert proc is not None
-            await asyncio.to_thread(_terminate, proc.admin_url, proc.name)
-            kind = None
-        if kind == "pause":
-            assert proc is not None
-            await asyncio.to_thread(proc.pause_here)
-            kind = None
-            if proc.dead:
-                raise Crash(proc.name)
-        if kind == "crash_before":
-            assert proc is not None
-            proc.kill()
-            raise Crash(proc.name)
+        proc, kind, first = _before(self, gen)
+        if first is not None:
+            await asyncio.to_thread(first)
+            _after(self, proc, None)
         result = await async_wait(self, gen, *args, **kwargs)
-        if proc is not None and proc.dead:
-            raise Crash(proc.name)
-        if kind is not None:
-            assert proc is not None
-            _after(self, proc, kind)
+        _after(self, proc, kind)
         return result
 
     psycopg.Connection.wait = wait  # type: ignore[method-assign]
