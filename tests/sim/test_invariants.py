@@ -172,6 +172,9 @@ def test_steps_past_the_limit_are_flagged_beyond_one_per_other_child() -> None:
     assert "4 steps > limit 3" in found
     f.workflows["w0:child:1"] = wf("w0:child:1", budget_id="w0")
     assert invariants.spending_capped(Vendor(), f, 0) == []
+    del f.workflows["w0:child:1"]
+    f.approvals = [{"workflow_id": "w0", "name": "budget@3", "status": "approved"}]
+    assert invariants.spending_capped(Vendor(), f, 0) == []
 
 
 def test_a_stopping_worker_that_starts_another_step_is_flagged() -> None:
