@@ -49,7 +49,7 @@ from tests.apps.model_stub import _chat, usage_of
 from tests.sim import faults
 from tests.sim.world import Vendor
 
-BUDGET = durable.Budget(dollars=2.0, steps=12)
+BUDGET = durable.Budget(dollars=2.0, steps=12)  # a scenario's "budget" may be tighter
 PRICES = {"sim-model": llm.Price(1000, 1000)}  # dollars per million tokens: ~$0.3 a call
 
 
@@ -99,7 +99,9 @@ def model_client(vendor: Vendor, is_async: bool) -> Any:
     return llm.wrap(sdk, prices=PRICES)
 
 
-def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
+def build(
+    vendor: Vendor, client: durable.Client, *, deployed: bool, budget: durable.Budget = BUDGET
+) -> App:
     reg = durable.Registry()
     chat = model_client(vendor, False)
     achat = model_client(vendor, True)
@@ -238,7 +240,7 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
                 out.append(touch(tag))
         return out
 
-    @durable.workflow(registry=reg, name="prog", budget=BUDGET)
+    @durable.workflow(registry=reg, name="prog", budget=budget)
     def prog(program: list[Any], label: str) -> list[Any]:
         return run_program(program, label, True)
 
@@ -294,7 +296,7 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
                 out.append(tag)
         return out
 
-    @durable.workflow(registry=reg, name="aprog", budget=BUDGET)
+    @durable.workflow(registry=reg, name="aprog", budget=budget)
     async def aprog(program: list[Any], label: str) -> list[Any]:
         return await run_program_async(program, label, True)
 
@@ -306,11 +308,11 @@ def build(vendor: Vendor, client: durable.Client, *, deployed: bool) -> App:
         # The deployed code also serves version "2" of both workflows: what
         # `resume(..., version="2")` moves a run to (old processes never claim it).
 
-        @durable.workflow(registry=reg, name="prog", version="2", budget=BUDGET)
+        @durable.workflow(registry=reg, name="prog", version="2", budget=budget)
         def prog_v2(program: list[Any], label: str) -> list[Any]:
             return run_program(program, label, True)
 
-        @durable.workflow(registry=reg, name="aprog", version="2", budget=BUDGET)
+        @durable.workflow(registry=reg, name="aprog", version="2", budget=budget)
         async def aprog_v2(program: list[Any], label: str) -> list[Any]:
             return await run_program_async(program, label, True)
 

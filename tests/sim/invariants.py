@@ -148,9 +148,10 @@ def children_adopted(vendor: Vendor, facts: Facts) -> list[str]:
 
 
 def spending_capped(vendor: Vendor, facts: Facts, faults_fired: int) -> list[str]:
-    """The ledger never passes its limit by more than docs/discussions.md allows (children
-    running concurrently: one step each), and the vendor was paid no more than the ledger
-    plus the attempts a crash cut off before their record (each re-run once)."""
+    """The ledger never passes its limits (dollars, steps) by more than
+    docs/discussions.md allows (children running concurrently: one step each), and the
+    vendor was paid no more than the ledger plus the attempts a crash cut off before their
+    record (each re-run once)."""
     out = []
     members: dict[str, list[str]] = defaultdict(list)
     for wid, w in facts.workflows.items():
@@ -160,10 +161,26 @@ def spending_capped(vendor: Vendor, facts: Facts, faults_fired: int) -> list[str
     for wid, dollars in vendor.models:
         spent_at_vendor[wid] += dollars  # type: ignore[assignment]
     for budget_id, b in facts.budgets.items():
+        tree = members.get(budget_id, [])
+        # The steps limit is exact within a run (gathered steps count each other); children
+        # running at once may each pass the gate before the others' records land, and an
+        # operator who approves a budget gate lets one more step through.
+        steps = b.get("limit_steps")
+        overrides = sum(
+            1
+            for a in facts.approvals
+            if a["workflow_id"] in tree
+            and a["name"].startswith("budget@")
+            and str(a["status"]).lower() == "approved"
+        )
+        steps_slack = max(0, len(tree) - 1) + overrides
+        if steps is not None and b["spent_steps"] > steps + steps_slack:
+            out.append(
+                f"budget {budget_id}: {b['spent_steps']} steps > limit {steps} + {steps_slack}"
+            )
         limit = b["limit_dollars"]
         if limit is None:
             continue
-        tree = members.get(budget_id, [])
         slack = MAX_MODEL_CALL * max(0, len(tree) - 1)
         if b["spent_dollars"] > limit + slack:
             out.append(f"budget {budget_id}: spent {b['spent_dollars']} > limit {limit} + {slack}")
@@ -233,6 +250,23 @@ def once_unless_cut(vendor: Vendor, facts: Facts, cut: set[str]) -> list[str]:
     ]
 
 
+def handed_over_at_a_boundary(
+    vendor: Vendor, stopped: list[tuple[str, int]], width: int
+) -> list[str]:
+    """A worker told to stop hands each run over at its next step boundary: after the
+    stop, a run of it finishes the step under way (or the `width` steps gathered at once)
+    and starts no other; another process does the rest."""
+    out = []
+    for proc, mark in stopped:
+        after = Counter(wid for _, wid, p in vendor.events[mark:] if p == proc)
+        out += [
+            f"{wid}: {n} calls by {proc} after it was told to stop"
+            for wid, n in after.items()
+            if n > width
+        ]
+    return out
+
+
 def patch_one_branch(vendor: Vendor, facts: Facts) -> list[str]:
     """At a patch point a run takes one branch: never the new one after the old code
     started its call there (a payment, a child under its own id, a transaction)."""
@@ -294,4 +328,9 @@ def check(sim: Any, facts: Facts) -> list[str]:
         out += [f"{fn.__name__}: {v}" for v in fn(vendor, facts)]
     out += [f"spending_capped: {v}" for v in spending_capped(vendor, facts, sim.faults_fired)]
     out += [f"once_unless_cut: {v}" for v in once_unless_cut(vendor, facts, sim.cut)]
+    width = 3 if '"par"' in json.dumps(sim.scenario["workflows"]) else 1
+    out += [
+        f"handed_over_at_a_boundary: {v}"
+        for v in handed_over_at_a_boundary(vendor, sim.stopped, width)
+    ]
     return out

@@ -70,6 +70,9 @@ class Sim:
     # Processes whose runs were cut off (killed, or their lease lost while paused): a plain
     # step they ran may run again; one run by any other process may not.
     cut: set[str] = field(default_factory=set)
+    # Processes told to stop (SIGTERM) while a run was inside: (name, how many vendor events
+    # had happened by then). From then on each run may finish the step under way only.
+    stopped: list[tuple[str, int]] = field(default_factory=list)
     log: list[str] = field(default_factory=list)
     _apps: dict[bool, App] = field(default_factory=dict)
     client: durable.Client | None = None
@@ -79,7 +82,13 @@ class Sim:
     def app(self) -> App:
         if self.deployed not in self._apps:
             assert self.client is not None
-            self._apps[self.deployed] = build(self.vendor, self.client, deployed=self.deployed)
+            dollars, steps = self.scenario.get("budget", [2.0, 12])
+            self._apps[self.deployed] = build(
+                self.vendor,
+                self.client,
+                deployed=self.deployed,
+                budget=durable.Budget(dollars=dollars, steps=steps),
+            )
         return self._apps[self.deployed]
 
     def launch(self) -> Node:
@@ -218,7 +227,7 @@ class Sim:
                     self.cut.add(node.proc.name)
                     self.zombie(node)
                 else:
-                    stop.set()
+                    self.sigterm(node, stop)
                 node.proc.release()
                 if worker is not None:
                     worker.join(30)
@@ -238,6 +247,15 @@ class Sim:
                 self.dispose(other)
         for action in actions:
             self.act(action)
+
+    def sigterm(self, node: Node, stop: threading.Event) -> None:
+        """Tell the worker to stop while its run is paused, and let the run go on once the
+        worker has begun to stop (or after a few seconds, if it shows no sign of it)."""
+        stop.set()
+        deadline = time.monotonic() + 3.0
+        while not node.engine.ownership.handing_over() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        self.stopped.append((node.proc.name, len(self.vendor.events)))
 
     def zombie(self, node: Node) -> None:
         """The paused process's lease runs out; a second process takes its workflows and

@@ -30,6 +30,8 @@ and then zero or more operator actions, done once the process has gone quiet:
 a stopped workflow out of the database and back in, as a move between databases does.)
 
 where w indexes the scenario's workflows (forks are appended to them as they are made).
+
+"budget" is the workflows' [dollars, steps] (absent: [2.0, 12]).
 """
 
 from __future__ import annotations
@@ -149,4 +151,13 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     )
     mode = draw(st.sampled_from(["sync", "async", "exit"]))
     app = draw(st.sampled_from(["same", "separate"]))
-    return {"workflows": workflows, "phases": phases, "durability": mode, "app": app}
+    # The workflows' budget: roomy, or tight enough that programs reach the cap mid-way
+    # (gathered steps crossing the steps limit, a model call that does not fit).
+    budget = draw(st.sampled_from([[2.0, 12], [1.0, 6], [0.6, 3]]))
+    return {
+        "workflows": workflows,
+        "phases": phases,
+        "durability": mode,
+        "app": app,
+        "budget": budget,
+    }

@@ -167,3 +167,26 @@ def test_spending_past_the_cap_is_flagged() -> None:
     v.models += [("w0", Decimal("0.5"))] * 6  # $3 at the vendor, $2 in the ledger
     assert invariants.spending_capped(v, f, 0) != []
     assert Counter(w for w, _ in v.models) == {"w0": 6}
+
+
+def test_steps_past_the_limit_are_flagged_beyond_one_per_other_child() -> None:
+    budget = {"limit_dollars": None, "limit_steps": 3, "spent_steps": 4}
+    f = facts(workflows={"w0": wf("w0", budget_id="w0")}, budgets={"w0": budget})
+    (found,) = invariants.spending_capped(Vendor(), f, 0)
+    assert "4 steps > limit 3" in found
+    f.workflows["w0:child:1"] = wf("w0:child:1", budget_id="w0")
+    assert invariants.spending_capped(Vendor(), f, 0) == []
+    del f.workflows["w0:child:1"]
+    f.approvals = [{"workflow_id": "w0", "name": "budget@3", "status": "approved"}]
+    assert invariants.spending_capped(Vendor(), f, 0) == []
+
+
+def test_a_stopping_worker_that_starts_another_step_is_flagged() -> None:
+    v = Vendor()
+    v.events += [("touch", "w0", "p1"), ("touch", "w0", "p1"), ("touch", "w1", "p1")]
+    v.events += [("touch", "w0", "p2")]
+    assert invariants.handed_over_at_a_boundary(v, [("p1", 0)], 1) == [
+        "w0: 2 calls by p1 after it was told to stop"
+    ]
+    assert invariants.handed_over_at_a_boundary(v, [("p1", 0)], 3) == []
+    assert invariants.handed_over_at_a_boundary(v, [("p1", 1)], 1) == []

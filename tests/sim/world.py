@@ -38,6 +38,9 @@ class Vendor:
 
     # Every call of a plain step, a model or an llm request: (kind, tag, process name).
     calls: list[tuple[str, str, str]] = field(default_factory=list)
+    # Every call that does something (a payment, a refund, a model or llm request, a plain
+    # step, a message consumed), in order: (kind, workflow id, process name).
+    events: list[tuple[str, str, str]] = field(default_factory=list)
 
     def _reachable(self, kind: str = "", tag: str = "") -> None:
         proc = faults.process_of_run()
@@ -49,6 +52,18 @@ class Vendor:
             with self.lock:
                 self.calls.append((kind, f"{wid}|{tag}", proc.name if proc is not None else "?"))
 
+    def _event(self, kind: str) -> None:
+        proc = faults.process_of_run()
+        run = current_run.get()
+        with self.lock:
+            self.events.append(
+                (
+                    kind,
+                    run.workflow_id if run is not None else "?",
+                    proc.name if proc is not None else "?",
+                )
+            )
+
     def snapshot(self) -> tuple[int, ...]:
         """How many calls of each kind the vendor has had (a replay must add none)."""
         with self.lock:
@@ -56,6 +71,7 @@ class Vendor:
 
     def pay(self, key: str, tag: str, cents: int) -> str:
         self._reachable()
+        self._event("pay")
         with self.lock:
             self.payments[key] += 1
             self.amounts[key] = cents
@@ -69,6 +85,7 @@ class Vendor:
 
     def refund(self, key: str, tag: str) -> str:
         self._reachable()
+        self._event("refund")
         with self.lock:
             self.refunds[key] += 1
             self.refund_tags[key] = tag
@@ -81,12 +98,14 @@ class Vendor:
 
     def model(self, tag: str, dollars: Decimal) -> None:
         self._reachable("model", tag)
+        self._event("model")
         run = current_run.get()
         with self.lock:
             self.models.append((run.workflow_id if run is not None else "?", dollars))
 
     def llm(self, tag: str) -> None:
         self._reachable("llm", tag)
+        self._event("llm")
         tokens_in, tokens_out = usage_of(tag)
         run = current_run.get()
         dollars = Decimal(tokens_in + tokens_out) / Decimal(1000)  # PRICES: $1000 per million
@@ -95,10 +114,12 @@ class Vendor:
 
     def touch(self, tag: str) -> None:
         self._reachable("touch", tag)
+        self._event("touch")
         with self.lock:
             self.touches[tag] += 1
 
     def receive(self, payload: str) -> None:
         self._reachable()
+        self._event("receive")
         with self.lock:
             self.received[payload] += 1
