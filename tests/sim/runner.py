@@ -287,6 +287,15 @@ class Sim:
         with contextlib.suppress(errors.DurableError):
             if name == "cancel":
                 client.cancel(wid)
+            elif name == "cancel_resume":
+                client.cancel(wid)
+                node = self.launch()  # runs the compensations, as any worker would
+                try:
+                    self.kick(node)
+                    self.quiet(node)
+                finally:
+                    self.dispose(node)
+                client.resume(wid)
             elif name == "resume":
                 client.resume(wid)
             elif name == "resume_v":
