@@ -15,8 +15,10 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from durable._models import WorkflowStatus
 from tests.sim.world import Vendor
 
+TERMINAL = frozenset(s.value for s in WorkflowStatus if s.is_terminal)
 COMPENSATING = {"COMPENSATED", "ERROR", "CANCELLED"}
 MAX_MODEL_CALL = Decimal("0.5")
 
@@ -200,14 +202,7 @@ def nothing_stranded(vendor: Vendor, facts: Facts) -> list[str]:
     out = []
     waiting_gates = {a["workflow_id"] for a in facts.approvals if a["status"] == "PENDING"}
     for wid, w in facts.workflows.items():
-        if w["status"] in (
-            "SUCCESS",
-            "ERROR",
-            "CANCELLED",
-            "COMPENSATED",
-            "COMPENSATION_FAILED",
-            "MAX_RECOVERY_ATTEMPTS_EXCEEDED",
-        ):
+        if w["status"] in TERMINAL:
             continue
         why = (w["wake_at"] is not None) or wid in waiting_gates
         out.append(

@@ -27,19 +27,12 @@ from durable import errors
 from tests.sim import faults
 from tests.sim.app import App, build
 from tests.sim.faults import Crash, Fault, Process
+from tests.sim.invariants import TERMINAL
 from tests.sim.scenario import Scenario
 from tests.sim.world import Vendor
 
 T0 = dt.datetime(2027, 1, 4, 9, 0, tzinfo=dt.UTC)
 QUIET_TIMEOUT = 30.0
-TERMINAL = {
-    "SUCCESS",
-    "ERROR",
-    "CANCELLED",
-    "COMPENSATED",
-    "COMPENSATION_FAILED",
-    "MAX_RECOVERY_ATTEMPTS_EXCEEDED",
-}
 
 logging.getLogger("durable").setLevel(logging.CRITICAL)
 logging.getLogger("psycopg.pool").setLevel(logging.CRITICAL)
@@ -105,6 +98,15 @@ class Sim:
         engine.launch()
         engine.runner.db._sim_process = proc.name  # type: ignore[attr-defined]
         return Node(proc, engine)
+
+    def run_once(self) -> None:
+        """A fresh process claims what is runnable, runs it until it is quiet, and stops."""
+        node = self.launch()
+        try:
+            self.kick(node)
+            self.quiet(node)
+        finally:
+            self.dispose(node)
 
     def busy(self, node: Node) -> int:
         runner = node.engine.runner
@@ -261,12 +263,7 @@ class Sim:
         """The paused process's lease runs out; a second process takes its workflows and
         runs them to quiet; then the first goes on (its writes must be fenced off)."""
         self.run_out_leases(node.engine.executor_id)
-        other = self.launch()
-        try:
-            self.kick(other)
-            self.quiet(other)
-        finally:
-            self.dispose(other)
+        self.run_once()
 
     # -- operator actions --------------------------------------------------------------------
 
@@ -289,12 +286,7 @@ class Sim:
                 client.cancel(wid)
             elif name == "cancel_resume":
                 client.cancel(wid)
-                node = self.launch()  # runs the compensations, as any worker would
-                try:
-                    self.kick(node)
-                    self.quiet(node)
-                finally:
-                    self.dispose(node)
+                self.run_once()  # runs the compensations, as any worker would
                 client.resume(wid)
             elif name == "resume":
                 client.resume(wid)
@@ -363,12 +355,7 @@ class Sim:
                         client.raise_budget(gate["workflow_id"], dollars=5.0, steps=20)
                     else:
                         client.decide(gate["workflow_id"], gate["name"], True)
-            node = self.launch()
-            try:
-                self.kick(node)
-                self.quiet(node)
-            finally:
-                self.dispose(node)
+            self.run_once()
 
     def replay_finished(self) -> list[str]:
         """Fork each finished root from past its last position: the fork replays the whole
@@ -387,12 +374,7 @@ class Sim:
         before = self.vendor.snapshot()
         for wid, _, last in rows:
             client.fork(wid, from_step=last + 1, new_id=f"{wid}~replay")
-        node = self.launch()
-        try:
-            self.kick(node)
-            self.quiet(node)
-        finally:
-            self.dispose(node)
+        self.run_once()
         with psycopg.connect(self.url, autocommit=True, application_name="sim_admin") as conn:
             for wid, output, _ in rows:
                 got = conn.execute(
