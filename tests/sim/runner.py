@@ -310,17 +310,28 @@ class Sim:
     def move(self, wid: str) -> None:
         """Carry a workflow (and its children) out of the database and back in, as an
         operator moving it between databases does: export, delete, import. Not while a
-        process runs it (its rows are in the old database for it to write to)."""
+        process runs it (its rows are in the old database for it to write to).
+
+        The rows are locked, and found not RUNNING, before the export is read: an export
+        read first is a snapshot that a run finishing before the check would make stale
+        (its later steps and effects deleted, the stale rows imported and run again, the
+        vendor paid twice), which is the operator's mistake, not durable's."""
         client = self.client
         assert client is not None
-        data = client.export_workflow(wid, children=True)
-        ids = [row["workflow_id"] for row in data["tables"]["workflows"]]
         with psycopg.connect(self.url, application_name="sim_admin") as conn:
-            statuses = conn.execute(
-                "SELECT status FROM durable.workflows WHERE workflow_id = ANY(%s) FOR UPDATE",
-                (ids,),
+            rows = conn.execute(
+                "WITH RECURSIVE tree AS (SELECT workflow_id FROM durable.workflows "
+                "WHERE workflow_id = %s UNION SELECT w.workflow_id FROM durable.workflows w "
+                "JOIN tree t ON w.parent_id = t.workflow_id) "
+                "SELECT workflow_id, status FROM durable.workflows "
+                "WHERE workflow_id IN (SELECT workflow_id FROM tree) FOR UPDATE",
+                (wid,),
             ).fetchall()
-            if any(s == "RUNNING" for (s,) in statuses):
+            if not rows or any(s == "RUNNING" for _, s in rows):
+                return
+            data = client.export_workflow(wid, children=True)
+            ids = [row["workflow_id"] for row in data["tables"]["workflows"]]
+            if sorted(ids) != sorted(w for w, _ in rows):
                 return
             tables = conn.execute(
                 "SELECT table_name FROM information_schema.columns WHERE table_schema = "

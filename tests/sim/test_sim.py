@@ -12,10 +12,14 @@ import json
 import os
 import random
 from collections.abc import Iterator
+from typing import Any
 
+import psycopg
 import pytest
 
+import durable
 from durable.testing import TemplateDatabases
+from tests.sim.runner import Sim
 from tests.sim.simulate import Databases, check_one, run_seeds
 
 REGRESSIONS = {
@@ -27,6 +31,27 @@ REGRESSIONS = {
         "phases": [[["two", 4], [["cancel", 0]]]],
         "durability": "sync",
         "app": "same",
+    },
+    # Not a defect of durable, one of the operator's move: it read the export before it
+    # locked the rows, so a run that finished in between was imported again from the
+    # stale export and paid twice under its keys (seen under load only).
+    "move-of-a-run-finishing-after-its-export": {
+        "workflows": [
+            ["prog", [["pay", 100]]],
+            [
+                "prog",
+                [
+                    ["child", "submit", [["model", 0.35]]],
+                    ["patch", "txn"],
+                    ["step"],
+                    ["pay", 100],
+                    ["pay", 700],
+                ],
+            ],
+        ],
+        "phases": [[["pause", 6, ["export", 1]], [["send", 0]]], [["zombie", 5], [["deploy"]]]],
+        "durability": "exit",
+        "app": "separate",
     },
     # A connection lost right after its checkout (while the fake clock was set on it) failed
     # an async run with a raw OperationalError instead of interrupting it as an outage.
@@ -66,3 +91,40 @@ def test_seeds(sim_databases: Databases) -> None:
     print(f"simulation: seeds 0..{fixed - 1} and random seeds {extra}")
     ran = run_seeds(sim_databases, [*range(fixed), *extra], budget)
     assert ran > 0
+
+
+def test_a_move_never_imports_an_export_a_run_made_stale(sim_databases: Databases) -> None:
+    """The operator's move skips a workflow a process runs. A run that finishes after the
+    export was read but before the check must not have its rows replaced by that stale
+    export (it would run again, and pay again)."""
+    url = sim_databases.fresh("system")
+    sim = Sim(url, {"workflows": [["prog", [["pay", 100]]]], "phases": []})
+    sim.client = durable.Client(f"{url} application_name=sim_op", clock=sim.clock)
+    sim.client.connect()
+    try:
+        sim.submit_all()
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(
+                "UPDATE durable.workflows SET status = 'RUNNING', owner = 'p' "
+                "WHERE workflow_id = 'w0'"
+            )
+        export = sim.client.export_workflow
+
+        def export_then_finish(wid: str, *, children: bool = False) -> dict[str, Any]:
+            data = export(wid, children=children)
+            with psycopg.connect(url, autocommit=True) as conn:  # the run finishes
+                conn.execute("SET lock_timeout = '2s'")
+                conn.execute(
+                    "UPDATE durable.workflows SET status = 'SUCCESS', owner = NULL "
+                    "WHERE workflow_id = 'w0'"
+                )
+            return data
+
+        sim.client.export_workflow = export_then_finish  # type: ignore[method-assign, assignment]
+        sim.move("w0")
+        # Skipped (it was RUNNING when the rows were locked): never the stale export,
+        # imported PENDING to run again.
+        assert sim.statuses()["w0"] != "PENDING"
+        assert not any(line.startswith("moved") for line in sim.log)
+    finally:
+        sim.close()
