@@ -30,6 +30,7 @@ error from the real driver.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 from collections.abc import Callable, Generator, Iterable, Mapping
 from decimal import Decimal
@@ -46,6 +47,7 @@ from durable._protocol import (
     Call,
     Enqueue,
     Execute,
+    Fault,
     Join,
     Journal,
     LeaseClock,
@@ -477,3 +479,44 @@ def ledger_row(
 
 def ledger(**row: Any) -> Ledger:
     return Ledger.from_row(ledger_row(**row))
+
+
+# -- what several tests call ------------------------------------------------------------------
+
+KEY0 = f"{WORKFLOW_ID}:0"  # the idempotency key of an effect at position 0
+KEY1 = f"{WORKFLOW_ID}:1"
+
+CONFLICT = AppFault(Fault.CONFLICT)
+READ_ONLY = AppFault(Fault.READ_ONLY)
+FENCE = AppFault(Fault.FENCE)
+LOST = AppFault(Fault.LOST)
+
+
+def after_one_step(**options: Any) -> Run:
+    """A run that replayed the one step its journal holds: the next call comes at position 1,
+    and the journal is not fresh. `options` go to make_run."""
+    run = make_run(records=[done(0, "fetch", 1)], **options)
+    run.journal.next_call("fetch")
+    return run
+
+
+def charge_card(cents: int, *, idempotency_key: str) -> dict[str, Any]:
+    return {"charged": cents, "key": idempotency_key}
+
+
+def refund(cents: int, *, idempotency_key: str) -> None:
+    return None
+
+
+def fingerprint(*args: Any, **kwargs: Any) -> str:
+    """An effect's params fingerprint, as the ledger row holds it."""
+    text = SERIALIZER.dumps({"args": list(args), "kwargs": kwargs})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def llm() -> str:
+    return "reply"
+
+
+def body() -> str:
+    return "done"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any
 
 import pytest
@@ -21,43 +20,25 @@ from durable.errors import (
 from tests.unit.scripted import (
     DEFAULT,
     EPOCH,
+    KEY0,
+    KEY1,
     SERIALIZER,
     T0,
     WORKFLOW_ID,
     Raise,
     Script,
     Then,
+    after_one_step,
     approval_row,
+    charge_card,
     done,
     effect_def,
     effect_row,
+    fingerprint,
     held,
     make_run,
+    refund,
 )
-
-KEY0 = f"{WORKFLOW_ID}:0"
-KEY1 = f"{WORKFLOW_ID}:1"
-
-
-def charge_card(cents: int, *, idempotency_key: str) -> dict[str, Any]:
-    return {"charged": cents, "key": idempotency_key}
-
-
-def refund(cents: int, *, idempotency_key: str) -> None:
-    return None
-
-
-def fingerprint(*args: Any, **kwargs: Any) -> str:
-    text = SERIALIZER.dumps({"args": list(args), "kwargs": kwargs})
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def after_one_step() -> Any:
-    """A run that replayed the one step its journal holds: the effect comes at position 1,
-    and the journal is not fresh."""
-    run = make_run(records=[done(0, "fetch", 1)])
-    run.journal.next_call("fetch")
-    return run
 
 
 def run_effect(run: Any, script: Script, defn: Any = None, cents: int = 500) -> Any:

@@ -6,7 +6,6 @@ pending call settled first when the run is asked to stop."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import pytest
@@ -24,44 +23,27 @@ from durable.errors import (
 )
 from tests.unit.scripted import (
     EPOCH,
+    KEY0,
+    KEY1,
     SERIALIZER,
     T0,
     WORKFLOW_ID,
     Script,
     Then,
+    after_one_step,
     approval_row,
-    done,
+    charge_card,
     effect_def,
     effect_row,
+    fingerprint,
     ledger,
     make_run,
+    refund,
 )
-
-KEY0 = f"{WORKFLOW_ID}:0"
-KEY1 = f"{WORKFLOW_ID}:1"
 
 
 class CardDeclined(Exception):
     """Not a built-in: a replay raises it as a StepError naming the effect."""
-
-
-def charge_card(cents: int, *, idempotency_key: str) -> dict[str, Any]:
-    return {"charged": cents, "key": idempotency_key}
-
-
-def refund(cents: int, *, idempotency_key: str) -> None:
-    return None
-
-
-def fingerprint(*args: Any, **kwargs: Any) -> str:
-    text = SERIALIZER.dumps({"args": list(args), "kwargs": kwargs})
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def after_one_step(**options: Any) -> Any:
-    run = make_run(records=[done(0, "fetch", 1)], **options)
-    run.journal.next_call("fetch")
-    return run
 
 
 def run_effect(run: Any, script: Script, defn: Any = None, cents: int = 500) -> Any:

@@ -32,14 +32,11 @@ from tests.unit.scripted import (
     effect_def,
     ledger,
     ledger_row,
+    llm,
     make_run,
     step_def,
     workflow_def,
 )
-
-
-def llm() -> str:
-    return "ok"
 
 
 def test_a_third_refusal_by_the_cap_asks_at_a_third_gate() -> None:
