@@ -36,6 +36,7 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
+from durable import _protocol as protocol
 from durable._models import EffectStatus, Ledger, RetryPolicy, StepKind, StepRecord
 from durable._protocol import (
     AppBegin,
@@ -512,6 +513,25 @@ def fingerprint(*args: Any, **kwargs: Any) -> str:
     """An effect's params fingerprint, as the ledger row holds it."""
     text = SERIALIZER.dumps({"args": list(args), "kwargs": kwargs})
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def run_effect(run: Run, script: Script, defn: StepDef | None = None, cents: int = 500) -> Any:
+    """Run an effect (charge_card, idempotent, by default) of `cents` on the script."""
+    defn = defn if defn is not None else effect_def(charge_card, idempotent=True)
+    return script.run(protocol.effect(run, defn, (cents,), {}))
+
+
+def fails_once(calls: list[str]) -> Callable[..., str]:
+    """An effect `flaky` that times out on its first attempt, then returns "ok"; each
+    attempt's idempotency key goes into `calls`."""
+
+    def flaky(cents: int, *, idempotency_key: str) -> str:
+        calls.append(idempotency_key)
+        if len(calls) == 1:
+            raise TimeoutError("slow vendor")
+        return "ok"
+
+    return flaky
 
 
 def llm() -> str:

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
 from durable._models import EffectStatus, RetryPolicy, StepKind
 from durable._protocol import Call, Compensation, Execute, Pause, decode_error
 from durable.errors import (
@@ -34,18 +33,13 @@ from tests.unit.scripted import (
     done,
     effect_def,
     effect_row,
+    fails_once,
     fingerprint,
     held,
     make_run,
     refund,
+    run_effect,
 )
-
-
-def run_effect(run: Any, script: Script, defn: Any = None, cents: int = 500) -> Any:
-    defn = defn if defn is not None else effect_def(charge_card, idempotent=True)
-    gen = protocol.effect(run, defn, (cents,), {})
-    return script.run(gen)
-
 
 # -- a fresh effect -------------------------------------------------------------------------
 
@@ -264,14 +258,7 @@ def test_a_failing_effect_settles_failed_and_raises() -> None:
 
 def test_a_retried_effect_pauses_then_marks_pending_again() -> None:
     calls: list[str] = []
-
-    def flaky(cents: int, *, idempotency_key: str) -> str:
-        calls.append(idempotency_key)
-        if len(calls) == 1:
-            raise TimeoutError("slow vendor")
-        return "ok"
-
-    defn = effect_def(flaky, retry=RetryPolicy(retries=2, initial_delay=0.5, jitter=0))
+    defn = effect_def(fails_once(calls), retry=RetryPolicy(retries=2, initial_delay=0.5, jitter=0))
     script = Script()
     assert run_effect(make_run(), script, defn) == "ok"
     assert script.labels == [

@@ -35,20 +35,17 @@ from tests.unit.scripted import (
     charge_card,
     effect_def,
     effect_row,
+    fails_once,
     fingerprint,
     ledger,
     make_run,
     refund,
+    run_effect,
 )
 
 
 class CardDeclined(Exception):
     """Not a built-in: a replay raises it as a StepError naming the effect."""
-
-
-def run_effect(run: Any, script: Script, defn: Any = None, cents: int = 500) -> Any:
-    defn = defn if defn is not None else effect_def(charge_card, idempotent=True)
-    return script.run(protocol.effect(run, defn, (cents,), {}))
 
 
 def effect_record(output: str | None, error: str | None, seq: int = 1) -> dict[str, Any]:
@@ -84,15 +81,8 @@ def test_a_row_found_failed_is_journaled_and_raised_under_the_effects_name() -> 
 
 
 def test_each_attempt_runs_in_the_effects_scope() -> None:
-    calls: list[int] = []
-
-    def flaky(cents: int, *, idempotency_key: str) -> str:
-        calls.append(cents)
-        if len(calls) == 1:
-            raise TimeoutError("slow vendor")
-        return "ok"
-
-    defn = effect_def(flaky, retry=RetryPolicy(retries=1, initial_delay=0.1, jitter=0))
+    calls: list[str] = []
+    defn = effect_def(fails_once(calls), retry=RetryPolicy(retries=1, initial_delay=0.1, jitter=0))
     script = Script()
     run_effect(make_run(), script, defn)
     scopes = [op.scope for op in script.of_type(Call)]
