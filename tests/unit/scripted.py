@@ -63,6 +63,7 @@ from durable._protocol import (
 )
 from durable._registry import EffectOptions, StepDef, WorkflowDef
 from durable._systemdb import load_queries
+from durable.errors import BudgetExceededError
 from durable.serialization import JSONSerializer
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
@@ -532,6 +533,35 @@ def fails_once(calls: list[str]) -> Callable[..., str]:
         return "ok"
 
     return flaky
+
+
+def over_the_cap(approvals: int, calls: list[int] | None = None) -> tuple[Run, Script]:
+    """A run at $0.9 of a $1 cap whose every model call costs $0.3 (each call appends to
+    `calls`), and a script that approves the first `approvals` budget gates, then finds the
+    next one undecided (the run suspends there)."""
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.9"))
+
+    def answer(op: Any) -> Any:
+        if isinstance(op, Call) and op.scope is not None:
+            if calls is not None:
+                calls.append(1)
+            try:
+                protocol.charge(run, op.scope, Decimal("0.3"), 0)
+            except BudgetExceededError as exc:
+                return Outcome(error=exc)
+            return Outcome("ok")
+        return DEFAULT
+
+    approved = approval_row("approved")
+    script = Script(
+        answer,
+        statements={
+            "get_approval": Then(*[approved] * approvals, None),
+            "get_budget": ledger_row(limit_dollars="1", spent_dollars="0.9"),
+            "suspend_for_approval": 1,
+        },
+    )
+    return run, script
 
 
 def llm() -> str:
