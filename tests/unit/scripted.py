@@ -30,11 +30,13 @@ error from the real driver.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import re
 from collections.abc import Callable, Generator, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
+from durable import _protocol as protocol
 from durable._models import EffectStatus, Ledger, RetryPolicy, StepKind, StepRecord
 from durable._protocol import (
     AppBegin,
@@ -46,6 +48,7 @@ from durable._protocol import (
     Call,
     Enqueue,
     Execute,
+    Fault,
     Join,
     Journal,
     LeaseClock,
@@ -60,6 +63,7 @@ from durable._protocol import (
 )
 from durable._registry import EffectOptions, StepDef, WorkflowDef
 from durable._systemdb import load_queries
+from durable.errors import BudgetExceededError
 from durable.serialization import JSONSerializer
 
 T0 = dt.datetime(2026, 1, 1, 12, 0, tzinfo=dt.UTC)
@@ -477,3 +481,92 @@ def ledger_row(
 
 def ledger(**row: Any) -> Ledger:
     return Ledger.from_row(ledger_row(**row))
+
+
+# -- what several tests call ------------------------------------------------------------------
+
+KEY0 = f"{WORKFLOW_ID}:0"  # the idempotency key of an effect at position 0
+KEY1 = f"{WORKFLOW_ID}:1"
+
+CONFLICT = AppFault(Fault.CONFLICT)
+READ_ONLY = AppFault(Fault.READ_ONLY)
+FENCE = AppFault(Fault.FENCE)
+LOST = AppFault(Fault.LOST)
+
+
+def after_one_step(**options: Any) -> Run:
+    """A run that replayed the one step its journal holds: the next call comes at position 1,
+    and the journal is not fresh. `options` go to make_run."""
+    run = make_run(records=[done(0, "fetch", 1)], **options)
+    run.journal.next_call("fetch")
+    return run
+
+
+def charge_card(cents: int, *, idempotency_key: str) -> dict[str, Any]:
+    return {"charged": cents, "key": idempotency_key}
+
+
+def refund(cents: int, *, idempotency_key: str) -> None:
+    return None
+
+
+def fingerprint(*args: Any, **kwargs: Any) -> str:
+    """An effect's params fingerprint, as the ledger row holds it."""
+    text = SERIALIZER.dumps({"args": list(args), "kwargs": kwargs})
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def run_effect(run: Run, script: Script, defn: StepDef | None = None, cents: int = 500) -> Any:
+    """Run an effect (charge_card, idempotent, by default) of `cents` on the script."""
+    defn = defn if defn is not None else effect_def(charge_card, idempotent=True)
+    return script.run(protocol.effect(run, defn, (cents,), {}))
+
+
+def fails_once(calls: list[str]) -> Callable[..., str]:
+    """An effect `flaky` that times out on its first attempt, then returns "ok"; each
+    attempt's idempotency key goes into `calls`."""
+
+    def flaky(cents: int, *, idempotency_key: str) -> str:
+        calls.append(idempotency_key)
+        if len(calls) == 1:
+            raise TimeoutError("slow vendor")
+        return "ok"
+
+    return flaky
+
+
+def over_the_cap(approvals: int, calls: list[int] | None = None) -> tuple[Run, Script]:
+    """A run at $0.9 of a $1 cap whose every model call costs $0.3 (each call appends to
+    `calls`), and a script that approves the first `approvals` budget gates, then finds the
+    next one undecided (the run suspends there)."""
+    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.9"))
+
+    def answer(op: Any) -> Any:
+        if isinstance(op, Call) and op.scope is not None:
+            if calls is not None:
+                calls.append(1)
+            try:
+                protocol.charge(run, op.scope, Decimal("0.3"), 0)
+            except BudgetExceededError as exc:
+                return Outcome(error=exc)
+            return Outcome("ok")
+        return DEFAULT
+
+    approved = approval_row("approved")
+    script = Script(
+        answer,
+        statements={
+            "get_approval": Then(*[approved] * approvals, None),
+            "get_budget": ledger_row(limit_dollars="1", spent_dollars="0.9"),
+            "suspend_for_approval": 1,
+        },
+    )
+    return run, script
+
+
+def llm() -> str:
+    return "reply"
+
+
+def body() -> str:
+    return "done"

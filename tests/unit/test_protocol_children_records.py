@@ -20,7 +20,7 @@ from tests.unit.scripted import (
     T0,
     WORKFLOW_ID,
     Script,
-    done,
+    after_one_step,
     make_run,
     workflow_def,
 )
@@ -32,12 +32,6 @@ def sub() -> Any:
 
 class OutOfStock(Exception):
     pass
-
-
-def at_one() -> Any:
-    run = make_run(records=[done(0, "fetch", 1)])
-    run.journal.next_call("fetch")
-    return run
 
 
 def child_answer(outcome: Outcome) -> Any:
@@ -62,7 +56,7 @@ def child_record(output: str | None, error: str | None) -> dict[str, Any]:
 def test_a_failed_child_is_journaled_at_its_position_with_its_id() -> None:
     script = Script(child_answer(Outcome(error=OutOfStock("none left"))))
     with pytest.raises(OutOfStock):
-        script.run(protocol.child(at_one(), workflow_def(sub), (), {}))
+        script.run(protocol.child(after_one_step(), workflow_def(sub), (), {}))
     record = script.only("record_step")
     assert record == child_record(None, record["error"])
     assert "OutOfStock" in record["error"]
@@ -70,7 +64,7 @@ def test_a_failed_child_is_journaled_at_its_position_with_its_id() -> None:
 
 def test_a_child_that_returned_is_journaled_with_its_start() -> None:
     script = Script(child_answer(Outcome({"n": 1})))
-    assert script.run(protocol.child(at_one(), workflow_def(sub), (), {})) == {"n": 1}
+    assert script.run(protocol.child(after_one_step(), workflow_def(sub), (), {})) == {"n": 1}
     assert script.only("record_step") == child_record(SERIALIZER.dumps({"n": 1}), None)
 
 

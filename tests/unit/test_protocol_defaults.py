@@ -19,6 +19,7 @@ from tests.unit.scripted import (
     SERIALIZER,
     WORKFLOW_ID,
     Script,
+    charge_card,
     done,
     effect_def,
     effect_row,
@@ -43,10 +44,6 @@ def test_a_journal_record_counts_one_attempt_by_default() -> None:
     script = Script()
     script.run(protocol.record(make_run(), 0, "sleep", StepKind.SLEEP, None))
     assert script.only("record_step")["attempts"] == 1
-
-
-def charge_card(cents: int, *, idempotency_key: str) -> dict[str, Any]:
-    return {"charged": cents}
 
 
 def test_an_effect_settled_while_stopping_is_journaled_at_its_position() -> None:

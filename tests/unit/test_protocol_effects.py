@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
 from durable._models import EffectStatus, RetryPolicy, StepKind
 from durable._protocol import Call, Compensation, Execute, Pause, decode_error
 from durable.errors import (
@@ -21,50 +19,27 @@ from durable.errors import (
 from tests.unit.scripted import (
     DEFAULT,
     EPOCH,
+    KEY0,
+    KEY1,
     SERIALIZER,
     T0,
     WORKFLOW_ID,
     Raise,
     Script,
     Then,
+    after_one_step,
     approval_row,
+    charge_card,
     done,
     effect_def,
     effect_row,
+    fails_once,
+    fingerprint,
     held,
     make_run,
+    refund,
+    run_effect,
 )
-
-KEY0 = f"{WORKFLOW_ID}:0"
-KEY1 = f"{WORKFLOW_ID}:1"
-
-
-def charge_card(cents: int, *, idempotency_key: str) -> dict[str, Any]:
-    return {"charged": cents, "key": idempotency_key}
-
-
-def refund(cents: int, *, idempotency_key: str) -> None:
-    return None
-
-
-def fingerprint(*args: Any, **kwargs: Any) -> str:
-    text = SERIALIZER.dumps({"args": list(args), "kwargs": kwargs})
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def after_one_step() -> Any:
-    """A run that replayed the one step its journal holds: the effect comes at position 1,
-    and the journal is not fresh."""
-    run = make_run(records=[done(0, "fetch", 1)])
-    run.journal.next_call("fetch")
-    return run
-
-
-def run_effect(run: Any, script: Script, defn: Any = None, cents: int = 500) -> Any:
-    defn = defn if defn is not None else effect_def(charge_card, idempotent=True)
-    gen = protocol.effect(run, defn, (cents,), {})
-    return script.run(gen)
-
 
 # -- a fresh effect -------------------------------------------------------------------------
 
@@ -283,14 +258,7 @@ def test_a_failing_effect_settles_failed_and_raises() -> None:
 
 def test_a_retried_effect_pauses_then_marks_pending_again() -> None:
     calls: list[str] = []
-
-    def flaky(cents: int, *, idempotency_key: str) -> str:
-        calls.append(idempotency_key)
-        if len(calls) == 1:
-            raise TimeoutError("slow vendor")
-        return "ok"
-
-    defn = effect_def(flaky, retry=RetryPolicy(retries=2, initial_delay=0.5, jitter=0))
+    defn = effect_def(fails_once(calls), retry=RetryPolicy(retries=2, initial_delay=0.5, jitter=0))
     script = Script()
     assert run_effect(make_run(), script, defn) == "ok"
     assert script.labels == [

@@ -6,7 +6,6 @@ pending call settled first when the run is asked to stop."""
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
 import pytest
@@ -24,49 +23,29 @@ from durable.errors import (
 )
 from tests.unit.scripted import (
     EPOCH,
+    KEY0,
+    KEY1,
     SERIALIZER,
     T0,
     WORKFLOW_ID,
     Script,
     Then,
+    after_one_step,
     approval_row,
-    done,
+    charge_card,
     effect_def,
     effect_row,
+    fails_once,
+    fingerprint,
     ledger,
     make_run,
+    refund,
+    run_effect,
 )
-
-KEY0 = f"{WORKFLOW_ID}:0"
-KEY1 = f"{WORKFLOW_ID}:1"
 
 
 class CardDeclined(Exception):
     """Not a built-in: a replay raises it as a StepError naming the effect."""
-
-
-def charge_card(cents: int, *, idempotency_key: str) -> dict[str, Any]:
-    return {"charged": cents, "key": idempotency_key}
-
-
-def refund(cents: int, *, idempotency_key: str) -> None:
-    return None
-
-
-def fingerprint(*args: Any, **kwargs: Any) -> str:
-    text = SERIALIZER.dumps({"args": list(args), "kwargs": kwargs})
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def after_one_step(**options: Any) -> Any:
-    run = make_run(records=[done(0, "fetch", 1)], **options)
-    run.journal.next_call("fetch")
-    return run
-
-
-def run_effect(run: Any, script: Script, defn: Any = None, cents: int = 500) -> Any:
-    defn = defn if defn is not None else effect_def(charge_card, idempotent=True)
-    return script.run(protocol.effect(run, defn, (cents,), {}))
 
 
 def effect_record(output: str | None, error: str | None, seq: int = 1) -> dict[str, Any]:
@@ -102,15 +81,8 @@ def test_a_row_found_failed_is_journaled_and_raised_under_the_effects_name() -> 
 
 
 def test_each_attempt_runs_in_the_effects_scope() -> None:
-    calls: list[int] = []
-
-    def flaky(cents: int, *, idempotency_key: str) -> str:
-        calls.append(cents)
-        if len(calls) == 1:
-            raise TimeoutError("slow vendor")
-        return "ok"
-
-    defn = effect_def(flaky, retry=RetryPolicy(retries=1, initial_delay=0.1, jitter=0))
+    calls: list[str] = []
+    defn = effect_def(fails_once(calls), retry=RetryPolicy(retries=1, initial_delay=0.1, jitter=0))
     script = Script()
     run_effect(make_run(), script, defn)
     scopes = [op.scope for op in script.of_type(Call)]

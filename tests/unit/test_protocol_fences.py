@@ -16,14 +16,11 @@ from tests.unit.scripted import (
     EPOCH,
     WORKFLOW_ID,
     Script,
+    charge_card,
     effect_def,
     held,
     make_run,
 )
-
-
-def charge_card(cents: int, *, idempotency_key: str) -> int:
-    return cents
 
 
 def test_held_records_refused_at_a_barrier_stop_the_run_before_the_effect() -> None:

@@ -6,63 +6,36 @@ timeout stops the run as timed out with the workflow's timeout."""
 from __future__ import annotations
 
 from decimal import Decimal
-from typing import Any
 
 import pytest
 
 from durable import _protocol as protocol
 from durable._models import StepKind, StepRecord
-from durable._protocol import Call, Outcome, StepScope
+from durable._protocol import StepScope
 from durable._protocol.budget import reserve_call
 from durable.errors import (
-    BudgetExceededError,
     InvalidNameError,
     StaleOwnerError,
     WorkflowSuspended,
     WorkflowTimeoutError,
 )
 from tests.unit.scripted import (
-    DEFAULT,
     SERIALIZER,
     T0,
     WORKFLOW_ID,
     Script,
     Then,
-    approval_row,
     effect_def,
-    ledger,
-    ledger_row,
+    llm,
     make_run,
+    over_the_cap,
     step_def,
     workflow_def,
 )
 
 
-def llm() -> str:
-    return "ok"
-
-
 def test_a_third_refusal_by_the_cap_asks_at_a_third_gate() -> None:
-    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.9"))
-
-    def answer(op: Any) -> Any:
-        if isinstance(op, Call) and op.scope is not None:
-            try:
-                protocol.charge(run, op.scope, Decimal("0.3"), 0)
-            except BudgetExceededError as exc:
-                return Outcome(error=exc)
-            return Outcome("ok")
-        return DEFAULT
-
-    approved = approval_row("approved")
-    script = Script(
-        answer,
-        statements={
-            "get_approval": Then(approved, approved, None),
-            "get_budget": ledger_row(limit_dollars="1", spent_dollars="0.9"),
-            "suspend_for_approval": 1,
-        },
-    )
+    run, script = over_the_cap(approvals=2)
     with pytest.raises(WorkflowSuspended):
         script.run(protocol.step(run, step_def(llm), (), {}))
     looked = [params["name"] for params in script.executed("get_approval")]

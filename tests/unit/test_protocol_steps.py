@@ -41,6 +41,7 @@ from tests.unit.scripted import (
     done,
     failed,
     ledger_row,
+    llm,
     make_run,
     step_def,
 )
@@ -48,10 +49,6 @@ from tests.unit.scripted import (
 
 def fetch(x: int = 1) -> dict[str, int]:
     return {"x": x}
-
-
-def llm() -> str:
-    return "reply"
 
 
 class Custom(Exception):

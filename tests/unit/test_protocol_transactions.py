@@ -24,20 +24,20 @@ from durable.errors import (
     TransactionStepError,
 )
 from tests.unit.scripted import (
+    CONFLICT,
     DEFAULT,
     EPOCH,
+    FENCE,
+    READ_ONLY,
     T0,
     WORKFLOW_ID,
     Raise,
     Script,
-    done,
+    after_one_step,
     make_run,
     step_def,
 )
 
-CONFLICT = AppFault(Fault.CONFLICT)
-READ_ONLY = AppFault(Fault.READ_ONLY)
-FENCE = AppFault(Fault.FENCE)
 WRITTEN = {"record_charged_step": {"written": 1, "budget_id": None}}
 
 
@@ -47,13 +47,6 @@ def move_money(conn: Any, cents: int) -> dict[str, int]:
 
 def txn(fn: Any = move_money) -> Any:
     return step_def(fn, "move_money", kind=StepKind.TRANSACTION)
-
-
-def at_one(**options: Any) -> Any:
-    """A run that replayed one step: the transaction comes at position 1."""
-    run = make_run(records=[done(0, "fetch", 1)], **options)
-    run.journal.next_call("fetch")
-    return run
 
 
 def failure_record(error: str | None) -> dict[str, Any]:
@@ -77,7 +70,7 @@ def test_a_user_error_is_journaled_at_its_position_with_its_start() -> None:
 
     script = Script()
     with pytest.raises(ValueError):
-        script.run(protocol.transaction(at_one(), txn(overdrawn), (1,), {}))
+        script.run(protocol.transaction(after_one_step(), txn(overdrawn), (1,), {}))
     record = script.only("record_step")
     assert record == failure_record(record["error"])
     assert script.ops[2] == AppEnd(commit=False)
@@ -89,7 +82,9 @@ def test_a_user_error_in_a_separate_database_is_journaled_too() -> None:
 
     script = Script()
     with pytest.raises(ValueError):
-        script.run(protocol.transaction(at_one(app_separate=True), txn(overdrawn), (1,), {}))
+        script.run(
+            protocol.transaction(after_one_step(app_separate=True), txn(overdrawn), (1,), {})
+        )
     assert decode_error(script.only("record_step")["error"])[1] == "overdrawn"
 
 
@@ -104,7 +99,7 @@ def test_the_record_goes_with_the_commit_between_its_crash_points() -> None:
 def test_code_that_ended_the_transaction_is_a_misuse_naming_the_step() -> None:
     script = Script(statements={"record_step_in_app": None})
     with pytest.raises(TransactionStepError) as caught:
-        script.run(protocol.transaction(at_one(), txn(), (1,), {}))
+        script.run(protocol.transaction(after_one_step(), txn(), (1,), {}))
     assert caught.value.step_name == "move_money"
     record = script.only("record_step")
     assert record == failure_record(record["error"])
@@ -113,13 +108,13 @@ def test_code_that_ended_the_transaction_is_a_misuse_naming_the_step() -> None:
 def test_an_aborted_transaction_is_a_misuse_naming_the_step() -> None:
     script = Script(statements={"record_step_in_app": protocol.ABORTED})
     with pytest.raises(TransactionStepError) as caught:
-        script.run(protocol.transaction(at_one(), txn(), (1,), {}))
+        script.run(protocol.transaction(after_one_step(), txn(), (1,), {}))
     assert caught.value.step_name == "move_money"
 
 
 def test_a_read_only_misuse_is_journaled_at_its_position() -> None:
     refused = RuntimeError("read-only transaction")
-    run = at_one(classify_app_error=lambda exc: READ_ONLY if exc is refused else None)
+    run = after_one_step(classify_app_error=lambda exc: READ_ONLY if exc is refused else None)
     script = Script(
         statements={"record_step_in_app": Raise(refused), "app_refuses_writes": {"refuses": False}}
     )
@@ -142,7 +137,7 @@ def test_a_read_only_error_of_the_code_itself_is_its_own_error() -> None:
     def reads_only(conn: Any, cents: int) -> None:
         raise refused
 
-    run = at_one(classify_app_error=lambda exc: READ_ONLY if exc is refused else None)
+    run = after_one_step(classify_app_error=lambda exc: READ_ONLY if exc is refused else None)
     script = Script(statements={"app_refuses_writes": {"refuses": False}})
     with pytest.raises(RuntimeError) as caught:
         script.run(protocol.transaction(run, txn(reads_only), (1,), {}))
@@ -208,7 +203,7 @@ def test_a_lost_connection_says_what_was_lost() -> None:
 
 
 def test_an_adopted_record_is_journaled_as_the_transactions_at_its_position() -> None:
-    run = at_one(app_separate=True)
+    run = after_one_step(app_separate=True)
     row = {"step_name": "move_money", "output": '{"moved":9}'}
     script = Script(statements={"app_get_transaction": row})
     assert script.run(protocol.transaction(run, txn(), (1,), {})) == {"moved": 9}
@@ -218,7 +213,7 @@ def test_an_adopted_record_is_journaled_as_the_transactions_at_its_position() ->
 
 
 def test_an_adopted_record_of_another_step_names_both() -> None:
-    run = at_one(app_separate=True)
+    run = after_one_step(app_separate=True)
     script = Script(statements={"app_get_transaction": {"step_name": "other", "output": "1"}})
     with pytest.raises(NondeterminismError) as caught:
         script.run(protocol.transaction(run, txn(), (1,), {}))
@@ -251,7 +246,7 @@ def test_a_steps_record_says_how_long_its_attempts_and_backoffs_took() -> None:
 
     defn = tool_def(lookup, retry=RetryPolicy(retries=1, initial_delay=0.5, jitter=0))
     script = Script(answer, statements=WRITTEN)
-    assert script.run(protocol.step(at_one(), defn, ("q",), {})) == "found"
+    assert script.run(protocol.step(after_one_step(), defn, ("q",), {})) == "found"
     record = script.only("record_charged_step")
     assert record["latency_ms"] == (2.0 + 0.5 + 2.0) * 1000.0
     assert record["attempts"] == 2 and record["step_seq"] == 1 and record["started_at"] == T0
@@ -268,7 +263,7 @@ def test_a_failed_tool_call_is_recorded_with_its_arguments_and_latency() -> None
 
     script = Script(answer, statements=WRITTEN)
     with pytest.raises(KeyError):
-        script.run(protocol.step(at_one(), tool_def(lookup), ("q",), {}))
+        script.run(protocol.step(after_one_step(), tool_def(lookup), ("q",), {}))
     record = script.only("record_charged_step")
     assert record["step_seq"] == 1 and record["started_at"] == T0
     assert record["latency_ms"] == 1500.0

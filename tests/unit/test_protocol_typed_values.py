@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -18,7 +17,6 @@ from durable._models import EffectStatus, StepKind, WorkflowStatus
 from durable._protocol import AppEnd, Call, Outcome, RunChild
 from durable._protocol.journal import rebuild_error
 from durable.errors import (
-    BudgetExceededError,
     DatabaseUnavailableError,
     StaleOwnerError,
     StepError,
@@ -42,8 +40,8 @@ from tests.unit.scripted import (
     effect_row,
     held,
     ledger,
-    ledger_row,
     make_run,
+    over_the_cap,
     step_def,
     workflow_def,
 )
@@ -126,28 +124,8 @@ def test_a_workflow_and_a_waited_child_hand_out_their_declared_type() -> None:
 
 
 def test_a_second_refusal_by_the_cap_asks_at_a_gate_of_its_own() -> None:
-    run = make_run(budget_id=WORKFLOW_ID, ledger=ledger(limit_dollars="1", spent_dollars="0.9"))
     calls: list[int] = []
-
-    def answer(op: Any) -> Any:
-        if isinstance(op, Call) and op.scope is not None:
-            calls.append(1)
-            try:
-                protocol.charge(run, op.scope, Decimal("0.3"), 0)
-            except BudgetExceededError as exc:
-                return Outcome(error=exc)
-            return Outcome("ok")
-        return DEFAULT
-
-    approved = approval_row("approved")
-    script = Script(
-        answer,
-        statements={
-            "get_approval": Then(approved, None),
-            "get_budget": ledger_row(limit_dollars="1", spent_dollars="0.9"),
-            "suspend_for_approval": 1,
-        },
-    )
+    run, script = over_the_cap(approvals=1, calls=calls)
     with pytest.raises(WorkflowSuspended):
         script.run(protocol.step(run, step_def(locate, "llm"), (), {}))
     looked = [params["name"] for params in script.executed("get_approval")]

@@ -38,15 +38,12 @@ from tests.unit.scripted import (
     held,
     ledger,
     ledger_row,
+    llm,
     make_run,
     step_def,
 )
 
 APPROVED = approval_row("approved", comment="fine", decided_by="ann")
-
-
-def llm() -> str:
-    return "reply"
 
 
 # -- approval: the one gate -----------------------------------------------------------------

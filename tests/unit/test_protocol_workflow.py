@@ -14,9 +14,7 @@ from durable._protocol import (
     TRANSACTION_OUTPUTS_TAKEN,
     AppBegin,
     AppCall,
-    AppFault,
     Call,
-    Fault,
     Outcome,
     RunChild,
     decode_error,
@@ -41,11 +39,15 @@ from tests.unit.scripted import (
     APP_CONN,
     DEFAULT,
     EPOCH,
+    FENCE,
+    LOST,
+    READ_ONLY,
     T0,
     WORKFLOW_ID,
     Raise,
     Script,
     Then,
+    body,
     done,
     failed,
     held,
@@ -55,14 +57,6 @@ from tests.unit.scripted import (
     step_def,
     workflow_def,
 )
-
-FENCE = AppFault(Fault.FENCE)
-READ_ONLY = AppFault(Fault.READ_ONLY)
-LOST = AppFault(Fault.LOST)
-
-
-def body() -> str:
-    return "done"
 
 
 def undo(name: str, error: Exception | None = None) -> Any:

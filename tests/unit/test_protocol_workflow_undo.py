@@ -26,13 +26,10 @@ from tests.unit.scripted import (
     WORKFLOW_ID,
     Script,
     Then,
+    body,
     make_run,
     workflow_def,
 )
-
-
-def body() -> str:
-    return "done"
 
 
 def undo(name: str) -> Any:
