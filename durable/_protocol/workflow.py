@@ -304,5 +304,19 @@ def register_compensation(
     step_seq: int | None = None,
 ) -> None:
     """Register the undo of an effect applied at `step_seq` of `applied_in`'s ledger (the
-    run's own workflow, or the one a fork copied the call from)."""
-    run.compensations.append(Compensation(undo, tuple(args), dict(kwargs), applied_in, step_seq))
+    run's own workflow, or the one a fork copied the call from).
+
+    The undos are kept in the order of the effects' positions, not of their registration:
+    effects of concurrent branches (asyncio.gather) finish in an order a replay does not
+    repeat, and the undos, effects with positions of their own, must run in the same order
+    on every run of the workflow, or a replayed undo's result would be taken for another's.
+    An undo without a position (durable.compensate) stays where it was registered."""
+    comp = Compensation(undo, tuple(args), dict(kwargs), applied_in, step_seq)
+    at = len(run.compensations)
+    if step_seq is not None:
+        while at > 0:
+            before = run.compensations[at - 1].step_seq
+            if before is None or before < step_seq:
+                break
+            at -= 1
+    run.compensations.insert(at, comp)

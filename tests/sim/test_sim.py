@@ -69,6 +69,16 @@ REGRESSIONS = {
         "durability": "sync",
         "app": "same",
     },
+    # Gathered effects' undos ran in the order the effects finished, which a resume in the
+    # middle of the undo did not repeat: one payment was refunded twice, the other never.
+    "gathered-undo-order": {
+        "workflows": [
+            ["faprog", [["par", [["pay", 100], ["pay", 100], ["model", 0.35]]], ["fail"]]]
+        ],
+        "phases": [[["crash_after", 22], []], [None, [["resume", 0]]]],
+        "durability": "exit",
+        "app": "same",
+    },
 }
 
 

@@ -142,3 +142,25 @@ def test_a_refused_failure_names_the_run_that_lost() -> None:
     with pytest.raises(StaleOwnerError) as caught:
         script.run(protocol.finish(make_run(), WorkflowStatus.ERROR, None, "{}"))
     assert (caught.value.workflow_id, caught.value.epoch) == (WORKFLOW_ID, EPOCH)
+
+
+@pytest.mark.parametrize("registered", [(0, 1), (1, 0)])
+def test_undos_run_in_reverse_position_order_whatever_order_they_were_registered(
+    registered: tuple[int, int],
+) -> None:
+    # Effects of gathered branches register their undos in the order they finish, which a
+    # replay does not repeat; the undos (effects with positions of their own) must run in
+    # the same order on every run, or a replayed undo is taken for the other's.
+    run = make_run()
+    refund = undo("refund")
+    for seq in registered:
+        protocol.register_compensation(run, refund, (f"pay-{seq}",), {}, WORKFLOW_ID, seq)
+    script = Script(
+        failing_body(run, RuntimeError("x")),
+        statements={"claim_undo": {"owned": 1, "undone_by": WORKFLOW_ID, "ledger": True}},
+    )
+    with pytest.raises(RuntimeError):
+        script.run(protocol.workflow(run, workflow_def(body), (), {}))
+    undone = [op.args for op in script.ops if isinstance(op, Call) and op.fn is refund]
+    assert undone == [("pay-1",), ("pay-0",)]
+    assert [c["step_seq"] for c in script.executed("claim_undo")] == [1, 0]
