@@ -16,6 +16,7 @@ from tests.sim.simulate import (
     check_one,
     check_seed,
     run_seeds,
+    sweep_seeds,
 )
 
 
@@ -29,6 +30,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="run this one seed (and shrink a failure)")
     parser.add_argument("--replay", help="run this one scenario (JSON), as printed")
     parser.add_argument("--jobs", type=int, default=1, help="processes running seeds side by side")
+    parser.add_argument(
+        "--sweep",
+        action="store_true",
+        help="crash each seed's workload at every round trip in turn, instead of at random",
+    )
     parser.add_argument("--stride", type=int, default=1, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.jobs > 1 and args.replay is None and args.seed is None:
@@ -52,7 +58,10 @@ def main(argv: list[str] | None = None) -> int:
             print("random seeds:", " ".join(map(str, seeds)))
         else:
             seeds = list(range(args.first, args.first + args.seeds * args.stride, args.stride))
-        ran = run_seeds(dbs, seeds, args.budget, args.per_seed)
+        if args.sweep:
+            ran = sweep_seeds(dbs, seeds, args.budget)
+        else:
+            ran = run_seeds(dbs, seeds, args.budget, args.per_seed)
         took = time.monotonic() - started
         print(f"{ran} scenarios, no violation, in {took:.0f} s ({ran / took:.1f}/s)")
         return 0

@@ -60,6 +60,7 @@ class Sim:
     kinds: list[str] = field(default_factory=list)
     inputs: dict[str, tuple[list[Any], str]] = field(default_factory=dict)
     faults_fired: int = 0
+    trips: list[int] = field(default_factory=list)  # round trips of workflow code, per phase
     # Processes whose runs were cut off (killed, or their lease lost while paused): a plain
     # step they ran may run again; one run by any other process may not.
     cut: set[str] = field(default_factory=set)
@@ -244,6 +245,7 @@ class Sim:
             stop.set()
             if worker is not None:
                 worker.join(30)
+            self.trips.append(node.proc.trips)
             self.dispose(node)
             if other is not None:
                 self.dispose(other)

@@ -25,6 +25,7 @@ from tests.sim.runner import Sim, Stuck
 from tests.sim.scenario import Scenario, scenarios
 
 PER_SEED = 10  # scenarios in one seed's batch
+SWEPT = ("crash_before", "crash_after")  # the kinds of crash a sweep puts at every round trip
 
 
 class Violation(AssertionError):
@@ -170,3 +171,67 @@ def _messages(exc: BaseException) -> str:
         return str(exc)
     note = "\n".join(getattr(exc, "__notes__", []))
     return f"{type(exc).__name__}: {exc}\n{note}"
+
+
+def sweep(dbs: Databases, scenario: Scenario, kinds: tuple[str, ...] = SWEPT) -> int:
+    """Crash the workload's first process at every round trip in turn: run it once without
+    a fault to count its round trips (n), then once for each k in 1..n and each kind, the
+    rest of the scenario left to recovery and the drain. Returns how many runs it took;
+    raises Violation on the first that breaks an invariant."""
+    base = {**scenario, "phases": [[None, []]]}
+    url = dbs.fresh("system")
+    app_url = dbs.fresh("app") if scenario.get("app") == "separate" else None
+    sim = Sim(url, base, app_url=app_url)
+    try:
+        sim.run()
+    finally:
+        sim.close()
+    n = sim.trips[0] if sim.trips else 0
+    for k in range(1, n + 1):
+        for kind in kinds:
+            check_one(dbs, {**scenario, "phases": [[[kind, k], []]]})
+    return 1 + n * len(kinds)
+
+
+def sweep_seed(dbs: Databases, n: int, on_sweep: Callable[[int], None] | None = None) -> None:
+    """Seed `n`'s workload (the same as its first scenario's), swept."""
+
+    @seed(n)
+    @settings(
+        max_examples=1,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(scenarios())
+    def one(scenario: Scenario) -> None:
+        runs = sweep(dbs, scenario)
+        if on_sweep is not None:
+            on_sweep(runs)
+
+    one()
+
+
+def sweep_seeds(
+    dbs: Databases, seeds: list[int], budget: float, report: Callable[[str], Any] = print
+) -> int:
+    """Sweep the seeds' workloads until the budget is spent; returns how many runs."""
+    started = time.monotonic()
+    ran = [0]
+
+    def count(runs: int) -> None:
+        ran[0] += runs
+
+    for n in seeds:
+        if time.monotonic() - started > budget:
+            report(f"time budget of {budget:.0f} s spent after {ran[0]} runs")
+            break
+        try:
+            sweep_seed(dbs, n, on_sweep=count)
+        except Exception as exc:
+            raise Violation(
+                f"sweep of seed {n} (after {ran[0]} runs): {_messages(exc)}\n"
+                f"or the seed: python -m tests.sim --sweep --first {n} --seeds 1"
+            ) from None
+    return ran[0]

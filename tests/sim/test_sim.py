@@ -20,7 +20,7 @@ import pytest
 import durable
 from durable.testing import TemplateDatabases
 from tests.sim.runner import Sim
-from tests.sim.simulate import Databases, check_one, run_seeds
+from tests.sim.simulate import Databases, check_one, run_seeds, sweep_seeds
 
 REGRESSIONS = {
     # Not a defect of durable, one of the invariant: a child created in the window before
@@ -138,3 +138,10 @@ def test_a_move_never_imports_an_export_a_run_made_stale(sim_databases: Database
         assert not any(line.startswith("moved") for line in sim.log)
     finally:
         sim.close()
+
+
+def test_sweeps(sim_databases: Databases) -> None:
+    """Workloads crashed at every round trip in turn (before and after each exchange),
+    seeds 0.. within DURABLE_SIM_SWEEP_BUDGET seconds (default 60)."""
+    budget = float(os.environ.get("DURABLE_SIM_SWEEP_BUDGET", "60"))
+    assert sweep_seeds(sim_databases, list(range(100)), budget) > 0
