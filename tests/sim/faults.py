@@ -212,7 +212,11 @@ def install() -> None:
         if first is not None:
             first()
             _after(self, proc, None)
-        result = sync_wait(self, gen, *args, **kwargs)
+        try:
+            result = sync_wait(self, gen, *args, **kwargs)
+        except psycopg.Error:
+            _after(self, proc, None)  # killed meanwhile: the process is gone, not the server
+            raise
         _after(self, proc, kind)
         return result
 
@@ -221,7 +225,11 @@ def install() -> None:
         if first is not None:
             await asyncio.to_thread(first)
             _after(self, proc, None)
-        result = await async_wait(self, gen, *args, **kwargs)
+        try:
+            result = await async_wait(self, gen, *args, **kwargs)
+        except psycopg.Error:
+            _after(self, proc, None)
+            raise
         _after(self, proc, kind)
         return result
 

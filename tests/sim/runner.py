@@ -136,6 +136,11 @@ class Sim:
     def dispose(self, node: Node) -> None:
         if node.proc.paused.is_set() and not node.proc.resumed.is_set():
             self.cut.add(node.proc.name)  # its paused run was given up (lease, grace)
+        if not node.proc.dead:
+            node.proc.release()
+            # A run still going while the process stops may meet its fault and kill it.
+            with contextlib.suppress(Crash):
+                node.engine.shutdown(wait=True)
         if node.proc.dead:
             self.cut.add(node.proc.name)
             # Nothing of a dead process reaches the database; its threads end on Crash.
@@ -144,9 +149,6 @@ class Sim:
             with contextlib.suppress(BaseException):
                 node.engine.client.db.close()
             self.run_out_leases(node.engine.executor_id)
-        else:
-            node.proc.release()
-            node.engine.shutdown(wait=True)
         faults.forget(node.proc)
 
     def run_out_leases(self, executor_id: str) -> None:
