@@ -1,16 +1,27 @@
-"""Generate the sync twin of durable's async database I/O: `durable/_runio.py` from
-`durable/_runio_async.py`.
+"""Generate durable's sync modules from their async sources (the list in PAIRS).
 
-The I/O of a run (checkout, statements on its connection, batches of step records, the
-application's transaction) is written once, as async code; its sync twin is this script's
-mechanical translation of it, so the two cannot drift apart. The translation works on
-tokens, so comments and layout survive: `async` and `await` go, and names are mapped
-(AsyncConnection to Connection, asyncio.sleep to time.sleep, a name ending in `_async` to
-the name without it, ...). The result is put through ruff (import order, then format), so
-that the committed file is what `ruff format` would make of it.
+What durable does with I/O around a run (the run's database I/O, the host that performs a
+workflow's lifecycle, the in-workflow API) is written once, as async code; its sync twin is
+this script's mechanical translation of it, so the two cannot drift apart. The translation
+works on tokens, so comments and layout survive: `async` and `await` go, and names are
+mapped (AsyncConnection to Connection, asyncio.sleep to time.sleep, a name ending in
+`_async` to the name without it, ...). The result is put through ruff (import order, then
+format), so that the committed file is what `ruff format` would make of it.
 
-    python tools/async_to_sync.py           # rewrite durable/_runio.py
-    python tools/async_to_sync.py --check   # exit 1 if durable/_runio.py is out of date
+Where the two sides really differ, the source says so in a block the translation resolves
+(as psycopg's generator does):
+
+    if True:  # ASYNC
+        ...what the async side does...
+    else:
+        ...what the sync side does...
+
+The async module runs the first branch (the `if True` costs nothing); the sync module gets
+only the second, dedented. What differs by a call alone (sleep, to_thread, an event) goes
+through `durable/_acompat.py`, whose async names map to its sync ones.
+
+    python tools/async_to_sync.py           # rewrite every generated module
+    python tools/async_to_sync.py --check   # exit 1 if one is out of date
 
 tests/unit/test_generated_sync.py runs the check.
 """
@@ -19,14 +30,18 @@ from __future__ import annotations
 
 import argparse
 import io
+import re
 import subprocess
 import sys
 import tokenize
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCE = Path("durable/_runio_async.py")
-TARGET = Path("durable/_runio.py")
+# (async source, generated sync module): every generated file in the package.
+PAIRS: list[tuple[Path, Path]] = [
+    (Path("durable/_runio_async.py"), Path("durable/_runio.py")),
+]
+SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"
 
 # Whole dotted names first (a name's parts alone would map them wrongly: `asyncio` in
@@ -40,6 +55,7 @@ DOTTED = {
 # Then each part of a dotted name.
 NAMES = {
     "AbstractAsyncContextManager": "AbstractContextManager",
+    "AsyncEvent": "Event",
     "AsyncAppTransaction": "AppTransaction",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
@@ -74,8 +90,50 @@ def _rename(name: str) -> str:
     return name
 
 
+_ASYNC_IF = re.compile(r"^(?P<indent>[ ]*)if True:[ ]*# ASYNC[ ]*$")
+_ELSE = re.compile(r"^(?P<indent>[ ]*)else:[ ]*(#.*)?$")
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _body(lines: list[str], i: int, indent: int) -> int:
+    """The index just past the block that starts at `lines[i]` and is indented deeper than
+    `indent` (blank lines belong to it)."""
+    while i < len(lines) and (not lines[i].strip() or _indent(lines[i]) > indent):
+        i += 1
+    return i
+
+
+def resolve_blocks(text: str) -> str:
+    """`text` with each `if True:  # ASYNC` block replaced by its `else:` branch, dedented
+    (nothing, if it has none): what the sync side does where the two differ."""
+    lines = text.splitlines(keepends=True)
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        found = _ASYNC_IF.match(lines[i].rstrip("\n"))
+        if found is None:
+            out.append(lines[i])
+            i += 1
+            continue
+        indent = len(found["indent"])
+        i = _body(lines, i + 1, indent)
+        other = _ELSE.match(lines[i].rstrip("\n")) if i < len(lines) else None
+        if other is None or len(other["indent"]) != indent:
+            continue
+        end = _body(lines, i + 1, indent)
+        body = lines[i + 1 : end]
+        deeper = min((_indent(line) for line in body if line.strip()), default=indent)
+        out.extend(line[deeper - indent :] if line.strip() else line for line in body)
+        i = end
+    return "".join(out)
+
+
 def translate(text: str) -> str:
     """The async module `text` as sync code (not yet formatted)."""
+    text = resolve_blocks(text)
     tokens = list(tokenize.generate_tokens(io.StringIO(text).readline))
     lines = text.splitlines(keepends=True)
     offsets = [0]
@@ -150,21 +208,30 @@ def generate(source: Path = SOURCE, target: Path = TARGET) -> str:
     return _ruff(["format"], text, target)
 
 
+def stale() -> list[Path]:
+    """The generated modules that differ from what their sources generate now."""
+    return [
+        target
+        for source, target in PAIRS
+        if not (ROOT / target).exists()
+        or (ROOT / target).read_text("utf-8") != generate(source, target)
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only say whether it is current")
+    parser.add_argument("--check", action="store_true", help="only say whether all are current")
     args = parser.parse_args(argv)
-    wanted = generate()
-    path = ROOT / TARGET
-    current = path.read_text("utf-8") if path.exists() else ""
     if args.check:
-        if current != wanted:
-            print(f"{TARGET} is out of date: run `{COMMAND}`", file=sys.stderr)
-            return 1
-        return 0
-    if current != wanted:
-        path.write_text(wanted, "utf-8")
-        print(f"wrote {TARGET}")
+        for target in stale():
+            print(f"{target} is out of date: run `{COMMAND}`", file=sys.stderr)
+        return 1 if stale() else 0
+    for source, target in PAIRS:
+        wanted = generate(source, target)
+        path = ROOT / target
+        if not path.exists() or path.read_text("utf-8") != wanted:
+            path.write_text(wanted, "utf-8")
+            print(f"wrote {target}")
     return 0
 
 

@@ -25,20 +25,69 @@ def _generator() -> ModuleType:
     return module
 
 
-def test_the_committed_sync_io_is_generated_from_its_async_source() -> None:
+def test_every_generated_module_is_what_its_async_source_generates() -> None:
     gen = _generator()
-    committed = (ROOT / gen.TARGET).read_text("utf-8")
-    assert committed == gen.generate(), (
-        f"{gen.TARGET} differs from what {gen.SOURCE} generates: edit {gen.SOURCE} "
-        f"(never {gen.TARGET}) and run `{gen.COMMAND}`"
+    for source, target in gen.PAIRS:
+        committed = (ROOT / target).read_text("utf-8")
+        assert committed == gen.generate(source, target), (
+            f"{target} differs from what {source} generates: edit {source} "
+            f"(never {target}) and run `{gen.COMMAND}`"
+        )
+    assert gen.stale() == []
+
+
+def test_each_generated_file_says_so_and_how_to_make_it() -> None:
+    gen = _generator()
+    for source, target in gen.PAIRS:
+        head = (ROOT / target).read_text("utf-8").splitlines()[:3]
+        assert f"Generated from {source.as_posix()}" in head[0]
+        assert gen.COMMAND in head[1]
+
+
+def test_every_file_that_says_it_is_generated_is_in_the_list() -> None:
+    """A generated module left out of PAIRS would never be checked again."""
+    gen = _generator()
+    listed = {target.as_posix() for _, target in gen.PAIRS}
+    said = {
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "durable").rglob("*.py")
+        if path.read_text("utf-8").startswith("# Generated from ")
+    }
+    assert said == listed
+
+
+def test_async_blocks_keep_the_sync_branch_only() -> None:
+    gen = _generator()
+    source = (
+        "async def f() -> int:\n"
+        "    if True:  # ASYNC\n"
+        "        x = await g_async()\n"
+        "\n"
+        "        y = 1\n"
+        "    else:\n"
+        "        x = g()\n"
+        "        if x:\n"
+        "            y = 2\n"
+        "    if True:  # ASYNC\n"
+        "        await h_async()\n"
+        "    return x + y\n"
     )
+    assert gen.resolve_blocks(source) == (
+        "async def f() -> int:\n    x = g()\n    if x:\n        y = 2\n    return x + y\n"
+    )
+    assert gen.translate(source).startswith("def f() -> int:\n    x = g()\n")
+    # A plain `if True:` (no marker) is left alone.
+    assert gen.resolve_blocks("if True:\n    a()\nelse:\n    b()\n").count("a()") == 1
 
 
-def test_the_generated_file_says_so_and_how_to_make_it() -> None:
+def test_the_compatibility_names_pair_up() -> None:
+    """Each async name of durable/_acompat.py has the sync twin the translation maps it to."""
     gen = _generator()
-    head = (ROOT / gen.TARGET).read_text("utf-8").splitlines()[:3]
-    assert "Generated from durable/_runio_async.py" in head[0]
-    assert gen.COMMAND in head[1]
+    import durable._acompat as compat
+
+    for name in dir(compat):
+        if name.endswith("_async") or name.startswith("Async"):
+            assert hasattr(compat, gen._rename(name)), name
 
 
 def test_the_translation() -> None:
