@@ -27,7 +27,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from durable import _host as host
+from durable import _machine as machine
 from durable._systemdb import node_down
 from durable.errors import DatabaseUnavailableError, ExecutorIdInUseError, ExecutorIdTakenError
 
@@ -88,15 +88,15 @@ class Ownership:
         self.incarnation = uuid.uuid4().hex
         self._superseded.clear()
         self._handing_over.clear()
-        hostname, pid = host.identity()
+        hostname, pid = machine.identity()
         self.registration = {
             "executor_id": self.executor_id,
             "hostname": hostname,
             "pid": pid,
             "capabilities": json.dumps([[n, v] for n, v in capabilities]),
             "incarnation": self.incarnation,
-            "host_key": host.host_key(),
-            "pid_start": host.start_tick(pid),
+            "host_key": machine.host_key(),
+            "pid_start": machine.start_tick(pid),
         }
         return self.registration
 
@@ -107,7 +107,7 @@ class Ownership:
         (then all it owned is ours to take back at once; else only what it let expire).
 
         Its pid is asked about only from its own host key (the same kernel and pid
-        namespace, see durable/_host.py): there a pid that is gone, or that names a process
+        namespace, see durable/_machine.py): there a pid that is gone, or that names a process
         started at another tick (this very process's, in a container restarted as pid 1),
         is a dead predecessor, and a live pid a twin. A row of another host key (another
         container, even with the same hostname; or this container restarted in a new pid
@@ -117,10 +117,10 @@ class Ownership:
         row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
         if row is None:
             return True
-        key = host.host_key()
+        key = machine.host_key()
         pid, start = int(row["pid"]), row["pid_start"]
         here = bool(key) and row["host_key"] == key
-        if here and host.gone(pid, start):
+        if here and machine.gone(pid, start):
             return True  # it crashed (a kill -9, an OOM kill): its runs are ours to take back
         first = row
         deadline = time.monotonic() + self.lease_seconds + 1.0
@@ -158,7 +158,7 @@ class Ownership:
         """The claims of other executors of this host whose process is gone (a crash: a
         `kill -9`, an OOM kill) are handed back now, to be recovered at once rather than
         after their leases; returns how many. Only rows of this very host key are judged
-        (see durable/_host.py), and each only while its row names the incarnation found
+        (see durable/_machine.py), and each only while its row names the incarnation found
         dead."""
         key = self.registration.get("host_key") or ""
         if not key:
@@ -167,7 +167,7 @@ class Ownership:
         taken = 0
         for row in rows:
             start = row["pid_start"]
-            if not host.gone(int(row["pid"]), None if start is None else int(start)):
+            if not machine.gone(int(row["pid"]), None if start is None else int(start)):
                 continue
             dead = {"owner": row["executor_id"], "incarnation": row["incarnation"]}
             count = db.execute("abandon_dead_executor", dead)

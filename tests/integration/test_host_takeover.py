@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import durable
-from durable import _host
+from durable import _machine
 from durable.errors import ExecutorIdInUseError
 
 
@@ -75,18 +75,18 @@ def _state(url: str, executor: str) -> tuple[str | None, bool, bool]:
 def test_the_claims_of_a_dead_process_of_this_host_are_taken_at_launch(
     database_url: str, sleeper: int
 ) -> None:
-    here = _host.host_key()
+    here = _machine.host_key()
     if not here:
         pytest.skip("no host key on this platform (/proc is needed)")
     dead = _dead_pid()
     _held_by(database_url, "dead", dead, here, None)
-    _held_by(database_url, "alive", sleeper, here, _host.start_tick(sleeper))
+    _held_by(database_url, "alive", sleeper, here, _machine.start_tick(sleeper))
     # The database's clock a year behind (a skewed server, a fake clock): no matter.
-    skewed = _host.start_tick(sleeper)
+    skewed = _machine.start_tick(sleeper)
     _held_by(database_url, "skewed", sleeper, here, skewed, registered_ago=365 * 86400)
     _held_by(database_url, "unknown", sleeper, here, None)  # start unknown: alive
     _held_by(database_url, "elsewhere", _dead_pid(), "another-host/boot/pid:[1]", None)
-    reused = (_host.start_tick(sleeper) or 0) - 100  # the pid named another process then
+    reused = (_machine.start_tick(sleeper) or 0) - 100  # the pid named another process then
     _held_by(database_url, "reused", sleeper, here, reused)
     with durable.Engine(database_url, registry=durable.Registry()):
         pass
@@ -100,19 +100,19 @@ def test_the_claims_of_a_dead_process_of_this_host_are_taken_at_launch(
 
 def test_gone_is_judged_by_pid_and_start_tick() -> None:
     me = os.getpid()
-    mine = _host.start_tick(me)
+    mine = _machine.start_tick(me)
     assert mine is not None
-    assert not _host.gone(me, None) and not _host.gone(me, mine)  # this process
+    assert not _machine.gone(me, None) and not _machine.gone(me, mine)  # this process
     # This pid at another start tick: a predecessor whose pid came round to this process.
-    assert _host.gone(me, mine - 1)
-    assert _host.gone(_dead_pid(), None)
+    assert _machine.gone(me, mine - 1)
+    assert _machine.gone(_dead_pid(), None)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        tick = _host.start_tick(child.pid)
+        tick = _machine.start_tick(child.pid)
         assert tick is not None
-        assert not _host.gone(child.pid, tick)  # the very process
-        assert not _host.gone(child.pid, None)  # unknown start: taken as alive
-        assert _host.gone(child.pid, tick - 1)  # the pid was another process's then
+        assert not _machine.gone(child.pid, tick)  # the very process
+        assert not _machine.gone(child.pid, None)  # unknown start: taken as alive
+        assert _machine.gone(child.pid, tick - 1)  # the pid was another process's then
     finally:
         child.kill()
         child.wait()
@@ -142,11 +142,11 @@ def test_an_explicit_id_is_judged_by_host_key_and_start_tick_at_launch(
     A row of another host key (another container, the same hostname): judged by its
     heartbeat alone, never by a pid that means nothing here: refused while it beats, taken
     over once it is a lease old."""
-    here = _host.host_key()
+    here = _machine.host_key()
     if not here:
         pytest.skip("no host key on this platform (/proc is needed)")
     me = os.getpid()
-    mine = _host.start_tick(me)
+    mine = _machine.start_tick(me)
     assert mine is not None
     _held_by(database_url, "restarted", me, here, mine - 1)
     with _engine(database_url, "restarted"):
