@@ -9,6 +9,7 @@ each pair's meaning the same: the generator maps names, it does not check behavi
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,10 @@ R = TypeVar("R")
 
 AsyncEvent = asyncio.Event
 Event = threading.Event
+# What waits for a run started in the background: a future of the event loop (a task, or a
+# thread's future wrapped for the loop), or a thread's future.
+AsyncFuture = asyncio.Future
+Future = concurrent.futures.Future
 
 
 async def to_thread_async(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -44,3 +49,26 @@ def sleep(seconds: float) -> None:
 def monotonic() -> float:
     """The same clock on both sides, for deadlines."""
     return time.monotonic()
+
+
+def waitable_async(future: concurrent.futures.Future[R]) -> asyncio.Future[R]:
+    """A thread's future, awaitable on the running event loop."""
+    return asyncio.wrap_future(future)
+
+
+def waitable(future: concurrent.futures.Future[R]) -> concurrent.futures.Future[R]:
+    """The sync side waits on a thread's future as it is."""
+    return future
+
+
+async def wait_async(future: asyncio.Future[object], timeout: float | None) -> bool:
+    """Whether `future` ended within `timeout` seconds (None: no limit), without raising
+    what it raised."""
+    done, _ = await asyncio.wait([future], timeout=timeout)
+    return bool(done)
+
+
+def wait(future: concurrent.futures.Future[object], timeout: float | None) -> bool:
+    """wait_async, blocking this thread."""
+    done, _ = concurrent.futures.wait([future], timeout=timeout)
+    return bool(done)

@@ -38,12 +38,12 @@ from psycopg_pool import PoolTimeout
 
 from durable import _lifecycle as lifecycle
 from durable._driver_async import execute_run_async
-from durable._local import Claimed, inline
+from durable._host_async import AsyncLifeHost, drive_async
+from durable._local import Claimed
 from durable._protocol import Run, RunChild
 from durable._runio_base import watch_statements
 from durable._runner import Runner
 from durable.errors import (
-    DatabaseUnavailableError,
     EngineNotRunningError,
     WorkflowAbandoned,
     WorkflowInterrupted,
@@ -172,24 +172,6 @@ class AsyncHost:
                     self._interrupted.add(task)
                     task.cancel()
 
-    async def create(self, op: lifecycle.Create) -> Claimed | None:
-        """Runner.create on this loop's own pool: no hand-off to a thread and back."""
-        runner = self.runner
-        args, kwargs = runner.client.inputs.decode(op.inputs, op.defn, runner.registry)
-        params, doubts, claimed_at = runner.insert_params(
-            op.defn, op.workflow_id, op.inputs, op.parent
-        )
-        try:
-            async with self.connection() as conn:
-                row = await self.db.run_on_async(conn, "insert_workflow", params, "one")
-        except DatabaseUnavailableError:
-            # A pooled connection an outage or a failover left behind (closed now that it
-            # failed): the start is said to fail only if the sync path, which waits out a
-            # checkout, fails too.
-            return await asyncio.to_thread(runner.create, op)
-        created = runner.inserted(op.defn, params, row, doubts, claimed_at)
-        return None if created is None else created._replace(args=args, kwargs=kwargs)
-
     async def run_child(self, op: RunChild) -> Any:
         return await self.run_here(op.defn, op.workflow_id, op.args, op.kwargs, op.parent)
 
@@ -268,30 +250,9 @@ class AsyncHost:
     async def run_inline(self, create: lifecycle.Create) -> Any:
         """Run (or resume, or wait for) the workflow `create` names in this task (see
         lifecycle.run_here); what touches the database, but the run itself, in a thread."""
-        runner = self.runner
-        client = runner.client
-
-        async def perform(op: lifecycle.Op) -> Any:
-            match op:
-                case lifecycle.Create():
-                    return inline(await self.create(op))
-                case lifecycle.RunClaimed(claimed=claimed):
-                    return await self.run_claimed(claimed)
-                case lifecycle.Attach():
-                    return await asyncio.to_thread(
-                        client.existing, op.defn, op.workflow_id, op.inputs
-                    )
-                case lifecycle.Finished():
-                    return await asyncio.to_thread(client.finished, op.workflow_id)
-                case lifecycle.Reclaim():
-                    return await asyncio.to_thread(runner.claim, op.workflow_id)
-                case lifecycle.Sleep():
-                    await asyncio.sleep(op.seconds)
-                    return None
-            raise AssertionError(f"run_here does not ask for {op!r}")
-
         life = lifecycle.run_here(create.defn, create.workflow_id, create.inputs, create.parent)
-        return await lifecycle.drive_async(life, perform)
+        host = AsyncLifeHost(self.runner.client, self.runner, here=True, loop=self)
+        return await drive_async(life, host)
 
 
 async def _awaited(task: asyncio.Task[Any]) -> Any:

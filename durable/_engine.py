@@ -36,9 +36,11 @@ from durable._config import Config
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_call
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
+from durable._host_async import AsyncLifeHost, drive_async
+from durable._host_sync import LifeHost, drive
 from durable._inputs import start_placed, start_placed_async
 from durable._names import check_name
-from durable._ownership import Ownership, say_who_holds
+from durable._ownership import Ownership
 from durable._queues import Queue
 from durable._recovery import Heartbeat, Worker
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
@@ -443,31 +445,12 @@ class Engine:
                 return handle
         defn, call_args = workflow_call(fn, args)
         self._ensure_running()
-        runner = self.runner
-
-        def perform(op: lifecycle.Op) -> Any:
-            match op:
-                case lifecycle.Remember():
-                    return runner.remember(op.workflow_id)
-                case lifecycle.Forget():
-                    return runner.forget([op.workflow_id])
-                case lifecycle.Create():
-                    return runner.create(op)
-                case lifecycle.Attach():
-                    return self.client.existing(op.defn, op.workflow_id, op.inputs)
-                case lifecycle.Launch():
-                    return runner.submit(op.claimed)
-                case lifecycle.LaunchClaim():
-                    launched = runner.submit_claim(op.workflow_id)
-                    if launched is None:
-                        self._say_who_holds(op.workflow_id)
-                    return launched
-            raise AssertionError(f"start does not ask for {op!r}")
+        host = LifeHost(self.client, self.runner)
 
         def create(chosen: str, parent: tuple[str, int] | None) -> WorkflowHandle:
             inputs = self.client.inputs.encode(defn, call_args, kwargs)
-            future: concurrent.futures.Future[Any] | None = lifecycle.drive(
-                lifecycle.start(defn, chosen, inputs, parent), perform
+            future: concurrent.futures.Future[Any] | None = drive(
+                lifecycle.start(defn, chosen, inputs, parent), host
             )
             return self.client.handle(chosen, future)
 
@@ -492,46 +475,22 @@ class Engine:
         defn, call_args = workflow_call(fn, args)
         self._ensure_running()
         hosts = self._hosts()
-        host = await hosts.here()
-        runner = self.runner
-
-        async def perform(op: lifecycle.Op) -> Any:
-            match op:
-                case lifecycle.Remember():
-                    runner.remember(op.workflow_id)
-                    if op.defn.is_async:
-                        hosts.home(op.workflow_id, host)  # if it waits, it resumes here
-                    return None
-                case lifecycle.Forget():
-                    return runner.forget([op.workflow_id])
-                case lifecycle.Create():
-                    return await host.create(op)
-                case lifecycle.Attach():
-                    return await asyncio.to_thread(
-                        self.client.existing, op.defn, op.workflow_id, op.inputs
-                    )
-                case lifecycle.Launch() if op.claimed.defn.is_async:
-                    return host.spawn(op.claimed)
-                case lifecycle.Launch():
-                    return asyncio.wrap_future(runner.submit(op.claimed))
-                case lifecycle.LaunchClaim():
-                    future = await asyncio.to_thread(runner.submit_claim, op.workflow_id)
-                    if future is None:
-                        await asyncio.to_thread(self._say_who_holds, op.workflow_id)
-                    return None if future is None else asyncio.wrap_future(future)
-            raise AssertionError(f"start does not ask for {op!r}")
+        loop = await hosts.here()
+        host = AsyncLifeHost(
+            self.client,
+            self.runner,
+            loop=loop,
+            home=lambda workflow_id: hosts.home(workflow_id, loop),  # if it waits, it resumes here
+        )
 
         async def create(chosen: str, parent: tuple[str, int] | None) -> AsyncWorkflowHandle:
             inputs = self.client.inputs.encode(defn, call_args, kwargs)
             life = lifecycle.start(defn, chosen, inputs, parent)
-            waiter: asyncio.Future[Any] | None = await lifecycle.drive_async(life, perform)
+            waiter: asyncio.Future[Any] | None = await drive_async(life, host)
             return AsyncWorkflowHandle(self.client, chosen, waiter)  # (reads the run's error)
 
         chosen, started = await start_placed_async(defn, workflow_id, create)
         return started if started is not None else AsyncWorkflowHandle(self.client, chosen)
-
-    def _say_who_holds(self, workflow_id: str) -> None:
-        say_who_holds(self.client.db, workflow_id, self.config.lease_seconds)
 
     async def _run_direct_async(
         self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]

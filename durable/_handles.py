@@ -9,11 +9,12 @@ protocol below), so it lives apart from the Client: the modules that return hand
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import TYPE_CHECKING, Any, Protocol
 
 from durable import _lifecycle as lifecycle
-from durable._local import LocalRun, ended
+from durable._host_async import AsyncLifeHost, drive_async
+from durable._host_sync import LifeHost, drive
+from durable._host_sync import Reader as HostReader
 from durable._models import WorkflowInfo, WorkflowStatus
 from durable.errors import WorkflowNotFoundError
 
@@ -23,19 +24,13 @@ if TYPE_CHECKING:
     from durable._systemdb import SystemDB
 
 
-class Reader(Protocol):
+class Reader(HostReader, Protocol):
     """What a handle reads through: the client (or engine) that made it."""
 
     @property
     def db(self) -> SystemDB: ...
 
     def get_workflow(self, workflow_id: str) -> WorkflowInfo: ...
-
-    def finished(self, workflow_id: str) -> tuple[bool, Any]: ...
-
-    def outcome(
-        self, workflow_id: str, status: WorkflowStatus, output: str | None, error: str | None
-    ) -> Any: ...
 
 
 class WorkflowHandle:
@@ -76,43 +71,11 @@ class WorkflowHandle:
         thread when there is no `timeout` (see _local.LocalRun): a Ctrl-C then lands in
         its code, and the run is given up for recovery.
         """
-        import concurrent.futures
-
-        future = self._future
-
-        def perform(op: lifecycle.Op) -> Any:
-            match op:
-                case lifecycle.WaitLocal() if future is not None:
-                    if op.timeout is None and isinstance(future, LocalRun):
-                        future.run_on_caller()
-                    # Wait for the local run, but never re-raise what it raised (a
-                    # SystemExit in a step must not end the caller's process): the
-                    # database says how it ended, unless it ended SUCCESS here.
-                    done, _ = concurrent.futures.wait([future], timeout=op.timeout)
-                    return local_end(self._client, self._workflow_id, future) if done else None
-                case lifecycle.Finished():
-                    return self._client.finished(op.workflow_id)
-                case lifecycle.Now():
-                    return time.monotonic()
-                case lifecycle.Sleep():
-                    time.sleep(op.seconds)
-                    return None
-            raise AssertionError(f"result does not ask for {op!r}")
-
-        life = lifecycle.result(self._workflow_id, timeout, future is not None)
-        return lifecycle.drive(life, perform)
+        life = lifecycle.result(self._workflow_id, timeout, self._future is not None)
+        return drive(life, LifeHost(self._client, waiter=self._future))
 
     def __repr__(self) -> str:
         return f"WorkflowHandle({self._workflow_id!r})"
-
-
-def local_end(client: Reader, workflow_id: str, future: Any) -> tuple[bool, Any]:
-    """lifecycle.WaitLocal's answer for a local run that ended (a future of either kind):
-    its value if it left the text of a SUCCESS output, else (False, None)."""
-    output = ended(future)
-    if output is None:
-        return False, None
-    return True, client.outcome(workflow_id, WorkflowStatus.SUCCESS, output, None)
 
 
 def _retrieved(waiter: asyncio.Future[Any]) -> None:
@@ -150,27 +113,8 @@ class AsyncWorkflowHandle:
 
     async def result(self, timeout: float | None = None) -> Any:
         """As WorkflowHandle.result, awaited."""
-        waiter = self._waiter
-
-        async def perform(op: lifecycle.Op) -> Any:
-            match op:
-                case lifecycle.WaitLocal() if waiter is not None:
-                    # The run here: wait for it without re-raising what it raised (above).
-                    done, _ = await asyncio.wait([waiter], timeout=op.timeout)
-                    if not done:
-                        return None
-                    return local_end(self._client, self._workflow_id, waiter)
-                case lifecycle.Finished():
-                    return await asyncio.to_thread(self._client.finished, op.workflow_id)
-                case lifecycle.Now():
-                    return time.monotonic()
-                case lifecycle.Sleep():
-                    await asyncio.sleep(op.seconds)
-                    return None
-            raise AssertionError(f"result does not ask for {op!r}")
-
-        life = lifecycle.result(self._workflow_id, timeout, waiter is not None)
-        return await lifecycle.drive_async(life, perform)
+        life = lifecycle.result(self._workflow_id, timeout, self._waiter is not None)
+        return await drive_async(life, AsyncLifeHost(self._client, waiter=self._waiter))
 
     def __repr__(self) -> str:
         return f"AsyncWorkflowHandle({self._workflow_id!r})"

@@ -4,10 +4,10 @@ suspended, claim it again, read how it ended.
 `_protocol` decides what happens inside a run; this module decides what happens around
 one: starting a workflow here (`start`), running one to its end in the caller (`run_here`,
 for a workflow called as a function or a child run inline) and waiting for its result
-(`result`, for the handles). Each is a generator of the operations below, and each host
-performs them its own way: the sync runner on its threads, the async host with `await`
-(see `drive` and `drive_async`). Before, each of these was written twice, once per host,
-and the copies drifted.
+(`result`, for the handles). Each is a generator of the operations below, performed by
+one host for every caller (`_host_async.AsyncLifeHost`, awaited, and `_host_sync.LifeHost`
+generated from it, each with its `drive`). Before, each of these was written twice, once
+per caller, and the copies drifted.
 
 Nothing here touches a connection, a thread or an event loop; tests/unit drives the
 generators with plain functions.
@@ -15,7 +15,7 @@ generators with plain functions.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Generator
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -130,6 +130,7 @@ class WaitLocal:
     database need not be asked); (False, None) if it ended otherwise (the database says
     how)."""
 
+    workflow_id: str
     timeout: float | None
 
 
@@ -226,7 +227,7 @@ def result(workflow_id: str, timeout: float | None, local: bool) -> Life[Any]:
     process); any other end is read from the database."""
     deadline = None if timeout is None else (yield Now()) + timeout
     if local:
-        ended = yield WaitLocal(timeout)
+        ended = yield WaitLocal(workflow_id, timeout)
         if ended is None:
             raise ResultTimeoutError(workflow_id, timeout or 0.0)
         if ended[0]:
@@ -258,34 +259,3 @@ def event(workflow_id: str, key: str, timeout: float) -> Life[Any]:
             return value
         yield Sleep(min(delay, max(0.0, deadline - now)))
         delay = min(POLL_MAX, delay * 2)
-
-
-def drive(life: Life[T], perform: Callable[[Op], Any]) -> T:
-    """Run a lifecycle generator to its end, performing each operation with `perform`
-    and sending its answer back (or throwing what it raised into the generator)."""
-    answer: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            op = life.throw(error) if error is not None else life.send(answer)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        try:
-            answer, error = perform(op), None
-        except BaseException as exc:  # thrown into the generator, which decides
-            answer, error = None, exc
-
-
-async def drive_async(life: Life[T], perform: Callable[[Op], Awaitable[Any]]) -> T:
-    """drive() for a host whose operations are awaited."""
-    answer: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            op = life.throw(error) if error is not None else life.send(answer)
-        except StopIteration as stop:
-            return stop.value  # type: ignore[no-any-return]
-        try:
-            answer, error = await perform(op), None
-        except BaseException as exc:  # thrown into the generator, which decides
-            answer, error = None, exc

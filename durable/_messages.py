@@ -4,13 +4,14 @@ following a stream. Each has an awaited form that holds no thread while it waits
 from __future__ import annotations
 
 import asyncio
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from durable import _audit as audit
 from durable import _lifecycle as lifecycle
+from durable._host_async import AsyncLifeHost, drive_async
+from durable._host_sync import LifeHost, drive
 from durable._listen import Subscription
 from durable._models import WorkflowStatus
 from durable._names import check_name
@@ -61,41 +62,14 @@ class Messages(Reading):
         seconds for it to appear; None if it did not."""
         check_name("workflow_id", workflow_id)
         check_name("key", key)
-
-        def perform(op: lifecycle.Op) -> Any:
-            match op:
-                case lifecycle.ReadEvent():
-                    return self._event(op.workflow_id, op.key)
-                case lifecycle.Now():
-                    return time.monotonic()
-                case lifecycle.Sleep():
-                    time.sleep(op.seconds)
-                    return None
-            raise AssertionError(f"get_event does not ask for {op!r}")
-
-        return lifecycle.drive(lifecycle.event(workflow_id, key, timeout), perform)
+        return drive(lifecycle.event(workflow_id, key, timeout), LifeHost(self))
 
     async def get_event_async(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
         """get_event, awaited: between looks it sleeps on the event loop."""
         check_name("workflow_id", workflow_id)
         check_name("key", key)
-
-        async def perform(op: lifecycle.Op) -> Any:
-            match op:
-                case lifecycle.ReadEvent():
-                    return await asyncio.to_thread(self._event, op.workflow_id, op.key)
-                case lifecycle.Now():
-                    return time.monotonic()
-                case lifecycle.Sleep():
-                    await asyncio.sleep(op.seconds)
-                    return None
-            raise AssertionError(f"get_event_async does not ask for {op!r}")
-
-        return await lifecycle.drive_async(lifecycle.event(workflow_id, key, timeout), perform)
-
-    def _event(self, workflow_id: str, key: str) -> tuple[bool, Any]:
-        row = self.db.fetch_one("get_event", {"workflow_id": workflow_id, "key": key})
-        return (False, None) if row is None else (True, self.serializer.loads(row["value"]))
+        life = lifecycle.event(workflow_id, key, timeout)
+        return await drive_async(life, AsyncLifeHost(self))
 
     # -- streams -----------------------------------------------------------------------
 

@@ -169,6 +169,12 @@ class Reading(ClientBase):
             return False, None
         return True, self.outcome(workflow_id, status, row["output"], row["error"])
 
+    def published(self, workflow_id: str, key: str) -> tuple[bool, Any]:
+        """(True, the value) a workflow published last under `key`, else (False, None):
+        one look, for get_event's wait."""
+        row = self.db.fetch_one("get_event", {"workflow_id": workflow_id, "key": key})
+        return (False, None) if row is None else (True, self.serializer.loads(row["value"]))
+
     def outcome(
         self, workflow_id: str, status: WorkflowStatus, output: str | None, error: str | None
     ) -> Any:

@@ -17,7 +17,7 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import ExitStack, contextmanager
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
 import psycopg
@@ -28,7 +28,8 @@ from durable import _lifecycle as lifecycle
 from durable._client_base import libpq_url
 from durable._context import current_run
 from durable._durability import AsyncWriter
-from durable._local import Claimed, LocalRun, inline
+from durable._host_sync import LifeHost, Starter, drive
+from durable._local import Claimed, LocalRun
 from durable._models import StepRecord, WorkflowStatus
 from durable._protocol import Journal, Run, RunChild, Settings, encode_error
 from durable._registry import WorkflowDef
@@ -55,28 +56,22 @@ if TYPE_CHECKING:
     from durable._config import Config
     from durable._context import ActiveEngine
     from durable._inputs import Inputs
-    from durable._models import WorkflowInfo
     from durable._ownership import Ownership
     from durable._registry import Registry
 
 logger = logging.getLogger("durable.runner")
 
 
-class Reader(Protocol):
+class Reader(Starter, Protocol):
     """What the runner reads through the client of its engine: where the system database
-    is, how inputs are stored, and the stored workflows its starts attach to. The runner
-    never imports the Client (nor anything above it)."""
+    is, how inputs are stored, and the stored workflows its starts attach to (the host's
+    Starter). The runner never imports the Client (nor anything above it)."""
 
-    inputs: Inputs
+    @property
+    def inputs(self) -> Inputs: ...
 
     @property
     def database_url(self) -> str: ...
-
-    def existing(
-        self, defn: WorkflowDef, workflow_id: str, inputs: str | None = None
-    ) -> WorkflowInfo: ...
-
-    def finished(self, workflow_id: str) -> tuple[bool, Any]: ...
 
 
 def _log_failure(workflow_id: str, exc: BaseException) -> None:
@@ -457,78 +452,6 @@ class Runner:
 
     # -- claims --------------------------------------------------------------------------------
 
-    def insert(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        inputs: str,
-        parent: tuple[str, int] | None,
-        conn: psycopg.Connection[Any] | None = None,
-    ) -> Claimed | None:
-        """Create the workflow owned by this executor, ready to run; None if it exists.
-        `conn`: the connection the run will use (one checkout for the start and the run)."""
-        params, doubts, claimed_at = self.insert_params(defn, workflow_id, inputs, parent)
-        if conn is None:
-            row = self.db.fetch_one("insert_workflow", params)
-        else:
-            row = self.db.run_on(conn, "insert_workflow", params, "one")
-        return self.inserted(defn, params, row, doubts, claimed_at)
-
-    def insert_params(
-        self, defn: WorkflowDef, workflow_id: str, inputs: str, parent: tuple[str, int] | None
-    ) -> tuple[dict[str, Any], int, float]:
-        """insert_workflow's parameters, and the doubts and time before it (see Claimed);
-        each driver sends the statement its own way."""
-        config = self.config
-        if current_run.get() is None:
-            # A process that lost its id starts nothing new under it. (A child of a run in
-            # flight is left to that run's epoch fence: failing the call would fail the run.)
-            self.ownership.check_id()
-        params = self.client.inputs.row(defn, workflow_id, inputs, parent, config.durability)
-        params["owner"] = config.executor_id
-        params["lease_seconds"] = config.lease_seconds
-        return params, self.db.outage.doubts, time.monotonic()
-
-    @staticmethod
-    def inserted(
-        defn: WorkflowDef,
-        params: dict[str, Any],
-        row: dict[str, Any] | None,
-        doubts: int,
-        claimed_at: float,
-    ) -> Claimed | None:
-        """The claim insert_workflow's row makes (None: the id exists)."""
-        if row is None:
-            return None
-        return Claimed(
-            defn,
-            params["workflow_id"],
-            int(row["epoch"]),
-            [],
-            {},
-            Journal(params["workflow_id"]),
-            row["deadline_at"],
-            None,
-            params["budget_id"],
-            True,
-            params["trace_context"],
-            doubts,
-            claimed_at,
-            params["parent_id"],
-        )
-
-    def create(
-        self, op: lifecycle.Create, conn: psycopg.Connection[Any] | None = None
-    ) -> Claimed | None:
-        """Create a workflow claimed by this executor (lifecycle.Create): its claim, with
-        the arguments as a replay decodes them (not as the caller passed them), or None if
-        the id exists. Decoded first: what this process could not run is not stored."""
-        args, kwargs = self.client.inputs.decode(op.inputs, op.defn, self.registry)
-        created = self.insert(op.defn, op.workflow_id, op.inputs, op.parent, conn)
-        if created is None:
-            return None
-        return created._replace(args=args, kwargs=kwargs)
-
     def claim_free(self, workflow_ids: list[str] | None, limit: int) -> list[tuple[str, Any]]:
         """Claim and start what there is room for: sync workflows up to `limit` (threads),
         async ones up to the engine's max_async less those running (they hold no thread)."""
@@ -765,36 +688,9 @@ class Runner:
             if self.async_side is None:
                 raise EngineNotRunningError()
             return self.async_side.run_inline(create)
-        client = self.client
         outer = current_run.get()
-        with ExitStack() as stack:
-            # The start and the run share one connection (a child's is its parent's); once
-            # past them the caller holds none while it waits.
-            shared = outer.conn if outer is not None and outer.conn is not None else None
-
-            def perform(op: lifecycle.Op) -> Any:
-                nonlocal shared
-                match op:
-                    case lifecycle.Create():
-                        if shared is None:
-                            shared = stack.enter_context(self.db.connection())
-                        return inline(self.create(op, shared))
-                    case lifecycle.RunClaimed(claimed=claimed, created=True):
-                        return contextvars.copy_context().run(self.execute, claimed, shared)
-                stack.close()
-                match op:
-                    case lifecycle.RunClaimed(claimed=claimed):
-                        return contextvars.copy_context().run(self.execute, claimed)
-                    case lifecycle.Attach():
-                        return client.existing(op.defn, op.workflow_id, op.inputs)
-                    case lifecycle.Finished():
-                        return client.finished(op.workflow_id)
-                    case lifecycle.Reclaim():
-                        return self.claim(op.workflow_id)
-                    case lifecycle.Sleep():
-                        time.sleep(op.seconds)
-                        return None
-                raise AssertionError(f"run_here does not ask for {op!r}")
-
-            life = lifecycle.run_here(create.defn, create.workflow_id, create.inputs, create.parent)
-            return lifecycle.drive(life, perform)
+        life = lifecycle.run_here(create.defn, create.workflow_id, create.inputs, create.parent)
+        # The start and the run share one connection (a child's is its parent's).
+        conn = None if outer is None else outer.conn
+        with LifeHost(self.client, self, here=True, conn=conn) as host:
+            return drive(life, host)

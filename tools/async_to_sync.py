@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (async source, generated sync module): every generated file in the package.
 PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_runio_async.py"), Path("durable/_runio.py")),
+    (Path("durable/_host_async.py"), Path("durable/_host_sync.py")),
 ]
 SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"
@@ -56,6 +57,8 @@ DOTTED = {
 NAMES = {
     "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncEvent": "Event",
+    "AsyncFuture": "Future",
+    "AsyncLifeHost": "LifeHost",
     "AsyncAppTransaction": "AppTransaction",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",

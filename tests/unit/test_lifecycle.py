@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 
 from durable import _lifecycle as lifecycle
+from durable._host_async import drive_async
+from durable._host_sync import drive
 from durable._models import WorkflowStatus
 from durable.errors import ResultTimeoutError, WorkflowConflictError, WorkflowSuspended
 
@@ -45,13 +47,15 @@ class Script:
             raise answer
         return answer(op) if callable(answer) else answer
 
+    perform = __call__  # a host, to a drive
+
     def done(self) -> None:
         assert self.steps == [], f"not asked: {self.steps}"
 
 
 def test_a_new_workflow_runs_at_once_on_the_connection_that_created_it() -> None:
     script = Script((lifecycle.Create, "claim"), (lifecycle.RunClaimed, 42))
-    assert lifecycle.drive(lifecycle.run_here(DEFN, "w", "[]", None), script) == 42
+    assert drive(lifecycle.run_here(DEFN, "w", "[]", None), script) == 42
     assert script.asked[1] == lifecycle.RunClaimed("claim", created=True)
     script.done()
 
@@ -75,7 +79,7 @@ def test_a_suspended_run_is_looked_at_with_backoff_and_claimed_again_when_runnab
         (lifecycle.Sleep, None),
         (lifecycle.Finished, (True, "done")),  # a worker finished it
     )
-    assert lifecycle.drive(lifecycle.run_here(DEFN, "w", "[]", None), script) == "done"
+    assert drive(lifecycle.run_here(DEFN, "w", "[]", None), script) == "done"
     script.done()
     sleeps = [op.seconds for op in script.asked if isinstance(op, lifecycle.Sleep)]
     # Backing off, and starting over after a run that suspended again.
@@ -90,7 +94,7 @@ def test_an_existing_workflow_is_attached_to_and_its_outcome_read() -> None:
         (lifecycle.Attach, _Info(WorkflowStatus.SUCCESS)),
         (lifecycle.Finished, (True, 7)),
     )
-    assert lifecycle.drive(lifecycle.run_here(DEFN, "w", "[]", None), script) == 7
+    assert drive(lifecycle.run_here(DEFN, "w", "[]", None), script) == 7
     script.done()
 
 
@@ -98,10 +102,10 @@ def test_an_id_held_by_another_workflow_or_a_failed_run_is_raised() -> None:
     conflict = WorkflowConflictError("w", "other", "job")
     script = Script((lifecycle.Create, None), (lifecycle.Attach, conflict))
     with pytest.raises(WorkflowConflictError):
-        lifecycle.drive(lifecycle.run_here(DEFN, "w", "[]", None), script)
+        drive(lifecycle.run_here(DEFN, "w", "[]", None), script)
     script = Script((lifecycle.Create, "claim"), (lifecycle.RunClaimed, ValueError("boom")))
     with pytest.raises(ValueError, match="boom"):
-        lifecycle.drive(lifecycle.run_here(DEFN, "w", "[]", None), script)
+        drive(lifecycle.run_here(DEFN, "w", "[]", None), script)
 
 
 def test_a_waiting_caller_backs_off_to_the_ceiling() -> None:
@@ -111,7 +115,7 @@ def test_a_waiting_caller_backs_off_to_the_ceiling() -> None:
         steps += [(lifecycle.Sleep, None)]
     steps.append((lifecycle.Finished, (True, 1)))
     script = Script(*steps)
-    lifecycle.drive(lifecycle.run_here(DEFN, "w", "[]", None), script)
+    drive(lifecycle.run_here(DEFN, "w", "[]", None), script)
     sleeps = [op.seconds for op in script.asked if isinstance(op, lifecycle.Sleep)]
     assert sleeps[-1] == lifecycle.POLL_MAX and max(sleeps) == lifecycle.POLL_MAX
     assert all(b == min(lifecycle.POLL_MAX, 2 * a) for a, b in itertools.pairwise(sleeps))
@@ -144,7 +148,7 @@ def test_a_waiting_caller_backs_off_to_the_ceiling() -> None:
 )
 def test_start(steps: list[tuple[type, Any]], expected: Any) -> None:
     script = Script((lifecycle.Remember, None), *steps)
-    assert lifecycle.drive(lifecycle.start(DEFN, "w", "[]", None), script) == expected
+    assert drive(lifecycle.start(DEFN, "w", "[]", None), script) == expected
     script.done()
 
 
@@ -153,21 +157,21 @@ def test_a_start_that_cannot_create_forgets_the_workflow() -> None:
         (lifecycle.Remember, None), (lifecycle.Create, OSError("down")), (lifecycle.Forget, None)
     )
     with pytest.raises(OSError, match="down"):
-        lifecycle.drive(lifecycle.start(DEFN, "w", "[]", None), script)
+        drive(lifecycle.start(DEFN, "w", "[]", None), script)
     script.done()
 
 
 def test_result_waits_for_the_local_run_then_reads_the_database() -> None:
     script = Script((lifecycle.WaitLocal, (False, None)), (lifecycle.Finished, (True, "v")))
-    assert lifecycle.drive(lifecycle.result("w", None, True), script) == "v"
+    assert drive(lifecycle.result("w", None, True), script) == "v"
     script = Script((lifecycle.WaitLocal, None))
     with pytest.raises(ResultTimeoutError):
-        lifecycle.drive(lifecycle.result("w", 0.01, True), script)
+        drive(lifecycle.result("w", 0.01, True), script)
 
 
 def test_a_local_run_that_succeeded_hands_over_its_value_without_a_read() -> None:
     script = Script((lifecycle.WaitLocal, (True, {"v": 1})))
-    assert lifecycle.drive(lifecycle.result("w", None, True), script) == {"v": 1}
+    assert drive(lifecycle.result("w", None, True), script) == {"v": 1}
     script.done()
     assert not any(isinstance(op, lifecycle.Finished) for op in script.asked)
 
@@ -179,7 +183,7 @@ def test_result_gives_up_at_its_timeout_and_never_sleeps_past_it() -> None:
         steps += [(lifecycle.Sleep, lambda op: setattr(script, "clock", script.clock + op.seconds))]
     script = Script(*steps)
     with pytest.raises(ResultTimeoutError):
-        lifecycle.drive(lifecycle.result("w", 1.0, False), script)
+        drive(lifecycle.result("w", 1.0, False), script)
     assert script.clock == pytest.approx(101.0)
     assert not any(isinstance(op, lifecycle.WaitLocal) for op in script.asked)
 
@@ -187,18 +191,19 @@ def test_result_gives_up_at_its_timeout_and_never_sleeps_past_it() -> None:
 def test_an_event_is_looked_for_until_its_timeout() -> None:
     script = Script((lifecycle.ReadEvent, (False, None)), (lifecycle.Sleep, None))
     script.steps.append((lifecycle.ReadEvent, (True, {"x": 1})))
-    assert lifecycle.drive(lifecycle.event("w", "k", 5.0), script) == {"x": 1}
+    assert drive(lifecycle.event("w", "k", 5.0), script) == {"x": 1}
     script = Script((lifecycle.ReadEvent, (False, None)))
-    assert lifecycle.drive(lifecycle.event("w", "k", 0.0), script) is None
+    assert drive(lifecycle.event("w", "k", 0.0), script) is None
 
 
 def test_the_async_drive_performs_the_same_decisions() -> None:
-    def awaited(script: Callable[[lifecycle.Op], Any]) -> Callable[[lifecycle.Op], Any]:
-        async def perform(op: lifecycle.Op) -> Any:
-            await asyncio.sleep(0)
-            return script(op)
+    class Awaited:
+        def __init__(self, script: Callable[[lifecycle.Op], Any]) -> None:
+            self.script = script
 
-        return perform
+        async def perform(self, op: lifecycle.Op) -> Any:
+            await asyncio.sleep(0)
+            return self.script(op)
 
     script = Script(
         (lifecycle.Create, "claim"),
@@ -209,5 +214,5 @@ def test_the_async_drive_performs_the_same_decisions() -> None:
         (lifecycle.RunClaimed, 5),
     )
     life = lifecycle.run_here(DEFN, "w", "[]", None)
-    assert asyncio.run(lifecycle.drive_async(life, awaited(script))) == 5
+    assert asyncio.run(drive_async(life, Awaited(script))) == 5
     script.done()

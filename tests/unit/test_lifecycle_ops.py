@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from durable import _lifecycle as lifecycle
+from durable._host_sync import drive
 from durable._models import WorkflowStatus
 from durable.errors import ResultTimeoutError, WorkflowSuspended
 from tests.unit.test_lifecycle import DEFN, Script, _Info
@@ -26,7 +27,7 @@ def test_run_here_names_the_workflow_its_inputs_and_its_parent_in_every_operatio
         (lifecycle.Sleep, None),
         (lifecycle.Finished, (True, 5)),
     )
-    assert lifecycle.drive(lifecycle.run_here(DEFN, "w", "[1]", PARENT), script) == 5
+    assert drive(lifecycle.run_here(DEFN, "w", "[1]", PARENT), script) == 5
     assert script.asked[:5] == [
         lifecycle.Create(DEFN, "w", "[1]", PARENT),
         lifecycle.RunClaimed("claim", created=True),
@@ -38,7 +39,7 @@ def test_run_here_names_the_workflow_its_inputs_and_its_parent_in_every_operatio
 
 def test_start_names_the_workflow_in_every_operation() -> None:
     script = Script((lifecycle.Remember, None), (lifecycle.Create, "claim"), (lifecycle.Launch, 1))
-    assert lifecycle.drive(lifecycle.start(DEFN, "w", "[1]", PARENT), script) == 1
+    assert drive(lifecycle.start(DEFN, "w", "[1]", PARENT), script) == 1
     assert script.asked == [
         lifecycle.Remember(DEFN, "w"),
         lifecycle.Create(DEFN, "w", "[1]", PARENT),
@@ -53,7 +54,7 @@ def test_start_of_an_existing_workflow_attaches_with_its_inputs() -> None:
         (lifecycle.Attach, _Info(WorkflowStatus.PENDING)),
         (lifecycle.LaunchClaim, "f"),
     )
-    lifecycle.drive(lifecycle.start(DEFN, "w", "[1]", None), script)
+    drive(lifecycle.start(DEFN, "w", "[1]", None), script)
     assert script.asked[2:] == [lifecycle.Attach(DEFN, "w", "[1]"), lifecycle.LaunchClaim("w")]
     ended = Script(
         (lifecycle.Remember, None),
@@ -61,7 +62,7 @@ def test_start_of_an_existing_workflow_attaches_with_its_inputs() -> None:
         (lifecycle.Attach, _Info(WorkflowStatus.SUCCESS)),
         (lifecycle.Forget, None),
     )
-    lifecycle.drive(lifecycle.start(DEFN, "w", "[1]", None), ended)
+    drive(lifecycle.start(DEFN, "w", "[1]", None), ended)
     assert ended.asked[-1] == lifecycle.Forget("w")
 
 
@@ -70,28 +71,28 @@ def test_a_start_that_cannot_create_forgets_that_workflow() -> None:
         (lifecycle.Remember, None), (lifecycle.Create, OSError("down")), (lifecycle.Forget, None)
     )
     with pytest.raises(OSError):
-        lifecycle.drive(lifecycle.start(DEFN, "w", "[]", None), script)
+        drive(lifecycle.start(DEFN, "w", "[]", None), script)
     assert script.asked[-1] == lifecycle.Forget("w")
 
 
 def test_a_local_run_that_returned_none_hands_it_over_without_a_read() -> None:
     script = Script((lifecycle.WaitLocal, (True, None)))
-    assert lifecycle.drive(lifecycle.result("w", 2.0, True), script) is None
-    assert script.asked == [lifecycle.WaitLocal(2.0)]
+    assert drive(lifecycle.result("w", 2.0, True), script) is None
+    assert script.asked == [lifecycle.WaitLocal("w", 2.0)]
     script.done()
 
 
 def test_a_local_run_still_running_at_the_timeout_says_which_and_how_long() -> None:
     script = Script((lifecycle.WaitLocal, None))
     with pytest.raises(ResultTimeoutError) as caught:
-        lifecycle.drive(lifecycle.result("w", 2.0, True), script)
+        drive(lifecycle.result("w", 2.0, True), script)
     assert (caught.value.workflow_id, caught.value.timeout) == ("w", 2.0)
 
 
 def test_a_read_past_the_timeout_says_which_and_how_long() -> None:
     script = Script((lifecycle.Finished, (False, None)))
     with pytest.raises(ResultTimeoutError) as caught:
-        lifecycle.drive(lifecycle.result("w", 0.0, False), script)
+        drive(lifecycle.result("w", 0.0, False), script)
     assert (caught.value.workflow_id, caught.value.timeout) == ("w", 0.0)
     assert script.asked == [lifecycle.Finished("w")]
 
@@ -102,7 +103,7 @@ def test_a_result_without_a_timeout_backs_off_doubling() -> None:
         steps += [(lifecycle.Finished, (False, None)), (lifecycle.Sleep, None)]
     steps.append((lifecycle.Finished, (True, "v")))
     script = Script(*steps)
-    assert lifecycle.drive(lifecycle.result("w", None, False), script) == "v"
+    assert drive(lifecycle.result("w", None, False), script) == "v"
     sleeps = [op.seconds for op in script.asked if isinstance(op, lifecycle.Sleep)]
     assert sleeps == [lifecycle.POLL_MIN, 2 * lifecycle.POLL_MIN, 4 * lifecycle.POLL_MIN]
 
@@ -116,7 +117,7 @@ def test_an_event_wait_backs_off_doubling_and_never_sleeps_past_its_deadline() -
         steps += [(lifecycle.ReadEvent, (False, None)), (lifecycle.Sleep, slept)]
     steps.append((lifecycle.ReadEvent, (False, None)))
     script = Script(*steps)
-    assert lifecycle.drive(lifecycle.event("w", "k", 0.5), script) is None
+    assert drive(lifecycle.event("w", "k", 0.5), script) is None
     assert script.asked[0] == lifecycle.ReadEvent("w", "k")
     sleeps = [op.seconds for op in script.asked if isinstance(op, lifecycle.Sleep)]
     # 5, 10, 20, 40, 80, 160 ms, then what is left of the 500 ms (185 ms).

@@ -13,6 +13,7 @@ import pytest
 
 from durable import _lifecycle as lifecycle
 from durable import _protocol as protocol
+from durable._host_sync import drive
 from durable._models import EffectStatus, StepKind, WorkflowStatus
 from durable._protocol import AppEnd, Call, Outcome, RunChild
 from durable._protocol.journal import rebuild_error
@@ -368,7 +369,7 @@ def test_a_partitions_key_must_end_in_digits_only() -> None:
 def test_a_local_run_given_no_time_says_so() -> None:
     script = LifeScript((lifecycle.WaitLocal, None))
     with pytest.raises(lifecycle.ResultTimeoutError) as caught:
-        lifecycle.drive(lifecycle.result("w", 0.0, True), script)
+        drive(lifecycle.result("w", 0.0, True), script)
     assert caught.value.timeout == 0.0
 
 
@@ -381,7 +382,7 @@ def test_a_read_past_its_timeout_says_how_long_it_waited() -> None:
         steps += [(lifecycle.Finished, (False, None)), (lifecycle.Sleep, slept)]
     script = LifeScript(*steps)
     with pytest.raises(lifecycle.ResultTimeoutError) as caught:
-        lifecycle.drive(lifecycle.result("w", 0.1, False), script)
+        drive(lifecycle.result("w", 0.1, False), script)
     assert caught.value.timeout == 0.1
 
 
