@@ -24,6 +24,9 @@ Event = threading.Event
 # thread's future wrapped for the loop), or a thread's future.
 AsyncFuture = asyncio.Future
 Future = concurrent.futures.Future
+# What a task ends with when its event loop cancels it: the same class on both sides, so
+# that what a run's end means (_host_async.outcome_of) is the same on both.
+CancelledError = asyncio.CancelledError
 
 
 async def to_thread_async(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:

@@ -38,7 +38,7 @@ from psycopg_pool import PoolTimeout
 
 from durable import _lifecycle as lifecycle
 from durable._driver_async import execute_run_async
-from durable._host_async import AsyncLifeHost, drive_async
+from durable._host_async import AsyncLifeHost, drive_async, new_run, outcome_of
 from durable._local import Claimed
 from durable._protocol import Run, RunChild
 from durable._runio_base import watch_statements
@@ -184,7 +184,7 @@ class AsyncHost:
             # On the runner's threads (max_workers of them), not the loop's default
             # executor: a sync run holds a connection for its whole run.
             return await runner.in_pool(runner.execute, claimed)
-        run = runner.new_run(claimed) if run is None else run
+        run = new_run(runner, claimed) if run is None else run
         run.is_async = True
         runner.hold(claimed)
         self._running[claimed.workflow_id] = claimed
@@ -211,9 +211,9 @@ class AsyncHost:
         """A claimed run as a task of its own: the Runner's bookkeeping of its end. Its
         result is the stored text of the run's output if it ended SUCCESS, for the handle
         of the process that started it (see _local), else None."""
-        run = self.runner.new_run(claimed) if claimed.defn.is_async else None
+        run = new_run(self.runner, claimed) if claimed.defn.is_async else None
         try:
-            with self.runner.outcome_of(claimed.workflow_id, claimed.epoch):
+            with outcome_of(self.runner, claimed.workflow_id, claimed.epoch):
                 await self.run_claimed(claimed, run)
                 return None if run is None else run.output
         except (SystemExit, KeyboardInterrupt) as exc:

@@ -34,11 +34,15 @@ a thread's future made awaitable) goes through `durable/_acompat.py`.
 from __future__ import annotations
 
 import contextvars
-from contextlib import AbstractContextManager
+import logging
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durable import _lifecycle as lifecycle
 from durable._acompat import (
+    CancelledError,
     Future,
     monotonic,
     sleep,
@@ -50,7 +54,16 @@ from durable._context import current_run
 from durable._local import Claimed, LocalRun, ended, inline
 from durable._models import WorkflowStatus
 from durable._ownership import say_who_holds
-from durable._protocol import Journal
+from durable._protocol import Journal, Run
+from durable.errors import (
+    DatabaseUnavailableError,
+    EngineNotRunningError,
+    NondeterminismError,
+    StaleOwnerError,
+    WorkflowCancelledError,
+    WorkflowHandedOver,
+    WorkflowSuspended,
+)
 
 if TYPE_CHECKING:
     import concurrent.futures
@@ -59,10 +72,13 @@ if TYPE_CHECKING:
     from durable._config import Config
     from durable._models import WorkflowInfo
     from durable._ownership import Ownership
+    from durable._protocol import Settings
     from durable._registry import Registry, WorkflowDef
     from durable._systemdb import SystemDB
 
 T = TypeVar("T")
+
+logger = logging.getLogger("durable.runner")
 
 
 class Reader(Protocol):
@@ -122,6 +138,9 @@ class Runs(Protocol):
 
     @property
     def db(self) -> SystemDB: ...
+
+    @property
+    def settings(self) -> Settings | None: ...
 
     def claim(self, workflow_id: str) -> Claimed | None: ...
 
@@ -338,3 +357,84 @@ def local_end(reader: Reader, workflow_id: str, future: Any) -> tuple[bool, Any]
     if output is None:
         return False, None
     return True, reader.outcome(workflow_id, WorkflowStatus.SUCCESS, output, None)
+
+
+def new_run(runner: Runs, claimed: Claimed) -> Run:
+    """The state a claimed workflow's run starts with, on either side."""
+    settings = runner.settings
+    if settings is None:
+        raise EngineNotRunningError()
+    return Run(
+        settings,
+        claimed.workflow_id,
+        claimed.defn.name,
+        claimed.epoch,
+        claimed.journal,
+        mode=claimed.defn.durability or runner.config.durability,
+        host=runner,
+        deadline=claimed.deadline,
+        cancel_reason=claimed.cancel_reason,
+        budget_id=claimed.budget_id,
+        first_run=claimed.first_run,
+        trace_context=claimed.trace_context,
+        doubts_seen=claimed.doubts if claimed.doubts >= 0 else runner.db.outage.doubts,
+        proven_at=claimed.claimed_at or monotonic(),
+        parent_id=claimed.parent_id,
+        deciding=threading.Lock(),
+    )
+
+
+@contextmanager
+def outcome_of(runner: Runs, workflow_id: str, epoch: int) -> Iterator[None]:
+    """What a run's end means to this executor, on either side: a suspension or a lost
+    claim ends it quietly (the with-block's caller then returns None), an outage hands it
+    back later, a failure is logged; a finished run is forgotten."""
+    try:
+        yield
+    except WorkflowSuspended:
+        return  # still this engine's to resume (if it started it)
+    except CancelledError:
+        # Its event loop ended under it (the run released the workflow): still this
+        # engine's to finish, on another loop.
+        raise
+    except (StaleOwnerError, WorkflowCancelledError, WorkflowHandedOver):
+        # Lost, cancelled, or handed over by a stopping worker: another worker's now.
+        runner.forget([workflow_id])
+        return
+    except DatabaseUnavailableError:
+        # The outage itself is said once (SystemDB.outage); each run is a detail.
+        logger.debug("workflow %s interrupted by a database outage", workflow_id)
+        runner.db.outage.note_interrupted()
+        runner.ownership.interrupted(workflow_id, epoch)
+        raise
+    except BaseException as exc:
+        runner.forget([workflow_id])
+        _log_failure(workflow_id, exc)
+        raise
+    runner.forget([workflow_id])
+
+
+def _log_failure(workflow_id: str, exc: BaseException) -> None:
+    """One line per workflow that ended in an error (a nondeterminism error is louder:
+    it means the code changed under a running workflow)."""
+    fields = {"workflow_id": workflow_id, "error_type": type(exc).__qualname__}
+    if isinstance(exc, NondeterminismError):
+        logger.error(
+            "workflow %s: %s",
+            workflow_id,
+            exc,
+            extra={"event": "nondeterminism", "step_seq": exc.step_seq, **fields},
+        )
+    elif isinstance(exc, Exception):
+        extra = {"event": "failed", **fields}
+        logger.warning("workflow %s failed: %s", workflow_id, _safe_repr(exc), extra=extra)
+    else:
+        extra = {"event": "abandoned", **fields}
+        logger.warning("workflow %s gave up: %s", workflow_id, _safe_repr(exc), extra=extra)
+
+
+def _safe_repr(exc: BaseException) -> str:
+    try:
+        return repr(exc)
+    except Exception:  # a repr that raises must not break the log line
+        return f"<{type(exc).__qualname__}>"

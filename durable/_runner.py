@@ -28,7 +28,7 @@ from durable import _lifecycle as lifecycle
 from durable._client_base import libpq_url
 from durable._context import current_run
 from durable._durability import AsyncWriter
-from durable._host_sync import LifeHost, Starter, drive
+from durable._host_sync import LifeHost, Starter, drive, new_run, outcome_of
 from durable._local import Claimed, LocalRun
 from durable._models import StepRecord, WorkflowStatus
 from durable._protocol import Journal, Run, RunChild, Settings, encode_error
@@ -39,13 +39,9 @@ from durable._urls import check_url, redact, same_database
 from durable.errors import (
     DatabaseUnavailableError,
     EngineNotRunningError,
-    NondeterminismError,
     SerializationError,
-    StaleOwnerError,
     UnknownInstanceError,
     UnknownWorkflowError,
-    WorkflowCancelledError,
-    WorkflowHandedOver,
     WorkflowInterrupted,
     WorkflowSuspended,
 )
@@ -72,32 +68,6 @@ class Reader(Starter, Protocol):
 
     @property
     def database_url(self) -> str: ...
-
-
-def _log_failure(workflow_id: str, exc: BaseException) -> None:
-    """One line per workflow that ended in an error (a nondeterminism error is louder:
-    it means the code changed under a running workflow)."""
-    fields = {"workflow_id": workflow_id, "error_type": type(exc).__qualname__}
-    if isinstance(exc, NondeterminismError):
-        logger.error(
-            "workflow %s: %s",
-            workflow_id,
-            exc,
-            extra={"event": "nondeterminism", "step_seq": exc.step_seq, **fields},
-        )
-    elif isinstance(exc, Exception):
-        extra = {"event": "failed", **fields}
-        logger.warning("workflow %s failed: %s", workflow_id, _safe_repr(exc), extra=extra)
-    else:
-        extra = {"event": "abandoned", **fields}
-        logger.warning("workflow %s gave up: %s", workflow_id, _safe_repr(exc), extra=extra)
-
-
-def _safe_repr(exc: BaseException) -> str:
-    try:
-        return repr(exc)
-    except Exception:  # a repr that raises must not break the log line
-        return f"<{type(exc).__qualname__}>"
 
 
 class AsyncSide(Protocol):
@@ -302,34 +272,11 @@ class Runner:
 
     # -- runs ----------------------------------------------------------------------------------
 
-    def new_run(self, claimed: Claimed) -> Run:
-        settings = self.settings
-        if settings is None:
-            raise EngineNotRunningError()
-        return Run(
-            settings,
-            claimed.workflow_id,
-            claimed.defn.name,
-            claimed.epoch,
-            claimed.journal,
-            mode=claimed.defn.durability or self.config.durability,
-            host=self,
-            deadline=claimed.deadline,
-            cancel_reason=claimed.cancel_reason,
-            budget_id=claimed.budget_id,
-            first_run=claimed.first_run,
-            trace_context=claimed.trace_context,
-            doubts_seen=claimed.doubts if claimed.doubts >= 0 else self.db.outage.doubts,
-            proven_at=claimed.claimed_at or time.monotonic(),
-            parent_id=claimed.parent_id,
-            deciding=threading.Lock(),
-        )
-
     def execute(
         self, claimed: Claimed, conn: psycopg.Connection[Any] | None = None, run: Run | None = None
     ) -> Any:
         self.hold(claimed)
-        run = self.new_run(claimed) if run is None else run
+        run = new_run(self, claimed) if run is None else run
         try:
             return _driver.execute_run(self, run, claimed.defn, claimed.args, claimed.kwargs, conn)
         except (Exception, WorkflowSuspended, WorkflowInterrupted):
@@ -348,35 +295,6 @@ class Runner:
             raise
         finally:
             self.let_go(claimed)
-
-    @contextmanager
-    def outcome_of(self, workflow_id: str, epoch: int) -> Iterator[None]:
-        """What a run's end means to this executor, for both drivers: a suspension or a
-        lost claim ends it quietly (the with-block's caller then returns None), an outage
-        hands it back later, a failure is logged; a finished run is forgotten."""
-        try:
-            yield
-        except WorkflowSuspended:
-            return  # still this engine's to resume (if it started it)
-        except asyncio.CancelledError:
-            # Its event loop ended under it (the run released the workflow): still this
-            # engine's to finish, on another loop.
-            raise
-        except (StaleOwnerError, WorkflowCancelledError, WorkflowHandedOver):
-            # Lost, cancelled, or handed over by a stopping worker: another worker's now.
-            self.forget([workflow_id])
-            return
-        except DatabaseUnavailableError:
-            # The outage itself is said once (SystemDB.outage); each run is a detail.
-            logger.debug("workflow %s interrupted by a database outage", workflow_id)
-            self.db.outage.note_interrupted()
-            self.ownership.interrupted(workflow_id, epoch)
-            raise
-        except BaseException as exc:
-            self.forget([workflow_id])
-            _log_failure(workflow_id, exc)
-            raise
-        self.forget([workflow_id])
 
     def submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]:
         """Run a claimed workflow on the pool (an async one on an event loop); the future
@@ -406,8 +324,8 @@ class Runner:
         context = contextvars.Context()
 
         def body() -> str | None:
-            run = self.new_run(claimed)
-            with self.outcome_of(claimed.workflow_id, claimed.epoch):
+            run = new_run(self, claimed)
+            with outcome_of(self, claimed.workflow_id, claimed.epoch):
                 context.run(self.execute, claimed, None, run)
                 return run.output  # what its handle hands over (see _local)
             return None
