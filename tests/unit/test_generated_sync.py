@@ -143,3 +143,91 @@ def test_the_systemdb_writes_no_twin_of_the_generated_io_by_hand() -> None:
     }
     assert names, "AsyncRunIO has no methods?"
     assert not names & written
+
+
+def _perform_cases(module: Path, cls: str) -> set[str]:
+    """The lifecycle operations `cls.perform` in `module` matches on, by class name."""
+    tree = ast.parse((ROOT / module).read_text("utf-8"))
+    (host,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls]
+    (perform,) = [
+        n
+        for n in host.body
+        if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef) and n.name == "perform"
+    ]
+    return {
+        node.cls.attr
+        for node in ast.walk(perform)
+        if isinstance(node, ast.MatchClass) and isinstance(node.cls, ast.Attribute)
+    }
+
+
+def test_one_host_performs_every_lifecycle_operation_on_both_sides() -> None:
+    """The life around a run is performed by one host, written once (its sync twin
+    generated): each operation of _lifecycle has its arm in the host's perform, on both
+    sides, and no other module performs lifecycle operations with a perform of its own."""
+    gen = _generator()
+    import typing
+
+    from durable import _lifecycle as lifecycle
+
+    ops = {op.__name__ for op in typing.get_args(lifecycle.Op)}
+    assert len(ops) == 13
+    pair = (Path("durable/_host_async.py"), Path("durable/_host_sync.py"))
+    assert pair in gen.PAIRS
+    assert _perform_cases(pair[0], "AsyncLifeHost") == ops
+    assert _perform_cases(pair[1], "LifeHost") == ops
+    others = {
+        path.relative_to(ROOT).as_posix(): node.lineno
+        for path in (ROOT / "durable").rglob("*.py")
+        if path.name not in {"_host_async.py", "_host_sync.py"}
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name == "perform"
+    }
+    assert others == {}, f"a perform outside the host: {others}"
+
+
+def test_the_compatibility_pairs_behave_the_same() -> None:
+    """wait and waitable, on either side: a run's end is waited for without raising what
+    it raised, and a time limit is kept."""
+    import asyncio
+    import concurrent.futures
+
+    from durable import _acompat as compat
+
+    failed: concurrent.futures.Future[object] = concurrent.futures.Future()
+    failed.set_exception(SystemExit(3))
+    pending: concurrent.futures.Future[object] = concurrent.futures.Future()
+    assert compat.wait(failed, None) is True
+    assert compat.wait(pending, 0.01) is False
+    assert compat.waitable(failed) is failed
+
+    async def on_a_loop() -> tuple[bool, bool]:
+        ended = compat.waitable_async(failed)
+        waiting = compat.waitable_async(pending)
+        result = await compat.wait_async(ended, None), await compat.wait_async(waiting, 0.01)
+        ended.exception()  # (retrieved)
+        return result
+
+    assert asyncio.run(on_a_loop()) == (True, False)
+    pending.cancel()
+
+
+def test_module_level_blocks_keep_each_sides_imports() -> None:
+    """Imports only one side uses sit in a module-level block, so neither file imports
+    what it does not use; the host's names map to their sync twins."""
+    gen = _generator()
+    source = (
+        "from durable._acompat import AsyncFuture, wait_async\n"
+        "if True:  # ASYNC\n"
+        "    from collections.abc import Callable\n"
+        "else:\n"
+        "    import contextvars\n"
+        "class AsyncLifeHost:\n"
+        "    waiter: AsyncFuture[int]\n"
+    )
+    assert gen.translate(source) == (
+        "from durable._acompat import Future, wait\n"
+        "import contextvars\n"
+        "class LifeHost:\n"
+        "    waiter: Future[int]\n"
+    )
