@@ -128,6 +128,8 @@ def test_the_protocol_is_pure() -> None:
         "durable._embedded",
         "durable._driver_async",
         "durable._async_host",
+        "durable._host_async",
+        "durable._host_sync",
         "durable._runio",
         "durable._runio_async",
         "durable._handles",
