@@ -1,7 +1,10 @@
-"""The sync run I/O (`durable/_runio.py`) is generated from the async source
-(`durable/_runio_async.py`) by `tools/async_to_sync.py`, and committed. These tests fail
-when the committed file is not what the generator makes of the source now (someone edited
-one and not the other), and when a hand-written twin creeps back into the SystemDB.
+"""The generated sync modules (tools/async_to_sync.py's PAIRS: the run I/O,
+`durable/_runio.py` from `durable/_runio_async.py`, and the host of a workflow's life,
+`durable/_host_sync.py` from `durable/_host_async.py`) are committed. These tests fail
+when a committed file is not what the generator makes of its source now (someone edited
+one and not the other), when a hand-written twin creeps back (into the SystemDB, or a
+perform of lifecycle operations outside the host), and when a pair of durable/_acompat.py
+stops behaving alike.
 """
 
 from __future__ import annotations
