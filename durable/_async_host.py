@@ -38,7 +38,7 @@ from psycopg_pool import PoolTimeout
 
 from durable import _lifecycle as lifecycle
 from durable._driver_async import execute_run_async
-from durable._host_async import AsyncLifeHost, drive_async, new_run, outcome_of
+from durable._host_async import AsyncLifeHost, new_run, outcome_of
 from durable._local import Claimed
 from durable._protocol import Run, RunChild
 from durable._runio_base import watch_statements
@@ -250,9 +250,8 @@ class AsyncHost:
     async def run_inline(self, create: lifecycle.Create) -> Any:
         """Run (or resume, or wait for) the workflow `create` names in this task (see
         lifecycle.run_here); what touches the database, but the run itself, in a thread."""
-        life = lifecycle.run_here(create.defn, create.workflow_id, create.inputs, create.parent)
         host = AsyncLifeHost(self.runner.client, self.runner, here=True, loop=self)
-        return await drive_async(life, host)
+        return await host.run_here(create)
 
 
 async def _awaited(task: asyncio.Task[Any]) -> Any:

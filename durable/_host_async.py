@@ -244,6 +244,13 @@ class AsyncLifeHost:
         else:
             self._release(exc_type, exc, tb)
 
+    async def run_here(self, create: lifecycle.Create) -> Any:
+        """Run (or resume, or wait for) the workflow `create` names in the caller, to its
+        end (lifecycle.run_here); a host made with here=True."""
+        life = lifecycle.run_here(create.defn, create.workflow_id, create.inputs, create.parent)
+        async with self:
+            return await drive_async(life, self)
+
     async def perform(self, op: lifecycle.Op) -> Any:
         """Perform one operation (see _lifecycle for what each asks and answers)."""
         if True:  # ASYNC

@@ -208,6 +208,13 @@ class LifeHost:
     ) -> None:
         self._release(exc_type, exc, tb)
 
+    def run_here(self, create: lifecycle.Create) -> Any:
+        """Run (or resume, or wait for) the workflow `create` names in the caller, to its
+        end (lifecycle.run_here); a host made with here=True."""
+        life = lifecycle.run_here(create.defn, create.workflow_id, create.inputs, create.parent)
+        with self:
+            return drive(life, self)
+
     def perform(self, op: lifecycle.Op) -> Any:
         """Perform one operation (see _lifecycle for what each asks and answers)."""
         # The start and the run here share a connection; past them the caller holds

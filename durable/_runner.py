@@ -28,7 +28,7 @@ from durable import _lifecycle as lifecycle
 from durable._client_base import libpq_url
 from durable._context import current_run
 from durable._durability import AsyncWriter
-from durable._host_sync import LifeHost, Starter, drive, new_run, outcome_of
+from durable._host_sync import LifeHost, Starter, new_run, outcome_of
 from durable._local import Claimed, LocalRun
 from durable._models import StepRecord, WorkflowStatus
 from durable._protocol import Journal, Run, RunChild, Settings, encode_error
@@ -607,8 +607,5 @@ class Runner:
                 raise EngineNotRunningError()
             return self.async_side.run_inline(create)
         outer = current_run.get()
-        life = lifecycle.run_here(create.defn, create.workflow_id, create.inputs, create.parent)
-        # The start and the run share one connection (a child's is its parent's).
-        conn = None if outer is None else outer.conn
-        with LifeHost(self.client, self, here=True, conn=conn) as host:
-            return drive(life, host)
+        conn = None if outer is None else outer.conn  # a child's start and run: its parent's
+        return LifeHost(self.client, self, here=True, conn=conn).run_here(create)
