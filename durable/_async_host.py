@@ -8,8 +8,9 @@ AsyncConnectionPool of the system database, SQLAlchemy's async engine for @trans
 steps, and the tasks of the runs it holds. A waiting async workflow holds nothing: its
 task ends at the suspension, like a sync run's thread does.
 
-Claims, inserts and status reads are the Runner's, made in a worker thread; only the run
-itself (every journal read and write of its steps) is awaited here.
+Claims and status reads are the Runner's, made in a worker thread; the insert that creates
+a workflow started here goes on this loop's pool (the lifecycle host, `_host_async`), and
+so does the run itself (every journal read and write of its steps), awaited here.
 
 No exception from a workflow's code ends a loop. asyncio lets two of them out of a task
 and out of the loop itself: SystemExit and KeyboardInterrupt. Out of a step they unwind the
