@@ -254,7 +254,7 @@ class AsyncLifeHost:
     async def perform(self, op: lifecycle.Op) -> Any:
         """Perform one operation (see _lifecycle for what each asks and answers)."""
         if True:  # ASYNC
-            pass
+            pass  # a run on an event loop shares no connection with its start
         else:
             # The start and the run here share a connection; past them the caller holds
             # none while it waits.
@@ -305,8 +305,8 @@ class AsyncLifeHost:
             case lifecycle.Launch(claimed=claimed):
                 if True:  # ASYNC
                     if claimed.defn.is_async:
-                        return self._loop().spawn(claimed)
-                return waitable_async(runner.submit(claimed))
+                        return self._loop().spawn(claimed)  # a task of the caller's loop
+                return waitable_async(runner.submit(claimed))  # the engine's threads
             case lifecycle.LaunchClaim():
                 launched = await to_thread_async(runner.submit_claim, op.workflow_id)
                 if launched is None:
@@ -349,7 +349,7 @@ class AsyncLifeHost:
         if waiter is None:
             raise AssertionError("no local run to wait for")
         if True:  # ASYNC
-            pass
+            pass  # the loop's thread runs no run itself
         else:
             if op.timeout is None and isinstance(waiter, LocalRun):
                 waiter.run_on_caller()  # no thread has begun it: run it here

@@ -256,7 +256,7 @@ class LifeHost:
                 runner.forget([op.workflow_id])
                 return None
             case lifecycle.Launch(claimed=claimed):
-                return waitable(runner.submit(claimed))
+                return waitable(runner.submit(claimed))  # the engine's threads
             case lifecycle.LaunchClaim():
                 launched = to_thread(runner.submit_claim, op.workflow_id)
                 if launched is None:
