@@ -176,7 +176,7 @@ class AsyncHost:
         """Runner.create on this loop's own pool: no hand-off to a thread and back."""
         runner = self.runner
         args, kwargs = runner.client.inputs.decode(op.inputs, op.defn, runner.registry)
-        params, doubts, claimed_at = runner.insert_params(
+        params, doubts, claimed_at = runner.claims.insert_params(
             op.defn, op.workflow_id, op.inputs, op.parent
         )
         try:
@@ -187,7 +187,7 @@ class AsyncHost:
             # failed): the start is said to fail only if the sync path, which waits out a
             # checkout, fails too.
             return await asyncio.to_thread(runner.create, op)
-        created = runner.inserted(op.defn, params, row, doubts, claimed_at)
+        created = runner.claims.inserted(op.defn, params, row, doubts, claimed_at)
         return None if created is None else created._replace(args=args, kwargs=kwargs)
 
     async def run_child(self, op: RunChild) -> Any:

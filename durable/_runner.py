@@ -23,14 +23,13 @@ from typing import TYPE_CHECKING, Any, Protocol
 import psycopg
 
 from durable import _driver
-from durable import _labels as labels
 from durable import _lifecycle as lifecycle
+from durable._claims import Claims, Slots
 from durable._client_base import libpq_url
 from durable._context import current_run
 from durable._durability import AsyncWriter
 from durable._local import Claimed, LocalRun, inline
-from durable._models import StepRecord, WorkflowStatus
-from durable._protocol import Journal, Run, RunChild, Settings, encode_error
+from durable._protocol import Run, RunChild, Settings
 from durable._registry import WorkflowDef
 from durable._runio_base import watch_statements
 from durable._systemdb import SystemDB, app_error_fault
@@ -39,10 +38,7 @@ from durable.errors import (
     DatabaseUnavailableError,
     EngineNotRunningError,
     NondeterminismError,
-    SerializationError,
     StaleOwnerError,
-    UnknownInstanceError,
-    UnknownWorkflowError,
     WorkflowCancelledError,
     WorkflowHandedOver,
     WorkflowInterrupted,
@@ -133,27 +129,25 @@ class Runner:
         client: Reader,
         active: ActiveEngine,
         ownership: Ownership,
+        claims: Claims,
     ) -> None:
         self.config = config
         self.registry = registry
         self.client = client
         self.active = active
         self.ownership = ownership
+        self.claims = claims
         self.writer: AsyncWriter | None = None
         self.app_is_system_db = True
         self._db: SystemDB | None = None
         self._app_engine: sqlalchemy.Engine | None = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
-        self._futures: set[concurrent.futures.Future[Any]] = set()
-        # Async workflows running on an event loop: they hold no thread of the pool, so
-        # they do not count against max_workers (see max_async).
-        self._async_futures: set[concurrent.futures.Future[Any]] = set()
+        # The runs launched here; async ones hold no thread of the pool, so they do not
+        # count against max_workers (see max_async).
+        self.slots = Slots()
         self.async_side: AsyncSide | None = None
         self.app_url = ""
         self._lock = threading.Lock()
-        self.slot_freed = threading.Event()
-        # Set too when a workflow ends, while the worker loop waits with queue entries left.
-        self.wake_on_free: threading.Event | None = None
         self._crash_points = config.crash_points
         self._crash_counts: dict[str, int] = {}
         self.settings: Settings | None = None
@@ -257,8 +251,7 @@ class Runner:
             self.async_side.close(wait, grace_seconds)
         if self._pool is not None:
             if wait:
-                with self._lock:
-                    running = list(self._futures)
+                running = self.slots.threads()
                 _, pending = concurrent.futures.wait(running, timeout=grace_seconds)
                 if pending:
                     logger.warning(
@@ -401,9 +394,7 @@ class Runner:
             if self.async_side is None:
                 raise EngineNotRunningError()
             future = self.async_side.submit(claimed)
-            with self._lock:
-                self._async_futures.add(future)
-            future.add_done_callback(self._forget)
+            self.slots.add(future, asynchronous=True)
             return future
         pool = self._pool
         if pool is None:
@@ -421,19 +412,8 @@ class Runner:
         # A thread of the pool runs it, unless the caller waiting on it got there first.
         queued = pool.submit(future.run)
         queued.add_done_callback(lambda q: q.cancelled() and future.cancel())
-        with self._lock:
-            self._futures.add(future)
-        future.add_done_callback(self._forget)
+        self.slots.add(future, asynchronous=False)
         return future
-
-    def _forget(self, future: concurrent.futures.Future[Any]) -> None:
-        with self._lock:
-            self._futures.discard(future)
-            self._async_futures.discard(future)
-        self.slot_freed.set()
-        wake = self.wake_on_free
-        if wake is not None:
-            wake.set()
 
     def in_pool(self, fn: Any, *args: Any) -> asyncio.Future[Any]:
         """Run `fn(*args)` on this runner's threads, awaitable from an event loop."""
@@ -443,8 +423,7 @@ class Runner:
 
     def running_count(self) -> int:
         """Workflows running on this executor's threads (async ones hold none)."""
-        with self._lock:
-            return len(self._futures)
+        return self.slots.running()
 
     @property
     def loop_failure(self) -> BaseException | None:
@@ -452,70 +431,9 @@ class Runner:
         return None if self.async_side is None else self.async_side.failure
 
     def async_running_count(self) -> int:
-        with self._lock:
-            return len(self._async_futures)
+        return self.slots.running_async()
 
     # -- claims --------------------------------------------------------------------------------
-
-    def insert(
-        self,
-        defn: WorkflowDef,
-        workflow_id: str,
-        inputs: str,
-        parent: tuple[str, int] | None,
-        conn: psycopg.Connection[Any] | None = None,
-    ) -> Claimed | None:
-        """Create the workflow owned by this executor, ready to run; None if it exists.
-        `conn`: the connection the run will use (one checkout for the start and the run)."""
-        params, doubts, claimed_at = self.insert_params(defn, workflow_id, inputs, parent)
-        if conn is None:
-            row = self.db.fetch_one("insert_workflow", params)
-        else:
-            row = self.db.run_on(conn, "insert_workflow", params, "one")
-        return self.inserted(defn, params, row, doubts, claimed_at)
-
-    def insert_params(
-        self, defn: WorkflowDef, workflow_id: str, inputs: str, parent: tuple[str, int] | None
-    ) -> tuple[dict[str, Any], int, float]:
-        """insert_workflow's parameters, and the doubts and time before it (see Claimed);
-        each driver sends the statement its own way."""
-        config = self.config
-        if current_run.get() is None:
-            # A process that lost its id starts nothing new under it. (A child of a run in
-            # flight is left to that run's epoch fence: failing the call would fail the run.)
-            self.ownership.check_id()
-        params = self.client.inputs.row(defn, workflow_id, inputs, parent, config.durability)
-        params["owner"] = config.executor_id
-        params["lease_seconds"] = config.lease_seconds
-        return params, self.db.outage.doubts, time.monotonic()
-
-    @staticmethod
-    def inserted(
-        defn: WorkflowDef,
-        params: dict[str, Any],
-        row: dict[str, Any] | None,
-        doubts: int,
-        claimed_at: float,
-    ) -> Claimed | None:
-        """The claim insert_workflow's row makes (None: the id exists)."""
-        if row is None:
-            return None
-        return Claimed(
-            defn,
-            params["workflow_id"],
-            int(row["epoch"]),
-            [],
-            {},
-            Journal(params["workflow_id"]),
-            row["deadline_at"],
-            None,
-            params["budget_id"],
-            True,
-            params["trace_context"],
-            doubts,
-            claimed_at,
-            params["parent_id"],
-        )
 
     def create(
         self, op: lifecycle.Create, conn: psycopg.Connection[Any] | None = None
@@ -524,228 +442,18 @@ class Runner:
         the arguments as a replay decodes them (not as the caller passed them), or None if
         the id exists. Decoded first: what this process could not run is not stored."""
         args, kwargs = self.client.inputs.decode(op.inputs, op.defn, self.registry)
-        created = self.insert(op.defn, op.workflow_id, op.inputs, op.parent, conn)
+        created = self.claims.insert(op.defn, op.workflow_id, op.inputs, op.parent, conn)
         if created is None:
             return None
         return created._replace(args=args, kwargs=kwargs)
 
-    def claim_free(self, workflow_ids: list[str] | None, limit: int) -> list[tuple[str, Any]]:
-        """Claim and start what there is room for: sync workflows up to `limit` (threads),
-        async ones up to the engine's max_async less those running (they hold no thread)."""
-        defs = self.registry.workflows()
-        started: list[tuple[str, Any]] = []
-        if limit > 0 and any(not d.is_async for d in defs):
-            started += self.start_claimed(self.claim_rows(workflow_ids, limit, False))
-        room = self.config.max_async - self.async_running_count()
-        if room > 0 and self.loop_failure is None and any(d.is_async for d in defs):
-            started += self.start_claimed(self.claim_rows(workflow_ids, room, True))
-        return started
-
-    def claim_rows(
-        self, workflow_ids: list[str] | None, limit: int, asynchronous: bool | None = None
-    ) -> list[dict[str, Any]]:
-        """Claim up to `limit` runnable workflows this registry has the code of (only the
-        async def ones, or only the others, when `asynchronous` says so)."""
-        config = self.config
-        # Sleepers whose time has come become claimable here, by whoever claims next.
-        self.db.wake_due()
-        doubts, claimed_at = self.db.outage.doubts, time.monotonic()  # before the claim
-        defs = [
-            d
-            for d in self.registry.workflows()
-            if asynchronous is None or d.is_async == asynchronous
-        ]
-        rows = self.db.claim_batch(
-            {
-                "workflow_ids": workflow_ids,
-                "owner": config.executor_id,
-                "incarnation": self.ownership.incarnation,
-                "lease_seconds": config.lease_seconds,
-                "max_attempts": config.max_recovery_attempts,
-                "names": [d.name for d in defs],
-                "versions": [d.version or "" for d in defs],
-                "journal_version": labels.JOURNAL_VERSION,
-                "limit": limit,
-            },
-        )
-        for row in rows:
-            row["doubts"], row["claimed_at"] = doubts, claimed_at
-        return rows
-
     def claim(self, workflow_id: str) -> Claimed | None:
-        """Claim one runnable workflow and load its journal, or None if someone holds it."""
-        rows = self.claim_rows([workflow_id], 1)
-        if not rows or rows[0]["status"] != WorkflowStatus.RUNNING:
-            return None
-        row = rows[0]
-        records = [
-            StepRecord.from_row(r)
-            for r in self.db.fetch_all("load_journal", {"workflow_id": row["workflow_id"]})
-        ]
-        try:
-            return self._claimed(row, records)
-        except Exception as exc:
-            self._fail_unstartable(row, exc)
-            return None
-
-    def _fail_unstartable(self, row: dict[str, Any], exc: Exception) -> None:
-        """A claimed workflow that cannot even start (its stored inputs do not decode, its
-        journal is corrupt): it ends ERROR with the reason, instead of failing every
-        worker that claims it (a poison pill)."""
-        workflow_id = row["workflow_id"]
-        if isinstance(exc, UnknownInstanceError):
-            # Its instance is missing here, not broken: this worker has not created it (or
-            # not yet). The claim is not held, so its lease runs out and a worker that has
-            # the instance takes it; should none come, its recovery attempts run out and it
-            # waits as MAX_RECOVERY_ATTEMPTS_EXCEEDED for `durable workflows resume`.
-            logger.warning(
-                "workflow %s needs an instance this worker does not have, left for a worker "
-                "that has it: %s",
-                workflow_id,
-                exc,
-                extra={"event": "instance_missing", "workflow_id": workflow_id},
-            )
-            return
-        logger.error("workflow %s cannot be started, marking it ERROR: %s", workflow_id, exc)
-        error = SerializationError(
-            f"workflow {workflow_id!r} cannot be started: its stored inputs (or journal) "
-            f"cannot be decoded: {exc}",
-            what="the stored inputs",
-            type_name=type(exc).__qualname__,
-        )
-        try:
-            self.db.execute(
-                "finish_workflow",
-                {
-                    "workflow_id": workflow_id,
-                    "epoch": int(row["epoch"]),
-                    "status": WorkflowStatus.ERROR.value,
-                    "output": None,
-                    "error": encode_error(error),
-                },
-            )
-        except DatabaseUnavailableError:
-            raise
-        except Exception:
-            logger.exception("could not mark workflow %s as failed", workflow_id)
-
-    def _claimed(self, row: dict[str, Any], records: list[StepRecord]) -> Claimed:
-        defn = self.registry.get_workflow(row["name"], row["version"])
-        if defn is None:
-            raise UnknownWorkflowError(row["name"], row["version"])
-        args, kwargs = self.client.inputs.decode(row["inputs"], defn, self.registry)
-        return Claimed(
-            defn,
-            row["workflow_id"],
-            int(row["epoch"]),
-            args,
-            kwargs,
-            Journal.from_records(row["workflow_id"], records),
-            row["deadline_at"],
-            row["cancel_reason"],
-            row["budget_id"],
-            trace_context=row.get("trace_context"),
-            doubts=row.get("doubts", -1),
-            claimed_at=row.get("claimed_at", 0.0),
-            parent_id=row.get("parent_id"),
-        )
+        """Claim one runnable workflow (see Claims.one)."""
+        return self.claims.one(workflow_id)
 
     def submit_claim(self, workflow_id: str) -> concurrent.futures.Future[Any] | None:
-        claimed = self.claim(workflow_id)
-        if claimed is None:
-            return None
-        return self.submit(claimed)
-
-    def start_claimed(
-        self, rows: list[dict[str, Any]]
-    ) -> list[tuple[str, concurrent.futures.Future[Any]]]:
-        """Load the journals of claimed rows in one query and run them on the pool."""
-        runnable = []
-        for row in rows:
-            fields = {"workflow_id": row["workflow_id"], "workflow": row["name"]}
-            if row["status"] != WorkflowStatus.RUNNING:
-                logger.error(
-                    "workflow %s crashed its worker %d times; it is left as %s for an "
-                    "operator (`durable workflows resume` retries it)",
-                    row["workflow_id"],
-                    row.get("max_recovery_attempts") or self.config.max_recovery_attempts,
-                    row["status"],
-                    extra={"event": "gave_up", "status": row["status"], **fields},
-                )
-                continue
-            attempts = int(row.get("recovery_attempts") or 0)
-            # A crash's recovery, not a workflow that was waiting (a sleep, a message, a
-            # queue slot) and is due: recovery_attempts counts every crash of its life.
-            if row.get("lease_expired"):
-                logger.info(
-                    "recovering workflow %s (its lease expired; attempt %d)",
-                    row["workflow_id"],
-                    attempts,
-                    extra={
-                        "event": "recover",
-                        "attempt": attempts,
-                        "epoch": row["epoch"],
-                        **fields,
-                    },
-                )
-            else:
-                logger.info(
-                    "claimed workflow %s",
-                    row["workflow_id"],
-                    extra={"event": "claim", "epoch": row["epoch"], **fields},
-                )
-            runnable.append(row)
-        if not runnable:
-            return []
-        journals: dict[str, list[StepRecord]] = {r["workflow_id"]: [] for r in runnable}
-        broken: dict[str, Exception] = {}
-        for step_row in self.db.fetch_all("load_journals", {"workflow_ids": list(journals)}):
-            try:
-                journals[step_row["workflow_id"]].append(StepRecord.from_row(step_row))
-            except Exception as exc:
-                broken[step_row["workflow_id"]] = exc
-        started = []
-        for row in runnable:
-            try:
-                if row["workflow_id"] in broken:
-                    raise broken[row["workflow_id"]]
-                claimed = self._claimed(row, journals[row["workflow_id"]])
-            except DatabaseUnavailableError:
-                raise
-            except Exception as exc:
-                self._fail_unstartable(row, exc)
-                continue
-            started.append((claimed.workflow_id, self.submit(claimed)))
-        return started
-
-    def dequeue(
-        self, limit: int, only: list[str] | None = None
-    ) -> list[tuple[str, concurrent.futures.Future[Any]]]:
-        """Dequeue and start up to `limit` entries from the queues of this registry, as
-        far as each queue's limits allow (`only`: among these ids)."""
-        config = self.config
-        started: list[tuple[str, concurrent.futures.Future[Any]]] = []
-        defs = self.registry.workflows()
-        if self.loop_failure is not None:
-            defs = [d for d in defs if not d.is_async]  # nowhere to run them
-        for queue in self.registry.queues():
-            if len(started) >= limit:
-                break
-            params = queue.dequeue_params(
-                schema=config.schema,
-                owner=config.executor_id,
-                lease_seconds=config.lease_seconds,
-                defs=defs,
-                limit=limit - len(started),
-                only=only,
-            )
-            params["incarnation"] = self.ownership.incarnation
-            doubts, claimed_at = self.db.outage.doubts, time.monotonic()  # (Claimed.doubts)
-            rows = self.db.dequeue(params)
-            for row in rows:
-                row["doubts"], row["claimed_at"] = doubts, claimed_at
-            started += self.start_claimed(rows)
-        return started
+        claimed = self.claims.one(workflow_id)
+        return None if claimed is None else self.submit(claimed)
 
     # -- running here (direct calls and children) ------------------------------------------------
 

@@ -282,3 +282,32 @@ def test_no_module_imports_the_package_itself() -> None:
                 if any(f"durable.{a.name}" not in MODULES for a in node.names):
                     offenders.append(module)
     assert offenders == []
+
+
+# The engine's parts: what makes up an Engine beside the claims, and how a run is hosted.
+ENGINE_PARTS = {"durable._engine", "durable._runner", "durable._async_host", "durable._client"}
+
+
+def _reaches_engine_parts(module: str, tree: ast.Module) -> list[str]:
+    """What `module` imports of the engine's parts, and where it reaches for them through
+    an engine (`engine.runner`, `self.engine.client`, ...)."""
+    found = sorted(_imported_modules(module, tree) & ENGINE_PARTS)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in {"runner", "client", "engine"}:
+            found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+def test_the_worker_loop_knows_only_its_parts() -> None:
+    """The worker loop, the keeper and the heartbeat are given what they use (claims, a
+    launcher, slots, a subscription: `WorkerParts`), made by the engine: they import none
+    of the engine's parts and never reach through an engine for its runner or client."""
+    module = "durable._recovery"
+    assert _reaches_engine_parts(module, _tree(MODULES[module])) == []
+
+
+def test_the_worker_loop_check_sees_a_reach() -> None:
+    source = "def f(engine):\n    engine.runner.dequeue(1)\n"
+    assert _reaches_engine_parts("durable._recovery", ast.parse(source)) == ["line 2: .runner"]
+    source = "from durable._runner import Runner\n"
+    assert _reaches_engine_parts("durable._recovery", ast.parse(source)) == ["durable._runner"]
