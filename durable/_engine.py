@@ -5,9 +5,10 @@ executor, starts the heartbeat and the runner's threads) and makes it the curren
 for direct workflow calls in that context; leaving the block shuts it down cleanly.
 
 An Engine is made of parts: `engine.client`, a Client on the engine's own pool (every
-read and operator action, `_client.py`); a Runner (claims -> runs, `_runner.py`); the
-Ownership of its executor id (`_ownership.py`); the Heartbeat and, with `worker=True` or
-`run_worker()`, a Worker loop (`_recovery.py`: LISTEN, claims, schedules, retention). The
+read and operator action, `_client.py`); its Claims (`_claims.py`) and a Runner that
+launches them (`_runner.py`); the Ownership of its executor id (`_ownership.py`); the
+Heartbeat and, with `worker=True` or `run_worker()`, a Worker loop, else a keeper
+(`_recovery.py`: LISTEN, claims, schedules, retention), given only what they use. The
 Engine itself shows what an application calls: start and run workflows, and the reads and
 actions used most, which it hands to its client (the rest: `engine.client`).
 """

@@ -1,9 +1,10 @@
-"""The Runner: claims workflows and runs them, the executing half of an Engine.
+"""The Runner: runs claimed workflows, the executing half of an Engine.
 
-A claim bumps the workflow's epoch and leases it to this executor; the Runner loads the
-journal, builds the run's state (`_protocol.Run`) and hands it to the driver on a thread
-of its pool. It is also the driver's host: the system database, the background writer of
-async durability, the application database of @transaction steps, and child runs.
+A claim (`_claims.py`) bumps the workflow's epoch, leases it to this executor and loads
+its journal; the Runner builds the run's state (`_protocol.Run`) and hands it to the
+driver on a thread of its pool. It is also the driver's host: the system database, the
+background writer of async durability, the application database of @transaction steps,
+and child runs.
 """
 
 from __future__ import annotations
@@ -48,31 +49,13 @@ from durable.errors import (
 if TYPE_CHECKING:
     import sqlalchemy
 
+    from durable._client import Client
     from durable._config import Config
     from durable._context import ActiveEngine
-    from durable._inputs import Inputs
-    from durable._models import WorkflowInfo
     from durable._ownership import Ownership
     from durable._registry import Registry
 
 logger = logging.getLogger("durable.runner")
-
-
-class Reader(Protocol):
-    """What the runner reads through the client of its engine: where the system database
-    is, how inputs are stored, and the stored workflows its starts attach to. The runner
-    never imports the Client (nor anything above it)."""
-
-    inputs: Inputs
-
-    @property
-    def database_url(self) -> str: ...
-
-    def existing(
-        self, defn: WorkflowDef, workflow_id: str, inputs: str | None = None
-    ) -> WorkflowInfo: ...
-
-    def finished(self, workflow_id: str) -> tuple[bool, Any]: ...
 
 
 def _log_failure(workflow_id: str, exc: BaseException) -> None:
@@ -126,7 +109,7 @@ class Runner:
         self,
         config: Config,
         registry: Registry,
-        client: Reader,
+        client: Client,
         active: ActiveEngine,
         ownership: Ownership,
         claims: Claims,

@@ -3,6 +3,8 @@ environment, then defaults, with a bad value refused by name before anything con
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import re
 from pathlib import Path
 
@@ -122,3 +124,36 @@ def test_the_response_timeout_is_given_or_five_seconds() -> None:
     url = "postgresql://h/db"
     assert SystemDB(url, "durable").response_timeout == 5.0
     assert SystemDB(url, "durable", response_timeout=0).response_timeout is None
+
+
+# An engine applies migrations at launch; a client (Config's default) leaves them to it.
+ENGINE_DEFAULTS = {"migrate": True}
+
+
+@pytest.mark.parametrize(
+    "signature_of", [Config.resolve, durable.Engine.__init__, durable.Client.__init__]
+)
+def test_each_default_is_the_configs(signature_of: object) -> None:
+    """The defaults are Config's fields': an argument of Config.resolve, Engine or Client
+    that defaults otherwise (None resolving to something else) is caught here."""
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    checked = 0
+    for name, param in inspect.signature(signature_of).parameters.items():  # type: ignore[arg-type]
+        if name not in fields or param.default is inspect.Parameter.empty:
+            continue
+        field = fields[name]
+        expected = (
+            field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
+        )
+        if signature_of is durable.Engine.__init__ and name in ENGINE_DEFAULTS:
+            assert param.default == ENGINE_DEFAULTS[name], name
+            continue
+        resolved = getattr(Config.resolve(environ={}, **{name: param.default}), name)
+        if name == "executor_id":  # None: a new id each time, in place of Config's ""
+            assert param.default is None and resolved
+        elif field.default is dataclasses.MISSING:  # a new object each time
+            assert type(resolved) is type(expected), name
+        else:
+            assert resolved == expected, f"{signature_of}: {name}={param.default!r}"
+        checked += 1
+    assert checked >= 8
