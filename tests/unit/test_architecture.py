@@ -311,3 +311,24 @@ def test_the_worker_loop_check_sees_a_reach() -> None:
     assert _reaches_engine_parts("durable._recovery", ast.parse(source)) == ["line 2: .runner"]
     source = "from durable._runner import Runner\n"
     assert _reaches_engine_parts("durable._recovery", ast.parse(source)) == ["durable._runner"]
+
+
+def _routes_by_name(tree: ast.Module) -> list[int]:
+    """Lines that compare an operation's statement name with a string (`op.name == "x"`)."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and isinstance(node.left, ast.Attribute)
+        and node.left.attr == "name"
+        and any(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in node.comparators)
+    ]
+
+
+def test_the_drivers_route_by_operation_not_by_statement_name() -> None:
+    """A write the sync driver commits together with other runs' (a step record, an
+    outcome) is an operation of its own (RecordStep, Finish): renaming a statement cannot
+    silently take it out of the group commit."""
+    for name in ("_driver.py", "_driver_async.py"):
+        assert _routes_by_name(_tree(PACKAGE / name)) == [], name
+    assert _routes_by_name(ast.parse('if op.name == "record_step":\n    pass\n')) == [1]
