@@ -360,7 +360,7 @@ class Engine:
                     self.ownership.lose_id(row)
         except Exception:
             logger.warning("could not release workflows at shutdown", exc_info=True)
-        self.client.close_listener()
+        self.client._close_listener()
         self.client._adopt(None)
         self._launched = False
         db.close()
@@ -676,11 +676,11 @@ class Engine:
             launch=runner.submit,
             slots=runner.slots,
             loop_failure=lambda: runner.loop_failure,
-            subscribe=lambda wake: client.listener.subscribe(
-                client.notify_channel, wake=wake, settle=False
+            subscribe=lambda wake: client._listener.subscribe(
+                client._notify_channel, wake=wake, settle=False
             ),
             notify=client.notify_work,
-            chores=(client.expire_approvals, self.fire_schedules),
+            chores=(client._expire_approvals, self.fire_schedules),
             prune=client.prune,
             waiting_for_worker=lambda stale: client.waiting_for_worker(stale_seconds=stale),
         )
