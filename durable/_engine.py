@@ -261,35 +261,7 @@ class Engine:
             self.runner.async_side = AsyncHosts(
                 self.runner, max(4, config.max_workers), config.connect_timeout
             )
-            ownership = self.ownership
-            holder_dead = ownership.refuse_a_live_twin(db) if ownership.explicit else True
-            # From here on this incarnation holds the id; a process that held it before
-            # (paused past its lease, and perhaps resumed) touches nothing under it.
-            registration = ownership.register(
-                (d.name, d.version) for d in self.registry.workflows()
-            )
-            db.execute("upsert_executor", registration)
-            if ownership.explicit:
-                # The same identity as a process that crashed: its runs are ours to retake.
-                taken = db.execute(
-                    "abandon_owned",
-                    {
-                        "owner": self.executor_id,
-                        "incarnation": ownership.incarnation,
-                        "dead": holder_dead,
-                    },
-                )
-                db.counters.takeovers += taken
-                if taken:
-                    logger.info(
-                        "executor %s restarted: taking back %d interrupted workflows",
-                        self.executor_id,
-                        taken,
-                        extra={"event": "takeover", "executor_id": self.executor_id},
-                    )
-            # A process of this host that died (this script, killed and run again) left
-            # claims behind: they are taken at once, not after their leases.
-            ownership.take_back_from_the_dead(db)
+            self.ownership.take_up(db, ((d.name, d.version) for d in self.registry.workflows()))
             for schedule in self.registry.schedules():
                 db.execute("upsert_schedule", schedule.row())
         except BaseException:
@@ -349,15 +321,7 @@ class Engine:
         held.update(self.ownership.held_epochs())
         self._heartbeat.stop()
         try:
-            if wait:
-                # Anything still owned here was interrupted: hand it back at once instead of
-                # making another worker wait for the lease to expire.
-                db.on_held("release_owned", self.ownership.held_params(held), "count")
-            gone = db.execute("delete_executor", self.ownership.identity_params())
-            if not gone and not self.ownership.superseded:
-                row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
-                if row is not None:  # not ours, so another incarnation's
-                    self.ownership.lose_id(row)
+            self.ownership.give_up(db, held if wait else None)
         except Exception:
             logger.warning("could not release workflows at shutdown", exc_info=True)
         self.client._close_listener()
