@@ -36,6 +36,7 @@ from durable.errors import (
 if TYPE_CHECKING:
     import psycopg
 
+    from durable import _lifecycle as lifecycle
     from durable._config import Config
     from durable._inputs import Inputs
     from durable._ownership import Ownership
@@ -179,6 +180,18 @@ class Claims:
         except Exception as exc:
             self._fail_unstartable(row, exc)
             return None
+
+    def create(
+        self, op: lifecycle.Create, conn: psycopg.Connection[Any] | None = None
+    ) -> Claimed | None:
+        """Create a workflow claimed by this executor (lifecycle.Create): its claim, with
+        the arguments as a replay decodes them (not as the caller passed them), or None if
+        the id exists. Decoded first: what this process could not run is not stored."""
+        args, kwargs = self.inputs.decode(op.inputs, op.defn, self.registry)
+        created = self.insert(op.defn, op.workflow_id, op.inputs, op.parent, conn)
+        if created is None:
+            return None
+        return created._replace(args=args, kwargs=kwargs)
 
     def insert(
         self,

@@ -421,14 +421,8 @@ class Runner:
     def create(
         self, op: lifecycle.Create, conn: psycopg.Connection[Any] | None = None
     ) -> Claimed | None:
-        """Create a workflow claimed by this executor (lifecycle.Create): its claim, with
-        the arguments as a replay decodes them (not as the caller passed them), or None if
-        the id exists. Decoded first: what this process could not run is not stored."""
-        args, kwargs = self.client.inputs.decode(op.inputs, op.defn, self.registry)
-        created = self.claims.insert(op.defn, op.workflow_id, op.inputs, op.parent, conn)
-        if created is None:
-            return None
-        return created._replace(args=args, kwargs=kwargs)
+        """Create a workflow claimed by this executor (see Claims.create)."""
+        return self.claims.create(op, conn)
 
     def claim(self, workflow_id: str) -> Claimed | None:
         """Claim one runnable workflow (see Claims.one)."""
