@@ -1,10 +1,16 @@
-"""The worker loop and the heartbeat: recover interrupted workflows, run runnable ones.
+"""The worker loop, the keeper and the heartbeat: recover interrupted workflows, run
+runnable ones, renew leases.
 
 Recovery is a claim like any other: a workflow whose owner stopped renewing its lease (the
 process died, or is paused, or lost its network) is claimed with FOR UPDATE SKIP LOCKED,
 which bumps its epoch so the old owner's writes are refused, and it is re-invoked with its
 saved inputs. Journaled steps replay; the first unjournaled one runs for real. Workers
 find work by LISTEN/NOTIFY and fall back to polling, so a lost notification only delays.
+
+The loops ask the claims for work and hand what they get to a launcher: they are given
+these (WorkerParts) by the engine, and know nothing else of it, so the claiming, the
+launching and the loop can each change alone. The keeper is the loop of an engine that is
+not a worker: it claims only the workflows that engine started.
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ class Runner:
         self._crash_counts: dict[str, int] = {}
         self.settings: Settings | None = None
         # Workflows this engine started (or enqueued) and has not seen finish: an engine
-        # that is not a worker still resumes these when they wait (see Engine._keep).
+        # that is not a worker still resumes these when they wait (see _recovery.keep).
         self._own: set[str] = set()
 
     def hold(self, claimed: Claimed) -> None:
