@@ -23,6 +23,8 @@ import ast
 import re
 from pathlib import Path
 
+import pytest
+
 from durable._systemdb import load_queries
 
 PACKAGE = Path(__file__).resolve().parents[2] / "durable"
@@ -301,11 +303,12 @@ def _reaches_engine_parts(module: str, tree: ast.Module) -> list[str]:
     return found
 
 
-def test_the_worker_loop_knows_only_its_parts() -> None:
+@pytest.mark.parametrize("module", ["durable._recovery", "durable._claims"])
+def test_the_worker_loop_knows_only_its_parts(module: str) -> None:
     """The worker loop, the keeper and the heartbeat are given what they use (claims, a
     launcher, slots, a subscription: `WorkerParts`), made by the engine: they import none
-    of the engine's parts and never reach through an engine for its runner or client."""
-    module = "durable._recovery"
+    of the engine's parts and never reach through an engine for its runner or client. The
+    claims they are given return what they claim, and know no more of the engine."""
     assert _reaches_engine_parts(module, _tree(MODULES[module])) == []
 
 
