@@ -584,7 +584,7 @@ class Client(Messages):
         if existing["status"] != status:
             raise ApprovalConflictError(workflow_id, name, existing["status"])
 
-    def expire_approvals(self) -> int:
+    def _expire_approvals(self) -> int:
         """Decide timed-out gates by their default and wake their workflows (the worker
         calls this on every round)."""
         return self.db.execute("expire_approvals", {})

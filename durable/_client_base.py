@@ -65,8 +65,8 @@ class ClientBase:
         self.listen = config.listen
         self._db: SystemDB | None = None
         self._borrowed = False  # the pool is an Engine's (see _adopt)
-        self._listener: Listener | None = None
-        self._listener_lock = threading.Lock()
+        self._listen_on: Listener | None = None
+        self._listen_on_lock = threading.Lock()
         # Versions of the migrations this client applied when it connected (migrate=True),
         # and who hears of each as it is applied (`durable migrate` shows them).
         self.applied_migrations: list[int] = []
@@ -92,7 +92,7 @@ class ClientBase:
             from durable import _embedded
 
             # This project's own database on the shared embedded server.
-            self._database_url = _embedded.project_url()
+            self._database_url = _embedded.project_url(data_dir=self.config.embedded_data_dir())
         return libpq_url(self._database_url)
 
     @property
@@ -140,23 +140,23 @@ class ClientBase:
 
     def close(self) -> None:
         if self._db is not None and not self._borrowed:
-            self.close_listener()
+            self._close_listener()
             self._db.close()
             self._db = None
 
     @property
-    def listener(self) -> Listener:
+    def _listener(self) -> Listener:
         """This client's one LISTEN connection, shared by its stream readers, watchers and
         worker (see _listen.py); opened by the first of them to wait."""
         db = self.db
-        with self._listener_lock:
-            if self._listener is None or self._listener.db is not db:
-                self._listener = Listener(db, (self.notify_channel, self.stream_channel))
-            return self._listener
+        with self._listen_on_lock:
+            if self._listen_on is None or self._listen_on.db is not db:
+                self._listen_on = Listener(db, (self._notify_channel, self._stream_channel))
+            return self._listen_on
 
-    def close_listener(self) -> None:
-        with self._listener_lock:
-            listener, self._listener = self._listener, None
+    def _close_listener(self) -> None:
+        with self._listen_on_lock:
+            listener, self._listen_on = self._listen_on, None
         if listener is not None:
             listener.close()
 
@@ -175,27 +175,27 @@ class ClientBase:
     def notify_work(self, payload: str = "") -> None:
         """Wake idle workers (they also poll, so a lost notification only delays)."""
         try:
-            self.db.execute("notify_work", {"channel": self.notify_channel, "payload": payload})
+            self.db.execute("notify_work", {"channel": self._notify_channel, "payload": payload})
         except DatabaseUnavailableError:
             pass
 
     @property
-    def notify_channel(self) -> str:
+    def _notify_channel(self) -> str:
         return f"{self.schema}_work"
 
     @contextmanager
-    def notifications(self) -> Iterator[Callable[[float], list[str]]]:
+    def _notifications(self) -> Iterator[Callable[[float], list[str]]]:
         """For watchers: LISTEN on the work channel (the client's shared listener), yielding
         `wait(seconds)`, which returns the payloads (mostly workflow ids: woken, decided,
         sent to, cancelled, resumed) notified since the last call, waiting up to `seconds`
         for one; [] when none came. Journal writes send no notification (a step costs one
         round trip), so watchers poll too; without a LISTEN connection `wait` only sleeps."""
-        subscription = self.listener.subscribe(self.notify_channel)
+        subscription = self._listener.subscribe(self._notify_channel)
         try:
             yield subscription.wait
         finally:
             subscription.close()
 
     @property
-    def stream_channel(self) -> str:
+    def _stream_channel(self) -> str:
         return f"{self.schema}_streams"

@@ -18,6 +18,12 @@ The variables:
   DURABLE_RESPONSE_TIMEOUT  seconds a statement waits for the database to answer (default
                          5; 0: for ever), past which it counts as unreachable
   DURABLE_CRASH_POINTS   crash tests: "point[:nth],..." where the process SIGKILLs itself
+  DURABLE_DATA_DIR       the embedded server's data directory (else the user data dir)
+  DURABLE_LOG_LEVEL      `durable worker`'s log level (read through click's envvar=, as the
+                         worker's process number and its supervisor's pipe are)
+
+Outside this module only `durable/testing.py` reads the environment (the test database,
+as a test suite's conftest would); `tests/unit/test_config.py` checks it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import os
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
 
 from durable._clock import Clock, FakeClock, SystemClock
@@ -75,6 +82,8 @@ class Config:
     retention: RetentionPolicy | None = None
     create_database: bool | None = None
     crash_points: dict[str, int] = field(default_factory=_no_crash_points)
+    # The embedded server's data directory (None: the user data directory).
+    data_dir: str | None = None
 
     @property
     def cancel_poll_interval(self) -> float:
@@ -175,7 +184,12 @@ class Config:
             retention=retention,
             create_database=create_database,
             crash_points=crash_points(env.get("DURABLE_CRASH_POINTS", "")),
+            data_dir=env.get("DURABLE_DATA_DIR") or None,
         )
+
+    def embedded_data_dir(self) -> Path | None:
+        """Where the embedded server keeps its data (None: its default, see _embedded)."""
+        return None if self.data_dir is None else Path(self.data_dir)
 
 
 def _response_timeout(given: float | None, env: str | None) -> float | None:

@@ -41,12 +41,14 @@ from durable._protocol import (
     Call,
     Enqueue,
     Execute,
+    Finish,
     Gen,
     Join,
     LeaseClock,
     Outcome,
     Park,
     Pause,
+    RecordStep,
     Run,
     RunChild,
     StepScope,
@@ -201,15 +203,14 @@ def drive(run: Run, gen: Gen[T]) -> T:
                 # This match runs once per operation: the classes are module globals, one
                 # read fewer per case than the async driver's `ops.Execute`.
                 match op:
+                    case RecordStep():
+                        # Records (and outcomes) of runs writing together share a commit;
+                        # each returns once its own is committed.
+                        value = db.records.record(conn, op.params)
+                    case Finish():
+                        value = db.finishes.finish(conn, op.params)
                     case Execute():
-                        if op.name == "record_step":
-                            # Records (and outcomes) of runs writing together share a
-                            # commit; each returns once its own is committed.
-                            value = db.records.record(conn, op.params)
-                        elif op.name == "finish_workflow":
-                            value = db.finishes.finish(conn, op.params)
-                        else:
-                            value = db.run_on(conn, op.name, op.params, op.fetch)
+                        value = db.run_on(conn, op.name, op.params, op.fetch)
                     case Call():
                         _prove_claim(run, db, conn)
                         value = _call(op.fn, op.args, op.kwargs, op.scope, run, op.timeout)

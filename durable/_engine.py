@@ -5,9 +5,10 @@ executor, starts the heartbeat and the runner's threads) and makes it the curren
 for direct workflow calls in that context; leaving the block shuts it down cleanly.
 
 An Engine is made of parts: `engine.client`, a Client on the engine's own pool (every
-read and operator action, `_client.py`); a Runner (claims -> runs, `_runner.py`); the
-Ownership of its executor id (`_ownership.py`); the Heartbeat and, with `worker=True` or
-`run_worker()`, a Worker loop (`_recovery.py`: LISTEN, claims, schedules, retention). The
+read and operator action, `_client.py`); its Claims (`_claims.py`) and a Runner that
+launches them (`_runner.py`); the Ownership of its executor id (`_ownership.py`); the
+Heartbeat and, with `worker=True` or `run_worker()`, a Worker loop, else a keeper
+(`_recovery.py`: LISTEN, claims, schedules, retention), given only what they use. The
 Engine itself shows what an application calls: start and run workflows, and the reads and
 actions used most, which it hands to its client (the rest: `engine.client`).
 """
@@ -21,7 +22,6 @@ import dataclasses
 import functools
 import logging
 import threading
-import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager, contextmanager
@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from durable import _lifecycle as lifecycle
 from durable._async_host import AsyncHosts
+from durable._claims import Claims
 from durable._client import Client
 from durable._clock import Clock
 from durable._config import Config
@@ -39,10 +40,11 @@ from durable._handles import AsyncWorkflowHandle, WorkflowHandle
 from durable._host_async import AsyncLifeHost, drive_async
 from durable._host_sync import LifeHost, drive
 from durable._inputs import start_placed, start_placed_async
+from durable._local import Claimed
 from durable._names import check_name
 from durable._ownership import Ownership
 from durable._queues import Queue
-from durable._recovery import Heartbeat, Worker
+from durable._recovery import Heartbeat, Worker, WorkerParts, keep
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
 from durable._retention import RetentionPolicy
 from durable._runner import Runner
@@ -63,13 +65,6 @@ if TYPE_CHECKING:
     import sqlalchemy.ext.asyncio
 
 logger = logging.getLogger("durable.engine")
-
-
-# How often an engine that is not a worker looks for its own waiting workflows.
-_KEEP_MIN = 0.05
-_KEEP_MAX = 1.0
-_KEEP_IDLE = 0.25
-_KEEP_GONE = 30.0
 
 # What an Engine is made of (set in _apply): its only public attributes.
 _PARTS = frozenset({"client", "config", "registry", "runner", "ownership"})
@@ -218,8 +213,18 @@ class Engine:
             client._configure(config)
         client.on_cancel_requested = self._cancel_requested
         client.registry = self.registry
-        self.runner = Runner(config, self.registry, self.client, self, self.ownership)
-        self._heartbeat = Heartbeat(self)
+        # Late-bound: the runner's database is the one opened at launch.
+        self._claims = Claims(
+            config, self.registry, client.inputs, self.ownership, db=lambda: self.runner.db
+        )
+        self.runner = Runner(config, self.registry, client, self, self.ownership, self._claims)
+        self._heartbeat = Heartbeat(
+            config,
+            self.ownership,
+            db=lambda: self.client.db,
+            running=lambda: self.running,
+            set_cancel_requests=self.runner.set_cancel_requests,
+        )
 
     def _override(self, **changes: Any) -> None:
         """Change settings before launch (`durable worker --app module:engine` puts its
@@ -258,35 +263,7 @@ class Engine:
             self.runner.async_side = AsyncHosts(
                 self.runner, max(4, config.max_workers), config.connect_timeout
             )
-            ownership = self.ownership
-            holder_dead = ownership.refuse_a_live_twin(db) if ownership.explicit else True
-            # From here on this incarnation holds the id; a process that held it before
-            # (paused past its lease, and perhaps resumed) touches nothing under it.
-            registration = ownership.register(
-                (d.name, d.version) for d in self.registry.workflows()
-            )
-            db.execute("upsert_executor", registration)
-            if ownership.explicit:
-                # The same identity as a process that crashed: its runs are ours to retake.
-                taken = db.execute(
-                    "abandon_owned",
-                    {
-                        "owner": self.executor_id,
-                        "incarnation": ownership.incarnation,
-                        "dead": holder_dead,
-                    },
-                )
-                db.counters.takeovers += taken
-                if taken:
-                    logger.info(
-                        "executor %s restarted: taking back %d interrupted workflows",
-                        self.executor_id,
-                        taken,
-                        extra={"event": "takeover", "executor_id": self.executor_id},
-                    )
-            # A process of this host that died (this script, killed and run again) left
-            # claims behind: they are taken at once, not after their leases.
-            ownership.take_back_from_the_dead(db)
+            self.ownership.take_up(db, ((d.name, d.version) for d in self.registry.workflows()))
             for schedule in self.registry.schedules():
                 db.execute("upsert_schedule", schedule.row())
         except BaseException:
@@ -306,8 +283,12 @@ class Engine:
             )
             self._worker_thread.start()
         else:
+            # An engine that is not a worker still finishes what it started (see keep).
             self._keeper = threading.Thread(
-                target=self._keep, args=(self._worker_stop,), name="durable-keeper", daemon=True
+                target=keep,
+                args=(self._worker_parts(), self.runner.own, self.runner.forget, self._worker_stop),
+                name="durable-keeper",
+                daemon=True,
             )
             self._keeper.start()
 
@@ -342,18 +323,10 @@ class Engine:
         held.update(self.ownership.held_epochs())
         self._heartbeat.stop()
         try:
-            if wait:
-                # Anything still owned here was interrupted: hand it back at once instead of
-                # making another worker wait for the lease to expire.
-                db.on_held("release_owned", self.ownership.held_params(held), "count")
-            gone = db.execute("delete_executor", self.ownership.identity_params())
-            if not gone and not self.ownership.superseded:
-                row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
-                if row is not None:  # not ours, so another incarnation's
-                    self.ownership.lose_id(row)
+            self.ownership.give_up(db, held if wait else None)
         except Exception:
             logger.warning("could not release workflows at shutdown", exc_info=True)
-        self.client.close_listener()
+        self.client._close_listener()
         self.client._adopt(None)
         self._launched = False
         db.close()
@@ -543,42 +516,6 @@ class Engine:
             self.runner.remember(handle.workflow_id)
         return handle
 
-    def _keep(self, stop: threading.Event) -> None:
-        """An engine that is not a worker still finishes what it started: the workflows it
-        started or enqueued that wait (a sleep, a message, an approval, a queue slot) are
-        claimed again here once they can go on. Polls only while there are such workflows,
-        backing off to one second."""
-        runner = self.runner
-        delay = _KEEP_MIN
-        # Since when each watched workflow has not been there. A workflow is remembered just
-        # before its row is written, so one not there yet is being started: it is let go
-        # only once it has stayed away for _KEEP_GONE (a finished one that was pruned).
-        missing: dict[str, float] = {}
-        while not stop.wait(delay):
-            own = runner.own()
-            if not own:
-                delay = _KEEP_IDLE
-                missing.clear()
-                continue
-            try:
-                free = self.config.max_workers - runner.running_count()
-                started = runner.claim_free(own, free)
-                if self.registry.queues() and free > len(started):
-                    started += runner.dequeue(free - len(started), only=own)
-                rows = self.client.db.fetch_all("finished_among", {"workflow_ids": own})
-                now = time.monotonic()
-                seen = {r["workflow_id"] for r in rows if r["gone"]}
-                missing = {w: missing.get(w, now) for w in seen}
-                finished = [r["workflow_id"] for r in rows if not r["gone"]]
-                finished += [w for w, since in missing.items() if now - since >= _KEEP_GONE]
-                runner.forget(finished)
-            except Exception:  # an outage or a bad row: try again later, never stop
-                logger.debug(
-                    "engine %s: could not resume its workflows", self.executor_id, exc_info=True
-                )
-                started = []
-            delay = _KEEP_MIN if started else min(_KEEP_MAX, delay * 2)
-
     def _run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A workflow called as a function inside `with engine:`: run it in this thread."""
         self._ensure_running()
@@ -590,8 +527,8 @@ class Engine:
         registry has its code (of that version)."""
         handle = self.client.resume(workflow_id, version=version)
         self.runner.remember(workflow_id)  # if it waits again, this engine resumes it
-        future = self.runner.submit_claim(workflow_id)
-        return handle if future is None else self.client.handle(workflow_id, future)
+        claimed = self._claims.one(workflow_id)
+        return handle if claimed is None else self._launch([claimed])[0]
 
     def fork(
         self,
@@ -605,8 +542,8 @@ class Engine:
         `version`, when given)."""
         handle = self.client.fork(workflow_id, from_step=from_step, new_id=new_id, version=version)
         self.runner.remember(handle.workflow_id)
-        future = self.runner.submit_claim(handle.workflow_id)
-        return handle if future is None else self.client.handle(handle.workflow_id, future)
+        claimed = self._claims.one(handle.workflow_id)
+        return handle if claimed is None else self._launch([claimed])[0]
 
     def recover(self, limit: int = 100) -> list[WorkflowHandle]:
         """Claim up to `limit` interrupted or runnable workflows this registry can run, and
@@ -616,9 +553,11 @@ class Engine:
         never runs a workflow with the wrong code; others wait for a worker that has it.
         """
         self._ensure_running()
-        return [
-            self.client.handle(wid, future) for wid, future in self.runner.claim_free(None, limit)
-        ]
+        return self._launch(self._claims.round(None, limit, self._worker_parts().async_room()))
+
+    def _launch(self, claims: list[Claimed]) -> list[WorkflowHandle]:
+        """Run claims (see _claims.py) on this engine's threads or event loops."""
+        return [self.client.handle(c.workflow_id, self.runner.submit(c)) for c in claims]
 
     def flush(self) -> None:
         """Write every step record still queued by async-mode workflows. (Exit-mode
@@ -643,10 +582,31 @@ class Engine:
         released then (that step may run again).
         """
         Worker(
-            self,
+            self._worker_parts(),
             poll_interval=self.config.poll_interval if poll_interval is None else poll_interval,
             grace_seconds=self.config.grace_seconds if grace_seconds is None else grace_seconds,
         ).run(stop or threading.Event())
+
+    def _worker_parts(self) -> WorkerParts:
+        """What the worker loop and the keeper use of this engine (nothing more)."""
+        client, runner = self.client, self.runner
+        return WorkerParts(
+            config=self.config,
+            registry=self.registry,
+            db=client.db,
+            ownership=self.ownership,
+            claims=self._claims,
+            launch=runner.submit,
+            slots=runner.slots,
+            loop_failure=lambda: runner.loop_failure,
+            subscribe=lambda wake: client._listener.subscribe(
+                client._notify_channel, wake=wake, settle=False
+            ),
+            notify=client.notify_work,
+            chores=(client._expire_approvals, self.fire_schedules),
+            prune=client.prune,
+            waiting_for_worker=lambda stale: client.waiting_for_worker(stale_seconds=stale),
+        )
 
     def fire_schedules(self) -> int:
         """Start the due ticks of the schedules this registry can run (workers call this

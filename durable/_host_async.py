@@ -46,11 +46,10 @@ from durable._acompat import (
     wait_async,
     waitable_async,
 )
-from durable._context import current_run
 from durable._local import Claimed, LocalRun, ended, inline
 from durable._models import WorkflowStatus
 from durable._ownership import say_who_holds
-from durable._protocol import Journal, Run
+from durable._protocol import Run
 from durable.errors import (
     DatabaseUnavailableError,
     EngineNotRunningError,
@@ -71,6 +70,7 @@ if TYPE_CHECKING:
     import concurrent.futures
     from types import TracebackType
 
+    from durable._claims import Claims
     from durable._config import Config
     from durable._models import WorkflowInfo
     from durable._ownership import Ownership
@@ -137,6 +137,9 @@ class Runs(Protocol):
 
     @property
     def ownership(self) -> Ownership: ...
+
+    @property
+    def claims(self) -> Claims: ...
 
     @property
     def db(self) -> SystemDB: ...
@@ -321,7 +324,9 @@ class AsyncLifeHost:
         a replay decodes them (not as the caller passed them), or None if the id exists.
         Decoded first: what this process could not run is not stored."""
         args, kwargs = runner.client.inputs.decode(op.inputs, op.defn, runner.registry)
-        params, doubts, claimed_at = insert_params(runner, op)
+        params, doubts, claimed_at = runner.claims.insert_params(
+            op.defn, op.workflow_id, op.inputs, op.parent
+        )
         db = runner.db
         if True:  # ASYNC
             try:
@@ -338,7 +343,7 @@ class AsyncLifeHost:
                 row = db.run_on(self._connection(runner), "insert_workflow", params, "one")
             else:
                 row = db.fetch_one("insert_workflow", params)
-        created = inserted(op.defn, params, row, doubts, claimed_at)
+        created = runner.claims.inserted(op.defn, params, row, doubts, claimed_at)
         return None if created is None else created._replace(args=args, kwargs=kwargs)
 
     async def _wait_local(self, op: lifecycle.WaitLocal) -> tuple[bool, Any] | None:
@@ -384,49 +389,6 @@ class AsyncLifeHost:
             held, self._held, self._conn = self._held, None, None
             if held is not None:
                 held.__exit__(exc_type, exc, tb)
-
-
-def insert_params(runner: Runs, op: lifecycle.Create) -> tuple[dict[str, Any], int, float]:
-    """insert_workflow's parameters, and the doubts and time before it (see Claimed)."""
-    config = runner.config
-    if current_run.get() is None:
-        # A process that lost its id starts nothing new under it. (A child of a run in
-        # flight is left to that run's epoch fence: failing the call would fail the run.)
-        runner.ownership.check_id()
-    params = runner.client.inputs.row(
-        op.defn, op.workflow_id, op.inputs, op.parent, config.durability
-    )
-    params["owner"] = config.executor_id
-    params["lease_seconds"] = config.lease_seconds
-    return params, runner.db.outage.doubts, monotonic()
-
-
-def inserted(
-    defn: WorkflowDef,
-    params: dict[str, Any],
-    row: dict[str, Any] | None,
-    doubts: int,
-    claimed_at: float,
-) -> Claimed | None:
-    """The claim insert_workflow's row makes (None: the id exists)."""
-    if row is None:
-        return None
-    return Claimed(
-        defn,
-        params["workflow_id"],
-        int(row["epoch"]),
-        [],
-        {},
-        Journal(params["workflow_id"]),
-        row["deadline_at"],
-        None,
-        params["budget_id"],
-        True,
-        params["trace_context"],
-        doubts,
-        claimed_at,
-        params["parent_id"],
-    )
 
 
 def local_end(reader: Reader, workflow_id: str, future: Any) -> tuple[bool, Any]:

@@ -91,7 +91,7 @@ class Sleep:
 @dataclass(frozen=True)
 class Remember:
     """This process started the workflow (or attached to it) and waits for it: resume it
-    here when it wakes, even where no worker runs (see Engine._keep)."""
+    here when it wakes, even where no worker runs (see _recovery.keep)."""
 
     defn: WorkflowDef
     workflow_id: str

@@ -93,7 +93,7 @@ class Messages(Reading):
                 if rows:
                     continue
                 if subscription is None:  # listen, then look once more: nothing falls between
-                    subscription = self.listener.subscribe(self.stream_channel, workflow_id)
+                    subscription = self._listener.subscribe(self._stream_channel, workflow_id)
                     continue
                 subscription.wait(poll_interval)
         finally:
@@ -118,8 +118,8 @@ class Messages(Reading):
                 if rows:
                     continue
                 if subscription is None:
-                    subscription = await self.listener.subscribe_async(
-                        self.stream_channel, workflow_id
+                    subscription = await self._listener.subscribe_async(
+                        self._stream_channel, workflow_id
                     )
                     continue
                 await subscription.wait_async(poll_interval)

@@ -100,6 +100,48 @@ class Ownership:
         }
         return self.registration
 
+    def take_up(self, db: SystemDB, capabilities: Iterable[tuple[str, str | None]]) -> None:
+        """At launch: hold the id (refused while a live process holds it), register the
+        executor with the workflows it can run, and take back the claims of the processes
+        that held it before or died on this host."""
+        holder_dead = self.refuse_a_live_twin(db) if self.explicit else True
+        # From here on this incarnation holds the id; a process that held it before (paused
+        # past its lease, and perhaps resumed) touches nothing under it.
+        db.execute("upsert_executor", self.register(capabilities))
+        if self.explicit:
+            # The same identity as a process that crashed: its runs are ours to retake.
+            params = {
+                "owner": self.executor_id,
+                "incarnation": self.incarnation,
+                "dead": holder_dead,
+            }
+            taken = db.execute("abandon_owned", params)
+            db.counters.takeovers += taken
+            if taken:
+                logger.info(
+                    "executor %s restarted: taking back %d interrupted workflows",
+                    self.executor_id,
+                    taken,
+                    extra={"event": "takeover", "executor_id": self.executor_id},
+                )
+        # A process of this host that died (this script, killed and run again) left claims
+        # behind: they are taken at once, not after their leases.
+        self.take_back_from_the_dead(db)
+
+    def give_up(self, db: SystemDB, held: Mapping[str, int] | None) -> None:
+        """At shutdown: release the claims `held` (None: none, as after an abrupt stop) and
+        remove the executor row; a row left under another incarnation means the id was
+        taken over meanwhile (lose_id)."""
+        if held is not None:
+            # Anything still owned here was interrupted: hand it back at once instead of
+            # making another worker wait for the lease to expire.
+            db.on_held("release_owned", self.held_params(held), "count")
+        gone = db.execute("delete_executor", self.identity_params())
+        if not gone and not self.superseded:
+            row = db.fetch_one("get_executor", {"executor_id": self.executor_id})
+            if row is not None:  # not ours, so another incarnation's
+                self.lose_id(row)
+
     def refuse_a_live_twin(self, db: SystemDB) -> bool:
         """An explicit executor id still beating for another process is in use: taking its
         runs would run their steps twice. Refuse (ExecutorIdInUseError) before anything is

@@ -1,10 +1,16 @@
-"""The worker loop and the heartbeat: recover interrupted workflows, run runnable ones.
+"""The worker loop, the keeper and the heartbeat: recover interrupted workflows, run
+runnable ones, renew leases.
 
 Recovery is a claim like any other: a workflow whose owner stopped renewing its lease (the
 process died, or is paused, or lost its network) is claimed with FOR UPDATE SKIP LOCKED,
 which bumps its epoch so the old owner's writes are refused, and it is re-invoked with its
 saved inputs. Journaled steps replay; the first unjournaled one runs for real. Workers
 find work by LISTEN/NOTIFY and fall back to polling, so a lost notification only delays.
+
+The loops ask the claims for work and hand what they get to a launcher: they are given
+these (WorkerParts) by the engine, and know nothing else of it, so the claiming, the
+launching and the loop can each change alone. The keeper is the loop of an engine that is
+not a worker: it claims only the workflows that engine started.
 """
 
 from __future__ import annotations
@@ -12,8 +18,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from durable._names import workflow_label
 from durable._protocol import SWEEP_SLACK
@@ -21,30 +28,47 @@ from durable._systemdb import node_down
 from durable.errors import DatabaseUnavailableError, EngineNotRunningError
 
 if TYPE_CHECKING:
-    from durable._client import Client
+    from durable._claims import Claims, Slots
     from durable._config import Config
+    from durable._listen import Subscription
+    from durable._local import Claimed
     from durable._ownership import Ownership
     from durable._registry import Registry
-    from durable._runner import Runner
+    from durable._retention import RetentionPolicy
+    from durable._systemdb import SystemDB
 
 
-class Owner(Protocol):
-    """What the worker loop and the heartbeat use of the engine that runs them: its
-    settings, registry, client, runner and ownership, its claims and the schedules it
-    fires. The Engine is one; this module never imports it."""
+@dataclass(frozen=True)
+class WorkerParts:
+    """What the worker loop uses, made by the engine that runs it: where claims come from
+    and where they go, what is running, how it is woken, and the chores it does between
+    claims. The loop knows nothing else of the engine (not its runner, nor its client)."""
 
     config: Config
     registry: Registry
-    client: Client
-    runner: Runner
+    db: SystemDB
     ownership: Ownership
+    claims: Claims
+    # Runs a claim (on a thread, or an event loop for an async def workflow).
+    launch: Callable[[Claimed], object]
+    slots: Slots
+    # What ended the event loop of async workflows, if it died (none run here then).
+    loop_failure: Callable[[], BaseException | None]
+    # A subscription to the work channel that calls its argument on each notification.
+    subscribe: Callable[[Callable[[], None]], Subscription]
+    # Wakes the other workers (released workflows are theirs to claim).
+    notify: Callable[[str], None]
+    # Done once per poll interval: expire approvals, fire due schedules.
+    chores: Sequence[Callable[[], object]]
+    prune: Callable[[RetentionPolicy], object]
+    # Runnable workflows no live executor has the code of (given how recent a beat is).
+    waiting_for_worker: Callable[[float], list[dict[str, Any]]]
 
-    @property
-    def running(self) -> bool: ...
-
-    def recover(self, limit: int = 100) -> list[Any]: ...
-
-    def fire_schedules(self) -> int: ...
+    def async_room(self) -> int:
+        """How many more async workflows may run here (none once their loop died)."""
+        if self.loop_failure() is not None:
+            return 0
+        return self.config.max_async - self.slots.running_async()
 
 
 T = TypeVar("T")
@@ -55,13 +79,18 @@ _BACKOFF_MAX = 10.0
 # Executor rows of workers whose heartbeat stopped this long ago (and 10 leases) are removed.
 _EXECUTOR_STALE_MIN = 600.0
 _EXECUTOR_PRUNE_INTERVAL = 60.0
+# How often an engine that is not a worker looks for its own waiting workflows (keep).
+_KEEP_MIN = 0.05
+_KEEP_MAX = 1.0
+_KEEP_IDLE = 0.25
+_KEEP_GONE = 30.0
 
 
 class Worker:
     """Claims and runs workflows for one engine until stopped."""
 
-    def __init__(self, engine: Owner, *, poll_interval: float, grace_seconds: float) -> None:
-        self.engine = engine
+    def __init__(self, parts: WorkerParts, *, poll_interval: float, grace_seconds: float) -> None:
+        self.parts = parts
         self.poll_interval = poll_interval
         self.grace_seconds = grace_seconds
         self._wake = threading.Event()
@@ -73,21 +102,20 @@ class Worker:
         # LISTEN connection (shared with its stream readers and watchers). Without one (off,
         # lost, refused) every wake-up is a poll; when it comes back the listener wakes us,
         # since work submitted meanwhile notified nobody.
-        subscription = self.engine.client.listener.subscribe(
-            self.engine.client.notify_channel, wake=self._wake.set, settle=False
-        )
+        subscription = self.parts.subscribe(self._wake.set)
         try:
             self._run(stop)
         finally:
             subscription.close()
 
     def _run(self, stop: threading.Event) -> None:
-        engine = self.engine
+        parts = self.parts
+        config, db, ownership, slots = parts.config, parts.db, parts.ownership, parts.slots
         logger.info(
             "worker %s started: %d slots, lease %.1f s",
-            engine.config.executor_id,
-            engine.config.max_workers,
-            engine.config.lease_seconds,
+            config.executor_id,
+            config.max_workers,
+            config.lease_seconds,
         )
         backoff = 0.0
         outage_logged = False
@@ -98,8 +126,8 @@ class Worker:
                 # While a Citus worker node hangs, what would wait for it is not sent: the
                 # statements over every shard, and the release of runs it cut off (their
                 # leases run out).
-                hung = engine.client.db.nodes_hung()
-                if not hung and engine.ownership.release_interrupted(engine.client.db):
+                hung = db.nodes_hung()
+                if not hung and ownership.release_interrupted(db):
                     raise DatabaseUnavailableError("interrupted workflows still held")
                 if time.monotonic() >= next_housekeeping and not hung:
                     # Once per poll interval, not once per claim round: while a backlog is
@@ -108,39 +136,42 @@ class Worker:
                     next_housekeeping = time.monotonic() + self.poll_interval
                     # Each reads or writes every Citus node: while one is down they wait
                     # for it, and the claims below go on.
-                    _unless_node_down(engine.client.expire_approvals)
-                    _unless_node_down(engine.fire_schedules)
+                    for chore in parts.chores:
+                        _unless_node_down(chore)
                     _unless_node_down(self._apply_retention)
                     # A process of this host that died: its claims are recovered now.
-                    _unless_node_down(engine.ownership.take_back_from_the_dead, engine.client.db)
+                    _unless_node_down(ownership.take_back_from_the_dead, db)
                     # A long step that stopped heartbeating (its process frozen or cut off):
                     # its workflow is claimed below, before its lease would run out.
                     _unless_node_down(self._expire_stuck_steps)
                 if time.monotonic() >= next_executor_prune and not hung:
                     next_executor_prune = time.monotonic() + _EXECUTOR_PRUNE_INTERVAL
-                    stale = max(_EXECUTOR_STALE_MIN, 10 * engine.config.lease_seconds)
+                    stale = max(_EXECUTOR_STALE_MIN, 10 * config.lease_seconds)
                     prune = {"stale_seconds": stale}
-                    _unless_node_down(engine.client.db.execute, "prune_executors", prune)
+                    _unless_node_down(db.execute, "prune_executors", prune)
                     _unless_node_down(self._warn_orphans)
                 # Keep one batch queued behind the running ones so threads never idle
                 # waiting for the next claim; queued claims are covered by the heartbeat.
                 # Async workflows are claimed against their own limit (max_async).
-                free = 2 * engine.config.max_workers - engine.runner.running_count()
-                claimed = engine.recover(limit=max(0, free))
+                free = 2 * config.max_workers - slots.running()
+                claimed = self._launch(parts.claims.round(None, max(0, free), parts.async_room()))
                 # Queue entries hold their queue's slot from the moment they are dequeued,
                 # so take only what can start now, never a backlog.
-                room = engine.config.max_workers - engine.runner.running_count()
+                room = config.max_workers - slots.running()
                 backlog = False
                 if room > 0 and not hung:
                     # A queue's limits count its entries on every node: while a Citus node
                     # is down, queues wait for it (claims of other work go on).
-                    dequeued = _unless_node_down(engine.runner.dequeue, room) or []
+                    asynchronous = parts.loop_failure() is None
+                    dequeued = (
+                        _unless_node_down(parts.claims.dequeue, room, None, asynchronous) or []
+                    )
                     # Every slot it was allowed was taken: entries are likely still
                     # waiting, so the next freed slot dequeues at once, not at the next poll.
                     backlog = len(dequeued) >= room
-                    claimed += dequeued
+                    claimed += self._launch(dequeued)
                 else:
-                    backlog = bool(engine.registry.queues())
+                    backlog = bool(parts.registry.queues())
                 if outage_logged:
                     logger.debug("database is back; worker resumed")
                 outage_logged = False
@@ -160,35 +191,32 @@ class Worker:
                 backoff = min(_BACKOFF_MAX, max(0.2, backoff * 2))
                 stop.wait(backoff)
                 continue
-            if claimed and engine.runner.running_count() >= 2 * engine.config.max_workers:
+            if claimed and slots.running() >= 2 * config.max_workers:
                 # Full: wait until the queued batch has gone into the threads (no more
                 # running than there are threads), then claim a whole batch again. Claiming
                 # each time one slot frees made batches of one or two workflows, each
                 # costing a claim, a journal read and a wake-up check.
-                while (
-                    not self._stopping(stop)
-                    and engine.runner.running_count() > engine.config.max_workers
-                ):
-                    engine.runner.slot_freed.clear()
-                    if engine.runner.running_count() <= engine.config.max_workers:
+                while not self._stopping(stop) and slots.running() > config.max_workers:
+                    slots.freed.clear()
+                    if slots.running() <= config.max_workers:
                         break
-                    engine.runner.slot_freed.wait(self.poll_interval)
+                    slots.freed.wait(self.poll_interval)
                 continue
             if claimed and not backlog:
                 continue  # there may be more
             self._wake.clear()
             # With a backlog, a workflow that ends wakes this loop (to dequeue the next).
-            engine.runner.wake_on_free = self._wake if backlog else None
+            slots.wake_on_free = self._wake if backlog else None
             self._wait(stop)
-        if engine.runner.loop_failure is not None:
+        if parts.loop_failure() is not None:
             stop.set()  # the worker stops: its LISTEN thread too
         self._drain()
-        failure = engine.runner.loop_failure
+        failure = parts.loop_failure()
         if failure is not None:
             # Its runs were given up when it died; a process that can no longer run async
             # workflows stops, so that its supervisor starts a whole one.
             raise EngineNotRunningError(
-                f"worker {engine.config.executor_id} stopped: the event loop of its async "
+                f"worker {config.executor_id} stopped: the event loop of its async "
                 f"workflows died ({type(failure).__qualname__}: {failure}); start the worker again "
                 "(other workers recover the workflows it held)"
             )
@@ -199,8 +227,8 @@ class Worker:
         for and the versions of that name this worker has, since a workflow left on an old
         version after a deploy is the usual case (`durable workflows resume ID --version V`
         moves it)."""
-        engine = self.engine
-        rows = engine.client.waiting_for_worker(stale_seconds=engine.config.live_seconds)
+        parts = self.parts
+        rows = parts.waiting_for_worker(parts.config.live_seconds)
         for row in rows:
             if row["workflow_id"] in self._warned:
                 continue
@@ -208,14 +236,14 @@ class Worker:
             label = workflow_label(row["name"], row["version"])
             same = sorted(
                 workflow_label(d.name, d.version)
-                for d in engine.registry.workflows()
+                for d in parts.registry.workflows()
                 if d.name == row["name"]
             )
             if same:
                 has = ", ".join(same)
                 hint = f" (to move it: durable workflows resume {row['workflow_id']} --version V)"
             else:
-                names = ", ".join(engine.registry.workflow_names()) or "no workflows"
+                names = ", ".join(parts.registry.workflow_names()) or "no workflows"
                 has = f"no {row['name']} at all ({names})"
                 hint = ""
             logger.warning(
@@ -236,7 +264,7 @@ class Worker:
     def _expire_stuck_steps(self) -> None:
         """Expire the leases of workflows whose long step went past its heartbeat_timeout
         without a heartbeat (see _protocol.heartbeats): claimed at once, epoch bumped."""
-        stuck = self.engine.client.db.fetch_all("expire_stuck_steps", {"slack": SWEEP_SLACK})
+        stuck = self.parts.db.fetch_all("expire_stuck_steps", {"slack": SWEEP_SLACK})
         for row in stuck:
             logger.warning(
                 "workflow %s: its running step stopped heartbeating; taking it over",
@@ -245,19 +273,22 @@ class Worker:
 
     def _apply_retention(self) -> None:
         """Prune when the engine's retention policy is due (once per its interval)."""
-        policy = self.engine.config.retention
+        policy = self.parts.config.retention
         if policy is None or time.monotonic() < self._next_prune:
             return
         self._next_prune = time.monotonic() + policy.interval_seconds
-        self.engine.client.prune(policy)
+        self.parts.prune(policy)
+
+    def _launch(self, claims: list[Claimed]) -> list[Claimed]:
+        for claimed in claims:
+            self.parts.launch(claimed)
+        return claims
 
     def _stopping(self, stop: threading.Event) -> bool:
         """Asked to stop, another process took this worker's executor id over, or the
         event loop of its async workflows died."""
-        engine = self.engine
-        return (
-            stop.is_set() or engine.ownership.superseded or engine.runner.loop_failure is not None
-        )
+        parts = self.parts
+        return stop.is_set() or parts.ownership.superseded or parts.loop_failure() is not None
 
     def _wait(self, stop: threading.Event) -> None:
         deadline = time.monotonic() + self.poll_interval
@@ -277,30 +308,79 @@ class Worker:
         A worker whose executor id another process took over does neither: its leases are
         no longer renewed, so its runs must not go on, and what it could release is not
         its own (the process exits at once, see `durable worker`)."""
-        engine = self.engine
-        if engine.ownership.superseded:
+        parts = self.parts
+        ownership, slots = parts.ownership, parts.slots
+        if ownership.superseded:
             logger.info(
                 "worker %s stopped: its executor id is held by another process",
-                engine.config.executor_id,
+                parts.config.executor_id,
             )
             return
-        engine.ownership.hand_over_all()
+        ownership.hand_over_all()
         deadline = time.monotonic() + self.grace_seconds
 
         def running() -> int:
-            return engine.runner.running_count() + engine.runner.async_running_count()
+            return slots.running() + slots.running_async()
 
-        while running() and time.monotonic() < deadline and not engine.ownership.superseded:
+        while running() and time.monotonic() < deadline and not ownership.superseded:
             time.sleep(0.05)
         left = running()
         if left:
             logger.warning("%d workflows still running after the grace period", left)
         try:
-            engine.client.db.on_held("release_owned", engine.ownership.held_params(), "count")
-            engine.client.notify_work("released")
+            parts.db.on_held("release_owned", ownership.held_params(), "count")
+            parts.notify("released")
         except DatabaseUnavailableError:
             logger.warning("could not release workflows; their leases will expire")
-        logger.info("worker %s stopped", engine.config.executor_id)
+        logger.info("worker %s stopped", parts.config.executor_id)
+
+
+def keep(
+    parts: WorkerParts,
+    own: Callable[[], list[str]],
+    forget: Callable[[list[str]], None],
+    stop: threading.Event,
+) -> None:
+    """An engine that is not a worker still finishes what it started: the workflows it
+    started or enqueued (`own()`) that wait (a sleep, a message, an approval, a queue slot)
+    are claimed again here once they can go on, and forgotten once finished. Polls only
+    while there are such workflows, backing off to one second."""
+    config, claims = parts.config, parts.claims
+    delay = _KEEP_MIN
+    # Since when each watched workflow has not been there. A workflow is remembered just
+    # before its row is written, so one not there yet is being started: it is let go
+    # only once it has stayed away for _KEEP_GONE (a finished one that was pruned).
+    missing: dict[str, float] = {}
+    while not stop.wait(delay):
+        watched = own()
+        if not watched:
+            delay = _KEEP_IDLE
+            missing.clear()
+            continue
+        try:
+            free = config.max_workers - parts.slots.running()
+            started = claims.round(watched, free, parts.async_room())
+            for claimed in started:
+                parts.launch(claimed)
+            if parts.registry.queues() and free > len(started):
+                asynchronous = parts.loop_failure() is None
+                dequeued = claims.dequeue(free - len(started), watched, asynchronous=asynchronous)
+                for claimed in dequeued:
+                    parts.launch(claimed)
+                started += dequeued
+            rows = parts.db.fetch_all("finished_among", {"workflow_ids": watched})
+            now = time.monotonic()
+            seen = {r["workflow_id"] for r in rows if r["gone"]}
+            missing = {w: missing.get(w, now) for w in seen}
+            finished = [r["workflow_id"] for r in rows if not r["gone"]]
+            finished += [w for w, since in missing.items() if now - since >= _KEEP_GONE]
+            forget(finished)
+        except Exception:  # an outage or a bad row: try again later, never stop
+            logger.debug(
+                "engine %s: could not resume its workflows", config.executor_id, exc_info=True
+            )
+            started = []
+        delay = _KEEP_MIN if started else min(_KEEP_MAX, delay * 2)
 
 
 def _unless_node_down(work: Callable[..., T], *args: Any) -> T | None:
@@ -322,10 +402,21 @@ class Heartbeat:
     (`cancel_poll_interval`) and handed to the runner as one dict, so a run sees a cancel
     at its next step with a dict lookup, not a query."""
 
-    def __init__(self, engine: Owner) -> None:
-        self.engine = engine
+    def __init__(
+        self,
+        config: Config,
+        ownership: Ownership,
+        db: Callable[[], SystemDB],
+        running: Callable[[], bool],
+        set_cancel_requests: Callable[[dict[str, tuple[int, str]]], None],
+    ) -> None:
+        self.config = config
+        self.ownership = ownership
+        self._db = db
+        self._running = running
+        self._set_cancel_requests = set_cancel_requests
         # Read at each turn: a test may slow it down to widen a race.
-        self.cancel_poll_interval = engine.config.cancel_poll_interval
+        self.cancel_poll_interval = config.cancel_poll_interval
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -341,23 +432,22 @@ class Heartbeat:
             self._thread = None
 
     def _loop(self) -> None:
-        engine = self.engine
-        interval = engine.config.lease_seconds / 3
+        ownership, lease_seconds = self.ownership, self.config.lease_seconds
+        interval = lease_seconds / 3
         failing = False
         next_renewal = time.monotonic() + interval
         while not self._stop.wait(self.cancel_poll_interval):
-            if not engine.running:
+            if not self._running():
                 return
-            db = engine.client.db
+            db = self._db()
             try:
-                ownership = engine.ownership
                 holding = ownership.held_epochs()
                 rows = (
                     db.on_held("owned_cancel_requests", ownership.held_params(holding))[0]
                     if holding
                     else []
                 )
-                engine.runner.set_cancel_requests(
+                self._set_cancel_requests(
                     {r["workflow_id"]: (int(r["epoch"]), r["cancel_reason"]) for r in rows}
                 )
                 if time.monotonic() < next_renewal:
@@ -383,7 +473,7 @@ class Heartbeat:
                         raise
                 if not reached:
                     raise DatabaseUnavailableError("a Citus worker node is down")
-                db.outage.renewed(sent, engine.config.lease_seconds)
+                db.outage.renewed(sent, lease_seconds)
                 if failing:
                     logger.info("heartbeat restored")
                 failing = False

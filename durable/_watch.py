@@ -1,7 +1,7 @@
 """Live progress in the terminal: follow one workflow as its journal grows, or keep a
 workflow table fresh.
 
-Between looks a watcher waits on `Client.notifications()` (LISTEN on the work channel:
+Between looks a watcher waits on `Client._notifications()` (LISTEN on the work channel:
 wake-ups, decisions, messages, cancels, resumes), so those show at once; journal writes send
 no notification (a step stays one round trip), so the journal is polled every `interval`
 seconds too, and a lost LISTEN connection only means polling.
@@ -58,7 +58,7 @@ def follow(
     console.print(f"{info.workflow_id}  {info.name}  {info.status.value}", style="bold")
     shown = 0
     said: dict[str, str] = {"status": info.status.value}
-    with client.notifications() as wait:
+    with client._notifications() as wait:
         while True:
             info = client.get_workflow(workflow_id)
             steps = client.steps(workflow_id)
@@ -126,7 +126,7 @@ def refresh(
 ) -> None:
     """Redraw a table every `interval` seconds (and on wake-ups) until interrupted; on a
     terminal in place, elsewhere (a pipe, a log) one table after another."""
-    with client.notifications() as wait:
+    with client._notifications() as wait:
         if not console.is_terminal:
             while True:
                 console.print(read())

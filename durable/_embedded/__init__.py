@@ -7,8 +7,9 @@ the Python process that started it.
 
 How it behaves, and why:
 
-* Data directory: the argument, else `DURABLE_DATA_DIR`, else `<user data dir>/durable/pgdata`
-  (platformdirs). The environment is read at call time, never at import.
+* Data directory: the argument (a Client's or the CLI's is `DURABLE_DATA_DIR`, read by
+  `Config.resolve`), else `<user data dir>/durable/pgdata` (platformdirs). Nothing here
+  reads the environment.
 * One server per data directory, shared by every process that asks: initdb and start happen
   under a file lock next to the data directory (`<data dir>.lock`), and each caller checks
   again once it holds the lock.

@@ -30,16 +30,14 @@ _SHELL_UNSAFE = frozenset('"$`\\\n')
 def default_data_dir() -> Path:
     """Where the embedded server keeps its data when no directory is passed.
 
-    `DURABLE_DATA_DIR` if set, else `platformdirs.user_data_dir("durable") / "pgdata"`. As
+    `platformdirs.user_data_dir("durable") / "pgdata"` (DURABLE_DATA_DIR is read by
+    `Config.resolve` and passed down as the data directory). As
     root that location is usually unreachable for the unprivileged account the server must run
     as (root's home is 0700), and then the default is `/var/lib/durable-embedded/pgdata`
     instead, so that `durable` works as root without setup (and keeps its data across a
     reboot). The result is what
     `ensure_server()` with no argument uses, so it answers "where is my data".
     """
-    env = os.environ.get("DURABLE_DATA_DIR")
-    if env:
-        return Path(env).expanduser().resolve()
     import platformdirs
 
     path = Path(platformdirs.user_data_dir("durable", appauthor=False)) / "pgdata"

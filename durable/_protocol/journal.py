@@ -29,6 +29,7 @@ from durable._protocol.ops import (
     Gen,
     LeaseClock,
     Pause,
+    RecordStep,
     WriteSteps,
     outage_backoff,
 )
@@ -187,7 +188,7 @@ def record(
                 yield Enqueue(params)
             return
         yield from barrier(run)
-    op = Execute("record_step", params)
+    op = RecordStep(params)
     try:
         written = yield op
     except DatabaseUnavailableError as exc:

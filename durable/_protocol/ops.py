@@ -43,6 +43,27 @@ class Execute:
     serial: bool = False
 
 
+class RecordStep(Execute):
+    """Execute record_step: journal one step's record (sync mode). A driver may commit it
+    together with the records of other runs written at the same moment (the sync driver's
+    group commit), and answers once this one is committed: its row count."""
+
+    __slots__ = ()
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        Execute.__init__(self, "record_step", params)
+
+
+class Finish(Execute):
+    """Execute finish_workflow: write the run's outcome, fenced by its epoch. Like
+    RecordStep, a driver may commit it with the outcomes of other runs ending at once."""
+
+    __slots__ = ()
+
+    def __init__(self, params: dict[str, Any]) -> None:
+        Execute.__init__(self, "finish_workflow", params)
+
+
 @dataclass(slots=True)
 class WriteSteps:
     """Journal many step records in one statement; sends back the workflow id of each row

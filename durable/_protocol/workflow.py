@@ -19,7 +19,7 @@ from durable._models import WorkflowStatus
 from durable._protocol.budget import open_ledger
 from durable._protocol.first import wake_parent
 from durable._protocol.journal import barrier, encode_error
-from durable._protocol.ops import Call, Execute, Gen, Join, Outcome, WriteSteps
+from durable._protocol.ops import Call, Execute, Finish, Gen, Join, Outcome, WriteSteps
 from durable._protocol.run import TIMEOUT_REASON, Compensation, Run
 from durable._protocol.transitions import WORKFLOW_TRANSITIONS, assert_transition
 from durable.errors import (
@@ -185,7 +185,7 @@ def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | No
             yield from _refused(run, status, rows)
     else:
         yield from barrier(run)
-        if not (yield Execute("finish_workflow", params)):
+        if not (yield Finish(params)):
             yield from _refused(run, status)
     if run.settings.observe_finish is not None:
         run.settings.observe_finish(run.name, status.value)

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
+from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
 import click
@@ -18,6 +19,7 @@ from rich.console import Console
 
 from durable._audit import whoami
 from durable._client import Client
+from durable._config import Config
 from durable._terminal import InertConsole, inert
 from durable.errors import DurableError
 
@@ -32,7 +34,12 @@ def _resolve_url(url: str | None, *, create: bool = True) -> str:
         return url
     from durable import _embedded
 
-    return _embedded.project_url(create=create)
+    return _embedded.project_url(data_dir=embedded_data_dir(), create=create)
+
+
+def embedded_data_dir() -> Path | None:
+    """The embedded server's data directory the environment names (see _config.py)."""
+    return Config.resolve().embedded_data_dir()
 
 
 def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:

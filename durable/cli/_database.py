@@ -16,7 +16,13 @@ from durable import _citus
 from durable._client import Client
 from durable._config import check_schema
 from durable._terminal import inert
-from durable.cli._common import _client, _handle_errors, _Progress, _resolve_url
+from durable.cli._common import (
+    _client,
+    _handle_errors,
+    _Progress,
+    _resolve_url,
+    embedded_data_dir,
+)
 from durable.cli._options import DURATION, json_option, progress_option, schema_option, url_option
 
 
@@ -124,7 +130,7 @@ def db_url() -> None:
     from durable import _embedded
 
     root = _embedded.project_root()
-    url = _embedded.project_url(root)
+    url = _embedded.project_url(root, embedded_data_dir())
     click.echo(url)
     click.echo(inert(f"project {root}: database {_embedded.project_database(root)}"), err=True)
 
@@ -135,4 +141,4 @@ def db_stop() -> None:
     """Stop the embedded server."""
     from durable import _embedded
 
-    click.echo("stopped" if _embedded.stop_server() else "not running")
+    click.echo("stopped" if _embedded.stop_server(embedded_data_dir()) else "not running")

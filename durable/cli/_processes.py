@@ -55,16 +55,16 @@ SUPERVISOR_FD_ENV = "DURABLE_SUPERVISOR_FD"
 EXIT_ID_IN_USE = 75
 
 
-def watch_supervisor(stop: threading.Event) -> None:
-    """In a process of `--processes N`: set `stop` (the worker's SIGTERM path) once the
-    command that started it is gone, as end-of-file on the pipe it holds tells."""
-    fd = os.environ.get(SUPERVISOR_FD_ENV)
+def watch_supervisor(stop: threading.Event, fd: int | None) -> None:
+    """In a process of `--processes N` (`fd`: the pipe its supervisor named in
+    DURABLE_SUPERVISOR_FD): set `stop` (the worker's SIGTERM path) once the command that
+    started it is gone, as end-of-file on the pipe tells."""
     if fd is None:
         return
 
     def watch() -> None:
         try:
-            while os.read(int(fd), 512):
+            while os.read(fd, 512):
                 pass
         except OSError:
             pass

@@ -30,6 +30,7 @@ from durable.cli._options import (
     schema_option,
     url_option,
 )
+from durable.cli._processes import PROCESS_ENV, SUPERVISOR_FD_ENV
 from durable.errors import DurableError, ExecutorIdInUseError
 
 if TYPE_CHECKING:
@@ -227,6 +228,11 @@ def executors_prune(stale: dt.timedelta, database_url: str | None, schema: str) 
     show_default=True,
     help="Address the metrics port listens on (0.0.0.0 for a scraper or probes elsewhere).",
 )
+# Set by the environment: the log level, and for a process of `--processes N`, its number
+# and the pipe it watches (its supervisor sets them).
+@click.option("--log-level", envvar="DURABLE_LOG_LEVEL", default="INFO", hidden=True)
+@click.option("--worker-process", "nth", envvar=PROCESS_ENV, default=None, hidden=True)
+@click.option("--supervisor-fd", envvar=SUPERVISOR_FD_ENV, type=int, default=None, hidden=True)
 @url_option
 @schema_option
 @_handle_errors
@@ -246,6 +252,9 @@ def worker(
     processes: int,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    log_level: str = "INFO",
+    nth: str | None = None,
+    supervisor_fd: int | None = None,
 ) -> None:
     """Run the recovery daemon and workflow executor until SIGTERM or SIGINT.
 
@@ -256,7 +265,7 @@ def worker(
 
     from durable._logging import configure
 
-    configure(os.environ.get("DURABLE_LOG_LEVEL", "INFO"), log_format)
+    configure(log_level, log_format)
     if processes > 1:
         from durable.cli._processes import supervise
 
@@ -275,7 +284,6 @@ def worker(
     engine = _load_app(
         app, database_url, concurrency, lease_seconds, poll_interval, schema, executor_id
     )
-    nth = os.environ.get("DURABLE_WORKER_PROCESS")
     metrics = _metrics_server(metrics_host, metrics_port, nth)
     if nth is not None and executor_id is None and engine.config.explicit_id:
         # One of `--processes N`, on an engine given its executor id in code: one id each.
@@ -301,7 +309,8 @@ def worker(
     signal.signal(signal.SIGINT, on_signal)
     from durable.cli._processes import EXIT_ID_IN_USE, watch_supervisor
 
-    watch_supervisor(stop)  # one of `--processes N`: it stops when the command is gone
+    # One of `--processes N`: it stops when the command is gone.
+    watch_supervisor(stop, supervisor_fd)
     try:
         engine.launch()
     except ExecutorIdInUseError as exc:

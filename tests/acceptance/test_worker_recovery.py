@@ -101,7 +101,7 @@ def test_max_recovery_attempts_then_resume(
             proc.wait(timeout=60)
             time.sleep(0.6)
         # With max_recovery_attempts=2 (below), the next claim gives up on it.
-        engine.runner.config = dataclasses.replace(engine.config, max_recovery_attempts=2)
+        engine.runner.claims.config = dataclasses.replace(engine.config, max_recovery_attempts=2)
         # (recover() only sees it once the last worker's lease has expired)
         wait_for(
             lambda: engine.recover() == [] and handle.status() == "MAX_RECOVERY_ATTEMPTS_EXCEEDED",

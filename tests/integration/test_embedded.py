@@ -192,14 +192,17 @@ def test_root_unreachable_directory_is_a_clear_error() -> None:
         shutil.rmtree(hidden, ignore_errors=True)
 
 
-def test_default_data_dir_reads_the_environment_when_called(
+def test_the_data_dir_is_read_from_the_environment_by_the_config(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     import platformdirs
 
+    from durable._config import Config
+
     monkeypatch.setenv("DURABLE_DATA_DIR", str(tmp_path / "mine"))
-    assert _embedded.default_data_dir() == (tmp_path / "mine").resolve()
+    assert Config.resolve().embedded_data_dir() == tmp_path / "mine"
     monkeypatch.delenv("DURABLE_DATA_DIR")
+    assert Config.resolve().embedded_data_dir() is None
     primary = Path(platformdirs.user_data_dir("durable", appauthor=False)).resolve() / "pgdata"
     user = _embedded._server_user(primary)
     if user is not None and not _embedded._can_reach(primary, user):

@@ -9,13 +9,13 @@ import time
 import pytest
 
 import durable
-from durable import _engine
+from durable import _recovery
 
 
 def test_a_workflow_remembered_before_its_row_exists_is_still_watched(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_engine, "_KEEP_GONE", 1.0)
+    monkeypatch.setattr(_recovery, "_KEEP_GONE", 1.0)
     with durable.Engine(database_url, registry=durable.Registry()) as engine:
         # What lifecycle.start does first: its row comes a moment later (under load, after
         # a keeper round or several).

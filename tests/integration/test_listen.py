@@ -177,7 +177,7 @@ def started(engine: durable.Engine, workflow_id: str) -> None:
 
 
 def subscribed(client: durable.Client, count: int) -> Callable[[], bool]:
-    return lambda: client.listener.subscribers >= count
+    return lambda: client._listener.subscribers >= count
 
 
 # -- 120 readers, one LISTEN connection ------------------------------------------------------
@@ -200,7 +200,7 @@ def test_120_readers_share_one_listen_connection_and_each_sees_every_value(
             # Polling once in 10 minutes: only a notification brings the values in time.
             readers = Readers(client, "t", READERS, poll_interval=600)
             wait_until(
-                lambda: readers.errors or client.listener.subscribers == READERS,
+                lambda: readers.errors or client._listener.subscribers == READERS,
                 "every reader to wait",
             )
             engine.send("t", "go", topic="go")
@@ -232,7 +232,7 @@ def test_past_the_connection_limit_readers_poll_then_listen_again(database_url: 
                 sampler = Sampler(database_url, role)
                 readers = Readers(client, "t1", READERS, poll_interval=1.0)
                 wait_until(
-                    lambda: readers.errors or client.listener.subscribers == READERS,
+                    lambda: readers.errors or client._listener.subscribers == READERS,
                     "every reader to wait",
                 )
                 engine.send("t1", "go", topic="go")
@@ -247,7 +247,7 @@ def test_past_the_connection_limit_readers_poll_then_listen_again(database_url: 
                 # and they follow live.
                 live = Readers(client, "t2", 10, poll_interval=600)
                 wait_until(
-                    lambda: live.errors or client.listener.subscribers == 10,
+                    lambda: live.errors or client._listener.subscribers == 10,
                     "every reader to wait",
                 )
                 assert held(database_url, role)[1] == []
@@ -276,7 +276,7 @@ def test_readers_keep_following_after_their_listen_connection_is_cut(database_ur
         with durable.Client(reader_url, listen=True) as client:
             readers = Readers(client, "t", READERS, poll_interval=600)
             wait_until(
-                lambda: readers.errors or client.listener.subscribers == READERS,
+                lambda: readers.errors or client._listener.subscribers == READERS,
                 "every reader to wait",
             )
             [before] = held(database_url, role)[1]
@@ -316,7 +316,7 @@ def test_an_engines_worker_watcher_and_readers_share_one_listen_connection(
     ) as engine:
 
         def watch() -> None:
-            with engine.client.notifications() as wait:
+            with engine.client._notifications() as wait:
                 while not stop.is_set() and "t" not in payloads:
                     payloads.extend(wait(600))
 

@@ -109,7 +109,7 @@ def test_a_readers_listen_connection_shows_the_database_is_back(
         with ThreadPoolExecutor(1) as pool:
             got = pool.submit(read)
             deadline = time.monotonic() + 20
-            while not listening(database_url, reader.stream_channel):
+            while not listening(database_url, reader._stream_channel):
                 assert time.monotonic() < deadline, "the reader never listened"
                 time.sleep(0.02)
             engine.send("s", 1, topic="go")

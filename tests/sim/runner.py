@@ -110,9 +110,8 @@ class Sim:
             self.dispose(node)
 
     def busy(self, node: Node) -> int:
-        runner = node.engine.runner
-        with runner._lock:
-            return len(runner._futures) + len(runner._async_futures)
+        slots = node.engine.runner.slots
+        return slots.running() + slots.running_async()
 
     def quiet(self, node: Node, *, until_paused: bool = False) -> str:
         """Wait until the process has nothing running (or a run of it is paused)."""
@@ -180,7 +179,9 @@ class Sim:
         for _ in range(3):
             try:
                 node.engine.recover(limit=100)
-                node.engine.runner.dequeue(10)
+                runner = node.engine.runner
+                for claimed in runner.claims.dequeue(10):
+                    runner.submit(claimed)
                 return
             except Crash:
                 return

@@ -166,8 +166,10 @@ def _check_params(op: Any, name: str, params: Mapping[str, Any]) -> None:
 
 def label(op: Any) -> str:
     """A short, readable name for an operation (what `Script.labels` lists)."""
-    if isinstance(op, Execute | AppExecute):
-        return f"{type(op).__name__} {op.name}"
+    if isinstance(op, Execute):  # RecordStep and Finish too: the statement is the label
+        return f"Execute {op.name}"
+    if isinstance(op, AppExecute):
+        return f"AppExecute {op.name}"
     if isinstance(op, Call | AppCall):
         return f"{type(op).__name__} {getattr(op.fn, '__name__', repr(op.fn))}"
     if isinstance(op, Pause):

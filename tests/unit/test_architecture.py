@@ -12,6 +12,9 @@
   create databases, read its data directory) are the named exceptions.
 - The CLI is a client: it never reaches for the SystemDB or its statements.
 - No module is over 800 lines, but for an allow-list of those still to be split.
+- The worker loop (`_recovery.py`) is given what it uses: it imports none of the engine's
+  parts and never reaches through an engine for them.
+- The drivers route an operation by its class, never by its statement's name.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+
+import pytest
 
 from durable._systemdb import load_queries
 
@@ -284,3 +289,54 @@ def test_no_module_imports_the_package_itself() -> None:
                 if any(f"durable.{a.name}" not in MODULES for a in node.names):
                     offenders.append(module)
     assert offenders == []
+
+
+# The engine's parts: what makes up an Engine beside the claims, and how a run is hosted.
+ENGINE_PARTS = {"durable._engine", "durable._runner", "durable._async_host", "durable._client"}
+
+
+def _reaches_engine_parts(module: str, tree: ast.Module) -> list[str]:
+    """What `module` imports of the engine's parts, and where it reaches for them through
+    an engine (`engine.runner`, `self.engine.client`, ...)."""
+    found = sorted(_imported_modules(module, tree) & ENGINE_PARTS)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in {"runner", "client", "engine"}:
+            found.append(f"line {node.lineno}: .{node.attr}")
+    return found
+
+
+@pytest.mark.parametrize("module", ["durable._recovery", "durable._claims"])
+def test_the_worker_loop_knows_only_its_parts(module: str) -> None:
+    """The worker loop, the keeper and the heartbeat are given what they use (claims, a
+    launcher, slots, a subscription: `WorkerParts`), made by the engine: they import none
+    of the engine's parts and never reach through an engine for its runner or client. The
+    claims they are given return what they claim, and know no more of the engine."""
+    assert _reaches_engine_parts(module, _tree(MODULES[module])) == []
+
+
+def test_the_worker_loop_check_sees_a_reach() -> None:
+    source = "def f(engine):\n    engine.runner.dequeue(1)\n"
+    assert _reaches_engine_parts("durable._recovery", ast.parse(source)) == ["line 2: .runner"]
+    source = "from durable._runner import Runner\n"
+    assert _reaches_engine_parts("durable._recovery", ast.parse(source)) == ["durable._runner"]
+
+
+def _routes_by_name(tree: ast.Module) -> list[int]:
+    """Lines that compare an operation's statement name with a string (`op.name == "x"`)."""
+    return [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and isinstance(node.left, ast.Attribute)
+        and node.left.attr == "name"
+        and any(isinstance(c, ast.Constant) and isinstance(c.value, str) for c in node.comparators)
+    ]
+
+
+def test_the_drivers_route_by_operation_not_by_statement_name() -> None:
+    """A write the sync driver commits together with other runs' (a step record, an
+    outcome) is an operation of its own (RecordStep, Finish): renaming a statement cannot
+    silently take it out of the group commit."""
+    for name in ("_driver.py", "_driver_async.py"):
+        assert _routes_by_name(_tree(PACKAGE / name)) == [], name
+    assert _routes_by_name(ast.parse('if op.name == "record_step":\n    pass\n')) == [1]

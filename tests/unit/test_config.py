@@ -3,6 +3,9 @@ environment, then defaults, with a bad value refused by name before anything con
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
 import re
 from pathlib import Path
 
@@ -122,3 +125,96 @@ def test_the_response_timeout_is_given_or_five_seconds() -> None:
     url = "postgresql://h/db"
     assert SystemDB(url, "durable").response_timeout == 5.0
     assert SystemDB(url, "durable", response_timeout=0).response_timeout is None
+
+
+# An engine applies migrations at launch; a client (Config's default) leaves them to it.
+ENGINE_DEFAULTS = {"migrate": True}
+
+
+@pytest.mark.parametrize(
+    "signature_of", [Config.resolve, durable.Engine.__init__, durable.Client.__init__]
+)
+def test_each_default_is_the_configs(signature_of: object) -> None:
+    """The defaults are Config's fields': an argument of Config.resolve, Engine or Client
+    that defaults otherwise (None resolving to something else) is caught here."""
+    fields = {f.name: f for f in dataclasses.fields(Config)}
+    checked = 0
+    for name, param in inspect.signature(signature_of).parameters.items():  # type: ignore[arg-type]
+        if name not in fields or param.default is inspect.Parameter.empty:
+            continue
+        field = fields[name]
+        expected = (
+            field.default if field.default is not dataclasses.MISSING else field.default_factory()  # type: ignore[misc]
+        )
+        if signature_of is durable.Engine.__init__ and name in ENGINE_DEFAULTS:
+            assert param.default == ENGINE_DEFAULTS[name], name
+            continue
+        resolved = getattr(Config.resolve(environ={}, **{name: param.default}), name)
+        if name == "executor_id":  # None: a new id each time, in place of Config's ""
+            assert param.default is None and resolved
+        elif field.default is dataclasses.MISSING:  # a new object each time
+            assert type(resolved) is type(expected), name
+        else:
+            assert resolved == expected, f"{signature_of}: {name}={param.default!r}"
+        checked += 1
+    assert checked >= 8
+
+
+# Besides _config.py, the one module that reads DURABLE_* variables: the test helper, which
+# finds a test database the way a test suite's conftest would.
+READS_ITS_OWN = {"testing.py"}
+
+
+def _environment_reads(tree: ast.Module) -> list[int]:
+    """Lines that read a DURABLE_* variable (or one named by a variable) from os.environ.
+    A process's own variables (PATH, HOME, USER, ...) and a copy of the whole environment
+    for a child process are not settings, and pass."""
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    found = []
+    for node in ast.walk(tree):
+        if not (
+            isinstance(node, ast.Attribute)
+            and node.attr in {"environ", "getenv"}
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "os"
+        ):
+            continue
+        parent = parents.get(node)
+        key: ast.AST | None = None
+        if isinstance(parent, ast.Dict) and None in parent.keys:
+            continue  # {**os.environ, ...}: the environment handed to a child
+        if isinstance(parent, ast.Call) and parent.func is node:  # os.getenv(KEY)
+            key = parent.args[0] if parent.args else None
+        elif isinstance(parent, ast.Attribute) and parent.attr == "get":  # os.environ.get
+            call = parents.get(parent)
+            key = call.args[0] if isinstance(call, ast.Call) and call.args else None
+        elif isinstance(parent, ast.Subscript):  # os.environ[KEY]
+            key = parent.slice
+        elif isinstance(parent, ast.Compare):  # KEY in os.environ
+            key = parent.left
+        if isinstance(key, ast.Constant) and isinstance(key.value, str):
+            if not key.value.startswith("DURABLE_"):
+                continue
+        found.append(node.lineno)
+    return found
+
+
+def test_only_config_reads_durable_variables() -> None:
+    """Every DURABLE_* setting is read by Config.resolve and passed down (the CLI reads its
+    own through click's envvar=), so the one list in _config.py's docstring is complete."""
+    offenders = {
+        str(path.relative_to(ROOT)): lines
+        for path in ROOT.rglob("*.py")
+        if path.name != "_config.py"
+        and str(path.relative_to(ROOT)) not in READS_ITS_OWN
+        and (lines := _environment_reads(ast.parse(path.read_text("utf-8"))))
+    }
+    assert offenders == {}
+
+
+def test_the_environment_check_sees_a_read() -> None:
+    source = (
+        'import os\nos.environ.get("DURABLE_X")\nos.environ.get("HOME")\nos.getenv(NAME)\n'
+        'env = {**os.environ}\n"DURABLE_Y" in os.environ\nos.environ["TZ"]\n'
+    )
+    assert sorted(_environment_reads(ast.parse(source))) == [2, 4, 6]

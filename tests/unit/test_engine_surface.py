@@ -39,3 +39,20 @@ def test_the_calls_an_engine_hands_to_its_client_keep_their_signatures() -> None
             continue
         ours, theirs = getattr(Engine, name), getattr(Client, name)
         assert inspect.signature(ours) == inspect.signature(theirs), name
+
+
+# What the engine, the worker loop and the stream readers use of a client: plumbing, not
+# what a user calls, so not on its public surface.
+CLIENT_PLUMBING = {
+    "listener",
+    "close_listener",
+    "notifications",
+    "notify_channel",
+    "stream_channel",
+    "expire_approvals",
+}
+
+
+def test_the_clients_plumbing_is_not_public() -> None:
+    assert not CLIENT_PLUMBING & _public(Client)
+    assert all(hasattr(Client, f"_{name}") for name in CLIENT_PLUMBING)

@@ -8,7 +8,7 @@ import pytest
 
 from durable import _protocol as protocol
 from durable._models import StepKind, WorkflowStatus
-from durable._protocol import AwaitWriter, Enqueue, Execute, WriteSteps
+from durable._protocol import AwaitWriter, Enqueue, RecordStep, WriteSteps
 from durable.errors import StaleOwnerError, WorkflowSuspended
 from tests.unit.scripted import (
     DEFAULT,
@@ -183,7 +183,7 @@ def test_async_mode_waits_for_the_writer_before_a_barrier_record() -> None:
     run = make_run(mode="async")
     script = Script()
     script.run(protocol.record(run, 0, "child", StepKind.CHILD, '"x"'))
-    assert [type(op) for op in script.ops] == [AwaitWriter, Execute]
+    assert [type(op) for op in script.ops] == [AwaitWriter, RecordStep]
 
 
 def test_a_writer_refusal_at_the_barrier_reaches_the_caller() -> None:

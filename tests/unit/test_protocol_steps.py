@@ -13,11 +13,11 @@ from durable._models import Ledger, RetryPolicy, StepKind
 from durable._protocol import (
     AppFault,
     Call,
-    Execute,
     Fault,
     LeaseClock,
     Outcome,
     Pause,
+    RecordStep,
     decode_error,
     rebuild_error,
 )
@@ -141,8 +141,7 @@ def test_fresh_step_calls_then_records() -> None:
     assert script.run(protocol.step(run, step_def(fetch), (7,), {})) == {"x": 7}
     call, write = script.ops
     assert call == Call(fetch, (7,), {}, protocol.StepScope("fetch", charging=True, seq=0))
-    assert write == Execute(
-        "record_step",
+    assert write == RecordStep(
         {
             "workflow_id": WORKFLOW_ID,
             "epoch": EPOCH,
@@ -155,7 +154,6 @@ def test_fresh_step_calls_then_records() -> None:
             "child_workflow_id": None,
             "started_at": T0,
         },
-        "count",
     )
 
 
@@ -236,7 +234,7 @@ def test_a_retry_that_succeeds_records_the_attempts() -> None:
     run = make_run()
     script = Script()
     assert script.run(protocol.step(run, defn, (), {})) == "ok"
-    assert [type(op) for op in script.ops] == [Call, Pause, Call, Execute]
+    assert [type(op) for op in script.ops] == [Call, Pause, Call, RecordStep]
     written = script.only("record_step")
     assert (written["attempts"], written["output"], written["error"]) == (2, '"ok"', None)
 
