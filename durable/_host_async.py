@@ -70,7 +70,6 @@ if TYPE_CHECKING:
     import concurrent.futures
     from types import TracebackType
 
-    from durable._claims import Claims
     from durable._config import Config
     from durable._models import WorkflowInfo
     from durable._ownership import Ownership
@@ -123,6 +122,23 @@ class Starter(Reader, Protocol):
     ) -> WorkflowInfo: ...
 
 
+class Creates(Protocol):
+    """How a creation is claimed (`_claims.Claims`, which imports what imports this)."""
+
+    def insert_params(
+        self, defn: WorkflowDef, workflow_id: str, inputs: str, parent: tuple[str, int] | None
+    ) -> tuple[dict[str, Any], int, float]: ...
+
+    def inserted(
+        self,
+        defn: WorkflowDef,
+        params: dict[str, Any],
+        row: dict[str, Any] | None,
+        doubts: int,
+        claimed_at: float,
+    ) -> Claimed | None: ...
+
+
 class Runs(Protocol):
     """What a host asks of the runner (`_runner.Runner`) that creates, claims and runs."""
 
@@ -139,7 +155,7 @@ class Runs(Protocol):
     def ownership(self) -> Ownership: ...
 
     @property
-    def claims(self) -> Claims: ...
+    def claims(self) -> Creates: ...
 
     @property
     def db(self) -> SystemDB: ...
