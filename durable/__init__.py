@@ -47,18 +47,13 @@ from durable._streams import close_stream, close_stream_async, write_stream, wri
 from durable._timeouts import workflow_timeout
 from durable._tracing import instrument_psycopg
 from durable._version import __version__ as __version__
-from durable._waits import (
-    approval,
+from durable._waits import approval, get_event, recv, send, set_event, sleep
+from durable._waits_async import (
     approval_async,
-    get_event,
     get_event_async,
-    recv,
     recv_async,
-    send,
     send_async,
-    set_event,
     set_event_async,
-    sleep,
     sleep_async,
 )
 from durable.serialization import JSONSerializer, PickleSerializer, Serializer

@@ -41,6 +41,17 @@ def sleep(seconds: float) -> None:
     time.sleep(seconds)
 
 
+def called_async(what: str) -> str:
+    """How messages name the call `what` ("durable.recv()") on the async side: its awaited
+    twin ("durable.recv_async()")."""
+    return what.replace("()", "_async()")
+
+
+def called(what: str) -> str:
+    """How messages name the call `what` on the sync side: as it is."""
+    return what
+
+
 def monotonic() -> float:
     """The same clock on both sides, for deadlines."""
     return time.monotonic()

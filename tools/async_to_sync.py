@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # (async source, generated sync module): every generated file in the package.
 PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_runio_async.py"), Path("durable/_runio.py")),
+    (Path("durable/_waits_async.py"), Path("durable/_waits.py")),
 ]
 SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"
@@ -68,6 +69,7 @@ NAMES = {
     "__aexit__": "__exit__",
     "asynccontextmanager": "contextmanager",
     "enter_async_context": "enter_context",
+    "is_async": "is_async",  # an attribute or a parameter of both sides, not a twin's name
 }
 SUFFIX = "_async"  # run_on_async -> run_on, _checkout_async -> _checkout, ...
 DROPPED = {"async", "await"}
