@@ -37,13 +37,15 @@ from durable._models import (
     WorkflowInfo,
     WorkflowStatus,
 )
-from durable._patches import deprecate_patch, patched, patched_async
+from durable._patches import deprecate_patch, patched
+from durable._patches_async import patched_async
 from durable._queues import Queue
 from durable._registry import Registry, default_registry
 from durable._retention import PruneReport, RetentionPolicy
 from durable._schedules import scheduled
 from durable._state import append_turn, append_turn_async, conversation, state
-from durable._streams import close_stream, close_stream_async, write_stream, write_stream_async
+from durable._streams import close_stream, write_stream
+from durable._streams_async import close_stream_async, write_stream_async
 from durable._timeouts import workflow_timeout
 from durable._tracing import instrument_psycopg
 from durable._version import __version__ as __version__

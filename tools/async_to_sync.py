@@ -41,6 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_runio_async.py"), Path("durable/_runio.py")),
     (Path("durable/_waits_async.py"), Path("durable/_waits.py")),
+    (Path("durable/_streams_async.py"), Path("durable/_streams.py")),
+    (Path("durable/_patches_async.py"), Path("durable/_patches.py")),
 ]
 SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"
