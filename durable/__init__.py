@@ -43,7 +43,8 @@ from durable._queues import Queue
 from durable._registry import Registry, default_registry
 from durable._retention import PruneReport, RetentionPolicy
 from durable._schedules import scheduled
-from durable._state import append_turn, append_turn_async, conversation, state
+from durable._state import append_turn
+from durable._state_async import append_turn_async, conversation, state
 from durable._streams import close_stream, write_stream
 from durable._streams_async import close_stream_async, write_stream_async
 from durable._timeouts import workflow_timeout

@@ -43,6 +43,7 @@ PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_waits_async.py"), Path("durable/_waits.py")),
     (Path("durable/_streams_async.py"), Path("durable/_streams.py")),
     (Path("durable/_patches_async.py"), Path("durable/_patches.py")),
+    (Path("durable/_state_async.py"), Path("durable/_state.py")),
 ]
 SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"
@@ -66,6 +67,7 @@ NAMES = {
     "AsyncExitStack": "ExitStack",
     "AsyncIterator": "Iterator",
     "AsyncRunIO": "RunIO",
+    "AsyncStateWrites": "StateWrites",
     "AsyncTransaction": "Transaction",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
