@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -19,6 +19,11 @@ R = TypeVar("R")
 
 AsyncEvent = asyncio.Event
 Event = threading.Event
+
+# A callable's type: `AsyncCall[[int], str]` returns an awaitable of str, `Call[[int], str]`
+# a str.
+AsyncCall = Callable[P, Awaitable[R]]
+Call = Callable[P, R]
 
 
 async def to_thread_async(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:

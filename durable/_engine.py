@@ -36,7 +36,6 @@ from durable._config import Config
 from durable._context import current_engine, current_run
 from durable._decorators import workflow_call
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
-from durable._inputs import start_placed, start_placed_async
 from durable._names import check_name
 from durable._ownership import Ownership, say_who_holds
 from durable._queues import Queue
@@ -51,6 +50,8 @@ from durable._start_options import (
     start_method,
     start_method_async,
 )
+from durable._starts import start_placed
+from durable._starts_async import start_placed_async
 from durable._timeouts import pop_timeout, workflow_timeout
 from durable._urls import is_local
 from durable.errors import ConfigurationError, EngineNotRunningError

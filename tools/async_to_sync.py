@@ -44,6 +44,8 @@ PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_streams_async.py"), Path("durable/_streams.py")),
     (Path("durable/_patches_async.py"), Path("durable/_patches.py")),
     (Path("durable/_state_async.py"), Path("durable/_state.py")),
+    (Path("durable/_starts_async.py"), Path("durable/_starts.py")),
+    (Path("durable/_client_calls_async.py"), Path("durable/_client_calls.py")),
 ]
 SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"
@@ -68,6 +70,9 @@ NAMES = {
     "AsyncIterator": "Iterator",
     "AsyncRunIO": "RunIO",
     "AsyncStateWrites": "StateWrites",
+    "AsyncClientCalls": "ClientCalls",
+    "AsyncCall": "Call",
+    "AsyncWorkflowHandle": "WorkflowHandle",
     "AsyncTransaction": "Transaction",
     "__aenter__": "__enter__",
     "__aexit__": "__exit__",
@@ -210,7 +215,9 @@ def generate(source: Path = SOURCE, target: Path = TARGET) -> str:
     text = translate((ROOT / source).read_text("utf-8"))
     compile(text, str(target), "exec")  # the translation is valid Python
     text = header(source) + text
-    text = _ruff(["check", "--fix-only", "--select", "I", "--exit-zero"], text, target)
+    # Imports sorted, and an async generator's `for x in xs: yield x` made `yield from xs`.
+    fixes = ["--select", "I,UP028", "--unsafe-fixes"]
+    text = _ruff(["check", "--fix-only", *fixes, "--exit-zero"], text, target)
     return _ruff(["format"], text, target)
 
 
