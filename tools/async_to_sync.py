@@ -46,6 +46,7 @@ PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_state_async.py"), Path("durable/_state.py")),
     (Path("durable/_starts_async.py"), Path("durable/_starts.py")),
     (Path("durable/_client_calls_async.py"), Path("durable/_client_calls.py")),
+    (Path("durable/_late_charges_async.py"), Path("durable/_late_charges.py")),
 ]
 SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"
