@@ -21,7 +21,7 @@ from durable._children import (
 from durable._client import Client
 from durable._clock import Clock, FakeClock, SystemClock
 from durable._current import step_id, workflow_id
-from durable._debounce import Debouncer
+from durable._debounce_async import Debouncer
 from durable._decorators import effect, step, tool, transaction, workflow
 from durable._driver import compensate
 from durable._driver_async import to_thread

@@ -23,7 +23,6 @@ from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 from durable import _audit as audit
-from durable import _debounce
 from durable import _labels as labels
 from durable import _starts as starts
 from durable import _tracing as tracing
@@ -32,9 +31,8 @@ from durable._client_calls import ClientCalls
 from durable._client_calls_async import AsyncClientCalls
 from durable._clock import Clock
 from durable._config import Config
-from durable._debounce import Debouncer
 from durable._decorators import workflow_call, workflow_def
-from durable._handles import AsyncWorkflowHandle, WorkflowHandle
+from durable._handles import WorkflowHandle
 from durable._models import (
     ApprovalStatus,
     Budget,
@@ -169,21 +167,6 @@ class Client(ClientCalls, AsyncClientCalls):
 
         chosen, _ = starts.start_placed(defn, workflow_id, create)
         return self.handle(chosen)
-
-    def debounce(
-        self, debouncer: Debouncer[P, R], key: str, /, *args: P.args, **kwargs: P.kwargs
-    ) -> WorkflowHandle:
-        """Debounce a start of the debouncer's workflow under `key` (see durable.Debouncer):
-        it runs once the key has been quiet for the debouncer's period, with the arguments
-        of the last debounce before it started. Returns the handle of that run."""
-        return self.handle(_debounce.debounce(self, debouncer, key, args, kwargs))
-
-    async def debounce_async(
-        self, debouncer: Debouncer[P, R], key: str, /, *args: P.args, **kwargs: P.kwargs
-    ) -> AsyncWorkflowHandle:
-        """debounce, awaited: an AsyncWorkflowHandle."""
-        workflow_id = await _debounce.debounce_async(self, debouncer, key, args, kwargs)
-        return AsyncWorkflowHandle(self, workflow_id)
 
     # -- operator actions --------------------------------------------------------------
 

@@ -1,7 +1,8 @@
 # Generated from durable/_client_calls_async.py by tools/async_to_sync.py: do not edit.
 # Edit the source, then run `python tools/async_to_sync.py`
 # (tests/unit/test_generated_sync.py fails while this file is out of date).
-"""The calls of a Client that have an awaited form: retrieve, send, read_stream, enqueue.
+"""The calls of a Client that have an awaited form: retrieve, send, read_stream, enqueue,
+debounce.
 The awaited ones are written here; their plain twins (`_client_calls.py`) are generated
 from this module by tools/async_to_sync.py. A Client has both.
 
@@ -14,8 +15,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from durable import _debounce as debouncing
 from durable import _starts as starts
 from durable._acompat import to_thread
+from durable._debounce_base import DebounceSpec, P, R
 from durable._handles import WorkflowHandle
 from durable._listen import Subscription
 from durable._messages import Messages
@@ -107,3 +110,12 @@ class ClientCalls(Messages):
             partition_key=partition_key,
         )
         return WorkflowHandle(self, chosen)
+
+    def debounce(
+        self, debouncer: DebounceSpec[P, R], key: str, /, *args: P.args, **kwargs: P.kwargs
+    ) -> WorkflowHandle:
+        """Debounce a start of the debouncer's workflow under `key` (see durable.Debouncer):
+        it runs once the key has been quiet for the debouncer's period, with the arguments
+        of the last debounce before it started. Returns the handle of that run."""
+        workflow_id = debouncing.debounce(self, debouncer, key, args, kwargs)
+        return WorkflowHandle(self, workflow_id)

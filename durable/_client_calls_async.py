@@ -1,4 +1,5 @@
-"""The calls of a Client that have an awaited form: retrieve, send, read_stream, enqueue.
+"""The calls of a Client that have an awaited form: retrieve, send, read_stream, enqueue,
+debounce.
 The awaited ones are written here; their plain twins (`_client_calls.py`) are generated
 from this module by tools/async_to_sync.py. A Client has both.
 
@@ -11,8 +12,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
+from durable import _debounce_async as debouncing
 from durable import _starts_async as starts
 from durable._acompat import to_thread_async
+from durable._debounce_base import DebounceSpec, P, R
 from durable._handles import AsyncWorkflowHandle
 from durable._listen import Subscription
 from durable._messages import Messages
@@ -109,3 +112,12 @@ class AsyncClientCalls(Messages):
             partition_key=partition_key,
         )
         return AsyncWorkflowHandle(self, chosen)
+
+    async def debounce_async(
+        self, debouncer: DebounceSpec[P, R], key: str, /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncWorkflowHandle:
+        """Debounce a start of the debouncer's workflow under `key` (see durable.Debouncer):
+        it runs once the key has been quiet for the debouncer's period, with the arguments
+        of the last debounce before it started. Returns the handle of that run."""
+        workflow_id = await debouncing.debounce_async(self, debouncer, key, args, kwargs)
+        return AsyncWorkflowHandle(self, workflow_id)

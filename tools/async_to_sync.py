@@ -47,6 +47,7 @@ PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_starts_async.py"), Path("durable/_starts.py")),
     (Path("durable/_client_calls_async.py"), Path("durable/_client_calls.py")),
     (Path("durable/_late_charges_async.py"), Path("durable/_late_charges.py")),
+    (Path("durable/_debounce_async.py"), Path("durable/_debounce.py")),
 ]
 SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"
@@ -73,6 +74,7 @@ NAMES = {
     "AsyncStateWrites": "StateWrites",
     "AsyncClientCalls": "ClientCalls",
     "AsyncCall": "Call",
+    "AsyncDebounces": "Debounces",
     "AsyncWorkflowHandle": "WorkflowHandle",
     "AsyncTransaction": "Transaction",
     "__aenter__": "__enter__",
@@ -216,8 +218,9 @@ def generate(source: Path = SOURCE, target: Path = TARGET) -> str:
     text = translate((ROOT / source).read_text("utf-8"))
     compile(text, str(target), "exec")  # the translation is valid Python
     text = header(source) + text
-    # Imports sorted, and an async generator's `for x in xs: yield x` made `yield from xs`.
-    fixes = ["--select", "I,UP028", "--unsafe-fixes"]
+    # Imports sorted (and those only the async side used dropped), and an async generator's
+    # `for x in xs: yield x` made `yield from xs`.
+    fixes = ["--select", "I,F401,UP028", "--unsafe-fixes"]
     text = _ruff(["check", "--fix-only", *fixes, "--exit-zero"], text, target)
     return _ruff(["format"], text, target)
 
