@@ -7,17 +7,9 @@ re-invoked with its saved inputs and completed steps return their journaled outp
 """
 
 from durable._budget import Reservation, budget_left, charge, reserve
-from durable._children import (
-    ChildHandle,
-    Winner,
-    on_approval,
-    on_message,
-    on_timer,
-    start_child,
-    start_child_async,
-    wait_first,
-    wait_first_async,
-)
+from durable._child_handle import ChildHandle
+from durable._children import on_approval, on_message, on_timer, wait_first
+from durable._children_async import wait_first_async
 from durable._client import Client
 from durable._clock import Clock, FakeClock, SystemClock
 from durable._current import step_id, workflow_id
@@ -34,6 +26,7 @@ from durable._models import (
     RetryPolicy,
     StepKind,
     StepRecord,
+    Winner,
     WorkflowInfo,
     WorkflowStatus,
 )
@@ -43,6 +36,8 @@ from durable._queues import Queue
 from durable._registry import Registry, default_registry
 from durable._retention import PruneReport, RetentionPolicy
 from durable._schedules import scheduled
+from durable._starts import start_child
+from durable._starts_async import start_child_async
 from durable._state import append_turn
 from durable._state_async import append_turn_async, conversation, state
 from durable._streams import close_stream, write_stream

@@ -4,6 +4,8 @@
 """Where a new workflow is placed and recorded: the start of a workflow from a caller or
 from workflow code, by an engine's start, a client's submit or enqueue, start_child.
 
+durable.start_child is a start from workflow code too.
+
 A start from outside workflow code is a workflow of its own (the id given, else a new
 one). A start from workflow code (not a step) is a child at the next position of the
 parent's journal (protocol.place_start: a deterministic id, the journaled one on a replay,
@@ -24,8 +26,9 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durable import _protocol as protocol
 from durable._acompat import Call, to_thread
-from durable._context import workflow_code_run
-from durable._decorators import workflow_call
+from durable._child_handle import ChildHandle
+from durable._context import workflow_code_run, workflow_run
+from durable._decorators import workflow_call, workflow_def
 from durable._driver import drive
 from durable._names import check_name
 from durable._protocol import Run
@@ -221,3 +224,16 @@ def check_enqueue(
         raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
     check_name("workflow_id", workflow_id, optional=True)
     queue.check_options(dedup_key, priority, partition_key, delay)
+
+
+def start_child(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ChildHandle:
+    """Start `fn(*args, **kwargs)` as a child of the calling workflow and return its
+    handle without waiting. The start is journaled (the child's id is derived from this
+    call's position unless `workflow_id=` is given), so a replay returns the same child.
+    `timeout=` gives the child a timeout of its own (cut to what is left of the parent's).
+    Only in workflow code (`await durable.start_child_async(...)` in an async one):
+    elsewhere, start workflows with engine.start."""
+    run = workflow_run("durable.start_child()")
+    defn = workflow_def(fn)
+    handle = run.host.active.start(fn, *args, **kwargs)
+    return ChildHandle(handle.workflow_id, defn.name, defn.fn)
