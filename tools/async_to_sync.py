@@ -49,6 +49,7 @@ PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_client_calls_async.py"), Path("durable/_client_calls.py")),
     (Path("durable/_late_charges_async.py"), Path("durable/_late_charges.py")),
     (Path("durable/_debounce_async.py"), Path("durable/_debounce.py")),
+    (Path("durable/_llm_steps_async.py"), Path("durable/_llm_steps.py")),
 ]
 SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"
