@@ -705,33 +705,9 @@ class Engine:
         a workflow, journaled as a child like start)."""
         return self.client.submit(fn, *args, workflow_id=workflow_id, **kwargs)
 
-    @enqueue_method_async
-    async def enqueue_async(
-        self,
-        queue: Queue,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        **kwargs: Any,
-    ) -> AsyncWorkflowHandle:
-        """Client.enqueue_async, on the engine's client."""
-        return await self.client.enqueue_async(
-            queue,
-            fn,
-            *args,
-            workflow_id=workflow_id,
-            dedup_key=dedup_key,
-            priority=priority,
-            delay=delay,
-            partition_key=partition_key,
-            **kwargs,
-        )
-
+    # (Through its typed view: Client.enqueue_async is typed as the call it makes.)
+    enqueue_async = enqueue_method_async(_client_call(cast(Any, Client.enqueue_async)))
+    """Client.enqueue_async, on the engine's client."""
     retrieve = _client_call(Client.retrieve)
     """Client.retrieve, on the engine's client."""
     retrieve_async = _client_call(Client.retrieve_async)

@@ -67,6 +67,7 @@ NAMES = {
     "AbstractAsyncContextManager": "AbstractContextManager",
     "AsyncEvent": "Event",
     "AsyncAppTransaction": "AppTransaction",
+    "AsyncBoundedConnection": "BoundedConnection",
     "AsyncConnection": "Connection",
     "AsyncConnectionPool": "ConnectionPool",
     "AsyncCursor": "Cursor",
