@@ -66,7 +66,7 @@ def wrapped(
     defn = StepDef(endpoint.step_name, call, StepKind.STEP)
 
     @functools.wraps(create)
-    def wrapped(**request: Any) -> Any:
+    def durable_create(**request: Any) -> Any:
         price = price_of(request.get("model"))
         if request.get("stream"):
             request = endpoint.stream_options(request)
@@ -75,7 +75,7 @@ def wrapped(
             return _iterate(data, endpoint)
         return endpoint.rebuild(data)
 
-    return wrapped
+    return durable_create
 
 
 def _dump(obj: Any) -> Any:

@@ -66,7 +66,7 @@ def wrapped_async(
     defn = StepDef(endpoint.step_name, call_async, StepKind.STEP)
 
     @functools.wraps(create)
-    async def wrapped(**request: Any) -> Any:
+    async def durable_create(**request: Any) -> Any:
         price = price_of(request.get("model"))
         if request.get("stream"):
             request = endpoint.stream_options(request)
@@ -75,7 +75,7 @@ def wrapped_async(
             return _iterate_async(data, endpoint)
         return endpoint.rebuild(data)
 
-    return wrapped
+    return durable_create
 
 
 def _dump(obj: Any) -> Any:
