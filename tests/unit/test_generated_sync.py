@@ -1,7 +1,8 @@
-"""The sync run I/O (`durable/_runio.py`) is generated from the async source
-(`durable/_runio_async.py`) by `tools/async_to_sync.py`, and committed. These tests fail
-when the committed file is not what the generator makes of the source now (someone edited
-one and not the other), and when a hand-written twin creeps back into the SystemDB.
+"""The sync modules listed in `tools/async_to_sync.py`'s PAIRS (the run I/O
+`durable/_runio.py`, the in-workflow API's `_waits.py`, `_state.py`, ...) are generated from
+their async sources by that script, and committed. These tests fail when a committed file
+is not what the generator makes of its source now (someone edited one and not the other),
+and when a hand-written twin creeps back into the SystemDB.
 """
 
 from __future__ import annotations
