@@ -15,9 +15,10 @@ from durable import _driver
 from durable import _labels as labels
 from durable._acompat import to_thread
 from durable._context import current_engine, sync_run
-from durable._debounce_base import DebounceSpec, P, R, Recorder, record
+from durable._debounce_base import DebounceSpec, P, R, record
 from durable._handles import WorkflowHandle
 from durable._registry import StepDef
+from durable._starts import Recorder
 from durable.errors import NoEngineError
 
 

@@ -12,9 +12,10 @@ from durable import _driver_async
 from durable import _labels as labels
 from durable._acompat import to_thread_async
 from durable._context import async_run, current_engine, sync_run
-from durable._debounce_base import DebounceSpec, P, R, Recorder, record
+from durable._debounce_base import DebounceSpec, P, R, record
 from durable._handles import AsyncWorkflowHandle
 from durable._registry import StepDef
+from durable._starts_async import Recorder
 from durable.errors import NoEngineError
 
 

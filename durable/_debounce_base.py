@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 from durable import _labels as labels
 from durable._decorators import workflow_call
@@ -28,25 +28,11 @@ from durable._methods import reference
 from durable._names import check_name
 from durable._queues import Queue
 from durable._registry import Registry, default_registry
+from durable._starts import Recorder
 from durable.errors import ConfigurationError, DuplicateNameError
 
 if TYPE_CHECKING:
-    from durable._inputs import Inputs
-    from durable._systemdb import SystemDB, Tx
-
-
-class Recorder(Protocol):
-    """What debouncing needs of the client that records the entry."""
-
-    @property
-    def db(self) -> SystemDB: ...
-
-    inputs: Inputs
-
-    @property
-    def default_durability(self) -> str: ...
-
-    def notify_work(self, payload: str = "") -> None: ...
+    from durable._systemdb import Tx
 
 
 P = ParamSpec("P")

@@ -78,8 +78,7 @@ def test_a_start_killed_after_it_is_adopted_by_the_recovered_parent(
             stop_worker(second)
     with psycopg.connect(database_url) as conn:
         runs = conn.execute(
-            "SELECT workflow_id, parent_id, parent_step_seq FROM durable.workflows"
-            " WHERE name = %s",
+            "SELECT workflow_id, parent_id, parent_step_seq FROM durable.workflows WHERE name = %s",
             (name,),
         ).fetchall()
         journal = conn.execute(
