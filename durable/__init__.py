@@ -7,21 +7,13 @@ re-invoked with its saved inputs and completed steps return their journaled outp
 """
 
 from durable._budget import Reservation, budget_left, charge, reserve
-from durable._children import (
-    ChildHandle,
-    Winner,
-    on_approval,
-    on_message,
-    on_timer,
-    start_child,
-    start_child_async,
-    wait_first,
-    wait_first_async,
-)
+from durable._child_handle import ChildHandle
+from durable._children import on_approval, on_message, on_timer, wait_first
+from durable._children_async import wait_first_async
 from durable._client import Client
 from durable._clock import Clock, FakeClock, SystemClock
 from durable._current import step_id, workflow_id
-from durable._debounce import Debouncer
+from durable._debounce_async import Debouncer
 from durable._decorators import effect, step, tool, transaction, workflow
 from durable._driver import compensate
 from durable._driver_async import to_thread
@@ -34,31 +26,32 @@ from durable._models import (
     RetryPolicy,
     StepKind,
     StepRecord,
+    Winner,
     WorkflowInfo,
     WorkflowStatus,
 )
-from durable._patches import deprecate_patch, patched, patched_async
+from durable._patches import deprecate_patch, patched
+from durable._patches_async import patched_async
 from durable._queues import Queue
 from durable._registry import Registry, default_registry
 from durable._retention import PruneReport, RetentionPolicy
 from durable._schedules import scheduled
-from durable._state import append_turn, append_turn_async, conversation, state
-from durable._streams import close_stream, close_stream_async, write_stream, write_stream_async
+from durable._starts import start_child
+from durable._starts_async import start_child_async
+from durable._state import append_turn
+from durable._state_async import append_turn_async, conversation, state
+from durable._streams import close_stream, write_stream
+from durable._streams_async import close_stream_async, write_stream_async
 from durable._timeouts import workflow_timeout
 from durable._tracing import instrument_psycopg
 from durable._version import __version__ as __version__
-from durable._waits import (
-    approval,
+from durable._waits import approval, get_event, recv, send, set_event, sleep
+from durable._waits_async import (
     approval_async,
-    get_event,
     get_event_async,
-    recv,
     recv_async,
-    send,
     send_async,
-    set_event,
     set_event_async,
-    sleep,
     sleep_async,
 )
 from durable.serialization import JSONSerializer, PickleSerializer, Serializer

@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import ParamSpec, TypeVar
 
 P = ParamSpec("P")
@@ -27,6 +27,11 @@ Future = concurrent.futures.Future
 # What a task ends with when its event loop cancels it: the same class on both sides, so
 # that what a run's end means (_host_async.outcome_of) is the same on both.
 CancelledError = asyncio.CancelledError
+
+# A callable's type: `AsyncCall[[int], str]` returns an awaitable of str, `Call[[int], str]`
+# a str.
+AsyncCall = Callable[P, Awaitable[R]]
+Call = Callable[P, R]
 
 
 async def to_thread_async(fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
@@ -47,6 +52,17 @@ async def sleep_async(seconds: float) -> None:
 def sleep(seconds: float) -> None:
     """Wait on this thread."""
     time.sleep(seconds)
+
+
+def called_async(what: str) -> str:
+    """How messages name the call `what` ("durable.recv()") on the async side: its awaited
+    twin ("durable.recv_async()")."""
+    return what.replace("()", "_async()")
+
+
+def called(what: str) -> str:
+    """How messages name the call `what` on the sync side: as it is."""
+    return what
 
 
 def monotonic() -> float:

@@ -26,17 +26,15 @@ BudgetExceededError in the workflow. The decisions are in `_protocol` (`open_led
 from __future__ import annotations
 
 import asyncio
-import logging
-import time
 from decimal import Decimal
 
 from durable import _protocol as protocol
 from durable._context import current_attempt, current_run, current_step
-from durable._driver import drive_in_step
-from durable._driver_async import drive_in_step_async
+from durable._late_charges import write_late
+from durable._late_charges_async import write_late_async
 from durable._models import Budget, Ledger, check_amount, dollars_exact
 from durable._protocol import LateCharge, Run, StepScope
-from durable.errors import DatabaseUnavailableError, NotInWorkflowError
+from durable.errors import NotInWorkflowError
 
 __all__ = [
     "Budget",
@@ -51,15 +49,9 @@ __all__ = [
     "settle",
 ]
 
-logger = logging.getLogger("durable.budget")
 
 # The background writes of late charges made on an event loop, referenced until they end.
 _writing: set[asyncio.Task[None]] = set()
-
-# How often a late charge's write is sent before it is given up (logged as an error), and
-# the wait before the first resend (doubled each time); resent, its key adds it once.
-LATE_CHARGE_SENDS = 5
-LATE_CHARGE_BACKOFF = 0.2
 
 
 def charge(*, dollars: float = 0.0, tokens: int = 0) -> None:
@@ -90,51 +82,13 @@ def _write_late(run: Run, scope: StepScope, late: LateCharge) -> None:
     """Write the charge of an attempt that no longer counts (see _protocol.charge): on an
     event loop in the background, else now, sent again while the database is away."""
     try:
-        asyncio.get_running_loop()
+        loop = asyncio.get_running_loop()
     except RuntimeError:
-        pass
-    else:
-        task = asyncio.get_running_loop().create_task(_write_late_async(run, scope, late))
-        _writing.add(task)
-        task.add_done_callback(_writing.discard)
+        write_late(run, scope, late)
         return
-    delay = LATE_CHARGE_BACKOFF
-    for send in range(1, LATE_CHARGE_SENDS + 1):
-        try:
-            drive_in_step(run, protocol.write_late_charge(run, scope, late))
-            return
-        except DatabaseUnavailableError as exc:
-            if send == LATE_CHARGE_SENDS:
-                _not_written(run, scope, late, exc)
-                return
-            time.sleep(delay)
-            delay *= 2
-
-
-async def _write_late_async(run: Run, scope: StepScope, late: LateCharge) -> None:
-    delay = LATE_CHARGE_BACKOFF
-    for send in range(1, LATE_CHARGE_SENDS + 1):
-        try:
-            await drive_in_step_async(run, protocol.write_late_charge(run, scope, late))
-            return
-        except DatabaseUnavailableError as exc:
-            if send == LATE_CHARGE_SENDS:
-                _not_written(run, scope, late, exc)
-                return
-            await asyncio.sleep(delay)
-            delay *= 2
-
-
-def _not_written(run: Run, scope: StepScope, late: LateCharge, exc: Exception) -> None:
-    logger.error(
-        "late charge %s of step %s of %s ($%s, %d tokens) not written to its budget: %s",
-        late.key,
-        scope.name,
-        run.workflow_id,
-        late.dollars,
-        late.tokens,
-        exc,
-    )
+    task = loop.create_task(write_late_async(run, scope, late))
+    _writing.add(task)
+    task.add_done_callback(_writing.discard)
 
 
 class Reservation:

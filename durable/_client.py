@@ -15,26 +15,24 @@ here what records workflows and the operator actions.
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 import json
 import logging
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
 
 from durable import _audit as audit
-from durable import _debounce
 from durable import _labels as labels
+from durable import _starts as starts
 from durable import _tracing as tracing
 from durable import _transfer as transfer
+from durable._client_calls import ClientCalls
+from durable._client_calls_async import AsyncClientCalls
 from durable._clock import Clock
 from durable._config import Config
-from durable._debounce import Debouncer
 from durable._decorators import workflow_call, workflow_def
-from durable._handles import AsyncWorkflowHandle, WorkflowHandle
-from durable._inputs import start_placed, start_placed_async
-from durable._messages import Messages
+from durable._handles import WorkflowHandle
 from durable._models import (
     ApprovalStatus,
     Budget,
@@ -46,23 +44,20 @@ from durable._models import (
 )
 from durable._names import check_name, check_text, check_version
 from durable._protocol import encode_error
-from durable._queues import Queue
-from durable._registry import Registry, WorkflowDef
+from durable._registry import Registry
 from durable._retention import PruneProgress, PruneReport, RetentionPolicy, prune
 from durable._schedules import Schedule, backfill, trigger
-from durable._start_options import enqueue_method, enqueue_method_async, start_method
-from durable._systemdb import Tx, is_unique_violation
+from durable._start_options import start_method
+from durable._systemdb import is_unique_violation
 from durable._timeouts import call_timeout, pop_timeout
 from durable.errors import (
     ApprovalConflictError,
     ConfigurationError,
     ForkAfterUndoError,
     InvalidBudgetError,
-    QueueDedupError,
     UnknownApprovalError,
     UnknownScheduleError,
     WorkflowCancelledError,
-    WorkflowConflictError,
     WorkflowNotFoundError,
     WorkflowNotMovableError,
     WorkflowNotResumableError,
@@ -90,7 +85,7 @@ def _compensated(info: WorkflowInfo) -> bool:
         return False
 
 
-class Client(Messages):
+class Client(ClientCalls, AsyncClientCalls):
     """Reads and changes stored workflows in one PostgreSQL system database; runs nothing:
     no heartbeat, no worker loop, no executor row (only its connection pool's threads, and
     its listener's while a stream reader or watcher waits).
@@ -151,26 +146,6 @@ class Client(Messages):
 
     # -- recording workflows -----------------------------------------------------------
 
-    @property
-    def default_durability(self) -> str:
-        """What the workflows this client records are run with, unless their code says
-        (an Engine's `durability=`; "sync" for a plain Client)."""
-        return self.config.durability
-
-    def existing(
-        self, defn: WorkflowDef, workflow_id: str, inputs: str | None = None
-    ) -> WorkflowInfo:
-        """The WorkflowInfo a start of `defn` (stored `inputs`) under an existing id attaches
-        to: WorkflowConflictError if another function, or the same method on another
-        instance, holds the id; JournalVersionError if its journal is newer than this code."""
-        info = self.get_workflow(workflow_id)
-        if info.name != defn.name:
-            raise WorkflowConflictError(workflow_id, info.name, defn.name)
-        if defn.receiver is not None and inputs is not None:
-            self.inputs.check_receiver(info, defn, inputs)
-        info.check_journal()
-        return info
-
     @start_method
     def submit(
         self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
@@ -188,143 +163,10 @@ class Client(Messages):
                 inputs = self.inputs.encode(defn, call_args, kwargs)
                 params = self.inputs.row(defn, chosen, inputs, parent, self.default_durability)
             row = self.db.fetch_one("insert_workflow_pending", params)
-            self._stored(defn, chosen, row, inputs)
+            starts.stored(self, defn, chosen, row, inputs)
 
-        chosen, _ = start_placed(defn, workflow_id, create)
+        chosen, _ = starts.start_placed(defn, workflow_id, create)
         return self.handle(chosen)
-
-    @enqueue_method
-    def enqueue(
-        self,
-        queue: Queue,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        **kwargs: Any,
-    ) -> WorkflowHandle:
-        """Put `fn(*args, **kwargs)` on `queue`; a worker starts it when the queue's limits
-        allow. Its options: `workflow_id=` (an existing id returns its handle),
-        `dedup_key=` (QueueDedupError while another entry with it is queued or unfinished),
-        `priority=` (lower first; queues declared with priority=True), `delay=` (seconds
-        before it may start), `partition_key=` (a user or tenant: see Queue) and `timeout=`
-        (popped from kwargs: replaces the decorator's timeout). Inside a workflow the entry
-        is journaled as a child, so a replay does not enqueue it again; so is a QueueDedupError
-        there: a replay raises it again, even once the key is free."""
-        _check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
-        timeout = pop_timeout(kwargs)
-        defn, call_args = workflow_call(fn, args)
-
-        def create(chosen: str, parent: tuple[str, int] | None) -> None:
-            with call_timeout(timeout):
-                self._enqueue(
-                    queue,
-                    defn,
-                    chosen,
-                    parent,
-                    call_args,
-                    kwargs,
-                    dedup_key,
-                    priority,
-                    delay,
-                    partition_key,
-                )
-
-        chosen, _ = start_placed(defn, workflow_id, create)
-        return self.handle(chosen)
-
-    @enqueue_method_async
-    async def enqueue_async(
-        self,
-        queue: Queue,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        **kwargs: Any,
-    ) -> AsyncWorkflowHandle:
-        """enqueue, awaited: an AsyncWorkflowHandle. Inside an async workflow the entry is
-        journaled as a child at the position of this call."""
-        _check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
-        timeout = pop_timeout(kwargs)
-        defn, call_args = workflow_call(fn, args)
-
-        async def create(chosen: str, parent: tuple[str, int] | None) -> None:
-            with call_timeout(timeout):  # (to_thread carries the block into the thread)
-                await asyncio.to_thread(
-                    self._enqueue,
-                    queue,
-                    defn,
-                    chosen,
-                    parent,
-                    call_args,
-                    kwargs,
-                    dedup_key,
-                    priority,
-                    delay,
-                    partition_key,
-                )
-
-        chosen, _ = await start_placed_async(defn, workflow_id, create)
-        return AsyncWorkflowHandle(self, chosen)
-
-    def _enqueue(
-        self,
-        queue: Queue,
-        defn: WorkflowDef,
-        workflow_id: str,
-        parent: tuple[str, int] | None,
-        args: Sequence[Any],
-        kwargs: Mapping[str, Any],
-        dedup_key: str | None,
-        priority: int | None,
-        delay: float | None,
-        partition_key: str | None = None,
-    ) -> None:
-        inputs = self.inputs.encode(defn, args, kwargs)
-        params = self.inputs.row(defn, workflow_id, inputs, parent, self.default_durability)
-        params.update(
-            queue_name=queue.name,
-            priority=priority or 0,
-            dedup_key=dedup_key,
-            delay_seconds=float(delay or 0.0),
-            partition_key=partition_key,
-        )
-        if dedup_key is None:
-            row = self.db.fetch_one("enqueue_workflow", params)
-        else:
-            row = self.db.atomically(lambda tx: _enqueue_deduplicated(tx, params), "enqueue")
-        self._stored(defn, workflow_id, row, params["inputs"])
-
-    def _stored(self, defn: WorkflowDef, workflow_id: str, row: Any, inputs: str) -> None:
-        """After a new workflow's insert: wake a worker, or check the id's existing holder."""
-        if row is None:
-            self.existing(defn, workflow_id, inputs)
-        else:
-            self.notify_work(workflow_id)
-
-    def debounce(
-        self, debouncer: Debouncer[P, R], key: str, /, *args: P.args, **kwargs: P.kwargs
-    ) -> WorkflowHandle:
-        """Debounce a start of the debouncer's workflow under `key` (see durable.Debouncer):
-        it runs once the key has been quiet for the debouncer's period, with the arguments
-        of the last debounce before it started. Returns the handle of that run."""
-        return self.handle(_debounce.debounce(self, debouncer, key, args, kwargs))
-
-    async def debounce_async(
-        self, debouncer: Debouncer[P, R], key: str, /, *args: P.args, **kwargs: P.kwargs
-    ) -> AsyncWorkflowHandle:
-        """debounce, awaited: an AsyncWorkflowHandle."""
-        workflow_id = await _debounce.debounce_async(self, debouncer, key, args, kwargs)
-        return AsyncWorkflowHandle(self, workflow_id)
 
     # -- operator actions --------------------------------------------------------------
 
@@ -745,34 +587,3 @@ class Client(Messages):
         tables as reference tables. See docs/scaling.md. Returns how many were distributed;
         raises ConfigurationError where there is no citus extension."""
         return self.db.distribute_citus()
-
-
-def _enqueue_deduplicated(tx: Tx, params: dict[str, Any]) -> dict[str, Any] | None:
-    """Enqueue holding a dedup key: take the key (or find its holder, locked), and refuse
-    while the holder is queued or unfinished; a finished holder's key passes to this
-    workflow. One transaction, run again from the start after a conflict."""
-    key = {k: params[k] for k in ("queue_name", "dedup_key", "workflow_id")}
-    taken = tx.fetch_one("take_dedup", key)
-    assert taken is not None
-    holder = str(taken["workflow_id"])
-    if holder != params["workflow_id"]:
-        active = tx.fetch_one("dedup_holder_active", {"holder": holder})
-        if active is not None and active["active"]:
-            raise QueueDedupError(params["queue_name"], str(params["dedup_key"]), holder)
-        tx.execute("pass_dedup", key)
-    return tx.fetch_one("enqueue_workflow", params)
-
-
-def _check_enqueue(
-    queue: Queue,
-    workflow_id: str | None,
-    dedup_key: str | None,
-    priority: int | None,
-    delay: float | None,
-    partition_key: str | None = None,
-) -> None:
-    """enqueue's own keyword arguments, checked."""
-    if not isinstance(queue, Queue):
-        raise ConfigurationError(f"queue={queue!r}: give a durable.Queue")
-    check_name("workflow_id", workflow_id, optional=True)
-    queue.check_options(dedup_key, priority, partition_key, delay)

@@ -15,6 +15,7 @@ that say what to do instead.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from contextvars import ContextVar
@@ -164,6 +165,27 @@ def workflow_run(what: str, is_async: bool = False) -> Run:
             f"write `await {twin}`"
         )
     return run
+
+
+def workflow_run_async(what: str) -> Run:
+    """workflow_run for the awaited twin of `what` (named as the sync call, "durable.sleep()"):
+    what an async source calls where its generated sync twin calls workflow_run(what)."""
+    return workflow_run(what.replace("()", "_async()"), is_async=True)
+
+
+def refuse_on_loop(run: Run, what: str) -> None:
+    """BlockingCallError for a sync call `what` ("durable.send()") made on a running event
+    loop by a step's code (an async step): the call would hold the loop, and every workflow
+    on it, until it returns. The error names the awaited twin."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return  # a thread of its own: a sync step
+    twin = what.replace("()", "_async(...)")
+    raise BlockingCallError(
+        f"{what} in a step of async workflow {run.name!r} would block its event loop: "
+        f"write `await {twin}`"
+    )
 
 
 def sync_run(what: str) -> Run | None:

@@ -1,136 +1,29 @@
-"""Debouncing: a burst of starts of one workflow under one key becomes one run, with the
-last inputs, once the key has been quiet for a period.
-
-A debounced start is a delayed queue entry (a workflows row, ENQUEUED, `available_at` in
-the future). The key is held in the queue's dedup table (`queue_dedup`, under the name
-`_labels.debounce_key`), pointing at the key's current entry. Debouncing again takes
-that row first (`take_dedup`: its row lock orders every debounce of one key, in any
-process), then, in ONE statement, replaces the entry's inputs and pushes its start back,
-but only while it is still ENQUEUED. A worker dequeues under FOR UPDATE SKIP LOCKED and
-re-reads the row it locks, so the two never both win: either the update lands first (the
-entry starts later, with the new inputs) or the dequeue does (the update matches nothing,
-and this debounce makes the key's next entry). So each quiet period gives one run, and a
-run gets the inputs of the last debounce that reached it.
-
-`max_wait` bounds how long a stream of debounces can postpone a run: an entry never starts
-later than `max_wait` seconds after its first debounce (its row's `created_at`).
+# Generated from durable/_debounce_async.py by tools/async_to_sync.py: do not edit.
+# Edit the source, then run `python tools/async_to_sync.py`
+# (tests/unit/test_generated_sync.py fails while this file is out of date).
+"""Debouncing a start (see _debounce_base.py for how a debounce is recorded): the awaited
+debounce of a Debouncer and of a client, written here; the plain ones (`_debounce.py`) are
+generated from this module by tools/async_to_sync.py. durable.Debouncer has both.
 """
 
 from __future__ import annotations
 
-import asyncio
-import uuid
-from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, Protocol, TypeVar
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from durable import _driver, _driver_async
+from durable import _driver
 from durable import _labels as labels
-from durable._context import async_run, current_engine, sync_run
-from durable._decorators import workflow_call
-from durable._handles import AsyncWorkflowHandle
-from durable._methods import reference
-from durable._names import check_name
-from durable._queues import Queue
-from durable._registry import Registry, StepDef, default_registry
-from durable.errors import ConfigurationError, DuplicateNameError, NoEngineError
-
-if TYPE_CHECKING:
-    from durable._handles import WorkflowHandle
-    from durable._inputs import Inputs
-    from durable._systemdb import SystemDB, Tx
+from durable._acompat import to_thread
+from durable._context import current_engine, sync_run
+from durable._debounce_base import DebounceSpec, P, R, record
+from durable._handles import WorkflowHandle
+from durable._registry import StepDef
+from durable._starts import Recorder
+from durable.errors import NoEngineError
 
 
-class Recorder(Protocol):
-    """What debouncing needs of the client that records the entry."""
-
-    @property
-    def db(self) -> SystemDB: ...
-
-    inputs: Inputs
-
-    @property
-    def default_durability(self) -> str: ...
-
-    def notify_work(self, payload: str = "") -> None: ...
-
-
-P = ParamSpec("P")
-R = TypeVar("R")
-
-# The queue debounced entries wait on when no queue is given: registered in a registry
-# only once a Debouncer is made there, so that engines without one poll no extra queue.
-DEFAULT_QUEUE = "durable.debounce"
-
-# The longest period or max_wait accepted (100 years): beyond it a timestamp overflows.
-_MAX_SECONDS = 100 * 365.25 * 86400
-
-
-def _default_queue(registry: Registry) -> Queue:
-    """The registry's internal debounce queue, registered by the first Debouncer."""
-    existing = registry.get_queue(DEFAULT_QUEUE)
-    if isinstance(existing, Queue):
-        return existing
-    try:
-        return Queue(DEFAULT_QUEUE, registry=registry)
-    except DuplicateNameError:  # another thread registered it meanwhile
-        queue = registry.get_queue(DEFAULT_QUEUE)
-        assert isinstance(queue, Queue)
-        return queue
-
-
-def _seconds(name: str, value: object, *, optional: bool = False) -> float:
-    if (
-        not isinstance(value, int | float)
-        or isinstance(value, bool)
-        or not 0 < value <= _MAX_SECONDS
-    ):
-        raise ConfigurationError(
-            f"{name}={value!r}: give a number of seconds above 0 (at most {_MAX_SECONDS:.0f})"
-            + (", or None" if optional else "")
-        )
-    return float(value)
-
-
-class Debouncer(Generic[P, R]):
-    """Starts `workflow` once per quiet period of a key, with the last inputs given.
-
-    `debouncer.debounce(key, *args, **kwargs)` records a start of the workflow that waits
-    `period` seconds; debouncing the same key again before it started replaces its inputs
-    and pushes its start back to `period` seconds from now, so a burst of calls runs once,
-    with the last call's arguments, after the key has been quiet for `period`. Once the run
-    started, the next debounce of the key waits for a run of its own. `max_wait` (seconds,
-    default None: no bound) caps how long a stream of calls can postpone a run, counted from
-    the first debounce of the period. This holds across processes: the key is taken under a
-    row lock in the database. The entry waits on `queue` (default: an internal queue
-    "durable.debounce"), so any worker that imports the debouncer's module runs it, within
-    that queue's limits.
-
-    Declare it once at import time, like a queue, next to the workflow.
-    """
-
-    def __init__(
-        self,
-        workflow: Callable[P, R],
-        *,
-        period: float,
-        max_wait: float | None = None,
-        queue: Queue | None = None,
-        registry: Registry | None = None,
-    ) -> None:
-        # A method's object (or class) is the first argument of each stored call.
-        self.defn, self._receiver = workflow_call(workflow, ())
-        self.period = _seconds("period", period)
-        self.max_wait = None if max_wait is None else _seconds("max_wait", max_wait, optional=True)
-        if queue is not None and not isinstance(queue, Queue):
-            raise ConfigurationError(f"queue={queue!r}: give a durable.Queue, or None")
-        reg = registry if registry is not None else default_registry
-        self.queue = queue if queue is not None else _default_queue(reg)
-
-    def __repr__(self) -> str:
-        return (
-            f"Debouncer({self.defn.name!r}, period={self.period}, max_wait={self.max_wait}, "
-            f"queue={self.queue.name!r})"
-        )
+class Debounces(DebounceSpec[P, R]):
+    """A Debouncer's debounce (the awaited one)."""
 
     def debounce(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle:
         """Start the workflow for `key` once the key has been quiet for `period` seconds,
@@ -138,116 +31,38 @@ class Debouncer(Generic[P, R]):
         the run that will get them. On the current engine (`with engine:`, or the engine
         running the calling workflow); a process with only a Client calls
         `client.debounce(debouncer, key, ...)`. From workflow code the debounce is a step:
-        a replay returns the same handle without debouncing again."""
+        a replay returns the same handle without debouncing again. (debounce_async, awaited,
+        in async code: an AsyncWorkflowHandle.)"""
         engine = current_engine.get()
         if engine is None:
             raise NoEngineError()
         client = engine.client
-        if sync_run("Debouncer.debounce()") is not None:
+        run = sync_run("Debouncer.debounce()")
+        if run is not None:
             # A bad call fails here, not as a step.
             client.inputs.encode(self.defn, (*self._receiver, *args), kwargs)
-            workflow_id = _driver.call_step(_STEP, (client, self, key, args, kwargs), {})
-            handle: WorkflowHandle = client.handle(workflow_id)
-            return handle
-        handle = client.debounce(self, key, *args, **kwargs)
-        return handle
-
-    async def debounce_async(
-        self, key: str, /, *args: P.args, **kwargs: P.kwargs
-    ) -> AsyncWorkflowHandle:
-        """debounce, awaited: an AsyncWorkflowHandle (journaled as a step from the code of
-        an async workflow)."""
-        engine = current_engine.get()
-        if engine is None:
-            raise NoEngineError()
-        client = engine.client
-        if async_run("Debouncer.debounce_async()") is not None:
-            client.inputs.encode(self.defn, (*self._receiver, *args), kwargs)
             step_args = (client, self, key, args, kwargs)
-            workflow_id = await _driver_async.call_step(_STEP_ASYNC, step_args, {})
-            return AsyncWorkflowHandle(client, workflow_id)
-        handle: AsyncWorkflowHandle = await client.debounce_async(self, key, *args, **kwargs)
-        return handle
-
-    def _dedup_key(self, key: str) -> str:
-        """Where the key is held in the queue's dedup table: per workflow, and per
-        instance for a method workflow, so debouncers of two workflows (or of one method
-        on two instances) never share a key."""
-        ref = reference(self.defn, self._receiver)
-        target = self.defn.name
-        if ref is not None:
-            target += "@" + ref["class"] + ("/" + ref["instance"] if "instance" in ref else "")
-        return labels.debounce_key(target, key)
+            workflow_id = _driver.call_step(_STEP_ASYNC, step_args, {})
+        else:
+            workflow_id = debounce(client, self, key, args, kwargs)
+        return WorkflowHandle(client, workflow_id)
 
 
 def debounce(
     client: Recorder,
-    debouncer: Debouncer[Any, Any],
+    debouncer: DebounceSpec[Any, Any],
     key: str,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
 ) -> str:
-    """Debounce one start (see Debouncer); the id of the entry that will run it."""
-    if not isinstance(debouncer, Debouncer):
-        raise ConfigurationError(f"debouncer={debouncer!r}: give a durable.Debouncer")
-    check_name("key", key)
-    defn = debouncer.defn
-    inputs = client.inputs.encode(defn, (*debouncer._receiver, *args), kwargs)
-    new_id = str(uuid.uuid4())
-    params = client.inputs.row(defn, new_id, inputs, None, client.default_durability)
-    period = debouncer.period
-    max_wait = debouncer.max_wait
-    first_delay = period if max_wait is None else min(period, max_wait)
-    params.update(
-        queue_name=debouncer.queue.name,
-        priority=0,
-        dedup_key=None,
-        delay_seconds=first_delay,
-        partition_key=None,  # a debounced run counts against its queue's limits only
-    )
-    held = {
-        "queue_name": debouncer.queue.name,
-        "dedup_key": debouncer._dedup_key(key),
-        "workflow_id": new_id,
-    }
-    push = {
-        "inputs": inputs,
-        "serializer": client.inputs.serializer_name,  # of these inputs, whoever wrote the last
-        "name": defn.name,
-        "period": period,
-        "max_wait": debouncer.max_wait,
-    }
-
-    def attempt(tx: Tx) -> str:  # run again from the start after a conflict
-        taken = tx.fetch_one("take_dedup", held)
-        assert taken is not None
-        holder = str(taken["workflow_id"])
-        if holder != new_id:
-            if tx.fetch_one("push_debounced", {**push, "workflow_id": holder}) is not None:
-                return holder  # not started yet: it runs later, with these inputs
-            tx.execute("pass_dedup", held)  # it started (or ended): this is the next one
-        tx.fetch_one("enqueue_workflow", params)
-        return new_id
-
-    workflow_id = client.db.atomically(attempt, "debounce")
-    client.notify_work(workflow_id)
-    return workflow_id
-
-
-async def debounce_async(
-    client: Recorder,
-    debouncer: Debouncer[Any, Any],
-    key: str,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-) -> str:
-    """debounce, from a coroutine (one short transaction in a thread)."""
-    return await asyncio.to_thread(debounce, client, debouncer, key, args, kwargs)
+    """Debounce one start (see Debouncer); the id of the entry that will run it (one short
+    transaction, in a thread on the async side)."""
+    return to_thread(record, client, debouncer, key, args, kwargs)
 
 
 def _debounce_step(
     client: Recorder,
-    debouncer: Debouncer[Any, Any],
+    debouncer: DebounceSpec[Any, Any],
     key: str,
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
@@ -255,21 +70,7 @@ def _debounce_step(
     return debounce(client, debouncer, key, args, kwargs)
 
 
-async def _debounce_step_async(
-    client: Recorder,
-    debouncer: Debouncer[Any, Any],
-    key: str,
-    args: Sequence[Any],
-    kwargs: Mapping[str, Any],
-) -> str:
-    return await debounce_async(client, debouncer, key, args, kwargs)
-
-
 # A debounce from workflow code is a step of the workflow (journaled under this name): its
 # output, the id of the entry it reached, is what a replay returns. Like any step it runs
 # at least once: a crash between the debounce and its journal row debounces again.
-_STEP = StepDef(name=labels.DEBOUNCE_STEP, fn=_debounce_step)
-_STEP_ASYNC = StepDef(name=labels.DEBOUNCE_STEP, fn=_debounce_step_async)
-
-
-__all__ = ["DEFAULT_QUEUE", "Debouncer", "debounce", "debounce_async"]
+_STEP_ASYNC = StepDef(name=labels.DEBOUNCE_STEP, fn=_debounce_step)

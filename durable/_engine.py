@@ -39,7 +39,6 @@ from durable._decorators import workflow_call
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
 from durable._host_async import AsyncLifeHost, drive_async
 from durable._host_sync import LifeHost, drive
-from durable._inputs import start_placed, start_placed_async
 from durable._local import Claimed
 from durable._names import check_name
 from durable._ownership import Ownership
@@ -55,6 +54,8 @@ from durable._start_options import (
     start_method,
     start_method_async,
 )
+from durable._starts import start_placed
+from durable._starts_async import start_placed_async
 from durable._timeouts import pop_timeout, workflow_timeout
 from durable._urls import is_local
 from durable.errors import ConfigurationError, EngineNotRunningError
@@ -623,33 +624,9 @@ class Engine:
         a workflow, journaled as a child like start)."""
         return self.client.submit(fn, *args, workflow_id=workflow_id, **kwargs)
 
-    @enqueue_method_async
-    async def enqueue_async(
-        self,
-        queue: Queue,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        **kwargs: Any,
-    ) -> AsyncWorkflowHandle:
-        """Client.enqueue_async, on the engine's client."""
-        return await self.client.enqueue_async(
-            queue,
-            fn,
-            *args,
-            workflow_id=workflow_id,
-            dedup_key=dedup_key,
-            priority=priority,
-            delay=delay,
-            partition_key=partition_key,
-            **kwargs,
-        )
-
+    # (Through its typed view: Client.enqueue_async is typed as the call it makes.)
+    enqueue_async = enqueue_method_async(_client_call(cast(Any, Client.enqueue_async)))
+    """Client.enqueue_async, on the engine's client."""
     retrieve = _client_call(Client.retrieve)
     """Client.retrieve, on the engine's client."""
     retrieve_async = _client_call(Client.retrieve_async)

@@ -11,24 +11,17 @@ and a child started inside a workflow takes the next position of its parent's jo
 from __future__ import annotations
 
 import inspect
-import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from durable import _labels as labels
-from durable import _protocol as protocol
 from durable import _tracing as tracing
-from durable._context import current_run, workflow_code_run
-from durable._driver import drive
-from durable._driver_async import drive_async
+from durable._context import current_run
 from durable._methods import STORED_KEY, reference, resolve
 from durable._models import WorkflowInfo
-from durable._protocol import Run
 from durable._registry import Registry, WorkflowDef
 from durable._timeouts import timeout_for
 from durable.errors import (
-    AsyncInSyncError,
-    BlockingCallError,
     PayloadTooLargeError,
     SerializationError,
     WorkflowArgumentsError,
@@ -193,75 +186,6 @@ class Inputs:
             # Stored with it, so every claim honours it, whatever that worker's engine says.
             "max_recovery_attempts": defn.max_recovery_attempts,
         }
-
-
-def start_placed(
-    defn: WorkflowDef,
-    workflow_id: str | None,
-    create: Callable[[str, tuple[str, int] | None], T],
-) -> tuple[str, T | None]:
-    """Store a workflow started or enqueued now, with `create(id, parent)`, and return its
-    id and what `create` returned (None when nothing was stored). Outside workflow code it
-    is a workflow of its own (`workflow_id`, else a new id). Inside a workflow (not a step)
-    every start goes this way: it is a child at the next position of the parent's journal
-    (protocol.place_start: a deterministic id, the journaled one on a replay, with nothing
-    stored again), and how it ended is journaled there (protocol.record_start)."""
-    run, placed, chosen = _place(defn, workflow_id, asynchronous=False)
-    if run is None or placed is None:
-        return chosen, create(chosen, None)
-    if placed.journaled:
-        return chosen, None
-    try:
-        made = create(chosen, (run.workflow_id, placed.seq))
-    except Exception as exc:
-        drive(run, protocol.record_start(run, placed, defn.name, exc))
-        raise
-    drive(run, protocol.record_start(run, placed, defn.name))
-    return chosen, made
-
-
-async def start_placed_async(
-    defn: WorkflowDef,
-    workflow_id: str | None,
-    create: Callable[[str, tuple[str, int] | None], Awaitable[T]],
-) -> tuple[str, T | None]:
-    """start_placed, awaited: from an async workflow only the awaited starts journal."""
-    run, placed, chosen = _place(defn, workflow_id, asynchronous=True)
-    if run is None or placed is None:
-        return chosen, await create(chosen, None)
-    if placed.journaled:
-        return chosen, None
-    try:
-        made = await create(chosen, (run.workflow_id, placed.seq))
-    except Exception as exc:
-        await drive_async(run, protocol.record_start(run, placed, defn.name, exc))
-        raise
-    await drive_async(run, protocol.record_start(run, placed, defn.name))
-    return chosen, made
-
-
-def _place(
-    defn: WorkflowDef, workflow_id: str | None, *, asynchronous: bool
-) -> tuple[Run | None, protocol.Placed | None, str]:
-    """Where a start goes: (the parent's run, the position taken in its journal, the id),
-    or no run and no position outside workflow code. From an async workflow only the
-    awaited forms (start_async, enqueue_async) can journal it; from a plain-def one only
-    the plain ones."""
-    run = workflow_code_run()
-    if run is None:
-        return None, None, workflow_id or str(uuid.uuid4())
-    if run.is_async != asynchronous:
-        if run.is_async:
-            raise BlockingCallError(
-                f"starting {defn.name!r} from async workflow {run.name!r} would block its "
-                "event loop: use `await engine.start_async(...)` / `enqueue_async(...)`"
-            )
-        raise AsyncInSyncError(
-            f"start_async/enqueue_async of {defn.name!r} in plain-def workflow "
-            f"{run.name!r}: use engine.start(...) / enqueue(...)"
-        )
-    placed = protocol.place_start(run, defn.name, workflow_id)
-    return run, placed, placed.workflow_id
 
 
 def _budget_for(defn: WorkflowDef, workflow_id: str, parent: tuple[str, int] | None) -> str | None:

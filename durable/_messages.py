@@ -3,16 +3,13 @@ following a stream. Each has an awaited form that holds no thread while it waits
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from durable import _audit as audit
 from durable import _lifecycle as lifecycle
 from durable._host_async import AsyncLifeHost, drive_async
 from durable._host_sync import LifeHost, drive
-from durable._listen import Subscription
 from durable._models import WorkflowStatus
 from durable._names import check_name
 from durable._reading import Reading
@@ -23,15 +20,14 @@ from durable.serialization import dumps_checked
 class Messages(Reading):
     """What a Client sends to and reads from running workflows (see Client)."""
 
-    def send(
+    def _send(
         self,
         workflow_id: str,
         message: Any,
         topic: str | None = None,
         idempotency_key: str | None = None,
     ) -> None:
-        """Send a message to a workflow (from anywhere); it wakes if it waits in recv().
-        Sending twice with the same idempotency_key delivers once."""
+        """send (see _client_calls_async.py), on the caller's thread."""
         check_name("topic", topic, optional=True)
         check_name("idempotency_key", idempotency_key, optional=True)
         self.get_workflow(workflow_id)  # WorkflowNotFoundError before anything is stored
@@ -46,16 +42,6 @@ class Messages(Reading):
         }
         audit.send(self, params)  # recorded when an operator sends (the CLI, the console)
         self.notify_work(workflow_id)
-
-    async def send_async(
-        self,
-        workflow_id: str,
-        message: Any,
-        topic: str | None = None,
-        idempotency_key: str | None = None,
-    ) -> None:
-        """send, awaited."""
-        await asyncio.to_thread(self.send, workflow_id, message, topic, idempotency_key)
 
     def get_event(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
         """The latest value a workflow published under `key`, waiting up to `timeout`
@@ -72,60 +58,6 @@ class Messages(Reading):
         return await drive_async(life, AsyncLifeHost(self))
 
     # -- streams -----------------------------------------------------------------------
-
-    def read_stream(
-        self, workflow_id: str, key: str, offset: int = 0, *, poll_interval: float = 1.0
-    ) -> Iterator[Any]:
-        """The values of a workflow's stream `key` from `offset` on, in order, each once,
-        following it live until it is closed (or the workflow finished and nothing more is
-        there). Waits for new values on the client's one LISTEN connection (shared by all
-        its readers), looking again every `poll_interval` seconds in case a notification
-        was lost or no LISTEN connection could be had. Reconnecting from the offset after
-        the last value seen continues where a reader left off."""
-        start = self._stream_args(workflow_id, key, offset)
-        subscription: Subscription | None = None
-        try:
-            while True:
-                rows, start, ended = self._stream_rows(workflow_id, key, start)
-                yield from rows
-                if ended:
-                    return
-                if rows:
-                    continue
-                if subscription is None:  # listen, then look once more: nothing falls between
-                    subscription = self._listener.subscribe(self._stream_channel, workflow_id)
-                    continue
-                subscription.wait(poll_interval)
-        finally:
-            if subscription is not None:
-                subscription.close()
-
-    async def read_stream_async(
-        self, workflow_id: str, key: str, offset: int = 0, *, poll_interval: float = 1.0
-    ) -> AsyncIterator[Any]:
-        """read_stream, as an async iterator (no thread is held while it waits)."""
-        start = self._stream_args(workflow_id, key, offset)
-        subscription: Subscription | None = None
-        try:
-            while True:
-                rows, start, ended = await asyncio.to_thread(
-                    self._stream_rows, workflow_id, key, start
-                )
-                for value in rows:
-                    yield value
-                if ended:
-                    return
-                if rows:
-                    continue
-                if subscription is None:
-                    subscription = await self._listener.subscribe_async(
-                        self._stream_channel, workflow_id
-                    )
-                    continue
-                await subscription.wait_async(poll_interval)
-        finally:
-            if subscription is not None:
-                subscription.close()
 
     def _stream_args(self, workflow_id: str, key: str, offset: int) -> int:
         check_name("workflow_id", workflow_id)

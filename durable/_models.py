@@ -6,6 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
@@ -208,6 +209,19 @@ class Decision:
         if status is ApprovalStatus.TIMED_OUT:
             return cls(bool(row["default_approved"]), None, None, True)
         return cls(status is ApprovalStatus.APPROVED, row["comment"], row["decided_by"], False)
+
+
+@dataclass(frozen=True)
+class Winner:
+    """What durable.wait_first() returns: the position of the condition that won in the
+    list given, and its value (the message, the Decision, None for a timer, the child's
+    value). Unpacks as `index, value = durable.wait_first([...])`."""
+
+    index: int
+    value: Any
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.index, self.value))
 
 
 @dataclass(frozen=True)

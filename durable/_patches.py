@@ -1,3 +1,6 @@
+# Generated from durable/_patches_async.py by tools/async_to_sync.py: do not edit.
+# Edit the source, then run `python tools/async_to_sync.py`
+# (tests/unit/test_generated_sync.py fails while this file is out of date).
 """durable.patched() and durable.deprecate_patch(): ship a change to a workflow's code while
 runs of the old code are in flight (the decision is in `_protocol/patches.py`).
 
@@ -9,6 +12,9 @@ runs of the old code are in flight (the decision is in `_protocol/patches.py`).
 A later deploy, once no run from before the patch is left, keeps only the new branch and
 calls `durable.deprecate_patch("fix-tax")` in its place; the one after drops the call.
 See docs/versioning.md.
+
+This module is the source of `patched_async`, for async workflows; `_patches.py`, with
+`patched`, is generated from it by tools/async_to_sync.py.
 """
 
 from __future__ import annotations
@@ -16,29 +22,20 @@ from __future__ import annotations
 from durable import _protocol as protocol
 from durable._context import workflow_code_run, workflow_run
 from durable._driver import drive
-from durable._driver_async import drive_async
 from durable._names import check_name
 from durable.errors import NoEngineError
-
-__all__ = ["deprecate_patch", "patched", "patched_async"]
 
 
 def patched(patch_id: str) -> bool:
     """Whether this run takes the new branch of patch `patch_id`: True when it reaches this
     point on code that has the patch (a marker is journaled here) or replays a run that
     did; False when it replays a journal written before the patch existed (take the old
-    branch, and no NondeterminismError is raised). Call it from the workflow function;
-    the first answer for an id holds for the rest of the run."""
+    branch, and no NondeterminismError is raised). Call it from the workflow function
+    (`await durable.patched_async(...)` in an async one); the first answer for an id holds
+    for the rest of the run."""
     check_name("patch_id", patch_id)
     run = workflow_run("durable.patched()")
     return drive(run, protocol.patched(run, patch_id))
-
-
-async def patched_async(patch_id: str) -> bool:
-    """patched(), awaited in an async workflow."""
-    check_name("patch_id", patch_id)
-    run = workflow_run("durable.patched_async()", is_async=True)
-    return await drive_async(run, protocol.patched(run, patch_id))
 
 
 def deprecate_patch(patch_id: str) -> None:

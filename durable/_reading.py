@@ -3,12 +3,11 @@ budgets, state and outcomes. Nothing here writes."""
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 from typing import TYPE_CHECKING, Any
 
 from durable._client_base import ClientBase
-from durable._handles import AsyncWorkflowHandle, WorkflowHandle
+from durable._handles import WorkflowHandle
 from durable._models import (
     Ledger,
     StepRecord,
@@ -17,9 +16,11 @@ from durable._models import (
 )
 from durable._names import check_name, check_text
 from durable._protocol import decode_error
+from durable._registry import WorkflowDef
 from durable.errors import (
     ConfigurationError,
     WorkflowCancelledError,
+    WorkflowConflictError,
     WorkflowFailedError,
     WorkflowNotFoundError,
     WorkflowTimeoutError,
@@ -39,15 +40,25 @@ class Reading(ClientBase):
     ) -> WorkflowHandle:
         return WorkflowHandle(self, workflow_id, future)
 
-    def retrieve(self, workflow_id: str) -> WorkflowHandle:
-        """A handle to an existing workflow; raises WorkflowNotFoundError if there is none."""
-        self.get_workflow(workflow_id)
-        return self.handle(workflow_id)
+    @property
+    def default_durability(self) -> str:
+        """What the workflows this client records are run with, unless their code says
+        (an Engine's `durability=`; "sync" for a plain Client)."""
+        return self.config.durability
 
-    async def retrieve_async(self, workflow_id: str) -> AsyncWorkflowHandle:
-        """retrieve, awaited: an AsyncWorkflowHandle."""
-        await asyncio.to_thread(self.get_workflow, workflow_id)
-        return AsyncWorkflowHandle(self, workflow_id)
+    def existing(
+        self, defn: WorkflowDef, workflow_id: str, inputs: str | None = None
+    ) -> WorkflowInfo:
+        """The WorkflowInfo a start of `defn` (stored `inputs`) under an existing id attaches
+        to: WorkflowConflictError if another function, or the same method on another
+        instance, holds the id; JournalVersionError if its journal is newer than this code."""
+        info = self.get_workflow(workflow_id)
+        if info.name != defn.name:
+            raise WorkflowConflictError(workflow_id, info.name, defn.name)
+        if defn.receiver is not None and inputs is not None:
+            self.inputs.check_receiver(info, defn, inputs)
+        info.check_journal()
+        return info
 
     def get_workflow(self, workflow_id: str) -> WorkflowInfo:
         check_name("workflow_id", workflow_id)

@@ -22,6 +22,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import ConnectionPool, PoolTimeout
 
+from durable._bounded import BoundedConnection
 from durable._protocol import ABORTED, conflict_backoff
 from durable._runio_base import (
     _ENDED,
@@ -46,6 +47,16 @@ if TYPE_CHECKING:
 
 class RunIO(RunIOBase):
     """The statements a run sends on its own connection, and its checkout."""
+
+    def _configure(self, conn: psycopg.Connection[Any]) -> None:
+        """A pool's new connection (the pool's `configure`), before its first use."""
+        # A new connection is the proof that a server answers again (a checkout is
+        # not: an idle connection to a dead server looks fine until it is used).
+        self.outage.seen(conn)
+        if isinstance(conn, BoundedConnection):
+            conn.source = self
+        if self.distributed:
+            conn.execute(self._queries["citus_session"])
 
     @contextmanager
     def _checkout(self, pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:

@@ -19,6 +19,7 @@ import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
+from durable._bounded import AsyncBoundedConnection
 from durable._protocol import ABORTED, conflict_backoff
 from durable._runio_base import (
     _ENDED,
@@ -43,6 +44,16 @@ if TYPE_CHECKING:
 
 class AsyncRunIO(RunIOBase):
     """The statements a run sends on its own connection, and its checkout."""
+
+    async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A pool's new connection (the pool's `configure`), before its first use."""
+        # A new connection is the proof that a server answers again (a checkout is
+        # not: an idle connection to a dead server looks fine until it is used).
+        self.outage.seen(conn)
+        if isinstance(conn, AsyncBoundedConnection):
+            conn.source = self
+        if self.distributed:
+            await conn.execute(self._queries["citus_session"])
 
     @asynccontextmanager
     async def _checkout_async(

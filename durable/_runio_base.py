@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import sqlalchemy.ext.asyncio
 
     from durable._clock import Clock
+    from durable._outage import Outage
 
 
 @dataclass
@@ -209,6 +210,7 @@ class RunIOBase:
     _fake_clock: Clock | None
     counters: Counters
     distributed: bool
+    outage: Outage
 
     def statement(self, name: str) -> str:
         raise NotImplementedError

@@ -27,9 +27,11 @@ from croniter import croniter
 
 from durable import _audit as audit
 from durable import _labels as labels
+from durable._context import workflow_code_run
 from durable._decorators import workflow_def
 from durable._names import check_name
 from durable._registry import Registry, default_registry
+from durable._starts import start_placed
 from durable.errors import (
     DatabaseUnavailableError,
     InvalidScheduleError,
@@ -405,16 +407,24 @@ def trigger(
 ) -> tuple[WorkflowDef, str, bool]:
     """Record one run of schedule `name` now, outside its ticks: it gets the current time
     as its tick and an id of its own (`workflow_id`, else a new one), so it never takes a
-    tick's place. Returns the workflow, the id and whether it was started now (False: the
-    id existed)."""
+    tick's place. From workflow code it is a start like any other (starts.start_placed): a
+    child at the next position of the parent's journal, so a replay adopts the run the
+    first pass started instead of starting another. Returns the workflow, the id and
+    whether it was started now (False: the id existed, or a replay found it journaled)."""
     schedule = _stored(client, name)
     defn = _code(schedule, registry)
     check_name("workflow_id", workflow_id, optional=True)
-    chosen = workflow_id or labels.schedule_trigger_id(name, str(uuid.uuid4()))
-    tick = client.clock.now().astimezone(zoneinfo.ZoneInfo(schedule["timezone"]))
-    inputs = client.inputs.encode(defn, [tick], {})
-    row = client.inputs.row(defn, chosen, inputs, None, durability)
-    started = audit.start_runs(client, [row], "trigger schedule", name) > 0
-    if started:
-        client.notify_work(chosen)
-    return defn, chosen, started
+    if workflow_id is None and workflow_code_run() is None:
+        workflow_id = labels.schedule_trigger_id(name, str(uuid.uuid4()))
+
+    def create(chosen: str, parent: tuple[str, int] | None) -> bool:
+        tick = client.clock.now().astimezone(zoneinfo.ZoneInfo(schedule["timezone"]))
+        inputs = client.inputs.encode(defn, [tick], {})
+        row = client.inputs.row(defn, chosen, inputs, parent, durability)
+        started = audit.start_runs(client, [row], "trigger schedule", name) > 0
+        if started:
+            client.notify_work(chosen)
+        return started
+
+    chosen, started = start_placed(defn, workflow_id, create)
+    return defn, chosen, bool(started)

@@ -1,3 +1,6 @@
+# Generated from durable/_state_async.py by tools/async_to_sync.py: do not edit.
+# Edit the source, then run `python tools/async_to_sync.py`
+# (tests/unit/test_generated_sync.py fails while this file is out of date).
 """Working state and conversation turns of a long run, journaled as the run goes.
 
 An agent's plan, progress and conversation summary live in `durable.state`: a small JSON
@@ -9,6 +12,10 @@ way, and a fork from step N starts with the state as it was at N.
 A conversation is different: it grows with every turn, so it is stored one row per turn
 (kind 'turn'), appended; never the whole transcript per step. Storage grows linearly
 with the number of turns.
+
+This module is the source of the awaited writes, for async workflows; `_state.py`, the
+plain ones, is generated from it by tools/async_to_sync.py. `durable.state` (State, here)
+has both.
 """
 
 from __future__ import annotations
@@ -18,12 +25,11 @@ from typing import Any
 from durable import _protocol as protocol
 from durable._context import current_run, current_step
 from durable._driver import drive
-from durable._driver_async import drive_async
 from durable._protocol import Run
 from durable.errors import AsyncInSyncError, BlockingCallError, NotInWorkflowError
 
 
-def _workflow_run(what: str, *, is_async: bool = False) -> Run:
+def _run_for(what: str, *, is_async: bool = False) -> Run:
     run = current_run.get()
     if run is None or current_step.get() is not None:
         where = "inside a step" if run is not None else "outside a workflow"
@@ -41,24 +47,37 @@ def _workflow_run(what: str, *, is_async: bool = False) -> Run:
     return run
 
 
-class State:
-    """The workflow's working state: `durable.state.get()`, `.set(value)`, `.update(**kv)`.
+def _workflow_run(what: str) -> Run:
+    """The run of the calling workflow function, for `what` (named as the plain call; its
+    awaited twin on this side)."""
+    return _run_for(what)
 
-    The value must be JSON (the engine's serializer) and small: every update stores it
-    whole. Updates are journaled calls of the workflow (not of a step), so on replay they
-    return without writing and the state is rebuilt exactly as it was."""
 
-    def get(self, default: Any = None) -> Any:
-        """A fresh copy of the current state (changing it changes nothing until set())."""
-        run = current_run.get()
-        if run is None:
-            raise NotInWorkflowError(
-                "durable.state.get() reads a workflow's state: call it inside a workflow "
-                "(engine.get_state(workflow_id) reads it from outside)"
-            )
-        if run.state is None:
-            return default
-        return run.loads(run.state)
+def current_state(default: Any = None) -> Any:
+    """A fresh copy of the current state (changing it changes nothing until set())."""
+    run = current_run.get()
+    if run is None:
+        raise NotInWorkflowError(
+            "durable.state.get() reads a workflow's state: call it inside a workflow "
+            "(engine.get_state(workflow_id) reads it from outside)"
+        )
+    if run.state is None:
+        return default
+    return run.loads(run.state)
+
+
+def _merged(changes: dict[str, Any]) -> dict[str, Any]:
+    current = current_state({})
+    if not isinstance(current, dict):
+        raise TypeError(
+            f"durable.state.update() merges into a dict, but the state is a "
+            f"{type(current).__name__}: use durable.state.set(value)"
+        )
+    return {**current, **changes}
+
+
+class StateWrites:
+    """The writes of durable.state (the awaited ones; `_state.StateWrites` has the plain)."""
 
     def set(self, value: Any) -> None:
         """Replace the state; journaled at this position of the workflow."""
@@ -67,57 +86,20 @@ class State:
 
     def update(self, **changes: Any) -> None:
         """Merge `changes` into a dict state (an empty dict if there is none yet)."""
-        self.set(self._merged(changes))
-
-    async def set_async(self, value: Any) -> None:
-        """set(), awaited in an async workflow."""
-        run = _workflow_run("durable.state.set_async()", is_async=True)
-        await drive_async(run, protocol.set_state(run, value))
-
-    async def update_async(self, **changes: Any) -> None:
-        """update(), awaited in an async workflow."""
-        await self.set_async(self._merged(changes))
-
-    def _merged(self, changes: dict[str, Any]) -> dict[str, Any]:
-        current = self.get({})
-        if not isinstance(current, dict):
-            raise TypeError(
-                f"durable.state.update() merges into a dict, but the state is a "
-                f"{type(current).__name__}: use durable.state.set(value)"
-            )
-        return {**current, **changes}
-
-
-state = State()
+        self.set(_merged(changes))
 
 
 def append_turn(role: str, content: Any) -> None:
     """Append one turn ({"role": ..., "content": ...}) to the workflow's conversation.
 
     One journal row per turn: a thousand turns are a thousand small rows, not a thousand
-    copies of a growing transcript. `durable.conversation()` returns the turns so far."""
+    copies of a growing transcript. `durable.conversation()` returns the turns so far.
+    (`await durable.append_turn_async(...)` in an async workflow.)"""
     run = _workflow_run("durable.append_turn()")
     drive(run, protocol.append_turn(run, _role(role), content))
-
-
-async def append_turn_async(role: str, content: Any) -> None:
-    """append_turn(), awaited in an async workflow."""
-    run = _workflow_run("durable.append_turn_async()", is_async=True)
-    await drive_async(run, protocol.append_turn(run, _role(role), content))
 
 
 def _role(role: str) -> str:
     if not isinstance(role, str) or not role:
         raise TypeError(f"role={role!r}: give a non-empty string such as 'user' or 'assistant'")
     return role
-
-
-def conversation() -> list[dict[str, Any]]:
-    """The turns appended so far, oldest first (copies)."""
-    run = current_run.get()
-    if run is None:
-        raise NotInWorkflowError(
-            "durable.conversation() reads a workflow's turns: call it inside a workflow "
-            "(engine.client.conversation(workflow_id) reads them from outside)"
-        )
-    return [dict(turn) for turn in run.turns]

@@ -1,3 +1,6 @@
+# Generated from durable/_streams_async.py by tools/async_to_sync.py: do not edit.
+# Edit the source, then run `python tools/async_to_sync.py`
+# (tests/unit/test_generated_sync.py fails while this file is out of date).
 """Durable streams: ordered values a workflow writes under a key, for readers that follow
 them live (a model's tokens, an agent's progress) across crashes of the writer.
 
@@ -8,6 +11,9 @@ reader sees each value once. `close_stream(key)` ends the stream. Readers
 for more with LISTEN (the write's statement sends the NOTIFY), polling as a fallback;
 they stop at the close, or when the workflow has finished and nothing more is there.
 The decision is in `_protocol.write_stream`; these are the public functions.
+
+This module is the source of the awaited forms, for async workflows; `_streams.py`, the
+plain ones, is generated from it by tools/async_to_sync.py.
 """
 
 from __future__ import annotations
@@ -17,15 +23,13 @@ from typing import Any
 from durable import _protocol as protocol
 from durable._context import workflow_run
 from durable._driver import drive
-from durable._driver_async import drive_async
 from durable._names import check_name
-
-__all__ = ["close_stream", "close_stream_async", "write_stream", "write_stream_async"]
 
 
 def write_stream(key: str, value: Any) -> int:
     """Append `value` to the workflow's stream `key`; returns its offset. Call it from the
-    workflow function (a step returns what to write). StreamClosedError after the close."""
+    workflow function (a step returns what to write); `await` it as write_stream_async in
+    an async workflow. StreamClosedError after the close."""
     check_name("key", key)
     run = workflow_run("durable.write_stream()")
     offset = drive(run, protocol.write_stream(run, key, value))
@@ -34,23 +38,8 @@ def write_stream(key: str, value: Any) -> int:
 
 
 def close_stream(key: str) -> None:
-    """End stream `key`: readers stop after its last value."""
+    """End stream `key`: readers stop after its last value (close_stream_async, awaited,
+    in an async workflow)."""
     check_name("key", key)
     run = workflow_run("durable.close_stream()")
     drive(run, protocol.write_stream(run, key, None, closing=True))
-
-
-async def write_stream_async(key: str, value: Any) -> int:
-    """write_stream(), awaited in an async workflow."""
-    check_name("key", key)
-    run = workflow_run("durable.write_stream_async()", is_async=True)
-    offset = await drive_async(run, protocol.write_stream(run, key, value))
-    assert offset is not None
-    return offset
-
-
-async def close_stream_async(key: str) -> None:
-    """close_stream(), awaited in an async workflow."""
-    check_name("key", key)
-    run = workflow_run("durable.close_stream_async()", is_async=True)
-    await drive_async(run, protocol.write_stream(run, key, None, closing=True))

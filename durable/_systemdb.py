@@ -147,15 +147,6 @@ class SystemDB(RunIO, AsyncRunIO):
         self._raw = load_queries()
         self._queries: dict[str, bytes] = {}
 
-    def _configure(self, conn: psycopg.Connection[Any]) -> None:
-        # A new connection is the proof that a server answers again (a checkout is
-        # not: an idle connection to a dead server looks fine until it is used).
-        self.outage.seen(conn)
-        if isinstance(conn, BoundedConnection):
-            conn.source = self
-        if self.distributed:
-            conn.execute(self._queries["citus_session"])
-
     # -- lifecycle ---------------------------------------------------------------------------
 
     def open(self, timeout: float = 15.0, *, create_database: bool = False) -> None:
@@ -576,13 +567,6 @@ class SystemDB(RunIO, AsyncRunIO):
             name="durable-async-pool",
             configure=self._configure_async,
         )
-
-    async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
-        self.outage.seen(conn)
-        if isinstance(conn, AsyncBoundedConnection):
-            conn.source = self
-        if self.distributed:
-            await conn.execute(self._queries["citus_session"])
 
     def async_connection(
         self, pool: AsyncConnectionPool

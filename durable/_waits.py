@@ -1,3 +1,6 @@
+# Generated from durable/_waits_async.py by tools/async_to_sync.py: do not edit.
+# Edit the source, then run `python tools/async_to_sync.py`
+# (tests/unit/test_generated_sync.py fails while this file is out of date).
 """Waiting without a process: approval gates, durable sleep, messages and events; and
 sending messages and reading events from inside a workflow.
 
@@ -9,45 +12,31 @@ to PENDING; any worker claims it and replays it to the wait, which now finds its
 journals it and returns. Crash recovery and deliberate pauses are the same machinery. The
 decisions are in `_protocol` (`gate`, `sleep`, `recv`, `set_event`); these are the public
 functions that drive them.
+
+This module is the source of the awaited forms (`durable.sleep_async`, ...), for async
+workflows; `_waits.py`, the plain ones, is generated from it by tools/async_to_sync.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 import datetime as dt
 from typing import Any
 
 from durable import _protocol as protocol
+from durable._acompat import called
 from durable._context import (
     current_engine,
     current_run,
     current_step,
+    refuse_on_loop,
     workflow_code_run,
     workflow_run,
 )
 from durable._driver import drive, drive_in_step
-from durable._driver_async import drive_async, drive_in_step_async
 from durable._models import Decision
 from durable._names import check_name
 from durable._protocol import Run
-from durable.errors import BlockingCallError, InvalidWaitError, NoEngineError
-
-__all__ = [
-    "Decision",
-    "approval",
-    "approval_async",
-    "get_event",
-    "get_event_async",
-    "recv",
-    "recv_async",
-    "send",
-    "send_async",
-    "set_event",
-    "set_event_async",
-    "sleep",
-    "sleep_async",
-]
-
+from durable.errors import InvalidWaitError, NoEngineError
 
 # The longest wait accepted (100 years): beyond it a wake-up time overflows.
 _MAX_WAIT = 100 * 365.25 * 86400
@@ -78,17 +67,20 @@ def approval(
     The workflow is suspended while it waits (no worker slot is held) and resumes on
     `engine.decide(...)` or `durable approvals approve|deny`. With `timeout`, nobody
     deciding in time decides `default`. On replay the recorded decision is returned.
+    (`await durable.approval_async(...)` in an async workflow.)
     """
     check_name("name", name)
     seconds = None if timeout is None else _seconds(timeout, "timeout")
     run = workflow_run("durable.approval()")
-    return drive(run, protocol.approval(run, name, payload, timeout=seconds, default=default))
+    gen = protocol.approval(run, name, payload, timeout=seconds, default=default)
+    return drive(run, gen)
 
 
 def sleep(seconds: float | dt.timedelta) -> None:
     """Sleep durably: the wake-up time is journaled first; a long sleep suspends the workflow
-    (no worker slot, no thread) and any worker resumes it when it is due, even after every
-    worker restarted. A resumed workflow only sleeps what is left."""
+    (no worker slot, no thread; in an async workflow, `await durable.sleep_async(...)`, no
+    task either) and any worker resumes it when it is due, even after every worker
+    restarted. A resumed workflow only sleeps what is left."""
     duration = _seconds(seconds, "seconds")
     run = workflow_run("durable.sleep()")
     drive(run, protocol.sleep(run, duration))
@@ -98,7 +90,8 @@ def recv(topic: str | None = None, timeout: float | dt.timedelta | None = None) 
     """Receive the oldest message sent to this workflow on `topic`, or None on timeout.
 
     The message is consumed in the same statement that journals this step, so it is
-    consumed exactly once, across crashes. While nothing is there the workflow suspends."""
+    consumed exactly once, across crashes. While nothing is there the workflow suspends.
+    (`await durable.recv_async(...)` in an async workflow.)"""
     check_name("topic", topic, optional=True)
     run = workflow_run("durable.recv()")
     seconds = None if timeout is None else _seconds(timeout, "timeout")
@@ -111,9 +104,10 @@ def set_event(key: str, value: Any) -> None:
     From workflow code the call is journaled: a replay publishes nothing again. From a
     step's code it is published at once, as part of that step (a long step reports its
     progress): a step run again after a crash or a failed attempt publishes again, and a
-    reader sees the latest value written."""
+    reader sees the latest value written. (`await durable.set_event_async(...)` in an async
+    workflow or an async step's code.)"""
     check_name("key", key)
-    in_step = _event_step("durable.set_event()", "durable.set_event_async(...)")
+    in_step = _event_step(called("durable.set_event()"))
     if in_step is not None:
         run, seq = in_step
         drive_in_step(run, protocol.set_event_in_step(run, seq, key, value))
@@ -122,39 +116,25 @@ def set_event(key: str, value: Any) -> None:
     drive(run, protocol.set_event(run, key, value))
 
 
-def _step_run(what: str, twin: str, is_async: bool = False) -> tuple[Run, int] | None:
+def _step_run(what: str) -> tuple[Run, int] | None:
     """The run and position of the step whose code is calling, None outside a step's code.
-    A sync call (not `is_async`) from an async step, on its workflow's event loop, would
-    block that loop: BlockingCallError, naming the awaited twin."""
+    A sync call from an async step, on its workflow's event loop, would block that loop:
+    BlockingCallError, naming the awaited twin."""
     run = current_run.get()
     scope = current_step.get()
     if run is None or scope is None:
         return None
-    if not is_async:
-        _refuse_on_loop(run, what, twin)
+    refuse_on_loop(run, what)
     return run, scope.seq
 
 
-def _event_step(what: str, twin: str, is_async: bool = False) -> tuple[Run, int] | None:
+def _event_step(what: str) -> tuple[Run, int] | None:
     """_step_run for an event set from a step's code: the step must have a position of its
     own in the journal, which the event's row is written under."""
-    in_step = _step_run(what, twin, is_async)
+    in_step = _step_run(what)
     if in_step is not None and in_step[1] < 0:
         raise NoEngineError(f"{what} must be called from a workflow or a step's code")
     return in_step
-
-
-def _refuse_on_loop(run: Run, what: str, twin: str) -> None:
-    """BlockingCallError for a sync call made on a running event loop by a step's code (an
-    async step): the call would hold the loop, and every workflow on it, until it returns."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return  # a thread of its own: a sync step
-    raise BlockingCallError(
-        f"{what} in a step of async workflow {run.name!r} would block its event loop: "
-        f"write `await {twin}`"
-    )
 
 
 def send(
@@ -169,14 +149,16 @@ def send(
     From workflow code the send is journaled: it is made exactly once, across crashes and
     replays (the message's id is derived from this call's position, or is
     `idempotency_key`). Elsewhere (a step's code, or code inside `with durable.Engine()`)
-    it is the engine's `send`, made each time it is called."""
+    it is the engine's `send`, made each time it is called. (`await durable.send_async(...)`
+    in an async workflow, or in async code under an engine.)"""
     check_name("workflow_id", workflow_id)
     check_name("topic", topic, optional=True)
     check_name("idempotency_key", idempotency_key, optional=True)
     run = workflow_code_run()
     if run is None:
-        _step_run("durable.send()", "durable.send_async(...)")
-        _engine("durable.send()").send(workflow_id, message, topic, idempotency_key)
+        what = called("durable.send()")
+        _step_run(what)
+        _engine(what).send(workflow_id, message, topic, idempotency_key)
         return
     run = workflow_run("durable.send()")
     drive(run, protocol.send(run, workflow_id, message, topic, idempotency_key))
@@ -187,14 +169,17 @@ def get_event(workflow_id: str, key: str, timeout: float | dt.timedelta = 0.0) -
     `timeout` for it to appear; None if it did not.
 
     From workflow code the answer is journaled: a replay returns what the first run read
-    (it does not read, or wait, again). Elsewhere it is the engine's `get_event`."""
+    (it does not read, or wait, again). Elsewhere it is the engine's `get_event`.
+    (`await durable.get_event_async(...)` in an async workflow, or in async code under an
+    engine.)"""
     check_name("workflow_id", workflow_id)
     check_name("key", key)
     seconds = _seconds(timeout, "timeout")
     run = workflow_code_run()
     if run is None:
-        _step_run("durable.get_event()", "durable.get_event_async(...)")
-        return _engine("durable.get_event()").get_event(workflow_id, key, seconds)
+        what = called("durable.get_event()")
+        _step_run(what)
+        return _engine(what).get_event(workflow_id, key, seconds)
     run = workflow_run("durable.get_event()")
     return drive(run, protocol.get_event(run, workflow_id, key, seconds))
 
@@ -210,81 +195,3 @@ def _engine(what: str) -> Any:
             "`with durable.Engine(...)`, or use client.send / client.get_event"
         )
     return engine
-
-
-# -- the same waits in async workflows: awaited, holding no thread --------------------------------
-
-
-async def approval_async(
-    name: str,
-    payload: Any = None,
-    *,
-    timeout: float | dt.timedelta | None = None,
-    default: bool = False,
-) -> Decision:
-    """approval(), awaited in an async workflow."""
-    check_name("name", name)
-    seconds = None if timeout is None else _seconds(timeout, "timeout")
-    run = workflow_run("durable.approval_async()", is_async=True)
-    gen = protocol.approval(run, name, payload, timeout=seconds, default=default)
-    return await drive_async(run, gen)
-
-
-async def sleep_async(seconds: float | dt.timedelta) -> None:
-    """sleep(), awaited in an async workflow: a long sleep ends the workflow's task (no
-    thread, no connection) until a worker resumes it when it is due."""
-    duration = _seconds(seconds, "seconds")
-    run = workflow_run("durable.sleep_async()", is_async=True)
-    await drive_async(run, protocol.sleep(run, duration))
-
-
-async def recv_async(topic: str | None = None, timeout: float | dt.timedelta | None = None) -> Any:
-    """recv(), awaited in an async workflow."""
-    check_name("topic", topic, optional=True)
-    run = workflow_run("durable.recv_async()", is_async=True)
-    seconds = None if timeout is None else _seconds(timeout, "timeout")
-    return await drive_async(run, protocol.recv(run, topic, seconds))
-
-
-async def set_event_async(key: str, value: Any) -> None:
-    """set_event(), awaited in an async workflow or an async step's code."""
-    check_name("key", key)
-    in_step = _event_step("durable.set_event_async()", "", is_async=True)
-    if in_step is not None:
-        run, seq = in_step
-        await drive_in_step_async(run, protocol.set_event_in_step(run, seq, key, value))
-        return
-    run = workflow_run("durable.set_event_async()", is_async=True)
-    await drive_async(run, protocol.set_event(run, key, value))
-
-
-async def send_async(
-    workflow_id: str,
-    message: Any,
-    topic: str | None = None,
-    *,
-    idempotency_key: str | None = None,
-) -> None:
-    """send(), awaited in an async workflow (or in async code under an engine)."""
-    check_name("workflow_id", workflow_id)
-    check_name("topic", topic, optional=True)
-    check_name("idempotency_key", idempotency_key, optional=True)
-    run = workflow_code_run()
-    if run is None:
-        engine = _engine("durable.send_async()")
-        await engine.send_async(workflow_id, message, topic, idempotency_key)
-        return
-    run = workflow_run("durable.send_async()", is_async=True)
-    await drive_async(run, protocol.send(run, workflow_id, message, topic, idempotency_key))
-
-
-async def get_event_async(workflow_id: str, key: str, timeout: float | dt.timedelta = 0.0) -> Any:
-    """get_event(), awaited in an async workflow (or in async code under an engine)."""
-    check_name("workflow_id", workflow_id)
-    check_name("key", key)
-    seconds = _seconds(timeout, "timeout")
-    run = workflow_code_run()
-    if run is None:
-        return await _engine("durable.get_event_async()").get_event_async(workflow_id, key, seconds)
-    run = workflow_run("durable.get_event_async()", is_async=True)
-    return await drive_async(run, protocol.get_event(run, workflow_id, key, seconds))

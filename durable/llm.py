@@ -53,18 +53,17 @@ import functools
 import json
 import logging
 import math
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from durable import _driver, _driver_async
 from durable import _labels as labels
+from durable import _llm_steps as llm_steps
+from durable import _llm_steps_async as llm_steps_async
 from durable._budget import call_limit, reserve_call, settle
 from durable._context import current_step
-from durable._models import StepKind
-from durable._registry import StepDef
 from durable.errors import (
     ConfigurationError,
     InvalidBudgetError,
@@ -542,7 +541,6 @@ def _method(create: Callable[..., Any], endpoint: _Endpoint, calls: _Calls) -> C
     refusal sends nothing: the step waits at the budget gate), and the reply, once sent
     and paid for, is charged what it used even past the cap: it is never thrown away to
     be sent again."""
-    is_async = calls.is_async
 
     def set_aside(request: dict[str, Any], price: Price | None) -> AbstractContextManager[Any]:
         reservation = reserve_call(
@@ -561,59 +559,9 @@ def _method(create: Callable[..., Any], endpoint: _Endpoint, calls: _Calls) -> C
         usage = _usage_to_charge(endpoint, reply, stream, price, calls)
         settle(Decimal(0) if price is None else price.dollars(usage), usage.total)
 
-    if is_async:
-
-        async def call_async(request: dict[str, Any], price: Price | None) -> Any:
-            stream = bool(request.get("stream"))
-            with set_aside(request, price):  # refused: nothing is sent
-                response = await create(**request)
-                if stream:
-                    response = [chunk async for chunk in response]
-                    data: Any = [_dump(chunk) for chunk in response]
-                else:
-                    data = _dump(response)
-                charged(response, stream, price)
-            return data
-
-        defn = StepDef(endpoint.step_name, call_async, StepKind.STEP)
-
-        @functools.wraps(create)
-        async def wrapped_async(**request: Any) -> Any:
-            price = calls.price(request.get("model"))
-            if request.get("stream"):
-                request = endpoint.stream_options(request)
-            data = await _driver_async.call_step(defn, (request, price), {})
-            if request.get("stream"):
-                return _aiterate(data, endpoint)
-            return endpoint.rebuild(data)
-
-        return wrapped_async
-
-    def call(request: dict[str, Any], price: Price | None) -> Any:
-        stream = bool(request.get("stream"))
-        with set_aside(request, price):  # refused: nothing is sent
-            response = create(**request)
-            if stream:
-                response = list(response)
-                data: Any = [_dump(chunk) for chunk in response]
-            else:
-                data = _dump(response)
-            charged(response, stream, price)
-        return data
-
-    sync_defn = StepDef(endpoint.step_name, call, StepKind.STEP)
-
-    @functools.wraps(create)
-    def wrapped(**request: Any) -> Any:
-        price = calls.price(request.get("model"))
-        if request.get("stream"):
-            request = endpoint.stream_options(request)
-        data = _driver.call_step(sync_defn, (request, price), {})
-        if request.get("stream"):
-            return _iterate(data, endpoint)
-        return endpoint.rebuild(data)
-
-    return wrapped
+    if calls.is_async:
+        return llm_steps_async.wrapped_async(create, endpoint, calls.price, set_aside, charged)
+    return llm_steps.wrapped(create, endpoint, calls.price, set_aside, charged)
 
 
 def _usage_to_charge(
@@ -663,20 +611,3 @@ def _usage_to_charge(
             what,
         )
     return reading.usage
-
-
-def _dump(obj: Any) -> Any:
-    """What the server sent, as JSON (fields it left out stay out). A field of the wrong
-    type is dumped without pydantic's warning: the usage, read from the object itself,
-    names a wrong count."""
-    return obj.model_dump(mode="json", exclude_unset=True, warnings=False)
-
-
-def _iterate(chunks: list[dict[str, Any]], endpoint: _Endpoint) -> Iterator[Any]:
-    for chunk in chunks:
-        yield endpoint.rebuild_chunk(chunk)
-
-
-async def _aiterate(chunks: list[dict[str, Any]], endpoint: _Endpoint) -> AsyncIterator[Any]:
-    for chunk in chunks:
-        yield endpoint.rebuild_chunk(chunk)

@@ -1,10 +1,10 @@
-"""The generated sync modules (tools/async_to_sync.py's PAIRS: the run I/O,
-`durable/_runio.py` from `durable/_runio_async.py`, and the host of a workflow's life,
-`durable/_host_sync.py` from `durable/_host_async.py`) are committed. These tests fail
-when a committed file is not what the generator makes of its source now (someone edited
-one and not the other), when a hand-written twin creeps back (into the SystemDB, or a
-perform of lifecycle operations outside the host), and when a pair of durable/_acompat.py
-stops behaving alike.
+"""The sync modules listed in `tools/async_to_sync.py`'s PAIRS (the run I/O
+`durable/_runio.py`, the host of a workflow's life `durable/_host_sync.py`, the in-workflow
+API's `_waits.py`, `_state.py`, ...) are generated from their async sources by that script,
+and committed. These tests fail when a committed file is not what the generator makes of
+its source now (someone edited one and not the other), when a hand-written twin creeps back
+(into the SystemDB, or a perform of lifecycle operations outside the host), and when a pair
+of durable/_acompat.py stops behaving alike.
 """
 
 from __future__ import annotations
