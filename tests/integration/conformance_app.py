@@ -39,6 +39,7 @@ WORKLOAD: dict[str, tuple[list[Any], Any]] = {
     "conf.streams": ([], 3),
     "conf.budget": ([], 10),
     "conf.patches": ([], [True, 2]),
+    "conf.bad_sleep": ([], ("error", "InvalidWaitError")),
 }
 
 # The children of conf.children (started, then called inline twice) and their outcomes.
@@ -218,6 +219,10 @@ def _build_sync(url: str) -> tuple[durable.Registry, dict[str, Any]]:
         durable.append_turn("assistant", "hello")
         return [durable.patched("p1"), len(durable.conversation())]
 
+    @durable.workflow(registry=reg, name="conf.bad_sleep")
+    def bad_sleep() -> None:
+        durable.sleep(-1)
+
     return reg, _workflows(locals())
 
 
@@ -356,5 +361,9 @@ def _build_async(url: str) -> tuple[durable.Registry, dict[str, Any]]:
         await durable.append_turn_async("user", "hi")
         await durable.append_turn_async("assistant", "hello")
         return [await durable.patched_async("p1"), len(durable.conversation())]
+
+    @durable.workflow(registry=reg, name="conf.bad_sleep")
+    async def bad_sleep() -> None:
+        await durable.sleep_async(-1)
 
     return reg, _workflows(locals())

@@ -40,6 +40,8 @@ from durable import (
     errors,
 )
 from durable.testing import TemplateDatabases
+from tests import citus
+from tests.conftest import ON_CITUS
 from tests.integration import conformance_app
 
 # Modules that call a driver by a name of their own.
@@ -206,7 +208,19 @@ def run_workload(url: str, asynchronous: bool) -> dict[str, Any]:
 
 
 @pytest.fixture
-def second_database(pg_databases: TemplateDatabases) -> Iterator[str]:
+def second_database(
+    request: pytest.FixtureRequest, pg_databases: TemplateDatabases
+) -> Iterator[str]:
+    """A second fresh database, of the same kind as `database_url` (on the Citus cluster
+    under DURABLE_TEST_ON_CITUS=1)."""
+    if ON_CITUS:
+        cluster: citus.CitusCluster = request.getfixturevalue("citus_cluster")
+        url = cluster.create_database()
+        with durable.Client(url, migrate=True) as client:
+            client.distribute_citus()
+        yield url
+        cluster.drop_database(url)
+        return
     url = pg_databases.create()
     yield url
     pg_databases.drop(url)
