@@ -9,15 +9,20 @@ the journal. The same points SIGKILL real worker processes once each in tests/ac
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
+from decimal import Decimal
 from typing import Any
 
+import anthropic
+import openai
 import psycopg
 import pytest
 
 import durable
-from durable import errors
+from durable import errors, llm
 from tests.acceptance.workers import wait_for
-from tests.apps import children_app, counter_app, methods_app, vendor, waits_app
+from tests.apps import children_app, counter_app, llm_app, methods_app, vendor, waits_app
+from tests.apps.model_stub import ModelStub, usage_of
 from tests.integration.inprocess import T0, crash_then_recover, process
 
 REG = counter_app.registry
@@ -62,7 +67,8 @@ def recover(url: str, clock: durable.FakeClock, workflow_id: str, **options: obj
             return client.retrieve(workflow_id).result(timeout=60)
 
 
-# -- steps, the finish, @transaction (tests/acceptance/test_crash_resume.py) -----------------
+# -- steps, the finish, @transaction (tests/acceptance/test_crash_resume.py and
+# test_worker_recovery.py::test_crash_matrix) --------------------------------------------------
 
 DRIVERS = ["sync", "async"]
 
@@ -71,6 +77,8 @@ DRIVERS = ["sync", "async"]
 @pytest.mark.parametrize(
     ("crash", "before", "after"),
     [
+        # Dies before step 2 begins: nothing of it ran, it runs once.
+        ("before_step:2", ["s1"], ["s1", "s2", "s3"]),
         ("after_step_record:2", ["s1", "s2"], ["s1", "s2", "s3"]),
         # At-least-once: step 2's record never committed, so its body runs again.
         ("before_step_record:2", ["s1", "s2"], ["s1", "s2", "s2", "s3"]),
@@ -340,3 +348,57 @@ def test_a_win_cut_off_by_a_crash_is_the_same_win_after_recovery(url: str, drive
         "wait-first#0 approval:refund",
     ]
     assert rows(url, "SELECT status FROM durable.approvals") == [("approved",)]
+
+
+# -- model calls through durable.llm (tests/acceptance/test_llm_wrappers.py) ------------------
+
+LLM_PRICES = {"openai": (0.15, 0.60), "anthropic": (3.00, 15.00)}
+
+
+@pytest.fixture
+def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelStub]:
+    """The model stub, and llm_app's wrapped clients pointed at it."""
+    server = ModelStub().start()
+    site = server.url.removesuffix("/v1")
+    clients = {
+        "oa": openai.OpenAI(base_url=server.url, api_key="test", max_retries=0),
+        "oa_async": openai.AsyncOpenAI(base_url=server.url, api_key="test", max_retries=0),
+        "an": anthropic.Anthropic(base_url=site, api_key="test", max_retries=0),
+        "an_async": anthropic.AsyncAnthropic(base_url=site, api_key="test", max_retries=0),
+    }
+    for name, sdk in clients.items():
+        monkeypatch.setattr(llm_app, name, llm.wrap(sdk, prices=llm_app.PRICES))
+    yield server
+    server.stop()
+
+
+@pytest.mark.parametrize(
+    "kind", ["openai", "openai-async", "responses", "anthropic", "anthropic-async"]
+)
+def test_a_crash_after_two_of_four_model_calls_costs_no_request_and_no_charge_twice(
+    url: str, stub: ModelStub, kind: str
+) -> None:
+    agent = llm_app.AGENTS[kind]
+    client, clock = crash_then_recover(
+        url,
+        llm_app.registry,
+        "after_step_record:2",
+        lambda c: c.submit(agent, "a", workflow_id="a"),
+    )
+    assert stub.count() == 2
+    with client:
+        with process(url, llm_app.registry, clock):
+            answers = client.retrieve("a").result(timeout=60)
+        ledger = client.budget("a")
+    prompts = llm_app.prompts("a")
+    assert stub.count() == 4  # not 6: the two journaled calls replayed
+    assert answers == [f"answer to {p}" for p in prompts]
+    assert ledger is not None
+    price_in, price_out = LLM_PRICES[kind.split("-")[0] if kind != "responses" else "openai"]
+    dollars = sum(
+        Decimal(str(price_in)) * usage_of(p)[0] + Decimal(str(price_out)) * usage_of(p)[1]
+        for p in prompts
+    ) / Decimal(1_000_000)
+    assert ledger["spent"]["tokens"] == sum(sum(usage_of(p)) for p in prompts)
+    assert ledger["spent"]["steps"] == 4
+    assert ledger["spent"]["dollars"] == pytest.approx(float(dollars), abs=1e-9)
