@@ -18,7 +18,7 @@ import pytest
 import durable
 from durable import errors
 from tests.acceptance.workers import wait_for
-from tests.apps import counter_app, stream_app, vendor
+from tests.apps import counter_app, loop_faults_app, stream_app, vendor
 from tests.integration.inprocess import T0, crash_then_recover, process
 
 REG = counter_app.registry
@@ -271,3 +271,33 @@ def test_readers_see_each_value_once_across_a_dead_writer(url: str, driver: str)
         'SELECT array_agg("offset" ORDER BY "offset") FROM durable.streams WHERE NOT closed',
     )
     assert offsets == list(range(100))  # each written once
+
+
+# -- tests/acceptance/test_async_loop_faults.py ------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["SystemExit", "KeyboardInterrupt"])
+def test_an_exit_in_every_run_of_an_async_step_is_given_up_and_the_loop_goes_on(
+    url: str, kind: str
+) -> None:
+    """Each run of a poison workflow (the exit in its body's task, or in a branch of a
+    gather) exits once, is given up and counted; a workflow that exits once is recovered;
+    a harmless one on the same loop finishes."""
+    clock = durable.FakeClock(T0)
+    with durable.Client(url, clock=clock) as client:
+        with process(url, loop_faults_app.registry, clock, max_recovery_attempts=2):
+            harmless = client.submit(loop_faults_app.napping, "h", 0.5, workflow_id="h")
+            poison = client.submit(loop_faults_app.exiting, "x1", kind, 99, False, workflow_id="x1")
+            branch = client.submit(loop_faults_app.exiting, "x2", kind, 99, True, workflow_id="x2")
+            once = client.submit(loop_faults_app.exiting, "x3", kind, 1, True, workflow_id="x3")
+            assert once.result(timeout=60) == 2
+            assert harmless.result(timeout=60) == "rested"
+            for h in (poison, branch):
+                wait_for(
+                    lambda h=h: h.status() == "MAX_RECOVERY_ATTEMPTS_EXCEEDED",
+                    what=f"{h.workflow_id} to be given up",
+                )
+    for w in ("x1", "x2"):
+        assert world(url, w).count("exit-step") == loop_faults_app.MAX_RECOVERY_ATTEMPTS + 1
+        assert one(url, "SELECT owner FROM durable.workflows WHERE workflow_id = %s", w) is None
+    assert one(url, "SELECT recovery_attempts FROM durable.workflows WHERE workflow_id = 'x3'") == 1
