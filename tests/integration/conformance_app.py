@@ -22,6 +22,10 @@ import durable
 from durable._decorators import workflow_def
 from durable.errors import DefinitionError
 
+# The tests' own reads, at READ COMMITTED whatever the default (under
+# DURABLE_TEST_ISOLATION=serializable even a read can be refused with 40001).
+READ_COMMITTED = "-c default_transaction_isolation=read\\ committed"
+
 APP_DDL = """
 CREATE TABLE IF NOT EXISTS conf_rows (id bigserial PRIMARY KEY, tag text, n int);
 CREATE TABLE IF NOT EXISTS conf_vendor (idempotency_key text PRIMARY KEY, cents int);
@@ -79,7 +83,7 @@ def _vendor(url: str, key: str, cents: int) -> int:
 
 
 def _lookup(url: str, key: str) -> int | None:
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, options=READ_COMMITTED) as conn:
         row = conn.execute("SELECT cents FROM conf_vendor WHERE idempotency_key = %s", [key])
         found = row.fetchone()
     return None if found is None else int(found[0])

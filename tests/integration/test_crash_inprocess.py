@@ -25,6 +25,10 @@ from tests.apps import children_app, counter_app, llm_app, methods_app, vendor, 
 from tests.apps.model_stub import ModelStub, usage_of
 from tests.integration.inprocess import T0, crash_then_recover, process
 
+# The tests' own reads, at READ COMMITTED whatever the default (under
+# DURABLE_TEST_ISOLATION=serializable even a read can be refused with 40001).
+READ_COMMITTED = "-c default_transaction_isolation=read\\ committed"
+
 REG = counter_app.registry
 
 
@@ -36,7 +40,7 @@ def url(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def world(url: str, workflow_id: str) -> list[str]:
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, options=READ_COMMITTED) as conn:
         rows = conn.execute(
             "SELECT what FROM world WHERE workflow_id = %s ORDER BY id", [workflow_id]
         ).fetchall()
@@ -44,7 +48,7 @@ def world(url: str, workflow_id: str) -> list[str]:
 
 
 def rows(url: str, query: str, *params: object) -> list[tuple[Any, ...]]:
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, options=READ_COMMITTED) as conn:
         return [tuple(r) for r in conn.execute(query, list(params)).fetchall()]
 
 

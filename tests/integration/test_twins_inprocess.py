@@ -21,6 +21,10 @@ from tests.acceptance.workers import wait_for
 from tests.apps import counter_app, loop_faults_app, stream_app, vendor
 from tests.integration.inprocess import T0, crash_then_recover, process
 
+# The tests' own reads, at READ COMMITTED whatever the default (under
+# DURABLE_TEST_ISOLATION=serializable even a read can be refused with 40001).
+READ_COMMITTED = "-c default_transaction_isolation=read\\ committed"
+
 REG = counter_app.registry
 DRIVERS = ["sync", "async"]
 
@@ -33,7 +37,7 @@ def url(database_url: str, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def world(url: str, workflow_id: str | None = None) -> list[str]:
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, options=READ_COMMITTED) as conn:
         rows = conn.execute(
             "SELECT what FROM world WHERE %(w)s::text IS NULL OR workflow_id = %(w)s::text"
             " ORDER BY id",
@@ -43,7 +47,7 @@ def world(url: str, workflow_id: str | None = None) -> list[str]:
 
 
 def one(url: str, query: str, *params: object) -> Any:
-    with psycopg.connect(url) as conn:
+    with psycopg.connect(url, options=READ_COMMITTED) as conn:
         row = conn.execute(query, list(params)).fetchone()
     return None if row is None else row[0]
 
