@@ -164,7 +164,8 @@ def _build_sync(url: str) -> tuple[durable.Registry, dict[str, Any]]:
     def kid(n: int) -> int:
         if n < 0:
             raise ValueError("child failed")
-        return ok(str(n)) and n
+        ok(str(n))
+        return n
 
     @durable.workflow(registry=reg, name="conf.children")
     def children() -> list[object]:
@@ -307,7 +308,8 @@ def _build_async(url: str) -> tuple[durable.Registry, dict[str, Any]]:
     async def kid(n: int) -> int:
         if n < 0:
             raise ValueError("child failed")
-        return await ok(str(n)) and n
+        await ok(str(n))
+        return n
 
     @durable.workflow(registry=reg, name="conf.children")
     async def children() -> list[object]:

@@ -17,8 +17,9 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import durable
 from tests.sim import faults
@@ -121,17 +122,17 @@ def crash_then_recover(
     url: str,
     registry: durable.Registry,
     crash: str,
-    submit: object,
+    submit: Callable[[durable.Client], object],
     *,
     clock: durable.FakeClock | None = None,
-    **options: object,
+    **options: Any,
 ) -> tuple[durable.Client, durable.FakeClock]:
     """Submit through `submit(client)`, let a process die at `crash`, and return the
     client (and clock) for a second process to recover with."""
     clock = clock or durable.FakeClock(T0)
     client = durable.Client(url, clock=clock)
     client.connect()
-    submit(client)  # type: ignore[operator]
+    submit(client)
     with process(url, registry, clock, crash=crash, **options) as node:
         node.wait_dead()
     assert node.crashed_at, f"{crash} was never reached"
