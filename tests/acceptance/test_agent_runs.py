@@ -1,4 +1,5 @@
-"""Budgets and retention across real worker processes killed with SIGKILL."""
+"""Budgets and retention across real worker processes killed with SIGKILL. Both drivers,
+and the kill after the record, in one process: tests/integration/test_twins_inprocess.py."""
 
 from __future__ import annotations
 
@@ -22,14 +23,12 @@ TOKENS = sum(10 * (i + 1) for i in range(N))  # 210
 @pytest.mark.parametrize(
     ("crash", "reruns"),
     [
-        # Killed between a charge (recorded with step 3) and the next step.
-        ("after_step_record:3", []),
         # Killed after step 3 charged but before its record: the attempt is lost whole
         # (its charge with it) and step 3 runs, and charges, once more.
         ("before_step_record:3", ["spend:2"]),
     ],
 )
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["sync"])
 def test_total_spend_counts_each_step_once_across_a_sigkill(
     database_url: str, subprocess_env: dict[str, str], crash: str, reruns: list[str], driver: str
 ) -> None:
@@ -60,7 +59,7 @@ def test_total_spend_counts_each_step_once_across_a_sigkill(
     assert sum(c["dollars"] for c in ledger["charges"]) == DOLLARS
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["sync"])
 def test_retention_with_workers_running_keeps_effects_and_suspended_work(
     database_url: str, subprocess_env: dict[str, str], tmp_path: Path, driver: str
 ) -> None:

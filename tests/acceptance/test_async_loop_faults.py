@@ -71,7 +71,8 @@ def say_go(url: str, workflow_id: str) -> None:
         )
 
 
-@pytest.mark.parametrize("kind", ["SystemExit", "KeyboardInterrupt"])
+# SystemExit as well, in one process: tests/integration/test_twins_inprocess.py.
+@pytest.mark.parametrize("kind", ["KeyboardInterrupt"])
 def test_exit_in_an_async_step_gives_up_its_run_and_the_worker_lives_on(
     database_url: str, subprocess_env: dict[str, str], kind: str
 ) -> None:

@@ -1,4 +1,6 @@
-"""Cancellation and timeouts across real worker processes, judged by the vendor's ledger."""
+"""Cancellation and timeouts across real worker processes, judged by the vendor's ledger.
+One real process per scenario; both drivers, in one process: tests/integration/
+test_twins_inprocess.py."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from tests.acceptance.workers import client, scalar, start_worker, stop_worker, 
 from tests.apps import counter_app, vendor
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["async"])
 def test_cancel_stops_a_running_tree_and_runs_both_compensations(
     database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
@@ -43,7 +45,7 @@ def test_cancel_stops_a_running_tree_and_runs_both_compensations(
     assert vendor.moved(database_url) == [25, 10, -10, -25]
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["sync"])
 def test_cancel_of_a_suspended_workflow_runs_its_compensation_and_never_resumes_it(
     database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
@@ -64,7 +66,7 @@ def test_cancel_of_a_suspended_workflow_runs_its_compensation_and_never_resumes_
         assert engine.cancel("n1") == "CANCELLED"  # repeating it changes nothing
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["sync"])
 def test_never_started_workflows_are_cancelled_at_once_and_never_recovered(
     database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
@@ -89,7 +91,7 @@ def test_never_started_workflows_are_cancelled_at_once_and_never_recovered(
     assert scalar(database_url, "SELECT count(*) FROM queue_runs") == 0
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["async"])
 def test_timeout_counts_across_a_sigkill_and_ends_a_long_sleep(
     database_url: str, subprocess_env: dict[str, str], tmp_path: Path, driver: str
 ) -> None:
@@ -120,7 +122,7 @@ def test_timeout_counts_across_a_sigkill_and_ends_a_long_sleep(
     assert status == ("CANCELLED",)
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["sync"])
 def test_resume_after_a_cancel_whose_compensations_ran_is_refused_and_pays_nothing_twice(
     database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
@@ -151,7 +153,7 @@ def test_resume_after_a_cancel_whose_compensations_ran_is_refused_and_pays_nothi
         assert [(s.step_seq, s.step_name) for s in engine.steps("bw")] == journal
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["sync"])
 def test_resume_of_a_cancelled_workflow_with_nothing_to_undo_still_runs_it(
     database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:

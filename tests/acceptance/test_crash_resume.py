@@ -1,4 +1,9 @@
-"""SIGKILL a real process at the worst moments, recover in a fresh one, check the world."""
+"""SIGKILL a real process at the worst moments, recover in a fresh one, check the world.
+
+One real kill per fenced write of a run: the step record (plain def), the finish and the
+`@transaction` commit (async def). The rest of the matrix (both drivers, each side of each
+write, a step cut off before its record) dies in one process: tests/integration/
+test_crash_inprocess.py."""
 
 from __future__ import annotations
 
@@ -8,7 +13,6 @@ import subprocess
 import sys
 
 import psycopg
-import pytest
 
 APP = "tests.apps.counter_app"
 
@@ -64,11 +68,10 @@ def status(url: str, workflow_id: str) -> str:
     return str(row[0])
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
 def test_sigkill_after_second_step_resumes_at_third(
-    database_url: str, subprocess_env: dict[str, str], driver: str
+    database_url: str, subprocess_env: dict[str, str]
 ) -> None:
-    subprocess_env = {**subprocess_env, "DURABLE_TEST_DRIVER": driver}
+    subprocess_env = {**subprocess_env, "DURABLE_TEST_DRIVER": "sync"}
     crashed = run_app(subprocess_env, "run", database_url, "wf-3", crash="after_step_record:2")
     assert crashed.returncode == -signal.SIGKILL, crashed.stderr
     assert world(database_url, "wf-3") == ["s1", "s2"]
@@ -82,26 +85,8 @@ def test_sigkill_after_second_step_resumes_at_third(
     assert status(database_url, "wf-3") == "SUCCESS"
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
-def test_sigkill_inside_step_before_record_reruns_only_that_step(
-    database_url: str, subprocess_env: dict[str, str], driver: str
-) -> None:
-    subprocess_env = {**subprocess_env, "DURABLE_TEST_DRIVER": driver}
-    crashed = run_app(subprocess_env, "run", database_url, "wf-b", crash="before_step_record:2")
-    assert crashed.returncode == -signal.SIGKILL
-    assert world(database_url, "wf-b") == ["s1", "s2"]
-    assert journal(database_url, "wf-b") == [(0, "step")]
-    resumed = run_app(subprocess_env, "recover", database_url, "wf-b")
-    assert resumed.returncode == 0, resumed.stderr
-    # At-least-once: step 2's work happened twice because its record never committed.
-    assert world(database_url, "wf-b") == ["s1", "s2", "s2", "s3"]
-
-
-@pytest.mark.parametrize("driver", ["sync", "async"])
-def test_sigkill_before_status_written(
-    database_url: str, subprocess_env: dict[str, str], driver: str
-) -> None:
-    subprocess_env = {**subprocess_env, "DURABLE_TEST_DRIVER": driver}
+def test_sigkill_before_status_written(database_url: str, subprocess_env: dict[str, str]) -> None:
+    subprocess_env = {**subprocess_env, "DURABLE_TEST_DRIVER": "async"}
     crashed = run_app(subprocess_env, "run", database_url, "wf-e", crash="before_workflow_finish:1")
     assert crashed.returncode == -signal.SIGKILL
     assert status(database_url, "wf-e") == "RUNNING"
@@ -111,24 +96,18 @@ def test_sigkill_before_status_written(
     assert world(database_url, "wf-e") == ["s1", "s2", "s3"]
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
-@pytest.mark.parametrize("when", ["before_transaction_commit", "after_transaction_commit"])
 def test_transaction_row_and_journal_commit_together(
-    database_url: str, subprocess_env: dict[str, str], when: str, driver: str
+    database_url: str, subprocess_env: dict[str, str]
 ) -> None:
-    subprocess_env = {**subprocess_env, "DURABLE_TEST_DRIVER": driver}
-    # Kill at the second refund: o1 is committed; o2 is in flight.
-    crashed = run_app(subprocess_env, "run", database_url, "wf-t", "refunds", crash=f"{when}:2")
+    subprocess_env = {**subprocess_env, "DURABLE_TEST_DRIVER": "async"}
+    # Kill right after the second refund's commit: its app row and its journal row are
+    # both there (before that commit, neither: tests/integration/test_crash_inprocess.py).
+    crashed = run_app(
+        subprocess_env, "run", database_url, "wf-t", "refunds", crash="after_transaction_commit:2"
+    )
     assert crashed.returncode == -signal.SIGKILL
-    kinds = [k for _, k in journal(database_url, "wf-t")]
-    if when == "before_transaction_commit":
-        # Neither the app row nor the journal row of o2 exists.
-        assert refunds(database_url) == [("o1", 10)]
-        assert kinds == ["transaction", "step"]
-    else:
-        # Both exist.
-        assert refunds(database_url) == [("o1", 10), ("o2", 25)]
-        assert kinds == ["transaction", "step", "transaction"]
+    assert refunds(database_url) == [("o1", 10), ("o2", 25)]
+    assert [k for _, k in journal(database_url, "wf-t")] == ["transaction", "step", "transaction"]
 
     resumed = run_app(subprocess_env, "recover", database_url, "wf-t", "refunds")
     assert resumed.returncode == 0, resumed.stderr

@@ -2,7 +2,8 @@
 SIGKILLed after its second step, a fresh worker (a new process, whose import created its own
 `east` and `west`) recovers it by the instance name the inputs stored, and the world table
 shows that the steps done before the kill did not run again, that the transaction method
-wrote once, and that every step ran with west's state (never east's)."""
+wrote once, and that every step ran with west's state (never east's). The async def twin
+dies in one process: tests/integration/test_crash_inprocess.py."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from tests.apps import counter_app, methods_app
 APP = "tests.apps.methods_app"
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["sync"])
 def test_a_killed_method_workflow_recovers_on_the_instance_of_its_name(
     database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:

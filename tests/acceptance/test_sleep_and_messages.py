@@ -1,4 +1,6 @@
-"""Durable sleep and messages across SIGKILLed workers."""
+"""Durable sleep and messages across SIGKILLed workers. One real process per scenario;
+both drivers, in one process: tests/integration/test_twins_inprocess.py (a dead process)
+and tests/integration/test_conformance.py (the same operations and rows)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ def world_at(url: str, workflow_id: str) -> list[tuple[str, dt.datetime]]:
         ]
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["async"])
 def test_sleep_survives_worker_death_and_wakes_once_on_time(
     database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
@@ -53,7 +55,7 @@ def test_sleep_survives_worker_death_and_wakes_once_on_time(
     assert rows[1][1] - wake_at < dt.timedelta(seconds=10)  # and promptly after
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["sync"])
 def test_messages_consumed_exactly_once_across_a_crash(
     database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:
@@ -82,7 +84,7 @@ def test_messages_consumed_exactly_once_across_a_crash(
     assert seqs is not None and len(set(seqs)) == 3  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["sync"])
 def test_recv_timeout_and_bad_input(database_url: str, driver: str) -> None:
     reg = durable.Registry()
     waits: Any
@@ -118,7 +120,7 @@ def test_recv_timeout_and_bad_input(database_url: str, driver: str) -> None:
         assert scalar(database_url, "SELECT count(*) FROM durable.messages") == 0
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["sync"])
 def test_events_and_cli_send(
     database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:

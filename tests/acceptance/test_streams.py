@@ -1,6 +1,7 @@
 """A stream's writer is SIGKILLed after 50 of 100 values and resumed by a worker in a fresh
 process: a reader that was following across the kill and one that reconnects at offset 30
-each see values 0..99 exactly once, in order."""
+each see values 0..99 exactly once, in order. Both drivers, in one process: tests/
+integration/test_twins_inprocess.py."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tests.acceptance.workers import scalar, stop_worker, wait_for
 APP = "tests.apps.stream_app"
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["async"])
 def test_readers_see_each_value_once_across_a_killed_writer(
     database_url: str, subprocess_env: dict[str, str], driver: str
 ) -> None:

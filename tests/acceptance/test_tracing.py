@@ -5,7 +5,8 @@ step; a worker in another process recovers it. The spans both processes exported
 to disk as each ended) must form one trace: the caller, the start, the recovered run, and
 exactly one span per executed step - the two steps the first process ran are replayed from
 the journal by the second, which emits no span for them - with the child workflow's run and
-step nested under the run that started it.
+step nested under the run that started it. Run with `async def` (the plain-def spans of a
+replay: tests/integration/test_tracing.py).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ def _attr(span: dict[str, Any], key: str) -> Any:
     return span["attributes"].get(key)
 
 
-@pytest.mark.parametrize("driver", ["sync", "async"])
+@pytest.mark.parametrize("driver", ["async"])
 def test_recovered_workflow_is_one_trace_with_one_span_per_executed_step(
     database_url: str, subprocess_env: dict[str, str], tmp_path: Path, driver: str
 ) -> None:
