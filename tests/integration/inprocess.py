@@ -38,9 +38,8 @@ class Node:
     crashed_at: list[str] = field(default_factory=list)
 
     def busy(self) -> int:
-        runner = self.engine.runner
-        with runner._lock:
-            return len(runner._futures) + len(runner._async_futures)
+        slots = self.engine.runner.slots
+        return slots.running() + slots.running_async()
 
     def wait_dead(self, timeout: float = 60) -> None:
         """Until the armed point has killed the process and its runs have ended."""
