@@ -8,8 +8,9 @@ An Engine is made of parts: `engine.client`, a Client on the engine's own pool (
 read and operator action, `_client.py`); its Claims (`_claims.py`) and a Runner that
 launches them (`_runner.py`); the Ownership of its executor id (`_ownership.py`); the
 Heartbeat and, with `worker=True` or `run_worker()`, a Worker loop, else a keeper
-(`_recovery.py`: LISTEN, claims, schedules, retention), given only what they use. The
-Engine itself shows what an application calls: start and run workflows, and the reads and
+(`_recovery.py`: LISTEN, claims, schedules, retention), given only what they use. They
+are made, wired, launched and shut down by its Services (`_services.py`). The Engine
+itself shows what an application calls: start and run workflows, and the reads and
 actions used most, which it hands to its client (the rest: `engine.client`).
 """
 
@@ -473,6 +474,7 @@ class Engine:
             **kwargs,
         )
 
+    # Each is the Client's method, signature and docstring included (see _client_call).
     retrieve = _client_call(Client.retrieve)
     retrieve_async = _client_call(Client.retrieve_async)
     get_workflow = _client_call(Client.get_workflow)
