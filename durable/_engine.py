@@ -8,8 +8,9 @@ An Engine is made of parts: `engine.client`, a Client on the engine's own pool (
 read and operator action, `_client.py`); its Claims (`_claims.py`) and a Runner that
 launches them (`_runner.py`); the Ownership of its executor id (`_ownership.py`); the
 Heartbeat and, with `worker=True` or `run_worker()`, a Worker loop, else a keeper
-(`_recovery.py`: LISTEN, claims, schedules, retention), given only what they use. The
-Engine itself shows what an application calls: start and run workflows, and the reads and
+(`_recovery.py`: LISTEN, claims, schedules, retention), given only what they use. They
+are made, wired, launched and shut down by its Services (`_services.py`). The Engine
+itself shows what an application calls: start and run workflows, and the reads and
 actions used most, which it hands to its client (the rest: `engine.client`).
 """
 
@@ -20,7 +21,6 @@ import concurrent.futures
 import contextvars
 import dataclasses
 import functools
-import logging
 import threading
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
 
 from durable import _lifecycle as lifecycle
 from durable._async_host import AsyncHosts
-from durable._claims import Claims
 from durable._client import Client
 from durable._clock import Clock
 from durable._config import Config
@@ -39,15 +38,11 @@ from durable._decorators import workflow_call
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
 from durable._host_async import AsyncLifeHost, drive_async
 from durable._host_sync import LifeHost, drive
-from durable._local import Claimed
 from durable._names import check_name
-from durable._ownership import Ownership
 from durable._queues import Queue
-from durable._recovery import Heartbeat, Worker, WorkerParts, keep
 from durable._registry import Durability, Registry, WorkflowDef, default_registry
 from durable._retention import RetentionPolicy
-from durable._runner import Runner
-from durable._schedules import fire
+from durable._services import Services
 from durable._start_options import (
     enqueue_method,
     enqueue_method_async,
@@ -57,7 +52,6 @@ from durable._start_options import (
 from durable._starts import start_placed
 from durable._starts_async import start_placed_async
 from durable._timeouts import pop_timeout, workflow_timeout
-from durable._urls import is_local
 from durable.errors import ConfigurationError, EngineNotRunningError
 from durable.serialization import Serializer
 
@@ -65,7 +59,6 @@ if TYPE_CHECKING:
     import sqlalchemy
     import sqlalchemy.ext.asyncio
 
-logger = logging.getLogger("durable.engine")
 
 # What an Engine is made of (set in _apply): its only public attributes.
 _PARTS = frozenset({"client", "config", "registry", "runner", "ownership"})
@@ -151,37 +144,11 @@ class Engine:
         create_database: bool | None = None,
         listen: bool | None = None,
     ) -> None:
-        config = Config.resolve(
-            database_url=database_url,
-            schema=schema,
-            migrate=migrate,
-            serializer=serializer,
-            max_payload_bytes=max_payload_bytes,
-            connect_timeout=connect_timeout,
-            response_timeout=response_timeout,
-            clock=clock,
-            listen=listen,
-            app_database_url=app_database_url,
-            lease_seconds=lease_seconds,
-            max_recovery_attempts=max_recovery_attempts,
-            max_workers=max_workers,
-            max_async=max_async,
-            durability=durability,
-            executor_id=executor_id,
-            worker=worker,
-            poll_interval=poll_interval,
-            grace_seconds=grace_seconds,
-            retention=retention,
-            create_database=create_database,
-        )
+        # Every argument but the registry is a setting, of the same name in Config.
+        settings = {name: value for name, value in locals().items() if name != "self"}
+        registry = settings.pop("registry")
         self.registry = registry if registry is not None else default_registry
-        self._launched = False
-        self._worker_stop = threading.Event()
-        self._apply(config)
-        self._worker_thread: threading.Thread | None = None
-        self._keeper: threading.Thread | None = None
-        # Schedules that could not fire, with why: each is logged once per error.
-        self._failing_schedules: dict[str, str] = {}
+        self._apply(Config.resolve(**settings))
         self._engine_token: contextvars.Token[Any] | None = None
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -195,37 +162,11 @@ class Engine:
         super().__setattr__(name, value)
 
     def _apply(self, config: Config) -> None:
-        """Take the resolved settings, and make the parts that hold them: the ownership of
-        the executor id they name, the client and the runner."""
+        """Take the resolved settings, and make the parts that hold them (_services.py)."""
         self.config = config
-        # The executor id, its incarnation and the claims held under it.
-        self.ownership = Ownership(
-            config.executor_id,
-            explicit=config.explicit_id,
-            lease_seconds=config.lease_seconds,
-            on_lost=self._id_lost,
-        )
-        # One client for the engine's life: one taken before a CLI option changed a setting
-        # is the one that reads through the engine's pool once it runs.
-        client: Client | None = getattr(self, "client", None)
-        if client is None:
-            self.client = client = Client._from_config(config)
-        else:
-            client._configure(config)
-        client.on_cancel_requested = self._cancel_requested
-        client.registry = self.registry
-        # Late-bound: the runner's database is the one opened at launch.
-        self._claims = Claims(
-            config, self.registry, client.inputs, self.ownership, db=lambda: self.runner.db
-        )
-        self.runner = Runner(config, self.registry, client, self, self.ownership, self._claims)
-        self._heartbeat = Heartbeat(
-            config,
-            self.ownership,
-            db=lambda: self.client.db,
-            running=lambda: self.running,
-            set_cancel_requests=self.runner.set_cancel_requests,
-        )
+        client = getattr(self, "client", None)  # one client for the engine's life
+        self._services = parts = Services(config, self.registry, client, self)
+        self.client, self.runner, self.ownership = parts.client, parts.runner, parts.ownership
 
     def _override(self, **changes: Any) -> None:
         """Change settings before launch (`durable worker --app module:engine` puts its
@@ -245,98 +186,15 @@ class Engine:
     @property
     def running(self) -> bool:
         """Launched and not yet shut down."""
-        return self._launched
+        return self._services.running
 
     def launch(self) -> None:
         """Connect, migrate (or check the schema), register this executor, start threads."""
-        if self.running:
-            return
-        config, client = self.config, self.client
-        create = config.create_database
-        if create is None:
-            create = config.database_url is None or is_local(client.database_url)
-        client.close()  # a pool the client opened itself (`with engine.client:` before launch)
-        db = client._open_db(max_size=config.max_workers + 4, create_database=create)
-        try:
-            # The runner first: a bad application database URL must fail the launch before
-            # this executor is registered (nothing is left behind).
-            self.runner.open(db)
-            self.runner.async_side = AsyncHosts(
-                self.runner, max(4, config.max_workers), config.connect_timeout
-            )
-            self.ownership.take_up(db, ((d.name, d.version) for d in self.registry.workflows()))
-            for schedule in self.registry.schedules():
-                db.execute("upsert_schedule", schedule.row())
-        except BaseException:
-            self.runner.close(wait=False)
-            db.close()
-            raise
-        client._adopt(db)
-        self._launched = True
-        self._heartbeat.start()
-        self._worker_stop = threading.Event()
-        if config.worker:
-            self._worker_thread = threading.Thread(
-                target=self._work,
-                args=(self._worker_stop,),
-                name="durable-worker",
-                daemon=True,
-            )
-            self._worker_thread.start()
-        else:
-            # An engine that is not a worker still finishes what it started (see keep).
-            self._keeper = threading.Thread(
-                target=keep,
-                args=(self._worker_parts(), self.runner.own, self.runner.forget, self._worker_stop),
-                name="durable-keeper",
-                daemon=True,
-            )
-            self._keeper.start()
-
-    def _work(self, stop: threading.Event) -> None:
-        """The in-process worker's thread. A worker that stopped with an error (the event
-        loop of its async workflows died) says so in the log: the application goes on."""
-        try:
-            self.run_worker(stop)
-        except EngineNotRunningError as exc:
-            logger.critical("%s", exc)
+        self._services.launch()
 
     def shutdown(self, wait: bool = True) -> None:
         """Stop: wait for running workflows (if `wait`), release what is still owned."""
-        if not self.running:
-            return
-        db = self.client.db
-        self._worker_stop.set()
-        if self._worker_thread is not None:
-            self._worker_thread.join()
-            self._worker_thread = None
-        if self._keeper is not None:
-            self._keeper.join(timeout=5)
-            self._keeper = None
-        if self.ownership.superseded:
-            # Its leases are no longer renewed and what it holds is not its to release:
-            # waiting for its runs would only let them go on past their leases.
-            wait = False
-        # The claims this process holds, queued ones included (closing the runner drops
-        # those that never started).
-        held = self.ownership.held_epochs()
-        self.runner.close(wait, self.config.grace_seconds)
-        held.update(self.ownership.held_epochs())
-        self._heartbeat.stop()
-        try:
-            self.ownership.give_up(db, held if wait else None)
-        except Exception:
-            logger.warning("could not release workflows at shutdown", exc_info=True)
-        self.client._close_listener()
-        self.client._adopt(None)
-        self._launched = False
-        db.close()
-
-    # -- the executor id: this process's incarnation of it ---------------------------------------
-
-    def _id_lost(self) -> None:
-        """Another process holds the id now: the worker loop stops (see Ownership.lose_id)."""
-        self._worker_stop.set()
+        self._services.shutdown(wait)
 
     def __enter__(self) -> Engine:
         self.launch()
@@ -526,10 +384,7 @@ class Engine:
         """Run a stopped or interrupted workflow again from its journal, or move it to
         another `version` (see Client.resume), here if nobody holds its lease and this
         registry has its code (of that version)."""
-        handle = self.client.resume(workflow_id, version=version)
-        self.runner.remember(workflow_id)  # if it waits again, this engine resumes it
-        claimed = self._claims.one(workflow_id)
-        return handle if claimed is None else self._launch([claimed])[0]
+        return self._services.run_here(self.client.resume(workflow_id, version=version))
 
     def fork(
         self,
@@ -541,10 +396,8 @@ class Engine:
     ) -> WorkflowHandle:
         """Fork (see Client.fork) and run the fork here if this registry has its code (of
         `version`, when given)."""
-        handle = self.client.fork(workflow_id, from_step=from_step, new_id=new_id, version=version)
-        self.runner.remember(handle.workflow_id)
-        claimed = self._claims.one(handle.workflow_id)
-        return handle if claimed is None else self._launch([claimed])[0]
+        fork = self.client.fork(workflow_id, from_step=from_step, new_id=new_id, version=version)
+        return self._services.run_here(fork)
 
     def recover(self, limit: int = 100) -> list[WorkflowHandle]:
         """Claim up to `limit` interrupted or runnable workflows this registry can run, and
@@ -554,11 +407,7 @@ class Engine:
         never runs a workflow with the wrong code; others wait for a worker that has it.
         """
         self._ensure_running()
-        return self._launch(self._claims.round(None, limit, self._worker_parts().async_room()))
-
-    def _launch(self, claims: list[Claimed]) -> list[WorkflowHandle]:
-        """Run claims (see _claims.py) on this engine's threads or event loops."""
-        return [self.client.handle(c.workflow_id, self.runner.submit(c)) for c in claims]
+        return self._services.recover(limit)
 
     def flush(self) -> None:
         """Write every step record still queued by async-mode workflows. (Exit-mode
@@ -582,37 +431,12 @@ class Engine:
         steps again; a workflow whose step is still under way when `grace_seconds` ends is
         released then (that step may run again).
         """
-        Worker(
-            self._worker_parts(),
-            poll_interval=self.config.poll_interval if poll_interval is None else poll_interval,
-            grace_seconds=self.config.grace_seconds if grace_seconds is None else grace_seconds,
-        ).run(stop or threading.Event())
-
-    def _worker_parts(self) -> WorkerParts:
-        """What the worker loop and the keeper use of this engine (nothing more)."""
-        client, runner = self.client, self.runner
-        return WorkerParts(
-            config=self.config,
-            registry=self.registry,
-            db=client.db,
-            ownership=self.ownership,
-            claims=self._claims,
-            launch=runner.submit,
-            slots=runner.slots,
-            loop_failure=lambda: runner.loop_failure,
-            subscribe=lambda wake: client._listener.subscribe(
-                client._notify_channel, wake=wake, settle=False
-            ),
-            notify=client.notify_work,
-            chores=(client._expire_approvals, self.fire_schedules),
-            prune=client.prune,
-            waiting_for_worker=lambda stale: client.waiting_for_worker(stale_seconds=stale),
-        )
+        self._services.run_worker(stop or threading.Event(), poll_interval, grace_seconds)
 
     def fire_schedules(self) -> int:
         """Start the due ticks of the schedules this registry can run (workers call this
         every round); returns how many workflows were started."""
-        return fire(self.client, self.registry, self.config.durability, self._failing_schedules)
+        return self._services.fire_schedules()
 
     # -- the client's calls used most (the rest: engine.client) ------------------------------
 
@@ -627,46 +451,23 @@ class Engine:
     # (Through its typed view: Client.enqueue_async is typed as the call it makes.)
     enqueue_async = enqueue_method_async(_client_call(cast(Any, Client.enqueue_async)))
     """Client.enqueue_async, on the engine's client."""
+
+    # Each is the Client's method, signature and docstring included (see _client_call).
     retrieve = _client_call(Client.retrieve)
-    """Client.retrieve, on the engine's client."""
     retrieve_async = _client_call(Client.retrieve_async)
-    """Client.retrieve_async, on the engine's client."""
     get_workflow = _client_call(Client.get_workflow)
-    """Client.get_workflow, on the engine's client."""
     list_workflows = _client_call(Client.list_workflows)
-    """Client.list_workflows, on the engine's client."""
     steps = _client_call(Client.steps)
-    """Client.steps, on the engine's client."""
     send = _client_call(Client.send)
-    """Client.send, on the engine's client."""
     send_async = _client_call(Client.send_async)
-    """Client.send_async, on the engine's client."""
     get_event = _client_call(Client.get_event)
-    """Client.get_event, on the engine's client."""
     get_event_async = _client_call(Client.get_event_async)
-    """Client.get_event_async, on the engine's client."""
     cancel = _client_call(Client.cancel)
-    """Client.cancel, on the engine's client."""
     decide = _client_call(Client.decide)
-    """Client.decide, on the engine's client."""
     list_approvals = _client_call(Client.list_approvals)
-    """Client.list_approvals, on the engine's client."""
     read_stream = _client_call(Client.read_stream)
-    """Client.read_stream, on the engine's client."""
     read_stream_async = _client_call(Client.read_stream_async)
-    """Client.read_stream_async, on the engine's client."""
     budget = _client_call(Client.budget)
-    """Client.budget, on the engine's client."""
     raise_budget = _client_call(Client.raise_budget)
-    """Client.raise_budget, on the engine's client."""
     get_state = _client_call(Client.get_state)
-    """Client.get_state, on the engine's client."""
     schedule = _client_call(Client.schedule)
-    """Client.schedule, on the engine's client."""
-
-    # -- the client's hook ------------------------------------------------------------------------
-
-    def _cancel_requested(self, runs: list[tuple[str, int]], reason: str) -> None:
-        # Seen at once by runs in this process; others see it at their next poll.
-        asked = {workflow_id: (epoch, reason) for workflow_id, epoch in runs}
-        self.runner.set_cancel_requests({**self.ownership.cancel_requests, **asked})

@@ -201,7 +201,7 @@ class WorkerMetrics:
             return True, "starting"
         if engine is None or not engine.running:
             return False, "engine not running"
-        beat = engine._heartbeat._thread
+        beat = engine._services.heartbeat._thread
         if beat is None or not beat.is_alive():
             return False, "heartbeat thread stopped"
         if engine.runner.loop_failure is not None:

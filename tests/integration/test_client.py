@@ -193,7 +193,7 @@ def test_engine_resume_right_after_its_own_cancel(database_url: str) -> None:
     # The engine's heartbeat does not poll for cancel requests during this test, so the
     # request this engine recorded for its own run stays in engine.ownership.cancel_requests: the
     # resume alone must keep it from stopping the resumed run.
-    engine._heartbeat.cancel_poll_interval = 60.0
+    engine._services.heartbeat.cancel_poll_interval = 60.0
     with engine:
         cancel_at_step_1(engine, app, "c", settle=False)
         handle = engine.resume("c")
@@ -204,7 +204,7 @@ def test_engine_resume_right_after_its_own_cancel(database_url: str) -> None:
 def test_client_resume_right_after_a_workers_cancel(database_url: str) -> None:
     app = make_app("t3b")
     engine = worker(database_url, app)
-    engine._heartbeat.cancel_poll_interval = 60.0  # makes the window last the whole test
+    engine._services.heartbeat.cancel_poll_interval = 60.0  # makes the window last the whole test
     with engine, durable.Client(database_url) as client:
         cancel_at_step_1(engine, app, "c", settle=False)
         handle = client.resume("c")

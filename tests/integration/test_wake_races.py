@@ -146,7 +146,8 @@ def test_a_cancel_that_lands_while_the_run_suspends_still_stops_it(database_url:
     gate_entered.clear()
     gate_open.clear()
     with durable.Engine(database_url, registry=reg) as engine:
-        engine._heartbeat.cancel_poll_interval = 60.0  # the run does not hear of the cancel itself
+        # The run does not hear of the cancel itself.
+        engine._services.heartbeat.cancel_poll_interval = 60.0
         handle = engine.start(waits_after_a_step, workflow_id="cancel-race")
         assert gate_entered.wait(10)
         with psycopg.connect(database_url) as conn:

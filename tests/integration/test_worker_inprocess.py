@@ -78,7 +78,8 @@ def test_cancel_stops_the_runner_at_its_next_step_and_fork_reuses_steps(
         out = cli("workflows", "cancel", "c1", "--database-url", database_url)
         assert out.returncode == 0, out.stderr
         assert "cancel requested" in out.stdout
-        time.sleep(3 * engine._heartbeat.cancel_poll_interval)  # the runner's poll sees the request
+        # The runner's poll sees the request.
+        time.sleep(3 * engine._services.heartbeat.cancel_poll_interval)
         gate.set()
         with pytest.raises(errors.WorkflowCancelledError, match="command line"):
             handle.result(timeout=10)

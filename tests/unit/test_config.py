@@ -79,7 +79,8 @@ def test_engine_and_client_take_their_settings_from_one_config(
     assert engine.config.lease_seconds == 6.0
     assert engine.config.max_workers == 3
     assert engine.config.listen is False and engine.client.listen is False
-    assert engine._heartbeat.cancel_poll_interval == engine.config.cancel_poll_interval == 0.5
+    heartbeat = engine._services.heartbeat
+    assert heartbeat.cancel_poll_interval == engine.config.cancel_poll_interval == 0.5
     client = durable.Client("postgresql://h/db", schema="s1")
     assert client.config.schema == client.schema == "s1"
 
