@@ -50,9 +50,7 @@ from durable._runner import Runner
 from durable._schedules import fire
 from durable._start_options import (
     enqueue_method,
-    enqueue_method_async,
     start_method,
-    start_method_async,
 )
 from durable._starts import start_placed
 from durable._starts_async import start_placed_async
@@ -431,7 +429,7 @@ class Engine:
         chosen, started = start_placed(defn, workflow_id, create)
         return started if started is not None else self.client.handle(chosen)
 
-    @start_method_async
+    @start_method
     async def start_async(
         self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
     ) -> AsyncWorkflowHandle:
@@ -625,7 +623,7 @@ class Engine:
         return self.client.submit(fn, *args, workflow_id=workflow_id, **kwargs)
 
     # (Through its typed view: Client.enqueue_async is typed as the call it makes.)
-    enqueue_async = enqueue_method_async(_client_call(cast(Any, Client.enqueue_async)))
+    enqueue_async = enqueue_method(_client_call(cast(Any, Client.enqueue_async)))
     """Client.enqueue_async, on the engine's client."""
     retrieve = _client_call(Client.retrieve)
     """Client.retrieve, on the engine's client."""

@@ -324,7 +324,7 @@ class Runner:
 
     def running_count(self) -> int:
         """Workflows running on this executor's threads (async ones hold none)."""
-        return self.slots.running()
+        return self.slots.threads_running()
 
     @property
     def loop_failure(self) -> BaseException | None:
@@ -332,7 +332,7 @@ class Runner:
         return None if self.async_side is None else self.async_side.failure
 
     def async_running_count(self) -> int:
-        return self.slots.running_async()
+        return self.slots.tasks_running()
 
     # -- claims --------------------------------------------------------------------------------
 

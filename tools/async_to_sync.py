@@ -88,6 +88,7 @@ NAMES = {
     "__aexit__": "__exit__",
     "asynccontextmanager": "contextmanager",
     "enter_async_context": "enter_context",
+    "_host_async": "_host_sync",  # the host's generated module is not named `_host`
     "is_async": "is_async",  # an attribute or a parameter of both sides, not a twin's name
 }
 SUFFIX = "_async"  # run_on_async -> run_on, _checkout_async -> _checkout, ...
