@@ -167,12 +167,6 @@ def workflow_run(what: str, is_async: bool = False) -> Run:
     return run
 
 
-def workflow_run_async(what: str) -> Run:
-    """workflow_run for the awaited twin of `what` (named as the sync call, "durable.sleep()"):
-    what an async source calls where its generated sync twin calls workflow_run(what)."""
-    return workflow_run(what.replace("()", "_async()"), is_async=True)
-
-
 def refuse_on_loop(run: Run, what: str) -> None:
     """BlockingCallError for a sync call `what` ("durable.send()") made on a running event
     loop by a step's code (an async step): the call would hold the loop, and every workflow
