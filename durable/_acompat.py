@@ -13,7 +13,14 @@ import concurrent.futures
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import ParamSpec, TypeVar
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+from durable._context import workflow_run
+
+if TYPE_CHECKING:
+    from durable._protocol import Run
+
+__all__ = ["workflow_run"]  # the sync twin of workflow_run_async, where sources find it
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -91,3 +98,10 @@ def wait(future: concurrent.futures.Future[object], timeout: float | None) -> bo
     """wait_async, blocking this thread."""
     done, _ = concurrent.futures.wait([future], timeout=timeout)
     return bool(done)
+
+
+def workflow_run_async(what: str) -> Run:
+    """The run of the calling async workflow for the awaited twin of `what` (named as the
+    sync call, "durable.sleep()"), or the error naming the call to make instead: what an
+    async source calls where its generated sync twin calls `workflow_run(what)`."""
+    return workflow_run(what.replace("()", "_async()"), is_async=True)

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from durable import _protocol as protocol
-from durable._context import workflow_run
+from durable._acompat import workflow_run
 from durable._driver import drive
 from durable._models import Winner
 from durable._names import check_name

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from durable import _protocol as protocol
-from durable._context import workflow_run_async
+from durable._acompat import workflow_run_async
 from durable._driver_async import drive_async
 from durable._models import Winner
 from durable._names import check_name

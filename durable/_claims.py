@@ -71,13 +71,13 @@ class Slots:
         if wake is not None:
             wake.set()
 
-    def running(self) -> int:
-        """Runs on this executor's threads."""
+    def threads_running(self) -> int:
+        """Runs on this executor's threads (what max_workers bounds)."""
         with self._lock:
             return len(self._sync)
 
-    def running_async(self) -> int:
-        """Async runs on this executor's event loops."""
+    def tasks_running(self) -> int:
+        """Async runs, tasks of this executor's event loops (what max_async bounds)."""
         with self._lock:
             return len(self._async)
 

@@ -1,8 +1,8 @@
 # Generated from durable/_client_calls_async.py by tools/async_to_sync.py: do not edit.
 # Edit the source, then run `python tools/async_to_sync.py`
 # (tests/unit/test_generated_sync.py fails while this file is out of date).
-"""The calls of a Client that have an awaited form: retrieve, send, read_stream, enqueue,
-debounce.
+"""The calls of a Client that have an awaited form: retrieve, send, get_event, read_stream,
+enqueue, debounce.
 The awaited ones are written here; their plain twins (`_client_calls.py`) are generated
 from this module by tools/async_to_sync.py. A Client has both.
 
@@ -16,12 +16,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from durable import _debounce as debouncing
+from durable import _lifecycle as lifecycle
 from durable import _starts as starts
 from durable._acompat import to_thread
 from durable._debounce_base import DebounceSpec, P, R
 from durable._handles import WorkflowHandle
+from durable._host_sync import LifeHost, drive
 from durable._listen import Subscription
 from durable._messages import Messages
+from durable._names import check_name
 from durable._queues import Queue
 from durable._start_options import enqueue_method
 
@@ -45,6 +48,15 @@ class ClientCalls(Messages):
         """Send a message to a workflow (from anywhere); it wakes if it waits in recv().
         Sending twice with the same idempotency_key delivers once."""
         to_thread(self._send, workflow_id, message, topic, idempotency_key)
+
+    def get_event(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
+        """The latest value a workflow published under `key`, waiting up to `timeout`
+        seconds for it to appear; None if it did not. (get_event_async: between looks it
+        sleeps on the event loop.)"""
+        check_name("workflow_id", workflow_id)
+        check_name("key", key)
+        life = lifecycle.event(workflow_id, key, timeout)
+        return drive(life, LifeHost(self))
 
     def read_stream(
         self, workflow_id: str, key: str, offset: int = 0, *, poll_interval: float = 1.0

@@ -1,5 +1,5 @@
-"""The calls of a Client that have an awaited form: retrieve, send, read_stream, enqueue,
-debounce.
+"""The calls of a Client that have an awaited form: retrieve, send, get_event, read_stream,
+enqueue, debounce.
 The awaited ones are written here; their plain twins (`_client_calls.py`) are generated
 from this module by tools/async_to_sync.py. A Client has both.
 
@@ -13,14 +13,17 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from durable import _debounce_async as debouncing
+from durable import _lifecycle as lifecycle
 from durable import _starts_async as starts
 from durable._acompat import to_thread_async
 from durable._debounce_base import DebounceSpec, P, R
 from durable._handles import AsyncWorkflowHandle
+from durable._host_async import AsyncLifeHost, drive_async
 from durable._listen import Subscription
 from durable._messages import Messages
+from durable._names import check_name
 from durable._queues import Queue
-from durable._start_options import enqueue_method_async
+from durable._start_options import enqueue_method
 
 
 class AsyncClientCalls(Messages):
@@ -42,6 +45,15 @@ class AsyncClientCalls(Messages):
         """Send a message to a workflow (from anywhere); it wakes if it waits in recv().
         Sending twice with the same idempotency_key delivers once."""
         await to_thread_async(self._send, workflow_id, message, topic, idempotency_key)
+
+    async def get_event_async(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
+        """The latest value a workflow published under `key`, waiting up to `timeout`
+        seconds for it to appear; None if it did not. (get_event_async: between looks it
+        sleeps on the event loop.)"""
+        check_name("workflow_id", workflow_id)
+        check_name("key", key)
+        life = lifecycle.event(workflow_id, key, timeout)
+        return await drive_async(life, AsyncLifeHost(self))
 
     async def read_stream_async(
         self, workflow_id: str, key: str, offset: int = 0, *, poll_interval: float = 1.0
@@ -76,7 +88,7 @@ class AsyncClientCalls(Messages):
             if subscription is not None:
                 subscription.close()
 
-    @enqueue_method_async
+    @enqueue_method
     async def enqueue_async(
         self,
         queue: Queue,

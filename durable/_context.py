@@ -16,11 +16,13 @@ that say what to do instead.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, AbstractContextManager, contextmanager
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any, Protocol
 
+from durable._active import RunsHere
+from durable._active_async import AsyncRunsHere
 from durable._protocol import Run, StepScope
 from durable._registry import WorkflowDef
 from durable.errors import (
@@ -43,29 +45,14 @@ if TYPE_CHECKING:
     from durable._systemdb import SystemDB
 
 
-class ActiveEngine(Protocol):
-    """What code outside a run needs from the engine of `with durable.Engine():`."""
-
-    def _run_direct(
-        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
-    ) -> Any: ...
-
-    def app_connection(
-        self, isolation_level: str | None = None
-    ) -> AbstractContextManager[sqlalchemy.Connection]: ...
+class ActiveEngine(RunsHere, AsyncRunsHere, Protocol):
+    """What code outside a run needs from the engine of `with durable.Engine():` (its
+    direct run and application connection, in both forms: `_active_async.py`)."""
 
     def enqueue(self, queue: Any, fn: Any, /, *args: Any, **kwargs: Any) -> Any: ...
 
     @property
     def client(self) -> Any: ...  # its durable.Client (a debouncer records through it)
-
-    async def _run_direct_async(
-        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
-    ) -> Any: ...
-
-    def app_connection_async(
-        self, isolation_level: str | None = None
-    ) -> AbstractAsyncContextManager[sqlalchemy.ext.asyncio.AsyncConnection]: ...
 
 
 class RunHost(Protocol):
@@ -165,12 +152,6 @@ def workflow_run(what: str, is_async: bool = False) -> Run:
             f"write `await {twin}`"
         )
     return run
-
-
-def workflow_run_async(what: str) -> Run:
-    """workflow_run for the awaited twin of `what` (named as the sync call, "durable.sleep()"):
-    what an async source calls where its generated sync twin calls workflow_run(what)."""
-    return workflow_run(what.replace("()", "_async()"), is_async=True)
 
 
 def refuse_on_loop(run: Run, what: str) -> None:

@@ -17,48 +17,32 @@ actions used most, which it hands to its client (the rest: `engine.client`).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextvars
 import dataclasses
 import functools
 import threading
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar, cast
+from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
-from durable import _lifecycle as lifecycle
 from durable._async_host import AsyncHosts
 from durable._client import Client
 from durable._clock import Clock
 from durable._config import Config
 from durable._context import current_engine, current_run
-from durable._decorators import workflow_call
+from durable._engine_calls import EngineCalls
+from durable._engine_calls_async import AsyncEngineCalls
 from durable._handles import AsyncWorkflowHandle, WorkflowHandle
-from durable._host_async import AsyncLifeHost, drive_async
-from durable._host_sync import LifeHost, drive
-from durable._names import check_name
 from durable._queues import Queue
-from durable._registry import Durability, Registry, WorkflowDef, default_registry
+from durable._registry import Durability, Registry, default_registry
 from durable._retention import RetentionPolicy
 from durable._services import Services
 from durable._start_options import (
     enqueue_method,
-    enqueue_method_async,
     start_method,
-    start_method_async,
 )
-from durable._starts import start_placed
-from durable._starts_async import start_placed_async
-from durable._timeouts import pop_timeout, workflow_timeout
 from durable.errors import ConfigurationError, EngineNotRunningError
 from durable.serialization import Serializer
-
-if TYPE_CHECKING:
-    import sqlalchemy
-    import sqlalchemy.ext.asyncio
-
 
 # What an Engine is made of (set in _apply): its only public attributes.
 _PARTS = frozenset({"client", "config", "registry", "runner", "ownership"})
@@ -83,7 +67,7 @@ def _client_call(
 __all__ = ["AsyncWorkflowHandle", "Engine", "WorkflowHandle"]
 
 
-class Engine:
+class Engine(EngineCalls, AsyncEngineCalls):
     """Runs workflows durably against one PostgreSQL system database.
 
     Arguments (all optional), besides the Client's (database_url, schema, serializer,
@@ -243,103 +227,11 @@ class Engine:
             raise EngineNotRunningError()
         return hosts
 
-    @contextmanager
-    def app_connection(self, isolation_level: str | None = None) -> Iterator[sqlalchemy.Connection]:
-        """A connection to the application database (that of @transaction steps)."""
-        with self.runner.app_connection(isolation_level) as conn:
-            yield conn
-
     # -- running -------------------------------------------------------------------------------
 
     def _ensure_running(self) -> None:
         if not self.running:
             raise EngineNotRunningError()
-
-    @start_method
-    def start(
-        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
-    ) -> WorkflowHandle:
-        """Start `fn(*args, **kwargs)` as a workflow in this engine's threads.
-
-        Pass `workflow_id=` to choose the id: ids are idempotency keys,
-        so starting an existing id returns a handle to that workflow (resuming it here if it
-        is interrupted and nobody holds its lease). `timeout=` (popped from kwargs: seconds or a
-        timedelta) replaces the decorator's timeout for this workflow (see
-        durable.workflow_timeout). Inside a workflow the start is journaled
-        as a child, so a replay does not start it again.
-        """
-        check_name("workflow_id", workflow_id, optional=True)
-        if (timeout := pop_timeout(kwargs)) is not None:
-            with workflow_timeout(timeout):
-                handle: WorkflowHandle = cast(Any, self.start)(
-                    fn, *args, workflow_id=workflow_id, **kwargs
-                )
-                return handle
-        defn, call_args = workflow_call(fn, args)
-        self._ensure_running()
-        host = LifeHost(self.client, self.runner)
-
-        def create(chosen: str, parent: tuple[str, int] | None) -> WorkflowHandle:
-            inputs = self.client.inputs.encode(defn, call_args, kwargs)
-            future: concurrent.futures.Future[Any] | None = drive(
-                lifecycle.start(defn, chosen, inputs, parent), host
-            )
-            return self.client.handle(chosen, future)
-
-        chosen, started = start_placed(defn, workflow_id, create)
-        return started if started is not None else self.client.handle(chosen)
-
-    @start_method_async
-    async def start_async(
-        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
-    ) -> AsyncWorkflowHandle:
-        """Start `fn(*args, **kwargs)` as a workflow from async code; see start().
-
-        An async def workflow runs as a task on the calling event loop (its steps may use
-        what the application made on it); a sync one on this engine's threads. Returns once
-        the workflow is recorded; `await handle.result()` waits without blocking the loop.
-        Inside an async workflow the start is journaled as a child."""
-        check_name("workflow_id", workflow_id, optional=True)
-        if (timeout := pop_timeout(kwargs)) is not None:
-            with workflow_timeout(timeout):
-                start = cast(Any, self.start_async)
-                return await start(fn, *args, workflow_id=workflow_id, **kwargs)  # type: ignore[no-any-return]
-        defn, call_args = workflow_call(fn, args)
-        self._ensure_running()
-        hosts = self._hosts()
-        loop = await hosts.here()
-        host = AsyncLifeHost(
-            self.client,
-            self.runner,
-            loop=loop,
-            home=lambda workflow_id: hosts.home(workflow_id, loop),  # if it waits, it resumes here
-        )
-
-        async def create(chosen: str, parent: tuple[str, int] | None) -> AsyncWorkflowHandle:
-            inputs = self.client.inputs.encode(defn, call_args, kwargs)
-            life = lifecycle.start(defn, chosen, inputs, parent)
-            waiter: asyncio.Future[Any] | None = await drive_async(life, host)
-            return AsyncWorkflowHandle(self.client, chosen, waiter)  # (reads the run's error)
-
-        chosen, started = await start_placed_async(defn, workflow_id, create)
-        return started if started is not None else AsyncWorkflowHandle(self.client, chosen)
-
-    async def _run_direct_async(
-        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
-    ) -> Any:
-        """An async workflow awaited as a function inside `async with engine:`: run here."""
-        self._ensure_running()
-        host = await self._hosts().here()
-        return await host.run_here(defn, str(uuid.uuid4()), args, kwargs, None)
-
-    @asynccontextmanager
-    async def app_connection_async(
-        self, isolation_level: str | None = None
-    ) -> AsyncIterator[sqlalchemy.ext.asyncio.AsyncConnection]:
-        """A SQLAlchemy AsyncConnection to the application database (on this loop)."""
-        host = await self._hosts().here()
-        async with host.app_connection(isolation_level) as conn:
-            yield conn
 
     @enqueue_method
     def enqueue(
@@ -374,11 +266,6 @@ class Engine:
         if in_run and self.running and not self.config.worker:  # a worker runs queues anyway
             self.runner.remember(handle.workflow_id)
         return handle
-
-    def _run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-        """A workflow called as a function inside `with engine:`: run it in this thread."""
-        self._ensure_running()
-        return self.runner.run_direct(defn, args, kwargs)
 
     def resume(self, workflow_id: str, *, version: str | None = None) -> WorkflowHandle:
         """Run a stopped or interrupted workflow again from its journal, or move it to
@@ -449,7 +336,7 @@ class Engine:
         return self.client.submit(fn, *args, workflow_id=workflow_id, **kwargs)
 
     # (Through its typed view: Client.enqueue_async is typed as the call it makes.)
-    enqueue_async = enqueue_method_async(_client_call(cast(Any, Client.enqueue_async)))
+    enqueue_async = enqueue_method(_client_call(cast(Any, Client.enqueue_async)))
     """Client.enqueue_async, on the engine's client."""
 
     # Each is the Client's method, signature and docstring included (see _client_call).

@@ -1,5 +1,5 @@
-"""Messages to and from running workflows: sending a message, reading a published event,
-following a stream. Each has an awaited form that holds no thread while it waits."""
+"""Messages to and from running workflows: sending a message, following a stream (the
+calls, with their awaited forms, and reading a published event are in _client_calls)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,6 @@ import uuid
 from typing import Any
 
 from durable import _audit as audit
-from durable import _lifecycle as lifecycle
-from durable._host_async import AsyncLifeHost, drive_async
-from durable._host_sync import LifeHost, drive
 from durable._models import WorkflowStatus
 from durable._names import check_name
 from durable._reading import Reading
@@ -42,20 +39,6 @@ class Messages(Reading):
         }
         audit.send(self, params)  # recorded when an operator sends (the CLI, the console)
         self.notify_work(workflow_id)
-
-    def get_event(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
-        """The latest value a workflow published under `key`, waiting up to `timeout`
-        seconds for it to appear; None if it did not."""
-        check_name("workflow_id", workflow_id)
-        check_name("key", key)
-        return drive(lifecycle.event(workflow_id, key, timeout), LifeHost(self))
-
-    async def get_event_async(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
-        """get_event, awaited: between looks it sleeps on the event loop."""
-        check_name("workflow_id", workflow_id)
-        check_name("key", key)
-        life = lifecycle.event(workflow_id, key, timeout)
-        return await drive_async(life, AsyncLifeHost(self))
 
     # -- streams -----------------------------------------------------------------------
 

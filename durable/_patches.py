@@ -20,7 +20,8 @@ This module is the source of `patched_async`, for async workflows; `_patches.py`
 from __future__ import annotations
 
 from durable import _protocol as protocol
-from durable._context import workflow_code_run, workflow_run
+from durable._acompat import workflow_run
+from durable._context import workflow_code_run
 from durable._driver import drive
 from durable._names import check_name
 from durable.errors import NoEngineError

@@ -17,7 +17,8 @@ This module is the source of `patched_async`, for async workflows; `_patches.py`
 from __future__ import annotations
 
 from durable import _protocol as protocol
-from durable._context import workflow_code_run, workflow_run_async
+from durable._acompat import workflow_run_async
+from durable._context import workflow_code_run
 from durable._driver_async import drive_async
 from durable._names import check_name
 from durable.errors import NoEngineError

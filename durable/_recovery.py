@@ -68,7 +68,7 @@ class WorkerParts:
         """How many more async workflows may run here (none once their loop died)."""
         if self.loop_failure() is not None:
             return 0
-        return self.config.max_async - self.slots.running_async()
+        return self.config.max_async - self.slots.tasks_running()
 
 
 T = TypeVar("T")
@@ -153,11 +153,11 @@ class Worker:
                 # Keep one batch queued behind the running ones so threads never idle
                 # waiting for the next claim; queued claims are covered by the heartbeat.
                 # Async workflows are claimed against their own limit (max_async).
-                free = 2 * config.max_workers - slots.running()
+                free = 2 * config.max_workers - slots.threads_running()
                 claimed = self._launch(parts.claims.round(None, max(0, free), parts.async_room()))
                 # Queue entries hold their queue's slot from the moment they are dequeued,
                 # so take only what can start now, never a backlog.
-                room = config.max_workers - slots.running()
+                room = config.max_workers - slots.threads_running()
                 backlog = False
                 if room > 0 and not hung:
                     # A queue's limits count its entries on every node: while a Citus node
@@ -191,14 +191,14 @@ class Worker:
                 backoff = min(_BACKOFF_MAX, max(0.2, backoff * 2))
                 stop.wait(backoff)
                 continue
-            if claimed and slots.running() >= 2 * config.max_workers:
+            if claimed and slots.threads_running() >= 2 * config.max_workers:
                 # Full: wait until the queued batch has gone into the threads (no more
                 # running than there are threads), then claim a whole batch again. Claiming
                 # each time one slot frees made batches of one or two workflows, each
                 # costing a claim, a journal read and a wake-up check.
-                while not self._stopping(stop) and slots.running() > config.max_workers:
+                while not self._stopping(stop) and slots.threads_running() > config.max_workers:
                     slots.freed.clear()
-                    if slots.running() <= config.max_workers:
+                    if slots.threads_running() <= config.max_workers:
                         break
                     slots.freed.wait(self.poll_interval)
                 continue
@@ -320,7 +320,7 @@ class Worker:
         deadline = time.monotonic() + self.grace_seconds
 
         def running() -> int:
-            return slots.running() + slots.running_async()
+            return slots.threads_running() + slots.tasks_running()
 
         while running() and time.monotonic() < deadline and not ownership.superseded:
             time.sleep(0.05)
@@ -358,7 +358,7 @@ def keep(
             missing.clear()
             continue
         try:
-            free = config.max_workers - parts.slots.running()
+            free = config.max_workers - parts.slots.threads_running()
             started = claims.round(watched, free, parts.async_room())
             for claimed in started:
                 parts.launch(claimed)

@@ -15,8 +15,7 @@ import contextvars
 import logging
 import os
 import threading
-import uuid
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,7 +30,6 @@ from durable._durability import AsyncWriter
 from durable._host_sync import LifeHost, new_run, outcome_of
 from durable._local import Claimed, LocalRun
 from durable._protocol import Run, RunChild, Settings
-from durable._registry import WorkflowDef
 from durable._runio_base import watch_statements
 from durable._systemdb import SystemDB, app_error_fault
 from durable._urls import check_url, redact, same_database
@@ -324,7 +322,7 @@ class Runner:
 
     def running_count(self) -> int:
         """Workflows running on this executor's threads (async ones hold none)."""
-        return self.slots.running()
+        return self.slots.threads_running()
 
     @property
     def loop_failure(self) -> BaseException | None:
@@ -332,7 +330,7 @@ class Runner:
         return None if self.async_side is None else self.async_side.failure
 
     def async_running_count(self) -> int:
-        return self.slots.running_async()
+        return self.slots.tasks_running()
 
     # -- claims --------------------------------------------------------------------------------
 
@@ -344,12 +342,7 @@ class Runner:
         claimed = self.claims.one(workflow_id)
         return None if claimed is None else self.submit(claimed)
 
-    # -- running here (direct calls and children) ------------------------------------------------
-
-    def run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-        """A workflow called as a function inside `with engine:`: run it in this thread."""
-        inputs = self.client.inputs.encode(defn, args, kwargs)
-        return self.run_inline(lifecycle.Create(defn, str(uuid.uuid4()), inputs, None))
+    # -- running here (children; a direct call: Engine._run_direct) --------------------------
 
     def run_child(self, op: RunChild) -> Any:
         inputs = self.client.inputs.encode(op.defn, op.args, op.kwargs)

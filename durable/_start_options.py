@@ -19,13 +19,13 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from durable.errors import ConfigurationError, DefinitionError, InvalidWaitError
 
 if TYPE_CHECKING:
-    from durable._handles import AsyncWorkflowHandle, WorkflowHandle
+    from durable._handles import WorkflowHandle
 
 P = ParamSpec("P")
 
@@ -350,27 +350,19 @@ class QueueEnqueue(Protocol):
 
 
 # The typed views of the methods that start: each decorates the method it types, which
-# keeps its own (runtime) signature, keyword-only options included, and its docstring.
+# keeps its own (runtime) signature, keyword-only options included, and its docstring. The
+# handle a view returns is the method's: `Start[WorkflowHandle]` for a plain one,
+# `Start[Awaitable[AsyncWorkflowHandle]]` for an awaited one (so one view serves both).
+
+T = TypeVar("T")
 
 
-def start_method(fn: Callable[..., WorkflowHandle]) -> Start[WorkflowHandle]:
-    return cast("Start[WorkflowHandle]", fn)
+def start_method(fn: Callable[..., T]) -> Start[T]:
+    return cast("Start[T]", fn)
 
 
-def start_method_async(
-    fn: Callable[..., Awaitable[AsyncWorkflowHandle]],
-) -> Start[Awaitable[AsyncWorkflowHandle]]:
-    return cast("Start[Awaitable[AsyncWorkflowHandle]]", fn)
-
-
-def enqueue_method(fn: Callable[..., WorkflowHandle]) -> Enqueue[WorkflowHandle]:
-    return cast("Enqueue[WorkflowHandle]", fn)
-
-
-def enqueue_method_async(
-    fn: Callable[..., Awaitable[AsyncWorkflowHandle]],
-) -> Enqueue[Awaitable[AsyncWorkflowHandle]]:
-    return cast("Enqueue[Awaitable[AsyncWorkflowHandle]]", fn)
+def enqueue_method(fn: Callable[..., T]) -> Enqueue[T]:
+    return cast("Enqueue[T]", fn)
 
 
 def queue_enqueue_method(fn: Callable[..., WorkflowHandle]) -> QueueEnqueue:

@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durable import _protocol as protocol
-from durable._acompat import Call, to_thread
+from durable._acompat import Call, to_thread, workflow_run
 from durable._child_handle import ChildHandle
-from durable._context import workflow_code_run, workflow_run
+from durable._context import workflow_code_run
 from durable._decorators import workflow_call, workflow_def
 from durable._driver import drive
 from durable._names import check_name

@@ -22,9 +22,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from durable import _protocol as protocol
-from durable._acompat import AsyncCall, to_thread_async
+from durable._acompat import AsyncCall, to_thread_async, workflow_run_async
 from durable._child_handle import ChildHandle
-from durable._context import workflow_code_run, workflow_run_async
+from durable._context import workflow_code_run
 from durable._decorators import workflow_call, workflow_def
 from durable._driver_async import drive_async
 from durable._names import check_name

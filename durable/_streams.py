@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from durable import _protocol as protocol
-from durable._context import workflow_run
+from durable._acompat import workflow_run
 from durable._driver import drive
 from durable._names import check_name
 

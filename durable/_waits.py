@@ -23,14 +23,13 @@ import datetime as dt
 from typing import Any
 
 from durable import _protocol as protocol
-from durable._acompat import called
+from durable._acompat import called, workflow_run
 from durable._context import (
     current_engine,
     current_run,
     current_step,
     refuse_on_loop,
     workflow_code_run,
-    workflow_run,
 )
 from durable._driver import drive, drive_in_step
 from durable._models import Decision

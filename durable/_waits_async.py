@@ -20,14 +20,13 @@ import datetime as dt
 from typing import Any
 
 from durable import _protocol as protocol
-from durable._acompat import called_async
+from durable._acompat import called_async, workflow_run_async
 from durable._context import (
     current_engine,
     current_run,
     current_step,
     refuse_on_loop,
     workflow_code_run,
-    workflow_run_async,
 )
 from durable._driver_async import drive_async, drive_in_step_async
 from durable._models import Decision

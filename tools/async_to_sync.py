@@ -48,6 +48,8 @@ PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_children_async.py"), Path("durable/_children.py")),
     (Path("durable/_starts_async.py"), Path("durable/_starts.py")),
     (Path("durable/_client_calls_async.py"), Path("durable/_client_calls.py")),
+    (Path("durable/_engine_calls_async.py"), Path("durable/_engine_calls.py")),
+    (Path("durable/_active_async.py"), Path("durable/_active.py")),
     (Path("durable/_late_charges_async.py"), Path("durable/_late_charges.py")),
     (Path("durable/_debounce_async.py"), Path("durable/_debounce.py")),
     (Path("durable/_llm_steps_async.py"), Path("durable/_llm_steps.py")),
@@ -79,6 +81,8 @@ NAMES = {
     "AsyncRunIO": "RunIO",
     "AsyncStateWrites": "StateWrites",
     "AsyncClientCalls": "ClientCalls",
+    "AsyncEngineCalls": "EngineCalls",
+    "AsyncRunsHere": "RunsHere",
     "AsyncCall": "Call",
     "AsyncDebounces": "Debounces",
     "AsyncChildResult": "ChildResult",
@@ -88,6 +92,7 @@ NAMES = {
     "__aexit__": "__exit__",
     "asynccontextmanager": "contextmanager",
     "enter_async_context": "enter_context",
+    "_host_async": "_host_sync",  # the host's generated module is not named `_host`
     "is_async": "is_async",  # an attribute or a parameter of both sides, not a twin's name
 }
 SUFFIX = "_async"  # run_on_async -> run_on, _checkout_async -> _checkout, ...

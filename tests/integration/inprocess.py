@@ -39,7 +39,7 @@ class Node:
 
     def busy(self) -> int:
         slots = self.engine.runner.slots
-        return slots.running() + slots.running_async()
+        return slots.threads_running() + slots.tasks_running()
 
     def wait_dead(self, timeout: float = 60) -> None:
         """Until the armed point has killed the process and its runs have ended."""

@@ -111,7 +111,7 @@ class Sim:
 
     def busy(self, node: Node) -> int:
         slots = node.engine.runner.slots
-        return slots.running() + slots.running_async()
+        return slots.threads_running() + slots.tasks_running()
 
     def quiet(self, node: Node, *, until_paused: bool = False) -> str:
         """Wait until the process has nothing running (or a run of it is paused)."""
