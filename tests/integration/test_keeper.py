@@ -73,6 +73,22 @@ def test_an_approval_nobody_decides_times_out_under_the_keeper(database_url: str
         assert gate["status"] == "timed_out"
 
 
+def test_an_async_workflows_approval_times_out_under_the_keeper(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="keeper.gate_async")
+    async def gated() -> bool:
+        decision = await durable.approval_async("ship", timeout=60)
+        return decision.timed_out and not decision.approved
+
+    engine, clock = _keeper_only(database_url, reg)
+    with engine:
+        handle = engine.start(gated, workflow_id="gate-kept-async")
+        _wait_for_status(engine, "gate-kept-async", "SUSPENDED")
+        clock.advance(61)
+        assert handle.result(timeout=30) is True
+
+
 def test_a_recv_nobody_sends_to_times_out_under_the_keeper(database_url: str) -> None:
     reg = durable.Registry()
 
