@@ -50,9 +50,24 @@ def gate(
         _fenced((yield Execute("approval_request", asked)), run)
     elif row["status"] != ApprovalStatus.WAITING:
         return Decision.from_row(row)
+    elif timeout_seconds is not None:
+        # Still waiting on a gate with a timeout: the workflow may have woken at its
+        # expiry (its wake_at), with nobody having decided it since. Its run decides it by
+        # its default then, as expire_approvals does for every gate on a worker's round:
+        # an engine that is not a worker runs no such round, only wakes and claims.
+        expired = yield Execute("expire_approval", ids, "one")
+        if expired is not None:
+            return Decision.from_row(expired)
     if (yield Park()):
         # A sibling parked the run: this gate's request is written, and any decision
         # wakes the workflow; one made before the sibling parked it is looked for now.
+        if timeout_seconds is not None:
+            # The gate's expiry joins the suspension's wake-up time (see above).
+            if row is None:
+                row = yield Execute("get_approval", ids, "one")
+            if row is not None:
+                joined = {"workflow_id": run.workflow_id, "epoch": run.epoch}
+                yield Execute("join_suspension", {**joined, "wake_at": row["expires_at"]})
         yield Execute("wake_if_decided", ids)
         raise WorkflowSuspended(run.workflow_id)
     check_interrupt(run)  # asked to stop while the siblings finished

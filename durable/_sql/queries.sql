@@ -1026,7 +1026,8 @@ WHERE workflow_id = %(workflow_id)s AND epoch = %(epoch)s AND status = 'SUSPENDE
 -- wake_if_decided --
 -- After a run suspended at a gate: a decision made while the suspension waited for the
 -- row wakes it now (the same race as wake_if_message).
-UPDATE {schema}.workflows SET status = 'PENDING', updated_at = {schema}.current_time()
+UPDATE {schema}.workflows SET status = 'PENDING', wake_at = NULL,
+    updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s AND status = 'SUSPENDED' AND EXISTS (
     SELECT 1 FROM {schema}.approvals
     WHERE workflow_id = %(workflow_id)s AND name = %(name)s AND status <> 'waiting')
@@ -1229,9 +1230,13 @@ FROM {schema}.approvals WHERE workflow_id = %(workflow_id)s AND name = %(name)s
 -- Park the workflow without a process until the gate is decided (unless it already is).
 -- A cancel that arrived after the run last looked makes it runnable instead, so that a
 -- worker stops it (a parked workflow would wait for a decision nobody will make).
+-- A gate with a timeout wakes the workflow when it expires (wake_due, which every claim
+-- round sends, the keeper's too): its run then decides it by its default (expire_approval).
 UPDATE {schema}.workflows
 SET status = CASE WHEN cancel_reason IS NULL THEN 'SUSPENDED' ELSE 'PENDING' END,
     owner = NULL, lease_expires_at = NULL,
+    wake_at = (SELECT expires_at FROM {schema}.approvals
+               WHERE workflow_id = %(workflow_id)s AND name = %(name)s),
     updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
@@ -1251,6 +1256,7 @@ WITH decided AS (
     -- RUNNING too, for the same reason as send_message: a suspend in flight is waited for.
     UPDATE {schema}.workflows
     SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
+        wake_at = CASE WHEN status = 'SUSPENDED' THEN NULL ELSE wake_at END,
         updated_at = {schema}.current_time()
     WHERE workflow_id = %(workflow_id)s AND workflow_id IN (SELECT workflow_id FROM decided)
       AND status IN ('SUSPENDED', 'RUNNING')
@@ -1268,8 +1274,19 @@ WITH expired AS (
 )
 UPDATE {schema}.workflows
 SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
+    wake_at = CASE WHEN status = 'SUSPENDED' THEN NULL ELSE wake_at END,
     updated_at = {schema}.current_time()
 WHERE workflow_id IN (SELECT workflow_id FROM expired) AND status IN ('SUSPENDED', 'RUNNING')
+
+-- expire_approval --
+-- Decide one waiting gate by its default if its timeout passed (what expire_approvals does
+-- for every gate), for the run that finds it so: the decided gate, or nothing.
+UPDATE {schema}.approvals
+SET status = 'timed_out', decided_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND name = %(name)s AND status = 'waiting'
+  AND expires_at <= {schema}.current_time()
+RETURNING workflow_id, name, step_seq, status, payload, default_approved, comment,
+    decided_by, requested_at, expires_at, decided_at
 
 -- list_approvals --
 -- Gates, waiting ones first, optionally of one workflow.

@@ -881,6 +881,25 @@ def test_a_gate_whose_sibling_parked_the_run_asks_and_joins_that_suspension() ->
     assert not run.parked
 
 
+def test_a_timed_gate_whose_sibling_parked_the_run_adds_its_expiry() -> None:
+    expires = T0 + dt.timedelta(seconds=60)
+    asked = {**approval_row("waiting"), "expires_at": expires}
+    script = Script(_joined, statements={"get_approval": Then(None, asked)})
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.approval(make_run(), "ship", timeout=60))
+    assert script.labels[-4:] == [
+        "Park",
+        "Execute get_approval",
+        "Execute join_suspension",
+        "Execute wake_if_decided",
+    ]
+    assert script.only("join_suspension") == {
+        "workflow_id": WORKFLOW_ID,
+        "epoch": EPOCH,
+        "wake_at": expires,
+    }
+
+
 def test_a_sleep_whose_sibling_parked_the_run_adds_its_wake_time() -> None:
     run = make_run()
     script = Script(_joined)
@@ -926,3 +945,35 @@ def test_a_cancel_seen_after_the_siblings_finished_stops_instead_of_parking() ->
     with pytest.raises(WorkflowInterrupted):
         script.run(protocol.approval(run, "ship", {"order": 1}))
     assert "Execute suspend_for_approval" not in script.labels
+
+
+def test_a_gate_woken_at_its_expiry_is_decided_by_its_default() -> None:
+    """Nobody decided and no worker's round expired it: the run that finds the gate past
+    its time decides it (expire_approval) and journals the default."""
+    expired = approval_row("timed_out", default_approved=True)
+    script = Script(
+        statements={"get_approval": approval_row("waiting"), "expire_approval": expired}
+    )
+    decision = script.run(protocol.approval(make_run(), "ship", timeout=60, default=True))
+    assert decision == Decision(True, None, None, True)
+    assert script.labels == [
+        "Execute get_approval",
+        "Execute expire_approval",
+        "Execute record_step",
+    ]
+    assert script.only("expire_approval") == {"workflow_id": WORKFLOW_ID, "name": "ship"}
+
+
+def test_a_gate_not_yet_expired_suspends_again() -> None:
+    script = Script(statements={"get_approval": approval_row("waiting"), "expire_approval": None})
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.approval(make_run(), "ship", timeout=60))
+    assert script.labels[:3] == ["Execute get_approval", "Execute expire_approval", "Park"]
+    assert "Execute suspend_for_approval" in script.labels
+
+
+def test_a_gate_without_a_timeout_never_expires_itself() -> None:
+    script = Script(statements={"get_approval": approval_row("waiting")})
+    with pytest.raises(WorkflowSuspended):
+        script.run(protocol.approval(make_run(), "ship"))
+    assert script.executed("expire_approval") == []
