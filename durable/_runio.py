@@ -30,7 +30,6 @@ from durable._runio_base import (
     RunIOBase,
     _as_sqlalchemy,
     _batch_statements,
-    _driver_connection,
     _large,
     _Refused,
     _spoils,
@@ -201,7 +200,10 @@ class RunIO(RunIOBase):
         the error is raised, the transaction left aborted for the caller's rollback.
         Returns the statement's row count; sends nothing and returns None or ABORTED when
         the connection has no transaction open or one in error (see _ENDED)."""
-        raw = _driver_connection(conn)
+        # The psycopg connection under SQLAlchemy's: its sync Connection hands it out as an
+        # attribute, its AsyncConnection by an awaited call.
+        raw = conn.connection.driver_connection
+        assert isinstance(raw, psycopg.Connection)
         status = raw.info.transaction_status
         if ended_by_code(status, conn.info):
             return _ENDED[status]

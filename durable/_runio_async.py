@@ -27,7 +27,6 @@ from durable._runio_base import (
     RunIOBase,
     _as_sqlalchemy,
     _batch_statements,
-    _driver_connection_async,
     _large,
     _Refused,
     _spoils,
@@ -132,8 +131,16 @@ class AsyncRunIO(RunIOBase):
             try:
                 if conn is not None:
                     return await self._write_steps_async(conn, rows, finish)
-                async with self._default_connection_async() as pooled:
-                    return await self._write_steps_async(pooled, rows, finish)
+                if True:  # ASYNC
+                    # An event loop has no default pool (each loop's host owns its own)
+                    # and its runs always pass their connection: asking is a mistake.
+                    raise TypeError(
+                        "write_steps_async needs the run's connection: an event loop has "
+                        "no default pool"
+                    )
+                else:
+                    with self._default_connection() as pooled:
+                        return self._write_steps(pooled, rows, finish)
             except _Refused:
                 return []
             except (psycopg.Error, PoolTimeout) as exc:
@@ -200,7 +207,14 @@ class AsyncRunIO(RunIOBase):
         the error is raised, the transaction left aborted for the caller's rollback.
         Returns the statement's row count; sends nothing and returns None or ABORTED when
         the connection has no transaction open or one in error (see _ENDED)."""
-        raw = await _driver_connection_async(conn)
+        # The psycopg connection under SQLAlchemy's: its sync Connection hands it out as an
+        # attribute, its AsyncConnection by an awaited call.
+        if True:  # ASYNC
+            raw = (await conn.get_raw_connection()).driver_connection
+            assert isinstance(raw, psycopg.AsyncConnection)
+        else:
+            raw = conn.connection.driver_connection
+            assert isinstance(raw, psycopg.Connection)
         status = raw.info.transaction_status
         if ended_by_code(status, conn.info):
             return _ENDED[status]

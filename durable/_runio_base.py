@@ -9,7 +9,7 @@ neither generated nor duplicated.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import AbstractAsyncContextManager, AbstractContextManager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -242,29 +242,3 @@ class RunIOBase:
         """A connection of the engine's pool, for write_steps(None, ...) (the durability
         modes' writer, which has no run's connection to write on)."""
         raise NotImplementedError
-
-    def _default_connection_async(
-        self,
-    ) -> AbstractAsyncContextManager[psycopg.AsyncConnection[Any]]:
-        """The async side has no default pool (each event loop opens its own, owned by its
-        host), and its runs always pass their own connection: asking for one is a mistake."""
-        raise TypeError(
-            "write_steps_async needs the run's connection: an event loop has no default pool"
-        )
-
-
-def _driver_connection(conn: sqlalchemy.Connection) -> psycopg.Connection[Any]:
-    """The psycopg connection under a SQLAlchemy one. A hook, because SQLAlchemy's sync
-    Connection hands it out as an attribute and its AsyncConnection by an awaited call."""
-    raw = conn.connection.driver_connection
-    assert isinstance(raw, psycopg.Connection)
-    return raw
-
-
-async def _driver_connection_async(
-    conn: sqlalchemy.ext.asyncio.AsyncConnection,
-) -> psycopg.AsyncConnection[Any]:
-    """_driver_connection's twin (see there why the two are written by hand)."""
-    raw = (await conn.get_raw_connection()).driver_connection
-    assert isinstance(raw, psycopg.AsyncConnection)
-    return raw
