@@ -273,24 +273,6 @@ def drive(run: Run, gen: Gen[T]) -> T:
             app.end(False)
 
 
-def drive_in_step(run: Run, gen: Gen[T]) -> T:
-    """Run a generator of statements (Execute only) that a step's code makes, on a
-    connection of the engine's pool: the run's own belongs to its driver, which is in the
-    middle of the step's call (and in an async workflow it is an async one)."""
-    db = run.host.db
-    value: Any = None
-    with db.connection() as conn:
-        while True:
-            try:
-                op = gen.send(value)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            if not isinstance(op, Execute):
-                raise AssertionError(f"a step's code runs statements only, not {op!r}")
-            value = db.run_on(conn, op.name, op.params, op.fetch)
-
-
 def execute_run(
     host: Host,
     run: Run,

@@ -485,23 +485,6 @@ def _until_deadline(run: Run) -> float | None:
     return max(0.0, (run.deadline - clock.now()).total_seconds())
 
 
-async def drive_in_step_async(run: Run, gen: Gen[T]) -> T:
-    """drive_in_step for an async step's code: on a connection of the run's loop pool, as
-    the run's own belongs to its driver, in the middle of the step's call."""
-    host: LoopHost = run.host
-    value: Any = None
-    async with host.connection() as conn:
-        while True:
-            try:
-                op = gen.send(value)
-            except StopIteration as stop:
-                result: T = stop.value
-                return result
-            if not isinstance(op, ops.Execute):
-                raise AssertionError(f"a step's code runs statements only, not {op!r}")
-            value = await host.db.run_on_async(conn, op.name, op.params, op.fetch)
-
-
 def _is_async(fn: Callable[..., Any]) -> bool:
     return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - an object whose __call__ is async def

@@ -26,8 +26,8 @@ from typing import Any
 
 from durable import _protocol as protocol
 from durable._context import current_attempt, current_run, current_step
-from durable._driver import drive_in_step
-from durable._driver_async import drive_in_step_async
+from durable._in_step import drive_in_step
+from durable._in_step_async import drive_in_step_async
 from durable._protocol import Run, StepScope
 from durable.errors import BlockingCallError, DatabaseUnavailableError, NotInStepError
 

@@ -15,7 +15,7 @@ import logging
 
 from durable import _protocol as protocol
 from durable._acompat import sleep
-from durable._driver import drive_in_step
+from durable._in_step import drive_in_step
 from durable._protocol import LateCharge, Run, StepScope
 from durable.errors import DatabaseUnavailableError
 

@@ -12,7 +12,7 @@ import logging
 
 from durable import _protocol as protocol
 from durable._acompat import sleep_async
-from durable._driver_async import drive_in_step_async
+from durable._in_step_async import drive_in_step_async
 from durable._protocol import LateCharge, Run, StepScope
 from durable.errors import DatabaseUnavailableError
 

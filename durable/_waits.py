@@ -31,7 +31,8 @@ from durable._context import (
     refuse_on_loop,
     workflow_code_run,
 )
-from durable._driver import drive, drive_in_step
+from durable._driver import drive
+from durable._in_step import drive_in_step
 from durable._models import Decision
 from durable._names import check_name
 from durable._protocol import Run

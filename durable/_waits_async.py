@@ -28,7 +28,8 @@ from durable._context import (
     refuse_on_loop,
     workflow_code_run,
 )
-from durable._driver_async import drive_async, drive_in_step_async
+from durable._driver_async import drive_async
+from durable._in_step_async import drive_in_step_async
 from durable._models import Decision
 from durable._names import check_name
 from durable._protocol import Run

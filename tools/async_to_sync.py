@@ -41,6 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_runio_async.py"), Path("durable/_runio.py")),
     (Path("durable/_host_async.py"), Path("durable/_host_sync.py")),
+    (Path("durable/_in_step_async.py"), Path("durable/_in_step.py")),
     (Path("durable/_waits_async.py"), Path("durable/_waits.py")),
     (Path("durable/_streams_async.py"), Path("durable/_streams.py")),
     (Path("durable/_patches_async.py"), Path("durable/_patches.py")),
