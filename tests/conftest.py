@@ -70,16 +70,39 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return max(1, min(4, 2 * (os.cpu_count() or 1)))
 
 
+# Tests that take a second or more (`--durations` says which), by module and function (every
+# parametrization of one), besides the acceptance suites and the Citus tests, which are all
+# slow: `-m "not slow"` leaves them out (CONTRIBUTING.md's fast lane).
+SLOW = frozenset(
+    line.strip()
+    for line in (Path(__file__).parent / "slow.txt").read_text("utf-8").splitlines()
+    if line.strip() and not line.startswith("#")
+)
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    path = item.nodeid.split("::", 1)[0]
+    function = item.nodeid.split("[", 1)[0]
+    return (
+        path.startswith("tests/acceptance/")
+        or item.get_closest_marker("citus") is not None
+        or path in SLOW
+        or function in SLOW
+    )
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test on the Citus cluster is marked `citus` (`pytest -m citus` runs them all).
     Under xdist (`--dist loadgroup`) they share one worker, and so one cluster, unless every
     test runs on Citus (DURABLE_TEST_ON_CITUS=1): then each worker starts a cluster of its
-    own."""
+    own. The slow tests (SLOW) are marked `slow`."""
     for item in items:
         if "citus_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.citus)
             if not ON_CITUS:
                 item.add_marker(pytest.mark.xdist_group("citus"))
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
