@@ -103,6 +103,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
                 item.add_marker(pytest.mark.xdist_group("citus"))
         if _is_slow(item):
             item.add_marker(pytest.mark.slow)
+    # The slow first: the processes then share out the quick ones at the end, instead of one
+    # process running the last long test while the others wait.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
