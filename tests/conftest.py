@@ -48,7 +48,7 @@ def database_url(request: pytest.FixtureRequest, pg_databases: TemplateDatabases
         return
     url = pg_databases.create()
     yield url
-    pg_databases.drop(url)
+    pg_databases.recycle(url)
 
 
 @pytest.fixture
@@ -56,14 +56,56 @@ def bare_database_url(pg_databases: TemplateDatabases) -> Iterator[str]:
     """A fresh database with no durable schema."""
     url = pg_databases.create(migrated=False)
     yield url
-    pg_databases.drop(url)
+    pg_databases.drop(url, wait=False)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """How many processes `-n auto` (the suite's default, pyproject.toml) runs the tests
+    in: DURABLE_TEST_WORKERS, else twice the cores, at most 4. The tests mostly wait on
+    PostgreSQL and on the processes they start, so more workers than cores pay; beyond 4,
+    the servers' connections (each worker holds a few at a time) and memory run short."""
+    wanted = os.environ.get("DURABLE_TEST_WORKERS")
+    if wanted:
+        return int(wanted)
+    return max(1, min(4, 2 * (os.cpu_count() or 1)))
+
+
+# Tests that take a second or more (`--durations` says which), by module and function (every
+# parametrization of one), besides the acceptance suites and the Citus tests, which are all
+# slow: `-m "not slow"` leaves them out (CONTRIBUTING.md's fast lane).
+SLOW = frozenset(
+    line.strip()
+    for line in (Path(__file__).parent / "slow.txt").read_text("utf-8").splitlines()
+    if line.strip() and not line.startswith("#")
+)
+
+
+def _is_slow(item: pytest.Item) -> bool:
+    path = item.nodeid.split("::", 1)[0]
+    function = item.nodeid.split("[", 1)[0]
+    return (
+        path.startswith("tests/acceptance/")
+        or item.get_closest_marker("citus") is not None
+        or path in SLOW
+        or function in SLOW
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test on the Citus cluster is marked `citus` (`pytest -m citus` runs them all)."""
+    """A test on the Citus cluster is marked `citus` (`pytest -m citus` runs them all).
+    Under xdist (`--dist loadgroup`) they share one worker, and so one cluster, unless every
+    test runs on Citus (DURABLE_TEST_ON_CITUS=1): then each worker starts a cluster of its
+    own. The slow tests (SLOW) are marked `slow`."""
     for item in items:
         if "citus_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.citus)
+            if not ON_CITUS:
+                item.add_marker(pytest.mark.xdist_group("citus"))
+        if _is_slow(item):
+            item.add_marker(pytest.mark.slow)
+    # The slow first: the processes then share out the quick ones at the end, instead of one
+    # process running the last long test while the others wait.
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture(scope="session")
