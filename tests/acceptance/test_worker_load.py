@@ -4,14 +4,14 @@ PostgreSQL restart under a running worker. Everything completes, nothing runs tw
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import subprocess
 import time
 
 import psycopg
 import pytest
 
+import durable
+from tests import private_pg
 from tests.acceptance.workers import client, scalar, start_worker, stop_worker, wait_for
 from tests.apps import counter_app
 
@@ -67,24 +67,23 @@ def test_load_with_a_worker_killed(database_url: str, subprocess_env: dict[str, 
     assert int(str(scalar(database_url, "SELECT max(epoch) FROM durable.workflows"))) >= 2
 
 
-def _local_cluster() -> tuple[str, str] | None:
-    if os.environ.get("DURABLE_TEST_DATABASE_URL") or not shutil.which("pg_ctlcluster"):
-        return None
-    if not os.path.isdir("/etc/postgresql"):
-        return None
-    versions = sorted(os.listdir("/etc/postgresql"))
-    return (versions[-1], "main") if versions else None
-
-
 # Connections cut by the restart may be finalized by the garbage collector in the test
 # process; that is expected here, not a leak.
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-def test_postgres_restart_under_a_worker(database_url: str, subprocess_env: dict[str, str]) -> None:
-    cluster = _local_cluster()
-    if cluster is None or (
-        "127.0.0.1:5432" not in database_url and "port=5432" not in database_url
-    ):
-        pytest.skip("needs the local PostgreSQL cluster on 127.0.0.1:5432 (pg_ctlcluster)")
+def test_postgres_restart_under_a_worker(subprocess_env: dict[str, str]) -> None:
+    """On a server of the test's own (tests/private_pg.py): restarting the shared one would
+    cut off every test running beside this one."""
+    if not private_pg.available():
+        pytest.skip("needs PostgreSQL's server binaries (initdb, pg_ctl) for a server of its own")
+    with private_pg.private_server() as server:
+        database_url = server.create_database("durable_restart")
+        durable.Client(database_url, migrate=True).close()
+        _restart_under_a_worker(server, database_url, subprocess_env)
+
+
+def _restart_under_a_worker(
+    server: private_pg.PrivateServer, database_url: str, subprocess_env: dict[str, str]
+) -> None:
     with client(database_url) as engine:
         handles = [
             engine.submit(counter_app.slow, f"R{i}", 8, 0.1, workflow_id=f"R{i}") for i in range(12)
@@ -98,11 +97,7 @@ def test_postgres_restart_under_a_worker(database_url: str, subprocess_env: dict
         )
         try:
             wait_for(lambda: count_status(database_url, "SUCCESS") >= 2, what="some progress")
-            subprocess.run(
-                ["pg_ctlcluster", "--skip-systemctl-redirect", *cluster, "restart", "-m", "fast"],
-                check=True,
-                timeout=120,
-            )
+            server.pg_ctl("restart", "-m", "fast")
             deadline = time.monotonic() + 120
             while True:
                 try:
