@@ -91,13 +91,20 @@ class Slots:
 def _keeping(claimed: list[Claimed]) -> Iterator[None]:
     """A round that fails after it claimed some workflows still returns those claims (they
     are leased to this executor: unlaunched, they would wait for their leases to run out);
-    with none claimed, the error is raised."""
+    with none claimed, the error is raised. Said at WARNING either way: a half of the round
+    that keeps failing (the async one, say) would otherwise starve its workflows silently."""
     try:
         yield
-    except Exception:
+    except Exception as exc:
         if not claimed:
             raise
-        logger.debug("a claim round failed after %d claims", len(claimed), exc_info=True)
+        logger.warning(
+            "a claim round failed after %d claims (those are run): %s",
+            len(claimed),
+            exc,
+            exc_info=True,
+            extra={"event": "claim_round_failed", "claimed": len(claimed)},
+        )
 
 
 class Claims:

@@ -544,7 +544,9 @@ class Client(ClientCalls, AsyncClientCalls):
         """Run schedule `name`'s workflow now, with the current time as its tick, as a run
         of its own: its id is `workflow_id`, else a new one, never a tick's, so triggering
         twice runs twice (unless both give the same id) and the tick it falls on still
-        runs. UnknownWorkflowError if the workflow's code is not imported here."""
+        runs. From workflow code the run is a child, journaled at its position like any
+        start there (a replay does not trigger it again; its id is derived unless given).
+        UnknownWorkflowError if the workflow's code is not imported here."""
         code = registry or self.registry
         defn, chosen, started = trigger(self, name, workflow_id, self.default_durability, code)
         if not started:
