@@ -65,11 +65,14 @@ def test_fresh_run_issues_one_statement_per_step(database_url: str, n: int) -> N
     reg, _inc, loop, _runs = app()
     with durable.Engine(database_url, registry=reg) as engine:
         loop(3)  # warm the pool and prepared statements
-        before = engine.client.db.counters.statements
-        assert loop(n) == sum(range(1, n + 1))
-        used = engine.client.db.counters.statements - before
-    # insert workflow + one per step + finish
-    assert used <= n + 2
+        costs = []
+        for _ in range(3):
+            before = engine.client.db.counters.statements
+            assert loop(n) == sum(range(1, n + 1))
+            costs.append(engine.client.db.counters.statements - before)
+    # insert workflow + one per step + finish. (The engine's heartbeat reads cancel requests
+    # while a run is in flight: on a loaded machine one may land inside a round.)
+    assert min(costs) <= n + 2, costs
 
 
 def test_replay_issues_constant_statements(database_url: str) -> None:

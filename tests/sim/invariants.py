@@ -250,10 +250,14 @@ def handed_over_at_a_boundary(
 ) -> list[str]:
     """A worker told to stop hands each run over at its next step boundary: after the
     stop, a run of it finishes the step under way (or the `width` steps gathered at once)
-    and starts no other; another process does the rest."""
+    and starts no other; another process does the rest. An undo under way is the
+    exception, by design (`_protocol.run.check_interrupt`: compensations are not cut
+    short): a run that failed or was cancelled as the stop came may still refund."""
     out = []
     for proc, mark in stopped:
-        after = Counter(wid for _, wid, p in vendor.events[mark:] if p == proc)
+        after = Counter(
+            wid for kind, wid, p in vendor.events[mark:] if p == proc and kind != "refund"
+        )
         out += [
             f"{wid}: {n} calls by {proc} after it was told to stop"
             for wid, n in after.items()

@@ -190,3 +190,11 @@ def test_a_stopping_worker_that_starts_another_step_is_flagged() -> None:
     ]
     assert invariants.handed_over_at_a_boundary(v, [("p1", 0)], 3) == []
     assert invariants.handed_over_at_a_boundary(v, [("p1", 1)], 1) == []
+    # An undo under way is not cut short by the stop: its refunds are not new steps.
+    v = Vendor()
+    v.events += [("pay", "w0", "p1"), ("refund", "w0", "p1"), ("refund", "w0", "p1")]
+    assert invariants.handed_over_at_a_boundary(v, [("p1", 0)], 1) == []
+    v.events += [("pay", "w0", "p1")]
+    assert invariants.handed_over_at_a_boundary(v, [("p1", 0)], 1) == [
+        "w0: 2 calls by p1 after it was told to stop"
+    ]
