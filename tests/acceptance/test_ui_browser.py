@@ -182,8 +182,8 @@ def _shot(driver: Any, name: str, height: int = 900) -> None:
 
 def _sign_in(driver: Any, token: str) -> str:
     """Type a token into the sign-in page; the message it answers with ("" if none)."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
-    from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     form = driver.find_element(By.ID, "signin")
@@ -191,7 +191,17 @@ def _sign_in(driver: Any, token: str) -> str:
     field.clear()
     field.send_keys(token)
     form.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(form))  # the answer came
+
+    def answered(_: Any) -> bool:
+        """The form is gone: the answer's page replaced it. (Chromedriver may say so with
+        "Node ... does not belong to the document" rather than a stale element.)"""
+        try:
+            form.is_enabled()
+        except WebDriverException:
+            return True
+        return False
+
+    WebDriverWait(driver, 30).until(answered)
     wait_for(lambda: driver.execute_script("return document.readyState") == "complete", 30)
     found = driver.find_elements(By.ID, "message")
     return str(found[0].text) if found else ""
