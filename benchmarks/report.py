@@ -413,7 +413,7 @@ on the 2-core machine of the tables above.
   workflow with no steps.
 - **Group commit across workflows, sync durability kept** (target: sync steps/s with 4
   workers >= the 16-connection INSERT rate). Step records of sync-mode runs written at the
-  same moment now go in one statement and one commit (`durable/_finishes.py`, as outcomes
+  same moment now go in one statement and one commit (`durable/_io/finishes.py`, as outcomes
   already did); each run returns only after the commit that holds its record, and each
   record is fenced by its own run's epoch. With 4 workers x 8 workflows: commits per step
   1.25 -> **0.64**, WAL flushes per step 0.61 -> **0.38**, steps/s 2,600-2,900 -> 2,900-3,250,

@@ -76,7 +76,7 @@ def cases(client: durable.Client) -> dict[str, dict[str, Any]]:
 
 def params(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The statement's parameters for one case (as Client.list_workflows binds them)."""
-    from durable._reading import _prefix_end
+    from durable._client.reading import _prefix_end
 
     after_at, after_id = kwargs.get("after", (None, None))
     prefix = kwargs.get("id_prefix")

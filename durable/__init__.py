@@ -6,21 +6,8 @@ Decorate the long process with `@workflow`, each unit of work with `@step` (or
 re-invoked with its saved inputs and completed steps return their journaled outputs.
 """
 
-from durable._budget import Reservation, budget_left, charge, reserve
-from durable._child_handle import ChildHandle
-from durable._children import on_approval, on_message, on_timer, wait_first
-from durable._children_async import wait_first_async
-from durable._client import Client
-from durable._clock import Clock, FakeClock, SystemClock
-from durable._current import step_id, workflow_id
-from durable._debounce_async import Debouncer
-from durable._decorators import effect, step, tool, transaction, workflow
-from durable._driver import compensate
-from durable._driver_async import to_thread
-from durable._engine import AsyncWorkflowHandle, Engine, WorkflowHandle
-from durable._heartbeats import heartbeat, last_heartbeat
-from durable._methods import Instance
-from durable._models import (
+from durable._base.clock import Clock, FakeClock, SystemClock
+from durable._base.models import (
     Budget,
     Decision,
     RetryPolicy,
@@ -30,23 +17,36 @@ from durable._models import (
     WorkflowInfo,
     WorkflowStatus,
 )
-from durable._patches import deprecate_patch, patched
-from durable._patches_async import patched_async
-from durable._queues import Queue
-from durable._registry import Registry, default_registry
-from durable._retention import PruneReport, RetentionPolicy
-from durable._schedules import scheduled
-from durable._starts import start_child
-from durable._starts_async import start_child_async
-from durable._state import append_turn
-from durable._state_async import append_turn_async, conversation, state
-from durable._streams import close_stream, write_stream
-from durable._streams_async import close_stream_async, write_stream_async
-from durable._timeouts import workflow_timeout
-from durable._tracing import instrument_psycopg
-from durable._version import __version__ as __version__
-from durable._waits import approval, get_event, recv, send, set_event, sleep
-from durable._waits_async import (
+from durable._base.registry import Registry, default_registry
+from durable._base.version import __version__ as __version__
+from durable._client.client import Client
+from durable._client.debounce_async import Debouncer
+from durable._client.queues import Queue
+from durable._client.schedules import scheduled
+from durable._client.starts import start_child
+from durable._client.starts_async import start_child_async
+from durable._host.engine import AsyncWorkflowHandle, Engine, WorkflowHandle
+from durable._io.retention import PruneReport, RetentionPolicy
+from durable._run.budget import Reservation, budget_left, charge, reserve
+from durable._run.child_handle import ChildHandle
+from durable._run.children import on_approval, on_message, on_timer, wait_first
+from durable._run.children_async import wait_first_async
+from durable._run.current import step_id, workflow_id
+from durable._run.decorators import effect, step, tool, transaction, workflow
+from durable._run.driver import compensate
+from durable._run.driver_async import to_thread
+from durable._run.heartbeats import heartbeat, last_heartbeat
+from durable._run.methods import Instance
+from durable._run.patches import deprecate_patch, patched
+from durable._run.patches_async import patched_async
+from durable._run.state import append_turn
+from durable._run.state_async import append_turn_async, conversation, state
+from durable._run.streams import close_stream, write_stream
+from durable._run.streams_async import close_stream_async, write_stream_async
+from durable._run.timeouts import workflow_timeout
+from durable._run.tracing import instrument_psycopg
+from durable._run.waits import approval, get_event, recv, send, set_event, sleep
+from durable._run.waits_async import (
     approval_async,
     get_event_async,
     recv_async,

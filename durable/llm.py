@@ -59,11 +59,10 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from durable import _labels as labels
-from durable import _llm_steps as llm_steps
-from durable import _llm_steps_async as llm_steps_async
-from durable._budget import call_limit, reserve_call, settle
-from durable._context import current_step
+from durable._base import labels
+from durable._run import llm_steps, llm_steps_async
+from durable._run.budget import call_limit, reserve_call, settle
+from durable._run.context import current_step
 from durable.errors import (
     ConfigurationError,
     InvalidBudgetError,

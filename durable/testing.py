@@ -24,7 +24,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from durable import _migrate
+from durable._io import migrate as _migrate
 from durable.errors import ConfigurationError
 
 LOCAL_URL = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -18,7 +18,7 @@ Where the two sides really differ, the source says so in a block the translation
 
 The async module runs the first branch (the `if True` costs nothing); the sync module gets
 only the second, dedented. What differs by a call alone (sleep, to_thread, an event) goes
-through `durable/_acompat.py`, whose async names map to its sync ones.
+through `durable/_run/acompat.py`, whose async names map to its sync ones.
 
     python tools/async_to_sync.py           # rewrite every generated module
     python tools/async_to_sync.py --check   # exit 1 if one is out of date
@@ -39,21 +39,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # (async source, generated sync module): every generated file in the package.
 PAIRS: list[tuple[Path, Path]] = [
-    (Path("durable/_runio_async.py"), Path("durable/_runio.py")),
-    (Path("durable/_host_async.py"), Path("durable/_host_sync.py")),
-    (Path("durable/_in_step_async.py"), Path("durable/_in_step.py")),
-    (Path("durable/_waits_async.py"), Path("durable/_waits.py")),
-    (Path("durable/_streams_async.py"), Path("durable/_streams.py")),
-    (Path("durable/_patches_async.py"), Path("durable/_patches.py")),
-    (Path("durable/_state_async.py"), Path("durable/_state.py")),
-    (Path("durable/_children_async.py"), Path("durable/_children.py")),
-    (Path("durable/_starts_async.py"), Path("durable/_starts.py")),
-    (Path("durable/_client_calls_async.py"), Path("durable/_client_calls.py")),
-    (Path("durable/_engine_calls_async.py"), Path("durable/_engine_calls.py")),
-    (Path("durable/_active_async.py"), Path("durable/_active.py")),
-    (Path("durable/_late_charges_async.py"), Path("durable/_late_charges.py")),
-    (Path("durable/_debounce_async.py"), Path("durable/_debounce.py")),
-    (Path("durable/_llm_steps_async.py"), Path("durable/_llm_steps.py")),
+    (Path("durable/_io/runio_async.py"), Path("durable/_io/runio.py")),
+    (Path("durable/_run/host_async.py"), Path("durable/_run/host_sync.py")),
+    (Path("durable/_run/in_step_async.py"), Path("durable/_run/in_step.py")),
+    (Path("durable/_run/waits_async.py"), Path("durable/_run/waits.py")),
+    (Path("durable/_run/streams_async.py"), Path("durable/_run/streams.py")),
+    (Path("durable/_run/patches_async.py"), Path("durable/_run/patches.py")),
+    (Path("durable/_run/state_async.py"), Path("durable/_run/state.py")),
+    (Path("durable/_run/children_async.py"), Path("durable/_run/children.py")),
+    (Path("durable/_client/starts_async.py"), Path("durable/_client/starts.py")),
+    (Path("durable/_client/client_calls_async.py"), Path("durable/_client/client_calls.py")),
+    (Path("durable/_host/engine_calls_async.py"), Path("durable/_host/engine_calls.py")),
+    (Path("durable/_run/active_async.py"), Path("durable/_run/active.py")),
+    (Path("durable/_run/late_charges_async.py"), Path("durable/_run/late_charges.py")),
+    (Path("durable/_client/debounce_async.py"), Path("durable/_client/debounce.py")),
+    (Path("durable/_run/llm_steps_async.py"), Path("durable/_run/llm_steps.py")),
 ]
 SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"
@@ -93,7 +93,7 @@ NAMES = {
     "__aexit__": "__exit__",
     "asynccontextmanager": "contextmanager",
     "enter_async_context": "enter_context",
-    "_host_async": "_host_sync",  # the host's generated module is not named `_host`
+    "host_async": "host_sync",  # the host's generated module is not named `host`
     "is_async": "is_async",  # an attribute or a parameter of both sides, not a twin's name
 }
 SUFFIX = "_async"  # run_on_async -> run_on, _checkout_async -> _checkout, ...
@@ -208,7 +208,8 @@ def translate(text: str) -> str:
     out = text
     for start, end, new in sorted(edits, reverse=True):
         out = out[:start] + new + out[end:]
-    return out
+    # `from durable._client import starts_async as starts` became `... starts as starts`.
+    return re.sub(r"\bimport (\w+) as \1\b", r"import \1", out)
 
 
 def _ruff(args: list[str], text: str, path: Path) -> str:

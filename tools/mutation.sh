@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of durable's pure core (durable/_protocol/ and durable/_lifecycle.py)
+# Mutation testing of durable's pure core (durable/_core/ and durable/_core/lifecycle.py)
 # with mutmut 3, against the unit tests that need no database: the files to mutate and
 # the tests are in pyproject.toml ([tool.mutmut]). docs/guarantees.md has the results
 # (pip install -e '.[mutation]' installs mutmut).

@@ -12,7 +12,7 @@ import os
 import click
 from rich.table import Table
 
-from durable._terminal import inert
+from durable._base.terminal import inert
 from durable.cli._common import _client, _console, _handle_errors, _short
 from durable.cli._options import json_option, schema_option, url_option
 

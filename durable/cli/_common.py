@@ -17,10 +17,10 @@ from typing import Any, ParamSpec, TypeVar
 import click
 from rich.console import Console
 
-from durable._audit import whoami
-from durable._client import Client
-from durable._config import Config
-from durable._terminal import InertConsole, inert
+from durable._base.terminal import InertConsole, inert
+from durable._client.audit import whoami
+from durable._client.client import Client
+from durable._io.config import Config
 from durable.errors import DurableError
 
 P = ParamSpec("P")
@@ -38,7 +38,7 @@ def _resolve_url(url: str | None, *, create: bool = True) -> str:
 
 
 def embedded_data_dir() -> Path | None:
-    """The embedded server's data directory the environment names (see _config.py)."""
+    """The embedded server's data directory the environment names (see _io/config.py)."""
     return Config.resolve().embedded_data_dir()
 
 
@@ -69,7 +69,7 @@ def _console() -> Console:
     # Stored values (inputs, outputs, names, errors) are data, never markup or terminal
     # controls: with markup, an input holding "[/bold]" would crash the command and
     # "[link=...]" would emit a hyperlink the operator never saw; raw, an id holding
-    # ESC]8;; would do the same (durable._terminal escapes them).
+    # ESC]8;; would do the same (durable._base.terminal escapes them).
     return InertConsole(width=max(100, _columns()))
 
 

@@ -12,10 +12,10 @@ import json
 
 import click
 
-from durable import _citus
-from durable._client import Client
-from durable._config import check_schema
-from durable._terminal import inert
+from durable._base.terminal import inert
+from durable._client.client import Client
+from durable._io import citus as _citus
+from durable._io.config import check_schema
 from durable.cli._common import (
     _client,
     _handle_errors,
@@ -96,7 +96,7 @@ def prune(
     """Delete journals of long-finished workflows and old effect records (retention).
 
     Workflows that can still run, or wait, are never touched; safe while workers run."""
-    from durable._retention import RetentionPolicy
+    from durable._io.retention import RetentionPolicy
 
     policy = RetentionPolicy(
         finished_after=finished_after, effects_after=effects_after, batch_size=batch_size

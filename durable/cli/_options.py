@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from durable._names import check_name
+from durable._base.names import check_name
 from durable.errors import InvalidNameError
 
 url_option = click.option(

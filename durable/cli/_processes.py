@@ -10,7 +10,7 @@ is passed on, and the command waits for each to finish its grace period. Each pr
 this command's own command line (sys.argv) without --processes.
 
 A process that dies otherwise is started again, after a second (its claims are taken back
-at once by its successor on the same host, see _machine.py), backing off, each process on its
+at once by its successor on the same host, see _io/machine.py), backing off, each process on its
 own clock, while it keeps dying soon after its start (an OOM kill loop): its siblings go on
 working meanwhile. Only a process that keeps *exiting* at start with an error (a bad --app,
 a wrong URL: a configuration the next start would fail on again) stops the command, with

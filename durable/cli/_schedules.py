@@ -11,9 +11,9 @@ import json
 import click
 from rich.table import Table
 
-from durable._registry import Registry
-from durable._schedules import backfill
-from durable._terminal import inert
+from durable._base.registry import Registry
+from durable._base.terminal import inert
+from durable._client.schedules import backfill
 from durable.cli._common import _client, _console, _handle_errors
 from durable.cli._options import json_option, schema_option, url_option
 
@@ -106,8 +106,8 @@ def _app_registry(app: str | None) -> Registry | None:
     import os
     import sys
 
-    from durable._engine import Engine
-    from durable._registry import default_registry
+    from durable._base.registry import default_registry
+    from durable._host.engine import Engine
 
     module_name, _, attr = app.partition(":")
     sys.path.insert(0, os.getcwd())

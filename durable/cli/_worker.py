@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
-from durable._names import workflow_label
-from durable._terminal import inert
+from durable._base.names import workflow_label
+from durable._base.terminal import inert
 from durable.cli._common import _client, _console, _handle_errors
 from durable.cli._options import (
     _DAY,
@@ -36,8 +36,8 @@ from durable.errors import DurableError, ExecutorIdInUseError
 if TYPE_CHECKING:
     from http.server import ThreadingHTTPServer
 
-    from durable._engine import Engine
-    from durable._metrics import WorkerMetrics
+    from durable._host.engine import Engine
+    from durable._host.metrics import WorkerMetrics
 
 
 @click.group()
@@ -113,8 +113,8 @@ def _load_app(
 ) -> Engine:
     import importlib
 
-    from durable._engine import Engine
-    from durable._registry import Registry, default_registry
+    from durable._base.registry import Registry, default_registry
+    from durable._host.engine import Engine
 
     module_name, _, attr = app.partition(":")
     sys.path.insert(0, os.getcwd())
@@ -263,14 +263,14 @@ def worker(
     import signal
     import threading
 
-    from durable._logging import configure
+    from durable._base.logging import configure
 
     configure(log_level, log_format)
     if processes > 1:
         from durable.cli._processes import supervise
 
         if metrics_port is not None:
-            from durable._metrics import new_registry
+            from durable._host.metrics import new_registry
 
             new_registry()  # the extra is missing: say so once, not once per process
             if metrics_port and metrics_port + processes - 1 > 65535:
@@ -289,7 +289,7 @@ def worker(
         # One of `--processes N`, on an engine given its executor id in code: one id each.
         engine._override(executor_id=f"{engine.config.executor_id}-{nth}", explicit_id=True)
     if prune_finished_after is not None or prune_effects_after is not None:
-        from durable._retention import RetentionPolicy
+        from durable._io.retention import RetentionPolicy
 
         base = engine.config.retention or RetentionPolicy()
         policy = RetentionPolicy(
@@ -354,7 +354,7 @@ def _metrics_server(
     port already taken, or the extra missing, stops the worker at once)."""
     if port is None:
         return None
-    from durable._metrics import WorkerMetrics, serve
+    from durable._host.metrics import WorkerMetrics, serve
 
     metrics = WorkerMetrics()  # MissingExtraError names the pip install
     # Alive, not ready, until the engine is attached: its launch may wait up to a lease on

@@ -14,10 +14,10 @@ from typing import Any, TextIO
 import click
 from rich.table import Table
 
-from durable._models import WorkflowInfo, WorkflowStatus
-from durable._names import workflow_label
-from durable._protocol import decode_error
-from durable._terminal import inert
+from durable._base.models import WorkflowInfo, WorkflowStatus
+from durable._base.names import workflow_label
+from durable._base.terminal import inert
+from durable._core import decode_error
 from durable.cli._audit import audit_table
 from durable.cli._common import (
     _client,
@@ -87,7 +87,7 @@ def list_cmd(
     as_json: bool,
 ) -> None:
     """List workflows, newest first."""
-    from durable._watch import refresh, workflow_table
+    from durable.cli._watch import refresh, workflow_table
 
     with _client(database_url, schema) as client:
 
@@ -113,7 +113,7 @@ def list_cmd(
 def watch(workflow_id: str, database_url: str | None, schema: str, interval: float) -> None:
     """Follow a workflow live: its steps as they are journaled, its waits and budget, until
     it finishes (exit 0 on SUCCESS, 1 otherwise)."""
-    from durable._watch import follow
+    from durable.cli._watch import follow
 
     with _client(database_url, schema) as client, _interruptible():
         status = follow(client, workflow_id, _console(), interval)

@@ -23,14 +23,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from durable import _driver_async
-from durable import _labels as labels
-from durable._budget import charge
-from durable._budget import reserve as durable_reserve
-from durable._context import current_run, current_step, workflow_code_run
-from durable._extras import extra
-from durable._models import StepKind
-from durable._registry import StepDef
+from durable._base import labels
+from durable._base.extras import extra
+from durable._base.models import StepKind
+from durable._base.registry import StepDef
+from durable._run import driver_async as _driver_async
+from durable._run.budget import charge
+from durable._run.budget import reserve as durable_reserve
+from durable._run.context import current_run, current_step, workflow_code_run
 from durable.llm import Price, Usage
 
 with extra("pydantic-ai"):

@@ -18,7 +18,7 @@ names (no DNS rebinding); reached any other way, every page needs the token too.
 
 from __future__ import annotations
 
-from durable._extras import extra
+from durable._base.extras import extra
 
 with extra("ui"):
     from durable.ui._app import create_app

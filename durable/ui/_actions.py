@@ -1,15 +1,15 @@
 """The console's actions: each reads its fields from a checked form, calls the Client (in a
-thread, as the operator the console names: see _audit.py) and returns what to tell the
+thread, as the operator the console names: see _client/audit.py) and returns what to tell the
 operator. The form never names who acts."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from durable._audit import acting_as
-from durable._client import Client
-from durable._models import WorkflowStatus
-from durable._names import workflow_label
+from durable._base.models import WorkflowStatus
+from durable._base.names import workflow_label
+from durable._client.audit import acting_as
+from durable._client.client import Client
 
 
 def _decide(client: Client, form: dict[str, str]) -> str:

@@ -28,13 +28,13 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from durable._client import Client
-from durable._clock import SystemClock
-from durable._engine import Engine
-from durable._models import WorkflowStatus
-from durable._names import workflow_label
-from durable._protocol import decode_error
-from durable._schedules import next_tick
+from durable._base.clock import SystemClock
+from durable._base.models import WorkflowStatus
+from durable._base.names import workflow_label
+from durable._client.client import Client
+from durable._client.schedules import next_tick
+from durable._core import decode_error
+from durable._host.engine import Engine
 from durable.errors import (
     ConfigurationError,
     DatabaseUnavailableError,

@@ -11,8 +11,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 
-from durable._client import Client
-from durable._metrics import DatabaseCollector, exposition, new_registry
+from durable._client.client import Client
+from durable._host.metrics import DatabaseCollector, exposition, new_registry
 from durable.errors import MissingExtraError
 
 

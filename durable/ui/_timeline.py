@@ -12,7 +12,7 @@ import datetime as dt
 import json
 from dataclasses import dataclass
 
-from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
+from durable._base.models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
 
 SCALE = 1000  # the axis is 0..SCALE wide
 MIN_WIDTH = 3  # an instant still shows

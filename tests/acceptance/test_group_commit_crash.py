@@ -1,5 +1,5 @@
 """Sync-mode step records of workflows stepping at once share commits (a group commit across
-workflows, see durable/_finishes.py). SIGKILL a worker right after a shared commit and before
+workflows, see durable/_io/finishes.py). SIGKILL a worker right after a shared commit and before
 any run sharing it has returned: every record in it is durable, so on recovery no step whose
 record was committed runs again; effects still happen exactly once; and at most the one step
 each workflow had in flight runs a second time (what sync mode always allowed)."""

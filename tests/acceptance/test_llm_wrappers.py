@@ -16,7 +16,7 @@ from decimal import Decimal
 import pytest
 
 import durable
-from durable._labels import LLM_OPENAI_CHAT as LLM_CHAT
+from durable._base.labels import LLM_OPENAI_CHAT as LLM_CHAT
 from tests.acceptance.workers import scalar, stop_worker, wait_for
 from tests.apps import llm_app
 from tests.apps.model_stub import ModelStub, usage_of

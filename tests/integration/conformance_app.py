@@ -1,6 +1,6 @@
 """One workload for every protocol generator, written twice: with plain `def` (run by the
-sync driver, durable/_driver.py) and with `async def` (run by the async driver,
-durable/_driver_async.py). Both versions register the same names, in registries of their
+sync driver, durable/_run/driver.py) and with `async def` (run by the async driver,
+durable/_run/driver_async.py). Both versions register the same names, in registries of their
 own, so that the journal, the ledgers and the application rows of one run can be compared
 row for row with the other's (tests/integration/test_conformance.py).
 
@@ -19,7 +19,7 @@ import psycopg
 from sqlalchemy import text
 
 import durable
-from durable._decorators import workflow_def
+from durable._run.decorators import workflow_def
 from durable.errors import DefinitionError
 
 # The tests' own reads, at READ COMMITTED whatever the default (under

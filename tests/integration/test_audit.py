@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 import durable
-from durable._audit import whoami
+from durable._client.audit import whoami
 
 reg = durable.Registry()
 elsewhere = durable.Registry()  # code no worker of these tests has: its runs stay PENDING

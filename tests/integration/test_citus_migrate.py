@@ -15,7 +15,8 @@ import psycopg
 import pytest
 
 import durable
-from durable import _citus, _migrate
+from durable._io import citus as _citus
+from durable._io import migrate as _migrate
 
 pytestmark = pytest.mark.citus
 

@@ -32,7 +32,7 @@ import pytest
 from psycopg import sql
 
 import durable
-from durable._systemdb import load_queries
+from durable._io.systemdb import load_queries
 from tests.citus import CitusCluster
 
 pytestmark = pytest.mark.citus
@@ -48,7 +48,7 @@ def cluster_db(citus_cluster: CitusCluster) -> Iterator[str]:
     url = citus_cluster.create_database()
     with durable.Client(url, migrate=True) as client:
         client.distribute_citus()
-        text = resources.files("durable._sql").joinpath("app_migrations.sql").read_text()
+        text = resources.files("durable._io.sql").joinpath("app_migrations.sql").read_text()
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(sql.SQL(text).format(schema=sql.Identifier("durable")))
     yield url

@@ -46,7 +46,7 @@ def test_workflows_list_and_show(database_url: str) -> None:
 
 
 def test_migrate_citus_dry_run_prints_the_distribution_and_connects_to_nothing() -> None:
-    from durable import _citus
+    from durable._io import citus as _citus
 
     shown = cli("migrate", "--citus", "--dry-run", "--schema", "jobs")
     assert shown.returncode == 0, shown.stderr

@@ -8,7 +8,7 @@ import sys
 
 import psycopg
 
-from durable import _migrate
+from durable._io import migrate as _migrate
 
 
 def cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -1,5 +1,5 @@
 """The two drivers conform: every protocol generator, run by the sync driver
-(durable/_driver.py) and by the async one (durable/_driver_async.py), asks for the same
+(durable/_run/driver.py) and by the async one (durable/_run/driver_async.py), asks for the same
 operations and leaves the same world.
 
 The workload (tests/integration/conformance_app.py) is one workflow per part of the
@@ -28,15 +28,13 @@ import psycopg
 import pytest
 
 import durable
-from durable import (
-    _children,
-    _driver,
-    _driver_async,
-    _patches,
-    _state,
-    _waits,
-    errors,
-)
+from durable import errors
+from durable._run import children as _children
+from durable._run import driver as _driver
+from durable._run import driver_async as _driver_async
+from durable._run import patches as _patches
+from durable._run import state as _state
+from durable._run import waits as _waits
 from durable.testing import TemplateDatabases
 from tests import citus
 from tests.conftest import ON_CITUS

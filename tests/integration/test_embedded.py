@@ -197,7 +197,7 @@ def test_the_data_dir_is_read_from_the_environment_by_the_config(
 ) -> None:
     import platformdirs
 
-    from durable._config import Config
+    from durable._io.config import Config
 
     monkeypatch.setenv("DURABLE_DATA_DIR", str(tmp_path / "mine"))
     assert Config.resolve().embedded_data_dir() == tmp_path / "mine"

@@ -13,8 +13,8 @@ import psycopg
 import pytest
 
 import durable
-from durable._queues import Queue
-from durable._systemdb import SystemDB
+from durable._client.queues import Queue
+from durable._io.systemdb import SystemDB
 from durable.errors import ExecutorIdTakenError
 from tests.acceptance.workers import wait_for
 

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 import durable
-from durable import _machine
+from durable._io import machine as _machine
 from durable.errors import ExecutorIdInUseError
 
 

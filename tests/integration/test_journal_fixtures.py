@@ -17,7 +17,7 @@ imported into a fresh database and run again on today's code:
 
 So this test fails when a change breaks journals already stored: a step, effect or
 workflow of journals_app renamed or reordered (the replay meets NondeterminismError, or
-no worker has the code), a label of durable/_labels.py changed, a journal row read or
+no worker has the code), a label of durable/_base/labels.py changed, a journal row read or
 written differently (a replay that meets another name or decodes another value), an
 export format or a schema that no longer takes these rows. Do not make it pass by
 writing the fixtures again: make the code read the old journals, or bump JOURNAL_VERSION
@@ -35,7 +35,7 @@ import psycopg
 import pytest
 
 import durable
-from durable._protocol import decode_error
+from durable._core import decode_error
 from durable.errors import DurableError
 from tests.apps import journals_app as app
 

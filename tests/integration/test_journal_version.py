@@ -1,5 +1,5 @@
 """A journal written in a newer format than the code knows (workflows.journal_version above
-durable._labels.JOURNAL_VERSION: a newer release wrote it, and the code was rolled back or
+durable._base.labels.JOURNAL_VERSION: a newer release wrote it, and the code was rolled back or
 the workflow imported here) is never run: workers do not claim it, and starting,
 resuming, forking or importing it raises JournalVersionError. Its rows are left exactly as
 they were, for a release that reads them.
@@ -17,8 +17,8 @@ import psycopg
 import pytest
 
 import durable
-from durable import _labels as labels
 from durable import errors
+from durable._base import labels
 
 NEWER = labels.JOURNAL_VERSION + 1
 

@@ -9,7 +9,7 @@ import time
 import pytest
 
 import durable
-from durable import _recovery
+from durable._host import recovery as _recovery
 
 
 def test_a_workflow_remembered_before_its_row_exists_is_still_watched(

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 import durable
-from durable import _heartbeats, errors
+from durable import errors
+from durable._run import heartbeats as _heartbeats
 
 
 def _wait_for(predicate: Any, what: str, seconds: float = 20.0) -> None:

@@ -14,7 +14,7 @@ import pytest
 
 import durable
 from durable import errors
-from durable._schedules import backfill_ticks, fire
+from durable._client.schedules import backfill_ticks, fire
 
 START = dt.datetime(2026, 1, 5, 9, 0, 30, tzinfo=dt.UTC)
 

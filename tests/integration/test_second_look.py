@@ -9,7 +9,7 @@ import pytest
 
 import durable
 from durable import errors
-from durable._urls import redact
+from durable._base.urls import redact
 from durable.serialization import JSONSerializer, faithful
 
 reg = durable.Registry()

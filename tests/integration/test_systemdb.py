@@ -13,7 +13,7 @@ from psycopg import sql
 
 import durable
 from durable import errors
-from durable._systemdb import SystemDB
+from durable._io.systemdb import SystemDB
 
 
 def test_a_checkout_from_a_closed_pool_is_an_outage_in_both_drivers(database_url: str) -> None:

@@ -411,7 +411,7 @@ def test_a_lost_database_is_answered_503(pg_databases: TemplateDatabases) -> Non
 
 
 def test_an_id_prefix_is_matched_by_code_points() -> None:
-    from durable._reading import _prefix_end
+    from durable._client.reading import _prefix_end
 
     assert _prefix_end("ab") == "ac"
     assert _prefix_end("a\U0010ffff") == "b"

@@ -190,7 +190,7 @@ def test_a_console_action_is_recorded_as_its_client_and_session(engine: durable.
 def test_the_audit_page_pages_back_through_rows_of_one_instant(client: durable.Client) -> None:
     """Sixty rows written by one statement share their time: the older link's keyset (time,
     id) still gives each row once."""
-    from durable import _audit
+    from durable._client import audit as _audit
 
     entries = [(f"w-{n:02}", "cancel", None, None) for n in range(60)]
     client.db.atomically(lambda tx: _audit.record(tx, "ana", entries))

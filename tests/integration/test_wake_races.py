@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 import durable
-from durable._systemdb import load_queries
+from durable._io.systemdb import load_queries
 
 reg = durable.Registry()
 

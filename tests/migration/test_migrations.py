@@ -7,7 +7,7 @@ import threading
 import psycopg
 import pytest
 
-from durable import _migrate
+from durable._io import migrate as _migrate
 
 
 def schema_shape(url: str) -> list[tuple[str, ...]]:

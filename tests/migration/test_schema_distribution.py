@@ -1,12 +1,12 @@
 """The schema stays ready for distributed PostgreSQL (Citus, and the sharded engines that
-key rows by one column): checked against durable._citus's map of tables on a migrated
+key rows by one column): checked against durable._io.citus's map of tables on a migrated
 database. Each rule below names what would break when the tables are sharded."""
 
 from __future__ import annotations
 
 import psycopg
 
-from durable import _citus
+from durable._io import citus as _citus
 
 SHARDED = {**_citus.BY_WORKFLOW, **_citus.BY_OWN_KEY}
 
@@ -26,7 +26,7 @@ def test_every_table_is_placed(database_url: str) -> None:
         )
     }
     placed = set(SHARDED) | set(_citus.REFERENCE) | set(_citus.LOCAL)
-    # A new table must say how it is distributed (durable/_citus.py).
+    # A new table must say how it is distributed (durable/_io/citus.py).
     assert tables == placed
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import psycopg
 
-from durable._context import current_run
+from durable._run.context import current_run
 
 
 class Crash(BaseException):

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from durable._models import WorkflowStatus
+from durable._base.models import WorkflowStatus
 from tests.sim.world import Vendor
 
 TERMINAL = frozenset(s.value for s in WorkflowStatus if s.is_terminal)
@@ -251,7 +251,7 @@ def handed_over_at_a_boundary(
     """A worker told to stop hands each run over at its next step boundary: after the
     stop, a run of it finishes the step under way (or the `width` steps gathered at once)
     and starts no other; another process does the rest. An undo under way is the
-    exception, by design (`_protocol.run.check_interrupt`: compensations are not cut
+    exception, by design (`_core.run.check_interrupt`: compensations are not cut
     short): a run that failed or was cancelled as the stop came may still refund."""
     out = []
     for proc, mark in stopped:

@@ -19,7 +19,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from durable._context import current_run
+from durable._run.context import current_run
 from tests.apps.model_stub import usage_of
 from tests.sim import faults
 

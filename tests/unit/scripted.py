@@ -1,6 +1,6 @@
 """A scripted driver for the protocol's generators: no database, no threads, no sleeping.
 
-`Script.run(gen)` drives one of `durable._protocol`'s generators the way `_driver.drive`
+`Script.run(gen)` drives one of `durable._core`'s generators the way `_driver.drive`
 does: it sends each operation's answer back into the generator, or throws an exception into
 it, until the generator returns (its value is returned) or raises (the error propagates).
 Every operation the generator yielded is kept in `script.ops`, so a test asserts on the
@@ -36,9 +36,10 @@ from collections.abc import Callable, Generator, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from durable import _protocol as protocol
-from durable._models import EffectStatus, Ledger, RetryPolicy, StepKind, StepRecord
-from durable._protocol import (
+from durable import _core as protocol
+from durable._base.models import EffectStatus, Ledger, RetryPolicy, StepKind, StepRecord
+from durable._base.registry import EffectOptions, StepDef, WorkflowDef
+from durable._core import (
     AppBegin,
     AppCall,
     AppEnd,
@@ -61,8 +62,7 @@ from durable._protocol import (
     WriteSteps,
     encode_error,
 )
-from durable._registry import EffectOptions, StepDef, WorkflowDef
-from durable._systemdb import load_queries
+from durable._io.systemdb import load_queries
 from durable.errors import BudgetExceededError
 from durable.serialization import JSONSerializer
 

@@ -1,19 +1,23 @@
 """The shape of the package, checked on its source (no database, nothing imported).
 
+- The tree is the architecture picture: every private module lives in its layer's package
+  (`_base`, `_core`, `_io`, `_run`, `_client`, `_host`), and a layer imports only its own
+  and the layers below it.
 - No import cycle among durable's modules, of any kind: imports inside functions and
   imports under `if TYPE_CHECKING:` count too (a type-only import still ties two modules:
   each must be read to understand the other).
-- The pure core (every module of the `_protocol` package) imports no database driver, no
-  clock, no threads.
-- SQL text runs only in `_systemdb.py` and the run I/O it mixes in (`_runio_async.py`, and
-  `_runio.py` generated from it): everywhere else a statement is named (a key of
-  `_sql/queries.sql`) and handed to the SystemDB. `_migrate.py` (run by the SystemDB, on
-  the migration files), the `_embedded` package and `testing.py` (which administer a cluster:
-  create databases, read its data directory) are the named exceptions.
+- The pure core (every module of the `_core` package) imports no database driver, no
+  clock, no threads, and nothing of durable above the ground floor (`_base`).
+- SQL text runs only in `_io/systemdb.py` and the run I/O it mixes in
+  (`_io/runio_async.py`, and `_io/runio.py` generated from it): everywhere else a
+  statement is named (a key of `_io/sql/queries.sql`) and handed to the SystemDB.
+  `_io/migrate.py` (run by the SystemDB, on the migration files), the `_embedded` package
+  and `testing.py` (which administer a cluster: create databases, read its data
+  directory) are the named exceptions.
 - The CLI is a client: it never reaches for the SystemDB or its statements.
 - No module is over 800 lines, but for an allow-list of those still to be split.
-- The worker loop (`_recovery.py`) is given what it uses: it imports none of the engine's
-  parts and never reaches through an engine for them.
+- The worker loop (`_host/recovery.py`) is given what it uses: it imports none of the
+  engine's parts and never reaches through an engine for them.
 - The drivers route an operation by its class, never by its statement's name.
 """
 
@@ -25,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from durable._systemdb import load_queries
+from durable._io.systemdb import load_queries
 
 PACKAGE = Path(__file__).resolve().parents[2] / "durable"
 MODULES = {
@@ -36,10 +40,10 @@ MODULES = {
 }
 # Files and packages.
 SQL_ADMIN = {
-    "_systemdb.py",
-    "_runio_async.py",
-    "_runio.py",
-    "_migrate.py",
+    "_io/systemdb.py",
+    "_io/runio_async.py",
+    "_io/runio.py",
+    "_io/migrate.py",
     "_embedded",
     "testing.py",
 }
@@ -107,7 +111,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
 
 def test_no_import_cycle_among_durable_modules() -> None:
     graph = import_graph()
-    assert graph.get("durable._engine")
+    assert graph.get("durable._host.engine")
     cycle = find_cycle(graph)
     assert cycle is None, "import cycle: " + " -> ".join(cycle or [])
 
@@ -119,29 +123,11 @@ def test_the_cycle_finder_finds_cycles() -> None:
 
 def test_the_protocol_is_pure() -> None:
     forbidden = {"psycopg", "psycopg_pool", "sqlalchemy", "time", "threading", "asyncio", "socket"}
-    io_modules = {
-        "durable._systemdb",
-        "durable._urls",
-        "durable._outage",
-        "durable._finishes",
-        "durable._driver",
-        "durable._engine",
-        "durable._client",
-        "durable._runner",
-        "durable._recovery",
-        "durable._durability",
-        "durable._embedded",
-        "durable._driver_async",
-        "durable._async_host",
-        "durable._host_async",
-        "durable._host_sync",
-        "durable._runio",
-        "durable._runio_async",
-        "durable._handles",
-    }
-    # The core: the run's decisions (the _protocol package) and the lifecycle around a run.
-    core = [*sorted((PACKAGE / "_protocol").glob("*.py")), PACKAGE / "_lifecycle.py"]
-    assert len(core) > 2, "the core is the _protocol package and _lifecycle.py"
+    # The core (the `_core` package: a run's decisions and the lifecycle around a run)
+    # builds on the ground floor alone: no driver, host, client or database module.
+    allowed = {"durable._core", "durable._base", "durable.errors", "durable.serialization"}
+    core = sorted((PACKAGE / "_core").glob("*.py"))
+    assert len(core) > 2, "the core is the _core package"
     for path in core:
         tree = _tree(path)
         where = str(path.relative_to(PACKAGE))
@@ -154,14 +140,57 @@ def test_the_protocol_is_pure() -> None:
                 continue
             for name in names:
                 assert name.split(".")[0] not in forbidden, f"{where} imports {name}"
-                package = ".".join(name.split(".")[:2])  # durable._embedded.server, too
-                assert package not in io_modules, f"{where} imports {name}"
+                if name.startswith("durable."):
+                    assert ".".join(name.split(".")[:2]) in allowed, f"{where} imports {name}"
         calls = {
             n.func.attr
             for n in ast.walk(tree)
             if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
         }
         assert not calls & {"sleep", "execute", "connect", "cursor"}, where
+
+
+# The layers, bottom first: the tree is the architecture picture (docs/architecture.md).
+# A module imports modules of its own layer or of a layer below it, never above.
+LAYERS = [
+    "durable.errors",
+    "durable.serialization",
+    "durable._base",
+    "durable._core",
+    "durable._io",
+    "durable._run",
+    "durable._client.client",
+    "durable._host",
+]
+
+
+def _layer(module: str) -> int | None:
+    package = ".".join(module.split(".")[:2])
+    return LAYERS.index(package) if package in LAYERS else None
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    out = []
+    for module, imported in sorted(graph.items()):
+        here = _layer(module)
+        for other in sorted(imported):
+            there = _layer(other)
+            if here is not None and there is not None and there > here:
+                out.append(f"{module} -> {other}")
+    return out
+
+
+def test_layers_import_only_downward() -> None:
+    graph = import_graph()
+    assert {".".join(m.split(".")[:2]) for m in graph} >= set(LAYERS[2:])
+    flat = [p.name for p in PACKAGE.glob("_*.py") if p.name != "__init__.py"]
+    assert flat == [], f"a private module belongs in its layer's package: {flat}"
+    assert layer_violations(graph) == []
+
+
+def test_the_layer_check_sees_an_upward_import() -> None:
+    graph = {"durable._io.systemdb": {"durable._host.engine", "durable._base.models"}}
+    assert layer_violations(graph) == ["durable._io.systemdb -> durable._host.engine"]
 
 
 def _sql_calls(tree: ast.Module) -> list[tuple[int, str]]:
@@ -192,7 +221,8 @@ def test_sql_runs_only_in_the_systemdb() -> None:
     offenders = {
         path.name: calls
         for path in PACKAGE.rglob("*.py")
-        if path.relative_to(PACKAGE).parts[0] not in SQL_ADMIN
+        if not {path.relative_to(PACKAGE).parts[0], path.relative_to(PACKAGE).as_posix()}
+        & SQL_ADMIN
         and (calls := _sql_calls(_tree(path)))
     }
     assert offenders == {}
@@ -293,11 +323,11 @@ def test_no_module_imports_the_package_itself() -> None:
 
 # The engine's parts: what makes up an Engine beside the claims, and how a run is hosted.
 ENGINE_PARTS = {
-    "durable._engine",
-    "durable._services",
-    "durable._runner",
-    "durable._async_host",
-    "durable._client",
+    "durable._host.engine",
+    "durable._host.services",
+    "durable._host.runner",
+    "durable._host.async_host",
+    "durable._client.client",
 }
 
 
@@ -311,7 +341,7 @@ def _reaches_engine_parts(module: str, tree: ast.Module) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("module", ["durable._recovery", "durable._claims"])
+@pytest.mark.parametrize("module", ["durable._host.recovery", "durable._host.claims"])
 def test_the_worker_loop_knows_only_its_parts(module: str) -> None:
     """The worker loop, the keeper and the heartbeat are given what they use (claims, a
     launcher, slots, a subscription: `WorkerParts`), made by the engine: they import none
@@ -322,9 +352,11 @@ def test_the_worker_loop_knows_only_its_parts(module: str) -> None:
 
 def test_the_worker_loop_check_sees_a_reach() -> None:
     source = "def f(engine):\n    engine.runner.dequeue(1)\n"
-    assert _reaches_engine_parts("durable._recovery", ast.parse(source)) == ["line 2: .runner"]
-    source = "from durable._runner import Runner\n"
-    assert _reaches_engine_parts("durable._recovery", ast.parse(source)) == ["durable._runner"]
+    assert _reaches_engine_parts("durable._host.recovery", ast.parse(source)) == ["line 2: .runner"]
+    source = "from durable._host.runner import Runner\n"
+    assert _reaches_engine_parts("durable._host.recovery", ast.parse(source)) == [
+        "durable._host.runner"
+    ]
 
 
 def _routes_by_name(tree: ast.Module) -> list[int]:
@@ -343,6 +375,6 @@ def test_the_drivers_route_by_operation_not_by_statement_name() -> None:
     """A write the sync driver commits together with other runs' (a step record, an
     outcome) is an operation of its own (RecordStep, Finish): renaming a statement cannot
     silently take it out of the group commit."""
-    for name in ("_driver.py", "_driver_async.py"):
+    for name in ("_run/driver.py", "_run/driver_async.py"):
         assert _routes_by_name(_tree(PACKAGE / name)) == [], name
     assert _routes_by_name(ast.parse('if op.name == "record_step":\n    pass\n')) == [1]

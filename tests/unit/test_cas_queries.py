@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from durable._systemdb import load_queries
+from durable._io.systemdb import load_queries
 
 
 def _norm(text: str) -> str:

@@ -1,4 +1,4 @@
-"""The settings are resolved in one place (durable/_config.py): arguments, then the
+"""The settings are resolved in one place (durable/_io/config.py): arguments, then the
 environment, then defaults, with a bad value refused by name before anything connects."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 import durable
-from durable._clock import FakeClock, SystemClock
-from durable._config import Config, crash_points
+from durable._base.clock import FakeClock, SystemClock
+from durable._io.config import Config, crash_points
 from durable.errors import ConfigurationError
 
 ROOT = Path(durable.__file__).parent
@@ -92,7 +92,7 @@ def test_crash_points_parse() -> None:
 
 # Modules that still read the environment themselves, and why they may.
 READS_ENVIRONMENT = {
-    "_config.py": "the one place the library's settings are resolved",
+    "_io/config.py": "the one place the library's settings are resolved",
     "cli": "the command line's options have environment fallbacks (click's envvar)",
     "testing.py": "the test fixtures' own variables (DURABLE_TEST_*)",
     "_embedded": "the embedded server's data directory and the environment it is started with",
@@ -111,12 +111,12 @@ def test_nothing_else_reads_the_environment() -> None:
             continue
         if re.search(r"os\.environ|os\.getenv", path.read_text("utf-8")):
             readers.append(rel)
-    assert readers == [], f"read settings in durable/_config.py, not in {readers}"
+    assert readers == [], f"read settings in durable/_io/config.py, not in {readers}"
 
 
 def test_the_response_timeout_is_given_or_five_seconds() -> None:
     """None (not given) is the SystemDB's default, 5 s; 0 is no bound."""
-    from durable._systemdb import SystemDB
+    from durable._io.systemdb import SystemDB
 
     assert Config.resolve(environ={}).response_timeout is None
     assert Config.resolve(environ={"DURABLE_RESPONSE_TIMEOUT": "2.5"}).response_timeout == 2.5
@@ -161,7 +161,7 @@ def test_each_default_is_the_configs(signature_of: object) -> None:
     assert checked >= 8
 
 
-# Besides _config.py, the one module that reads DURABLE_* variables: the test helper, which
+# Besides _io/config.py, the one module that reads DURABLE_* variables: the test helper, which
 # finds a test database the way a test suite's conftest would.
 READS_ITS_OWN = {"testing.py"}
 
@@ -202,11 +202,11 @@ def _environment_reads(tree: ast.Module) -> list[int]:
 
 def test_only_config_reads_durable_variables() -> None:
     """Every DURABLE_* setting is read by Config.resolve and passed down (the CLI reads its
-    own through click's envvar=), so the one list in _config.py's docstring is complete."""
+    own through click's envvar=), so the one list in _io/config.py's docstring is complete."""
     offenders = {
         str(path.relative_to(ROOT)): lines
         for path in ROOT.rglob("*.py")
-        if path.name != "_config.py"
+        if path.relative_to(ROOT).as_posix() != "_io/config.py"
         and str(path.relative_to(ROOT)) not in READS_ITS_OWN
         and (lines := _environment_reads(ast.parse(path.read_text("utf-8"))))
     }

@@ -1,4 +1,4 @@
-"""What both drivers read through the context variables (`durable._context`): the context
+"""What both drivers read through the context variables (`durable._run.context`): the context
 of a run's body, the run of the calling workflow, and where a decorated call made outside
 any workflow goes, with the errors (in sync and in async words) when it cannot."""
 
@@ -9,7 +9,8 @@ from typing import Any
 
 import pytest
 
-from durable._context import (
+from durable._core import StepScope
+from durable._run.context import (
     check_effect_key,
     current_engine,
     current_run,
@@ -18,7 +19,6 @@ from durable._context import (
     running,
     workflow_run,
 )
-from durable._protocol import StepScope
 from durable.errors import (
     AsyncInSyncError,
     BlockingCallError,

@@ -1,14 +1,14 @@
 """How application-database errors reach the core: `_systemdb.app_error_fault` turns
 psycopg's and SQLAlchemy's errors into an AppFault (a kind, and a constraint for a unique
-violation), the only form `_protocol.steps.transaction` decides on."""
+violation), the only form `_core.steps.transaction` decides on."""
 
 from __future__ import annotations
 
 import psycopg
 import sqlalchemy.exc
 
-from durable._protocol import TRANSACTION_OUTPUTS_TAKEN, AppFault, Fault
-from durable._systemdb import FENCE_LOST, app_error_fault
+from durable._core import TRANSACTION_OUTPUTS_TAKEN, AppFault, Fault
+from durable._io.systemdb import FENCE_LOST, app_error_fault
 
 
 def _error(cls: type[psycopg.Error], sqlstate: str | None = None) -> psycopg.Error:

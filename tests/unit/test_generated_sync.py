@@ -1,10 +1,10 @@
 """The sync modules listed in `tools/async_to_sync.py`'s PAIRS (the run I/O
-`durable/_runio.py`, the host of a workflow's life `durable/_host_sync.py`, the in-workflow
-API's `_waits.py`, `_state.py`, ...) are generated from their async sources by that script,
+`durable/_io/runio.py`, the host of a workflow's life `durable/_run/host_sync.py`, the in-workflow
+API's `_run/waits.py`, `_run/state.py`, ...) are generated from their async sources by that script,
 and committed. These tests fail when a committed file is not what the generator makes of
 its source now (someone edited one and not the other), when a hand-written twin creeps back
 (into the SystemDB, or a perform of lifecycle operations outside the host), and when a pair
-of durable/_acompat.py stops behaving alike.
+of durable/_run/acompat.py stops behaving alike.
 """
 
 from __future__ import annotations
@@ -84,9 +84,9 @@ def test_async_blocks_keep_the_sync_branch_only() -> None:
 
 
 def test_the_compatibility_names_pair_up() -> None:
-    """Each async name of durable/_acompat.py has the sync twin the translation maps it to."""
+    """Each async name of durable/_run/acompat.py has the sync twin the translation maps it to."""
     gen = _generator()
-    import durable._acompat as compat
+    import durable._run.acompat as compat
 
     for name in dir(compat):
         if name.endswith("_async") or name.startswith("Async"):
@@ -130,13 +130,13 @@ def test_the_translation() -> None:
 
 def test_the_systemdb_writes_no_twin_of_the_generated_io_by_hand() -> None:
     """Its methods come from RunIO and AsyncRunIO; a hand-written body of the same name in
-    _systemdb.py would shadow one side and let the two drift apart again."""
+    _io/systemdb.py would shadow one side and let the two drift apart again."""
     gen = _generator()
     tree = ast.parse((ROOT / gen.SOURCE).read_text("utf-8"))
     (io,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "AsyncRunIO"]
     async_names = {n.name for n in io.body if isinstance(n, ast.AsyncFunctionDef | ast.FunctionDef)}
     names = async_names | {gen._rename(n) for n in async_names}
-    systemdb = ast.parse((ROOT / "durable" / "_systemdb.py").read_text("utf-8"))
+    systemdb = ast.parse((ROOT / "durable" / "_io" / "systemdb.py").read_text("utf-8"))
     written = {
         f.name
         for c in systemdb.body
@@ -171,18 +171,19 @@ def test_one_host_performs_every_lifecycle_operation_on_both_sides() -> None:
     gen = _generator()
     import typing
 
-    from durable import _lifecycle as lifecycle
+    from durable._core import lifecycle
 
     ops = {op.__name__ for op in typing.get_args(lifecycle.Op)}
     assert len(ops) == 13
-    pair = (Path("durable/_host_async.py"), Path("durable/_host_sync.py"))
+    pair = (Path("durable/_run/host_async.py"), Path("durable/_run/host_sync.py"))
     assert pair in gen.PAIRS
     assert _perform_cases(pair[0], "AsyncLifeHost") == ops
     assert _perform_cases(pair[1], "LifeHost") == ops
     others = {
         path.relative_to(ROOT).as_posix(): node.lineno
         for path in (ROOT / "durable").rglob("*.py")
-        if path.name not in {"_host_async.py", "_host_sync.py"}
+        if path.relative_to(ROOT).as_posix()
+        not in {"durable/_run/host_async.py", "durable/_run/host_sync.py"}
         for node in ast.walk(ast.parse(path.read_text("utf-8")))
         if isinstance(node, ast.AsyncFunctionDef | ast.FunctionDef) and node.name == "perform"
     }
@@ -195,7 +196,7 @@ def test_the_compatibility_pairs_behave_the_same() -> None:
     import asyncio
     import concurrent.futures
 
-    from durable import _acompat as compat
+    from durable._run import acompat as compat
 
     failed: concurrent.futures.Future[object] = concurrent.futures.Future()
     failed.set_exception(SystemExit(3))
@@ -220,7 +221,7 @@ def test_module_level_blocks_keep_each_sides_imports() -> None:
     what it does not use; the host's names map to their sync twins."""
     gen = _generator()
     source = (
-        "from durable._acompat import AsyncFuture, wait_async\n"
+        "from durable._run.acompat import AsyncFuture, wait_async\n"
         "if True:  # ASYNC\n"
         "    from collections.abc import Callable\n"
         "else:\n"
@@ -229,7 +230,7 @@ def test_module_level_blocks_keep_each_sides_imports() -> None:
         "    waiter: AsyncFuture[int]\n"
     )
     assert gen.translate(source) == (
-        "from durable._acompat import Future, wait\n"
+        "from durable._run.acompat import Future, wait\n"
         "import contextvars\n"
         "class LifeHost:\n"
         "    waiter: Future[int]\n"

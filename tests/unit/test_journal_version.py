@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 
-from durable._systemdb import load_queries
+from durable._io.systemdb import load_queries
 
 # The statements that make a workflow RUNNING under a claim: each passes by journals of a
 # newer version than the code gives (%(journal_version)s).
@@ -34,7 +34,7 @@ def test_every_new_workflow_is_written_with_its_journal_version() -> None:
         "insert_workflow_pending",
         "enqueue_workflow",
         "fork_workflow",
-        "import_workflows",  # rows as exported, each with its own (durable/_transfer.py)
+        "import_workflows",  # rows as exported, each with its own (durable/_client/transfer.py)
     }
     for name in creating - {"import_workflows"}:
         assert "%(journal_version)s" in queries[name], name

@@ -1,4 +1,4 @@
-"""The run lifecycle's decisions (durable/_lifecycle.py), driven with scripted answers: no
+"""The run lifecycle's decisions (durable/_core/lifecycle.py), driven with scripted answers: no
 database, no threads, no event loop. Both hosts perform these same generators."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from durable import _lifecycle as lifecycle
-from durable._host_async import drive_async
-from durable._host_sync import drive
-from durable._models import WorkflowStatus
+from durable._base.models import WorkflowStatus
+from durable._core import lifecycle
+from durable._run.host_async import drive_async
+from durable._run.host_sync import drive
 from durable.errors import ResultTimeoutError, WorkflowConflictError, WorkflowSuspended
 
 # The lifecycle passes a workflow's definition on to the host and never reads it.

@@ -1,4 +1,4 @@
-"""The run lifecycle's operations exactly as asked (durable/_lifecycle.py): which workflow,
+"""The run lifecycle's operations exactly as asked (durable/_core/lifecycle.py): which workflow,
 definition, inputs and parent each names, what a timeout says, how a wait for an event
 backs off without passing its deadline."""
 
@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from durable import _lifecycle as lifecycle
-from durable._host_sync import drive
-from durable._models import WorkflowStatus
+from durable._base.models import WorkflowStatus
+from durable._core import lifecycle
+from durable._run.host_sync import drive
 from durable.errors import ResultTimeoutError, WorkflowSuspended
 from tests.unit.test_lifecycle import DEFN, Script, _Info
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from durable._outage import Outage
+from durable._io.outage import Outage
 
 URL = "postgresql://postgres@10.0.0.1:5432,10.0.0.2:5432/app"
 

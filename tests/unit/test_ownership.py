@@ -1,11 +1,11 @@
-"""The ownership of one engine (durable/_ownership.py): its executor id's incarnation and
+"""The ownership of one engine (durable/_io/ownership.py): its executor id's incarnation and
 the claims held under it, in one place, with no database."""
 
 from __future__ import annotations
 
 import pytest
 
-from durable._ownership import Ownership
+from durable._io.ownership import Ownership
 from durable.errors import ExecutorIdTakenError
 
 

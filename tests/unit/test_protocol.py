@@ -8,8 +8,8 @@ import uuid
 import pytest
 
 from durable import errors
-from durable._models import RetryPolicy, StepKind, StepRecord
-from durable._protocol import Journal, encode_error, rebuild_error
+from durable._base.models import RetryPolicy, StepKind, StepRecord
+from durable._core import Journal, encode_error, rebuild_error
 from durable.serialization import JSONSerializer, PickleSerializer, dumps_checked
 
 

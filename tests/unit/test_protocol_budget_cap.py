@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import Budget
-from durable._protocol import Call, StepScope
-from durable._protocol.budget import (
+from durable import _core as protocol
+from durable._base.models import Budget
+from durable._core import Call, StepScope
+from durable._core.budget import (
     _cap_gate,
     adopt_ledger,
     budget_left,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import StepKind, StepRecord
-from durable._protocol import Outcome, RunChild
-from durable._protocol.children import Placed, place_start, record_start
+from durable import _core as protocol
+from durable._base.models import StepKind, StepRecord
+from durable._core import Outcome, RunChild
+from durable._core.children import Placed, place_start, record_start
 from durable.errors import NondeterminismError, QueueDedupError, StepError
 from tests.unit.scripted import (
     DEFAULT,

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import EffectStatus, StepKind
-from durable._protocol import StepScope
-from durable._protocol.budget import over_cap
+from durable import _core as protocol
+from durable._base.models import EffectStatus, StepKind
+from durable._core import StepScope
+from durable._core.budget import over_cap
 from durable.errors import WorkflowInterrupted
 from tests.unit.scripted import (
     SERIALIZER,

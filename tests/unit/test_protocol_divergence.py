@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from durable import _protocol as protocol
+from durable import _core as protocol
 from durable.errors import BranchOrderError, NondeterminismError
 from tests.unit.scripted import Script, done, make_run, step_def
 

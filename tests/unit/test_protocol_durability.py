@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import StepKind, WorkflowStatus
-from durable._protocol import AwaitWriter, Enqueue, RecordStep, WriteSteps
+from durable import _core as protocol
+from durable._base.models import StepKind, WorkflowStatus
+from durable._core import AwaitWriter, Enqueue, RecordStep, WriteSteps
 from durable.errors import StaleOwnerError, WorkflowSuspended
 from tests.unit.scripted import (
     DEFAULT,

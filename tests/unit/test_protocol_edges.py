@@ -12,11 +12,11 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import StepKind, StepRecord
-from durable._protocol import AppFault, Fault
-from durable._protocol.journal import decode_error, rebuild_error, replay, restore
-from durable._protocol.ops import conflict_backoff, outage_backoff
+from durable import _core as protocol
+from durable._base.models import StepKind, StepRecord
+from durable._core import AppFault, Fault
+from durable._core.journal import decode_error, rebuild_error, replay, restore
+from durable._core.ops import conflict_backoff, outage_backoff
 from durable.errors import (
     DatabaseUnavailableError,
     StaleOwnerError,

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from durable._models import EffectStatus, RetryPolicy, StepKind
-from durable._protocol import Call, Compensation, Execute, Pause, decode_error
+from durable._base.models import EffectStatus, RetryPolicy, StepKind
+from durable._core import Call, Compensation, Execute, Pause, decode_error
 from durable.errors import (
     ApprovalDeniedError,
     IdempotencyKeyReusedError,

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import EffectStatus, RetryPolicy, StepKind
-from durable._protocol import Call, Compensation
-from durable._protocol.ops import StepScope
+from durable import _core as protocol
+from durable._base.models import EffectStatus, RetryPolicy, StepKind
+from durable._core import Call, Compensation
+from durable._core.ops import StepScope
 from durable.errors import (
     BudgetExceededError,
     IdempotencyKeyReusedError,

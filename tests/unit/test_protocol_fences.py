@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._protocol import WriteSteps
+from durable import _core as protocol
+from durable._core import WriteSteps
 from durable.errors import StaleOwnerError
 from tests.unit.scripted import (
     DEFAULT,

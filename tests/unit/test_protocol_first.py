@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import StepKind, StepRecord
-from durable._protocol import OnApproval, OnChild, OnMessage, OnTimer
+from durable import _core as protocol
+from durable._base.models import StepKind, StepRecord
+from durable._core import OnApproval, OnChild, OnMessage, OnTimer
 from durable.errors import (
     NondeterminismError,
     WorkflowCancelledError,

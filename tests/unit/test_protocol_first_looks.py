@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import Decision, StepKind, StepRecord
-from durable._protocol import OnApproval, OnChild, OnMessage, OnTimer
-from durable._protocol.journal import decode_error, encode_error
+from durable import _core as protocol
+from durable._base.models import Decision, StepKind, StepRecord
+from durable._core import OnApproval, OnChild, OnMessage, OnTimer
+from durable._core.journal import decode_error, encode_error
 from durable.errors import (
     StaleOwnerError,
     WorkflowCancelledError,

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._protocol import StepScope
-from durable._protocol.heartbeats import begin_attempt, give_up
+from durable import _core as protocol
+from durable._core import StepScope
+from durable._core.heartbeats import begin_attempt, give_up
 from durable.errors import (
     HeartbeatTimeoutError,
     StaleOwnerError,

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import RetryPolicy
-from durable._protocol import Call, Execute, Outcome, StepScope
-from durable._protocol.heartbeats import begin_attempt, end_attempt
+from durable import _core as protocol
+from durable._base.models import RetryPolicy
+from durable._core import Call, Execute, Outcome, StepScope
+from durable._core.heartbeats import begin_attempt, end_attempt
 from durable.errors import (
     HeartbeatTimeoutError,
     StaleOwnerError,

@@ -9,10 +9,10 @@ from decimal import Decimal
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import StepKind, StepRecord
-from durable._protocol import StepScope
-from durable._protocol.budget import reserve_call
+from durable import _core as protocol
+from durable._base.models import StepKind, StepRecord
+from durable._core import StepScope
+from durable._core.budget import reserve_call
 from durable.errors import (
     InvalidNameError,
     StaleOwnerError,

@@ -9,7 +9,7 @@ from decimal import Decimal
 
 import pytest
 
-from durable import _protocol as protocol
+from durable import _core as protocol
 from durable.errors import BudgetExceededError, StaleOwnerError
 from tests.unit.scripted import EPOCH, WORKFLOW_ID, Script, ledger, ledger_row, make_run
 

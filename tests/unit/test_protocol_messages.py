@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import StepKind, StepRecord
-from durable._protocol import Execute, Pause
+from durable import _core as protocol
+from durable._base.models import StepKind, StepRecord
+from durable._core import Execute, Pause
 from durable.errors import WorkflowNotFoundError
 from tests.unit.scripted import Script, done, make_run
 

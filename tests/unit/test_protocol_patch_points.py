@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import StepKind, StepRecord
-from durable._protocol import AppEnd
+from durable import _core as protocol
+from durable._base.models import StepKind, StepRecord
+from durable._core import AppEnd
 from tests.unit.scripted import DEFAULT, Script, done, make_run, step_def
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import StepKind, StepRecord
+from durable import _core as protocol
+from durable._base.models import StepKind, StepRecord
 from durable.errors import NondeterminismError
 from tests.unit.scripted import Script, done, make_run, step_def
 

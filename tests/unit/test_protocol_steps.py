@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import Ledger, RetryPolicy, StepKind
-from durable._protocol import (
+from durable import _core as protocol
+from durable._base.models import Ledger, RetryPolicy, StepKind
+from durable._core import (
     AppFault,
     Call,
     Fault,

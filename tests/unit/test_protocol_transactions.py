@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import RetryPolicy, StepKind
-from durable._protocol import AppBegin, AppEnd, AppFault, Call, Fault, Outcome, Pause
-from durable._protocol.journal import decode_error
-from durable._protocol.ops import CONFLICT_ATTEMPTS
+from durable import _core as protocol
+from durable._base.models import RetryPolicy, StepKind
+from durable._core import AppBegin, AppEnd, AppFault, Call, Fault, Outcome, Pause
+from durable._core.journal import decode_error
+from durable._core.ops import CONFLICT_ATTEMPTS
 from durable.errors import (
     BudgetExceededError,
     DatabaseUnavailableError,

@@ -11,12 +11,11 @@ from typing import Any
 
 import pytest
 
-from durable import _lifecycle as lifecycle
-from durable import _protocol as protocol
-from durable._host_sync import drive
-from durable._models import EffectStatus, StepKind, WorkflowStatus
-from durable._protocol import AppEnd, Call, Outcome, RunChild
-from durable._protocol.journal import rebuild_error
+from durable import _core as protocol
+from durable._base.models import EffectStatus, StepKind, WorkflowStatus
+from durable._core import AppEnd, Call, Outcome, RunChild, lifecycle
+from durable._core.journal import rebuild_error
+from durable._run.host_sync import drive
 from durable.errors import (
     DatabaseUnavailableError,
     StaleOwnerError,

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 import durable
-from durable import _protocol as protocol
-from durable._context import current_run, current_step
-from durable._models import Budget, Decision, Ledger, StepKind
-from durable._protocol import Call, Pause
+from durable import _core as protocol
+from durable._base.models import Budget, Decision, Ledger, StepKind
+from durable._core import Call, Pause
+from durable._run.context import current_run, current_step
 from durable.errors import (
     BudgetExceededError,
     StaleOwnerError,

@@ -8,9 +8,10 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import Budget, StepKind, StepRecord, WorkflowStatus
-from durable._protocol import (
+from durable import _core as protocol
+from durable._base.models import Budget, StepKind, StepRecord, WorkflowStatus
+from durable._base.registry import StepDef
+from durable._core import (
     TRANSACTION_OUTPUTS_TAKEN,
     AppBegin,
     AppCall,
@@ -19,7 +20,6 @@ from durable._protocol import (
     RunChild,
     decode_error,
 )
-from durable._registry import StepDef
 from durable.errors import (
     BranchOrderError,
     DatabaseUnavailableError,

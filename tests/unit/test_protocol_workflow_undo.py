@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import WorkflowStatus
-from durable._protocol import Call, Outcome
-from durable._protocol.workflow import _refused
-from durable._registry import StepDef
+from durable import _core as protocol
+from durable._base.models import WorkflowStatus
+from durable._base.registry import StepDef
+from durable._core import Call, Outcome
+from durable._core.workflow import _refused
 from durable.errors import (
     SharedEffectLostError,
     StaleOwnerError,

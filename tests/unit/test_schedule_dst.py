@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from durable._schedules import backfill_ticks, due_ticks, next_tick, tick_instant
+from durable._client.schedules import backfill_ticks, due_ticks, next_tick, tick_instant
 
 U = dt.UTC
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from durable._protocol import Execute, WriteSteps
+from durable._core import Execute, WriteSteps
 from tests.unit.scripted import WORKFLOW_ID, Script, ScriptError, held
 
 

@@ -1,11 +1,12 @@
 """An export carries every table that holds a workflow's rows: a new per-workflow table
-(placed in durable/_citus.py, as the schema test demands) fails here until the export
+(placed in durable/_io/citus.py, as the schema test demands) fails here until the export
 reads it and the import writes it."""
 
 from __future__ import annotations
 
-from durable import _citus, _transfer
-from durable._systemdb import load_queries
+from durable._client import transfer as _transfer
+from durable._io import citus as _citus
+from durable._io.systemdb import load_queries
 
 
 def test_every_per_workflow_table_is_exported_and_imported() -> None:

@@ -1,7 +1,7 @@
-"""The status machines (`_protocol/transitions.py`) against the code that moves statuses.
+"""The status machines (`_core/transitions.py`) against the code that moves statuses.
 
 Each table is walked (every status reachable from a new row, finished statuses final,
-no dead ends), and held to the SQL: every statement of `_sql/queries.sql` that writes a
+no dead ends), and held to the SQL: every statement of `_io/sql/queries.sql` that writes a
 workflow's or an effect's status is listed below with the moves it makes; the test reads
 each statement's `SET status` and its `WHERE ... status` tests to check the list, then
 checks that the table allows each move and that each move of the table is made by some
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from durable._models import EffectStatus, WorkflowStatus
-from durable._protocol import transitions as t
-from durable._systemdb import load_queries
+from durable._base.models import EffectStatus, WorkflowStatus
+from durable._core import transitions as t
+from durable._io.systemdb import load_queries
 
 W = WorkflowStatus
 E = EffectStatus

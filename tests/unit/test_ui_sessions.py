@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("starlette")
 
-from durable._models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
+from durable._base.models import StepKind, StepRecord, WorkflowInfo, WorkflowStatus
 from durable.ui import _auth
 from durable.ui._timeline import timeline
 

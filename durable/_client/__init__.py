@@ -1,0 +1,1 @@
+"""The client: reading and changing stored workflows, starts, queues, schedules."""

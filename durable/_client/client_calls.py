@@ -1,0 +1,133 @@
+# Generated from durable/_client/client_calls_async.py by tools/async_to_sync.py: do not edit.
+# Edit the source, then run `python tools/async_to_sync.py`
+# (tests/unit/test_generated_sync.py fails while this file is out of date).
+"""The calls of a Client that have an awaited form: retrieve, send, get_event, read_stream,
+enqueue, debounce.
+The awaited ones are written here; their plain twins (`_client/client_calls.py`) are generated
+from this module by tools/async_to_sync.py. A Client has both.
+
+The awaited forms hold no thread while they wait: what they ask of the database runs in a
+thread of the event loop's executor, one short call at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from durable._base.names import check_name
+from durable._client import debounce as debouncing
+from durable._client import starts
+from durable._client.debounce_base import DebounceSpec, P, R
+from durable._client.messages import Messages
+from durable._client.queues import Queue
+from durable._core import lifecycle
+from durable._io.listen import Subscription
+from durable._run.acompat import to_thread
+from durable._run.handles import WorkflowHandle
+from durable._run.host_sync import LifeHost, drive
+from durable._run.start_options import enqueue_method
+
+
+class ClientCalls(Messages):
+    """A Client's calls that have an awaited form (the awaited forms)."""
+
+    def retrieve(self, workflow_id: str) -> WorkflowHandle:
+        """A handle to an existing workflow; raises WorkflowNotFoundError if there is none
+        (`await client.retrieve_async(...)`: an AsyncWorkflowHandle)."""
+        to_thread(self.get_workflow, workflow_id)
+        return WorkflowHandle(self, workflow_id)
+
+    def send(
+        self,
+        workflow_id: str,
+        message: Any,
+        topic: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> None:
+        """Send a message to a workflow (from anywhere); it wakes if it waits in recv().
+        Sending twice with the same idempotency_key delivers once."""
+        to_thread(self._send, workflow_id, message, topic, idempotency_key)
+
+    def get_event(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
+        """The latest value a workflow published under `key`, waiting up to `timeout`
+        seconds for it to appear; None if it did not. (get_event_async: between looks it
+        sleeps on the event loop.)"""
+        check_name("workflow_id", workflow_id)
+        check_name("key", key)
+        life = lifecycle.event(workflow_id, key, timeout)
+        return drive(life, LifeHost(self))
+
+    def read_stream(
+        self, workflow_id: str, key: str, offset: int = 0, *, poll_interval: float = 1.0
+    ) -> Iterator[Any]:
+        """The values of a workflow's stream `key` from `offset` on, in order, each once,
+        following it live until it is closed (or the workflow finished and nothing more is
+        there). Waits for new values on the client's one LISTEN connection (shared by all
+        its readers), looking again every `poll_interval` seconds in case a notification
+        was lost or no LISTEN connection could be had. Reconnecting from the offset after
+        the last value seen continues where a reader left off. (read_stream_async: an
+        async iterator, which holds no thread while it waits.)"""
+        start = self._stream_args(workflow_id, key, offset)
+        subscription: Subscription | None = None
+        try:
+            while True:
+                rows, start, ended = to_thread(self._stream_rows, workflow_id, key, start)
+                yield from rows
+                if ended:
+                    return
+                if rows:
+                    continue
+                if subscription is None:  # listen, then look once more: nothing falls between
+                    subscription = self._listener.subscribe(self._stream_channel, workflow_id)
+                    continue
+                subscription.wait(poll_interval)
+        finally:
+            if subscription is not None:
+                subscription.close()
+
+    @enqueue_method
+    def enqueue(
+        self,
+        queue: Queue,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        partition_key: str | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle:
+        """Put `fn(*args, **kwargs)` on `queue`; a worker starts it when the queue's limits
+        allow. Its options: `workflow_id=` (an existing id returns its handle),
+        `dedup_key=` (QueueDedupError while another entry with it is queued or unfinished),
+        `priority=` (lower first; queues declared with priority=True), `delay=` (seconds
+        before it may start), `partition_key=` (a user or tenant: see Queue) and `timeout=`
+        (popped from kwargs: replaces the decorator's timeout). Inside a workflow the entry
+        is journaled as a child, so a replay does not enqueue it again; so is a QueueDedupError
+        there: a replay raises it again, even once the key is free. (enqueue_async, awaited:
+        an AsyncWorkflowHandle, journaled from the code of an async workflow.)"""
+        chosen = starts.enqueue(
+            self,
+            queue,
+            fn,
+            args,
+            kwargs,
+            workflow_id=workflow_id,
+            dedup_key=dedup_key,
+            priority=priority,
+            delay=delay,
+            partition_key=partition_key,
+        )
+        return WorkflowHandle(self, chosen)
+
+    def debounce(
+        self, debouncer: DebounceSpec[P, R], key: str, /, *args: P.args, **kwargs: P.kwargs
+    ) -> WorkflowHandle:
+        """Debounce a start of the debouncer's workflow under `key` (see durable.Debouncer):
+        it runs once the key has been quiet for the debouncer's period, with the arguments
+        of the last debounce before it started. Returns the handle of that run."""
+        workflow_id = debouncing.debounce(self, debouncer, key, args, kwargs)
+        return WorkflowHandle(self, workflow_id)

@@ -1,0 +1,1 @@
+"""The host: claims, the runner, event-loop hosts, the worker loop and the Engine."""

@@ -1,0 +1,123 @@
+"""The Engine's calls that run workflows in this process, with their awaited forms: a
+start, a workflow called as a function, a connection to the application database.
+
+The awaited ones are written here; their plain twins (`_host/engine_calls.py`) are generated
+from this module by tools/async_to_sync.py. An Engine has both. They differ in what they
+run on, and the source says so in `if True:  # ASYNC ... else:` blocks: the plain forms
+run on the engine's threads (its Runner), the awaited ones on the caller's event loop,
+through its AsyncHost (found, or opened, by the call).
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, cast
+
+from durable._base.names import check_name
+from durable._client.starts_async import start_placed_async
+from durable._core import lifecycle
+from durable._run.acompat import AsyncFuture
+from durable._run.decorators import workflow_call
+from durable._run.handles import AsyncWorkflowHandle
+from durable._run.host_async import AsyncLifeHost, drive_async
+from durable._run.start_options import start_method
+from durable._run.timeouts import pop_timeout, workflow_timeout
+
+if TYPE_CHECKING:
+    import sqlalchemy.ext.asyncio
+
+    from durable._base.registry import WorkflowDef
+    from durable._client.client import Client
+    from durable._host.async_host import AsyncHosts
+    from durable._host.runner import Runner
+
+
+class AsyncEngineCalls:
+    """An Engine's calls that run workflows in this process, in one of their two forms
+    (see the module docstring)."""
+
+    client: Client
+    runner: Runner
+
+    if TYPE_CHECKING:  # the Engine's
+
+        def _ensure_running(self) -> None: ...
+
+        def _hosts(self) -> AsyncHosts: ...
+
+    @start_method
+    async def start_async(
+        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+    ) -> AsyncWorkflowHandle:
+        """Start `fn(*args, **kwargs)` as a workflow on this engine.
+
+        Pass `workflow_id=` to choose the id: ids are idempotency keys,
+        so starting an existing id returns a handle to that workflow (resuming it here if it
+        is interrupted and nobody holds its lease). `timeout=` (popped from kwargs: seconds or a
+        timedelta) replaces the decorator's timeout for this workflow (see
+        durable.workflow_timeout). Inside a workflow the start is journaled
+        as a child, so a replay does not start it again.
+
+        start runs the workflow in this engine's threads. start_async starts it from async
+        code: an async def workflow runs as a task on the calling event loop (its steps may
+        use what the application made on it); a sync one on this engine's threads. It
+        returns once the workflow is recorded; `await handle.result()` waits without
+        blocking the loop. Inside an async workflow the start is journaled as a child.
+        """
+        check_name("workflow_id", workflow_id, optional=True)
+        if (timeout := pop_timeout(kwargs)) is not None:
+            with workflow_timeout(timeout):
+                start = cast(Any, self.start_async)
+                return await start(fn, *args, workflow_id=workflow_id, **kwargs)  # type: ignore[no-any-return]
+        defn, call_args = workflow_call(fn, args)
+        self._ensure_running()
+        if True:  # ASYNC
+            hosts = self._hosts()
+            loop = await hosts.here()
+            host = AsyncLifeHost(
+                self.client,
+                self.runner,
+                loop=loop,
+                home=lambda workflow_id: hosts.home(
+                    workflow_id, loop
+                ),  # if it waits, it resumes here
+            )
+        else:
+            host = AsyncLifeHost(self.client, self.runner)
+
+        async def create(chosen: str, parent: tuple[str, int] | None) -> AsyncWorkflowHandle:
+            inputs = self.client.inputs.encode(defn, call_args, kwargs)
+            life = lifecycle.start(defn, chosen, inputs, parent)
+            waiter: AsyncFuture[Any] | None = await drive_async(life, host)
+            return AsyncWorkflowHandle(self.client, chosen, waiter)  # (reads the run's error)
+
+        chosen, started = await start_placed_async(defn, workflow_id, create)
+        return started if started is not None else AsyncWorkflowHandle(self.client, chosen)
+
+    async def _run_direct_async(
+        self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]
+    ) -> Any:
+        """A workflow called as a function inside `with engine:` (an async one awaited
+        inside `async with engine:`): run it here, in this thread (in this task)."""
+        self._ensure_running()
+        if True:  # ASYNC
+            host = await self._hosts().here()
+        else:
+            host = self.runner
+        inputs = self.client.inputs.encode(defn, args, kwargs)
+        return await host.run_inline(lifecycle.Create(defn, str(uuid.uuid4()), inputs, None))
+
+    @asynccontextmanager
+    async def app_connection_async(
+        self, isolation_level: str | None = None
+    ) -> AsyncIterator[sqlalchemy.ext.asyncio.AsyncConnection]:
+        """A SQLAlchemy connection to the application database (that of @transaction
+        steps). (app_connection_async: an AsyncConnection, on this event loop.)"""
+        if True:  # ASYNC
+            host = await self._hosts().here()
+        else:
+            host = self.runner
+        async with host.app_connection(isolation_level) as conn:
+            yield conn

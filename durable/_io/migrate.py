@@ -1,0 +1,115 @@
+"""Applies the numbered SQL migrations under an advisory lock.
+
+Migrations are the only definition of the schema: forward-only files in `_io/sql/migrations`,
+each applied once, in order, inside one transaction that first takes a transaction-level
+advisory lock. Two processes launching at once therefore serialize here: the second waits,
+then sees the versions the first applied and does nothing.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import zlib
+from collections.abc import Callable
+from importlib import resources
+from typing import cast
+
+import psycopg
+from psycopg import sql
+
+from durable.errors import MigrationError
+
+_FILE_RE = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql$")
+
+
+def lock_key(schema: str) -> int:
+    """A stable 63-bit advisory-lock key for this schema's migrations."""
+    return zlib.crc32(f"durable.migrate:{schema}".encode()) & 0x7FFFFFFF
+
+
+def available() -> list[tuple[int, str, str]]:
+    """(version, name, text) of every shipped migration, in order."""
+    found = []
+    for entry in resources.files("durable._io.sql.migrations").iterdir():
+        match = _FILE_RE.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), entry.read_text("utf-8")))
+    return sorted(found)
+
+
+def latest_version() -> int:
+    return available()[-1][0]
+
+
+def render(text: str, schema: str) -> sql.Composed:
+    """Substitute the quoted schema name into a migration's text."""
+    return sql.SQL(text).format(schema=sql.Identifier(schema))
+
+
+# Told of each migration this call applies: (version, name, index, count, seconds), once
+# with seconds None as it begins and once with its duration when done (an index on a large
+# table can take minutes; an operator should see which one is running).
+MigrationProgress = Callable[[int, str, int, int, float | None], None]
+
+
+def migrate(
+    conn: psycopg.Connection[object], schema: str, progress: MigrationProgress | None = None
+) -> list[int]:
+    """Bring `schema` up to date; returns the versions applied by this call."""
+    applied_now: list[int] = []
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key(schema)])
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(schema)))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {}.schema_migrations ("
+                " version integer PRIMARY KEY, name text NOT NULL,"
+                " applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            ).format(sql.Identifier(schema))
+        )
+        rows = conn.execute(
+            sql.SQL("SELECT version FROM {}.schema_migrations").format(sql.Identifier(schema))
+        ).fetchall()
+        done = {int(cast(tuple[int], row)[0]) for row in rows}
+        todo = [m for m in available() if m[0] not in done]
+        for index, (version, name, text) in enumerate(todo, 1):
+            if progress is not None:
+                progress(version, name, index, len(todo), None)
+            began = time.monotonic()
+            conn.execute(render(text, schema))
+            conn.execute(
+                sql.SQL("INSERT INTO {}.schema_migrations (version, name) VALUES (%s, %s)").format(
+                    sql.Identifier(schema)
+                ),
+                [version, name],
+            )
+            applied_now.append(version)
+            if progress is not None:
+                progress(version, name, index, len(todo), time.monotonic() - began)
+    return applied_now
+
+
+def check(conn: psycopg.Connection[object], schema: str) -> None:
+    """Raise MigrationError unless `schema` is exactly at the version this library ships."""
+    try:
+        row = conn.execute(
+            sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(sql.Identifier(schema))
+        ).fetchone()
+    except psycopg.errors.UndefinedTable as exc:
+        raise MigrationError(
+            f"schema {schema!r} has no durable tables: run `durable migrate` "
+            "(or start the engine with migrate=True)"
+        ) from exc
+    current = cast(tuple[int | None], row)[0] if row else None
+    expected = latest_version()
+    if current is None or current < expected:
+        raise MigrationError(
+            f"schema {schema!r} is at version {current}, this library needs {expected}: "
+            "run `durable migrate`"
+        )
+    if current > expected:
+        raise MigrationError(
+            f"schema {schema!r} is at version {current}, newer than this library "
+            f"({expected}): upgrade durable-pg"
+        )

@@ -1,0 +1,113 @@
+"""Retention: what is deleted, when, and what is never touched.
+
+Journals of finished workflows are deleted after `finished_after`, oldest first, in
+batches of `batch_size` (each its own short transaction, rows locked with SKIP LOCKED so
+pruning never waits on, or blocks, a worker). The effect ledger is an audit trail of what
+moved the outside world; it has its own, longer window (`effects_after`) and outlives the
+journals it came from. Workflows that can still run (enqueued, pending, running,
+suspended, compensating) or that wait for an operator (max recovery attempts exceeded)
+are never pruned, nor are the effects of such workflows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from durable._io.bounded import unbounded
+from durable.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from durable._io.systemdb import SystemDB
+
+
+def _seconds(name: str, value: dt.timedelta | float) -> float:
+    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else value
+    if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+        raise ConfigurationError(
+            f"RetentionPolicy({name}={value!r}): give a timedelta (or seconds) of zero or more"
+        )
+    return float(seconds)
+
+
+@dataclass(frozen=True)
+class RetentionPolicy:
+    """How long finished journals and the effect ledger are kept (see module docstring).
+
+    Give it to `Engine(retention=...)` (or `durable worker --prune-finished-after ...`)
+    and the worker loop applies it every `interval`; `engine.client.prune()` applies it once."""
+
+    finished_after: dt.timedelta = dt.timedelta(days=7)
+    effects_after: dt.timedelta = dt.timedelta(days=90)
+    batch_size: int = 500
+    interval: dt.timedelta = dt.timedelta(minutes=5)
+
+    def __post_init__(self) -> None:
+        _seconds("finished_after", self.finished_after)
+        _seconds("effects_after", self.effects_after)
+        _seconds("interval", self.interval)
+        if (
+            isinstance(self.batch_size, bool)
+            or not isinstance(self.batch_size, int)
+            or (self.batch_size < 1)
+        ):
+            raise ConfigurationError(
+                f"RetentionPolicy(batch_size={self.batch_size!r}): give a whole number >= 1"
+            )
+
+    @property
+    def interval_seconds(self) -> float:
+        return _seconds("interval", self.interval)
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    """What one prune deleted (or, with dry_run, would delete)."""
+
+    workflows: int
+    steps: int
+    effects: int
+    dry_run: bool
+
+
+# What a long prune reports after each batch: ("workflows" or "effects", done, total), the
+# totals counted before it began (rows finishing meanwhile may add a few).
+PruneProgress = Callable[[str, int, int], None]
+
+
+@unbounded()  # long by right: see _io/bounded.py
+def prune(
+    db: SystemDB,
+    policy: RetentionPolicy,
+    *,
+    dry_run: bool = False,
+    progress: PruneProgress | None = None,
+) -> PruneReport:
+    """Apply `policy` once: bounded batches until nothing old is left."""
+    finished = _seconds("finished_after", policy.finished_after)
+    effects = _seconds("effects_after", policy.effects_after)
+    counts = db.fetch_one("count_prunable", {"finished_after": finished, "effects_after": effects})
+    assert counts is not None
+    if dry_run:
+        return PruneReport(counts["workflows"], counts["steps"], counts["effects"], True)
+    deleted_workflows = deleted_steps = deleted_effects = 0
+    while True:
+        row = db.fetch_one("prune_finished", {"older_than": finished, "batch": policy.batch_size})
+        assert row is not None
+        batch = int(row["workflows"])
+        deleted_workflows += batch
+        deleted_steps += int(row["steps"])
+        if progress is not None:
+            progress("workflows", deleted_workflows, max(counts["workflows"], deleted_workflows))
+        if batch < policy.batch_size:
+            break
+    while True:
+        n = db.execute("prune_effects", {"older_than": effects, "batch": policy.batch_size})
+        deleted_effects += n
+        if progress is not None:
+            progress("effects", deleted_effects, max(counts["effects"], deleted_effects))
+        if n < policy.batch_size:
+            break
+    return PruneReport(deleted_workflows, deleted_steps, deleted_effects, False)

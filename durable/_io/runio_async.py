@@ -1,0 +1,292 @@
+"""A run's database I/O: checkout, named statements on a run's connection, batches of step
+records, and the application's transaction (AsyncAppTransaction) and statements inside it.
+
+One source for both sides: `_io/runio_async.py` (AsyncRunIO, on psycopg's and SQLAlchemy's
+async connections) is written by hand, and `_io/runio.py` (RunIO) is generated from it by
+`tools/async_to_sync.py`, so that the two cannot drift apart; SystemDB mixes both in. What
+the two sides do differently beyond that mechanical translation is a hook in
+`_io/runio_base.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from typing import TYPE_CHECKING, Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from durable._core import ABORTED, conflict_backoff
+from durable._io.bounded import AsyncBoundedConnection
+from durable._io.runio_base import (
+    _ENDED,
+    EXECUTED,
+    RunIOBase,
+    _as_sqlalchemy,
+    _batch_statements,
+    _large,
+    _Refused,
+    _spoils,
+    ended_by_code,
+    is_outage,
+)
+from durable.errors import DatabaseUnavailableError
+
+if TYPE_CHECKING:
+    import sqlalchemy.ext.asyncio
+
+    from durable._core import AppExecute
+
+
+class AsyncRunIO(RunIOBase):
+    """The statements a run sends on its own connection, and its checkout."""
+
+    async def _configure_async(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """A pool's new connection (the pool's `configure`), before its first use."""
+        # A new connection is the proof that a server answers again (a checkout is
+        # not: an idle connection to a dead server looks fine until it is used).
+        self.outage.seen(conn)
+        if isinstance(conn, AsyncBoundedConnection):
+            conn.source = self
+        if self.distributed:
+            await conn.execute(self._queries["citus_session"])
+
+    @asynccontextmanager
+    async def _checkout_async(
+        self, pool: AsyncConnectionPool
+    ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        """A connection of `pool`, with the fake clock handed to SQL when there is one. A
+        failed checkout is an outage (the run is interrupted, not failed), and a connection
+        an outage came through is closed rather than put back into the pool."""
+        async with AsyncExitStack() as stack:
+            try:
+                conn = await stack.enter_async_context(pool.connection())  # checkout
+                if self._fake_clock is not None:
+                    await conn.execute(
+                        "SELECT set_config('durable.fake_now', %s, false)",
+                        [self._fake_clock.now().isoformat()],
+                    )
+            except (psycopg.Error, PoolTimeout) as exc:
+                # No connection to be had (an outage, or a pool exhausted for its whole
+                # timeout), or one lost at once: the run is interrupted, not failed.
+                raise self.error("checkout", exc) from exc
+            try:
+                yield conn
+            except (DatabaseUnavailableError, psycopg.Error) as exc:
+                if _spoils(exc):
+                    await conn.close()
+                raise
+
+    async def run_on_async(
+        self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any], fetch: str
+    ) -> Any:
+        """A named statement on a run's own connection: the row count ("count"), the first
+        row ("one") or every row ("all"), as dicts. The drivers' one way to the database.
+        A statement that is its own transaction (autocommit, none open) is run again after
+        a serialization failure or deadlock; inside a transaction the caller retries."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self.raw_run_async(conn, name, params, fetch)
+            except (psycopg.Error, PoolTimeout) as exc:
+                if self._again(exc, attempt, conn):
+                    await asyncio.sleep(conflict_backoff(attempt))
+                    continue
+                raise self.error(name, exc, conn) from exc
+
+    async def raw_run_async(
+        self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any], fetch: str
+    ) -> Any:
+        """The statement of run_on without translation or retries (inside `atomically`)."""
+        query = self._queries[name]
+        if fetch == "count":
+            cur = await conn.execute(query, params)
+            self.counters.statements += 1
+            return cur.rowcount
+        async with conn.cursor(row_factory=dict_row) as dcur:
+            await dcur.execute(query, params)
+            self.counters.statements += 1
+            if fetch == "one":
+                return await dcur.fetchone()
+            return await dcur.fetchall()
+
+    async def write_steps_async(
+        self,
+        conn: psycopg.AsyncConnection[Any] | None,
+        rows: Sequence[dict[str, Any]],
+        finish: dict[str, Any] | None = None,
+    ) -> list[str]:
+        """Journal many step records in one statement; returns the workflow id of each row
+        written (rows of runs that lost ownership are refused by the fence). With `finish`
+        (finish_workflow's parameters; the rows are that run's), the run's outcome is
+        written in the same transaction, and nothing at all if the run lost ownership.
+        Without `conn`, on a connection of the engine's pool."""
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                if conn is not None:
+                    return await self._write_steps_async(conn, rows, finish)
+                if True:  # ASYNC
+                    # An event loop has no default pool (each loop's host owns its own)
+                    # and its runs always pass their connection: asking is a mistake.
+                    raise TypeError(
+                        "write_steps_async needs the run's connection: an event loop has "
+                        "no default pool"
+                    )
+                else:
+                    with self._default_connection() as pooled:
+                        return self._write_steps(pooled, rows, finish)
+            except _Refused:
+                return []
+            except (psycopg.Error, PoolTimeout) as exc:
+                # One statement, or one transaction that rolled back whole: run it again.
+                if self._again(exc, attempt):
+                    await asyncio.sleep(conflict_backoff(attempt))
+                    continue
+                raise self.error("record_steps", exc, conn) from exc
+
+    async def _write_steps_async(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        rows: Sequence[dict[str, Any]],
+        finish: dict[str, Any] | None,
+    ) -> list[str]:
+        if not _large(rows):
+            batch = _batch_statements(rows, finish, self.distributed)
+            if len(batch) == 1:
+                name, params = batch[0]
+                cur = await conn.execute(self._queries[name], params)
+                self.counters.statements += 1
+                return [str(r[0]) for r in await cur.fetchall()]
+            # Several runs' records on a distributed schema: one statement per run, in one
+            # transaction (a failed batch rolls back whole and can be sent again).
+            async with conn.transaction():
+                cur = conn.cursor()
+                await cur.executemany(
+                    self._queries["record_run_steps"], [p for _, p in batch], returning=True
+                )
+                self.counters.statements += len(batch)
+                return await _returned_async(cur)
+        async with conn.transaction():
+            cur = conn.cursor()
+            await cur.executemany(self._queries["record_step"], rows, returning=True)
+            self.counters.statements += len(rows)
+            written = await _returned_async(cur)
+            if finish is not None and len(written) == len(rows):
+                self.counters.statements += 1
+                done = await conn.execute(self._queries["finish_workflow"], finish)
+                if done.rowcount != 1:
+                    raise _Refused()
+            return written
+
+    async def app_run_async(
+        self,
+        conn: sqlalchemy.ext.asyncio.AsyncConnection,
+        name: str,
+        params: dict[str, Any],
+        fetch: str,
+    ) -> Any:
+        """A named statement inside the application's transaction (SQLAlchemy connection)."""
+        result = await conn.exec_driver_sql(self.statement(name), params)
+        self.counters.statements += 1
+        if fetch == "count":
+            return result.rowcount
+        rows = [dict(r._mapping) for r in result]
+        return (rows[0] if rows else None) if fetch == "one" else rows
+
+    async def app_commit_with_async(
+        self, conn: sqlalchemy.ext.asyncio.AsyncConnection, name: str, params: dict[str, Any]
+    ) -> int | str | None:
+        """Run a named statement and COMMIT the application transaction in one pipeline
+        (one round trip). If the statement fails, the COMMIT is skipped by the server and
+        the error is raised, the transaction left aborted for the caller's rollback.
+        Returns the statement's row count; sends nothing and returns None or ABORTED when
+        the connection has no transaction open or one in error (see _ENDED)."""
+        # The psycopg connection under SQLAlchemy's: its sync Connection hands it out as an
+        # attribute, its AsyncConnection by an awaited call.
+        if True:  # ASYNC
+            raw = (await conn.get_raw_connection()).driver_connection
+            assert isinstance(raw, psycopg.AsyncConnection)
+        else:
+            raw = conn.connection.driver_connection
+            assert isinstance(raw, psycopg.Connection)
+        status = raw.info.transaction_status
+        if ended_by_code(status, conn.info):
+            return _ENDED[status]
+        try:
+            async with raw.pipeline():  # one Sync, at the block's end: one round trip
+                cursor = await raw.execute(self._queries[name], params)
+                # Not raw.commit(): in a pipeline it syncs at once, and the block's exit
+                # syncs again (two round trips).
+                await raw.execute(b"COMMIT")
+        except psycopg.Error as exc:
+            lost = raw.closed or is_outage(exc)
+            if lost:
+                await conn.invalidate()  # SQLAlchemy must not hand this connection out again
+            raise _as_sqlalchemy(exc, self.statement(name), conn.dialect, lost) from exc
+        self.counters.statements += 1
+        return cursor.rowcount
+
+
+class AsyncAppTransaction:
+    """The application transaction a @transaction step holds open across operations (from
+    its driver's AppBegin to its AppEnd), on a connection of `cm` (the host's
+    app_connection); `db` runs the statement that may go with the COMMIT."""
+
+    def __init__(
+        self,
+        db: AsyncRunIO,
+        cm: AbstractAsyncContextManager[sqlalchemy.ext.asyncio.AsyncConnection],
+    ) -> None:
+        self._db = db
+        self._cm = cm
+        self.conn: sqlalchemy.ext.asyncio.AsyncConnection | None = None
+        self._tx: sqlalchemy.ext.asyncio.AsyncTransaction | None = None
+
+    async def begin(self) -> None:
+        """Check out the connection and begin; on failure, give the connection back."""
+        self.conn = await self._cm.__aenter__()
+        self.conn.info[EXECUTED] = False  # (the info outlives a checkout)
+        try:
+            self._tx = await self.conn.begin()
+        except BaseException:
+            await self._cm.__aexit__(None, None, None)
+            raise
+
+    async def end(self, commit: bool, last: AppExecute | None = None) -> int | str | None:
+        """Commit or roll back; with `last`, that statement and the COMMIT go in one
+        pipeline (its row count is returned; see AppEnd for None and "aborted"). Always
+        gives the connection back."""
+        try:
+            written: int | str | None = None
+            tx = self._tx
+            if tx is not None and tx.is_active:
+                if commit:
+                    if last is not None:
+                        assert self.conn is not None
+                        written = await self._db.app_commit_with_async(
+                            self.conn, last.name, last.params
+                        )
+                    if written == ABORTED:
+                        await tx.rollback()
+                    else:
+                        await tx.commit()  # after the pipeline's COMMIT: SQLAlchemy's books
+                else:
+                    await tx.rollback()
+            return written
+        finally:
+            await self._cm.__aexit__(None, None, None)
+
+
+async def _returned_async(cur: psycopg.AsyncCursor[Any]) -> list[str]:
+    """The workflow ids an executemany(returning=True) of single-row inserts wrote."""
+    written: list[str] = []
+    while True:
+        written += [str(r[0]) for r in await cur.fetchall()]
+        if not cur.nextset():
+            return written

@@ -1,0 +1,197 @@
+"""Waiting without a process: approval gates, durable sleep, messages and events; and
+sending messages and reading events from inside a workflow.
+
+A wait is journaled like a step. The first time a workflow reaches it, the run records
+the request and suspends the workflow in one fenced write: the row becomes SUSPENDED with
+no owner, and the run unwinds (WorkflowSuspended), freeing its worker slot and thread.
+Whatever ends the wait (a decision, a message, the time, a timeout) sets the workflow back
+to PENDING; any worker claims it and replays it to the wait, which now finds its answer,
+journals it and returns. Crash recovery and deliberate pauses are the same machinery. The
+decisions are in `_core` (`gate`, `sleep`, `recv`, `set_event`); these are the public
+functions that drive them.
+
+This module is the source of the awaited forms (`durable.sleep_async`, ...), for async
+workflows; `_run/waits.py`, the plain ones, is generated from it by tools/async_to_sync.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from durable import _core as protocol
+from durable._base.models import Decision
+from durable._base.names import check_name
+from durable._core import Run
+from durable._run.acompat import called_async, workflow_run_async
+from durable._run.context import (
+    current_engine,
+    current_run,
+    current_step,
+    refuse_on_loop,
+    workflow_code_run,
+)
+from durable._run.driver_async import drive_async
+from durable._run.in_step_async import drive_in_step_async
+from durable.errors import InvalidWaitError, NoEngineError
+
+# The longest wait accepted (100 years): beyond it a wake-up time overflows.
+_MAX_WAIT = 100 * 365.25 * 86400
+
+
+def _seconds(value: float | dt.timedelta, what: str) -> float:
+    try:
+        seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+    except (TypeError, ValueError):
+        seconds = float("nan")
+    if isinstance(value, bool) or not 0 <= seconds <= _MAX_WAIT:  # negative, NaN, inf, huge
+        raise InvalidWaitError(
+            f"{what}={value!r}: give a duration of zero or more seconds, at most 100 years "
+            "(a number or a datetime.timedelta)"
+        )
+    return seconds
+
+
+async def approval_async(
+    name: str,
+    payload: Any = None,
+    *,
+    timeout: float | dt.timedelta | None = None,
+    default: bool = False,
+) -> Decision:
+    """Wait, durably, for a person to approve or deny `name`; return the Decision.
+
+    The workflow is suspended while it waits (no worker slot is held) and resumes on
+    `engine.decide(...)` or `durable approvals approve|deny`. With `timeout`, nobody
+    deciding in time decides `default`. On replay the recorded decision is returned.
+    (`await durable.approval_async(...)` in an async workflow.)
+    """
+    check_name("name", name)
+    seconds = None if timeout is None else _seconds(timeout, "timeout")
+    run = workflow_run_async("durable.approval()")
+    gen = protocol.approval(run, name, payload, timeout=seconds, default=default)
+    return await drive_async(run, gen)
+
+
+async def sleep_async(seconds: float | dt.timedelta) -> None:
+    """Sleep durably: the wake-up time is journaled first; a long sleep suspends the workflow
+    (no worker slot, no thread; in an async workflow, `await durable.sleep_async(...)`, no
+    task either) and any worker resumes it when it is due, even after every worker
+    restarted. A resumed workflow only sleeps what is left."""
+    duration = _seconds(seconds, "seconds")
+    run = workflow_run_async("durable.sleep()")
+    await drive_async(run, protocol.sleep(run, duration))
+
+
+async def recv_async(topic: str | None = None, timeout: float | dt.timedelta | None = None) -> Any:
+    """Receive the oldest message sent to this workflow on `topic`, or None on timeout.
+
+    The message is consumed in the same statement that journals this step, so it is
+    consumed exactly once, across crashes. While nothing is there the workflow suspends.
+    (`await durable.recv_async(...)` in an async workflow.)"""
+    check_name("topic", topic, optional=True)
+    run = workflow_run_async("durable.recv()")
+    seconds = None if timeout is None else _seconds(timeout, "timeout")
+    return await drive_async(run, protocol.recv(run, topic, seconds))
+
+
+async def set_event_async(key: str, value: Any) -> None:
+    """Publish `value` under `key` for readers outside the workflow (engine.get_event).
+
+    From workflow code the call is journaled: a replay publishes nothing again. From a
+    step's code it is published at once, as part of that step (a long step reports its
+    progress): a step run again after a crash or a failed attempt publishes again, and a
+    reader sees the latest value written. (`await durable.set_event_async(...)` in an async
+    workflow or an async step's code.)"""
+    check_name("key", key)
+    in_step = _event_step(called_async("durable.set_event()"))
+    if in_step is not None:
+        run, seq = in_step
+        await drive_in_step_async(run, protocol.set_event_in_step(run, seq, key, value))
+        return
+    run = workflow_run_async("durable.set_event()")
+    await drive_async(run, protocol.set_event(run, key, value))
+
+
+def _step_run(what: str) -> tuple[Run, int] | None:
+    """The run and position of the step whose code is calling, None outside a step's code.
+    A sync call from an async step, on its workflow's event loop, would block that loop:
+    BlockingCallError, naming the awaited twin."""
+    run = current_run.get()
+    scope = current_step.get()
+    if run is None or scope is None:
+        return None
+    if True:  # ASYNC
+        pass  # awaited: the loop is not held
+    else:
+        refuse_on_loop(run, what)
+    return run, scope.seq
+
+
+def _event_step(what: str) -> tuple[Run, int] | None:
+    """_step_run for an event set from a step's code: the step must have a position of its
+    own in the journal, which the event's row is written under."""
+    in_step = _step_run(what)
+    if in_step is not None and in_step[1] < 0:
+        raise NoEngineError(f"{what} must be called from a workflow or a step's code")
+    return in_step
+
+
+async def send_async(
+    workflow_id: str,
+    message: Any,
+    topic: str | None = None,
+    *,
+    idempotency_key: str | None = None,
+) -> None:
+    """Send `message` to workflow `workflow_id` (it wakes if it waits in recv()).
+
+    From workflow code the send is journaled: it is made exactly once, across crashes and
+    replays (the message's id is derived from this call's position, or is
+    `idempotency_key`). Elsewhere (a step's code, or code inside `with durable.Engine()`)
+    it is the engine's `send`, made each time it is called. (`await durable.send_async(...)`
+    in an async workflow, or in async code under an engine.)"""
+    check_name("workflow_id", workflow_id)
+    check_name("topic", topic, optional=True)
+    check_name("idempotency_key", idempotency_key, optional=True)
+    run = workflow_code_run()
+    if run is None:
+        what = called_async("durable.send()")
+        _step_run(what)
+        await _engine(what).send_async(workflow_id, message, topic, idempotency_key)
+        return
+    run = workflow_run_async("durable.send()")
+    await drive_async(run, protocol.send(run, workflow_id, message, topic, idempotency_key))
+
+
+async def get_event_async(workflow_id: str, key: str, timeout: float | dt.timedelta = 0.0) -> Any:
+    """The latest value workflow `workflow_id` published under `key`, waiting up to
+    `timeout` for it to appear; None if it did not.
+
+    From workflow code the answer is journaled: a replay returns what the first run read
+    (it does not read, or wait, again). Elsewhere it is the engine's `get_event`.
+    (`await durable.get_event_async(...)` in an async workflow, or in async code under an
+    engine.)"""
+    check_name("workflow_id", workflow_id)
+    check_name("key", key)
+    seconds = _seconds(timeout, "timeout")
+    run = workflow_code_run()
+    if run is None:
+        what = called_async("durable.get_event()")
+        _step_run(what)
+        return await _engine(what).get_event_async(workflow_id, key, seconds)
+    run = workflow_run_async("durable.get_event()")
+    return await drive_async(run, protocol.get_event(run, workflow_id, key, seconds))
+
+
+def _engine(what: str) -> Any:
+    """The engine that code outside a workflow's own body runs under (a step's run's, or
+    the one of `with durable.Engine()`)."""
+    outer = current_run.get()
+    engine = outer.host.active if outer is not None else current_engine.get()
+    if engine is None:
+        raise NoEngineError(
+            f"{what} was called outside a workflow with no active engine: call it inside "
+            "`with durable.Engine(...)`, or use client.send / client.get_event"
+        )
+    return engine

@@ -1,0 +1,137 @@
+"""Live progress in the terminal: follow one workflow as its journal grows, or keep a
+workflow table fresh.
+
+Between looks a watcher waits on `Client._notifications()` (LISTEN on the work channel:
+wake-ups, decisions, messages, cancels, resumes), so those show at once; journal writes send
+no notification (a step stays one round trip), so the journal is polled every `interval`
+seconds too, and a lost LISTEN connection only means polling.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from durable._base.models import StepRecord, WorkflowStatus
+from durable._base.names import workflow_label
+from durable._client.client import Client
+from durable._core import decode_error
+
+
+def _preview(text: str | None, width: int = 60) -> str:
+    if text is None:
+        return ""
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _step_line(step: StepRecord) -> str:
+    took = ""
+    if step.started_at is not None and step.finished_at is not None:
+        took = f" {(step.finished_at - step.started_at).total_seconds() * 1000:.0f} ms"
+    retried = f" ({step.attempts} attempts)" if step.attempts > 1 else ""
+    result = (
+        "error " + _preview(decode_error(step.error)[1]) if step.error else _preview(step.output)
+    )
+    child = f" -> {step.child_workflow_id}" if step.child_workflow_id else ""
+    return f"  #{step.step_seq} {step.kind.value} {step.step_name}{child}{retried}{took}: {result}"
+
+
+def _budget_line(budget: dict[str, Any]) -> str:
+    parts = []
+    for key in ("dollars", "tokens", "steps"):
+        limit = budget["limits"][key]
+        spent = budget["spent"][key]
+        parts.append(f"{key} {spent}" + ("" if limit is None else f"/{limit}"))
+    return "  budget: " + ", ".join(parts)
+
+
+def follow(
+    client: Client, workflow_id: str, console: Console, interval: float = 0.5
+) -> WorkflowStatus:
+    """Print a workflow's steps as they are journaled, its waits and budget, until it
+    finishes; returns its final status."""
+    info = client.get_workflow(workflow_id)  # WorkflowNotFoundError before anything prints
+    console.print(f"{info.workflow_id}  {info.name}  {info.status.value}", style="bold")
+    shown = 0
+    said: dict[str, str] = {"status": info.status.value}
+    with client._notifications() as wait:
+        while True:
+            info = client.get_workflow(workflow_id)
+            steps = client.steps(workflow_id)
+            for step in steps[shown:]:
+                console.print(_step_line(step))
+            shown = max(shown, len(steps))
+            if info.status.value != said["status"]:
+                said["status"] = info.status.value
+                console.print(f"  status: {info.status.value}")
+            if info.status is WorkflowStatus.SUSPENDED:
+                gates = client.list_approvals(workflow_id)
+                waits = ", ".join(
+                    f"approval {g['name']!r} payload {_preview(g['payload'], 40)}" for g in gates
+                )
+                _say(console, said, "wait", f"  waiting: {waits or 'a sleep, message or child'}")
+            budget = client.budget(workflow_id)
+            if budget is not None:
+                _say(console, said, "budget", _budget_line(budget))
+            if info.status.is_terminal:
+                break
+            wait(interval)
+    outcome = info.output if info.output is not None else ""
+    if info.error:
+        kind, message, _ = decode_error(info.error)
+        outcome = f"{kind}: {message}"
+    console.print(f"{info.status.value} {_preview(outcome, 200)}", style="bold")
+    return info.status
+
+
+def _say(console: Console, said: dict[str, str], key: str, line: str) -> None:
+    """Print a line only when it changed since it was last said."""
+    if said.get(key) != line:
+        said[key] = line
+        console.print(line)
+
+
+def workflow_table(infos: list[Any]) -> Table:
+    """Workflows as rows; a "waits for worker" column (only when some row needs it) marks
+    those that wait for a worker with their name and version, which no live worker has."""
+    waiting = any(i.waiting_for_worker for i in infos)
+    columns = ["id", "name", "status", "epoch", "created", "finished"]
+    table = Table(*columns, *(["waits for worker"] if waiting else []))
+    for i in infos:
+        label = workflow_label(i.name, i.version)
+        table.add_row(
+            i.workflow_id,
+            label,
+            i.status.value,
+            str(i.epoch),
+            i.created_at.strftime("%Y-%m-%d %H:%M:%S"),
+            i.finished_at.strftime("%Y-%m-%d %H:%M:%S") if i.finished_at else "",
+            *([label if i.waiting_for_worker else ""] if waiting else []),
+        )
+    if waiting:
+        table.caption = (
+            "waits for worker: no live worker has that name@version. `durable workflows "
+            "show ID` names the versions live workers have; `durable workflows resume ID "
+            "--version V` moves a workflow to one"
+        )
+    return table
+
+
+def refresh(
+    client: Client, read: Callable[[], Table], console: Console, interval: float = 2.0
+) -> None:
+    """Redraw a table every `interval` seconds (and on wake-ups) until interrupted; on a
+    terminal in place, elsewhere (a pipe, a log) one table after another."""
+    with client._notifications() as wait:
+        if not console.is_terminal:
+            while True:
+                console.print(read())
+                wait(interval)
+        with Live(read(), console=console, auto_refresh=False) as live:
+            while True:
+                wait(interval)
+                live.update(read(), refresh=True)
