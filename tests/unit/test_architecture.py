@@ -152,16 +152,8 @@ def test_the_protocol_is_pure() -> None:
 
 # The layers, bottom first: the tree is the architecture picture (docs/architecture.md).
 # A module imports modules of its own layer or of a layer below it, never above.
-LAYERS = [
-    "durable.errors",
-    "durable.serialization",
-    "durable._base",
-    "durable._core",
-    "durable._io",
-    "durable._run",
-    "durable._client.client",
-    "durable._host",
-]
+LAYER_NAMES = ["errors", "serialization", "_base", "_core", "_io", "_run", "_client", "_host"]
+LAYERS = [f"durable.{name}" for name in LAYER_NAMES]
 
 
 def _layer(module: str) -> int | None:
