@@ -6,6 +6,7 @@ oversized body 413, a body that is not JSON 400. The token is stored nowhere in 
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import socket
@@ -245,6 +246,9 @@ def test_a_wrong_expired_oversized_or_malformed_post_is_refused(
         clock.advance(61)  # past the URL's lifetime (60 s)
         status, body, _ = post(url, {"late": True})
         assert (status, body) == (410, {"error": "this callback has expired"})
+        # Retention deletes it once expired for longer than finished_after: then a 404.
+        engine.client.prune(durable.RetentionPolicy(finished_after=dt.timedelta(0)))
+        assert post(url, {"late": True})[:2] == (404, {"error": "no such callback"})
         engine.cancel(handle.workflow_id)
 
 

@@ -502,6 +502,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         },
         "use_callback": {"token_hash": f"h-{w}", "outcome": '{"status": "delivered"}'},
         "find_callback": {"token_hash": f"h-{w}"},
+        "prune_callbacks": {"older_than": 0.0, "batch": 10},
         "send_message": {
             "workflow_id": f"{w}-asleep",
             "message_id": "m-2",

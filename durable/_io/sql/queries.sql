@@ -2193,3 +2193,15 @@ RETURNING token_hash, workflow_id, kind, target, used_at
 SELECT token_hash, workflow_id, kind, target, used_at, outcome,
        expires_at <= {schema}.current_time() AS expired
 FROM {schema}.callbacks WHERE token_hash = %(token_hash)s
+
+-- prune_callbacks --
+-- Retention: delete up to `batch` callbacks expired longer ago than the cutoff (a POST to
+-- one answered 410; now 404), whatever became of their workflows.
+WITH doomed AS (
+    SELECT token_hash FROM {schema}.callbacks
+    WHERE expires_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
+    ORDER BY expires_at
+    LIMIT %(batch)s
+)
+DELETE FROM {schema}.callbacks AS c USING doomed AS d
+WHERE c.token_hash = d.token_hash
