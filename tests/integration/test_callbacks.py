@@ -68,6 +68,13 @@ def first(base: str) -> Any:
     return {"index": winner.index, "value": winner.value}
 
 
+@durable.workflow(registry=reg, name="cb.pay_async")
+async def pay_async(base: str) -> Any:
+    url = await durable.callback_url_async("payment", base_url=base)
+    await durable.to_thread(hand_out, url)
+    return {"url": digest(url), "paid": await durable.recv_async("payment")}
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -186,6 +193,19 @@ def test_a_post_with_no_operator_token_completes_recv_with_the_posted_body(
     with psycopg.connect(database_url) as conn:
         minted = conn.execute("SELECT count(*) FROM durable.callbacks").fetchone()
     assert minted == (1,)  # the replay minted no second token
+
+
+def test_an_async_workflow_awaits_its_url_and_gets_the_same_one_on_replay(
+    engine: durable.Engine,
+) -> None:
+    with serving(create_callback_app(engine)) as base:
+        HANDED_OUT.clear()
+        handle = engine.start(pay_async, base)
+        _eventually(lambda: bool(HANDED_OUT), "the URL is handed out in a step")
+        url = HANDED_OUT[0]
+        assert post(url, {"n": 1})[0] == 200
+        assert handle.result(timeout=30) == {"url": digest(url), "paid": {"n": 1}}
+        assert HANDED_OUT == [url]
 
 
 def test_a_callback_decides_an_approval_once_the_workflow_asks_for_it(

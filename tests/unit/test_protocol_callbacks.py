@@ -10,9 +10,9 @@ import hashlib
 
 import pytest
 
-from durable import _protocol as protocol
-from durable._models import StepKind, StepRecord
-from durable._protocol import Execute, Run
+from durable import _core as protocol
+from durable._base.models import StepKind, StepRecord
+from durable._core import Execute, Run
 from durable.errors import ConfigurationError
 from tests.unit.scripted import T0, Script, make_run
 
