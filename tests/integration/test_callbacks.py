@@ -239,12 +239,28 @@ def test_a_callback_decides_an_approval_once_the_workflow_asks_for_it(
     )
 
 
-def test_a_callback_completes_a_wait_first_branch(engine: durable.Engine) -> None:
+def test_a_callback_completes_a_wait_first_branch_once_among_concurrent_posts(
+    engine: durable.Engine,
+) -> None:
     with serving(create_callback_app(engine)) as base:
         handle = engine.start(first, base)
         url = _url(engine, handle.workflow_id)
-        assert post(url, ["a", "reply", None])[0] == 200
-        assert handle.result(timeout=30) == {"index": 0, "value": ["a", "reply", None]}
+        answers: list[tuple[int, Any]] = []
+
+        def send(n: int) -> None:
+            status, body, _ = post(url, ["reply", n])
+            answers.append((status, body))
+
+        threads = [threading.Thread(target=send, args=(n,)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        assert sorted(status for status, _ in answers) == [200, 409, 409, 409]
+        result = handle.result(timeout=30)
+        assert result["index"] == 0 and result["value"][0] == "reply"
+        used = {body["used_at"] for _, body in answers}
+        assert len(used) == 1  # every 409 names the one POST that won
 
 
 def test_a_wrong_expired_oversized_or_malformed_post_is_refused(
