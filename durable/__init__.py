@@ -45,9 +45,10 @@ from durable._run.streams import close_stream, write_stream
 from durable._run.streams_async import close_stream_async, write_stream_async
 from durable._run.timeouts import workflow_timeout
 from durable._run.tracing import instrument_psycopg
-from durable._run.waits import approval, get_event, recv, send, set_event, sleep
+from durable._run.waits import approval, callback_url, get_event, recv, send, set_event, sleep
 from durable._run.waits_async import (
     approval_async,
+    callback_url_async,
     get_event_async,
     recv_async,
     send_async,
@@ -88,6 +89,8 @@ __all__ = [
     "approval",
     "approval_async",
     "budget_left",
+    "callback_url",
+    "callback_url_async",
     "charge",
     "close_stream",
     "close_stream_async",

@@ -77,6 +77,8 @@ PUBLIC = {
     "step",
     "transaction",
     "workflow",
+    "callback_url",
+    "callback_url_async",
 }
 # Names that must not come back without a decision.
 REMOVED: set[str] = set()

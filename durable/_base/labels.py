@@ -70,6 +70,8 @@ READ_EVENT_PREFIX = "get-event:"
 CHILD_RESULT_PREFIX = "child-result:"
 WAIT_FIRST = "wait-first"
 WAIT_FIRST_TIMER = "wait-first-timer"
+CALLBACK_PREFIX = "callback-url:"
+CALLBACK_MESSAGE_PREFIX = "callback-url#"
 
 
 def approval(name: str) -> str:
@@ -106,6 +108,19 @@ def sent_message_id(sender_id: str, seq: int, incarnation: str = "") -> str:
     if not incarnation:
         return f"{sender_id}:send:{seq}"
     return f"{sender_id}:send:{seq}@{incarnation}"
+
+
+def callback(kind: str, target: str) -> str:
+    """The journaled call of durable.callback_url() for a wait of `kind` ("message": a
+    topic, "" the default; "approval": a gate) on `target`: what derives the URL's token
+    again (never the token) is its output, so a replay hands out the same URL."""
+    return f"{CALLBACK_PREFIX}{kind}:{target}"
+
+
+def callback_message_id(token_hash: str) -> str:
+    """The id of the message a callback URL's POST delivers (`token_hash`: the sha256 of its
+    token, in hex): one message per URL, whatever retries it."""
+    return f"{CALLBACK_MESSAGE_PREFIX}{token_hash}"
 
 
 def read_event(key: str) -> str:

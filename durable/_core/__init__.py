@@ -34,6 +34,7 @@ The package is split by concept, one module per kind of decision:
 - `waits`: durable sleep and receiving messages.
 - `first`: waiting for the first of several things (durable.wait_first, a child's result).
 - `streams`: events, streams, working state and conversation turns.
+- `callbacks`: a wait's single-use callback URL, minted once and journaled.
 
 Callers import from the package (`from durable import _core as protocol`); the names
 below are its surface.
@@ -58,6 +59,7 @@ from durable._core.budget import (
     with_running_steps,
     write_late_charge,
 )
+from durable._core.callbacks import callback_url, token_hash
 from durable._core.children import (
     Placed,
     child,
@@ -240,6 +242,7 @@ __all__ = [
     "budget_gate",
     "budget_left",
     "call_limit",
+    "callback_url",
     "cancel_tree",
     "charge",
     "check_branch_order",
@@ -286,6 +289,7 @@ __all__ = [
     "sleep",
     "step",
     "stop_reason",
+    "token_hash",
     "transaction",
     "wait_first",
     "with_running_steps",

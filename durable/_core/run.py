@@ -170,6 +170,10 @@ class Settings:
         Outcome): the worker's metrics (durable/_host/metrics.py). None: nothing is measured.
     observe_finish: told of each outcome a run wrote (the workflow's name and status):
         the worker's metrics. None: nothing is counted.
+    callback_secret: the key a callback URL's token is derived with (DURABLE_CALLBACK_SECRET;
+        see callbacks.py). None: durable.callback_url() refuses to mint one.
+    callback_base_url: where callback URLs point when the call names no base_url
+        (DURABLE_CALLBACK_BASE_URL).
     """
 
     serializer: Serializer
@@ -187,6 +191,8 @@ class Settings:
     lease_seconds: float = 30.0
     observe_step: Callable[[StepScope | None, Outcome], None] | None = None
     observe_finish: Callable[[str, str], None] | None = None
+    callback_secret: bytes | None = None
+    callback_base_url: str | None = None
 
 
 @dataclass

@@ -187,6 +187,8 @@ class Runner:
             work_channel=f"{config.schema}_work",
             executor_id=config.executor_id,
             lease_seconds=config.lease_seconds,
+            callback_secret=config.callback_secret,
+            callback_base_url=config.callback_base_url,
         )
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=config.max_workers, thread_name_prefix="durable-workflow"

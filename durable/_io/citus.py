@@ -38,10 +38,16 @@ BY_WORKFLOW: dict[str, str] = {
 # Tables sharded by a key of their own (not colocated with workflows): a queue's dedup
 # keys, by queue. An enqueue with a key writes this shard and the new workflow's shard in
 # one (two-phase) transaction. The audit log, by workflow id but in a group of its own:
-# no workflow's data (not exported, not pruned), written by rare operator actions.
+# no workflow's data (not exported, not pruned), written by rare operator actions. A
+# callback URL's token, by its hash: the POST that presents it names no workflow, so a
+# table keyed by workflow would be searched on every shard; by hash, the lookup is routed
+# to one. Minting one writes this shard and the run's journal in two statements, and the
+# POST spends it and delivers to the workflow's shard in one (two-phase) transaction. Not
+# a reference table: every mint and every POST would write to every node.
 BY_OWN_KEY: dict[str, str] = {
     "queue_dedup": "queue_name",
     "audit_log": "workflow_id",
+    "callbacks": "token_hash",
 }
 
 # Small tables every worker reads: one copy on every node.

@@ -19,6 +19,9 @@ The variables:
                          5; 0: for ever), past which it counts as unreachable
   DURABLE_CRASH_POINTS   crash tests: "point[:nth],..." where the process SIGKILLs itself
   DURABLE_DATA_DIR       the embedded server's data directory (else the user data dir)
+  DURABLE_CALLBACK_SECRET  the key callback URLs' tokens are derived with (the same on
+                         every worker; 32 characters or more): durable.callback_url()
+  DURABLE_CALLBACK_BASE_URL  where callback URLs point when the call names no base_url
   DURABLE_LOG_LEVEL      `durable worker`'s log level (read through click's envvar=, as the
                          worker's process number and its supervisor's pipe are)
 
@@ -84,6 +87,9 @@ class Config:
     crash_points: dict[str, int] = field(default_factory=_no_crash_points)
     # The embedded server's data directory (None: the user data directory).
     data_dir: str | None = None
+    # durable.callback_url(): the key its tokens are derived with, and where its URLs point.
+    callback_secret: bytes | None = field(default=None, repr=False)
+    callback_base_url: str | None = None
 
     @property
     def cancel_poll_interval(self) -> float:
@@ -154,6 +160,13 @@ class Config:
                 "'skip-locked' (the default on one server)"
             )
         fake_clock = env.get("DURABLE_FAKE_CLOCK")
+        secret = env.get("DURABLE_CALLBACK_SECRET") or None
+        if secret is not None and (len(secret) < 32 or len(set(secret)) < 10):
+            raise ConfigurationError(
+                "DURABLE_CALLBACK_SECRET is too weak to derive callback tokens from: give 32 "
+                "characters or more, e.g. python -c 'import secrets; "
+                "print(secrets.token_urlsafe(32))'"
+            )
         answer = _response_timeout(response_timeout, env.get("DURABLE_RESPONSE_TIMEOUT"))
         return cls(
             database_url=database_url or env.get("DURABLE_DATABASE_URL") or None,
@@ -185,6 +198,8 @@ class Config:
             create_database=create_database,
             crash_points=crash_points(env.get("DURABLE_CRASH_POINTS", "")),
             data_dir=env.get("DURABLE_DATA_DIR") or None,
+            callback_secret=None if secret is None else secret.encode("utf-8"),
+            callback_base_url=env.get("DURABLE_CALLBACK_BASE_URL") or None,
         )
 
     def embedded_data_dir(self) -> Path | None:

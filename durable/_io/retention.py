@@ -6,7 +6,9 @@ pruning never waits on, or blocks, a worker). The effect ledger is an audit trai
 moved the outside world; it has its own, longer window (`effects_after`) and outlives the
 journals it came from. Workflows that can still run (enqueued, pending, running,
 suspended, compensating) or that wait for an operator (max recovery attempts exceeded)
-are never pruned, nor are the effects of such workflows.
+are never pruned, nor are the effects of such workflows. Callback URLs (durable.callback_url)
+are deleted once expired for longer than `finished_after`, whatever their workflow's state:
+a POST to one answers 410 until then, 404 after.
 """
 
 from __future__ import annotations
@@ -110,4 +112,8 @@ def prune(
             progress("effects", deleted_effects, max(counts["effects"], deleted_effects))
         if n < policy.batch_size:
             break
+    # Expired callback URLs: no workflow's data, so not in the report (nor in a dry run).
+    expired = {"older_than": finished, "batch": policy.batch_size}
+    while db.execute("prune_callbacks", expired) >= policy.batch_size:
+        pass
     return PruneReport(deleted_workflows, deleted_steps, deleted_effects, False)

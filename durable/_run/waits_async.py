@@ -17,6 +17,7 @@ workflows; `_run/waits.py`, the plain ones, is generated from it by tools/async_
 from __future__ import annotations
 
 import datetime as dt
+import secrets
 from typing import Any
 
 from durable import _core as protocol
@@ -33,7 +34,7 @@ from durable._run.context import (
 )
 from durable._run.driver_async import drive_async
 from durable._run.in_step_async import drive_in_step_async
-from durable.errors import InvalidWaitError, NoEngineError
+from durable.errors import ConfigurationError, InvalidWaitError, NoEngineError
 
 # The longest wait accepted (100 years): beyond it a wake-up time overflows.
 _MAX_WAIT = 100 * 365.25 * 86400
@@ -93,6 +94,47 @@ async def recv_async(topic: str | None = None, timeout: float | dt.timedelta | N
     run = workflow_run_async("durable.recv()")
     seconds = None if timeout is None else _seconds(timeout, "timeout")
     return await drive_async(run, protocol.recv(run, topic, seconds))
+
+
+# How long a callback URL answers when the call names no lifetime.
+CALLBACK_LIFETIME = dt.timedelta(days=7)
+
+
+async def callback_url_async(
+    topic: str | None = None,
+    *,
+    approval: str | None = None,
+    base_url: str | None = None,
+    expires_in: float | dt.timedelta = CALLBACK_LIFETIME,
+) -> str:
+    """A single-use URL that completes a wait when a third party POSTs JSON to it, with no
+    token of the console's: the URL's own token (unguessable, stored only as its sha256)
+    is the credential.
+
+    By default the posted body is delivered as a message on `topic` (what `recv(topic)` or
+    a `wait_first` branch `on_message(topic)` returns); with `approval=name` it decides that
+    gate (`{"approved": true, "comment": "...", "by": "..."}`). Mint it before the wait and
+    hand it to the third party in a step: a message posted before the workflow waits is kept
+    for it. The call is journaled: a replay returns the same URL, and no second token is
+    minted. After `expires_in` (default 7 days) a POST answers 410; a second POST answers
+    409 with the first one's outcome. `base_url`: where the console (`durable ui`) or `durable
+    callbacks serve` is reached (else DURABLE_CALLBACK_BASE_URL); the workers need
+    DURABLE_CALLBACK_SECRET. (`await durable.callback_url_async(...)` in an async workflow.)"""
+    check_name("topic", topic, optional=True)
+    check_name("approval", approval, optional=True)
+    if topic is not None and approval is not None:
+        raise ConfigurationError(
+            f"callback_url(topic={topic!r}, approval={approval!r}): a URL completes one wait, "
+            "a message on a topic or a gate's decision: give one of them"
+        )
+    kind, target = ("message", topic or "") if approval is None else ("approval", approval)
+    seconds = _seconds(expires_in, "expires_in")
+    if seconds <= 0:
+        raise InvalidWaitError(f"expires_in={expires_in!r}: give a lifetime above zero")
+    nonce = secrets.token_urlsafe(32)
+    run = workflow_run_async("durable.callback_url()")
+    gen = protocol.callback_url(run, kind, target, base_url, seconds, nonce)
+    return await drive_async(run, gen)
 
 
 async def set_event_async(key: str, value: Any) -> None:

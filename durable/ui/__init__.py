@@ -14,6 +14,11 @@ session cookie bound to it; scripts send the `X-Durable-Token` header), forms ca
 token bound to a SameSite=Strict cookie, a read-only console has no actions at all, and
 every stored value is escaped when rendered. Over loopback it answers only to loopback's
 names (no DNS rebinding); reached any other way, every page needs the token too.
+
+The console (unless read-only) also serves callback URLs (durable.callback_url): POST
+/callbacks/<token>, which needs no operator token (the URL's token is its credential).
+`create_callback_app(client)` serves them alone (`durable callbacks serve`), to run or to
+mount in an application of your own.
 """
 
 from __future__ import annotations
@@ -23,5 +28,6 @@ from durable._base.extras import extra
 with extra("ui"):
     from durable.ui._app import create_app
     from durable.ui._auth import TOKEN_HEADER
+    from durable.ui._callbacks import create_callback_app
 
-__all__ = ["TOKEN_HEADER", "create_app"]
+__all__ = ["TOKEN_HEADER", "create_app", "create_callback_app"]

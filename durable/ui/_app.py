@@ -53,6 +53,7 @@ from durable.ui._auth import (
     credential,
     weakness,
 )
+from durable.ui._callbacks import callback_route, is_callback
 from durable.ui._metrics import metrics_route
 from durable.ui._timeline import between, human_duration, timeline
 
@@ -134,6 +135,7 @@ def create_app(
         Route("/signin", console.signin, methods=["GET", "POST"]),
         Route("/signout", console.signout, methods=["POST"]),
         Route("/actions/{action}", console.act, methods=["POST"]),
+        *([] if read_only else [callback_route(client)]),  # before the guard: see _Guard
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
     return Starlette(
@@ -187,7 +189,7 @@ class _Guard:
         self.console = console
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or is_callback(scope):  # a callback URL: its own token
             await self.app(scope, receive, send)
             return
         request = Request(scope, receive)

@@ -59,7 +59,13 @@ def test_every_readme_sample_runs_as_written(
     sample = _samples()[index]
     script = tmp_path / f"sample_{index}.py"
     script.write_text(sample)
-    env = {**subprocess_env, "DURABLE_DATABASE_URL": database_url}
+    # What the callback URLs' sample says its workers need (any 32 characters or more).
+    secret = "readme-samples-callback-secret-0123456789"
+    env = {
+        **subprocess_env,
+        "DURABLE_DATABASE_URL": database_url,
+        "DURABLE_CALLBACK_SECRET": secret,
+    }
     for _ in range(2):
         done = subprocess.run(
             [sys.executable, str(script)],
@@ -78,6 +84,7 @@ def test_every_readme_sample_runs_as_written(
         ("### Model calls that charge themselves", "llm"),
         ("### pydantic-ai agents", "pydantic-ai"),
         ("## Console", "ui"),
+        ("## Callback URLs", "ui"),
         ("## Tracing", "otel"),
     ],
 )

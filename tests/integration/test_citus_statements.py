@@ -174,6 +174,11 @@ def seed(conn: psycopg.Connection[Any], w: str) -> None:
         " VALUES (%s, 'wf', '* * * * *')",
         [f"sched-{w}"],
     )
+    conn.execute(
+        "INSERT INTO durable.callbacks (token_hash, workflow_id, kind, target, expires_at)"
+        " VALUES (%s, %s, 'message', 'topic', now() + interval '1 h')",
+        [f"h-{w}", w],
+    )
 
 
 def params(name: str, w: str) -> dict[str, Any]:
@@ -488,6 +493,16 @@ def params(name: str, w: str) -> dict[str, Any]:
         "wake_workflow": {"workflow_id": f"{w}-asleep"},
         "wake_due": {"workflow_ids": None},
         "due_on_shards": {},
+        "insert_callback": {
+            "token_hash": f"h-{w}-new",
+            "workflow_id": w,
+            "kind": "message",
+            "target": "topic",
+            "expires_at": NOW + dt.timedelta(hours=1),
+        },
+        "use_callback": {"token_hash": f"h-{w}", "outcome": '{"status": "delivered"}'},
+        "find_callback": {"token_hash": f"h-{w}"},
+        "prune_callbacks": {"older_than": 0.0, "batch": 10},
         "send_message": {
             "workflow_id": f"{w}-asleep",
             "message_id": "m-2",
@@ -874,6 +889,10 @@ HOT = [
     "wake_workflow",
     "worker_wait",  # `durable workflows show`, the console's page of one workflow
     "write_stream",
+    # A callback URL's: routed by its token's hash (a shard of callbacks' own group).
+    "find_callback",
+    "insert_callback",
+    "use_callback",
 ]
 
 

@@ -57,6 +57,10 @@ def test_journal_step_names() -> None:
     assert labels.wait_first(0, "message:chat") == "wait-first#0 message:chat"
     assert labels.wait_first(12, "timer") == "wait-first#12 timer"
     assert labels.WAIT_FIRST_TIMER == "wait-first-timer"
+    assert labels.callback("message", "payment") == "callback-url:message:payment"
+    assert labels.callback("message", "") == "callback-url:message:"
+    assert labels.callback("approval", "ship") == "callback-url:approval:ship"
+    assert labels.callback_message_id("ab12") == "callback-url#ab12"
 
 
 def test_library_step_names() -> None:

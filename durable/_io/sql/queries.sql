@@ -2167,3 +2167,41 @@ WHERE t.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY t.workflow_id, t.ch
 -- Import: what given-up attempts spent apart from their steps' records.
 INSERT INTO {schema}.late_charges
 SELECT * FROM jsonb_populate_recordset(NULL::{schema}.late_charges, %(rows)s::jsonb)
+
+-- ---------------------------------------------------------------------------------------
+-- Callback URLs (durable.callback_url, durable/_client/callbacks.py): a token's row, by its hash.
+-- On Citus the table is sharded by token_hash in a group of its own: each statement here
+-- names one token, so it is routed to one shard.
+-- ---------------------------------------------------------------------------------------
+
+-- insert_callback --
+-- Store a new callback URL's token by its sha256 (the run journals the call next).
+INSERT INTO {schema}.callbacks (token_hash, workflow_id, kind, target, expires_at)
+VALUES (%(token_hash)s, %(workflow_id)s, %(kind)s, %(target)s, %(expires_at)s)
+ON CONFLICT DO NOTHING
+
+-- use_callback --
+-- Spend a callback: once, before it expires; what it delivers commits in this transaction.
+UPDATE {schema}.callbacks
+SET used_at = {schema}.current_time(), outcome = %(outcome)s
+WHERE token_hash = %(token_hash)s AND used_at IS NULL
+  AND expires_at > {schema}.current_time()
+RETURNING token_hash, workflow_id, kind, target, used_at
+
+-- find_callback --
+-- A callback by its token's hash: spent (with the first outcome), or expired.
+SELECT token_hash, workflow_id, kind, target, used_at, outcome,
+       expires_at <= {schema}.current_time() AS expired
+FROM {schema}.callbacks WHERE token_hash = %(token_hash)s
+
+-- prune_callbacks --
+-- Retention: delete up to `batch` callbacks expired longer ago than the cutoff (a POST to
+-- one answered 410; now 404), whatever became of their workflows.
+WITH doomed AS (
+    SELECT token_hash FROM {schema}.callbacks
+    WHERE expires_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
+    ORDER BY expires_at
+    LIMIT %(batch)s
+)
+DELETE FROM {schema}.callbacks AS c USING doomed AS d
+WHERE c.token_hash = d.token_hash
