@@ -58,6 +58,9 @@ STATE = "durable.state"
 TURN = "durable.turn"
 """durable.append_turn(): each journaled turn of the conversation."""
 
+ATTRIBUTES = "durable.attributes"
+"""durable.set_attributes(): each journaled call (a row of kind 'step' holding the pairs)."""
+
 APPROVAL_PREFIX = "approval:"
 RECV_PREFIX = "recv:"
 RECV_DEADLINE_PREFIX = "recv-deadline:"
