@@ -4,9 +4,9 @@ Every command takes --database-url (or DURABLE_DATABASE_URL); without either it 
 embedded server. Tables are printed for people; --json prints data for scripts. Exit codes:
 0 success, 1 a durable error (message on stderr), 2 bad usage.
 
-The commands live in modules by group (`_workflows`, `_worker`, `_approvals`, `_schedules`,
-`_database`, `_ui`, `_audit`), with what they share in `_options` and `_common`; this module makes
-the `main` group (the `durable` console script) and attaches them.
+The commands live in modules by group (`_workflows` with `_bulk`, `_worker`, `_approvals`,
+`_schedules`, `_database`, `_ui`, `_audit`), with what they share in `_options` and `_common`;
+this module makes the `main` group (the `durable` console script) and attaches them.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import click
 
 from durable.cli._approvals import approvals
 from durable.cli._audit import audit
+from durable.cli._bulk import bulk
 from durable.cli._database import db, migrate, prune
 from durable.cli._schedules import queues, schedules
 from durable.cli._ui import ui
@@ -45,3 +46,4 @@ for _command in (
     audit,
 ):
     main.add_command(_command)
+workflows.add_command(bulk)

@@ -10,6 +10,7 @@ import datetime as dt
 import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psycopg
 import pytest
@@ -188,3 +189,46 @@ def test_bulk_actions_by_filter_count_first_act_in_batches_and_do_nothing_twice(
             client.bulk("move", other)
         with pytest.raises(ConfigurationError, match="bulk action"):
             client.bulk("explode", other)
+
+
+def test_cli_lists_shows_and_acts_in_bulk_by_attributes(database_url: str) -> None:
+    from click.testing import CliRunner
+
+    from durable.cli import main
+
+    with durable.Client(database_url) as client:
+        for i, amount in enumerate((50, 150, 250)):
+            client.submit(idle, i, workflow_id=f"c{i}", attributes={"amount": amount, "k": "v"})
+        client.submit(idle, 9, workflow_id="c9", attributes={"amount": 500, "k": "other"})
+
+    def cli(*args: str) -> Any:
+        result = CliRunner().invoke(main, [*args, "--database-url", database_url])
+        return result
+
+    listed = cli("workflows", "list", "--attr", "k=v", "--attr", "amount>=100", "--json")
+    assert listed.exit_code == 0, listed.output
+    assert {r["workflow_id"] for r in json.loads(listed.output)} == {"c1", "c2"}
+    assert json.loads(listed.output)[0]["attributes"] == {"amount": 250, "k": "v"}
+    table = cli("workflows", "list", "--attr", "amount<100")
+    assert "c0" in table.output and "amount=50" in table.output and "c1" not in table.output
+    assert cli("workflows", "list", "--attr", "amount").exit_code == 2
+    shown = cli("workflows", "show", "c0")
+    assert "attributes: amount=50 k=v" in shown.output
+
+    dry = cli("workflows", "bulk", "cancel", "--attr", "k=v", "--attr", "amount>=100", "--dry-run")
+    assert dry.exit_code == 0, dry.output
+    assert "2 run(s) match" in dry.output and "c1" in dry.output
+    # Not a terminal and no --yes: nothing is done.
+    refused = cli("workflows", "bulk", "cancel", "--attr", "k=v", "--attr", "amount>=100")
+    assert refused.exit_code == 2 and "--yes" in refused.output
+    done = cli("workflows", "bulk", "cancel", "--attr", "k=v", "--attr", "amount>=100", "--yes")
+    assert done.exit_code == 0, done.output
+    assert "2 changed" in done.output
+    with durable.Client(database_url) as client:
+        statuses = {i.workflow_id: i.status.value for i in client.list_workflows()}
+        assert statuses == {"c0": "PENDING", "c1": "CANCELLED", "c2": "CANCELLED", "c9": "PENDING"}
+        actors = {r["actor"] for r in client.audit_log() if r["action"] == "cancel"}
+        assert len(actors) == 1 and next(iter(actors)).endswith("via cli")
+    moved = cli("workflows", "bulk", "move", "--attr", "k=other", "--to-version", "v3", "--yes")
+    assert "1 changed" in moved.output
+    assert cli("workflows", "bulk", "move", "--attr", "k=other", "--yes").exit_code == 2
