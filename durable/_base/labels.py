@@ -301,6 +301,12 @@ def schedule_trigger_id(schedule_name: str, unique: str) -> str:
     return _within_limit(f"{SCHEDULE_PREFIX}{schedule_name}", f":trigger:{unique}")
 
 
+def retry_id(workflow_id: str) -> str:
+    """The id of a bulk retry's run of a workflow (a fork from the start): derived, so that
+    a second retry of the same run finds it and starts nothing."""
+    return _within_limit(workflow_id, ":retry")
+
+
 DEBOUNCE_PREFIX = "debounce:"
 # The journaled name of a debounce made from workflow code (a step).
 DEBOUNCE_STEP = "durable.debounce"

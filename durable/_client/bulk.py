@@ -25,6 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from durable._base import labels
 from durable._base.models import WorkflowInfo, WorkflowStatus
 from durable._base.names import check_text, check_version
 from durable._client import audit
@@ -75,7 +76,6 @@ _RETRY_NAMED = (*ACTIONS["retry"], _W.SUCCESS, _W.COMPENSATED, _W.COMPENSATION_F
 
 MAX_BATCH = 1000
 MAX_REFUSED = 100  # reasons kept in a result (the count goes on)
-RETRY_SUFFIX = ":retry"
 
 #: progress(done, total): after each batch (total: the dry count, capped).
 BulkProgress = Callable[[int, int], None]
@@ -200,7 +200,7 @@ def _act(
         if (info.version or "") == version:
             return None
         return workflow_id if client._resume(workflow_id, version=version) is not None else None
-    new_id = workflow_id + RETRY_SUFFIX
+    new_id = labels.retry_id(workflow_id)
     if client.db.fetch_one("get_workflow_status", {"workflow_id": new_id}) is not None:
         return None  # retried before
     try:

@@ -153,10 +153,20 @@ def test_bulk_actions_by_filter_count_first_act_in_batches_and_do_nothing_twice(
         assert (dry.matched, dry.changed, len(dry.sample)) == (5, 0, 3)
         assert client.get_workflow("b0").status is durable.WorkflowStatus.PENDING
 
+        class Interrupted(Exception):
+            pass
+
+        def interrupt(done: int, total: int) -> None:
+            raise Interrupted  # after the first batch of two
+
+        with pytest.raises(Interrupted):
+            client.bulk("cancel", chosen, batch_size=2, progress=interrupt)
+        cancelled = durable.RunFilter.parse(["customer=c-1"], status="CANCELLED")
+        assert client.count_workflows(filter=cancelled) == 2
         pages: list[int] = []
         done = client.bulk("cancel", chosen, batch_size=2, progress=lambda n, _: pages.append(n))
-        assert (done.matched, done.changed, done.unchanged) == (5, 5, 0)
-        assert pages == [2, 4, 5]
+        assert (done.matched, done.changed, done.unchanged) == (3, 3, 0)  # the rest, once
+        assert pages == [2, 3]
         statuses = {i.workflow_id: i.status for i in client.list_workflows(name="at.idle")}
         assert {k for k, v in statuses.items() if v is durable.WorkflowStatus.CANCELLED} == {
             f"b{i}" for i in range(5)
