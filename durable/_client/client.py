@@ -383,7 +383,7 @@ class Client(ClientCalls, AsyncClientCalls):
         cancelled runs). `dry_run` counts them and lists a `sample`, writing nothing;
         otherwise they are acted on newest first, `batch_size` per page read, each in its
         own transaction with its audit row. Run again after an interruption, it does
-        nothing twice (durable/_bulk.py). `progress(done, total)` after each page."""
+        nothing twice (durable/_client/bulk.py). `progress(done, total)` after each page."""
         return bulk_run(
             self,
             action,

@@ -89,7 +89,7 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(top_level)s = false OR parent_id IS NULL)
   AND (%(search)s::text IS NULL OR strpos(lower(inputs), %(search)s::text) > 0
        OR strpos(lower(output), %(search)s::text) > 0)
-  -- A RunFilter's (durable/_filter.py): several statuses, a version ('' for none), a
+  -- A RunFilter's (durable/_run/filter.py): several statuses, a version ('' for none), a
   -- parent, attributes equal (the GIN index of 0033), ranges on attributes (a jsonpath
   -- whose values are attr_vars; a value of another type matches no range).
   AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
@@ -2186,7 +2186,7 @@ WHERE t.workflow_id = ANY(%(workflow_ids)s::text[]) ORDER BY t.workflow_id, t.ch
 INSERT INTO {schema}.late_charges
 SELECT * FROM jsonb_populate_recordset(NULL::{schema}.late_charges, %(rows)s::jsonb)
 
--- Attributes (durable/_attributes.py) ----------------------------------------------------
+-- Attributes (durable/_run/attributes.py) -----------------------------------------------
 
 -- set_attributes --
 -- Merge attributes into a workflow's (durable.set_attributes) and journal the call as this
