@@ -77,6 +77,7 @@ def cases(client: durable.Client) -> dict[str, dict[str, Any]]:
 def params(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The statement's parameters for one case (as Client.list_workflows binds them)."""
     from durable._client.reading import _prefix_end
+    from durable._run.filter import RunFilter
 
     after_at, after_id = kwargs.get("after", (None, None))
     prefix = kwargs.get("id_prefix")
@@ -93,7 +94,7 @@ def params(kwargs: dict[str, Any]) -> dict[str, Any]:
         "after_id": after_id,
         "limit": PAGE,
         "stale_seconds": 120.0,
-    }
+    } | RunFilter().params()
 
 
 def pages(client: durable.Client, repeats: int) -> list[dict[str, Any]]:

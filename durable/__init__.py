@@ -19,6 +19,7 @@ from durable._base.models import (
 )
 from durable._base.registry import Registry, default_registry
 from durable._base.version import __version__ as __version__
+from durable._client.bulk import BulkResult
 from durable._client.client import Client
 from durable._client.debounce_async import Debouncer
 from durable._client.queues import Queue
@@ -27,6 +28,7 @@ from durable._client.starts import start_child
 from durable._client.starts_async import start_child_async
 from durable._host.engine import AsyncWorkflowHandle, Engine, WorkflowHandle
 from durable._io.retention import PruneReport, RetentionPolicy
+from durable._run.attributes import workflow_attributes
 from durable._run.budget import Reservation, budget_left, charge, reserve
 from durable._run.child_handle import ChildHandle
 from durable._run.children import on_approval, on_message, on_timer, wait_first
@@ -35,6 +37,7 @@ from durable._run.current import step_id, workflow_id
 from durable._run.decorators import effect, step, tool, transaction, workflow
 from durable._run.driver import compensate
 from durable._run.driver_async import to_thread
+from durable._run.filter import AttributeRange, RunFilter
 from durable._run.heartbeats import heartbeat, last_heartbeat
 from durable._run.methods import Instance
 from durable._run.patches import deprecate_patch, patched
@@ -45,13 +48,23 @@ from durable._run.streams import close_stream, write_stream
 from durable._run.streams_async import close_stream_async, write_stream_async
 from durable._run.timeouts import workflow_timeout
 from durable._run.tracing import instrument_psycopg
-from durable._run.waits import approval, callback_url, get_event, recv, send, set_event, sleep
+from durable._run.waits import (
+    approval,
+    callback_url,
+    get_event,
+    recv,
+    send,
+    set_attributes,
+    set_event,
+    sleep,
+)
 from durable._run.waits_async import (
     approval_async,
     callback_url_async,
     get_event_async,
     recv_async,
     send_async,
+    set_attributes_async,
     set_event_async,
     sleep_async,
 )
@@ -59,7 +72,9 @@ from durable.serialization import JSONSerializer, PickleSerializer, Serializer
 
 __all__ = [
     "AsyncWorkflowHandle",
+    "AttributeRange",
     "Budget",
+    "BulkResult",
     "ChildHandle",
     "Client",
     "Clock",
@@ -76,6 +91,7 @@ __all__ = [
     "Reservation",
     "RetentionPolicy",
     "RetryPolicy",
+    "RunFilter",
     "Serializer",
     "StepKind",
     "StepRecord",
@@ -115,6 +131,8 @@ __all__ = [
     "scheduled",
     "send",
     "send_async",
+    "set_attributes",
+    "set_attributes_async",
     "set_event",
     "set_event_async",
     "sleep",
@@ -130,6 +148,7 @@ __all__ = [
     "wait_first",
     "wait_first_async",
     "workflow",
+    "workflow_attributes",
     "workflow_id",
     "workflow_timeout",
     "write_stream",

@@ -3,6 +3,12 @@ from __future__ import annotations
 import durable
 
 PUBLIC = {
+    "AttributeRange",
+    "BulkResult",
+    "RunFilter",
+    "set_attributes",
+    "set_attributes_async",
+    "workflow_attributes",
     "heartbeat",
     "last_heartbeat",
     "Debouncer",

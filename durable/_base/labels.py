@@ -58,6 +58,9 @@ STATE = "durable.state"
 TURN = "durable.turn"
 """durable.append_turn(): each journaled turn of the conversation."""
 
+ATTRIBUTES = "durable.attributes"
+"""durable.set_attributes(): each journaled call (a row of kind 'step' holding the pairs)."""
+
 APPROVAL_PREFIX = "approval:"
 RECV_PREFIX = "recv:"
 RECV_DEADLINE_PREFIX = "recv-deadline:"
@@ -311,6 +314,12 @@ def schedule_trigger_id(schedule_name: str, unique: str) -> str:
     """The id of a run of a schedule triggered by hand (`trigger_schedule`): never a tick's
     id, so a triggered run never takes the place of the tick it falls on."""
     return _within_limit(f"{SCHEDULE_PREFIX}{schedule_name}", f":trigger:{unique}")
+
+
+def retry_id(workflow_id: str) -> str:
+    """The id of a bulk retry's run of a workflow (a fork from the start): derived, so that
+    a second retry of the same run finds it and starts nothing."""
+    return _within_limit(workflow_id, ":retry")
 
 
 DEBOUNCE_PREFIX = "debounce:"

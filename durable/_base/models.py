@@ -92,6 +92,8 @@ class WorkflowInfo:
     # a worker with that code. Read by list_workflows; None where it was not read. Not
     # stored but seen (workers come and go), so two reads of one row still compare equal.
     waiting_for_worker: bool | None = field(default=None, compare=False)
+    # Its attributes (attributes= at its start, durable.set_attributes): {} where none.
+    attributes: dict[str, Any] = field(default_factory=dict, hash=False)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> WorkflowInfo:
@@ -114,6 +116,7 @@ class WorkflowInfo:
             finished_at=row["finished_at"],
             journal_version=int(row.get("journal_version", 1)),
             waiting_for_worker=row.get("waiting_for_worker"),
+            attributes=dict(row.get("attributes") or {}),
         )
 
     def check_journal(self) -> None:

@@ -287,6 +287,14 @@ def import_(client: ClientBase, checked: transfer.Checked) -> None:
     transfer.import_(client.db, checked, then=lambda tx: record(tx, actor, entries))
 
 
+def bulk(client: ClientBase, action: str, described: str, changed: int) -> None:
+    """The row of a bulk action as a whole ('' as its workflow: it names a filter), after
+    the rows of each run it changed: "bulk cancel", the filter, how many it changed."""
+    actor = actor_of(client)
+    entry = ("", f"bulk {action}", described, f"{changed} changed")
+    client.db.atomically(lambda tx: record(tx, actor, [entry]), "insert_audit")
+
+
 def read(
     client: ClientBase,
     workflow_id: str | None = None,

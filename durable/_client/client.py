@@ -36,6 +36,8 @@ from durable._base.models import (
 from durable._base.names import check_name, check_text, check_version
 from durable._base.registry import Registry
 from durable._client import audit, starts, transfer
+from durable._client.bulk import BulkProgress, BulkResult
+from durable._client.bulk import run as bulk_run
 from durable._client.client_calls import ClientCalls
 from durable._client.client_calls_async import AsyncClientCalls
 from durable._client.schedules import Schedule, backfill, trigger
@@ -44,7 +46,9 @@ from durable._io.config import Config
 from durable._io.retention import PruneProgress, PruneReport, RetentionPolicy, prune
 from durable._io.systemdb import is_unique_violation
 from durable._run import tracing
+from durable._run.attributes import call_attributes, pop_attributes
 from durable._run.decorators import workflow_call, workflow_def
+from durable._run.filter import RunFilter
 from durable._run.handles import WorkflowHandle
 from durable._run.start_options import start_method
 from durable._run.timeouts import call_timeout, pop_timeout
@@ -151,13 +155,15 @@ class Client(ClientCalls, AsyncClientCalls):
         """Record `fn(*args, **kwargs)` as runnable for any worker (`durable worker`), without
         running it here. `workflow_id=` chooses the id: ids are idempotency keys, so an
         existing id returns its handle. `timeout=` (popped from kwargs) replaces the
-        decorator's timeout. Inside a workflow it is journaled as a child, as enqueue's is."""
+        decorator's timeout; `attributes=` (popped too) records the run's attributes.
+        Inside a workflow it is journaled as a child, as enqueue's is."""
         check_name("workflow_id", workflow_id, optional=True)  # "" is refused, not "none"
         defn, call_args = workflow_call(fn, args)
         timeout = pop_timeout(kwargs)
+        attributes = pop_attributes(kwargs)
 
         def create(chosen: str, parent: tuple[str, int] | None) -> None:
-            with call_timeout(timeout):
+            with call_timeout(timeout), call_attributes(attributes):
                 inputs = self.inputs.encode(defn, call_args, kwargs)
                 params = self.inputs.row(defn, chosen, inputs, parent, self.default_durability)
             row = self.db.fetch_one("insert_workflow_pending", params)
@@ -357,6 +363,38 @@ class Client(ClientCalls, AsyncClientCalls):
             if _compensated(info):
                 status += " after its compensations ran"
             raise ForkAfterUndoError(workflow_id, status, min(effects))
+
+    def bulk(
+        self,
+        action: str,
+        filter: RunFilter,
+        *,
+        dry_run: bool = False,
+        version: str | None = None,
+        reason: str = "cancelled in bulk",
+        batch_size: int = 100,
+        sample: int = 10,
+        progress: BulkProgress | None = None,
+    ) -> BulkResult:
+        """Apply `action` to every run `filter` matches: "cancel" (with `reason`), "resume",
+        "retry" (fork from the start: a new run with the same inputs, id `<id>:retry`) or
+        "move" (to `version`, "" for none; see resume). The filter's statuses are cut to
+        those the action changes (a retry given no status retries the failed and
+        cancelled runs). `dry_run` counts them and lists a `sample`, writing nothing;
+        otherwise they are acted on newest first, `batch_size` per page read, each in its
+        own transaction with its audit row. Run again after an interruption, it does
+        nothing twice (durable/_client/bulk.py). `progress(done, total)` after each page."""
+        return bulk_run(
+            self,
+            action,
+            filter,
+            dry_run=dry_run,
+            version=version,
+            reason=reason,
+            batch_size=batch_size,
+            sample=sample,
+            progress=progress,
+        )
 
     def export_workflow(self, workflow_id: str, *, children: bool = False) -> dict[str, Any]:
         """Every stored row of a workflow, as a dict `json.dumps` writes as it is: to carry

@@ -18,6 +18,7 @@ from durable._base import labels
 from durable._base.models import WorkflowInfo
 from durable._base.registry import Registry, WorkflowDef
 from durable._run import tracing
+from durable._run.attributes import attributes_for
 from durable._run.context import current_run
 from durable._run.methods import STORED_KEY, reference, resolve
 from durable._run.timeouts import timeout_for
@@ -185,6 +186,8 @@ class Inputs:
             "journal_version": labels.JOURNAL_VERSION,
             # Stored with it, so every claim honours it, whatever that worker's engine says.
             "max_recovery_attempts": defn.max_recovery_attempts,
+            # The start's (attributes=, durable.workflow_attributes), as JSON text.
+            "attributes": attributes_for(),
         }
 
 

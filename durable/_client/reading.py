@@ -16,6 +16,7 @@ from durable._base.names import check_name, check_text
 from durable._base.registry import WorkflowDef
 from durable._client.client_base import ClientBase
 from durable._core import decode_error
+from durable._run.filter import RunFilter
 from durable._run.handles import WorkflowHandle
 from durable.errors import (
     ConfigurationError,
@@ -79,6 +80,7 @@ class Reading(ClientBase):
         after: tuple[dt.datetime, str] | None = None,
         top_level: bool = False,
         search: str | None = None,
+        filter: RunFilter | None = None,
     ) -> list[WorkflowInfo]:
         """Stored workflows, newest first (at most `limit`, 1 to 100,000), optionally only
         those whose id starts with `id_prefix` or created in [created_from, created_to).
@@ -86,6 +88,8 @@ class Reading(ClientBase):
         (a keyset, so a page costs the same at any depth). `top_level`: only workflows no
         other workflow started; `search`: only those whose stored inputs or output contain
         this text (case-insensitive; a scan of the rows in list order until the page fills).
+        `filter`: a durable.RunFilter (attributes, ranges, several statuses, version,
+        parent), with the other arguments.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
             raise ConfigurationError(f"limit={limit!r}: give a whole number from 1 to 100,000")
@@ -93,7 +97,9 @@ class Reading(ClientBase):
         check_name("after", after_id, optional=True)
         rows = self.db.fetch_all(
             "list_workflows",
-            self._list_filters(status, name, id_prefix, created_from, created_to, top_level, search)
+            self._list_filters(
+                status, name, id_prefix, created_from, created_to, top_level, search, filter
+            )
             | {
                 "after_at": after_at,
                 "after_id": after_id,
@@ -114,11 +120,12 @@ class Reading(ClientBase):
         top_level: bool = False,
         search: str | None = None,
         cap: int = 10_000,
+        filter: RunFilter | None = None,
     ) -> int:
         """How many workflows list_workflows' filters match, counting no further than `cap`
         (so at most `cap` rows are read: a result equal to `cap` means "at least")."""
         filters = self._list_filters(
-            status, name, id_prefix, created_from, created_to, top_level, search
+            status, name, id_prefix, created_from, created_to, top_level, search, filter
         )
         row = self.db.fetch_one("count_workflows", filters | {"cap": cap})
         return 0 if row is None else int(row["n"])
@@ -145,8 +152,12 @@ class Reading(ClientBase):
         created_to: dt.datetime | None,
         top_level: bool,
         search: str | None,
+        filter: RunFilter | None = None,
     ) -> dict[str, Any]:
         """The bind parameters of list_workflows' and count_workflows' filters, checked."""
+        if filter is not None and not isinstance(filter, RunFilter):
+            raise ConfigurationError(f"filter={filter!r}: give a durable.RunFilter")
+        chosen = filter or RunFilter()
         check_name("name", name, optional=True)
         check_name("id_prefix", id_prefix, optional=True)
         if status is not None:
@@ -158,16 +169,22 @@ class Reading(ClientBase):
                 ) from None
         if search is not None:
             check_text("search", search)
-        return {
-            "status": None if status is None else str(status),
-            "name": name,
-            "id_from": id_prefix,
-            "id_to": None if id_prefix is None else _prefix_end(id_prefix),
-            "created_from": created_from,
-            "created_to": created_to,
-            "top_level": bool(top_level),
-            "search": search.lower() if search else None,
-        }
+        return (
+            {
+                "status": None if status is None else str(status),
+                "name": name,
+                "id_from": id_prefix or chosen.id_prefix,
+                "id_to": None
+                if (id_prefix or chosen.id_prefix) is None
+                else _prefix_end(id_prefix or chosen.id_prefix or ""),
+                "created_from": _later(created_from, chosen.created_from),
+                "created_to": _later(created_to, chosen.created_to, earlier=True),
+                "top_level": bool(top_level or chosen.top_level),
+                "search": search.lower() if search else None,
+            }
+            | chosen.params()
+            | ({"name": name} if name else {"name": chosen.name})
+        )
 
     def finished(self, workflow_id: str) -> tuple[bool, Any]:
         """(True, its value) if the workflow finished (raising what it finished with, as
@@ -411,3 +428,12 @@ def _prefix_end(prefix: str) -> str:
         if code <= 0x10FFFF:
             return prefix[:i] + chr(code)
     return prefix + "\U0010ffff"  # only U+10FFFF characters: nothing sorts above; unreachable
+
+
+def _later(
+    a: dt.datetime | None, b: dt.datetime | None, *, earlier: bool = False
+) -> dt.datetime | None:
+    """The narrower of two bounds (the later start, or with `earlier` the earlier end)."""
+    if a is None or b is None:
+        return a if b is None else b
+    return min(a, b) if earlier else max(a, b)

@@ -27,6 +27,7 @@ from durable._base.registry import WorkflowDef
 from durable._client.queues import Queue
 from durable._core import Run
 from durable._run.acompat import AsyncCall, to_thread_async, workflow_run_async
+from durable._run.attributes import call_attributes, pop_attributes
 from durable._run.child_handle import ChildHandle
 from durable._run.context import workflow_code_run
 from durable._run.decorators import workflow_call, workflow_def
@@ -135,10 +136,12 @@ async def enqueue_async(
     called."""
     check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
     timeout = pop_timeout(kwargs)
+    attributes = pop_attributes(kwargs)
     defn, call_args = workflow_call(fn, args)
 
     async def create(chosen: str, parent: tuple[str, int] | None) -> None:
-        with call_timeout(timeout):  # (to_thread carries the block into the thread)
+        # (to_thread carries the blocks into the thread)
+        with call_timeout(timeout), call_attributes(attributes):
             await to_thread_async(
                 _enqueue,
                 client,

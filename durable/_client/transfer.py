@@ -25,9 +25,11 @@ round. An import refuses, in one transaction that then leaves nothing behind, an
 a newer format, journal or schema (`schema_version` above this release's last migration),
 rows that name a workflow the export does not list, a column a table here lacks (it would
 be dropped), rows PostgreSQL refuses (two with the same key, a value of the wrong type),
-and ids this database already has. A run that was unfinished is imported runnable by no one in
-particular: its claim (owner, lease) belonged to an executor of the other database, so a
-RUNNING workflow is imported PENDING, for a worker or `client.resume(id)` to take up.
+and ids this database already has. A run's attributes (durable.set_attributes) are a
+column of its workflows row and go with it. A run that was unfinished is imported
+runnable by no one in particular: its claim (owner, lease) belonged to an executor of the
+other database, so a RUNNING workflow is imported PENDING, for a worker or
+`client.resume(id)` to take up.
 
 Not carried: an `@transaction` step's record in a separate application database (its
 `transaction_outputs` row; in the system database it is an ordinary journal row), a
@@ -82,7 +84,8 @@ TABLES: tuple[str, ...] = (
 # reads every older export of its format): a migration that adds such a column to a
 # per-workflow table adds its value here. jsonb_populate_recordset would make it NULL.
 _DEFAULTS: dict[str, dict[str, Any]] = {
-    "workflows": {"journal_version": 1},  # 0020: journals before it were version 1
+    # 0020: journals before it were version 1; 0033: runs before it had no attributes.
+    "workflows": {"journal_version": 1, "attributes": {}},
 }
 
 # The column naming the workflow a row belongs to (a budget is its root workflow's).

@@ -149,6 +149,7 @@ from durable._core.steps import (
 )
 from durable._core.streams import (
     append_turn,
+    set_attributes,
     set_event,
     set_event_in_step,
     set_state,
@@ -282,6 +283,7 @@ __all__ = [
     "reserve_call",
     "restore",
     "send",
+    "set_attributes",
     "set_event",
     "set_event_in_step",
     "set_state",

@@ -95,6 +95,27 @@ def write_stream(run: Run, key: str, value: Any, closing: bool = False) -> Gen[i
     return None if closing else offset
 
 
+def set_attributes(run: Run, attributes: str, shown: Any) -> Gen[None]:
+    """Merge `attributes` (a JSON object's text) into the workflow's attributes, journaled
+    with its call in one statement (the record holds `shown`, the pairs as the run's
+    serializer writes them): a replay or a recovery finds the call and writes nothing."""
+    seq, found = run.journal.next_call(labels.ATTRIBUTES)
+    if found is not None:
+        return
+    check_interrupt(run)
+    output = run.dumps(shown, "the attributes")
+    yield from barrier(run)
+    params = {
+        "workflow_id": run.workflow_id,
+        "epoch": run.epoch,
+        "step_seq": seq,
+        "step_name": labels.ATTRIBUTES,
+        "attributes": attributes,
+        "output": output,
+    }
+    _fenced((yield Execute("set_attributes", params)), run)
+
+
 def set_state(run: Run, value: Any) -> Gen[None]:
     seq, found = run.journal.next_call(labels.STATE)
     if found is not None:

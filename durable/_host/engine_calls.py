@@ -22,11 +22,12 @@ from durable._base.names import check_name
 from durable._client.starts import start_placed
 from durable._core import lifecycle
 from durable._run.acompat import Future
+from durable._run.attributes import call_attributes, pop_attributes
 from durable._run.decorators import workflow_call
 from durable._run.handles import WorkflowHandle
 from durable._run.host_sync import LifeHost, drive
 from durable._run.start_options import start_method
-from durable._run.timeouts import pop_timeout, workflow_timeout
+from durable._run.timeouts import call_timeout, pop_timeout
 
 if TYPE_CHECKING:
     import sqlalchemy
@@ -60,7 +61,8 @@ class EngineCalls:
         so starting an existing id returns a handle to that workflow (resuming it here if it
         is interrupted and nobody holds its lease). `timeout=` (popped from kwargs: seconds or a
         timedelta) replaces the decorator's timeout for this workflow (see
-        durable.workflow_timeout). Inside a workflow the start is journaled
+        durable.workflow_timeout); `attributes=` (popped too) records the run's attributes
+        (see durable.set_attributes). Inside a workflow the start is journaled
         as a child, so a replay does not start it again.
 
         start runs the workflow in this engine's threads. start_async starts it from async
@@ -70,8 +72,9 @@ class EngineCalls:
         blocking the loop. Inside an async workflow the start is journaled as a child.
         """
         check_name("workflow_id", workflow_id, optional=True)
-        if (timeout := pop_timeout(kwargs)) is not None:
-            with workflow_timeout(timeout):
+        timeout, attributes = pop_timeout(kwargs), pop_attributes(kwargs)
+        if timeout is not None or attributes is not None:
+            with call_timeout(timeout), call_attributes(attributes):
                 start = cast(Any, self.start)
                 return start(fn, *args, workflow_id=workflow_id, **kwargs)  # type: ignore[no-any-return]
         defn, call_args = workflow_call(fn, args)

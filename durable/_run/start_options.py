@@ -19,7 +19,7 @@ from __future__ import annotations
 import datetime as dt
 import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
 
 from durable.errors import ConfigurationError, DefinitionError, InvalidWaitError
@@ -30,9 +30,16 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 
 #: The keywords a start (start, start_async, submit) takes for itself.
-START_OPTIONS = ("workflow_id",)
+START_OPTIONS = ("workflow_id", "attributes")
 #: The keywords an enqueue takes for itself.
-ENQUEUE_OPTIONS = ("workflow_id", "dedup_key", "priority", "delay", "partition_key")
+ENQUEUE_OPTIONS = (
+    "workflow_id",
+    "dedup_key",
+    "priority",
+    "delay",
+    "partition_key",
+    "attributes",
+)
 #: Names a workflow's keyword-passable parameters may not have: the options above, and
 #: those reserved for starts (a per-call `timeout`).
 RESERVED = frozenset((*START_OPTIONS, *ENQUEUE_OPTIONS, "timeout"))
@@ -140,6 +147,7 @@ class Start(Protocol[H]):
         *args: Any,
         workflow_id: str | None,
         timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -150,6 +158,18 @@ class Start(Protocol[H]):
         *args: Any,
         workflow_id: str | None = None,
         timeout: Seconds | None,
+        attributes: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        timeout: Seconds | None = None,
+        attributes: Mapping[str, Any],
         **kwargs: Any,
     ) -> H: ...
 
@@ -176,6 +196,7 @@ class Enqueue(Protocol[H]):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -191,6 +212,7 @@ class Enqueue(Protocol[H]):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -206,6 +228,7 @@ class Enqueue(Protocol[H]):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -221,6 +244,7 @@ class Enqueue(Protocol[H]):
         delay: float | None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -236,6 +260,7 @@ class Enqueue(Protocol[H]):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None,
+        attributes: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -251,6 +276,23 @@ class Enqueue(Protocol[H]):
         delay: float | None = None,
         partition_key: str | None,
         timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        queue: QueueLike,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        partition_key: str | None = None,
+        timeout: Seconds | None = None,
+        attributes: Mapping[str, Any],
         **kwargs: Any,
     ) -> H: ...
 
@@ -275,6 +317,7 @@ class QueueEnqueue(Protocol):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -289,6 +332,7 @@ class QueueEnqueue(Protocol):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -303,6 +347,7 @@ class QueueEnqueue(Protocol):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -317,6 +362,7 @@ class QueueEnqueue(Protocol):
         delay: float | None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -331,6 +377,7 @@ class QueueEnqueue(Protocol):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None,
+        attributes: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -345,6 +392,22 @@ class QueueEnqueue(Protocol):
         delay: float | None = None,
         partition_key: str | None,
         timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        partition_key: str | None = None,
+        timeout: Seconds | None = None,
+        attributes: Mapping[str, Any],
         **kwargs: Any,
     ) -> WorkflowHandle: ...
 

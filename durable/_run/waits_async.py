@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import secrets
+from collections.abc import Mapping
 from typing import Any
 
 from durable import _core as protocol
@@ -25,6 +26,8 @@ from durable._base.models import Decision
 from durable._base.names import check_name
 from durable._core import Run
 from durable._run.acompat import called_async, workflow_run_async
+from durable._run.attributes import AttributeValue, check_attributes
+from durable._run.attributes import encode as encode_attributes
 from durable._run.context import (
     current_engine,
     current_run,
@@ -153,6 +156,17 @@ async def set_event_async(key: str, value: Any) -> None:
         return
     run = workflow_run_async("durable.set_event()")
     await drive_async(run, protocol.set_event(run, key, value))
+
+
+async def set_attributes_async(attributes: Mapping[str, AttributeValue]) -> None:
+    """Add `attributes` to this workflow run's (keys given replace the same keys; the
+    others stay), for filters to find it (durable.RunFilter, `durable workflows list
+    --attr`, the console). Journaled at its position: a replay or a recovery sets nothing
+    again. Call it from the workflow function itself, not from a step's code. (`await
+    durable.set_attributes_async(...)` in an async workflow.)"""
+    checked = check_attributes(attributes)
+    run = workflow_run_async("durable.set_attributes()")
+    await drive_async(run, protocol.set_attributes(run, encode_attributes(checked), checked))
 
 
 def _step_run(what: str) -> tuple[Run, int] | None:

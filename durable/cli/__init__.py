@@ -4,10 +4,10 @@ Every command takes --database-url (or DURABLE_DATABASE_URL); without either it 
 embedded server. Tables are printed for people; --json prints data for scripts. Exit codes:
 0 success, 1 a durable error (message on stderr), 2 bad usage.
 
-The commands live in modules by group (`_workflows`, `_worker`, `_approvals`, `_schedules`,
-`_database`, `_ui`, `_audit`, `_callbacks`), with what they share in `_options` and
-`_common`; this module makes the `main` group (the `durable` console script) and attaches
-them.
+The commands live in modules by group (`_workflows` with `_bulk`, `_worker`, `_approvals`,
+`_schedules`, `_database`, `_ui`, `_audit`, `_callbacks`), with what they share in
+`_options` and `_common`; this module makes the `main` group (the `durable` console script)
+and attaches them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import click
 
 from durable.cli._approvals import approvals
 from durable.cli._audit import audit
+from durable.cli._bulk import bulk
 from durable.cli._callbacks import callbacks
 from durable.cli._database import db, migrate, prune
 from durable.cli._schedules import queues, schedules
@@ -48,3 +49,4 @@ for _command in (
     callbacks,
 ):
     main.add_command(_command)
+workflows.add_command(bulk)

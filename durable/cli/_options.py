@@ -98,3 +98,26 @@ progress_option = click.option(
     default=None,
     help="Show progress on stderr (default: a bar when stderr is a terminal).",
 )
+
+
+def _attr_filter(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> Any:
+    """--attr expressions, checked as RunFilter.parse reads them (a usage error if not)."""
+    from durable._run.filter import RunFilter
+    from durable.errors import ConfigurationError
+
+    try:
+        RunFilter.parse(value)
+    except ConfigurationError as exc:
+        raise click.BadParameter(str(exc)) from None
+    return value
+
+
+attr_option = click.option(
+    "--attr",
+    "attrs",
+    multiple=True,
+    callback=_attr_filter,
+    metavar="EXPR",
+    help="Only runs whose attributes match: key=value, or a range on a number or an ISO "
+    "time: 'amount>=100', 'due<2026-02-01T00:00:00Z' (repeat: all must hold).",
+)

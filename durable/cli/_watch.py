@@ -20,6 +20,7 @@ from durable._base.models import StepRecord, WorkflowStatus
 from durable._base.names import workflow_label
 from durable._client.client import Client
 from durable._core import decode_error
+from durable._run.attributes import shown as shown_attributes
 
 
 def _preview(text: str | None, width: int = 60) -> str:
@@ -99,8 +100,10 @@ def workflow_table(infos: list[Any]) -> Table:
     """Workflows as rows; a "waits for worker" column (only when some row needs it) marks
     those that wait for a worker with their name and version, which no live worker has."""
     waiting = any(i.waiting_for_worker for i in infos)
+    attributed = any(i.attributes for i in infos)
     columns = ["id", "name", "status", "epoch", "created", "finished"]
-    table = Table(*columns, *(["waits for worker"] if waiting else []))
+    extra = (["attributes"] if attributed else []) + (["waits for worker"] if waiting else [])
+    table = Table(*columns, *extra)
     for i in infos:
         label = workflow_label(i.name, i.version)
         table.add_row(
@@ -110,6 +113,7 @@ def workflow_table(infos: list[Any]) -> Table:
             str(i.epoch),
             i.created_at.strftime("%Y-%m-%d %H:%M:%S"),
             i.finished_at.strftime("%Y-%m-%d %H:%M:%S") if i.finished_at else "",
+            *([shown_attributes(i.attributes)] if attributed else []),
             *([label if i.waiting_for_worker else ""] if waiting else []),
         )
     if waiting:

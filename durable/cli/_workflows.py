@@ -18,6 +18,8 @@ from durable._base.models import WorkflowInfo, WorkflowStatus
 from durable._base.names import workflow_label
 from durable._base.terminal import inert
 from durable._core import decode_error
+from durable._run.attributes import shown as shown_attributes
+from durable._run.filter import RunFilter
 from durable.cli._audit import audit_table
 from durable.cli._common import (
     _client,
@@ -32,6 +34,7 @@ from durable.cli._options import (
     _HOUR,
     _INTEGER,
     _FiniteRange,
+    attr_option,
     json_option,
     schema_option,
     url_option,
@@ -58,6 +61,7 @@ def _info_dict(info: WorkflowInfo) -> dict[str, Any]:
         "created_at": info.created_at.isoformat(),
         "finished_at": info.finished_at.isoformat() if info.finished_at else None,
         "waiting_for_worker": info.waiting_for_worker,
+        "attributes": info.attributes,
     }
 
 
@@ -71,6 +75,9 @@ def _info_dict(info: WorkflowInfo) -> dict[str, Any]:
     callback=lambda _ctx, _param, value: None if value is None else value.upper(),
 )
 @click.option("--name", default=None, help="Only workflows registered under this name.")
+@click.option("--version", default=None, help="Only runs of this version ('' for none).")
+@click.option("--parent", default=None, help="Only the runs this workflow started.")
+@attr_option
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--watch", is_flag=True, help="Refresh the table until Ctrl-C.")
 @click.option("--interval", type=_FiniteRange(0.1, _HOUR), default=2.0, show_default=True)
@@ -81,18 +88,22 @@ def list_cmd(
     schema: str,
     status: str | None,
     name: str | None,
+    version: str | None,
+    parent: str | None,
+    attrs: tuple[str, ...],
     limit: int,
     watch: bool,
     interval: float,
     as_json: bool,
 ) -> None:
-    """List workflows, newest first."""
+    """List workflows, newest first (--attr: by their attributes)."""
     from durable.cli._watch import refresh, workflow_table
 
+    chosen = RunFilter.parse(attrs, version=version, parent_id=parent)
     with _client(database_url, schema) as client:
 
         def listed() -> list[WorkflowInfo]:
-            return client.list_workflows(status, name=name, limit=limit)
+            return client.list_workflows(status, name=name, limit=limit, filter=chosen)
 
         if watch:
             with _interruptible():
@@ -208,6 +219,8 @@ def show(
         if live:
             console.print(f"move it: durable workflows resume {info.workflow_id} --version V")
     console.print(f"inputs: {_short(info.inputs, 200)}")
+    if info.attributes:
+        console.print(f"attributes: {_short(shown_attributes(info.attributes), 400)}")
     console.print(f"durability: {info.durability}  epoch: {info.epoch}  owner: {info.owner or '-'}")
     if info.output is not None:
         console.print(f"output: {_short(info.output, 200)}")

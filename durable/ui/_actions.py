@@ -10,6 +10,7 @@ from durable._base.models import WorkflowStatus
 from durable._base.names import workflow_label
 from durable._client.audit import acting_as
 from durable._client.client import Client
+from durable.ui._bulk import bulk_action
 
 
 def _decide(client: Client, form: dict[str, str]) -> str:
@@ -85,6 +86,7 @@ _ACTIONS: dict[str, Callable[[Client, dict[str, str]], str]] = {
     "fork": _fork,
     "schedule": _schedule,
     "delete-schedule": _delete_schedule,
+    "bulk": bulk_action,
 }
 
 

@@ -53,6 +53,8 @@ from durable.ui._auth import (
     credential,
     weakness,
 )
+from durable.ui._bulk import attribute_filter, bulk_page
+from durable.ui._bulk import time_field as _time_param
 from durable.ui._callbacks import callback_route, is_callback
 from durable.ui._metrics import metrics_route
 from durable.ui._timeline import between, human_duration, timeline
@@ -132,6 +134,7 @@ def create_app(
         Route("/schedules", console.schedules),
         Route("/metrics", metrics_route(client)),
         Route("/audit", console.audit),
+        Route("/bulk", bulk_page(console)),
         Route("/signin", console.signin, methods=["GET", "POST"]),
         Route("/signout", console.signout, methods=["POST"]),
         Route("/actions/{action}", console.act, methods=["POST"]),
@@ -236,14 +239,6 @@ def _next_tick(row: dict[str, Any]) -> str:
         return _when(next_tick(row["cron"], row["timezone"], dt.datetime.now(dt.UTC)))
     except (ValueError, KeyError, zoneinfo.ZoneInfoNotFoundError):
         return ""
-
-
-def _time_param(text: str | None) -> dt.datetime | None:
-    """A time from a filter field (ISO 8601; without a zone, UTC)."""
-    if not text:
-        return None
-    value = dt.datetime.fromisoformat(text.strip())
-    return value if value.tzinfo is not None else value.replace(tzinfo=dt.UTC)
 
 
 def _templates() -> Environment:
@@ -518,7 +513,7 @@ class _Console:
 
     async def workflows(self, request: Request) -> Response:
         q = request.query_params
-        keys = ("status", "name", "id", "from", "to", "q", "children")
+        keys = ("status", "name", "id", "from", "to", "q", "children", "attr")
         filters = {k: q.get(k, "").strip() for k in keys}
         nested = filters["children"] != "1"  # top-level rows, their children folded under
         try:
@@ -535,6 +530,7 @@ class _Console:
                 "created_to": _time_param(filters["to"]),
                 "top_level": nested,
                 "search": filters["q"] or None,
+                "filter": attribute_filter(filters["attr"]),
             }
             status = filters["status"].upper() or None
             infos, count, children = await run_in_threadpool(

@@ -428,3 +428,55 @@ def test_an_operator_signs_in_follows_a_workflow_and_approves_it(
 @durable.workflow(registry=reg, name="shop.quote_only")
 def quote_only(i: int) -> dict[str, Any]:
     return quote(f"o-{i}", 100 * i)
+
+
+def test_an_operator_filters_by_an_attribute_and_cancels_the_matches_in_bulk(
+    database_url: str, console: str
+) -> None:
+    """The list filters by an attribute; its bulk cancel counts the matches first, and the
+    confirmed action cancels exactly those (checked in the database)."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    driver = _browser()
+    try:
+        with durable.Client(database_url) as client:  # no worker: the runs stay PENDING
+            for i in range(3):
+                client.submit(quote_only, i, workflow_id=f"c1-{i}", attributes={"customer": "c-1"})
+            client.submit(quote_only, 9, workflow_id="c2-9", attributes={"customer": "c-2"})
+        driver.get(console + "/signin?next=/workflows")
+        assert _sign_in(driver, TOKEN) == ""
+        _auto_refresh(driver, False)
+        field = driver.find_element(By.ID, "attr-filter")
+        field.send_keys("customer=c-1")
+        field.submit()
+        wait_for(lambda: "attr=customer" in driver.current_url, 30, "the attribute filter")
+        _auto_refresh(driver, False)
+        ids = {
+            r.get_attribute("data-workflow")
+            for r in driver.find_elements(By.CSS_SELECTOR, "#workflows tr.workflow")
+        }
+        assert ids == {"c1-0", "c1-1", "c1-2"}
+        assert (_text(driver, "#count") or "").startswith("3 ")
+
+        bulk = driver.find_element(By.ID, "bulk")
+        Select(bulk.find_element(By.NAME, "action")).select_by_value("cancel")
+        bulk.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
+        wait_for(lambda: driver.find_elements(By.ID, "bulk-count"), 30, "the count")
+        assert driver.find_element(By.ID, "bulk-count").get_attribute("data-count") == "3"
+        assert all(_status(database_url, f"c1-{i}") == "PENDING" for i in range(3))
+        button = driver.find_element(By.ID, "bulk-confirm-button")
+        assert button.text == "Cancel 3 runs"
+        button.click()
+        wait_for(lambda: driver.find_elements(By.ID, "message"), 30, "the answer")
+        assert "3 run(s) changed" in driver.find_element(By.ID, "message").text
+        assert [_status(database_url, f"c1-{i}") for i in range(3)] == ["CANCELLED"] * 3
+        assert _status(database_url, "c2-9") == "PENDING"
+        cancels = scalar(
+            database_url,
+            "SELECT count(*) FROM durable.audit_log WHERE action = 'cancel' AND actor LIKE "
+            "'console %%'",
+        )
+        assert cancels == 3
+    finally:
+        driver.quit()

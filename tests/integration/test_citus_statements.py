@@ -197,6 +197,7 @@ def params(name: str, w: str) -> dict[str, Any]:
         "trace_context": None,
         "journal_version": 1,
         "max_recovery_attempts": None,
+        "attributes": '{"customer": "c-1"}',
     }
     step = {
         "workflow_id": w,
@@ -272,6 +273,12 @@ def params(name: str, w: str) -> dict[str, Any]:
             "created_to": None,
             "top_level": True,
             "search": "[",
+            "statuses": ["PENDING", "RUNNING"],
+            "version": "",
+            "parent_id": None,
+            "attr_eq": '{"customer": "c-1"}',
+            "attr_path": '$."amount" >= $v0 && $."due".datetime() < $v1.datetime()',
+            "attr_vars": '{"v0": 100, "v1": "2026-01-01T00:00:00+00:00"}',
             "after_at": None,
             "after_id": None,
             "limit": 50,
@@ -286,6 +293,12 @@ def params(name: str, w: str) -> dict[str, Any]:
             "created_to": None,
             "top_level": True,
             "search": "[",
+            "statuses": ["PENDING", "RUNNING"],
+            "version": "",
+            "parent_id": None,
+            "attr_eq": '{"customer": "c-1"}',
+            "attr_path": '$."amount" >= $v0 && $."due".datetime() < $v1.datetime()',
+            "attr_vars": '{"v0": 100, "v1": "2026-01-01T00:00:00+00:00"}',
             "cap": 10_000,
         },
         "list_children": {"parent_ids": [w], "limit": 1000},
@@ -513,6 +526,13 @@ def params(name: str, w: str) -> dict[str, Any]:
         },
         "consume_message": {**fenced, "topic": "topic", "step_seq": 10, "step_name": "recv"},
         "set_event": {**fenced, "step_seq": 10, "step_name": "ev", "key": "ev", "value": "2"},
+        "set_attributes": {
+            **fenced,
+            "step_seq": 10,
+            "step_name": "durable.attributes",
+            "attributes": '{"stage": "paid"}',
+            "output": '{"stage": "paid"}',
+        },
         "set_step_event": {**fenced, "step_seq": 1, "key": "ev-step", "value": "3"},
         "write_stream": {
             **fenced,
@@ -642,6 +662,7 @@ def imported_rows(w: str) -> dict[str, list[dict[str, Any]]]:
                 "updated_at": at,
                 "budget_id": w,
                 "journal_version": 1,
+                "attributes": {"customer": "c-1"},
             }
         ],
         "budgets": [
@@ -877,6 +898,7 @@ HOT = [
     "renew_claim",
     "resume_workflow",  # an operator's resume (or move) of one workflow
     "send_message",
+    "set_attributes",
     "set_event",
     "set_step_event",
     "settle_effect",

@@ -37,6 +37,7 @@ def test_journal_step_names() -> None:
     assert labels.SLEEP == "sleep"
     assert labels.STATE == "durable.state"
     assert labels.TURN == "durable.turn"
+    assert labels.ATTRIBUTES == "durable.attributes"
     assert labels.approval("ship it") == "approval:ship it"
     assert labels.recv("orders") == "recv:orders"
     assert labels.recv("") == "recv:"  # the default topic
@@ -90,6 +91,8 @@ def test_derived_ids() -> None:
     assert labels.effect_key("order-1", 7, "invoice-42") == "order-1:invoice-42"
     tick = dt.datetime(2026, 1, 2, 3, 4, tzinfo=dt.UTC)
     assert labels.schedule_tick_id("nightly", tick) == "schedule:nightly:2026-01-02T03:04:00+00:00"
+    assert labels.retry_id("order-7") == "order-7:retry"
+    assert len(labels.retry_id("x" * labels.MAX_ID_BYTES).encode()) <= labels.MAX_ID_BYTES
     # A tick in another zone is stored as the same instant in UTC.
     paris = tick.astimezone(dt.timezone(dt.timedelta(hours=1)))
     assert labels.schedule_tick_id("nightly", paris) == labels.schedule_tick_id("nightly", tick)

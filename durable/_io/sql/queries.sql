@@ -17,12 +17,14 @@
 -- Create a workflow already owned by this run (epoch 1); nothing is returned if the id exists.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, owner, epoch, lease_expires_at, timeout_seconds,
-    deadline_at, budget_id, trace_context, journal_version, max_recovery_attempts)
+    deadline_at, budget_id, trace_context, journal_version, max_recovery_attempts,
+    attributes)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'RUNNING', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(owner)s, 1,
     {schema}.current_time() + make_interval(secs => %(lease_seconds)s), %(timeout_seconds)s,
     {schema}.current_time() + make_interval(secs => %(timeout_seconds)s::float8),
-    %(budget_id)s, %(trace_context)s, %(journal_version)s, %(max_recovery_attempts)s)
+    %(budget_id)s, %(trace_context)s, %(journal_version)s, %(max_recovery_attempts)s,
+    %(attributes)s::jsonb)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch, deadline_at
 
@@ -30,10 +32,10 @@ RETURNING epoch, deadline_at
 -- Create a runnable workflow that no one owns yet (a worker will claim it).
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, timeout_seconds, budget_id, trace_context,
-    journal_version, max_recovery_attempts)
+    journal_version, max_recovery_attempts, attributes)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'PENDING', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s,
-    %(trace_context)s, %(journal_version)s, %(max_recovery_attempts)s)
+    %(trace_context)s, %(journal_version)s, %(max_recovery_attempts)s, %(attributes)s::jsonb)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 
@@ -41,7 +43,7 @@ RETURNING epoch
 -- One workflow row.
 SELECT workflow_id, name, version, status, inputs, output, error, serializer, durability,
     parent_id, parent_step_seq, owner, epoch, lease_expires_at, recovery_attempts,
-    created_at, updated_at, finished_at, journal_version
+    created_at, updated_at, finished_at, journal_version, attributes
 FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
 
 -- get_incarnation --
@@ -70,7 +72,7 @@ WITH live AS MATERIALIZED (
 )
 SELECT workflow_id, name, version, status, inputs, output, error, serializer, durability,
     parent_id, parent_step_seq, owner, epoch, lease_expires_at, recovery_attempts,
-    created_at, updated_at, finished_at, journal_version,
+    created_at, updated_at, finished_at, journal_version, attributes,
     (w.status IN ('PENDING', 'ENQUEUED')
      OR (w.status = 'RUNNING' AND w.lease_expires_at < {schema}.current_time()))
     AND NOT EXISTS (
@@ -87,6 +89,15 @@ WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
   AND (%(top_level)s = false OR parent_id IS NULL)
   AND (%(search)s::text IS NULL OR strpos(lower(inputs), %(search)s::text) > 0
        OR strpos(lower(output), %(search)s::text) > 0)
+  -- A RunFilter's (durable/_run/filter.py): several statuses, a version ('' for none), a
+  -- parent, attributes equal (the GIN index of 0033), ranges on attributes (a jsonpath
+  -- whose values are attr_vars; a value of another type matches no range).
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+  AND (%(version)s::text IS NULL OR coalesce(version, '') = %(version)s::text)
+  AND (%(parent_id)s::text IS NULL OR parent_id = %(parent_id)s::text)
+  AND (%(attr_eq)s::jsonb IS NULL OR attributes @> %(attr_eq)s::jsonb)
+  AND (%(attr_path)s::jsonpath IS NULL OR coalesce(jsonb_path_match(attributes,
+       %(attr_path)s::jsonpath, %(attr_vars)s::jsonb, true), false))
   AND (%(after_at)s::timestamptz IS NULL
        OR (created_at, workflow_id) < (%(after_at)s::timestamptz, %(after_id)s::text))
 ORDER BY created_at DESC, workflow_id DESC
@@ -108,6 +119,12 @@ SELECT count(*) AS n FROM (
       AND (%(top_level)s = false OR parent_id IS NULL)
       AND (%(search)s::text IS NULL OR strpos(lower(inputs), %(search)s::text) > 0
            OR strpos(lower(output), %(search)s::text) > 0)
+      AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+      AND (%(version)s::text IS NULL OR coalesce(version, '') = %(version)s::text)
+      AND (%(parent_id)s::text IS NULL OR parent_id = %(parent_id)s::text)
+      AND (%(attr_eq)s::jsonb IS NULL OR attributes @> %(attr_eq)s::jsonb)
+      AND (%(attr_path)s::jsonpath IS NULL OR coalesce(jsonb_path_match(attributes,
+           %(attr_path)s::jsonpath, %(attr_vars)s::jsonb, true), false))
     LIMIT %(cap)s
 ) AS matched
 
@@ -371,12 +388,12 @@ RETURNING workflow_id, name, version, status
 -- forked child keeps drawing from its root's.
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, budget_id, timeout_seconds, trace_context, journal_version,
-    max_recovery_attempts)
+    max_recovery_attempts, attributes)
 SELECT %(new_id)s, name,
     CASE WHEN %(version)s::text IS NULL THEN version ELSE nullif(%(version)s::text, '') END,
     'PENDING', inputs, serializer, durability,
     CASE WHEN budget_id = workflow_id THEN %(new_id)s ELSE budget_id END, timeout_seconds,
-    %(trace_context)s, %(journal_version)s, max_recovery_attempts
+    %(trace_context)s, %(journal_version)s, max_recovery_attempts, attributes
 FROM {schema}.workflows
 WHERE workflow_id = %(workflow_id)s AND journal_version <= %(journal_version)s
 RETURNING workflow_id
@@ -1606,14 +1623,15 @@ RETURNING schedule_name
 INSERT INTO {schema}.workflows (workflow_id, name, version, status, inputs, serializer,
     durability, parent_id, parent_step_seq, timeout_seconds, budget_id, queue_name, priority,
     dedup_key, available_at, trace_context, journal_version, partition_key,
-    max_recovery_attempts)
+    max_recovery_attempts, attributes)
 VALUES (%(workflow_id)s, %(name)s, %(version)s, 'ENQUEUED', %(inputs)s, %(serializer)s,
     %(durability)s, %(parent_id)s, %(parent_step_seq)s, %(timeout_seconds)s, %(budget_id)s,
     %(queue_name)s,
     %(priority)s, %(dedup_key)s,
     CASE WHEN %(delay_seconds)s::float8 > 0
          THEN {schema}.current_time() + make_interval(secs => %(delay_seconds)s::float8) END,
-    %(trace_context)s, %(journal_version)s, %(partition_key)s, %(max_recovery_attempts)s)
+    %(trace_context)s, %(journal_version)s, %(partition_key)s, %(max_recovery_attempts)s,
+    %(attributes)s::jsonb)
 ON CONFLICT (workflow_id) DO NOTHING
 RETURNING epoch
 
@@ -2205,3 +2223,16 @@ WITH doomed AS (
 )
 DELETE FROM {schema}.callbacks AS c USING doomed AS d
 WHERE c.token_hash = d.token_hash
+-- Attributes (durable/_run/attributes.py) -----------------------------------------------
+
+-- set_attributes --
+-- Merge attributes into a workflow's (durable.set_attributes) and journal the call as this
+-- step, in one statement fenced by epoch: a replay finds the call and writes nothing.
+WITH changed AS (
+    UPDATE {schema}.workflows SET attributes = attributes || %(attributes)s::jsonb
+    WHERE workflow_id = %(workflow_id)s
+    AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
+    RETURNING workflow_id
+)
+INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
+SELECT workflow_id, %(step_seq)s, %(step_name)s, 'step', %(output)s FROM changed
