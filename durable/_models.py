@@ -22,6 +22,9 @@ class WorkflowStatus(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     SUSPENDED = "SUSPENDED"
+    # Held by an operator (Client.pause): nothing claims, wakes or dequeues it until it is
+    # unpaused, and it holds no slot. Not finished: it goes on where it stopped.
+    PAUSED = "PAUSED"
     SUCCESS = "SUCCESS"
     ERROR = "ERROR"
     CANCELLED = "CANCELLED"
@@ -92,6 +95,9 @@ class WorkflowInfo:
     # a worker with that code. Read by list_workflows; None where it was not read. Not
     # stored but seen (workers come and go), so two reads of one row still compare equal.
     waiting_for_worker: bool | None = field(default=None, compare=False)
+    # A pause was asked (Client.pause): a PAUSED workflow, or a RUNNING one that stops at
+    # its next step boundary. Read by get_workflow only (False elsewhere).
+    pause_requested: bool = field(default=False, compare=False)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> WorkflowInfo:
@@ -114,6 +120,7 @@ class WorkflowInfo:
             finished_at=row["finished_at"],
             journal_version=int(row.get("journal_version", 1)),
             waiting_for_worker=row.get("waiting_for_worker"),
+            pause_requested=bool(row.get("pause_requested", False)),
         )
 
     def check_journal(self) -> None:

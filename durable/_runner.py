@@ -182,6 +182,7 @@ class Runner:
             compensation_of=self.registry.compensation,
             crash_point=self.crash_point,
             cancel_request=self._cancel_request,
+            pause_request=self.ownership.pause_requested,
             handing_over=self.ownership.handing_over,
             classify_app_error=app_error_fault,
             stream_channel=f"{config.schema}_streams",
