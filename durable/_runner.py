@@ -108,6 +108,8 @@ class Runner:
 
     def hold(self, claimed: Claimed) -> None:
         self.ownership.hold(claimed.workflow_id, claimed.epoch)
+        if claimed.pause_requested:  # asked of the run before, whose lease lapsed
+            self.ownership.ask_pause(claimed.workflow_id, claimed.epoch, True)
 
     def let_go(self, claimed: Claimed) -> None:
         self.ownership.let_go(claimed.workflow_id, claimed.epoch)

@@ -42,7 +42,7 @@ RETURNING epoch
 SELECT workflow_id, name, version, status, inputs, output, error, serializer, durability,
     parent_id, parent_step_seq, owner, epoch, lease_expires_at, recovery_attempts,
     created_at, updated_at, finished_at, journal_version,
-    paused_at IS NOT NULL AS pause_requested
+    (paused_at IS NOT NULL AND status IN ('RUNNING', 'PAUSED')) AS pause_requested
 FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
 
 -- get_incarnation --
@@ -803,7 +803,8 @@ FROM (
 WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context,
-    c.status = 'RUNNING' AS lease_expired, w.parent_id, w.max_recovery_attempts
+    c.status = 'RUNNING' AS lease_expired, w.parent_id, w.max_recovery_attempts,
+    w.paused_at IS NOT NULL AS pause_requested
 
 -- claim_batch_cas --
 -- claim_batch for distributed PostgreSQL, which cannot lock rows of many shards in one
@@ -856,7 +857,8 @@ WHERE w.workflow_id = c.workflow_id
       SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context,
-    c.status = 'RUNNING' AS lease_expired, w.parent_id, w.max_recovery_attempts
+    c.status = 'RUNNING' AS lease_expired, w.parent_id, w.max_recovery_attempts,
+    w.paused_at IS NOT NULL AS pause_requested
 
 -- renew_claim --
 -- Keep a claim that waited in the queue, if it is still this run's: renewing its lease
@@ -2184,25 +2186,33 @@ SELECT * FROM jsonb_populate_recordset(NULL::{schema}.late_charges, %(rows)s::js
 -- owner's lease lapsed (its epoch bumped to fence a late runner), becomes PAUSED at once;
 -- a running one is asked (paused_at) and gives itself back PAUSED at its next step
 -- boundary. Nothing is returned for a finished, already paused or already asked one, nor
--- for one being cancelled (its cancel goes first).
-UPDATE {schema}.workflows
-SET status = CASE WHEN status = 'RUNNING' AND lease_expires_at >= {schema}.current_time()
-                      THEN 'RUNNING' ELSE 'PAUSED' END,
-    epoch = CASE WHEN status = 'RUNNING' AND lease_expires_at < {schema}.current_time()
-                 THEN epoch + 1 ELSE epoch END,
-    owner = CASE WHEN status = 'RUNNING' AND lease_expires_at >= {schema}.current_time()
-                 THEN owner END,
-    lease_expires_at = CASE WHEN status = 'RUNNING'
-                                 AND lease_expires_at >= {schema}.current_time()
-                            THEN lease_expires_at END,
-    paused_at = coalesce(paused_at, {schema}.current_time()),
-    updated_at = {schema}.current_time()
-WHERE workflow_id = %(workflow_id)s
-  AND status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
-  AND cancel_requested_at IS NULL
-  AND (paused_at IS NULL
-       OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
-RETURNING workflow_id, status, epoch
+-- for one being cancelled (its cancel goes first). Decided from the row as read and
+-- written only if it is unchanged (compare-and-set, as cancel_workflows: Citus takes no
+-- clock in an UPDATE's CASE); no row: it changed meanwhile, or there is nothing to do.
+WITH target AS (
+    SELECT w.workflow_id, w.epoch, w.status, {schema}.current_time() AS now,
+        CASE WHEN w.status = 'RUNNING' AND w.lease_expires_at >= {schema}.current_time()
+                 THEN 'RUNNING'
+             ELSE 'PAUSED' END AS next_status
+    FROM {schema}.workflows AS w
+    WHERE w.workflow_id = %(workflow_id)s
+      AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
+      AND w.cancel_requested_at IS NULL
+      AND (w.paused_at IS NULL
+           OR (w.status = 'RUNNING' AND w.lease_expires_at < {schema}.current_time()))
+)
+UPDATE {schema}.workflows AS w
+SET status = t.next_status,
+    epoch = CASE WHEN t.status = 'RUNNING' AND t.next_status = 'PAUSED' THEN w.epoch + 1
+                 ELSE w.epoch END,
+    owner = CASE WHEN t.next_status = 'RUNNING' THEN w.owner END,
+    lease_expires_at = CASE WHEN t.next_status = 'RUNNING' THEN w.lease_expires_at END,
+    paused_at = coalesce(w.paused_at, t.now),
+    updated_at = t.now
+FROM target AS t
+WHERE w.workflow_id = %(workflow_id)s AND w.workflow_id = t.workflow_id
+  AND w.epoch = t.epoch AND w.status = t.status
+RETURNING w.workflow_id, w.status, w.epoch
 
 -- unpause_workflow --
 -- Let a paused workflow go on where it stopped: ENQUEUED when it never left its queue (it
