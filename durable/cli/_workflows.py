@@ -207,6 +207,10 @@ def show(
         console.print(f"waiting for a worker with {label}; {served}")
         if live:
             console.print(f"move it: durable workflows resume {info.workflow_id} --version V")
+    if info.status is WorkflowStatus.PAUSED:
+        console.print(f"paused: durable workflows unpause {info.workflow_id} lets it go on")
+    elif info.pause_requested:
+        console.print("pause requested: it stops at its next step")
     console.print(f"inputs: {_short(info.inputs, 200)}")
     console.print(f"durability: {info.durability}  epoch: {info.epoch}  owner: {info.owner or '-'}")
     if info.output is not None:
