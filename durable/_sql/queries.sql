@@ -235,7 +235,8 @@ GROUP BY partition_key ORDER BY partition_key
 -- Give one workflow back to the pool (this run could not finish it), if this epoch owns it;
 -- PAUSED instead when a pause was asked of it (then nobody claims it until it is unpaused).
 UPDATE {schema}.workflows
-SET status = CASE WHEN paused_at IS NULL THEN 'PENDING' ELSE 'PAUSED' END, owner = NULL, lease_expires_at = NULL,
+SET status = CASE WHEN paused_at IS NULL THEN 'PENDING' ELSE 'PAUSED' END,
+    owner = NULL, lease_expires_at = NULL,
     updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
@@ -1002,7 +1003,8 @@ WHERE owner = %(owner)s AND status = 'RUNNING' AND workflow_id = ANY(%(held)s::t
 -- holder's, and one released while its run is inside a step would run that step twice.
 -- One asked to pause is given back PAUSED.
 UPDATE {schema}.workflows
-SET status = CASE WHEN paused_at IS NULL THEN 'PENDING' ELSE 'PAUSED' END, owner = NULL, lease_expires_at = NULL,
+SET status = CASE WHEN paused_at IS NULL THEN 'PENDING' ELSE 'PAUSED' END,
+    owner = NULL, lease_expires_at = NULL,
     updated_at = {schema}.current_time()
 WHERE owner = %(owner)s AND status = 'RUNNING' AND workflow_id = ANY(%(held)s::text[])
   AND (workflow_id, epoch) IN (
@@ -1240,6 +1242,8 @@ FROM {schema}.approvals WHERE workflow_id = %(workflow_id)s AND name = %(name)s
 -- worker stops it (a parked workflow would wait for a decision nobody will make).
 -- A gate with a timeout wakes the workflow when it expires (wake_due, which every claim
 -- round sends, the keeper's too): its run then decides it by its default (expire_approval).
+-- A pause asked after the run last looked parks it PAUSED instead: nothing wakes it until
+-- it is unpaused, and its run then waits for the gate again.
 UPDATE {schema}.workflows
 SET status = CASE WHEN cancel_reason IS NOT NULL THEN 'PENDING'
                   WHEN paused_at IS NOT NULL THEN 'PAUSED' ELSE 'SUSPENDED' END,
@@ -1375,7 +1379,7 @@ RETURNING workflow_id
 -- suspend_until --
 -- Park the workflow until wake_at (NULL: until woken), unless a message it waits for is here.
 -- A cancel that arrived after the run last looked makes it runnable instead (see
--- suspend_for_approval).
+-- suspend_for_approval); a pause asked meanwhile parks it PAUSED (nothing wakes it).
 UPDATE {schema}.workflows
 SET status = CASE WHEN cancel_reason IS NOT NULL THEN 'PENDING'
                   WHEN paused_at IS NOT NULL THEN 'PAUSED' ELSE 'SUSPENDED' END,
