@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import pytest
 
+from durable import _lifecycle as lifecycle
 from durable import _protocol as protocol
+from durable._host_sync import drive
+from durable._models import WorkflowStatus
 from durable.errors import WorkflowHandedOver, WorkflowInterrupted, WorkflowPaused
+from tests.unit import test_lifecycle as scripted_life
 from tests.unit.scripted import EPOCH, WORKFLOW_ID, Script, done, make_run, step_def, workflow_def
 
 
@@ -60,3 +64,24 @@ def test_a_cancel_goes_before_a_pause_and_a_pause_does_not_stop_an_undo() -> Non
     assert type(info.value) is WorkflowInterrupted  # the cancel, not the pause
     run.stopping = True  # its compensations run
     protocol.check_interrupt(run)
+
+
+def test_a_direct_call_whose_run_was_paused_waits_holding_nothing_then_runs_on() -> None:
+    """A workflow called as a function (lifecycle.run_here) that an operator pauses: the
+    caller looks again with backoff, as for a suspended run, and claims it once unpaused."""
+    script = scripted_life.Script(
+        (lifecycle.Create, "claim"),
+        (lifecycle.RunClaimed, WorkflowPaused("w")),
+        (lifecycle.Attach, scripted_life._Info(WorkflowStatus.PAUSED)),
+        (lifecycle.Finished, (False, None)),
+        (lifecycle.Reclaim, None),  # still paused: nobody claims it
+        (lifecycle.Sleep, None),
+        (lifecycle.Finished, (False, None)),
+        (lifecycle.Reclaim, "again"),  # unpaused
+        (lifecycle.RunClaimed, WorkflowPaused("w")),  # paused once more
+        (lifecycle.Finished, (False, None)),
+        (lifecycle.Reclaim, "third"),
+        (lifecycle.RunClaimed, 42),
+    )
+    assert drive(lifecycle.run_here(scripted_life.DEFN, "w", "[]", None), script) == 42
+    script.done()
