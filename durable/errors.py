@@ -64,6 +64,7 @@ The tree::
     │   ├── WorkflowNotResumableError
     │   │   └── ForkAfterUndoError
     │   ├── WorkflowNotMovableError
+    │   ├── WorkflowNotPausableError
     │   ├── IdempotencyKeyReusedError
     │   ├── UnknownApprovalError
     │   ├── ApprovalConflictError
@@ -85,10 +86,11 @@ Each error is in exactly one group, so `except durable.errors.UsageError` (say) 
 catches an outage: code that gives up on a UsageError or a ConfigurationError still
 retries a DatabaseUnavailableError.
 
-WorkflowSuspended, WorkflowInterrupted (and its WorkflowHandedOver) and WorkflowAbandoned
-derive from BaseException (not DurableError): they are control flow that unwinds a workflow
-while it waits, when it is asked to stop, when its worker is stopping, or when the event
-loop it ran on died, and a broad `except Exception` must not swallow them.
+WorkflowSuspended, WorkflowInterrupted (and its WorkflowHandedOver, and that one's
+WorkflowPaused) and WorkflowAbandoned derive from BaseException (not DurableError): they are
+control flow that unwinds a workflow while it waits, when it is asked to stop, when its
+worker is stopping, when an operator paused it, or when the event loop it ran on died, and
+a broad `except Exception` must not swallow them.
 
 The first paragraph of each class's docstring is its default message and ends with the
 fix; the context of a particular failure is kept in attributes so that callers never parse
@@ -439,6 +441,21 @@ class WorkflowNotMovableError(StateError):
         self.reason = reason
         target = f"version {version!r}" if version else "no version"
         super().__init__(f"workflow {workflow_id!r} cannot be moved to {target}: {reason}")
+
+
+class WorkflowNotPausableError(StateError):
+    """This workflow cannot be paused or unpaused now: it has finished (a paused workflow
+    is one that goes on later), or a cancel asked of it is under way. Nothing was changed;
+    resume a failed or cancelled one (`durable workflows resume ID`) to run it again.
+
+    `status` is the workflow's status; `reason` says which case it is."""
+
+    def __init__(self, workflow_id: str, status: str, action: str, reason: str) -> None:
+        self.workflow_id = workflow_id
+        self.status = status
+        self.action = action
+        self.reason = reason
+        super().__init__(f"workflow {workflow_id!r} cannot be {action}d: {reason}")
 
 
 class WorkflowArgumentsError(UsageError, TypeError):
@@ -909,6 +926,16 @@ class WorkflowHandedOver(WorkflowInterrupted):
 
     def __init__(self, workflow_id: str) -> None:
         super().__init__(workflow_id, "handed over: its worker is stopping", False)
+
+
+class WorkflowPaused(WorkflowHandedOver):
+    """Unwinds a run at a step boundary because an operator paused it (Client.pause): what
+    the run holds is written and the workflow is given back PAUSED, holding no worker slot.
+    Control flow, never a failure: once unpaused, a worker replays its journal and goes on
+    from the step after the last one that finished."""
+
+    def __init__(self, workflow_id: str) -> None:
+        WorkflowInterrupted.__init__(self, workflow_id, "paused by an operator", False)
 
 
 class WorkflowAbandoned(BaseException):

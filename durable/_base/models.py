@@ -22,6 +22,9 @@ class WorkflowStatus(StrEnum):
     PENDING = "PENDING"
     RUNNING = "RUNNING"
     SUSPENDED = "SUSPENDED"
+    # Held by an operator (Client.pause): nothing claims, wakes or dequeues it until it is
+    # unpaused, and it holds no slot. Not finished: it goes on where it stopped.
+    PAUSED = "PAUSED"
     SUCCESS = "SUCCESS"
     ERROR = "ERROR"
     CANCELLED = "CANCELLED"
@@ -94,6 +97,9 @@ class WorkflowInfo:
     waiting_for_worker: bool | None = field(default=None, compare=False)
     # Its attributes (attributes= at its start, durable.set_attributes): {} where none.
     attributes: dict[str, Any] = field(default_factory=dict, hash=False)
+    # A pause was asked (Client.pause): a PAUSED workflow, or a RUNNING one that stops at
+    # its next step boundary. Read by get_workflow only (False elsewhere).
+    pause_requested: bool = field(default=False, compare=False)
 
     @classmethod
     def from_row(cls, row: dict[str, Any]) -> WorkflowInfo:
@@ -117,6 +123,7 @@ class WorkflowInfo:
             journal_version=int(row.get("journal_version", 1)),
             waiting_for_worker=row.get("waiting_for_worker"),
             attributes=dict(row.get("attributes") or {}),
+            pause_requested=bool(row.get("pause_requested", False)),
         )
 
     def check_journal(self) -> None:

@@ -1,6 +1,6 @@
 """The audit log: which operator cancelled, resumed, moved, forked, imported, decided,
-raised a budget of, sent a message to, created, updated, paused, deleted, triggered or
-backfilled a schedule, when, and from where.
+paused, unpaused, raised a budget of, sent a message to, created, updated, paused,
+deleted, triggered or backfilled a schedule, when, and from where.
 
 Each action and its audit rows are written in one transaction, so an action without its
 record cannot exist (and a refused or rolled-back one leaves none). An action that changed
@@ -157,6 +157,25 @@ def resume(client: ClientBase, params: dict[str, Any]) -> dict[str, Any] | None:
         return row
 
     return client.db.atomically(work, "resume_workflow")
+
+
+def pause(client: ClientBase, workflow_id: str, pause: bool) -> dict[str, Any] | None:
+    """pause_workflow (or, `pause` false, unpause_workflow) with its audit row, when it
+    changed the row; the row as it is after (its status, and a pause's epoch)."""
+    actor = actor_of(client)
+    params = {"workflow_id": workflow_id}
+
+    def work(tx: Tx) -> dict[str, Any] | None:
+        if pause:
+            row = tx.fetch_one("pause_workflow", params)
+        else:
+            row = tx.fetch_one("unpause_workflow", params)
+        if row is not None:
+            action = "pause" if pause else "unpause"
+            record(tx, actor, [(workflow_id, action, None, f"now {row['status']}")])
+        return row
+
+    return client.db.atomically(work, "pause_workflow" if pause else "unpause_workflow")
 
 
 def fork(client: ClientBase, params: dict[str, Any]) -> bool:

@@ -62,6 +62,7 @@ from durable.errors import (
     WorkflowCancelledError,
     WorkflowNotFoundError,
     WorkflowNotMovableError,
+    WorkflowNotPausableError,
     WorkflowNotResumableError,
 )
 from durable.serialization import Serializer
@@ -237,6 +238,77 @@ class Client(ClientCalls, AsyncClientCalls):
         return self.handle(workflow_id)
 
     resume_workflow = resume
+
+    def pause(self, workflow_id: str) -> WorkflowStatus:
+        """Hold a workflow where it is until `unpause`: no worker claims, wakes or dequeues
+        it meanwhile, and it holds no worker or queue slot.
+
+        A running workflow stops at its next step boundary (the step in flight finishes and
+        is journaled; the next does not start) and returns RUNNING until then; a queued,
+        runnable or waiting one (a sleep, a message, an approval) is PAUSED at once. A
+        message sent to a paused workflow is kept for it. A cancel still works (the run
+        ends CANCELLED). Returns the status after the request (PAUSED, or RUNNING while
+        it reaches its boundary); pausing a paused workflow changes nothing. A finished
+        workflow, or one a cancel is stopping, raises WorkflowNotPausableError. Recorded in
+        the audit log."""
+        check_name("workflow_id", workflow_id)
+        for _ in range(3):
+            row = audit.pause(self, workflow_id, True)
+            if row is not None:
+                status = WorkflowStatus(row["status"])
+                if status is WorkflowStatus.RUNNING and self.on_pause_requested is not None:
+                    self.on_pause_requested(workflow_id, int(row["epoch"]), True)
+                return status
+            info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
+            if info.status is WorkflowStatus.PAUSED or (
+                info.status is WorkflowStatus.RUNNING and info.pause_requested
+            ):
+                return info.status  # asked already
+            if info.status.is_terminal:
+                raise WorkflowNotPausableError(
+                    workflow_id,
+                    info.status.value,
+                    "pause",
+                    f"it has finished ({info.status.value}), so nothing is left to hold",
+                )
+            asked = self.db.fetch_one("get_cancel_request", {"workflow_id": workflow_id})
+            if asked is not None and asked["cancel_reason"] is not None:
+                raise WorkflowNotPausableError(
+                    workflow_id,
+                    info.status.value,
+                    "pause",
+                    "a cancel asked of it is under way (it ends CANCELLED)",
+                )
+            # Its row changed between the statements (claimed, released): ask again.
+        return self.get_workflow(workflow_id).status
+
+    def unpause(self, workflow_id: str) -> WorkflowStatus:
+        """Let a paused workflow go on where it stopped: PENDING for any worker, which
+        replays its journal (completed steps return their records, nothing runs twice)
+        and runs the rest; ENQUEUED if it was paused before it left its queue. A running
+        workflow asked to pause that has not reached its boundary yet keeps running (the
+        request is withdrawn). Returns the status after; a workflow that is not paused is
+        left as it is (its status returned). A finished workflow raises
+        WorkflowNotPausableError. Recorded in the audit log."""
+        check_name("workflow_id", workflow_id)
+        row = audit.pause(self, workflow_id, False)
+        if row is not None:
+            status = WorkflowStatus(row["status"])
+            if status is WorkflowStatus.RUNNING:
+                if self.on_pause_requested is not None:
+                    self.on_pause_requested(workflow_id, 0, False)
+            else:
+                self.notify_work(workflow_id)
+            return status
+        info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
+        if info.status.is_terminal:
+            raise WorkflowNotPausableError(
+                workflow_id,
+                info.status.value,
+                "unpause",
+                f"it has finished ({info.status.value}): resume or fork it to run it again",
+            )
+        return info.status
 
     def _resume(self, workflow_id: str, *, version: str | None = None) -> dict[str, Any] | None:
         """resume(); the row this call changed (its workflow_id, name, version and status

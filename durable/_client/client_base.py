@@ -74,6 +74,8 @@ class ClientBase:
         # Told of cancel requests for runs in flight: an Engine's own runs see them at once
         # (others at their next poll).
         self.on_cancel_requested: Callable[[list[tuple[str, int]], str], None] | None = None
+        # Told of a pause asked (True) or withdrawn (False) of a run in flight, at its epoch.
+        self.on_pause_requested: Callable[[str, int, bool], None] | None = None
         # Where the code of the workflows this client records is looked up when only a
         # name is given (a schedule's backfill or trigger): an Engine's registry for its
         # client, else the default one.

@@ -19,7 +19,7 @@ from collections.abc import Generator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from durable.errors import ResultTimeoutError, WorkflowSuspended
+from durable.errors import ResultTimeoutError, WorkflowPaused, WorkflowSuspended
 
 if TYPE_CHECKING:
     from durable._base.registry import WorkflowDef
@@ -172,14 +172,14 @@ def run_here(
     """Run (or resume, or wait for) a workflow in the caller and return its value.
 
     A new workflow runs at once; an existing one is attached to. While it is suspended
-    (sleeping, waiting for a message or an approval) the caller holds nothing and looks
-    again, backing off; once it is runnable the caller claims it and runs it on (unless a
-    worker got there first, whose run it then waits for)."""
+    (sleeping, waiting for a message or an approval) or paused by an operator, the caller
+    holds nothing and looks again, backing off; once it is runnable the caller claims it
+    and runs it on (unless a worker got there first, whose run it then waits for)."""
     created = yield Create(defn, workflow_id, inputs, parent)
     if created is not None:
         try:
             return (yield RunClaimed(created, created=True))
-        except WorkflowSuspended:
+        except (WorkflowSuspended, WorkflowPaused):
             pass  # waits without holding anything; resumed below once runnable
     yield Attach(defn, workflow_id, inputs)
     delay = POLL_MIN
@@ -191,7 +191,7 @@ def run_here(
         if again is not None:
             try:
                 return (yield RunClaimed(again))
-            except WorkflowSuspended:
+            except (WorkflowSuspended, WorkflowPaused):
                 delay = POLL_MIN
                 continue
         yield Sleep(delay)

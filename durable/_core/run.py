@@ -4,7 +4,8 @@
 environment and owns no clock); `Run` is one executing run; `Journal` assigns call
 positions and finds the record to replay at each. The stopping rules live next to that
 state because they read nothing else: a run stops at its next new call when it was
-cancelled or passed its deadline, or when its worker is stopping (`check_interrupt`),
+cancelled or passed its deadline, when an operator paused it, or when its worker is
+stopping (`check_interrupt`),
 renews its claim before running code when its lease may have lapsed (`reclaim`, then
 `proven`), keeps sending a write an outage cut off only while its lease may still hold
 (`lease_may_hold`), and treats a fenced write that touched no row as lost ownership
@@ -29,6 +30,7 @@ from durable.errors import (
     StaleOwnerError,
     WorkflowHandedOver,
     WorkflowInterrupted,
+    WorkflowPaused,
 )
 from durable.serialization import Serializer, dumps_checked, faithful, return_type
 
@@ -123,6 +125,10 @@ def _staying() -> bool:
     return False
 
 
+def _not_paused(workflow_id: str, epoch: int) -> bool:
+    return False
+
+
 def _no_fault(exc: BaseException) -> AppFault | None:
     return None
 
@@ -156,6 +162,8 @@ class Settings:
     crash_point: called at the worst moments of a run; crash tests arm it to SIGKILL.
     cancel_request: the reason this executor was asked to stop a run (a workflow at an
         epoch: a request for an earlier run of a resumed workflow is not this run's).
+    pause_request: whether an operator asked to pause a run (a workflow at an epoch, as
+        cancel_request): it is then given back PAUSED at its next new call.
     handing_over: whether the runs' worker is stopping: each run then hands its workflow
         over at its next new call (see check_interrupt), so that no step it finished runs
         again on the worker that takes the workflow.
@@ -183,6 +191,7 @@ class Settings:
     compensation_of: Callable[[str], Callable[..., Any] | None] = _no_compensation
     crash_point: Callable[[str], None] = _never_crash
     cancel_request: Callable[[str, int], str | None] = _no_request
+    pause_request: Callable[[str, int], bool] = _not_paused
     handing_over: Callable[[], bool] = _staying
     classify_app_error: Callable[[BaseException], AppFault | None] = _no_fault
     stream_channel: str = "durable_streams"
@@ -316,8 +325,8 @@ def check_branch_order(run: Run, previous: int | None, seq: int) -> None:
 
 
 def check_interrupt(run: Run) -> None:
-    """Stop here if the workflow was cancelled or is past its timeout, or hand it over if
-    its worker is stopping.
+    """Stop here if the workflow was cancelled or is past its timeout, give it back PAUSED
+    if an operator paused it, or hand it over if its worker is stopping.
 
     Called before every new (unjournaled) step or wait, so cancellation is seen at the next
     boundary; replayed calls never stop, so a resumed run reaches the same point first. The
@@ -330,10 +339,17 @@ def check_interrupt(run: Run) -> None:
     has started it again. A cancel asked of the run is acted on first (it ends the
     workflow here rather than on the next worker); compensations under way (`stopping`)
     are not cut short.
+
+    A pause is a hand-over that no worker takes until an operator unpauses the workflow
+    (WorkflowPaused): the same boundary, so the same rule holds. The step before has its
+    record, the next has not begun, and the run that goes on after the unpause replays the
+    one and runs the other once. A cancel goes first; a pause does not stop an undo.
     """
     reason = stop_reason(run)
     if reason is not None:
         raise WorkflowInterrupted(run.workflow_id, reason, reason == TIMEOUT_REASON)
+    if not run.stopping and run.settings.pause_request(run.workflow_id, run.epoch):
+        raise WorkflowPaused(run.workflow_id)
     if not run.stopping and run.settings.handing_over():
         raise WorkflowHandedOver(run.workflow_id)
 

@@ -65,10 +65,12 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
         "dequeue": _W.RUNNING,  # dequeue, dequeue_cas, dequeue_partitioned
         "cancel": _W.CANCELLED,  # cancel_workflows: nothing ran, nothing to undo
         "cancel_by_a_run": _W.PENDING,  # cancel_workflows: a run stops it (undo, children)
+        "pause": _W.PAUSED,  # pause_workflow
     },
     _W.PENDING: {
         "claim": _W.RUNNING,  # claim_batch, claim_batch_cas
         "cancel": _W.CANCELLED,  # cancel_workflows
+        "pause": _W.PAUSED,  # pause_workflow
     },
     _W.RUNNING: {
         # finish_workflow, finish_workflows, finish_with_steps (fenced by epoch):
@@ -84,6 +86,9 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
         # release_workflow, release_owned: the owner gives it back; cancel_workflows
         # when the owner's lease lapsed (a run stops it).
         "release": _W.PENDING,
+        # release_workflow, release_owned, suspend_*: given back (at a step boundary, or
+        # as it waits) while a pause was asked; pause_workflow when the lease lapsed.
+        "pause": _W.PAUSED,
         # move_workflow: an operator moves a run whose lease lapsed to another version.
         "move": _W.PENDING,
         # cancel_workflows when the owner's lease lapsed and nothing was journaled.
@@ -97,6 +102,16 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
         # must stop it.
         "wake": _W.PENDING,
         "cancel": _W.CANCELLED,  # cancel_workflows
+        "pause": _W.PAUSED,  # pause_workflow: no wake-up moves it until it is unpaused
+    },
+    # Held by an operator: unpause_workflow makes it runnable where it stopped (ENQUEUED
+    # when it never left its queue; a suspended one replays and waits again if it must);
+    # cancel_workflows cancels it (a run stops one that started: undo, children).
+    _W.PAUSED: {
+        "unpause": _W.PENDING,
+        "unpause_queued": _W.ENQUEUED,
+        "cancel": _W.CANCELLED,
+        "cancel_by_a_run": _W.PENDING,
     },
     # Finished. A failed, cancelled or given-up workflow can be resumed by an operator
     # (resume_workflow): it starts over from its journal. A cancelled workflow whose

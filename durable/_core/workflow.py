@@ -3,7 +3,8 @@
 Decides how a run ends: SUCCESS with its output, ERROR with its failure, its applied
 effects undone in reverse when it failed (COMPENSATED, or COMPENSATION_FAILED when an
 undo fails), CANCELLED when it was asked to stop or timed out (its descendants cancelled
-first), handed back to the pool at a step boundary when its worker is stopping, or no status
+first), handed back to the pool at a step boundary when its worker is stopping (PAUSED when
+an operator paused it: no worker takes it until it is unpaused), or no status
 at all when it lost ownership, lost the database or suspended (its owner or recovery decides
 then). The outcome is written once, fenced, with the records the run still holds.
 """
@@ -31,6 +32,7 @@ from durable.errors import (
     WorkflowCancelledError,
     WorkflowHandedOver,
     WorkflowInterrupted,
+    WorkflowPaused,
     WorkflowSuspended,
     WorkflowTimeoutError,
 )
@@ -49,16 +51,17 @@ def workflow(
     Returns the function's value or raises its exception (after recording it). A
     StaleOwnerError, a DatabaseUnavailableError or a BaseException such as a suspension
     leaves the status alone: its owner (or recovery) decides what happens next. A hand-over
-    (WorkflowHandedOver: its worker is stopping) gives the workflow back to the pool."""
+    (WorkflowHandedOver: its worker is stopping) gives the workflow back to the pool, and a
+    pause (WorkflowPaused) gives it back PAUSED."""
     try:
         # A claim queued on a worker that is stopping never starts: no code of it runs.
         if run.settings.handing_over():
             raise WorkflowHandedOver(run.workflow_id)
         yield from open_ledger(run, defn.budget)
         outcome: Outcome = yield Call(defn.fn, args, kwargs, body=True)
-    except WorkflowHandedOver:
+    except WorkflowHandedOver as over:
         yield Join()  # branches still running finish their steps and stop at the next
-        yield from hand_over(run)
+        yield from hand_over(run, paused=isinstance(over, WorkflowPaused))
         raise
     except WorkflowInterrupted as stop:
         yield Join()  # branches still running stop at their next step or wait
@@ -102,17 +105,24 @@ def workflow(
     return value
 
 
-def hand_over(run: Run) -> Gen[None]:
+def hand_over(run: Run, paused: bool = False) -> Gen[None]:
     """Give the workflow back at a step boundary, for another worker to resume at once:
     the records the run still holds are written first (a barrier), then its claim is
     released (fenced by its epoch, so a claim already lost releases nothing) and idle
-    workers are woken. Nothing the run finished runs again: the next run replays it."""
+    workers are woken. Nothing the run finished runs again: the next run replays it.
+
+    `paused`: an operator paused it. The same release writes PAUSED while the pause stands
+    (release_workflow reads it from the row), so no worker takes it until it is unpaused;
+    one unpaused meanwhile is given back runnable, and the woken workers take it."""
     yield from barrier(run)
     params = {"workflow_id": run.workflow_id, "epoch": run.epoch}
     if (yield Execute("release_workflow", params)):
         notify = {"channel": run.settings.work_channel, "payload": run.workflow_id}
         yield Execute("notify_work", notify, "one")
-    logger.info("workflow %s handed over: its worker is stopping", run.workflow_id)
+    if paused:
+        logger.info("workflow %s paused at a step boundary", run.workflow_id)
+    else:
+        logger.info("workflow %s handed over: its worker is stopping", run.workflow_id)
 
 
 def _stop(run: Run, defn: WorkflowDef, stop: WorkflowInterrupted) -> Gen[WorkflowCancelledError]:

@@ -376,4 +376,5 @@ class Claims:
             doubts=row.get("doubts", -1),
             claimed_at=row.get("claimed_at", 0.0),
             parent_id=row.get("parent_id"),
+            pause_requested=bool(row.get("pause_requested", False)),
         )

@@ -396,7 +396,8 @@ def _unless_node_down(work: Callable[..., T], *args: Any) -> T | None:
 
 
 class Heartbeat:
-    """Renews this executor's leases and reads cancel requests for its runs, on a thread.
+    """Renews this executor's leases and reads cancel (and pause) requests for its runs, on a
+    thread.
 
     Leases are renewed every third of their length; cancel requests are read more often
     (`cancel_poll_interval`) and handed to the runner as one dict, so a run sees a cancel
@@ -448,7 +449,14 @@ class Heartbeat:
                     else []
                 )
                 self._set_cancel_requests(
-                    {r["workflow_id"]: (int(r["epoch"]), r["cancel_reason"]) for r in rows}
+                    {
+                        r["workflow_id"]: (int(r["epoch"]), r["cancel_reason"])
+                        for r in rows
+                        if r["cancel_reason"] is not None
+                    }
+                )
+                ownership.replace_pause_requests(
+                    {r["workflow_id"]: int(r["epoch"]) for r in rows if r["pause_requested"]}
                 )
                 if time.monotonic() < next_renewal:
                     continue

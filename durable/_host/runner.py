@@ -107,6 +107,8 @@ class Runner:
 
     def hold(self, claimed: Claimed) -> None:
         self.ownership.hold(claimed.workflow_id, claimed.epoch)
+        if claimed.pause_requested:  # asked of the run before, whose lease lapsed
+            self.ownership.ask_pause(claimed.workflow_id, claimed.epoch, True)
 
     def let_go(self, claimed: Claimed) -> None:
         self.ownership.let_go(claimed.workflow_id, claimed.epoch)
@@ -181,6 +183,7 @@ class Runner:
             compensation_of=self.registry.compensation,
             crash_point=self.crash_point,
             cancel_request=self._cancel_request,
+            pause_request=self.ownership.pause_requested,
             handing_over=self.ownership.handing_over,
             classify_app_error=app_error_fault,
             stream_channel=f"{config.schema}_streams",

@@ -61,6 +61,7 @@ class Services:
         else:
             client._configure(config)
         client.on_cancel_requested = self._cancel_requested
+        client.on_pause_requested = self.ownership.ask_pause
         client.registry = registry
         self.client = client
         # Late-bound: the runner's database is the one opened at launch.

@@ -47,6 +47,9 @@ class Claimed(NamedTuple):
     doubts: int = -1
     claimed_at: float = 0.0
     parent_id: str | None = None
+    # An operator asked to pause the workflow while a run whose lease then lapsed held it:
+    # this run stops at its first new step boundary (see Ownership.ask_pause).
+    pause_requested: bool = False
 
 
 def inline(created: Claimed | None) -> Claimed | None:

@@ -78,6 +78,9 @@ class Ownership:
         # replaced whole by the heartbeat, read (one dict lookup) at each new step. The
         # epoch keeps a request from outliving the run it was made to.
         self._cancel_requests: dict[str, tuple[int, str]] = {}
+        # workflow_id -> epoch, for the held runs an operator asked to pause: replaced
+        # whole by the heartbeat too, read at each new step (see pause_requested).
+        self._pause_requests: dict[str, int] = {}
 
     # -- the executor id -----------------------------------------------------------------------
 
@@ -322,6 +325,24 @@ class Ownership:
         if request is None or request[0] != epoch:
             return None
         return request[1]
+
+    def replace_pause_requests(self, requests: dict[str, int]) -> None:
+        """Replace the pause requests whole (the heartbeat's poll)."""
+        self._pause_requests = requests
+
+    def ask_pause(self, workflow_id: str, epoch: int, paused: bool) -> None:
+        """A pause asked (or, `paused` false, withdrawn) through this process's client:
+        its run sees it at its next step, not at the next poll."""
+        requests = dict(self._pause_requests)
+        if paused:
+            requests[workflow_id] = epoch
+        else:
+            requests.pop(workflow_id, None)
+        self._pause_requests = requests
+
+    def pause_requested(self, workflow_id: str, epoch: int) -> bool:
+        """Whether the run of `workflow_id` at `epoch` was asked to pause."""
+        return self._pause_requests.get(workflow_id) == epoch
 
     def interrupted(self, workflow_id: str, epoch: int) -> None:
         """An outage cut this claim's run off: hand it back once the database is back."""

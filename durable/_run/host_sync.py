@@ -60,6 +60,7 @@ from durable.errors import (
     StaleOwnerError,
     WorkflowCancelledError,
     WorkflowHandedOver,
+    WorkflowPaused,
     WorkflowSuspended,
 )
 
@@ -375,8 +376,8 @@ def outcome_of(runner: Runs, workflow_id: str, epoch: int) -> Iterator[None]:
     back later, a failure is logged; a finished run is forgotten."""
     try:
         yield
-    except WorkflowSuspended:
-        return  # still this engine's to resume (if it started it)
+    except (WorkflowSuspended, WorkflowPaused):
+        return  # still this engine's to resume (if it started it), once it is runnable
     except CancelledError:
         # Its event loop ended under it (the run released the workflow): still this
         # engine's to finish, on another loop.

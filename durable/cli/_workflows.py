@@ -1,5 +1,5 @@
-"""`durable workflows ...` and `durable send`: list, follow, show, cancel, resume, fork a
-workflow, raise its budget, export and import it, send it a message.
+"""`durable workflows ...` and `durable send`: list, follow, show, cancel, resume, pause,
+unpause, fork a workflow, raise its budget, export and import it, send it a message.
 
 The commands an operator points at one workflow (or lists them to find it).
 """
@@ -218,6 +218,10 @@ def show(
         console.print(f"waiting for a worker with {label}; {served}")
         if live:
             console.print(f"move it: durable workflows resume {info.workflow_id} --version V")
+    if info.status is WorkflowStatus.PAUSED:
+        console.print(f"paused: durable workflows unpause {info.workflow_id} lets it go on")
+    elif info.pause_requested:
+        console.print("pause requested: it stops at its next step")
     console.print(f"inputs: {_short(info.inputs, 200)}")
     if info.attributes:
         console.print(f"attributes: {_short(shown_attributes(info.attributes), 400)}")
@@ -361,6 +365,39 @@ def resume(workflow_id: str, version: str | None, database_url: str | None, sche
         click.echo(inert(f"{workflow_id} already succeeded: nothing to resume"))
     else:
         click.echo(inert(f"{workflow_id} is {status}: it is still going, nothing to resume"))
+
+
+@workflows.command("pause")
+@click.argument("workflow_id")
+@url_option
+@schema_option
+@_handle_errors
+def pause(workflow_id: str, database_url: str | None, schema: str) -> None:
+    """Hold a workflow where it is until `unpause`: a running one stops at its next step
+    boundary, a queued, runnable or waiting one at once; no worker takes it meanwhile."""
+    with _client(database_url, schema) as client:
+        status = client.pause(workflow_id)
+    if status is WorkflowStatus.PAUSED:
+        click.echo(inert(f"paused {workflow_id}: `durable workflows unpause` lets it go on"))
+    else:
+        click.echo(inert(f"pause requested for {workflow_id}: it stops at its next step"))
+
+
+@workflows.command("unpause")
+@click.argument("workflow_id")
+@url_option
+@schema_option
+@_handle_errors
+def unpause(workflow_id: str, database_url: str | None, schema: str) -> None:
+    """Let a paused workflow go on where it stopped (a worker replays its journal; no
+    completed step runs again)."""
+    with _client(database_url, schema) as client:
+        before = client.get_workflow(workflow_id)
+        status = client.unpause(workflow_id)
+    if before.status is WorkflowStatus.PAUSED or before.pause_requested:
+        click.echo(inert(f"unpaused {workflow_id} (now {status}): a worker will go on with it"))
+    else:
+        click.echo(inert(f"{workflow_id} is {status}: it is not paused, nothing to unpause"))
 
 
 @workflows.command("raise-budget")

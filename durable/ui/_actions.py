@@ -30,7 +30,7 @@ def _decide(client: Client, form: dict[str, str]) -> str:
 
 _CANCELLABLE = frozenset(
     {WorkflowStatus.ENQUEUED, WorkflowStatus.PENDING, WorkflowStatus.RUNNING}
-    | {WorkflowStatus.SUSPENDED}
+    | {WorkflowStatus.SUSPENDED, WorkflowStatus.PAUSED}
 )
 _RESUMABLE = frozenset(
     {WorkflowStatus.CANCELLED, WorkflowStatus.ERROR, WorkflowStatus.MAX_RECOVERY_ATTEMPTS_EXCEEDED}
@@ -61,6 +61,20 @@ def _resume(client: Client, form: dict[str, str]) -> str:
     return f"{workflow_id} is {status.value}: it is still going, nothing to resume"
 
 
+def _pause(client: Client, form: dict[str, str]) -> str:
+    workflow_id = form["workflow_id"]
+    status = client.pause(workflow_id)
+    if status is WorkflowStatus.PAUSED:
+        return f"paused {workflow_id}: no worker takes it until it is unpaused"
+    return f"pause requested for {workflow_id}: it stops at its next step"
+
+
+def _unpause(client: Client, form: dict[str, str]) -> str:
+    workflow_id = form["workflow_id"]
+    status = client.unpause(workflow_id)
+    return f"unpaused {workflow_id} (now {status.value})"
+
+
 def _fork(client: Client, form: dict[str, str]) -> str:
     handle = client.fork(form["workflow_id"], from_step=int(form["from_step"]))
     return f"forked {form['workflow_id']} from step {form['from_step']} as {handle.workflow_id}"
@@ -83,6 +97,8 @@ _ACTIONS: dict[str, Callable[[Client, dict[str, str]], str]] = {
     "decide": _decide,
     "cancel": _cancel,
     "resume": _resume,
+    "pause": _pause,
+    "unpause": _unpause,
     "fork": _fork,
     "schedule": _schedule,
     "delete-schedule": _delete_schedule,

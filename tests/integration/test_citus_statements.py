@@ -323,6 +323,8 @@ def params(name: str, w: str) -> dict[str, Any]:
         "owned_cancel_requests": {"owner": "me", "incarnation": "i1", "held": [w, f"{w}-child"]},
         "resume_workflow": {"workflow_id": f"{w}-failed", "version": "2", "journal_version": 1},
         "move_workflow": {"workflow_id": f"{w}-expired", "version": "2", "journal_version": 1},
+        "pause_workflow": {"workflow_id": f"{w}-pending"},
+        "unpause_workflow": {"workflow_id": f"{w}-pending"},
         "fork_workflow": {
             "workflow_id": w,
             "new_id": f"{w}-fork",
@@ -889,6 +891,8 @@ HOT = [
     "list_turns",
     "load_journal",
     "move_workflow",  # an operator's move of one workflow to another version
+    "pause_workflow",  # an operator's pause of one workflow
+    "unpause_workflow",  # an operator's unpause of one workflow
     "read_stream",
     "record_charged_step",
     "record_run_steps",

@@ -196,13 +196,13 @@ def test_actions_are_offered_only_where_the_status_allows_them(engine: durable.E
     web = _web(create_app(engine.client, token=TOKEN))
     assert _forms(web.get("/workflows/done-1", headers=SIGNED).text) == ["fork"]
     waits = web.get("/workflows/waits-1", headers=SIGNED).text
-    assert _forms(waits) == ["cancel", "fork"]
+    assert _forms(waits) == ["pause", "cancel", "fork"]
     assert '<label for="fork-step">Fork, running again from step</label>' in waits
     assert '<option value="0">#0 op.prepare</option>' in waits
     assert _forms(web.get("/workflows/stopped-1", headers=SIGNED).text) == ["resume", "fork"]
     # Not signed in: no forms, a way to sign in.
     anonymous = web.get("/workflows/waits-1").text
-    assert _forms(anonymous) == [] and "Sign in</a> to cancel, resume or fork" in anonymous
+    assert _forms(anonymous) == [] and "Sign in</a> to pause, cancel, resume or fork" in anonymous
     # Asked anyway (a script), a cancel of a finished workflow says so.
     answer = web.post("/actions/cancel", data={"workflow_id": "done-1"}, headers=SIGNED)
     assert "done-1 already finished (SUCCESS): nothing to cancel" in answer.text
@@ -334,3 +334,26 @@ def test_the_inbox_shows_each_gates_context_and_who_decided_when(
     assert found, decided[decided.index('data-workflow="ctx-1"') :][:2000]
     inbox = engine.client.approval_inbox(waiting_only=False)
     assert [(g["workflow_name"], g["decided_by"]) for g in inbox] == [("op.gated", "ana")]
+
+
+def test_the_workflow_page_pauses_and_unpauses_as_the_operator(engine: durable.Engine) -> None:
+    _at_gate(engine, "held-1")
+    deadline = time.monotonic() + 20
+    while engine.client.get_workflow("held-1").status is not durable.WorkflowStatus.SUSPENDED:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    web = _web(create_app(engine.client, token=TOKEN))
+    answer = web.post("/actions/pause", data={"workflow_id": "held-1"}, headers=SIGNED)
+    assert "paused held-1" in answer.text
+    page = web.get("/workflows/held-1", headers=SIGNED).text
+    assert _forms(page) == ["unpause", "cancel", "fork"]
+    assert "PAUSED" in page
+    listed = web.get("/workflows?status=PAUSED", headers=SIGNED).text
+    assert "held-1" in listed
+    answer = web.post("/actions/unpause", data={"workflow_id": "held-1"}, headers=SIGNED)
+    assert "unpaused held-1 (now PENDING)" in answer.text
+    rows = engine.client.audit_log("held-1")
+    assert [r["action"] for r in rows] == ["unpause", "pause"]
+    assert all(r["actor"].startswith("console ") for r in rows)
+    done = web.post("/actions/pause", data={"workflow_id": "nobody-1"}, headers=SIGNED)
+    assert "nobody-1" in done.text  # refused, and said why

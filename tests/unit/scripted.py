@@ -324,6 +324,7 @@ def make_run(
     app_separate: bool = False,
     cancel: str | None = None,
     handing_over: Callable[[], bool] | None = None,
+    pause_request: Callable[[str, int], bool] | None = None,
     compensation_of: Callable[[str], Any] | None = None,
     classify_app_error: Callable[[BaseException], AppFault | None] | None = None,
     crash_point: Callable[[str], None] | None = None,
@@ -346,6 +347,8 @@ def make_run(
         options["cancel_request"] = lambda wid, epoch: cancel
     if handing_over is not None:
         options["handing_over"] = handing_over
+    if pause_request is not None:
+        options["pause_request"] = pause_request
     settings = Settings(
         serializer=SERIALIZER,
         max_payload_bytes=max_payload_bytes,

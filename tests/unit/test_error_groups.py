@@ -23,6 +23,7 @@ CONTROL_FLOW = {
     errors.WorkflowSuspended,
     errors.WorkflowInterrupted,
     errors.WorkflowHandedOver,
+    errors.WorkflowPaused,
     errors.WorkflowAbandoned,
 }
 # What `except ConfigurationError` catches: what it caught before the groups, less the

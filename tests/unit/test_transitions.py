@@ -51,9 +51,12 @@ WORKFLOW_STATEMENTS: Mapping[str, frozenset[Move]] = {
     | every([W.RUNNING], [W.RUNNING, W.MAX_RECOVERY_ATTEMPTS_EXCEEDED]),
     "claim_batch_cas": every([W.PENDING], [W.RUNNING])
     | every([W.RUNNING], [W.RUNNING, W.MAX_RECOVERY_ATTEMPTS_EXCEEDED]),
-    "release_workflow": every([W.RUNNING], [W.PENDING]),
-    "release_owned": every([W.RUNNING], [W.PENDING]),
-    "cancel_workflows": every([W.ENQUEUED, W.PENDING, W.SUSPENDED], [W.PENDING, W.CANCELLED])
+    # PAUSED when a pause was asked of the run (paused_at), else PENDING.
+    "release_workflow": every([W.RUNNING], [W.PENDING, W.PAUSED]),
+    "release_owned": every([W.RUNNING], [W.PENDING, W.PAUSED]),
+    "cancel_workflows": every(
+        [W.ENQUEUED, W.PENDING, W.SUSPENDED, W.PAUSED], [W.PENDING, W.CANCELLED]
+    )
     | every([W.RUNNING], [W.RUNNING, W.PENDING, W.CANCELLED]),
     "resume_workflow": every([W.CANCELLED, W.ERROR, W.MAX_RECOVERY_ATTEMPTS_EXCEEDED], [W.PENDING]),
     # `CASE WHEN status = 'RUNNING' THEN 'PENDING' ELSE status END`: a pending, queued or
@@ -62,9 +65,16 @@ WORKFLOW_STATEMENTS: Mapping[str, frozenset[Move]] = {
     "finish_workflow": every([W.RUNNING], t.FINISHED_BY_A_RUN),
     "finish_workflows": every([W.RUNNING], t.FINISHED_BY_A_RUN),
     "finish_with_steps": every([W.RUNNING], t.FINISHED_BY_A_RUN),
-    "suspend_until": every([W.RUNNING], [W.SUSPENDED, W.PENDING]),
-    "suspend_for_any": every([W.RUNNING], [W.SUSPENDED, W.PENDING]),
-    "suspend_for_approval": every([W.RUNNING], [W.SUSPENDED, W.PENDING]),
+    "suspend_until": every([W.RUNNING], [W.SUSPENDED, W.PENDING, W.PAUSED]),
+    "suspend_for_any": every([W.RUNNING], [W.SUSPENDED, W.PENDING, W.PAUSED]),
+    "suspend_for_approval": every([W.RUNNING], [W.SUSPENDED, W.PENDING, W.PAUSED]),
+    # A live run keeps RUNNING (asked: it stops at its next step boundary); the rest,
+    # and a run whose lease lapsed, become PAUSED.
+    "pause_workflow": every([W.ENQUEUED, W.PENDING, W.SUSPENDED], [W.PAUSED])
+    | every([W.RUNNING], [W.RUNNING, W.PAUSED]),
+    # A running one asked to pause keeps RUNNING (the request is withdrawn).
+    "unpause_workflow": every([W.PAUSED], [W.PENDING, W.ENQUEUED])
+    | every([W.RUNNING], [W.RUNNING]),
     "wake_due": every([W.SUSPENDED], [W.PENDING]),
     "wake_if_message": every([W.SUSPENDED], [W.PENDING]),
     "wake_if_decided": every([W.SUSPENDED], [W.PENDING]),

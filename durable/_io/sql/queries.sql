@@ -43,7 +43,8 @@ RETURNING epoch
 -- One workflow row.
 SELECT workflow_id, name, version, status, inputs, output, error, serializer, durability,
     parent_id, parent_step_seq, owner, epoch, lease_expires_at, recovery_attempts,
-    created_at, updated_at, finished_at, journal_version, attributes
+    created_at, updated_at, finished_at, journal_version, attributes,
+    (paused_at IS NOT NULL AND status IN ('RUNNING', 'PAUSED')) AS pause_requested
 FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
 
 -- get_incarnation --
@@ -248,9 +249,11 @@ WHERE queue_name = %(queue_name)s AND partition_key IS NOT NULL
 GROUP BY partition_key ORDER BY partition_key
 
 -- release_workflow --
--- Give one workflow back to the pool (this run could not finish it), if this epoch owns it.
+-- Give one workflow back to the pool (this run could not finish it), if this epoch owns it;
+-- PAUSED instead when a pause was asked of it (then nobody claims it until it is unpaused).
 UPDATE {schema}.workflows
-SET status = 'PENDING', owner = NULL, lease_expires_at = NULL,
+SET status = CASE WHEN paused_at IS NULL THEN 'PENDING' ELSE 'PAUSED' END,
+    owner = NULL, lease_expires_at = NULL,
     updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s
     AND (epoch, status) IS NOT DISTINCT FROM (%(epoch)s::bigint, 'RUNNING')
@@ -281,12 +284,13 @@ WITH targets AS (
              ELSE 'CANCELLED' END AS next_status
     FROM {schema}.workflows AS w
     WHERE w.workflow_id = ANY(%(workflow_ids)s::text[])
-      AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
+      AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED', 'PAUSED')
 ), cancelled AS (
     UPDATE {schema}.workflows AS w
     SET status = t.next_status,
         cancel_requested_at = coalesce(w.cancel_requested_at, t.now),
         cancel_reason = coalesce(w.cancel_reason, %(reason)s),
+        paused_at = NULL,  -- a cancel goes before a pause: nothing holds the stop back
         owner = CASE WHEN t.next_status = 'RUNNING' THEN w.owner END,
         lease_expires_at = CASE WHEN t.next_status = 'RUNNING' THEN w.lease_expires_at END,
         wake_at = NULL,
@@ -310,11 +314,13 @@ SELECT cancel_reason, timeout_seconds FROM {schema}.workflows
 WHERE workflow_id = %(workflow_id)s
 
 -- owned_cancel_requests --
--- The running workflows of this executor that were asked to stop (polled by its runner),
--- among those it holds (on a distributed schema only their shards are asked), while its
--- incarnation holds the id.
-SELECT workflow_id, epoch, cancel_reason FROM {schema}.workflows
-WHERE owner = %(owner)s AND status = 'RUNNING' AND cancel_requested_at IS NOT NULL
+-- The running workflows of this executor that were asked to stop or to pause (polled by its
+-- runner), among those it holds (on a distributed schema only their shards are asked),
+-- while its incarnation holds the id. cancel_reason NULL: only a pause was asked.
+SELECT workflow_id, epoch, cancel_reason, paused_at IS NOT NULL AS pause_requested
+FROM {schema}.workflows
+WHERE owner = %(owner)s AND status = 'RUNNING'
+  AND (cancel_requested_at IS NOT NULL OR paused_at IS NOT NULL)
   AND workflow_id = ANY(%(held)s::text[])
   AND EXISTS (SELECT 1 FROM {schema}.executors
               WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
@@ -330,7 +336,7 @@ WITH resumed AS (
     UPDATE {schema}.workflows
     SET status = 'PENDING', owner = NULL, lease_expires_at = NULL, epoch = epoch + 1,
         recovery_attempts = 0, output = NULL, error = NULL, finished_at = NULL,
-        cancel_requested_at = NULL, cancel_reason = NULL, deadline_at = NULL,
+        cancel_requested_at = NULL, cancel_reason = NULL, deadline_at = NULL, paused_at = NULL,
         version = CASE WHEN %(version)s::text IS NULL THEN version
                        ELSE nullif(%(version)s::text, '') END,
         updated_at = {schema}.current_time()
@@ -376,7 +382,7 @@ SET status = CASE WHEN status = 'RUNNING' THEN 'PENDING' ELSE status END,
     epoch = CASE WHEN status = 'RUNNING' THEN epoch + 1 ELSE epoch END,
     updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s
-  AND (status IN ('PENDING', 'ENQUEUED', 'SUSPENDED')
+  AND (status IN ('PENDING', 'ENQUEUED', 'SUSPENDED', 'PAUSED')
        OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
   AND journal_version <= %(journal_version)s
 RETURNING workflow_id, name, version, status
@@ -815,7 +821,8 @@ FROM (
 WHERE w.workflow_id = c.workflow_id
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context,
-    c.status = 'RUNNING' AS lease_expired, w.parent_id, w.max_recovery_attempts
+    c.status = 'RUNNING' AS lease_expired, w.parent_id, w.max_recovery_attempts,
+    w.paused_at IS NOT NULL AS pause_requested
 
 -- claim_batch_cas --
 -- claim_batch for distributed PostgreSQL, which cannot lock rows of many shards in one
@@ -868,7 +875,8 @@ WHERE w.workflow_id = c.workflow_id
       SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
 RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.durability,
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.recovery_attempts, w.trace_context,
-    c.status = 'RUNNING' AS lease_expired, w.parent_id, w.max_recovery_attempts
+    c.status = 'RUNNING' AS lease_expired, w.parent_id, w.max_recovery_attempts,
+    w.paused_at IS NOT NULL AS pause_requested
 
 -- renew_claim --
 -- Keep a claim that waited in the queue, if it is still this run's: renewing its lease
@@ -1010,8 +1018,10 @@ WHERE owner = %(owner)s AND status = 'RUNNING' AND workflow_id = ANY(%(held)s::t
 -- (workflow, epoch) it holds, only while its incarnation holds the id. A process resumed
 -- after another took its id over releases nothing: the rows under the id are the new
 -- holder's, and one released while its run is inside a step would run that step twice.
+-- One asked to pause is given back PAUSED.
 UPDATE {schema}.workflows
-SET status = 'PENDING', owner = NULL, lease_expires_at = NULL,
+SET status = CASE WHEN paused_at IS NULL THEN 'PENDING' ELSE 'PAUSED' END,
+    owner = NULL, lease_expires_at = NULL,
     updated_at = {schema}.current_time()
 WHERE owner = %(owner)s AND status = 'RUNNING' AND workflow_id = ANY(%(held)s::text[])
   AND (workflow_id, epoch) IN (
@@ -1249,8 +1259,11 @@ FROM {schema}.approvals WHERE workflow_id = %(workflow_id)s AND name = %(name)s
 -- worker stops it (a parked workflow would wait for a decision nobody will make).
 -- A gate with a timeout wakes the workflow when it expires (wake_due, which every claim
 -- round sends, the keeper's too): its run then decides it by its default (expire_approval).
+-- A pause asked after the run last looked parks it PAUSED instead: nothing wakes it until
+-- it is unpaused, and its run then waits for the gate again.
 UPDATE {schema}.workflows
-SET status = CASE WHEN cancel_reason IS NULL THEN 'SUSPENDED' ELSE 'PENDING' END,
+SET status = CASE WHEN cancel_reason IS NOT NULL THEN 'PENDING'
+                  WHEN paused_at IS NOT NULL THEN 'PAUSED' ELSE 'SUSPENDED' END,
     owner = NULL, lease_expires_at = NULL,
     wake_at = (SELECT expires_at FROM {schema}.approvals
                WHERE workflow_id = %(workflow_id)s AND name = %(name)s),
@@ -1383,9 +1396,10 @@ RETURNING workflow_id
 -- suspend_until --
 -- Park the workflow until wake_at (NULL: until woken), unless a message it waits for is here.
 -- A cancel that arrived after the run last looked makes it runnable instead (see
--- suspend_for_approval).
+-- suspend_for_approval); a pause asked meanwhile parks it PAUSED (nothing wakes it).
 UPDATE {schema}.workflows
-SET status = CASE WHEN cancel_reason IS NULL THEN 'SUSPENDED' ELSE 'PENDING' END,
+SET status = CASE WHEN cancel_reason IS NOT NULL THEN 'PENDING'
+                  WHEN paused_at IS NOT NULL THEN 'PAUSED' ELSE 'SUSPENDED' END,
     owner = NULL, lease_expires_at = NULL, wake_at = %(wake_at)s,
     updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s
@@ -1400,7 +1414,8 @@ WHERE workflow_id = %(workflow_id)s
 -- topics is here or one of its gates is decided. A cancel makes it runnable instead (see
 -- suspend_for_approval). A child's end is looked for after it (another workflow's row).
 UPDATE {schema}.workflows
-SET status = CASE WHEN cancel_reason IS NULL THEN 'SUSPENDED' ELSE 'PENDING' END,
+SET status = CASE WHEN cancel_reason IS NOT NULL THEN 'PENDING'
+                  WHEN paused_at IS NOT NULL THEN 'PAUSED' ELSE 'SUSPENDED' END,
     owner = NULL, lease_expires_at = NULL, wake_at = %(wake_at)s,
     updated_at = {schema}.current_time()
 WHERE workflow_id = %(workflow_id)s
@@ -1649,7 +1664,7 @@ RETURNING workflow_id
 -- its own after take_dedup's lock, so that it sees the holder's latest committed row).
 SELECT EXISTS (
     SELECT 1 FROM {schema}.workflows WHERE workflow_id = %(holder)s
-      AND status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
+      AND status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED', 'PAUSED')
 ) AS active
 
 -- pass_dedup --
@@ -2223,6 +2238,7 @@ WITH doomed AS (
 )
 DELETE FROM {schema}.callbacks AS c USING doomed AS d
 WHERE c.token_hash = d.token_hash
+
 -- Attributes (durable/_run/attributes.py) -----------------------------------------------
 
 -- set_attributes --
@@ -2236,3 +2252,54 @@ WITH changed AS (
 )
 INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output)
 SELECT workflow_id, %(step_seq)s, %(step_name)s, 'step', %(output)s FROM changed
+
+-- == Pause and unpause: operator actions (migration 0039) ==
+
+-- pause_workflow --
+-- Hold a workflow where it is. One that waits (queued, runnable, suspended), or whose
+-- owner's lease lapsed (its epoch bumped to fence a late runner), becomes PAUSED at once;
+-- a running one is asked (paused_at) and gives itself back PAUSED at its next step
+-- boundary. Nothing is returned for a finished, already paused or already asked one, nor
+-- for one being cancelled (its cancel goes first). Decided from the row as read and
+-- written only if it is unchanged (compare-and-set, as cancel_workflows: Citus takes no
+-- clock in an UPDATE's CASE); no row: it changed meanwhile, or there is nothing to do.
+WITH target AS (
+    SELECT w.workflow_id, w.epoch, w.status, {schema}.current_time() AS now,
+        CASE WHEN w.status = 'RUNNING' AND w.lease_expires_at >= {schema}.current_time()
+                 THEN 'RUNNING'
+             ELSE 'PAUSED' END AS next_status
+    FROM {schema}.workflows AS w
+    WHERE w.workflow_id = %(workflow_id)s
+      AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED')
+      AND w.cancel_requested_at IS NULL
+      AND (w.paused_at IS NULL
+           OR (w.status = 'RUNNING' AND w.lease_expires_at < {schema}.current_time()))
+)
+UPDATE {schema}.workflows AS w
+SET status = t.next_status,
+    epoch = CASE WHEN t.status = 'RUNNING' AND t.next_status = 'PAUSED' THEN w.epoch + 1
+                 ELSE w.epoch END,
+    owner = CASE WHEN t.next_status = 'RUNNING' THEN w.owner END,
+    lease_expires_at = CASE WHEN t.next_status = 'RUNNING' THEN w.lease_expires_at END,
+    paused_at = coalesce(w.paused_at, t.now),
+    updated_at = t.now
+FROM target AS t
+WHERE w.workflow_id = %(workflow_id)s AND w.workflow_id = t.workflow_id
+  AND w.epoch = t.epoch AND w.status = t.status
+RETURNING w.workflow_id, w.status, w.epoch
+
+-- unpause_workflow --
+-- Let a paused workflow go on where it stopped: ENQUEUED when it never left its queue (it
+-- waits for a slot again), else PENDING (any worker claims it and replays its journal; a
+-- wait not over yet suspends it again). A running one that was asked to pause and has not
+-- stopped yet keeps running: the request is withdrawn. Nothing is returned when no pause
+-- was asked.
+UPDATE {schema}.workflows
+SET status = CASE WHEN status = 'RUNNING' THEN 'RUNNING'
+                  WHEN queue_name IS NOT NULL AND dequeued_at IS NULL THEN 'ENQUEUED'
+                  ELSE 'PENDING' END,
+    paused_at = NULL,
+    updated_at = {schema}.current_time()
+WHERE workflow_id = %(workflow_id)s AND paused_at IS NOT NULL
+  AND status IN ('PAUSED', 'RUNNING')
+RETURNING workflow_id, status
