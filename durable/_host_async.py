@@ -174,6 +174,8 @@ class Runs(Protocol):
 
     def submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]: ...
 
+    def crash_point(self, name: str) -> None: ...
+
     def submit_claim(self, workflow_id: str) -> concurrent.futures.Future[Any] | None: ...
 
 
@@ -353,6 +355,7 @@ class AsyncLifeHost:
                 return create_and_send(tx, False, params, name, message)
 
             row = await to_thread_async(db.atomically, work, "start_or_send")
+            runner.crash_point("after_start_or_send")
         else:
             row, doubts, claimed_at = await self._insert(runner, params, doubts, claimed_at)
         created = runner.claims.inserted(op.defn, params, row, doubts, claimed_at)

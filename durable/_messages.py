@@ -3,6 +3,8 @@ calls, with their awaited forms, and reading a published event are in _client_ca
 
 from __future__ import annotations
 
+import os
+import signal
 import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -42,6 +44,7 @@ class Messages(Reading):
         if before_start:
             kept = self.db.fetch_one("keep_early_message", params)
             if kept is not None and not kept["found"]:
+                self._crash_point("after_keep_early_message")
                 # Kept for a run not there yet. A workflow whose creation committed after
                 # this statement's snapshot and whose run already looked for kept
                 # messages must get it too: look again, now that this is committed.
@@ -91,7 +94,19 @@ class Messages(Reading):
             return create_and_send(tx, True, row, defn.name, params)
 
         self.db.atomically(work, "start_or_send")
+        self._crash_point("after_start_or_send")
         self.notify_work(workflow_id)  # new, or woken by the message
+
+    def _crash_point(self, name: str) -> None:
+        """SIGKILL this process the n-th time `name` is reached, if DURABLE_CRASH_POINTS
+        arms it (crash tests of a sender: as Runner.crash_point for a run)."""
+        armed = self.config.crash_points.get(name)
+        if armed is None:
+            return
+        counts: dict[str, int] = self.__dict__.setdefault("_crash_counts", {})
+        counts[name] = counts.get(name, 0) + 1
+        if counts[name] == armed:
+            os.kill(os.getpid(), signal.SIGKILL)
 
     def _adopt_early(self, workflow_id: str) -> None:
         """Move the messages kept for `workflow_id` to its workflow if it exists now, and
