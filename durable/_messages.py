@@ -42,7 +42,7 @@ class Messages(Reading):
             self.get_workflow(workflow_id)  # WorkflowNotFoundError before anything is stored
         params = self._message_params(workflow_id, message, topic, idempotency_key)
         if before_start:
-            kept = self.db.fetch_one("keep_early_message", params)
+            kept = audit.keep_early(self, params)
             if kept is not None and not kept["found"]:
                 self._crash_point("after_keep_early_message")
                 # Kept for a run not there yet. A workflow whose creation committed after

@@ -218,3 +218,12 @@ def test_concurrent_start_or_send_in_threads_makes_one_workflow(database_url: st
             t.join()
     with durable.Engine(database_url, registry=reg, worker=True) as engine:
         assert sorted(engine.retrieve("many").result(timeout=30)) == [0, 1, 2, 3]
+
+
+def test_an_operators_message_kept_before_the_start_is_audited(database_url: str) -> None:
+    with durable.Client(database_url, actor="ana@ops") as client:
+        client.send("unborn", "hi", topic="orders", idempotency_key="k-1", before_start=True)
+        rows = client.audit_log("unborn")
+    assert [(r["action"], r["subject"], r["detail"], r["actor"]) for r in rows] == [
+        ("send", "orders", "k-1", "ana@ops")
+    ]
