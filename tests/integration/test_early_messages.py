@@ -227,3 +227,27 @@ def test_an_operators_message_kept_before_the_start_is_audited(database_url: str
     assert [(r["action"], r["subject"], r["detail"], r["actor"]) for r in rows] == [
         ("send", "orders", "k-1", "ana@ops")
     ]
+
+
+def test_the_awaited_start_or_send_of_an_engine_and_of_a_client(database_url: str) -> None:
+    reg = durable.Registry()
+
+    @durable.workflow(registry=reg, name="early.ainbox2")
+    async def ainbox(n: int) -> list[Any]:
+        return [await durable.recv_async("orders", timeout=30) for _ in range(n)]
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        async with durable.Engine(database_url, registry=reg, worker=True) as engine:
+            here = await engine.start_or_send_async(
+                ainbox, 2, workflow_id="aw-1", message="a", topic="orders"
+            )
+            await engine.start_or_send_async(
+                ainbox, 2, workflow_id="aw-1", message="b", topic="orders"
+            )
+            with durable.Client(database_url) as client:
+                there = await client.start_or_send_async(
+                    ainbox, 1, workflow_id="aw-2", message="c", topic="orders"
+                )
+                return await here.result(), await there.result(timeout=30)
+
+    assert asyncio.run(main()) == (["a", "b"], ["c"])
