@@ -76,10 +76,12 @@ class AsyncClientCalls(Messages):
         the workflow and its message are written in one transaction, so no run of it
         exists without the message, and two callers at once make one workflow that gets
         both messages. An existing workflow just gets the message (WorkflowConflictError,
-        and nothing sent, if it runs another function). `topic` and `idempotency_key` are
-        send's; `timeout=` (popped from kwargs) replaces the decorator's timeout. Not from
-        workflow code (start a child and durable.send to it there). To run it in this
-        process instead, call the engine's start_or_send."""
+        and nothing sent, if it runs another function; one that has finished keeps it
+        unread, as ids are idempotency keys and a finished workflow is not started
+        again). `topic` and `idempotency_key` are send's; `timeout=` (popped from
+        kwargs) replaces the decorator's timeout. Not from workflow code (start a child
+        and durable.send to it there). To run it in this process instead, call the
+        engine's start_or_send."""
         await to_thread_async(
             self._start_or_send, fn, args, kwargs, workflow_id, message, topic, idempotency_key
         )

@@ -103,10 +103,11 @@ class AsyncEngineCalls:
         once make one workflow that gets both messages (its recv() takes them on `topic`,
         in the order they committed). An existing workflow gets the message, and is
         resumed here as start does if it is interrupted and nobody holds it
-        (WorkflowConflictError, and nothing sent, if it runs another function). `topic`
-        and `idempotency_key` are send's (with a key, calling again delivers once);
-        `timeout=` (popped from kwargs) is start's. Not from workflow code: there, start a
-        child (durable.start_child) and durable.send to it.
+        (WorkflowConflictError, and nothing sent, if it runs another function; one that
+        has finished keeps it unread: ids are idempotency keys, a finished workflow is not
+        started again). `topic` and `idempotency_key` are send's (with a key, calling
+        again delivers once); `timeout=` (popped from kwargs) is start's. Not from
+        workflow code: there, start a child (durable.start_child) and durable.send to it.
 
         start_or_send runs the workflow in this engine's threads; start_or_send_async as
         start_async does (an async def workflow on the calling event loop)."""
