@@ -299,6 +299,24 @@ def send(client: ClientBase, params: dict[str, Any]) -> None:
     client.db.atomically(work, "send_message")
 
 
+def keep_early(client: ClientBase, params: dict[str, Any]) -> dict[str, Any] | None:
+    """keep_early_message (send(..., before_start=True)); with its audit row, as send's,
+    when an operator makes it and the message was kept (a workflow found has it sent by
+    send instead)."""
+    actor = _acting.get() or client.actor
+    if actor is None:
+        return client.db.fetch_one("keep_early_message", params)
+    entry = (params["workflow_id"], "send", params["topic"] or None, params["message_id"])
+
+    def work(tx: Tx) -> dict[str, Any] | None:
+        row = tx.fetch_one("keep_early_message", params)
+        if row is not None and not row["found"]:
+            record(tx, actor, [entry])
+        return row
+
+    return client.db.atomically(work, "keep_early_message")
+
+
 def import_(client: ClientBase, checked: transfer.Checked) -> None:
     """transfer.import_ with an audit row per workflow imported."""
     actor = actor_of(client)

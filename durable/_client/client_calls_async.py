@@ -41,10 +41,51 @@ class AsyncClientCalls(Messages):
         message: Any,
         topic: str | None = None,
         idempotency_key: str | None = None,
+        *,
+        before_start: bool = False,
     ) -> None:
         """Send a message to a workflow (from anywhere); it wakes if it waits in recv().
-        Sending twice with the same idempotency_key delivers once."""
-        await to_thread_async(self._send, workflow_id, message, topic, idempotency_key)
+        Sending twice with the same idempotency_key delivers once.
+
+        An id no workflow has raises WorkflowNotFoundError, unless `before_start=True`:
+        the message is then kept for the workflow that starts under that id, whose recv()
+        gets it (exactly once, before the messages sent after it, on its topic). Kept
+        messages that no workflow took are deleted by retention after
+        RetentionPolicy.early_messages_after (7 days by default; never, with no retention
+        configured and no `client.prune()`). The error stays the default because an id is
+        most often wrong by a typo, and a message kept for a workflow that never comes is
+        lost silently; a caller that knows the workflow may not have started yet says so
+        (or uses start_or_send, which starts it)."""
+        await to_thread_async(
+            self._send, workflow_id, message, topic, idempotency_key, before_start
+        )
+
+    async def start_or_send_async(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str,
+        message: Any,
+        topic: str | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle:
+        """Deliver `message` to workflow `workflow_id`, first recording `fn(*args,
+        **kwargs)` under that id for any worker if no workflow has it (signal-with-start):
+        the workflow and its message are written in one transaction, so no run of it
+        exists without the message, and two callers at once make one workflow that gets
+        both messages. An existing workflow just gets the message (WorkflowConflictError,
+        and nothing sent, if it runs another function; one that has finished keeps it
+        unread, as ids are idempotency keys and a finished workflow is not started
+        again). `topic` and `idempotency_key` are send's; `timeout=` (popped from
+        kwargs) replaces the decorator's timeout. Not from workflow code (start a child
+        and durable.send to it there). To run it in this process instead, call the
+        engine's start_or_send."""
+        await to_thread_async(
+            self._start_or_send, fn, args, kwargs, workflow_id, message, topic, idempotency_key
+        )
+        return AsyncWorkflowHandle(self, workflow_id)
 
     async def get_event_async(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
         """The latest value a workflow published under `key`, waiting up to `timeout`

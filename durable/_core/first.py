@@ -30,7 +30,7 @@ from durable._base.models import ApprovalStatus, Decision, StepKind, WorkflowSta
 from durable._core.journal import barrier, decode_error, record, restore
 from durable._core.ops import Execute, Gen, Park
 from durable._core.run import Run, _fenced, check_interrupt
-from durable._core.waits import _wake_time
+from durable._core.waits import _wake_time, adopt_early
 from durable.errors import (
     StaleOwnerError,
     WorkflowCancelledError,
@@ -124,6 +124,8 @@ def wait_first(
     for condition in conditions:
         if isinstance(condition, OnApproval):
             yield from _ask(run, condition, seq)
+    if any(isinstance(c, OnMessage) for c in conditions):
+        yield from adopt_early(run)
     refused = False
     while True:
         for index, condition in enumerate(conditions):

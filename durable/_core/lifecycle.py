@@ -42,6 +42,9 @@ class Create:
     workflow_id: str
     inputs: str
     parent: tuple[str, int] | None
+    # start_or_send: send_message's parameters of a message delivered in the creation's
+    # transaction (to the workflow that has the id, if it exists).
+    message: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -199,14 +202,20 @@ def run_here(
 
 
 def start(
-    defn: WorkflowDef, workflow_id: str, inputs: str, parent: tuple[str, int] | None
+    defn: WorkflowDef,
+    workflow_id: str,
+    inputs: str,
+    parent: tuple[str, int] | None,
+    message: dict[str, Any] | None = None,
 ) -> Life[Any]:
     """Start a workflow in the background and return what its handle waits on: the run
     of a new workflow; for an existing one, a run of it if it can be claimed here (it was
-    interrupted and nobody holds it), else nothing (the handle reads the database)."""
+    interrupted and nobody holds it), else nothing (the handle reads the database).
+    `message` (start_or_send): delivered in the creation's transaction, to the new
+    workflow or the existing one."""
     yield Remember(defn, workflow_id)
     try:
-        created = yield Create(defn, workflow_id, inputs, parent)
+        created = yield Create(defn, workflow_id, inputs, parent, message)
     except BaseException:
         yield Forget(workflow_id)
         raise

@@ -247,6 +247,9 @@ class Run:
     # Which life of its id the workflow is (workflows.incarnation, '' for a journal of
     # version 1): read once, by the first send that derives a message id. None: not read.
     incarnation: str | None = None
+    # Whether this run moved the messages sent to its id before the workflow existed
+    # (send(before_start=True)) to its own, which it does before its first look for one.
+    early_adopted: bool = False
     # When the workflow times out (from its first start), and why it was asked to stop if
     # it was when claimed. `stopping` is set while compensations of a cancel run, so that
     # they are not interrupted in turn.

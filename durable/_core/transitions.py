@@ -98,8 +98,8 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
     },
     _W.SUSPENDED: {
         # wake_due, wake_if_message, wake_if_decided, wake_if_any, wake_workflow,
-        # send_message, decide_approval, expire_approvals; cancel_workflows when a run
-        # must stop it.
+        # send_message, adopt_early_messages, decide_approval, expire_approvals;
+        # cancel_workflows when a run must stop it.
         "wake": _W.PENDING,
         "cancel": _W.CANCELLED,  # cancel_workflows
         "pause": _W.PAUSED,  # pause_workflow: no wake-up moves it until it is unpaused

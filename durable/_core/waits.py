@@ -81,6 +81,19 @@ def sleep(run: Run, seconds: float) -> Gen[None]:
     yield from _suspend(run, wake_at, None)
 
 
+def adopt_early(run: Run) -> Gen[None]:
+    """Before this run's first look for a message: the messages sent to its id before the
+    workflow existed (send(before_start=True)) join its own, each with the time it was
+    sent, so they come first and in order. Once per run: the workflow was committed
+    before the run began, so a sender that keeps one after this look finds the workflow
+    when it looks again, and moves that message itself (and wakes the run)."""
+    if run.early_adopted:
+        return
+    params = {"workflow_id": run.workflow_id, "wake": False}
+    yield Execute("adopt_early_messages", params, "one")
+    run.early_adopted = True
+
+
 def recv(run: Run, topic: str | None, timeout: float | None) -> Gen[Any]:
     """The oldest message on `topic`, consumed in the statement that journals it; or None
     once the timeout passed. Suspends while nothing is there."""
@@ -98,6 +111,7 @@ def recv(run: Run, topic: str | None, timeout: float | None) -> Gen[Any]:
         return run.loads(found.output)
     check_interrupt(run)
     yield from barrier(run)
+    yield from adopt_early(run)
     refused = False
     while True:
         row = yield Execute(

@@ -23,6 +23,7 @@ from durable._client.starts import start_placed
 from durable._core import lifecycle
 from durable._run.acompat import Future
 from durable._run.attributes import call_attributes, pop_attributes
+from durable._run.context import refuse_in_workflow
 from durable._run.decorators import workflow_call
 from durable._run.handles import WorkflowHandle
 from durable._run.host_sync import LifeHost, drive
@@ -79,7 +80,7 @@ class EngineCalls:
                 return start(fn, *args, workflow_id=workflow_id, **kwargs)  # type: ignore[no-any-return]
         defn, call_args = workflow_call(fn, args)
         self._ensure_running()
-        host = LifeHost(self.client, self.runner)
+        host = self._start_host()
 
         def create(chosen: str, parent: tuple[str, int] | None) -> WorkflowHandle:
             inputs = self.client.inputs.encode(defn, call_args, kwargs)
@@ -89,6 +90,50 @@ class EngineCalls:
 
         chosen, started = start_placed(defn, workflow_id, create)
         return started if started is not None else WorkflowHandle(self.client, chosen)
+
+    def start_or_send(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str,
+        message: Any,
+        topic: str | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle:
+        """Deliver `message` to workflow `workflow_id`, first starting `fn(*args,
+        **kwargs)` under that id on this engine if no workflow has it (signal-with-start).
+        The workflow and its message are written in one transaction: no run of it exists
+        without the message, a crash after the commit loses neither, and two callers at
+        once make one workflow that gets both messages (its recv() takes them on `topic`,
+        in the order they committed). An existing workflow gets the message, and is
+        resumed here as start does if it is interrupted and nobody holds it
+        (WorkflowConflictError, and nothing sent, if it runs another function; one that
+        has finished keeps it unread: ids are idempotency keys, a finished workflow is not
+        started again). `topic` and `idempotency_key` are send's (with a key, calling
+        again delivers once); `timeout=` (popped from kwargs) is start's. Not from
+        workflow code: there, start a child (durable.start_child) and durable.send to it.
+
+        start_or_send runs the workflow in this engine's threads; start_or_send_async as
+        start_async does (an async def workflow on the calling event loop)."""
+        refuse_in_workflow("start_or_send")
+        check_name("workflow_id", workflow_id)
+        with call_timeout(pop_timeout(kwargs)):
+            defn, call_args = workflow_call(fn, args)
+            self._ensure_running()
+            params = self.client._message_params(workflow_id, message, topic, idempotency_key)
+            inputs = self.client.inputs.encode(defn, call_args, kwargs)
+            host = self._start_host()
+            life = lifecycle.start(defn, workflow_id, inputs, None, params)
+            waiter: Future[Any] | None = drive(life, host)
+        self.client.notify_work(workflow_id)  # an existing one the message made runnable
+        return WorkflowHandle(self.client, workflow_id, waiter)
+
+    def _start_host(self) -> LifeHost:
+        """The host of a start: on the calling event loop, where an async workflow that
+        waits resumes (start_async), or on the engine's threads (start)."""
+        return LifeHost(self.client, self.runner)
 
     def _run_direct(self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
         """A workflow called as a function inside `with engine:` (an async one awaited

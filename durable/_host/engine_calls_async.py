@@ -20,6 +20,7 @@ from durable._client.starts_async import start_placed_async
 from durable._core import lifecycle
 from durable._run.acompat import AsyncFuture
 from durable._run.attributes import call_attributes, pop_attributes
+from durable._run.context import refuse_in_workflow
 from durable._run.decorators import workflow_call
 from durable._run.handles import AsyncWorkflowHandle
 from durable._run.host_async import AsyncLifeHost, drive_async
@@ -76,19 +77,7 @@ class AsyncEngineCalls:
                 return await start(fn, *args, workflow_id=workflow_id, **kwargs)  # type: ignore[no-any-return]
         defn, call_args = workflow_call(fn, args)
         self._ensure_running()
-        if True:  # ASYNC
-            hosts = self._hosts()
-            loop = await hosts.here()
-            host = AsyncLifeHost(
-                self.client,
-                self.runner,
-                loop=loop,
-                home=lambda workflow_id: hosts.home(
-                    workflow_id, loop
-                ),  # if it waits, it resumes here
-            )
-        else:
-            host = AsyncLifeHost(self.client, self.runner)
+        host = await self._start_host_async()
 
         async def create(chosen: str, parent: tuple[str, int] | None) -> AsyncWorkflowHandle:
             inputs = self.client.inputs.encode(defn, call_args, kwargs)
@@ -98,6 +87,62 @@ class AsyncEngineCalls:
 
         chosen, started = await start_placed_async(defn, workflow_id, create)
         return started if started is not None else AsyncWorkflowHandle(self.client, chosen)
+
+    async def start_or_send_async(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str,
+        message: Any,
+        topic: str | None = None,
+        idempotency_key: str | None = None,
+        **kwargs: Any,
+    ) -> AsyncWorkflowHandle:
+        """Deliver `message` to workflow `workflow_id`, first starting `fn(*args,
+        **kwargs)` under that id on this engine if no workflow has it (signal-with-start).
+        The workflow and its message are written in one transaction: no run of it exists
+        without the message, a crash after the commit loses neither, and two callers at
+        once make one workflow that gets both messages (its recv() takes them on `topic`,
+        in the order they committed). An existing workflow gets the message, and is
+        resumed here as start does if it is interrupted and nobody holds it
+        (WorkflowConflictError, and nothing sent, if it runs another function; one that
+        has finished keeps it unread: ids are idempotency keys, a finished workflow is not
+        started again). `topic` and `idempotency_key` are send's (with a key, calling
+        again delivers once); `timeout=` (popped from kwargs) is start's. Not from
+        workflow code: there, start a child (durable.start_child) and durable.send to it.
+
+        start_or_send runs the workflow in this engine's threads; start_or_send_async as
+        start_async does (an async def workflow on the calling event loop)."""
+        refuse_in_workflow("start_or_send")
+        check_name("workflow_id", workflow_id)
+        with call_timeout(pop_timeout(kwargs)):
+            defn, call_args = workflow_call(fn, args)
+            self._ensure_running()
+            params = self.client._message_params(workflow_id, message, topic, idempotency_key)
+            inputs = self.client.inputs.encode(defn, call_args, kwargs)
+            host = await self._start_host_async()
+            life = lifecycle.start(defn, workflow_id, inputs, None, params)
+            waiter: AsyncFuture[Any] | None = await drive_async(life, host)
+        self.client.notify_work(workflow_id)  # an existing one the message made runnable
+        return AsyncWorkflowHandle(self.client, workflow_id, waiter)
+
+    async def _start_host_async(self) -> AsyncLifeHost:
+        """The host of a start: on the calling event loop, where an async workflow that
+        waits resumes (start_async), or on the engine's threads (start)."""
+        if True:  # ASYNC
+            hosts = self._hosts()
+            loop = await hosts.here()
+            return AsyncLifeHost(
+                self.client,
+                self.runner,
+                loop=loop,
+                home=lambda workflow_id: hosts.home(
+                    workflow_id, loop
+                ),  # if it waits, it resumes here
+            )
+        else:
+            return AsyncLifeHost(self.client, self.runner)
 
     async def _run_direct_async(
         self, defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, Any]

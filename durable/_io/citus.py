@@ -26,6 +26,7 @@ BY_WORKFLOW: dict[str, str] = {
     "effects": "workflow_id",
     "approvals": "workflow_id",
     "messages": "workflow_id",
+    "early_messages": "workflow_id",
     "events": "workflow_id",
     "charges": "workflow_id",
     "tool_calls": "workflow_id",

@@ -9,6 +9,10 @@ suspended, compensating) or that wait for an operator (max recovery attempts exc
 are never pruned, nor are the effects of such workflows. Callback URLs (durable.callback_url)
 are deleted once expired for longer than `finished_after`, whatever their workflow's state:
 a POST to one answers 410 until then, 404 after.
+
+Messages sent with `send(..., before_start=True)` to an id no workflow has are kept for the
+workflow that starts under it; those no workflow took within `early_messages_after` are
+deleted too (a workflow that starts later does not get them).
 """
 
 from __future__ import annotations
@@ -45,10 +49,14 @@ class RetentionPolicy:
     effects_after: dt.timedelta = dt.timedelta(days=90)
     batch_size: int = 500
     interval: dt.timedelta = dt.timedelta(minutes=5)
+    # How long a message sent before its workflow existed waits for it (send(...,
+    # before_start=True)): after that, retention deletes it.
+    early_messages_after: dt.timedelta = dt.timedelta(days=7)
 
     def __post_init__(self) -> None:
         _seconds("finished_after", self.finished_after)
         _seconds("effects_after", self.effects_after)
+        _seconds("early_messages_after", self.early_messages_after)
         _seconds("interval", self.interval)
         if (
             isinstance(self.batch_size, bool)
@@ -72,6 +80,8 @@ class PruneReport:
     steps: int
     effects: int
     dry_run: bool
+    # Messages kept for a workflow that did not start within early_messages_after.
+    early_messages: int = 0
 
 
 # What a long prune reports after each batch: ("workflows" or "effects", done, total), the
@@ -92,8 +102,13 @@ def prune(
     effects = _seconds("effects_after", policy.effects_after)
     counts = db.fetch_one("count_prunable", {"finished_after": finished, "effects_after": effects})
     assert counts is not None
+    early = _seconds("early_messages_after", policy.early_messages_after)
     if dry_run:
-        return PruneReport(counts["workflows"], counts["steps"], counts["effects"], True)
+        kept = db.fetch_one("count_early_messages", {"older_than": early})
+        assert kept is not None
+        return PruneReport(
+            counts["workflows"], counts["steps"], counts["effects"], True, kept["messages"]
+        )
     deleted_workflows = deleted_steps = deleted_effects = 0
     while True:
         row = db.fetch_one("prune_finished", {"older_than": finished, "batch": policy.batch_size})
@@ -116,4 +131,10 @@ def prune(
     expired = {"older_than": finished, "batch": policy.batch_size}
     while db.execute("prune_callbacks", expired) >= policy.batch_size:
         pass
-    return PruneReport(deleted_workflows, deleted_steps, deleted_effects, False)
+    deleted_early = 0
+    while True:
+        n = db.execute("prune_early_messages", {"older_than": early, "batch": policy.batch_size})
+        deleted_early += n
+        if n < policy.batch_size:
+            break
+    return PruneReport(deleted_workflows, deleted_steps, deleted_effects, False, deleted_early)

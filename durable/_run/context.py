@@ -28,6 +28,7 @@ from durable._run.active_async import AsyncRunsHere
 from durable.errors import (
     AsyncInSyncError,
     BlockingCallError,
+    ConfigurationError,
     EffectOutsideWorkflowError,
     NoEngineError,
 )
@@ -130,6 +131,16 @@ def workflow_code_run() -> Run | None:
     if run is None or current_step.get() is not None:
         return None
     return run
+
+
+def refuse_in_workflow(what: str) -> None:
+    """ConfigurationError if workflow code (not a step) calls `what`, a call made from
+    outside workflows whose writes a replay would not know it made."""
+    if workflow_code_run() is not None:
+        raise ConfigurationError(
+            f"{what} is not made from workflow code: start the workflow there with "
+            "durable.start_child (or a client's submit) and send to it with durable.send"
+        )
 
 
 def workflow_run(what: str, is_async: bool = False) -> Run:

@@ -55,6 +55,7 @@ from durable.errors import (
     NondeterminismError,
     StaleOwnerError,
     WorkflowCancelledError,
+    WorkflowConflictError,
     WorkflowHandedOver,
     WorkflowPaused,
     WorkflowSuspended,
@@ -75,7 +76,7 @@ if TYPE_CHECKING:
     from durable._core import Settings
     from durable._io.config import Config
     from durable._io.ownership import Ownership
-    from durable._io.systemdb import SystemDB
+    from durable._io.systemdb import SystemDB, Tx
 
 T = TypeVar("T")
 
@@ -172,6 +173,8 @@ class Runs(Protocol):
     def forget(self, workflow_ids: list[str]) -> None: ...
 
     def submit(self, claimed: Claimed) -> concurrent.futures.Future[Any]: ...
+
+    def crash_point(self, name: str) -> None: ...
 
     def submit_claim(self, workflow_id: str) -> concurrent.futures.Future[Any] | None: ...
 
@@ -344,6 +347,25 @@ class AsyncLifeHost:
             op.defn, op.workflow_id, op.inputs, op.parent
         )
         db = runner.db
+        message = op.message
+        if message is not None:  # start_or_send: one transaction, on a pooled connection
+            name = op.defn.name
+
+            def work(tx: Tx) -> dict[str, Any] | None:
+                return create_and_send(tx, False, params, name, message)
+
+            row = await to_thread_async(db.atomically, work, "start_or_send")
+            runner.crash_point("after_start_or_send")
+        else:
+            row, doubts, claimed_at = await self._insert(runner, params, doubts, claimed_at)
+        created = runner.claims.inserted(op.defn, params, row, doubts, claimed_at)
+        return None if created is None else created._replace(args=args, kwargs=kwargs)
+
+    async def _insert(
+        self, runner: Runs, params: dict[str, Any], doubts: int, claimed_at: float
+    ) -> tuple[Any, int, float]:
+        """insert_workflow's row, and the doubts and time of the claim it makes."""
+        db = runner.db
         if True:  # ASYNC
             try:
                 async with self._loop().connection() as conn:
@@ -359,8 +381,7 @@ class AsyncLifeHost:
                 row = db.run_on(self._connection(runner), "insert_workflow", params, "one")
             else:
                 row = db.fetch_one("insert_workflow", params)
-        created = runner.claims.inserted(op.defn, params, row, doubts, claimed_at)
-        return None if created is None else created._replace(args=args, kwargs=kwargs)
+        return row, doubts, claimed_at
 
     async def _wait_local(self, op: lifecycle.WaitLocal) -> tuple[bool, Any] | None:
         """Wait for the run this process started, but never raise what it raised (a
@@ -439,6 +460,27 @@ def new_run(runner: Runs, claimed: Claimed) -> Run:
         parent_id=claimed.parent_id,
         deciding=threading.Lock(),
     )
+
+
+def create_and_send(
+    tx: Tx, pending: bool, params: dict[str, Any], name: str, message: dict[str, Any]
+) -> dict[str, Any] | None:
+    """start_or_send in the transaction `tx`: create the workflow (insert_workflow, or
+    insert_workflow_pending for a worker when `pending`) and deliver `message` to it with
+    send_message. Returns the insert's row; None when the id existed (a creation under way
+    elsewhere is waited for by the insert), and the message went to that workflow, unless
+    it runs another function: WorkflowConflictError, which rolls both back."""
+    if pending:
+        row = tx.fetch_one("insert_workflow_pending", params)
+    else:
+        row = tx.fetch_one("insert_workflow", params)
+    if row is None:
+        workflow_id = str(params["workflow_id"])
+        existing = tx.fetch_one("get_workflow", {"workflow_id": workflow_id})
+        if existing is not None and existing["name"] != name:
+            raise WorkflowConflictError(workflow_id, str(existing["name"]), name)
+    tx.execute("send_message", message)
+    return None if row is None else dict(row)
 
 
 @contextmanager

@@ -113,6 +113,8 @@ def prune(
         f"{verb} {report.workflows} finished workflows ({report.steps} journal rows) and "
         f"{report.effects} effect records"
     )
+    if report.early_messages:
+        click.echo(f"{verb} {report.early_messages} messages kept for workflows that never started")
 
 
 @click.group()

@@ -526,6 +526,11 @@ def import_cmd(file: TextIO, database_url: str | None, schema: str) -> None:
 @click.argument("message")
 @click.option("--topic", default=None)
 @click.option("--key", "idempotency_key", default=None, help="Idempotency key: deliver once.")
+@click.option(
+    "--before-start",
+    is_flag=True,
+    help="No workflow has the id yet: keep the message for the one that starts under it.",
+)
 @url_option
 @schema_option
 @_handle_errors
@@ -534,6 +539,7 @@ def send(
     message: str,
     topic: str | None,
     idempotency_key: str | None,
+    before_start: bool,
     database_url: str | None,
     schema: str,
 ) -> None:
@@ -543,5 +549,11 @@ def send(
     except json.JSONDecodeError:
         value = message
     with _client(database_url, schema) as client:
-        client.send(workflow_id, value, topic=topic, idempotency_key=idempotency_key)
+        client.send(
+            workflow_id,
+            value,
+            topic=topic,
+            idempotency_key=idempotency_key,
+            before_start=before_start,
+        )
     click.echo(inert(f"sent to {workflow_id}"))

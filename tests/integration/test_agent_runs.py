@@ -291,7 +291,13 @@ def test_prune_dry_run_counts_and_prune_deletes_only_finished_work(database_url:
         url = ["--database-url", database_url]
         dry = cli("prune", "--finished-after", "0s", "--dry-run", "--json", *url)
         assert dry.returncode == 0, dry.stderr
-        assert json.loads(dry.stdout) == {"workflows": 1, "steps": 5, "effects": 0, "dry_run": True}
+        assert json.loads(dry.stdout) == {
+            "workflows": 1,
+            "steps": 5,
+            "effects": 0,
+            "dry_run": True,
+            "early_messages": 0,
+        }
         assert engine.get_workflow("old").status == "SUCCESS"  # dry run deleted nothing
         assert cli("prune", "--finished-after", "7d", *url).stdout.startswith("deleted 0")
         report = engine.client.prune(durable.RetentionPolicy(finished_after=dt.timedelta(0)))

@@ -135,6 +135,11 @@ def seed(conn: psycopg.Connection[Any], w: str) -> None:
         [w, f"{w}-asleep", LONG_AGO, w],
     )
     conn.execute(
+        "INSERT INTO durable.early_messages (workflow_id, message_id, topic, payload, created_at)"
+        " VALUES (%s, 'm-0', 'topic', '0', %s), (%s, 'm-0', 'topic', '0', %s)",
+        [f"{w}-asleep", NOW, f"{w}-unborn", LONG_AGO],
+    )
+    conn.execute(
         "INSERT INTO durable.messages (workflow_id, message_id, topic, payload)"
         " VALUES (%s, 'm-1', 'topic', '1'), (%s, 'm-1', 'topic', '1')",
         [w, f"{w}-asleep"],
@@ -640,6 +645,17 @@ def params(name: str, w: str) -> dict[str, Any]:
         "prune_finished": {"older_than": 3600.0, "batch": 100},
         "prune_effects": {"older_than": 3600.0, "batch": 100},
         "count_prunable": {"finished_after": 3600.0, "effects_after": 3600.0},
+        "keep_early_message": {
+            "workflow_id": f"{w}-unborn",
+            "message_id": "m-3",
+            "topic": "topic",
+            "payload": "3",
+            "sender_id": None,
+            "sender_seq": None,
+        },
+        "adopt_early_messages": {"workflow_id": f"{w}-asleep", "wake": True},
+        "prune_early_messages": {"older_than": 3600.0, "batch": 100},
+        "count_early_messages": {"older_than": 3600.0},
     }
     return table[name]
 
@@ -857,6 +873,7 @@ def test_the_statement_runs_on_the_distributed_schema(
 # colocated tables, on one node: one commit, no two-phase commit), not sent to every shard.
 HOT = [
     "abandon_workflow",
+    "adopt_early_messages",
     "approval_request",
     "begin_step_attempt",
     "budget_of",
@@ -886,6 +903,7 @@ HOT = [
     "insert_workflow",
     "insert_workflow_pending",
     "join_suspension",
+    "keep_early_message",
     "last_step_heartbeat",
     "latest_state",
     "list_turns",

@@ -1,4 +1,4 @@
-"""The Engine's public surface: what an application calls, at most 40 names, and the
+"""The Engine's public surface: what an application calls, at most 42 names, and the
 client's calls it offers keep the client's signatures (the rest is `engine.client`)."""
 
 from __future__ import annotations
@@ -8,7 +8,9 @@ import inspect
 import durable
 from durable import Client, Engine
 
-MAX_PUBLIC = 40
+# 40 until start_or_send and start_or_send_async (signal-with-start starts a workflow in
+# this engine, which the client's cannot).
+MAX_PUBLIC = 42
 # Set in Engine.__init__ (the parts an engine is made of), besides its methods and properties.
 PARTS = {"client", "config", "registry", "runner", "ownership"}
 
@@ -17,7 +19,7 @@ def _public(cls: type) -> set[str]:
     return {name for name in dir(cls) if not name.startswith("_")}
 
 
-def test_the_engine_shows_at_most_forty_names() -> None:
+def test_the_engine_shows_at_most_forty_two_names() -> None:
     engine = Engine("postgresql://127.0.0.1:1/unused", registry=durable.Registry())
     names = {name for name in dir(engine) if not name.startswith("_")}
     assert names == _public(Engine) | PARTS

@@ -355,8 +355,8 @@ def test_a_replayed_sleep_waits_only_for_what_is_left() -> None:
 def test_recv_consumes_and_journals_in_one_statement() -> None:
     script = Script(statements={"consume_message": {"output": '{"n":1}'}})
     assert script.run(protocol.recv(make_run(), "orders", None)) == {"n": 1}
-    assert script.labels == ["Execute consume_message"]
-    assert script.ops[0].fetch == "one"
+    assert script.labels == ["Execute adopt_early_messages", "Execute consume_message"]
+    assert script.ops[1].fetch == "one"
     assert script.only("consume_message") == {
         "workflow_id": WORKFLOW_ID,
         "epoch": EPOCH,
@@ -371,6 +371,7 @@ def test_recv_with_nothing_there_suspends_on_the_topic() -> None:
     with pytest.raises(WorkflowSuspended):
         script.run(protocol.recv(make_run(), None, None))
     assert script.labels == [
+        "Execute adopt_early_messages",
         "Execute consume_message",
         "Park",
         "Execute suspend_until",
@@ -386,6 +387,7 @@ def test_recv_consumes_a_message_that_arrived_before_the_suspend() -> None:
     )
     assert script.run(protocol.recv(make_run(), "t", None)) == "late"
     assert script.labels == [
+        "Execute adopt_early_messages",
         "Execute consume_message",
         "Park",
         "Execute suspend_until",
@@ -399,6 +401,7 @@ def test_recv_with_a_timeout_journals_its_deadline_and_suspends_until_it() -> No
         script.run(protocol.recv(make_run(), "t", 30))
     assert script.labels == [
         "Execute record_step",
+        "Execute adopt_early_messages",
         "Execute consume_message",
         "Park",
         "Execute suspend_until",
@@ -408,6 +411,24 @@ def test_recv_with_a_timeout_journals_its_deadline_and_suspends_until_it() -> No
     assert (deadline["step_name"], deadline["kind"]) == ("recv-deadline:t", "sleep")
     assert script.only("consume_message")["step_seq"] == 1
     assert script.only("suspend_until")["wake_at"] == T0 + dt.timedelta(seconds=30)
+
+
+def test_a_run_takes_the_messages_sent_before_it_existed_once_before_its_first_look() -> None:
+    """Messages sent to the id before the workflow existed (send(before_start=True)) are
+    moved to the run before its first look, so they come first; once per run (a sender
+    that keeps one later finds the workflow and moves it itself), never on a replay."""
+    run = make_run(records=[done(0, "recv:t", "replayed", StepKind.RECV)])
+    script = Script(statements={"consume_message": {"output": '"fresh"'}})
+    assert script.run(protocol.recv(run, "t", None)) == "replayed"
+    assert script.labels == []
+    assert script.run(protocol.recv(run, "t", None)) == "fresh"
+    assert script.run(protocol.recv(run, "u", None)) == "fresh"
+    assert script.labels == [
+        "Execute adopt_early_messages",
+        "Execute consume_message",
+        "Execute consume_message",
+    ]
+    assert script.only("adopt_early_messages") == {"workflow_id": WORKFLOW_ID, "wake": False}
 
 
 def test_recv_with_a_timeout_takes_both_its_positions_before_it_waits() -> None:
@@ -432,7 +453,11 @@ def test_recv_past_its_timeout_records_none() -> None:
     run = make_run(records=[done(0, "recv-deadline:t", past, StepKind.SLEEP)])
     script = Script()
     assert script.run(protocol.recv(run, "t", 30)) is None
-    assert script.labels == ["Execute consume_message", "Execute record_step"]
+    assert script.labels == [
+        "Execute adopt_early_messages",
+        "Execute consume_message",
+        "Execute record_step",
+    ]
     record = script.only("record_step")
     assert (record["step_seq"], record["step_name"], record["kind"]) == (1, "recv:t", "recv")
     assert record["output"] is None

@@ -83,6 +83,7 @@ WORKFLOW_STATEMENTS: Mapping[str, frozenset[Move]] = {
     # `CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END`: a running workflow
     # keeps its status (it sees the message or decision itself).
     "send_message": every([W.SUSPENDED], [W.PENDING]),
+    "adopt_early_messages": every([W.SUSPENDED], [W.PENDING]),
     "decide_approval": every([W.SUSPENDED], [W.PENDING]),
     "expire_approvals": every([W.SUSPENDED], [W.PENDING]),
 }

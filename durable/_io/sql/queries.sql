@@ -2303,3 +2303,69 @@ SET status = CASE WHEN status = 'RUNNING' THEN 'RUNNING'
 WHERE workflow_id = %(workflow_id)s AND paused_at IS NOT NULL
   AND status IN ('PAUSED', 'RUNNING')
 RETURNING workflow_id, status
+
+-- Messages before the run exists (send(..., before_start=True), start_or_send): 0035.
+-- ---------------------------------------------------------------------------------------
+
+-- keep_early_message --
+-- send(before_start=True) to an id no workflow has: keep the message for the run that
+-- starts under it (once per message id). `found`: a workflow has the id after all (nothing
+-- kept: the sender delivers it with send_message). A workflow created meanwhile, unseen by
+-- this snapshot, is found by the sender's adopt_early_messages after this commits.
+WITH target AS (
+    SELECT workflow_id FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
+), kept AS (
+    INSERT INTO {schema}.early_messages (workflow_id, message_id, topic, payload)
+    SELECT %(workflow_id)s, %(message_id)s, %(topic)s, %(payload)s
+    WHERE NOT EXISTS (SELECT 1 FROM target)
+    ON CONFLICT DO NOTHING
+    RETURNING workflow_id
+)
+SELECT (SELECT count(*) FROM target) AS found, (SELECT count(*) FROM kept) AS kept
+
+-- adopt_early_messages --
+-- Once the workflow exists: move the messages kept for its id into `messages`, each with
+-- its created_at (so they come before anything sent since, in the order they were sent);
+-- a message id already there is not delivered again. Run by the run before its first
+-- receive and by a sender after it kept one: whichever looks last sees the other's commit,
+-- so none is left behind. `wake`: the sender's move wakes a waiting workflow, as
+-- send_message does (the run's own does not: it is running).
+WITH target AS (
+    SELECT workflow_id FROM {schema}.workflows WHERE workflow_id = %(workflow_id)s
+), moved AS (
+    DELETE FROM {schema}.early_messages AS e
+    WHERE e.workflow_id = %(workflow_id)s AND EXISTS (SELECT 1 FROM target)
+    RETURNING e.workflow_id, e.message_id, e.topic, e.payload, e.created_at
+), delivered AS (
+    INSERT INTO {schema}.messages (workflow_id, message_id, topic, payload, created_at)
+    SELECT workflow_id, message_id, topic, payload, created_at FROM moved
+    ON CONFLICT DO NOTHING
+    RETURNING workflow_id
+), woken AS (
+    UPDATE {schema}.workflows
+    SET status = CASE WHEN status = 'SUSPENDED' THEN 'PENDING' ELSE status END,
+        wake_at = CASE WHEN status = 'SUSPENDED' THEN NULL ELSE wake_at END,
+        updated_at = {schema}.current_time()
+    WHERE workflow_id = %(workflow_id)s AND %(wake)s
+      AND workflow_id IN (SELECT workflow_id FROM delivered)
+      AND status IN ('SUSPENDED', 'RUNNING')
+    RETURNING workflow_id
+)
+SELECT (SELECT count(*) FROM delivered) AS delivered, (SELECT count(*) FROM woken) AS woken
+
+-- prune_early_messages --
+-- Retention: delete up to `batch` messages kept for an id no workflow took within the
+-- cutoff (RetentionPolicy.early_messages_after), oldest first.
+WITH doomed AS (
+    SELECT workflow_id, message_id FROM {schema}.early_messages
+    WHERE created_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
+    ORDER BY created_at
+    LIMIT %(batch)s
+)
+DELETE FROM {schema}.early_messages AS e USING doomed AS d
+WHERE e.workflow_id = d.workflow_id AND e.message_id = d.message_id
+
+-- count_early_messages --
+-- What prune_early_messages would delete now (for --dry-run).
+SELECT count(*) AS messages FROM {schema}.early_messages
+WHERE created_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
