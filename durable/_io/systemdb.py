@@ -471,9 +471,9 @@ class SystemDB(RunIO, AsyncRunIO):
 
     def dequeue(self, params: dict[str, Any]) -> list[Row]:
         """Take what a queue's limits allow under its lock; [] if another worker holds it.
-        A queue with a partition limit is taken by dequeue_partitioned, on one server as
+        A queue with partition limits is taken by dequeue_partitioned, on one server as
         on Citus (its ranking of each partition's entries is no statement to lock rows in)."""
-        partitioned = params.get("partition_concurrency") is not None
+        partitioned = bool(params.get("partitioned"))
 
         def take(tx: Tx) -> list[Row]:
             locked = tx.fetch_one("lock_queue", params)
