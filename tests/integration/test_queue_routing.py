@@ -32,13 +32,13 @@ def wait_until(predicate: object, timeout: float = 30) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("claims", ["skip-locked", "cas"])
-def test_a_key_over_its_rate_is_passed_over_and_starts_a_period_later(
-    database_url: str, claims: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("DURABLE_CLAIMS", claims)
+def run_keys_over_their_rate(url: str, period: float = 60.0, fake: bool = True) -> None:
+    """Key a's backlog, two entries of b and one without a key, on a queue that starts at most
+    two of one key per `period`: two of a start at once, and two more each period; b and
+    the entry without a key are not held back. `fake`: the period passes on a fake clock
+    (else it is waited for: on Citus, a count over every shard reads the nodes' clocks)."""
     reg = durable.Registry()
-    mail = durable.Queue("mail", partition_rate_limit=(2, 60), registry=reg)
+    mail = durable.Queue("mail", partition_rate_limit=(2, period), registry=reg)
     ran: Counter[str] = Counter()
     lock = threading.Lock()
 
@@ -48,8 +48,15 @@ def test_a_key_over_its_rate_is_passed_over_and_starts_a_period_later(
             ran[entry] += 1
         return entry
 
-    clock = durable.FakeClock()
-    with durable.Client(database_url) as client:
+    clock = durable.FakeClock() if fake else None
+
+    def a_period_later() -> None:
+        if clock is not None:
+            clock.advance(period + 1)
+        else:
+            time.sleep(period)
+
+    with durable.Client(url) as client:
         # Key a's backlog first: in plain queue order it would start first.
         for entry, key in [(f"a{i}", "a") for i in range(5)] + [
             ("b0", "b"),
@@ -57,25 +64,31 @@ def test_a_key_over_its_rate_is_passed_over_and_starts_a_period_later(
             ("n0", None),
         ]:
             client.enqueue(mail, send, entry, workflow_id=entry, partition_key=key)
-    with durable.Engine(
-        database_url, registry=reg, worker=True, poll_interval=0.02, clock=clock
-    ) as engine:
+    with durable.Engine(url, registry=reg, worker=True, poll_interval=0.02, clock=clock) as engine:
         # Two of a start; the rest of a is passed over, and b and the entry without a key
         # (only the queue's limits, none here) start behind it.
         for entry in ("a0", "a1", "b0", "b1", "n0"):
             assert engine.retrieve(entry).result(timeout=30) == entry
-        assert {w: s for w, s in statuses(database_url).items() if s == "ENQUEUED"} == {
+        assert {w: s for w, s in statuses(url).items() if s == "ENQUEUED"} == {
             "a2": "ENQUEUED",
             "a3": "ENQUEUED",
             "a4": "ENQUEUED",
         }
-        clock.advance(61)  # a period later: two more of a
+        a_period_later()  # two more of a
         for entry in ("a2", "a3"):
             assert engine.retrieve(entry).result(timeout=30) == entry
-        assert statuses(database_url)["a4"] == "ENQUEUED"
-        clock.advance(61)
+        assert statuses(url)["a4"] == "ENQUEUED"
+        a_period_later()
         assert engine.retrieve("a4").result(timeout=30) == "a4"
     assert ran == Counter(dict.fromkeys(["a0", "a1", "a2", "a3", "a4", "b0", "b1", "n0"], 1))
+
+
+@pytest.mark.parametrize("claims", ["skip-locked", "cas"])
+def test_a_key_over_its_rate_is_passed_over_and_starts_a_period_later(
+    database_url: str, claims: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DURABLE_CLAIMS", claims)
+    run_keys_over_their_rate(database_url)
 
 
 def test_a_partition_rate_limit_is_checked_and_takes_partition_keys(database_url: str) -> None:
@@ -94,7 +107,9 @@ def test_a_partition_rate_limit_is_checked_and_takes_partition_keys(database_url
         plain.check_options(None, None, "user-1")
 
 
-def test_a_routed_engine_runs_its_queues_and_work_from_no_queue_only(database_url: str) -> None:
+def run_routed_engines(url: str) -> None:
+    """An engine given queues=["a"] runs a's entries and work from no queue, and leaves b's
+    entries (enqueued first) to an engine given queues=["b"]."""
     reg = durable.Registry()
     qa = durable.Queue("a", registry=reg)
     qb = durable.Queue("b", registry=reg)
@@ -105,7 +120,7 @@ def test_a_routed_engine_runs_its_queues_and_work_from_no_queue_only(database_ur
         ran.append(entry)
         return entry
 
-    with durable.Client(database_url) as client:
+    with durable.Client(url) as client:
         # b's entries first: a worker of every queue would take them in its first round.
         for entry in ("b0", "b1"):
             client.enqueue(qb, job, entry, workflow_id=entry)
@@ -113,19 +128,19 @@ def test_a_routed_engine_runs_its_queues_and_work_from_no_queue_only(database_ur
             client.enqueue(qa, job, entry, workflow_id=entry)
         # Work from no queue, that no one owns yet (a client's start).
         client.submit(job, "free", workflow_id="free")
-    with durable.Engine(
-        database_url, registry=reg, worker=True, poll_interval=0.02, queues=["a"]
-    ) as engine:
+    with durable.Engine(url, registry=reg, worker=True, poll_interval=0.02, queues=["a"]) as engine:
         assert engine.config.queues == ("a",)
         for entry in ("a0", "a1", "free"):
             assert engine.retrieve(entry).result(timeout=30) == entry
-        assert statuses(database_url)["b0"] == statuses(database_url)["b1"] == "ENQUEUED"
-    with durable.Engine(
-        database_url, registry=reg, worker=True, poll_interval=0.02, queues=["b"]
-    ) as engine:
+        assert statuses(url)["b0"] == statuses(url)["b1"] == "ENQUEUED"
+    with durable.Engine(url, registry=reg, worker=True, poll_interval=0.02, queues=["b"]) as engine:
         for entry in ("b0", "b1"):
             assert engine.retrieve(entry).result(timeout=30) == entry
     assert sorted(ran) == ["a0", "a1", "b0", "b1", "free"]
+
+
+def test_a_routed_engine_runs_its_queues_and_work_from_no_queue_only(database_url: str) -> None:
+    run_routed_engines(database_url)
 
 
 def test_an_unknown_queue_is_refused_before_anything_starts(database_url: str) -> None:
