@@ -180,7 +180,6 @@ class Queue:
             "concurrency": self.concurrency,
             "worker_concurrency": self.worker_concurrency,
             "partition_concurrency": self.partition_concurrency,
-            "partitioned": self.partitioned,
             "partition_rate_count": key_count,
             "partition_rate_period": float(key_period),
             "rate_count": count,

@@ -100,7 +100,7 @@ def test_a_partition_rate_limit_is_checked_and_takes_partition_keys(database_url
         "both", partition_concurrency=1, partition_rate_limit=(3, 1.5), registry=reg
     )
     params = both.dequeue_params(schema="durable", owner="me", lease_seconds=30.0, defs=[], limit=4)
-    assert params["partitioned"] and params["partition_concurrency"] == 1
+    assert params["partition_concurrency"] == 1
     assert (params["partition_rate_count"], params["partition_rate_period"]) == (3, 1.5)
     plain = durable.Queue("plain", registry=reg)
     with pytest.raises(errors.ConfigurationError, match="partition_rate_limit=\\(N, seconds\\)"):
