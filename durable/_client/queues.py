@@ -22,6 +22,16 @@ rather than waiting behind them: one busy user does not hold back the others. An
 without a key is in no partition (only the queue's limits apply to it). A partition key
 on a queue without a partition limit is refused (ConfigurationError) rather than ignored:
 it would cap nothing.
+
+A partition's rate is limited too: `durable.Queue("emails", partition_rate_limit=(5, 60))`
+starts at most 5 entries of one partition key in any 60 seconds, across all workers,
+beside (or without) `partition_concurrency` and the queue-wide `rate_limit`. It counts the
+dequeues of the key's entries within the period, as `rate_limit` counts the queue's, in the
+same statement under the same lock, so no two workers both see the key's last start free.
+An entry of a key over its rate is passed over like one of a full partition, and the
+entries of other keys still start; an entry without a key is in no partition, so only the
+queue's own limits (`concurrency`, `rate_limit`) slow it. A recovery after a crash is no
+new start: only a dequeue counts.
 """
 
 from __future__ import annotations
@@ -47,6 +57,29 @@ def _positive(name: str, value: object) -> None:
         raise ConfigurationError(f"{name}={value!r}: give a whole number of at least 1, or None")
 
 
+def _rate(name: str, value: object, example: str, meaning: str) -> None:
+    """A rate limit is None or (count, period_seconds): a whole count of at least 1 and a
+    positive period."""
+    if value is None:
+        return
+    ok = (
+        isinstance(value, tuple)
+        and len(value) == 2
+        and isinstance(value[0], int)
+        and not isinstance(value[0], bool)
+        and value[0] >= 1
+        and isinstance(value[1], int | float)
+        and not isinstance(value[1], bool)
+        and value[1] > 0
+        and value[1] != float("inf")
+    )
+    if not ok:
+        raise ConfigurationError(
+            f"{name}={value!r}: give (count, period_seconds), e.g. ({example}) for at most "
+            f"{meaning}"
+        )
+
+
 @dataclass(frozen=True, eq=False)
 class Queue:
     """A named queue of workflows, declared once at import time (like a workflow).
@@ -57,6 +90,8 @@ class Queue:
         enqueue: a user, a tenant) dequeued and unfinished at once, across all workers;
         None (the default): the queue has no partitions.
     rate_limit: (count, period_seconds): most dequeues in any period.
+    partition_rate_limit: (count, period_seconds): most dequeues of one partition's
+        entries in any period, across all workers; None (the default): no such limit.
     priority: order by the priority given at enqueue (lower first), then age.
     """
 
@@ -67,26 +102,15 @@ class Queue:
     priority: bool = False
     registry: Registry | None = None
     partition_concurrency: int | None = None
+    partition_rate_limit: tuple[int, float] | None = None
 
     def __post_init__(self) -> None:
         check_name("Queue name", self.name)
         _positive("concurrency", self.concurrency)
         _positive("worker_concurrency", self.worker_concurrency)
         _positive("partition_concurrency", self.partition_concurrency)
-        if self.rate_limit is not None:
-            ok = (
-                isinstance(self.rate_limit, tuple)
-                and len(self.rate_limit) == 2
-                and isinstance(self.rate_limit[0], int)
-                and self.rate_limit[0] >= 1
-                and isinstance(self.rate_limit[1], int | float)
-                and self.rate_limit[1] > 0
-            )
-            if not ok:
-                raise ConfigurationError(
-                    f"rate_limit={self.rate_limit!r}: give (count, period_seconds), e.g. "
-                    "(100, 60) for at most 100 starts a minute"
-                )
+        _rate("rate_limit", self.rate_limit, "100, 60", "100 starts a minute")
+        _rate("partition_rate_limit", self.partition_rate_limit, "5, 60", "5 a minute per key")
         (self.registry if self.registry is not None else default_registry).add_queue(self)
 
     @queue_enqueue_method
@@ -120,12 +144,18 @@ class Queue:
                 )
             check_priority(priority)
         check_name("partition_key", partition_key, optional=True)
-        if partition_key is not None and self.partition_concurrency is None:
+        if partition_key is not None and not self.partitioned:
             raise ConfigurationError(
                 f"partition_key={partition_key!r} given, but queue {self.name!r} has no "
                 "partition limit, so the key would cap nothing: declare it with "
-                f"durable.Queue({self.name!r}, partition_concurrency=N)"
+                f"durable.Queue({self.name!r}, partition_concurrency=N) or "
+                "partition_rate_limit=(N, seconds)"
             )
+
+    @property
+    def partitioned(self) -> bool:
+        """Whether the queue limits each partition (its entries take a partition key)."""
+        return self.partition_concurrency is not None or self.partition_rate_limit is not None
 
     def dequeue_params(
         self,
@@ -140,6 +170,9 @@ class Queue:
         """The parameters of one dequeue of this queue by executor `owner`, which can run
         the workflows `defs`."""
         count, period = self.rate_limit if self.rate_limit is not None else (None, 0.0)
+        key_count, key_period = (
+            self.partition_rate_limit if self.partition_rate_limit is not None else (None, 0.0)
+        )
         return {
             "queue_name": self.name,
             "lock_key": f"{schema}.queue:{self.name}",
@@ -147,6 +180,8 @@ class Queue:
             "concurrency": self.concurrency,
             "worker_concurrency": self.worker_concurrency,
             "partition_concurrency": self.partition_concurrency,
+            "partition_rate_count": key_count,
+            "partition_rate_period": float(key_period),
             "rate_count": count,
             "rate_period": float(period),
             "by_priority": self.priority,

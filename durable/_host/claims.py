@@ -27,6 +27,7 @@ from durable._core import Journal, encode_error
 from durable._io.local import Claimed
 from durable._run.context import current_run
 from durable.errors import (
+    ConfigurationError,
     DatabaseUnavailableError,
     SerializationError,
     UnknownInstanceError,
@@ -36,6 +37,7 @@ from durable.errors import (
 if TYPE_CHECKING:
     from durable._base.registry import Registry, WorkflowDef
     from durable._client.inputs import Inputs
+    from durable._client.queues import Queue
     from durable._io.config import Config
     from durable._io.ownership import Ownership
     from durable._io.systemdb import SystemDB
@@ -150,7 +152,7 @@ class Claims:
         claimed: list[Claimed] = []
         defs = [d for d in self.registry.workflows() if asynchronous or not d.is_async]
         with _keeping(claimed):
-            for queue in self.registry.queues():
+            for queue in self.queues():
                 if len(claimed) >= limit:
                     break
                 params = queue.dequeue_params(
@@ -168,6 +170,28 @@ class Claims:
                     row["doubts"], row["claimed_at"] = doubts, claimed_at
                 self._load(rows, claimed)
         return claimed
+
+    def queues(self) -> list[Queue]:
+        """The queues whose entries this executor runs: those of its registry that its
+        `queues=` names (every one when it names none)."""
+        routed = self.config.queues
+        queues: list[Queue] = self.registry.queues()
+        if routed is None:
+            return queues
+        return [q for q in queues if q.name in routed]
+
+    def check_queues(self) -> None:
+        """ConfigurationError unless every queue `queues=` names is one of the registry's:
+        a misspelt name would leave a worker idle, and that queue's entries waiting."""
+        routed = self.config.queues or ()
+        known = sorted(q.name for q in self.registry.queues())
+        unknown = [name for name in routed if name not in known]
+        if unknown:
+            raise ConfigurationError(
+                f"queues={list(routed)!r}: no queue named {', '.join(map(repr, unknown))} is "
+                f"declared in this application (its queues: {', '.join(known) or 'none'}); "
+                "name queues declared with durable.Queue(...), or give no queues= to run them all"
+            )
 
     def one(self, workflow_id: str) -> Claimed | None:
         """Claim one runnable workflow and load its journal, or None if someone holds it."""
@@ -253,6 +277,8 @@ class Claims:
                 "versions": [d.version or "" for d in defs],
                 "journal_version": labels.JOURNAL_VERSION,
                 "limit": limit,
+                # Entries of other queues are left to the workers that run those queues.
+                "queues": None if config.queues is None else list(config.queues),
             },
         )
         for row in rows:

@@ -21,7 +21,7 @@ import contextvars
 import dataclasses
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar, cast
 
@@ -100,6 +100,11 @@ class Engine(EngineCalls, AsyncEngineCalls):
       retention: a durable.RetentionPolicy the worker loop applies (default: keep all).
       create_database: create the system database if it does not exist (default: yes for
         the embedded server and for a server on this machine, no elsewhere).
+      queues: the names of the queues whose entries this engine runs (default: every queue
+        of its registry, or DURABLE_QUEUES="a,b"); [] runs none (an engine that only
+        enqueues). Interrupted entries of other queues are left to their workers too;
+        work that came from no queue is run whatever the list. A name the registry does
+        not declare is refused at launch (ConfigurationError).
     """
 
     def __init__(
@@ -127,6 +132,7 @@ class Engine(EngineCalls, AsyncEngineCalls):
         retention: RetentionPolicy | None = None,
         create_database: bool | None = None,
         listen: bool | None = None,
+        queues: Sequence[str] | None = None,
     ) -> None:
         # Every argument but the registry is a setting, of the same name in Config.
         settings = {name: value for name, value in locals().items() if name != "self"}

@@ -171,7 +171,7 @@ class Worker:
                     backlog = len(dequeued) >= room
                     claimed += self._launch(dequeued)
                 else:
-                    backlog = bool(parts.registry.queues())
+                    backlog = bool(parts.claims.queues())
                 if outage_logged:
                     logger.debug("database is back; worker resumed")
                 outage_logged = False
@@ -362,7 +362,7 @@ def keep(
             started = claims.round(watched, free, parts.async_room())
             for claimed in started:
                 parts.launch(claimed)
-            if parts.registry.queues() and free > len(started):
+            if parts.claims.queues() and free > len(started):
                 asynchronous = parts.loop_failure() is None
                 dequeued = claims.dequeue(free - len(started), watched, asynchronous=asynchronous)
                 for claimed in dequeued:

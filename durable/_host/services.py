@@ -88,6 +88,7 @@ class Services:
         if self.running:
             return
         config, client = self.config, self.client
+        self.claims.check_queues()  # before connecting: a misspelt queue name leaves nothing
         create = config.create_database
         if create is None:
             create = config.database_url is None or is_local(client.database_url)

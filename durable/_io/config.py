@@ -18,6 +18,8 @@ The variables:
   DURABLE_RESPONSE_TIMEOUT  seconds a statement waits for the database to answer (default
                          5; 0: for ever), past which it counts as unreachable
   DURABLE_CRASH_POINTS   crash tests: "point[:nth],..." where the process SIGKILLs itself
+  DURABLE_QUEUES         "a,b": the queues an engine takes work from, when `queues=` is not
+                         given (unset: every queue of its registry)
   DURABLE_DATA_DIR       the embedded server's data directory (else the user data dir)
   DURABLE_CALLBACK_SECRET  the key callback URLs' tokens are derived with (the same on
                          every worker; 32 characters or more): durable.callback_url()
@@ -33,7 +35,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, cast
@@ -90,6 +92,9 @@ class Config:
     # durable.callback_url(): the key its tokens are derived with, and where its URLs point.
     callback_secret: bytes | None = field(default=None, repr=False)
     callback_base_url: str | None = None
+    # The queues whose entries this engine runs (None: every queue of its registry); work
+    # that came from no queue is run whatever they are (see Claims).
+    queues: tuple[str, ...] | None = None
 
     @property
     def cancel_poll_interval(self) -> float:
@@ -131,6 +136,7 @@ class Config:
         grace_seconds: float = 30.0,
         retention: RetentionPolicy | None = None,
         create_database: bool | None = None,
+        queues: Iterable[str] | None = None,
     ) -> Config:
         """The settings from these arguments and the environment (`environ`, default
         os.environ); ConfigurationError naming the first bad one and how to fix it."""
@@ -167,6 +173,7 @@ class Config:
                 "characters or more, e.g. python -c 'import secrets; "
                 "print(secrets.token_urlsafe(32))'"
             )
+        routed = _queues(queues, env.get("DURABLE_QUEUES"))
         answer = _response_timeout(response_timeout, env.get("DURABLE_RESPONSE_TIMEOUT"))
         return cls(
             database_url=database_url or env.get("DURABLE_DATABASE_URL") or None,
@@ -200,11 +207,40 @@ class Config:
             data_dir=env.get("DURABLE_DATA_DIR") or None,
             callback_secret=None if secret is None else secret.encode("utf-8"),
             callback_base_url=env.get("DURABLE_CALLBACK_BASE_URL") or None,
+            queues=routed,
         )
 
     def embedded_data_dir(self) -> Path | None:
         """Where the embedded server keeps its data (None: its default, see _embedded)."""
         return None if self.data_dir is None else Path(self.data_dir)
+
+
+def _queues(given: Iterable[str] | None, env: str | None) -> tuple[str, ...] | None:
+    """queues= (else DURABLE_QUEUES, comma-separated): the names, checked and without
+    repeats, in the order given; None when neither is given (every queue). An empty list
+    is kept: an engine that takes no queue's entries (it only enqueues)."""
+    if given is None:
+        if not env or not env.strip():
+            return None
+        names = [n.strip() for n in env.split(",")]
+        if not all(names):
+            raise ConfigurationError(
+                f"DURABLE_QUEUES={env!r}: give queue names separated by commas, e.g. 'a,b'"
+            )
+        given = names
+    if isinstance(given, str | bytes):
+        raise ConfigurationError(
+            f"queues={given!r}: give a list of queue names, e.g. queues=[{given!r}]"
+        )
+    try:
+        names = list(given)
+    except TypeError:
+        raise ConfigurationError(
+            f"queues={given!r}: give a list of queue names, or None for every queue"
+        ) from None
+    for name in names:
+        check_name("queue name", name)
+    return tuple(dict.fromkeys(names))
 
 
 def _response_timeout(given: float | None, env: str | None) -> float | None:

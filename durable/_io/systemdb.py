@@ -218,8 +218,9 @@ class SystemDB(RunIO, AsyncRunIO):
 
     def claim_batch(self, params: dict[str, Any]) -> list[Row]:
         """Claim runnable workflows (FOR UPDATE SKIP LOCKED, or compare-and-set), and tell
-        `on_claims` (the metrics) what was claimed."""
-        rows = self._claim_batch(params)
+        `on_claims` (the metrics) what was claimed. `queues` (default None: any): the
+        queues whose entries may be claimed, besides work from no queue."""
+        rows = self._claim_batch({"queues": None, **params})
         if self.on_claims is not None and rows:
             self.on_claims(rows)
         return rows
@@ -471,9 +472,13 @@ class SystemDB(RunIO, AsyncRunIO):
 
     def dequeue(self, params: dict[str, Any]) -> list[Row]:
         """Take what a queue's limits allow under its lock; [] if another worker holds it.
-        A queue with a partition limit is taken by dequeue_partitioned, on one server as
+        A queue with partition limits is taken by dequeue_partitioned, on one server as
         on Citus (its ranking of each partition's entries is no statement to lock rows in)."""
-        partitioned = params.get("partition_concurrency") is not None
+        params = {"partition_rate_count": None, "partition_rate_period": 0.0, **params}
+        partitioned = (
+            params.get("partition_concurrency") is not None
+            or params["partition_rate_count"] is not None
+        )
 
         def take(tx: Tx) -> list[Row]:
             locked = tx.fetch_one("lock_queue", params)

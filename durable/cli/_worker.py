@@ -110,6 +110,7 @@ def _load_app(
     poll: float | None,
     schema: str = "durable",
     executor_id: str | None = None,
+    queues: tuple[str, ...] | None = None,
 ) -> Engine:
     import importlib
 
@@ -138,6 +139,8 @@ def _load_app(
             changes["poll_interval"] = poll
         if executor_id is not None:
             changes.update(executor_id=executor_id, explicit_id=True)
+        if queues is not None:
+            changes["queues"] = queues
         if changes:
             engine._override(**changes)
         return engine
@@ -152,6 +155,7 @@ def _load_app(
         max_workers=concurrency or 8,
         lease_seconds=lease or 30.0,
         poll_interval=poll or 1.0,
+        queues=queues,
     )
 
 
@@ -207,6 +211,15 @@ def executors_prune(stale: dt.timedelta, database_url: str | None, schema: str) 
     "process took over (it was paused past its lease) exits with code 1.",
 )
 @click.option(
+    "--queues",
+    "queues",
+    default=None,
+    callback=lambda _ctx, _param, value: _queue_names(value),
+    help="Run only these queues' entries (comma-separated names, e.g. emails,reports), "
+    "interrupted ones included; work that came from no queue is run all the same. Default: "
+    "every queue the app declares (or DURABLE_QUEUES).",
+)
+@click.option(
     "--processes",
     type=click.IntRange(1, 256),
     default=1,
@@ -250,6 +263,7 @@ def worker(
     executor_id: str | None,
     log_format: str,
     processes: int,
+    queues: tuple[str, ...] | None = None,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
     log_level: str = "INFO",
@@ -282,7 +296,7 @@ def worker(
         # Each process runs this command line (after the program's name) without --processes.
         sys.exit(supervise(sys.argv[1:], processes, grace_seconds))
     engine = _load_app(
-        app, database_url, concurrency, lease_seconds, poll_interval, schema, executor_id
+        app, database_url, concurrency, lease_seconds, poll_interval, schema, executor_id, queues
     )
     metrics = _metrics_server(metrics_host, metrics_port, nth)
     if nth is not None and executor_id is None and engine.config.explicit_id:
@@ -345,6 +359,20 @@ def worker(
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(1)
+
+
+def _queue_names(value: str | None) -> tuple[str, ...] | None:
+    """--queues a,b: the names (None: the option was not given)."""
+    if value is None:
+        return None
+    names = tuple(dict.fromkeys(n.strip() for n in value.split(",")))
+    if not all(names):
+        raise click.BadParameter(
+            f"{value!r}: give queue names separated by commas, e.g. --queues emails,reports"
+        )
+    for name in names:
+        _checked_name("queue name", name)
+    return names
 
 
 def _metrics_server(

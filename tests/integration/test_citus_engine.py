@@ -25,6 +25,7 @@ from sqlalchemy import text
 
 import durable
 from tests.integration.test_queue_partitions import run_backlog
+from tests.integration.test_queue_routing import run_keys_over_their_rate, run_routed_engines
 
 pytestmark = pytest.mark.citus
 
@@ -238,6 +239,18 @@ def test_a_partitioned_queue_holds_its_limits_on_the_cluster(citus_url: str) -> 
     tracker = run_backlog(citus_url)
     assert tracker.most["a"] == 2 and tracker.most["*"] <= 4
     assert tracker.most["b"] <= 2 and tracker.most["c"] <= 2
+
+
+def test_a_per_key_rate_limit_holds_on_the_cluster(citus_url: str) -> None:
+    """A key over its rate is passed over until a period has passed (the scenario of
+    tests/integration/test_queue_routing.py, on the distributed schema; the count of a
+    key's starts reads the worker nodes' clocks, so the period is real)."""
+    run_keys_over_their_rate(citus_url, period=3.0, fake=False)
+
+
+def test_a_routed_engine_runs_only_its_queues_on_the_cluster(citus_url: str) -> None:
+    """An engine given queues runs only theirs, and work from no queue."""
+    run_routed_engines(citus_url)
 
 
 def test_a_long_sleep_on_a_fake_clock_on_the_cluster(citus_url: str) -> None:

@@ -235,6 +235,8 @@ def params(name: str, w: str) -> dict[str, Any]:
         "versions": [""],
         "journal_version": 1,
         "limit": 10,
+        # Routed: entries of its queue, and work from no queue.
+        "queues": [f"q-{w}"],
     }
     queue = {
         **claim,
@@ -244,6 +246,9 @@ def params(name: str, w: str) -> dict[str, Any]:
         "rate_count": None,
         "rate_period": 1.0,
         "by_priority": False,
+        "partition_concurrency": None,
+        "partition_rate_count": None,
+        "partition_rate_period": 0.0,
     }
     fenced = {"workflow_id": w, "epoch": 1}
     fork = {
@@ -609,7 +614,13 @@ def params(name: str, w: str) -> dict[str, Any]:
         "queue_allowance": queue,
         "queue_partitions": {"queue_name": f"q-{w}"},
         "dequeue_cas": {**queue, "allowed": 5},
-        "dequeue_partitioned": {**queue, "allowed": 5, "partition_concurrency": 2},
+        "dequeue_partitioned": {
+            **queue,
+            "allowed": 5,
+            "partition_concurrency": 2,
+            "partition_rate_count": 3,
+            "partition_rate_period": 60.0,
+        },
         "ensure_budget": {
             "budget_id": f"{w}-child",
             "limit_dollars": Decimal("10"),

@@ -219,3 +219,30 @@ def test_the_environment_check_sees_a_read() -> None:
         'env = {**os.environ}\n"DURABLE_Y" in os.environ\nos.environ["TZ"]\n'
     )
     assert sorted(_environment_reads(ast.parse(source))) == [2, 4, 6]
+
+
+def test_the_queues_an_engine_runs_are_given_or_read_from_the_environment() -> None:
+    """queues= wins over DURABLE_QUEUES; neither: every queue (None); [] runs no queue."""
+    env = {"DURABLE_QUEUES": " emails, reports ,emails"}
+    assert Config.resolve(environ=env).queues == ("emails", "reports")
+    assert Config.resolve(environ=env, queues=["gpu"]).queues == ("gpu",)
+    assert Config.resolve(environ=env, queues=[]).queues == ()
+    assert Config.resolve(environ={}).queues is None
+    assert Config.resolve(environ={"DURABLE_QUEUES": " "}).queues is None
+    assert durable.Engine("postgresql://h/db", queues=("a", "b")).config.queues == ("a", "b")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "environ", "named"),
+    [
+        ({"queues": "emails"}, {}, "list of queue names"),
+        ({"queues": 3}, {}, "list of queue names"),
+        ({"queues": ["a", ""]}, {}, "queue name"),
+        ({}, {"DURABLE_QUEUES": "a,,b"}, "DURABLE_QUEUES"),
+    ],
+)
+def test_bad_queues_are_refused(
+    arguments: dict[str, object], environ: dict[str, str], named: str
+) -> None:
+    with pytest.raises(ConfigurationError, match=named):
+        Config.resolve(environ=environ, **arguments)  # type: ignore[arg-type]

@@ -780,7 +780,9 @@ RETURNING workflow_id
 -- expired lease), optionally only among given ids; each claim bumps the epoch. Nothing
 -- once another incarnation holds this executor's id (see 0017). "Can run": it has their
 -- code (name, version) and reads their journal's version (0020); every claim and dequeue
--- below says the same.
+-- below says the same. An executor given `queues` (the queues it runs) leaves the entries
+-- of other queues, interrupted ones included, to the executors that run those; work that
+-- came from no queue is claimed by any.
 UPDATE {schema}.workflows AS w
 -- Out of attempts: its own limit (stored when it was created, 0029), else this engine's.
 SET status = CASE WHEN w.status = 'RUNNING'
@@ -809,6 +811,8 @@ FROM (
     WHERE (status = 'PENDING'
            OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
+      AND (%(queues)s::text[] IS NULL OR queue_name IS NULL
+           OR queue_name = ANY(%(queues)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
       AND journal_version <= %(journal_version)s
@@ -834,6 +838,8 @@ WITH c AS (
     WHERE (status = 'PENDING'
            OR (status = 'RUNNING' AND lease_expires_at < {schema}.current_time()))
       AND (%(workflow_ids)s::text[] IS NULL OR workflow_id = ANY(%(workflow_ids)s::text[]))
+      AND (%(queues)s::text[] IS NULL OR queue_name IS NULL
+           OR queue_name = ANY(%(queues)s::text[]))
       AND (name, coalesce(version, '')) IN (
           SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
       AND journal_version <= %(journal_version)s
@@ -894,8 +900,8 @@ RETURNING 1 AS owned
 -- (run_command_on_shards, as due_on_shards), up to `limit` runnable workflows of each,
 -- and the oldest `limit` of them all are claimed by claim_batch_cas with their ids, which
 -- touches only their shards. The work held by the node that is down waits for it; the
--- rest goes on. `%%s` is the shard's name; the names, versions and journal version are
--- quoted into the command. A read on a worker: its clock, not a FakeClock's.
+-- rest goes on. `%%s` is the shard's name; the names, versions, journal version and queues
+-- are quoted into the command. A read on a worker: its clock, not a FakeClock's.
 SELECT c.workflow_id FROM run_command_on_shards(
     '{schema}.workflows',
     $cmd$SELECT coalesce(json_agg(c)::text, '[]') FROM (
@@ -906,6 +912,9 @@ SELECT c.workflow_id FROM run_command_on_shards(
         || quote_literal(%(names)s::text[]) || '::text[], '
         || quote_literal(%(versions)s::text[]) || $cmd$::text[]) AS t (n, v))
                AND journal_version <= $cmd$ || %(journal_version)s::int || $cmd$
+               AND (queue_name IS NULL OR $cmd$ || quote_nullable(%(queues)s::text[])
+        || $cmd$::text[] IS NULL OR queue_name = ANY($cmd$
+        || quote_nullable(%(queues)s::text[]) || $cmd$::text[]))
              ORDER BY created_at LIMIT $cmd$ || %(limit)s::int || ') AS c') AS s,
     LATERAL json_to_recordset(s.result::json) AS c (workflow_id text, created_at timestamptz)
 WHERE s.success
@@ -921,7 +930,7 @@ LIMIT %(limit)s
 WITH tables AS (
     SELECT n.nodename, n.nodeport,
            string_agg('SELECT workflow_id, created_at, status, lease_expires_at, name,'
-                      || ' version, journal_version FROM '
+                      || ' version, journal_version, queue_name FROM '
                       || shard_name(s.logicalrelid, s.shardid), ' UNION ALL ') AS shards
     FROM pg_dist_shard AS s
     JOIN pg_dist_placement AS p ON p.shardid = s.shardid
@@ -939,6 +948,9 @@ WITH tables AS (
                || quote_literal(%(names)s::text[]) || '::text[], '
                || quote_literal(%(versions)s::text[]) || $cmd$::text[]) AS t (n, v))
                  AND journal_version <= $cmd$ || %(journal_version)s::int || $cmd$
+                 AND (queue_name IS NULL OR $cmd$ || quote_nullable(%(queues)s::text[])
+               || $cmd$::text[] IS NULL OR queue_name = ANY($cmd$
+               || quote_nullable(%(queues)s::text[]) || $cmd$::text[]))
                ORDER BY created_at LIMIT $cmd$ || %(limit)s::int || ') AS c') AS cmds
     FROM tables
 )
@@ -1785,18 +1797,28 @@ RETURNING w.workflow_id, w.name, w.version, w.status, w.inputs, w.serializer, w.
     w.epoch, w.deadline_at, w.cancel_reason, w.budget_id, w.trace_context, w.parent_id
 
 -- dequeue_partitioned --
--- dequeue for a queue with partition_concurrency: in queue order, entries whose partition
--- holds fewer than its limit of slots (counting, in order, those this dequeue takes), up to
--- %(allowed)s (what queue_allowance said: the queue's own limits). An entry without a
--- partition key counts only against the queue's limits, and a full partition's entries are
--- passed over, not waited for, so they hold back no other partition. Read without a row
--- lock and taken only if still ENQUEUED (compare-and-set, as dequeue_cas), so that one
--- statement serves one server and Citus; the queue's advisory lock orders the dequeuers of
--- the queue, so the slots counted are the slots held.
+-- dequeue for a queue with partition limits (partition_concurrency, partition_rate_limit):
+-- in queue order, entries whose partition holds fewer than its limit of slots and started
+-- fewer than its rate's count within the rate's period (counting, in order, those this
+-- dequeue takes), up to %(allowed)s (what queue_allowance said: the queue's own limits). An
+-- entry without a partition key counts only against the queue's limits, and the entries of
+-- a full partition, or of one over its rate, are passed over, not waited for, so they hold
+-- back no other partition. NULL partition limits are unlimited. Read without a row lock and
+-- taken only if still ENQUEUED (compare-and-set, as dequeue_cas), so that one statement
+-- serves one server and Citus; the queue's advisory lock orders the dequeuers of the queue,
+-- so the slots and starts counted are the slots held and the starts made.
 WITH held AS (
     SELECT partition_key, count(*) AS n FROM {schema}.workflows
     WHERE queue_name = %(queue_name)s AND partition_key IS NOT NULL
       AND status IN ('PENDING', 'RUNNING', 'SUSPENDED') AND dequeued_at IS NOT NULL
+    GROUP BY partition_key
+), started AS (
+    -- Each partition's starts within the rate's period (none counted without a rate).
+    SELECT partition_key, count(*) AS n FROM {schema}.workflows
+    WHERE queue_name = %(queue_name)s AND partition_key IS NOT NULL
+      AND %(partition_rate_count)s::int IS NOT NULL
+      AND dequeued_at > {schema}.current_time()
+          - make_interval(secs => %(partition_rate_period)s::float8)
     GROUP BY partition_key
 ), ranked AS (
     SELECT workflow_id, partition_key, created_at,
@@ -1813,9 +1835,14 @@ WITH held AS (
       AND EXISTS (SELECT 1 FROM {schema}.executors
                   WHERE executor_id = %(owner)s AND incarnation = %(incarnation)s)
 ), picked AS (
-    SELECT r.workflow_id FROM ranked AS r LEFT JOIN held AS h USING (partition_key)
+    SELECT r.workflow_id FROM ranked AS r
+    LEFT JOIN held AS h USING (partition_key)
+    LEFT JOIN started AS s USING (partition_key)
     WHERE r.partition_key IS NULL
-       OR r.place + coalesce(h.n, 0) <= %(partition_concurrency)s
+       OR ((%(partition_concurrency)s::int IS NULL
+            OR r.place + coalesce(h.n, 0) <= %(partition_concurrency)s::int)
+           AND (%(partition_rate_count)s::int IS NULL
+                OR r.place + coalesce(s.n, 0) <= %(partition_rate_count)s::int))
     ORDER BY r.queue_rank, r.created_at, r.workflow_id
     LIMIT %(allowed)s
 )
