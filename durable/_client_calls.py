@@ -22,11 +22,13 @@ from durable._acompat import to_thread
 from durable._debounce_base import DebounceSpec, P, R
 from durable._handles import WorkflowHandle
 from durable._host_sync import LifeHost, drive
+from durable._in_txn import AppTransaction, new_outbox_id
 from durable._listen import Subscription
 from durable._messages import Messages
 from durable._names import check_name
 from durable._queues import Queue
 from durable._start_options import enqueue_method
+from durable.errors import WorkflowNotFoundError
 
 
 class ClientCalls(Messages):
@@ -44,10 +46,24 @@ class ClientCalls(Messages):
         message: Any,
         topic: str | None = None,
         idempotency_key: str | None = None,
+        *,
+        conn: Any = None,
     ) -> None:
         """Send a message to a workflow (from anywhere); it wakes if it waits in recv().
-        Sending twice with the same idempotency_key delivers once."""
-        to_thread(self._send, workflow_id, message, topic, idempotency_key)
+        Sending twice with the same idempotency_key delivers once. `conn=`: in the
+        application's transaction on that connection or session (see Engine.start): the
+        message arrives once it commits, never if it rolls back."""
+        if conn is None:
+            to_thread(self._send, workflow_id, message, topic, idempotency_key)
+            return
+        params = self._message(workflow_id, message, topic, idempotency_key)
+        app = AppTransaction.open(self, conn)
+        if app.same:
+            found = app.fetch("get_workflow_status", {"workflow_id": workflow_id})
+            if found is None:  # (in this transaction: one it started itself counts)
+                raise WorkflowNotFoundError(workflow_id)
+        key = new_outbox_id("message", workflow_id, params["message_id"])
+        app.write(self, "send_message", params, key, "count")
 
     def get_event(self, workflow_id: str, key: str, timeout: float = 0.0) -> Any:
         """The latest value a workflow published under `key`, waiting up to `timeout`
@@ -98,6 +114,7 @@ class ClientCalls(Messages):
         priority: int | None = None,
         delay: float | None = None,
         partition_key: str | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle:
         """Put `fn(*args, **kwargs)` on `queue`; a worker starts it when the queue's limits
@@ -107,8 +124,9 @@ class ClientCalls(Messages):
         before it may start), `partition_key=` (a user or tenant: see Queue) and `timeout=`
         (popped from kwargs: replaces the decorator's timeout). Inside a workflow the entry
         is journaled as a child, so a replay does not enqueue it again; so is a QueueDedupError
-        there: a replay raises it again, even once the key is free. (enqueue_async, awaited:
-        an AsyncWorkflowHandle, journaled from the code of an async workflow.)"""
+        there: a replay raises it again, even once the key is free. `conn=`: in the
+        application's transaction (see Engine.start; not with dedup_key=). (enqueue_async,
+        awaited: an AsyncWorkflowHandle, journaled from the code of an async workflow.)"""
         chosen = starts.enqueue(
             self,
             queue,
@@ -120,6 +138,7 @@ class ClientCalls(Messages):
             priority=priority,
             delay=delay,
             partition_key=partition_key,
+            conn=conn,
         )
         return WorkflowHandle(self, chosen)
 

@@ -25,11 +25,24 @@ class Messages(Reading):
         idempotency_key: str | None = None,
     ) -> None:
         """send (see _client_calls_async.py), on the caller's thread."""
+        params = self._message(workflow_id, message, topic, idempotency_key)
+        self.get_workflow(workflow_id)  # WorkflowNotFoundError before anything is stored
+        audit.send(self, params)  # recorded when an operator sends (the CLI, the console)
+        self.notify_work(workflow_id)
+
+    def _message(
+        self,
+        workflow_id: str,
+        message: Any,
+        topic: str | None = None,
+        idempotency_key: str | None = None,
+    ) -> dict[str, Any]:
+        """send_message's parameters, the arguments checked and the message encoded."""
+        check_name("workflow_id", workflow_id)
         check_name("topic", topic, optional=True)
         check_name("idempotency_key", idempotency_key, optional=True)
-        self.get_workflow(workflow_id)  # WorkflowNotFoundError before anything is stored
         payload = dumps_checked(self.serializer, message, "the message", self.max_payload_bytes)
-        params = {
+        return {
             "workflow_id": workflow_id,
             "message_id": idempotency_key or str(uuid.uuid4()),
             "topic": topic or "",
@@ -37,8 +50,6 @@ class Messages(Reading):
             "sender_id": None,  # from outside any workflow
             "sender_seq": None,
         }
-        audit.send(self, params)  # recorded when an operator sends (the CLI, the console)
-        self.notify_work(workflow_id)
 
     # -- streams -----------------------------------------------------------------------
 

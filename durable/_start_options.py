@@ -1,7 +1,7 @@
 # mypy: disable-error-code="overload-cannot-match"
 # (mypy takes `*args: P.args, **kwargs: P.kwargs` as broader than any keyword option;
 # it is not: the first overload fails for a function without that parameter.)
-"""The options of a start (`workflow_id=`, `timeout=`, and for a queue `dedup_key=`,
+"""The options of a start (`workflow_id=`, `timeout=`, `conn=`, and for a queue `dedup_key=`,
 `priority=`, `delay=`, `partition_key=`): keyword-only, typed, and never confused with the
 workflow's own arguments.
 
@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 
 #: The keywords a start (start, start_async, submit) takes for itself.
-START_OPTIONS = ("workflow_id",)
+START_OPTIONS = ("workflow_id", "conn")
 #: The keywords an enqueue takes for itself.
-ENQUEUE_OPTIONS = ("workflow_id", "dedup_key", "priority", "delay", "partition_key")
+ENQUEUE_OPTIONS = ("workflow_id", "dedup_key", "priority", "delay", "partition_key", "conn")
 #: Names a workflow's keyword-passable parameters may not have: the options above, and
 #: those reserved for starts (a per-call `timeout`).
 RESERVED = frozenset((*START_OPTIONS, *ENQUEUE_OPTIONS, "timeout"))
@@ -140,6 +140,7 @@ class Start(Protocol[H]):
         *args: Any,
         workflow_id: str | None,
         timeout: Seconds | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -150,6 +151,18 @@ class Start(Protocol[H]):
         *args: Any,
         workflow_id: str | None = None,
         timeout: Seconds | None,
+        conn: Any = None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        timeout: Seconds | None = None,
+        conn: Any,
         **kwargs: Any,
     ) -> H: ...
 
@@ -176,6 +189,7 @@ class Enqueue(Protocol[H]):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -191,6 +205,7 @@ class Enqueue(Protocol[H]):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -206,6 +221,7 @@ class Enqueue(Protocol[H]):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -221,6 +237,7 @@ class Enqueue(Protocol[H]):
         delay: float | None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -236,6 +253,7 @@ class Enqueue(Protocol[H]):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -251,6 +269,23 @@ class Enqueue(Protocol[H]):
         delay: float | None = None,
         partition_key: str | None,
         timeout: Seconds | None = None,
+        conn: Any = None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        queue: QueueLike,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        partition_key: str | None = None,
+        timeout: Seconds | None = None,
+        conn: Any,
         **kwargs: Any,
     ) -> H: ...
 
@@ -275,6 +310,7 @@ class QueueEnqueue(Protocol):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -289,6 +325,7 @@ class QueueEnqueue(Protocol):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -303,6 +340,7 @@ class QueueEnqueue(Protocol):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -317,6 +355,7 @@ class QueueEnqueue(Protocol):
         delay: float | None,
         partition_key: str | None = None,
         timeout: Seconds | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -331,6 +370,7 @@ class QueueEnqueue(Protocol):
         delay: float | None = None,
         partition_key: str | None = None,
         timeout: Seconds | None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -345,6 +385,7 @@ class QueueEnqueue(Protocol):
         delay: float | None = None,
         partition_key: str | None,
         timeout: Seconds | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
 
@@ -367,3 +408,19 @@ def enqueue_method(fn: Callable[..., T]) -> Enqueue[T]:
 
 def queue_enqueue_method(fn: Callable[..., WorkflowHandle]) -> QueueEnqueue:
     return cast("QueueEnqueue", fn)
+
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        partition_key: str | None = None,
+        timeout: Seconds | None = None,
+        conn: Any,
+        **kwargs: Any,
+    ) -> WorkflowHandle: ...

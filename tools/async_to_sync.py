@@ -54,6 +54,7 @@ PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_late_charges_async.py"), Path("durable/_late_charges.py")),
     (Path("durable/_debounce_async.py"), Path("durable/_debounce.py")),
     (Path("durable/_llm_steps_async.py"), Path("durable/_llm_steps.py")),
+    (Path("durable/_in_txn_async.py"), Path("durable/_in_txn.py")),
 ]
 SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"

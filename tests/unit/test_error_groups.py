@@ -41,6 +41,8 @@ CONFIGURATION = {
     "InvalidBudgetError",
     "UnknownModelPriceError",
     "UnboundedModelCallError",
+    "OutboxRequiredError",
+    "NoOpenTransactionError",
     "MissingExtraError",
 }
 
