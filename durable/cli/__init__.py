@@ -5,8 +5,8 @@ embedded server. Tables are printed for people; --json prints data for scripts. 
 0 success, 1 a durable error (message on stderr), 2 bad usage.
 
 The commands live in modules by group (`_workflows`, `_worker`, `_approvals`, `_schedules`,
-`_database`, `_ui`, `_audit`), with what they share in `_options` and `_common`; this module makes
-the `main` group (the `durable` console script) and attaches them.
+`_database`, `_ui`, `_audit`, `_outbox`), with what they share in `_options` and `_common`;
+this module makes the `main` group (the `durable` console script) and attaches them.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import click
 from durable.cli._approvals import approvals
 from durable.cli._audit import audit
 from durable.cli._database import db, migrate, prune
+from durable.cli._outbox import outbox
 from durable.cli._schedules import queues, schedules
 from durable.cli._ui import ui
 from durable.cli._worker import executors, worker
@@ -43,5 +44,6 @@ for _command in (
     ui,
     db,
     audit,
+    outbox,
 ):
     main.add_command(_command)
