@@ -15,8 +15,8 @@ psycopg's AsyncConnection, SQLAlchemy's AsyncConnection or AsyncSession), over p
   `outbox_url=`; a worker drains the outbox into durable's database (`_outbox.py`).
   Without an outbox, OutboxRequiredError says to install one.
 
-Which database a connection is on is asked of it (`database_identity`: the database, the
-port and when the server started) and compared with the system database's answer.
+Which database a connection is on is asked of it once (`database_identity`: the database,
+the port and when the server started) and compared with the system database's answer.
 
 The awaited forms are written here; `_in_txn.py` is generated from this module by
 tools/async_to_sync.py.
@@ -42,8 +42,11 @@ if TYPE_CHECKING:
 # again when a connection's answer differs: the server may have restarted).
 _identities: weakref.WeakKeyDictionary[Any, dict[str, Any]] = weakref.WeakKeyDictionary()
 
-# libpq's PQTRANS_INTRANS: a transaction is open and has not failed.
-_INTRANS = 2
+# Whether a psycopg connection of the application is on the system database.
+_same_database: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+# libpq's PQTRANS_IDLE (no transaction open) and PQTRANS_INERROR (one failed).
+_IDLE, _INERROR = 0, 3
 
 if True:  # ASYNC
     _KINDS = "psycopg.AsyncConnection, SQLAlchemy AsyncConnection or AsyncSession"
@@ -84,20 +87,26 @@ class AppTransaction:
             )
         db = client.db
         sa_conn, raw = await _unwrap_async(conn)
-        app = cls(db, sa_conn if sa_conn is not None else raw, sa_conn is not None, False)
-        theirs = await app.fetch_async("database_identity")
         status = raw.info.transaction_status
-        if status != _INTRANS:
+        # Idle outside autocommit is fine: the first statement opens the transaction
+        # (SQLAlchemy's autobegin, or psycopg's implicit BEGIN).
+        if status == _INERROR or (status == _IDLE and raw.autocommit):
             raise NoOpenTransactionError(
                 "conn= has no open transaction (an autocommit connection, or a transaction "
                 "in error): the row would commit at once, whatever the application does. "
                 "Open one first (`with conn.transaction():`, `with session.begin():`)"
             )
-        mine = _identities.get(db)
-        if mine is None or not _same(mine, theirs):
-            answer = await to_thread_async(db.fetch_one, "database_identity", {})
-            mine = _identities[db] = answer or {}
-        app.same = _same(mine, theirs)
+        app = cls(db, sa_conn if sa_conn is not None else raw, sa_conn is not None, False)
+        same = _same_database.get(raw)
+        if same is None:
+            # Asked once per connection (one that outlives a server restart is a new one).
+            theirs = await app.fetch_async("database_identity")
+            mine = _identities.get(db)
+            if mine is None or not _same(mine, theirs):
+                answer = await to_thread_async(db.fetch_one, "database_identity", {})
+                mine = _identities[db] = answer or {}
+            same = _same_database[raw] = _same(mine, theirs)
+        app.same = same
         if not app.same and client.config.outbox_url is None:
             raise OutboxRequiredError()
         return app
