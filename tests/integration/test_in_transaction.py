@@ -307,3 +307,23 @@ def test_the_outbox_carries_a_start_and_a_send_from_another_database(
     with psycopg.connect(app) as conn:
         assert conn.execute("SELECT count(*) FROM durable.outbox").fetchone() == (0,)
         assert conn.execute("SELECT order_id FROM orders").fetchall() == [("b",)]
+
+
+def test_durable_outbox_install_makes_the_table_once(
+    database_url: str, other_database: str
+) -> None:
+    from click.testing import CliRunner
+
+    from durable.cli import main
+
+    args = ["outbox", "install", "--url", other_database, "--database-url", database_url]
+    for _ in range(2):  # idempotent
+        done = CliRunner().invoke(main, args)
+        assert done.exit_code == 0, done.output
+    with psycopg.connect(other_database) as conn:
+        assert conn.execute("SELECT count(*) FROM durable.outbox").fetchone() == (0,)
+    drained = CliRunner().invoke(
+        main, ["outbox", "drain", "--url", other_database, "--database-url", database_url]
+    )
+    assert drained.exit_code == 0, drained.output
+    assert "0 row(s) moved" in drained.output
