@@ -2173,7 +2173,8 @@ SELECT * FROM jsonb_populate_recordset(NULL::{schema}.late_charges, %(rows)s::js
 -- database_identity --
 -- Which server and database a connection is on: a connection given as conn= is compared
 -- with the system database's, to tell whether its transaction can hold durable's rows.
-SELECT current_database() AS dbname, inet_server_port() AS port,
+-- (The server's own port setting, not the connection's: a socket and TCP agree on it.)
+SELECT current_database() AS dbname, current_setting('port') AS port,
     pg_postmaster_start_time() AS started
 
 -- app_outbox_put --

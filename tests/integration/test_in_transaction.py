@@ -6,6 +6,7 @@ runs once after the commit; another database needs an outbox."""
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -327,3 +328,21 @@ def test_durable_outbox_install_makes_the_table_once(
     )
     assert drained.exit_code == 0, drained.output
     assert "0 row(s) moved" in drained.output
+
+
+def test_a_connection_through_the_servers_socket_is_on_durables_database(
+    database_url: str,
+) -> None:
+    """The same database reached another way (a Unix socket, where durable uses TCP) is
+    recognised as durable's: the start goes in the transaction, not to an outbox."""
+    socket_dir = "/var/run/postgresql"
+    info = psycopg.conninfo.conninfo_to_dict(database_url)
+    if not os.path.exists(socket_dir) or str(info.get("host", "")).startswith("/"):
+        pytest.skip("needs a local server's socket, and a database reached over TCP")
+    _setup(database_url)
+    by_socket = psycopg.conninfo.make_conninfo(database_url, host=socket_dir)
+    with durable.Engine(database_url, registry=reg) as engine:
+        with psycopg.connect(by_socket) as conn:
+            engine.start(fulfil, "s", workflow_id="order-s", conn=conn)
+            conn.rollback()
+    assert _world(database_url, "s") == NOTHING
