@@ -220,6 +220,7 @@ class Services:
             # An application database's outbox (conn= there) drains into this one.
             chores=(client._expire_approvals, self.fire_schedules)
             + ((client._drain_outbox_round,) if self.config.outbox_url else ()),
+            drain_outbox=client._drain_outbox_round if self.config.outbox_url else None,
             prune=client.prune,
             waiting_for_worker=lambda stale: client.waiting_for_worker(stale_seconds=stale),
         )

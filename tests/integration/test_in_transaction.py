@@ -281,9 +281,8 @@ def test_the_outbox_carries_a_start_and_a_send_from_another_database(
 ) -> None:
     _setup(database_url)
     app = other_database
-    with durable.Engine(
-        database_url, registry=reg, outbox_url=app, worker=True, poll_interval=0.1
-    ) as engine:
+    # Not a worker: its keeper drains the outbox while it waits for what it started there.
+    with durable.Engine(database_url, registry=reg, outbox_url=app) as engine:
         with psycopg.connect(app) as conn:  # not installed yet: said by name
             with pytest.raises(OutboxRequiredError, match="install"):
                 engine.start(fulfil, "a", workflow_id="order-a", conn=conn)
@@ -295,8 +294,8 @@ def test_the_outbox_carries_a_start_and_a_send_from_another_database(
                 handle = engine.start(fulfil, order_id, workflow_id=f"order-{order_id}", conn=conn)
                 engine.send(handle.workflow_id, "paid", topic="pay", conn=conn)
                 conn.commit() if commit else conn.rollback()
-        # The worker drains the outbox: the workflow is in durable's database a moment after
-        # the commit, and its handle then waits for it.
+        # The keeper drains the outbox: the workflow is in durable's database a moment
+        # after the commit, and its handle then waits for it.
         deadline = time.monotonic() + 30
         while _world(database_url, "b")["workflows"] == 0:
             assert time.monotonic() < deadline
