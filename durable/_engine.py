@@ -82,8 +82,8 @@ class Engine(EngineCalls, AsyncEngineCalls):
       outbox_url: an application database (not the system one) with an outbox
         (engine.client.install_outbox): a start, enqueue or send given `conn=` on that
         database is written to its outbox in the application's transaction, and this
-        engine's worker loop drains it into the system database (see the README,
-        "Starting inside your transaction").
+        engine drains it into the system database (its worker loop, or while it waits for
+        what it started there; see the README, "Starting inside your transaction").
       lease_seconds: how long a claim lasts without a heartbeat (default 30).
       response_timeout: seconds a statement waits for an answer before the database
         counts as unreachable (default 5, or DURABLE_RESPONSE_TIMEOUT; 0: none).
