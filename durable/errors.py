@@ -31,6 +31,8 @@ The tree::
     │   │   ├── InvalidBudgetError
     │   │   ├── UnknownModelPriceError
     │   │   ├── UnboundedModelCallError
+    │   │   ├── OutboxRequiredError
+    │   │   ├── NoOpenTransactionError
     │   │   └── MissingExtraError (also an ImportError)
     │   ├── SerializationError
     │   │   └── PayloadTooLargeError
@@ -652,6 +654,19 @@ class StreamClosedError(UsageError):
             f"workflow {workflow_id!r} wrote to stream {key!r} after closing it: write "
             "every value before durable.close_stream(key), or use another key"
         )
+
+
+class OutboxRequiredError(ConfigurationError):
+    """conn= is a connection to another database than durable's system database: a workflow
+    or message written there cannot commit with durable's rows. Install an outbox in that
+    database (`durable outbox install --url APP_URL`, or Engine.install_outbox(APP_URL))
+    and give the engine `outbox_url=APP_URL` (a worker drains it), or pass a connection to
+    durable's own database."""
+
+
+class NoOpenTransactionError(ConfigurationError):
+    """conn= has no open transaction: open one on the application's connection first
+    (`with conn.transaction():`, `with session.begin():`) so that the start commits with it."""
 
 
 class InvalidScheduleError(ConfigurationError):

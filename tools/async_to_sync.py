@@ -54,6 +54,7 @@ PAIRS: list[tuple[Path, Path]] = [
     (Path("durable/_run/late_charges_async.py"), Path("durable/_run/late_charges.py")),
     (Path("durable/_client/debounce_async.py"), Path("durable/_client/debounce.py")),
     (Path("durable/_run/llm_steps_async.py"), Path("durable/_run/llm_steps.py")),
+    (Path("durable/_client/in_txn_async.py"), Path("durable/_client/in_txn.py")),
 ]
 SOURCE, TARGET = PAIRS[0]
 COMMAND = "python tools/async_to_sync.py"

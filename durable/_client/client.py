@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import logging
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from typing import Any, ParamSpec, TypeVar
@@ -35,11 +36,14 @@ from durable._base.models import (
 )
 from durable._base.names import check_name, check_text, check_version
 from durable._base.registry import Registry
+from durable._base.urls import redact
 from durable._client import audit, starts, transfer
 from durable._client.bulk import BulkProgress, BulkResult
 from durable._client.bulk import run as bulk_run
+from durable._client.client_base import libpq_url
 from durable._client.client_calls import ClientCalls
 from durable._client.client_calls_async import AsyncClientCalls
+from durable._client.outbox import Outbox
 from durable._client.schedules import Schedule, backfill, trigger
 from durable._core import encode_error
 from durable._io.config import Config
@@ -104,6 +108,8 @@ class Client(ClientCalls, AsyncClientCalls):
       connect_timeout: seconds to wait for the database (default 15).
       response_timeout: seconds a statement waits for an answer (default 5; 0: for ever).
       clock: where time is read (default the system clock, or DURABLE_FAKE_CLOCK's).
+      outbox_url: the application database whose outbox takes `conn=` writes made on it
+        (see Engine; `drain_outbox` moves them into the system database).
       actor: who the operator actions are recorded as (the audit log; default "library
         <user>@<host>"; `with client.acting_as(...)` for some calls).
 
@@ -124,6 +130,7 @@ class Client(ClientCalls, AsyncClientCalls):
         listen: bool | None = None,
         actor: str | None = None,
         response_timeout: float | None = None,
+        outbox_url: str | None = None,
     ) -> None:
         self.actor = actor
         self._configure(
@@ -137,6 +144,7 @@ class Client(ClientCalls, AsyncClientCalls):
                 clock=clock,
                 listen=listen,
                 response_timeout=response_timeout,
+                outbox_url=outbox_url,
             )
         )
 
@@ -151,13 +159,22 @@ class Client(ClientCalls, AsyncClientCalls):
 
     @start_method
     def submit(
-        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        conn: Any = None,
+        **kwargs: Any,
     ) -> WorkflowHandle:
         """Record `fn(*args, **kwargs)` as runnable for any worker (`durable worker`), without
         running it here. `workflow_id=` chooses the id: ids are idempotency keys, so an
         existing id returns its handle. `timeout=` (popped from kwargs) replaces the
         decorator's timeout; `attributes=` (popped too) records the run's attributes.
-        Inside a workflow it is journaled as a child, as enqueue's is."""
+        Inside a workflow it is journaled as a child, as enqueue's is. `conn=`: in the
+        application's transaction (see Engine.start)."""
+        if conn is not None:
+            return self.handle(starts.start_in(self, conn, fn, args, kwargs, workflow_id))
         check_name("workflow_id", workflow_id, optional=True)  # "" is refused, not "none"
         defn, call_args = workflow_call(fn, args)
         timeout = pop_timeout(kwargs)
@@ -172,6 +189,47 @@ class Client(ClientCalls, AsyncClientCalls):
 
         chosen, _ = starts.start_placed(defn, workflow_id, create)
         return self.handle(chosen)
+
+    # -- the outbox (conn= on another database) --------------------------------------
+
+    def install_outbox(self, url: str | None = None) -> None:
+        """Create the outbox in the application database at `url` (default: this client's
+        `outbox_url=`), where a start, enqueue or send with `conn=` on that database is
+        written (`durable outbox install --url ...` does the same). Idempotent."""
+        url = url or self.config.outbox_url
+        if not url:
+            raise ConfigurationError("install_outbox: give the application database's URL")
+        self.db.install_outbox(libpq_url(url))
+
+    def drain_outbox(self, limit: int = 100) -> int:
+        """Move up to `limit` rows of the outbox at `outbox_url=` into the system database
+        (a worker does this each round); how many moved. Each row names its workflow or
+        message, so a drain repeated after a crash starts and sends nothing twice."""
+        url = self.config.outbox_url
+        if not url:
+            raise ConfigurationError("drain_outbox: give the client or engine `outbox_url=`")
+        with self._outbox_lock:
+            outbox: Outbox | None = self._outbox
+            if outbox is None or outbox.db is not self.db:
+                outbox = self._outbox = Outbox(
+                    self.db, url, self.notify_work, self.config.crash_points
+                )
+        return outbox.drain(limit)
+
+    _outbox_lock = threading.Lock()
+
+    def _drain_outbox_round(self) -> None:
+        """drain_outbox for the worker loop: an outbox that fails (not installed yet, its
+        database down) is said, and the loop's claims go on."""
+        try:
+            self.drain_outbox()
+        except Exception as exc:
+            logger.warning(
+                "could not drain the outbox at %s: %s",
+                redact(self.config.outbox_url or ""),
+                exc,
+                extra={"event": "outbox_failed"},
+            )
 
     # -- operator actions --------------------------------------------------------------
 

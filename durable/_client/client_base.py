@@ -14,7 +14,7 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from types import TracebackType
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from durable._base.clock import Clock
 from durable._client import audit as _audit
@@ -139,8 +139,19 @@ class ClientBase:
         not this client's to close: `with engine.client:` leaves the engine running."""
         self._db = db
         self._borrowed = db is not None
+        self._close_outbox()
+
+    # The Outbox this client drains (`_client.Client.drain_outbox`), holding a connection
+    # to the application database.
+    _outbox: Any = None
+
+    def _close_outbox(self) -> None:
+        outbox, self._outbox = self._outbox, None
+        if outbox is not None:
+            outbox.close()
 
     def close(self) -> None:
+        self._close_outbox()
         if self._db is not None and not self._borrowed:
             self._close_listener()
             self._db.close()

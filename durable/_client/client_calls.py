@@ -19,6 +19,7 @@ from durable._base.names import check_name
 from durable._client import debounce as debouncing
 from durable._client import starts
 from durable._client.debounce_base import DebounceSpec, P, R
+from durable._client.in_txn import AppTransaction, new_outbox_id
 from durable._client.messages import Messages
 from durable._client.queues import Queue
 from durable._core import lifecycle
@@ -27,6 +28,7 @@ from durable._run.acompat import to_thread
 from durable._run.handles import WorkflowHandle
 from durable._run.host_sync import LifeHost, drive
 from durable._run.start_options import enqueue_method
+from durable.errors import ConfigurationError, WorkflowNotFoundError
 
 
 class ClientCalls(Messages):
@@ -46,6 +48,7 @@ class ClientCalls(Messages):
         idempotency_key: str | None = None,
         *,
         before_start: bool = False,
+        conn: Any = None,
     ) -> None:
         """Send a message to a workflow (from anywhere); it wakes if it waits in recv().
         Sending twice with the same idempotency_key delivers once.
@@ -58,8 +61,28 @@ class ClientCalls(Messages):
         configured and no `client.prune()`). The error stays the default because an id is
         most often wrong by a typo, and a message kept for a workflow that never comes is
         lost silently; a caller that knows the workflow may not have started yet says so
-        (or uses start_or_send, which starts it)."""
-        to_thread(self._send, workflow_id, message, topic, idempotency_key, before_start)
+        (or uses start_or_send, which starts it).
+
+        `conn=`: in the application's transaction on that connection or session (see
+        Engine.start): the message arrives once it commits, never if it rolls back (not
+        with `before_start=True`: ConfigurationError)."""
+        if conn is None:
+            to_thread(self._send, workflow_id, message, topic, idempotency_key, before_start)
+            return
+        if before_start:
+            raise ConfigurationError(
+                "send(conn=..., before_start=True): a message kept before its workflow is "
+                "written in durable's own transaction; send it without conn=, or start the "
+                "workflow with conn= in the same transaction and send after it"
+            )
+        params = self._message_params(workflow_id, message, topic, idempotency_key)
+        app = AppTransaction.open(self, conn)
+        if app.same:
+            found = app.fetch("get_workflow_status", {"workflow_id": workflow_id})
+            if found is None:  # (in this transaction: one it started itself counts)
+                raise WorkflowNotFoundError(workflow_id)
+        key = new_outbox_id("message", workflow_id, params["message_id"])
+        app.write(self, "send_message", params, key, "count")
 
     def start_or_send(
         self,
@@ -137,6 +160,7 @@ class ClientCalls(Messages):
         priority: int | None = None,
         delay: float | None = None,
         partition_key: str | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle:
         """Put `fn(*args, **kwargs)` on `queue`; a worker starts it when the queue's limits
@@ -146,8 +170,9 @@ class ClientCalls(Messages):
         before it may start), `partition_key=` (a user or tenant: see Queue) and `timeout=`
         (popped from kwargs: replaces the decorator's timeout). Inside a workflow the entry
         is journaled as a child, so a replay does not enqueue it again; so is a QueueDedupError
-        there: a replay raises it again, even once the key is free. (enqueue_async, awaited:
-        an AsyncWorkflowHandle, journaled from the code of an async workflow.)"""
+        there: a replay raises it again, even once the key is free. `conn=`: in the
+        application's transaction (see Engine.start; not with dedup_key=). (enqueue_async,
+        awaited: an AsyncWorkflowHandle, journaled from the code of an async workflow.)"""
         chosen = starts.enqueue(
             self,
             queue,
@@ -159,6 +184,7 @@ class ClientCalls(Messages):
             priority=priority,
             delay=delay,
             partition_key=partition_key,
+            conn=conn,
         )
         return WorkflowHandle(self, chosen)
 

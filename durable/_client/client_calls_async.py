@@ -16,6 +16,7 @@ from durable._base.names import check_name
 from durable._client import debounce_async as debouncing
 from durable._client import starts_async as starts
 from durable._client.debounce_base import DebounceSpec, P, R
+from durable._client.in_txn_async import AppTransaction, new_outbox_id
 from durable._client.messages import Messages
 from durable._client.queues import Queue
 from durable._core import lifecycle
@@ -24,6 +25,7 @@ from durable._run.acompat import to_thread_async
 from durable._run.handles import AsyncWorkflowHandle
 from durable._run.host_async import AsyncLifeHost, drive_async
 from durable._run.start_options import enqueue_method
+from durable.errors import ConfigurationError, WorkflowNotFoundError
 
 
 class AsyncClientCalls(Messages):
@@ -43,6 +45,7 @@ class AsyncClientCalls(Messages):
         idempotency_key: str | None = None,
         *,
         before_start: bool = False,
+        conn: Any = None,
     ) -> None:
         """Send a message to a workflow (from anywhere); it wakes if it waits in recv().
         Sending twice with the same idempotency_key delivers once.
@@ -55,10 +58,30 @@ class AsyncClientCalls(Messages):
         configured and no `client.prune()`). The error stays the default because an id is
         most often wrong by a typo, and a message kept for a workflow that never comes is
         lost silently; a caller that knows the workflow may not have started yet says so
-        (or uses start_or_send, which starts it)."""
-        await to_thread_async(
-            self._send, workflow_id, message, topic, idempotency_key, before_start
-        )
+        (or uses start_or_send, which starts it).
+
+        `conn=`: in the application's transaction on that connection or session (see
+        Engine.start): the message arrives once it commits, never if it rolls back (not
+        with `before_start=True`: ConfigurationError)."""
+        if conn is None:
+            await to_thread_async(
+                self._send, workflow_id, message, topic, idempotency_key, before_start
+            )
+            return
+        if before_start:
+            raise ConfigurationError(
+                "send(conn=..., before_start=True): a message kept before its workflow is "
+                "written in durable's own transaction; send it without conn=, or start the "
+                "workflow with conn= in the same transaction and send after it"
+            )
+        params = self._message_params(workflow_id, message, topic, idempotency_key)
+        app = await AppTransaction.open_async(self, conn)
+        if app.same:
+            found = await app.fetch_async("get_workflow_status", {"workflow_id": workflow_id})
+            if found is None:  # (in this transaction: one it started itself counts)
+                raise WorkflowNotFoundError(workflow_id)
+        key = new_outbox_id("message", workflow_id, params["message_id"])
+        await app.write_async(self, "send_message", params, key, "count")
 
     async def start_or_send_async(
         self,
@@ -141,6 +164,7 @@ class AsyncClientCalls(Messages):
         priority: int | None = None,
         delay: float | None = None,
         partition_key: str | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> AsyncWorkflowHandle:
         """Put `fn(*args, **kwargs)` on `queue`; a worker starts it when the queue's limits
@@ -150,8 +174,9 @@ class AsyncClientCalls(Messages):
         before it may start), `partition_key=` (a user or tenant: see Queue) and `timeout=`
         (popped from kwargs: replaces the decorator's timeout). Inside a workflow the entry
         is journaled as a child, so a replay does not enqueue it again; so is a QueueDedupError
-        there: a replay raises it again, even once the key is free. (enqueue_async, awaited:
-        an AsyncWorkflowHandle, journaled from the code of an async workflow.)"""
+        there: a replay raises it again, even once the key is free. `conn=`: in the
+        application's transaction (see Engine.start; not with dedup_key=). (enqueue_async,
+        awaited: an AsyncWorkflowHandle, journaled from the code of an async workflow.)"""
         chosen = await starts.enqueue_async(
             self,
             queue,
@@ -163,6 +188,7 @@ class AsyncClientCalls(Messages):
             priority=priority,
             delay=delay,
             partition_key=partition_key,
+            conn=conn,
         )
         return AsyncWorkflowHandle(self, chosen)
 

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from durable import _core as protocol
 from durable._base.names import check_name
 from durable._base.registry import WorkflowDef
+from durable._client.in_txn import AppTransaction, new_outbox_id
 from durable._client.queues import Queue
 from durable._core import Run
 from durable._run.acompat import Call, to_thread, workflow_run
@@ -46,6 +47,7 @@ from durable.errors import (
 if TYPE_CHECKING:
     from durable._base.models import WorkflowInfo
     from durable._client.inputs import Inputs
+    from durable._io.config import Config
     from durable._io.systemdb import SystemDB, Tx
 
 T = TypeVar("T")
@@ -54,8 +56,13 @@ T = TypeVar("T")
 class Recorder(Protocol):
     """What recording a workflow needs of the client that records it."""
 
+    config: Config
+
     @property
     def db(self) -> SystemDB: ...
+
+    @property
+    def _notify_channel(self) -> str: ...
 
     inputs: Inputs
 
@@ -130,14 +137,33 @@ def enqueue(
     priority: int | None,
     delay: float | None,
     partition_key: str | None,
+    conn: Any = None,
 ) -> str:
     """Put `fn(*args, **kwargs)` on `queue` (see Client.enqueue: `timeout=` is popped from
     kwargs); the entry's id. From workflow code it is a child, journaled where it is
-    called."""
+    called. `conn=`: in the application's transaction (see _in_txn_async)."""
     check_enqueue(queue, workflow_id, dedup_key, priority, delay, partition_key)
     timeout = pop_timeout(kwargs)
     attributes = pop_attributes(kwargs)
     defn, call_args = workflow_call(fn, args)
+    if conn is not None:
+        if dedup_key is not None:
+            raise ConfigurationError(
+                "dedup_key= with conn=: a dedup key is taken in durable's own transaction; "
+                "enqueue without conn=, or without dedup_key= (workflow_id= is an "
+                "idempotency key too)"
+            )
+        app = AppTransaction.open(client, conn)
+
+        def create_in(chosen: str, parent: tuple[str, int] | None) -> None:
+            with call_timeout(timeout):
+                inputs = client.inputs.encode(defn, call_args, kwargs)
+                params = client.inputs.row(defn, chosen, inputs, parent, client.default_durability)
+            params.update(_entry(queue, priority, None, delay, partition_key))
+            _write(client, app, defn, "enqueue_workflow", params)
+
+        chosen, _ = start_placed(defn, workflow_id, create_in)
+        return chosen
 
     def create(chosen: str, parent: tuple[str, int] | None) -> None:
         # (to_thread carries the blocks into the thread)
@@ -176,18 +202,69 @@ def _enqueue(
 ) -> None:
     inputs = client.inputs.encode(defn, args, kwargs)
     params = client.inputs.row(defn, workflow_id, inputs, parent, client.default_durability)
-    params.update(
-        queue_name=queue.name,
-        priority=priority or 0,
-        dedup_key=dedup_key,
-        delay_seconds=float(delay or 0.0),
-        partition_key=partition_key,
-    )
+    params.update(_entry(queue, priority, dedup_key, delay, partition_key))
     if dedup_key is None:
         row = client.db.fetch_one("enqueue_workflow", params)
     else:
         row = client.db.atomically(lambda tx: _enqueue_deduplicated(tx, params), "enqueue")
     stored(client, defn, workflow_id, row, params["inputs"])
+
+
+def _entry(
+    queue: Queue,
+    priority: int | None,
+    dedup_key: str | None,
+    delay: float | None,
+    partition_key: str | None,
+) -> dict[str, Any]:
+    """enqueue_workflow's parameters besides the workflow's row."""
+    return {
+        "queue_name": queue.name,
+        "priority": priority or 0,
+        "dedup_key": dedup_key,
+        "delay_seconds": float(delay or 0.0),
+        "partition_key": partition_key,
+    }
+
+
+def start_in(
+    client: Recorder,
+    conn: Any,
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: dict[str, Any],
+    workflow_id: str | None,
+    remember: Callable[[str], None] | None = None,
+) -> str:
+    """Record `fn(*args, **kwargs)` as runnable for any worker (Client.submit's row) in the
+    application's transaction on `conn` (see _in_txn_async); its id. `remember`: told the
+    id before the row is written (an engine's keeper claims it once it is committed)."""
+    check_name("workflow_id", workflow_id, optional=True)
+    timeout, attributes = pop_timeout(kwargs), pop_attributes(kwargs)
+    defn, call_args = workflow_call(fn, args)
+    app = AppTransaction.open(client, conn)
+
+    def create(chosen: str, parent: tuple[str, int] | None) -> None:
+        with call_timeout(timeout), call_attributes(attributes):
+            inputs = client.inputs.encode(defn, call_args, kwargs)
+            params = client.inputs.row(defn, chosen, inputs, parent, client.default_durability)
+        if remember is not None:
+            remember(chosen)
+        _write(client, app, defn, "insert_workflow_pending", params)
+
+    chosen, _ = start_placed(defn, workflow_id, create)
+    return chosen
+
+
+def _write(
+    client: Recorder, app: AppTransaction, defn: WorkflowDef, statement: str, params: dict[str, Any]
+) -> None:
+    """A new workflow's row in the application's transaction; an id that exists is checked
+    as any start checks it (WorkflowConflictError if another workflow holds it)."""
+    chosen = params["workflow_id"]
+    here, row = app.write(client, statement, params, new_outbox_id("workflow", chosen))
+    if here and row is None:
+        to_thread(client.existing, defn, chosen, params["inputs"])
 
 
 def stored(client: Recorder, defn: WorkflowDef, workflow_id: str, row: Any, inputs: str) -> None:

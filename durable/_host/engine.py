@@ -79,6 +79,11 @@ class Engine(EngineCalls, AsyncEngineCalls):
         deployments, where `durable migrate` is run separately and launch only checks.
       app_database_url: database of @transaction steps (default: the system database,
         which lets their journal row commit in the same transaction, fenced by epoch).
+      outbox_url: an application database (not the system one) with an outbox
+        (engine.client.install_outbox): a start, enqueue or send given `conn=` on that
+        database is written to its outbox in the application's transaction, and this
+        engine drains it into the system database (its worker loop, or while it waits for
+        what it started there; see the README, "Starting inside your transaction").
       lease_seconds: how long a claim lasts without a heartbeat (default 30).
       response_timeout: seconds a statement waits for an answer before the database
         counts as unreachable (default 5, or DURABLE_RESPONSE_TIMEOUT; 0: none).
@@ -115,6 +120,7 @@ class Engine(EngineCalls, AsyncEngineCalls):
         schema: str = "durable",
         migrate: bool = True,
         app_database_url: str | None = None,
+        outbox_url: str | None = None,
         serializer: Serializer | None = None,
         max_payload_bytes: int = 2_000_000,
         lease_seconds: float = 30.0,
@@ -251,11 +257,13 @@ class Engine(EngineCalls, AsyncEngineCalls):
         priority: int | None = None,
         delay: float | None = None,
         partition_key: str | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle:
-        """Client.enqueue. An entry enqueued by a workflow this engine runs (a child) is
-        run here when its queue allows, even if this engine is not a worker, so a workflow
-        that enqueues children and waits for them finishes. Entries enqueued from outside
+        """Client.enqueue (`conn=`: in the application's transaction). An entry enqueued by
+        a workflow this engine runs (a child) is run here when its queue allows, even if
+        this engine is not a worker, so a workflow that enqueues children and waits for
+        them finishes. Entries enqueued from outside
         a workflow are left to the workers."""
         in_run = current_run.get() is not None
         handle = self.client.enqueue(
@@ -267,6 +275,7 @@ class Engine(EngineCalls, AsyncEngineCalls):
             priority=priority,
             delay=delay,
             partition_key=partition_key,
+            conn=conn,
             **kwargs,
         )
         if in_run and self.running and not self.config.worker:  # a worker runs queues anyway
@@ -335,11 +344,18 @@ class Engine(EngineCalls, AsyncEngineCalls):
 
     @start_method
     def submit(
-        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        conn: Any = None,
+        **kwargs: Any,
     ) -> WorkflowHandle:
         """Client.submit, on the engine's client: record the workflow for any worker (inside
-        a workflow, journaled as a child like start)."""
-        return self.client.submit(fn, *args, workflow_id=workflow_id, **kwargs)
+        a workflow, journaled as a child like start; `conn=`: in the application's
+        transaction)."""
+        return self.client.submit(fn, *args, workflow_id=workflow_id, conn=conn, **kwargs)
 
     # (Through its typed view: Client.enqueue_async is typed as the call it makes.)
     enqueue_async = enqueue_method(_client_call(cast(Any, Client.enqueue_async)))

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, cast
 
 from durable._base.names import check_name
-from durable._client.starts_async import start_placed_async
+from durable._client.starts_async import start_in_async, start_placed_async
 from durable._core import lifecycle
 from durable._run.acompat import AsyncFuture
 from durable._run.attributes import call_attributes, pop_attributes
@@ -51,7 +51,13 @@ class AsyncEngineCalls:
 
     @start_method
     async def start_async(
-        self, fn: Callable[..., Any], /, *args: Any, workflow_id: str | None = None, **kwargs: Any
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        conn: Any = None,
+        **kwargs: Any,
     ) -> AsyncWorkflowHandle:
         """Start `fn(*args, **kwargs)` as a workflow on this engine.
 
@@ -68,8 +74,24 @@ class AsyncEngineCalls:
         use what the application made on it); a sync one on this engine's threads. It
         returns once the workflow is recorded; `await handle.result()` waits without
         blocking the loop. Inside an async workflow the start is journaled as a child.
+
+        `conn=`: the application's connection or session, its transaction open (psycopg's
+        Connection, SQLAlchemy's Connection or Session; for start_async their async forms).
+        The workflow is written in that transaction, so it exists once the application
+        commits and never if it rolls back; nothing runs before the commit. After it, a
+        worker or this engine claims and runs it (the handle's result() waits for it). On
+        another database than durable's, it goes to that database's outbox (`outbox_url=`),
+        else OutboxRequiredError.
         """
         check_name("workflow_id", workflow_id, optional=True)
+        if conn is not None:
+            self._ensure_running()
+            # Not a worker: its keeper claims the workflow once it is committed.
+            remember = None if self.client.config.worker else self.runner.remember
+            chosen = await start_in_async(
+                self.client, conn, fn, args, kwargs, workflow_id, remember
+            )
+            return AsyncWorkflowHandle(self.client, chosen)
         timeout, attributes = pop_timeout(kwargs), pop_attributes(kwargs)
         if timeout is not None or attributes is not None:
             with call_timeout(timeout), call_attributes(attributes):

@@ -63,6 +63,8 @@ class WorkerParts:
     prune: Callable[[RetentionPolicy], object]
     # Runnable workflows no live executor has the code of (given how recent a beat is).
     waiting_for_worker: Callable[[float], list[dict[str, Any]]]
+    # Moves an application database's outbox into this one (outbox_url=), or None.
+    drain_outbox: Callable[[], object] | None = None
 
     def async_room(self) -> int:
         """How many more async workflows may run here (none once their loop died)."""
@@ -358,6 +360,9 @@ def keep(
             missing.clear()
             continue
         try:
+            if parts.drain_outbox is not None:
+                # What it started in another database's transaction reaches this one.
+                parts.drain_outbox()
             free = config.max_workers - parts.slots.threads_running()
             started = claims.round(watched, free, parts.async_room())
             for claimed in started:

@@ -219,7 +219,10 @@ class Services:
                 client._notify_channel, wake=wake, settle=False
             ),
             notify=client.notify_work,
-            chores=(client._expire_approvals, self.fire_schedules),
+            # An application database's outbox (conn= there) drains into this one.
+            chores=(client._expire_approvals, self.fire_schedules)
+            + ((client._drain_outbox_round,) if self.config.outbox_url else ()),
+            drain_outbox=client._drain_outbox_round if self.config.outbox_url else None,
             prune=client.prune,
             waiting_for_worker=lambda stale: client.waiting_for_worker(stale_seconds=stale),
         )

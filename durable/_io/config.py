@@ -72,6 +72,8 @@ class Config:
     clock: Clock = field(default_factory=SystemClock)
     listen: bool = True
     claims: Claims = "auto"
+    # The application database whose outbox is drained (conn= on another database).
+    outbox_url: str | None = None
     # The Engine's.
     app_database_url: str | None = None
     lease_seconds: float = 30.0
@@ -124,6 +126,7 @@ class Config:
         response_timeout: float | None = None,
         clock: Clock | None = None,
         listen: bool | None = None,
+        outbox_url: str | None = None,
         app_database_url: str | None = None,
         lease_seconds: float = 30.0,
         max_recovery_attempts: int = 10,
@@ -190,6 +193,7 @@ class Config:
             ),
             listen=listen if listen is not None else env.get("DURABLE_LISTEN", "1") != "0",
             claims="cas" if claims == "cas" else "skip-locked" if claims else "auto",
+            outbox_url=outbox_url,
             app_database_url=app_database_url,
             lease_seconds=float(lease_seconds),
             max_recovery_attempts=max_recovery_attempts,

@@ -192,6 +192,16 @@ class RunIO(RunIOBase):
         rows = [dict(r._mapping) for r in result]
         return (rows[0] if rows else None) if fetch == "one" else rows
 
+    def in_app_transaction(self, conn: Any, name: str, params: dict[str, Any], fetch: str) -> Any:
+        """A named statement on the application's own connection, inside its transaction
+        (`conn=` of a start, an enqueue or a send): a psycopg connection, or SQLAlchemy's
+        (through it, so that its transaction is the one that commits). What run_on
+        returns, with nothing translated or retried: the transaction is the
+        application's to retry."""
+        if isinstance(conn, psycopg.Connection):
+            return self.raw_run(conn, name, params, fetch)
+        return self.app_run(conn, name, params, fetch)
+
     def app_commit_with(
         self, conn: sqlalchemy.Connection, name: str, params: dict[str, Any]
     ) -> int | str | None:

@@ -199,6 +199,18 @@ class AsyncRunIO(RunIOBase):
         rows = [dict(r._mapping) for r in result]
         return (rows[0] if rows else None) if fetch == "one" else rows
 
+    async def in_app_transaction_async(
+        self, conn: Any, name: str, params: dict[str, Any], fetch: str
+    ) -> Any:
+        """A named statement on the application's own connection, inside its transaction
+        (`conn=` of a start, an enqueue or a send): a psycopg connection, or SQLAlchemy's
+        (through it, so that its transaction is the one that commits). What run_on
+        returns, with nothing translated or retried: the transaction is the
+        application's to retry."""
+        if isinstance(conn, psycopg.AsyncConnection):
+            return await self.raw_run_async(conn, name, params, fetch)
+        return await self.app_run_async(conn, name, params, fetch)
+
     async def app_commit_with_async(
         self, conn: sqlalchemy.ext.asyncio.AsyncConnection, name: str, params: dict[str, Any]
     ) -> int | str | None:

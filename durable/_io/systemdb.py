@@ -470,6 +470,17 @@ class SystemDB(RunIO, AsyncRunIO):
             conn.exec_driver_sql(self.statement("app_migration_lock"), lock)
             conn.exec_driver_sql(rendered.as_string(raw))
 
+    def install_outbox(self, url: str) -> None:
+        """Create the outbox (and the rest of app_migrations.sql) in the application
+        database at `url`, under the same advisory lock as migrate_app."""
+        text = resources.files("durable._io.sql").joinpath("app_migrations.sql").read_text()
+        rendered = sql.SQL(text).format(schema=sql.Identifier(self.schema))
+        with psycopg.connect(url, connect_timeout=15) as conn, conn.transaction():
+            conn.execute(
+                self._queries["app_migration_lock"], {"key": _migrate.lock_key(self.schema)}
+            )
+            conn.execute(rendered)
+
     def dequeue(self, params: dict[str, Any]) -> list[Row]:
         """Take what a queue's limits allow under its lock; [] if another worker holds it.
         A queue with partition limits is taken by dequeue_partitioned, on one server as

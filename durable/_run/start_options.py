@@ -1,9 +1,9 @@
 # mypy: disable-error-code="overload-cannot-match"
 # (mypy takes `*args: P.args, **kwargs: P.kwargs` as broader than any keyword option;
 # it is not: the first overload fails for a function without that parameter.)
-"""The options of a start (`workflow_id=`, `timeout=`, and for a queue `dedup_key=`,
-`priority=`, `delay=`, `partition_key=`): keyword-only, typed, and never confused with the
-workflow's own arguments.
+"""The options of a start (`workflow_id=`, `timeout=`, `attributes=`, `conn=`, and for a
+queue `dedup_key=`, `priority=`, `delay=`, `partition_key=`): keyword-only, typed, and never
+confused with the workflow's own arguments.
 
 A start takes the workflow's arguments and its own options in one call, as
 `engine.start(fn, *args, workflow_id="a", **kwargs)`. Python's typing cannot put keyword
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 P = ParamSpec("P")
 
 #: The keywords a start (start, start_async, submit) takes for itself.
-START_OPTIONS = ("workflow_id", "attributes")
+START_OPTIONS = ("workflow_id", "attributes", "conn")
 #: The keywords an enqueue takes for itself.
 ENQUEUE_OPTIONS = (
     "workflow_id",
@@ -39,6 +39,7 @@ ENQUEUE_OPTIONS = (
     "delay",
     "partition_key",
     "attributes",
+    "conn",
 )
 #: Names a workflow's keyword-passable parameters may not have: the options above, and
 #: those reserved for starts (a per-call `timeout`).
@@ -148,6 +149,7 @@ class Start(Protocol[H]):
         workflow_id: str | None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -159,6 +161,7 @@ class Start(Protocol[H]):
         workflow_id: str | None = None,
         timeout: Seconds | None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -170,6 +173,19 @@ class Start(Protocol[H]):
         workflow_id: str | None = None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any],
+        conn: Any = None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        conn: Any,
         **kwargs: Any,
     ) -> H: ...
 
@@ -197,6 +213,7 @@ class Enqueue(Protocol[H]):
         partition_key: str | None = None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -213,6 +230,7 @@ class Enqueue(Protocol[H]):
         partition_key: str | None = None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -229,6 +247,7 @@ class Enqueue(Protocol[H]):
         partition_key: str | None = None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -245,6 +264,7 @@ class Enqueue(Protocol[H]):
         partition_key: str | None = None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -261,6 +281,7 @@ class Enqueue(Protocol[H]):
         partition_key: str | None = None,
         timeout: Seconds | None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -277,6 +298,7 @@ class Enqueue(Protocol[H]):
         partition_key: str | None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> H: ...
     @overload
@@ -293,6 +315,24 @@ class Enqueue(Protocol[H]):
         partition_key: str | None = None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any],
+        conn: Any = None,
+        **kwargs: Any,
+    ) -> H: ...
+    @overload
+    def __call__(
+        self,
+        queue: QueueLike,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        partition_key: str | None = None,
+        timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        conn: Any,
         **kwargs: Any,
     ) -> H: ...
 
@@ -318,6 +358,7 @@ class QueueEnqueue(Protocol):
         partition_key: str | None = None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -333,6 +374,7 @@ class QueueEnqueue(Protocol):
         partition_key: str | None = None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -348,6 +390,7 @@ class QueueEnqueue(Protocol):
         partition_key: str | None = None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -363,6 +406,7 @@ class QueueEnqueue(Protocol):
         partition_key: str | None = None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -378,6 +422,7 @@ class QueueEnqueue(Protocol):
         partition_key: str | None = None,
         timeout: Seconds | None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -393,6 +438,7 @@ class QueueEnqueue(Protocol):
         partition_key: str | None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any] | None = None,
+        conn: Any = None,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
     @overload
@@ -408,6 +454,23 @@ class QueueEnqueue(Protocol):
         partition_key: str | None = None,
         timeout: Seconds | None = None,
         attributes: Mapping[str, Any],
+        conn: Any = None,
+        **kwargs: Any,
+    ) -> WorkflowHandle: ...
+    @overload
+    def __call__(
+        self,
+        fn: Callable[..., Any],
+        /,
+        *args: Any,
+        workflow_id: str | None = None,
+        dedup_key: str | None = None,
+        priority: int | None = None,
+        delay: float | None = None,
+        partition_key: str | None = None,
+        timeout: Seconds | None = None,
+        attributes: Mapping[str, Any] | None = None,
+        conn: Any,
         **kwargs: Any,
     ) -> WorkflowHandle: ...
 

@@ -246,6 +246,11 @@ def executors_prune(stale: dt.timedelta, database_url: str | None, schema: str) 
 @click.option("--log-level", envvar="DURABLE_LOG_LEVEL", default="INFO", hidden=True)
 @click.option("--worker-process", "nth", envvar=PROCESS_ENV, default=None, hidden=True)
 @click.option("--supervisor-fd", envvar=SUPERVISOR_FD_ENV, type=int, default=None, hidden=True)
+@click.option(
+    "--outbox-url",
+    default=None,
+    help="An application database whose outbox this worker drains (see `durable outbox`).",
+)
 @url_option
 @schema_option
 @_handle_errors
@@ -269,6 +274,7 @@ def worker(
     log_level: str = "INFO",
     nth: str | None = None,
     supervisor_fd: int | None = None,
+    outbox_url: str | None = None,
 ) -> None:
     """Run the recovery daemon and workflow executor until SIGTERM or SIGINT.
 
@@ -298,6 +304,8 @@ def worker(
     engine = _load_app(
         app, database_url, concurrency, lease_seconds, poll_interval, schema, executor_id, queues
     )
+    if outbox_url is not None:
+        engine._override(outbox_url=outbox_url)
     metrics = _metrics_server(metrics_host, metrics_port, nth)
     if nth is not None and executor_id is None and engine.config.explicit_id:
         # One of `--processes N`, on an engine given its executor id in code: one id each.

@@ -461,6 +461,14 @@ def params(name: str, w: str) -> dict[str, Any]:
         },
         "app_get_transaction": {"workflow_id": w, "step_seq": 10},
         "app_refuses_writes": {},
+        "database_identity": {},
+        "app_outbox_put": {
+            "outbox_id": f"workflow:{w}",
+            "statement": "insert_workflow_pending",
+            "params": "{}",
+        },
+        "app_outbox_take": {"limit": 10},
+        "app_outbox_done": {"outbox_ids": [f"workflow:{w}"]},
         "effect_intent": {
             **fenced,
             "idempotency_key": "k2",

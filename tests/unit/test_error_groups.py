@@ -42,6 +42,8 @@ CONFIGURATION = {
     "InvalidBudgetError",
     "UnknownModelPriceError",
     "UnboundedModelCallError",
+    "OutboxRequiredError",
+    "NoOpenTransactionError",
     "MissingExtraError",
 }
 

@@ -2396,3 +2396,32 @@ WHERE e.workflow_id = d.workflow_id AND e.message_id = d.message_id
 -- What prune_early_messages would delete now (for --dry-run).
 SELECT count(*) AS messages FROM {schema}.early_messages
 WHERE created_at < {schema}.current_time() - make_interval(secs => %(older_than)s)
+
+-- ==== Starts, enqueues and messages in the application's transaction (conn=), the outbox ====
+
+-- database_identity --
+-- Which server and database a connection is on: a connection given as conn= is compared
+-- with the system database's, to tell whether its transaction can hold durable's rows.
+-- (The server's own port setting, not the connection's: a socket and TCP agree on it.)
+SELECT current_database() AS dbname, current_setting('port') AS port,
+    pg_postmaster_start_time() AS started
+
+-- app_outbox_put --
+-- A start, an enqueue or a message, in the application's transaction, in the outbox of an
+-- application database that is not the system database (a worker drains it there). The id
+-- names the workflow (or the message): the same start twice is one row.
+INSERT INTO {schema}.outbox (outbox_id, statement, params)
+VALUES (%(outbox_id)s, %(statement)s, %(params)s)
+ON CONFLICT (outbox_id) DO NOTHING
+
+-- app_outbox_take --
+-- The oldest outbox rows, locked for this drainer until its transaction ends (another
+-- drainer skips them).
+SELECT outbox_id, statement, params FROM {schema}.outbox
+ORDER BY created_at, outbox_id
+LIMIT %(limit)s
+FOR UPDATE SKIP LOCKED
+
+-- app_outbox_done --
+-- Rows whose writes are committed in the system database leave the outbox.
+DELETE FROM {schema}.outbox WHERE outbox_id = ANY(%(outbox_ids)s::text[])
