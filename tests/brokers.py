@@ -1,6 +1,6 @@
 """The message brokers some tests publish to: RabbitMQ and NATS JetStream on this machine.
 
-A test that needs one takes the `rabbitmq_url` or `nats_url` fixture (imported from here):
+A test that needs one takes the `rabbitmq_url` or `nats_url` fixture (tests/conftest.py):
 it skips, saying how to get the broker, when nothing listens there, and fails under
 CI=true. DURABLE_TEST_RABBITMQ_URL and DURABLE_TEST_NATS_URL point elsewhere. The helpers
 publish and count with the same clients durable uses (aio-pika, nats-py).
@@ -66,15 +66,25 @@ def unique(prefix: str) -> str:
 # -- RabbitMQ -------------------------------------------------------------------------------------
 
 
-def rabbit_publish(queue: str, messages: list[tuple[str | None, bytes]]) -> None:
-    """Publish (message_id, body) pairs to `queue` (declared durable), persistent."""
+def rabbit_publish(
+    queue: str, messages: list[tuple[str | None, bytes]], *, dead_letter_queue: str | None = None
+) -> None:
+    """Publish (message_id, body) pairs to `queue`, persistent; the queue declared durable
+    as durable.triggers.RabbitMQ declares it (with its dead-letter queue, if given)."""
 
     async def go() -> None:
         import aio_pika
 
         async with await aio_pika.connect(RABBITMQ_URL) as conn:
             channel = await conn.channel()
-            await channel.declare_queue(queue, durable=True)
+            arguments = None
+            if dead_letter_queue is not None:
+                await channel.declare_queue(dead_letter_queue, durable=True)
+                arguments = {
+                    "x-dead-letter-exchange": "",
+                    "x-dead-letter-routing-key": dead_letter_queue,
+                }
+            await channel.declare_queue(queue, durable=True, arguments=arguments)
             for message_id, body in messages:
                 await channel.default_exchange.publish(
                     aio_pika.Message(body, message_id=message_id, delivery_mode=2),
@@ -146,6 +156,22 @@ def nats_pending(stream: str, consumer: str) -> int:
         try:
             info = await nc.jetstream().consumer_info(stream, consumer)
             return int(info.num_pending or 0) + int(info.num_ack_pending or 0)
+        finally:
+            await nc.close()
+
+    return asyncio.run(go())
+
+
+def nats_stream_count(stream: str) -> int:
+    """Messages the stream holds."""
+
+    async def go() -> int:
+        import nats
+
+        nc = await nats.connect(NATS_URL)
+        try:
+            info = await nc.jetstream().stream_info(stream)
+            return int(info.state.messages)
         finally:
             await nc.close()
 

@@ -58,7 +58,10 @@ class RabbitMQ(Source):
       queue's dead-letter route (the queue must be new, or already declared so: RabbitMQ
       refuses to change a queue's arguments). None (default): a rejected message goes
       where the queue's own dead-letter exchange says, or is dropped (and logged).
-    The message id (the default key) is the publisher's `message_id` property.
+    The message id (the default key) is the publisher's `message_id` property. Some
+    clients (aio-pika) give each publish a random one when the application sets none: a
+    message the application publishes twice is then two runs. Set message_id when
+    publishing, or name a key (`key=field("order_id")`).
     """
 
     def __init__(

@@ -20,7 +20,6 @@ from durable import _labels as labels
 from tests import brokers
 from tests.acceptance.workers import start_worker, stop_worker, wait_for
 from tests.apps import trigger_app
-from tests.brokers import nats_url, rabbitmq_url  # noqa: F401 (fixtures)
 
 APP = "tests.apps.trigger_app"
 MESSAGES = [f"m-{i}" for i in range(4)]
