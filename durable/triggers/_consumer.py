@@ -109,8 +109,17 @@ class Consumers:
                 await source.open()
                 logger.info("trigger %s: consuming %s", trigger.name, source.describe)
                 backoff = 0.5
-                async for delivery in source.deliveries():
-                    await self.settle(trigger, delivery)
+                deliveries = source.deliveries()
+                try:
+                    async for delivery in deliveries:
+                        await self.settle(trigger, delivery)
+                finally:
+                    # Closed here, before the source: not later by the loop's finalizer,
+                    # on a connection already gone.
+                    aclose = getattr(deliveries, "aclose", None)
+                    if aclose is not None:
+                        with contextlib.suppress(Exception):
+                            await aclose()
             except MissingExtraError as exc:
                 logger.error("trigger %s cannot consume: %s", trigger.name, exc)
                 return
