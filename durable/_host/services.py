@@ -221,6 +221,8 @@ class Services:
         def submit(trigger: Trigger, value: object, workflow_id: str) -> None:
             client.submit(trigger.fn, value, workflow_id=workflow_id)
 
+        for trigger in triggers:
+            trigger.source.attach(client.db)
         consumers = Consumers(triggers, submit, crash_point=self.runner.crash_point)
         consumers.start(stop)
         return consumers

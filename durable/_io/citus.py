@@ -49,6 +49,7 @@ BY_OWN_KEY: dict[str, str] = {
     "queue_dedup": "queue_name",
     "audit_log": "workflow_id",
     "callbacks": "token_hash",
+    "outbox": "topic",
 }
 
 # Small tables every worker reads: one copy on every node.

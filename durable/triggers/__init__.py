@@ -9,7 +9,8 @@
 `durable worker` consumes every registered trigger. Each message's workflow row is
 committed before the message is acknowledged, under the id `trigger:<name>:<key>`, so a
 redelivered message starts nothing new. Sources: `RabbitMQ` (extra `rabbitmq`),
-`NatsJetStream` (extra `nats`), or any `Source` subclass.
+`NatsJetStream` (extra `nats`), `PostgresOutbox` (a table of the system database the
+application writes in its own transactions), or any `Source` subclass.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from durable.triggers._trigger import (
     text_body,
 )
 from durable.triggers.nats import NatsJetStream
+from durable.triggers.outbox import PostgresOutbox
 from durable.triggers.rabbitmq import RabbitMQ
 
 __all__ = [
@@ -34,6 +36,7 @@ __all__ = [
     "Delivery",
     "Message",
     "NatsJetStream",
+    "PostgresOutbox",
     "RabbitMQ",
     "Source",
     "Trigger",

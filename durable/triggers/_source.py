@@ -20,6 +20,10 @@ from __future__ import annotations
 import abc
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from durable._systemdb import SystemDB
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,10 @@ class Source(abc.ABC):
     @abc.abstractmethod
     def describe(self) -> str:
         """The source in a log line: broker, queue or subject (no credentials)."""
+
+    def attach(self, db: SystemDB) -> None:  # noqa: B027 (most sources need no database)
+        """Given the consuming engine's system database before `open` (the outbox's source
+        reads it; a broker's source needs nothing)."""
 
     @abc.abstractmethod
     async def open(self) -> None:

@@ -1,11 +1,11 @@
 """A trigger's consumer SIGKILLed between receiving a message and acknowledging it.
 
-For each broker, the worker consuming the trigger dies at the second message: (a) before
-that message's workflow row is committed, (b) after the row is committed and before the
-message is acknowledged. A fresh worker then consumes the rest. The world must show every
-published message run exactly once: one workflow per message in the workflows table, one
-count per message in `trigger_hits` (counted by a @transaction step, in the transaction of
-its journal row), and nothing left unacknowledged on the broker.
+For each broker (and the PostgreSQL outbox), the worker consuming the trigger dies at the
+second message: (a) before that message's workflow row is committed, (b) after the row is
+committed and before the message is acknowledged. A fresh worker then consumes the rest.
+The world must show every published message run exactly once: one workflow per message in
+the workflows table, one count per message in `trigger_hits` (counted by a @transaction
+step, in the transaction of its journal row), and nothing left unacknowledged.
 """
 
 from __future__ import annotations
@@ -25,12 +25,21 @@ APP = "tests.apps.trigger_app"
 MESSAGES = [f"m-{i}" for i in range(4)]
 
 
-@pytest.fixture(params=["rabbitmq", "nats"])
-def broker(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Callable[[], int]]]:
+@pytest.fixture(params=["rabbitmq", "nats", "outbox"])
+def broker(
+    request: pytest.FixtureRequest, database_url: str
+) -> Iterator[tuple[str, str, Callable[[], int]]]:
     """(broker, a unique name, how many messages it still holds unacknowledged)."""
     kind: str = request.param
-    request.getfixturevalue(f"{kind}_url")  # skips when the broker is not there
     name = brokers.unique(f"durable_trig_{kind}")
+    if kind == "outbox":  # the system database's own table: written in the app's transaction
+        outbox = trigger_app.source("outbox", name)
+        with psycopg.connect(database_url) as conn:
+            for m in MESSAGES:
+                outbox.write(conn, m, {"msg": m})  # type: ignore[attr-defined]
+        yield kind, name, lambda: _outbox_rows(database_url, name)
+        return
+    request.getfixturevalue(f"{kind}_url")  # skips when the broker is not there
     if kind == "rabbitmq":
         brokers.rabbit_publish(name, [(m, brokers.body(m)) for m in MESSAGES])
         yield kind, name, lambda: brokers.rabbit_count(name)
@@ -50,6 +59,12 @@ def _workflows(url: str) -> list[tuple[str, str]]:
             " WHERE workflow_id LIKE 'trigger:%' ORDER BY workflow_id"
         ).fetchall()
     return [(r[0], r[1]) for r in rows]
+
+
+def _outbox_rows(url: str, topic: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("SELECT count(*) FROM durable.outbox WHERE topic = %s", [topic])
+        return int(row.fetchone()[0])  # type: ignore[index]
 
 
 def _hits(url: str) -> dict[str, int]:

@@ -15,7 +15,7 @@ import psycopg
 from sqlalchemy import Connection, text
 
 import durable
-from durable.triggers import NatsJetStream, RabbitMQ, Source, on_message
+from durable.triggers import NatsJetStream, PostgresOutbox, RabbitMQ, Source, on_message
 
 registry = durable.Registry()
 
@@ -47,6 +47,8 @@ def handle(payload: dict[str, str]) -> int:
 def source(broker: str, name: str) -> Source:
     if broker == "rabbitmq":
         return RabbitMQ(name, prefetch=4)
+    if broker == "outbox":
+        return PostgresOutbox(name, lease=1.0, batch=4, poll_interval=0.2)
     return NatsJetStream(name, f"{name}.in", ack_wait=1.0, batch=4)
 
 

@@ -1,15 +1,17 @@
-"""Triggers on real brokers, consumed by an in-process worker: the paths a crash test does
-not take. A bad message (not JSON, no key) goes to the dead-letter place and the consumer
-goes on; a message delivered twice, or two messages of one key, record one workflow."""
+"""Triggers on real brokers (and the PostgreSQL outbox), consumed by an in-process worker:
+the paths a crash test does not take. A bad message (not JSON, no key) goes to the
+dead-letter place and the consumer goes on; a message delivered twice, or two messages of
+one key, record one workflow; an outbox message exists only if its transaction commits."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import psycopg
+import sqlalchemy
 
 import durable
-from durable.triggers import NatsJetStream, RabbitMQ, Source, field, on_message
+from durable.triggers import NatsJetStream, PostgresOutbox, RabbitMQ, Source, field, on_message
 from tests import brokers
 from tests.acceptance.workers import wait_for
 
@@ -96,3 +98,37 @@ def test_nats_dead_letters_bad_messages_and_one_key_is_one_run(
     finally:
         brokers.nats_delete(stream)
         brokers.nats_delete(f"{stream}_dead")
+
+
+def test_an_outbox_message_runs_only_if_its_transaction_commits(database_url: str) -> None:
+    outbox = PostgresOutbox(brokers.unique("orders"), poll_interval=0.2)
+    reg = _registry(outbox, key=field("order"))
+    app = sqlalchemy.create_engine(
+        "postgresql+psycopg://", creator=lambda: psycopg.connect(database_url)
+    )
+    try:
+        with app.connect() as conn:  # the application's transaction, rolled back
+            outbox.write(conn, "a", {"msg": "never", "order": "o-0"})
+            conn.rollback()
+        with app.begin() as conn:
+            outbox.write(conn, "b", {"msg": "one", "order": "o-1"}, headers={"from": "shop"})
+            outbox.write(conn, "c", {"msg": "no order"})  # no key: rejected, kept
+        with durable.Engine(database_url, registry=reg, worker=True, poll_interval=0.05):
+            wait_for(lambda: len(_runs(database_url)) == 1, timeout=30, what="one run")
+            with psycopg.connect(database_url) as raw:
+                outbox.write(raw, "d", {"msg": "two", "order": "o-2"})  # while it consumes
+            wait_for(lambda: len(_runs(database_url)) == 2, timeout=30, what="two runs")
+            wait_for(lambda: len(_outbox(database_url)) == 1, timeout=30, what="acks")
+    finally:
+        app.dispose()
+    assert _runs(database_url) == {"trigger:t:o-1": '"one"', "trigger:t:o-2": '"two"'}
+    [(message_id, rejected)] = _outbox(database_url)
+    assert message_id == "c"
+    assert "no key" in rejected
+
+
+def _outbox(url: str) -> list[tuple[str, str]]:
+    with psycopg.connect(url) as conn:
+        return [
+            (r[0], r[1]) for r in conn.execute("SELECT message_id, rejected FROM durable.outbox")
+        ]
