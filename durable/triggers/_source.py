@@ -12,7 +12,7 @@ implement it. A Kafka source would too: its deliveries are the records a consume
 polls, `ack` commits the record's offset (after the row, never before: enable.auto.commit
 off), `retry` seeks back to it, and `reject` produces the record to a dead-letter topic and
 commits past it; the message id is `<topic>:<partition>:<offset>` or a key the user names.
-No Kafka source ships: none is tested here.
+No Kafka source ships, and none is claimed until one is tested against a Kafka broker.
 """
 
 from __future__ import annotations
