@@ -29,7 +29,11 @@ def unreachable(url: str, what: str, extra: str) -> str | None:
         with socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 0), 2):
             pass
     except OSError as exc:
-        return f"no {what} at {parts.hostname}:{parts.port} ({exc}): start one, or set its URL"
+        variable = f"DURABLE_TEST_{what.upper()}_URL"
+        return (
+            f"no {what} at {parts.hostname}:{parts.port} ({exc}): start one "
+            f"(docker compose up -d {what.lower()}), or point {variable} at one"
+        )
     try:
         __import__(extra)
     except ImportError:

@@ -16,6 +16,7 @@ from sqlalchemy import Connection, text
 
 import durable
 from durable.triggers import NatsJetStream, PostgresOutbox, RabbitMQ, Source, on_message
+from tests import brokers
 
 registry = durable.Registry()
 
@@ -46,10 +47,10 @@ def handle(payload: dict[str, str]) -> int:
 
 def source(broker: str, name: str) -> Source:
     if broker == "rabbitmq":
-        return RabbitMQ(name, prefetch=4)
+        return RabbitMQ(name, url=brokers.RABBITMQ_URL, prefetch=4)
     if broker == "outbox":
         return PostgresOutbox(name, lease=1.0, batch=4, poll_interval=0.2)
-    return NatsJetStream(name, f"{name}.in", ack_wait=1.0, batch=4)
+    return NatsJetStream(name, f"{name}.in", url=brokers.NATS_URL, ack_wait=1.0, batch=4)
 
 
 BROKER = os.environ.get("TRIGGER_BROKER")
