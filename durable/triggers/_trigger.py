@@ -9,6 +9,7 @@ or a header or JSON field the trigger names) becomes the workflow id
 from __future__ import annotations
 
 import hashlib
+import inspect
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -132,6 +133,14 @@ def on_message(
 
     def decorate(fn: F) -> F:
         defn = workflow_def(fn)
+        try:
+            inspect.signature(fn).bind(None)
+        except (TypeError, ValueError):
+            # Else every message would be rejected for a mistake of the code, not its own.
+            raise DefinitionError(
+                f"on_message: workflow {defn.name!r} is called with one argument, the "
+                "decoded message: give it exactly one required parameter"
+            ) from None
         trigger = Trigger(name or defn.name, source, defn, fn, key, decode)
         (registry if registry is not None else default_registry).add_trigger(trigger)
         return fn

@@ -189,3 +189,10 @@ def test_on_message_checks_its_arguments_and_names() -> None:
         on_message(source, name="one", registry=reg)(handle)
     with pytest.raises(DefinitionError, match="not a workflow"):
         on_message(source, registry=reg)(lambda payload: payload)
+    with pytest.raises(DefinitionError, match="exactly one required parameter"):
+        on_message(source, name="two", registry=reg)(two_arguments)
+
+
+@durable.workflow(registry=registry, name="triggers.two")
+def two_arguments(a: int, b: int) -> int:
+    return a + b
