@@ -30,7 +30,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from durable._names import check_name
+from durable._base.names import check_name
 from durable.errors import MissingExtraError, StateError, UsageError
 from durable.triggers._source import Delivery
 from durable.triggers._trigger import Trigger

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from durable._systemdb import SystemDB
+    from durable._io.systemdb import SystemDB
 
 
 @dataclass(frozen=True)

@@ -15,10 +15,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from durable import _labels as labels
-from durable._decorators import workflow_def
-from durable._names import check_name
-from durable._registry import Registry, WorkflowDef, default_registry
+from durable._base import labels
+from durable._base.names import check_name
+from durable._base.registry import Registry, WorkflowDef, default_registry
+from durable._run.decorators import workflow_def
 from durable.errors import DefinitionError
 from durable.triggers._source import Message, Source
 

@@ -14,9 +14,9 @@ import re
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from durable._extras import extra
-from durable._names import check_name
-from durable._urls import redact
+from durable._base.extras import extra
+from durable._base.names import check_name
+from durable._base.urls import redact
 from durable.errors import DefinitionError
 from durable.triggers._source import Delivery, Message, Source
 

@@ -20,8 +20,8 @@ from typing import Any
 
 import psycopg
 
-from durable._names import check_name
-from durable._systemdb import SystemDB, write_outbox
+from durable._base.names import check_name
+from durable._io.systemdb import SystemDB, write_outbox
 from durable.errors import DefinitionError, EngineNotRunningError
 from durable.triggers._source import Delivery, Message, Source
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from durable._extras import extra
-from durable._names import check_name
-from durable._urls import redact
+from durable._base.extras import extra
+from durable._base.names import check_name
+from durable._base.urls import redact
 from durable.errors import DefinitionError
 from durable.triggers._source import Delivery, Message, Source
 

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 import psycopg
 import pytest
 
-from durable import _labels as labels
+from durable._base import labels
 from tests import brokers
 from tests.acceptance.workers import start_worker, stop_worker, wait_for
 from tests.apps import trigger_app

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import durable
-from durable._decorators import workflow_def
+from durable._run.decorators import workflow_def
 from durable.errors import (
     DatabaseUnavailableError,
     DefinitionError,
