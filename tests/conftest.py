@@ -148,3 +148,8 @@ def subprocess_env() -> dict[str, str]:
     env.pop("DURABLE_CRASH_POINTS", None)
     env["PYTHON"] = sys.executable
     return env
+
+
+# The message brokers of the trigger tests (tests/brokers.py): each skips when its broker is
+# not reachable, and fails under CI=true.
+from tests.brokers import nats_url, rabbitmq_url  # noqa: E402, F401

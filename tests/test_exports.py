@@ -109,6 +109,15 @@ def test_every_public_error_lives_in_errors() -> None:
 
 def test_dir_shows_the_public_names_and_submodules_only() -> None:
     shown = {name for name in dir(durable) if not name.startswith("_")}
-    submodules = {"errors", "serialization", "testing", "llm", "integrations", "ui", "cli"}
+    submodules = {
+        "errors",
+        "serialization",
+        "testing",
+        "llm",
+        "integrations",
+        "ui",
+        "cli",
+        "triggers",
+    }
     assert shown - set(durable.__all__) <= submodules, shown - set(durable.__all__)
     assert "annotations" not in shown

@@ -322,6 +322,16 @@ def retry_id(workflow_id: str) -> str:
     return _within_limit(workflow_id, ":retry")
 
 
+TRIGGER_PREFIX = "trigger:"
+
+
+def trigger_message_id(trigger_name: str, key: str) -> str:
+    """The id of the workflow a trigger starts for one message (`durable.triggers`): its
+    key (the message's id, or the key the trigger names) under the trigger's name, so a
+    redelivered message finds the workflow its first delivery recorded and starts none."""
+    return _within_limit(f"{TRIGGER_PREFIX}{trigger_name}:{key}", "")
+
+
 DEBOUNCE_PREFIX = "debounce:"
 # The journaled name of a debounce made from workflow code (a step).
 DEBOUNCE_STEP = "durable.debounce"

@@ -94,6 +94,7 @@ class Registry:
         self._compensations: dict[str, Callable[..., Any]] = {}
         self._schedules: dict[str, Any] = {}
         self._queues: dict[str, Any] = {}
+        self._triggers: dict[str, Any] = {}
         self._instances: dict[tuple[str, str], object] = {}
 
     def add_workflow(self, defn: WorkflowDef) -> None:
@@ -139,6 +140,17 @@ class Registry:
 
     def schedules(self) -> list[Any]:
         return list(self._schedules.values())
+
+    def add_trigger(self, trigger: Any) -> None:
+        """Register a durable.triggers.on_message trigger; names are unique."""
+        with self._lock:
+            existing = self._triggers.get(trigger.name)
+            if existing is not None and existing is not trigger:
+                raise DuplicateNameError("trigger", trigger.name)
+            self._triggers[trigger.name] = trigger
+
+    def triggers(self) -> list[Any]:
+        return list(self._triggers.values())
 
     def add_queue(self, queue: Any) -> None:
         """Register a durable.Queue; two different queues may not share a name."""

@@ -32,6 +32,8 @@ from durable._io.ownership import Ownership
 from durable._run.context import ActiveEngine
 from durable._run.handles import WorkflowHandle
 from durable.errors import EngineNotRunningError
+from durable.triggers._consumer import Consumers
+from durable.triggers._trigger import Trigger
 
 logger = logging.getLogger("durable.engine")
 
@@ -197,11 +199,33 @@ class Services:
     ) -> None:
         """The worker loop on this thread until `stop` is set (see Engine.run_worker)."""
         config = self.config
-        Worker(
-            self.worker_parts(),
-            poll_interval=config.poll_interval if poll_interval is None else poll_interval,
-            grace_seconds=config.grace_seconds if grace_seconds is None else grace_seconds,
-        ).run(stop)
+        consumers = self.consume(stop)
+        try:
+            Worker(
+                self.worker_parts(),
+                poll_interval=config.poll_interval if poll_interval is None else poll_interval,
+                grace_seconds=config.grace_seconds if grace_seconds is None else grace_seconds,
+            ).run(stop)
+        finally:
+            if consumers is not None:
+                consumers.close()
+
+    def consume(self, stop: threading.Event) -> Consumers | None:
+        """Consume the registry's triggers (durable.triggers) until `stop`: each message's
+        workflow recorded for any worker, then the message acknowledged."""
+        triggers = self.registry.triggers()
+        if not triggers:
+            return None
+        client = self.client
+
+        def submit(trigger: Trigger, value: object, workflow_id: str) -> None:
+            client.submit(trigger.fn, value, workflow_id=workflow_id)
+
+        for trigger in triggers:
+            trigger.source.attach(client.db)
+        consumers = Consumers(triggers, submit, crash_point=self.runner.crash_point)
+        consumers.start(stop)
+        return consumers
 
     def worker_parts(self) -> WorkerParts:
         """What the worker loop and the keeper use of this engine (nothing more)."""

@@ -44,11 +44,14 @@ BY_WORKFLOW: dict[str, str] = {
 # table keyed by workflow would be searched on every shard; by hash, the lookup is routed
 # to one. Minting one writes this shard and the run's journal in two statements, and the
 # POST spends it and delivers to the workflow's shard in one (two-phase) transaction. Not
-# a reference table: every mint and every POST would write to every node.
+# a reference table: every mint and every POST would write to every node. The triggers'
+# trigger_outbox, by topic: a consumer takes, deletes and retries the messages of one topic, so
+# each of its statements is routed to one shard.
 BY_OWN_KEY: dict[str, str] = {
     "queue_dedup": "queue_name",
     "audit_log": "workflow_id",
     "callbacks": "token_hash",
+    "trigger_outbox": "topic",
 }
 
 # Small tables every worker reads: one copy on every node.

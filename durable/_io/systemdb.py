@@ -11,6 +11,7 @@ SQLSTATE, into durable's typed errors.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
 import time
@@ -758,3 +759,24 @@ def app_error_fault(exc: BaseException) -> AppFault | None:
     if invalidated:
         return _LOST
     return _CONFLICT if is_conflict(exc) else None
+
+
+def write_outbox(conn: Any, schema: str, params: dict[str, Any], channel: str) -> None:
+    """An application's message to a PostgresOutbox trigger (durable.triggers), on the
+    application's own connection, SQLAlchemy's or psycopg's, inside its transaction: the
+    message commits with the data it is about, and its consumers are woken by that commit
+    (they poll too)."""
+    for name, values in (
+        ("outbox_write", params),
+        ("outbox_notify", {"channel": channel, "topic": params["topic"]}),
+    ):
+        statement = sql.SQL(_loaded()[name]).format(schema=sql.Identifier(schema))
+        if isinstance(conn, psycopg.Connection):
+            conn.execute(statement, values)
+        else:  # a SQLAlchemy Connection: through it, so that it begins its transaction
+            conn.exec_driver_sql(statement.as_string(conn.connection.driver_connection), values)
+
+
+@functools.cache
+def _loaded() -> dict[str, str]:
+    return load_queries()

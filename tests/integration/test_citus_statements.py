@@ -675,6 +675,17 @@ def params(name: str, w: str) -> dict[str, Any]:
         "adopt_early_messages": {"workflow_id": f"{w}-asleep", "wake": True},
         "prune_early_messages": {"older_than": 3600.0, "batch": 100},
         "count_early_messages": {"older_than": 3600.0},
+        "outbox_write": {
+            "topic": f"t-{w}",
+            "message_id": f"m-{w}",
+            "body": '{"a": 1}',
+            "headers": "{}",
+        },
+        "outbox_notify": {"channel": "durable_outbox", "topic": f"t-{w}"},
+        "outbox_take": {"topic": f"t-{w}", "lease_seconds": 30.0, "limit": 10},
+        "outbox_ack": {"topic": f"t-{w}", "message_id": f"m-{w}"},
+        "outbox_retry": {"topic": f"t-{w}", "message_id": f"m-{w}", "delay_seconds": 1.0},
+        "outbox_reject": {"topic": f"t-{w}", "message_id": f"m-{w}", "reason": "bad"},
     }
     return table[name]
 

@@ -99,6 +99,7 @@ def test_derived_ids() -> None:
     assert labels.schedule_trigger_id("nightly", "u1") == "schedule:nightly:trigger:u1"
     assert labels.debounce_key("sync_user", "user-7") == "debounce:sync_user:user-7"
     assert labels.DEBOUNCE_STEP == "durable.debounce"
+    assert labels.trigger_message_id("orders", "m-1") == "trigger:orders:m-1"
 
 
 def size(text: str) -> int:
@@ -136,6 +137,14 @@ def test_schedule_ids_of_a_long_name_fit() -> None:
     assert labels.schedule_tick_id(name, tick).endswith(":2026-01-02T03:04:00+00:00")
     assert labels.schedule_tick_id(name, tick) != labels.schedule_tick_id(name[:-1], tick)
     assert size(labels.schedule_trigger_id(name, "u" * 36)) <= labels.MAX_ID_BYTES
+
+
+def test_a_trigger_id_of_a_long_key_fits_and_stays_distinct() -> None:
+    key = "k" * 600
+    assert size(labels.trigger_message_id("orders", key)) <= labels.MAX_ID_BYTES
+    assert labels.trigger_message_id("orders", key) == labels.trigger_message_id("orders", key)
+    assert labels.trigger_message_id("orders", key) != labels.trigger_message_id("orders", key[1:])
+    assert labels.trigger_message_id("orders", key).startswith("trigger:orders:kkk")
 
 
 def test_keys_that_are_never_taken_back_by_id_are_never_shortened() -> None:

@@ -2425,3 +2425,47 @@ FOR UPDATE SKIP LOCKED
 -- app_outbox_done --
 -- Rows whose writes are committed in the system database leave the outbox.
 DELETE FROM {schema}.outbox WHERE outbox_id = ANY(%(outbox_ids)s::text[])
+
+-- ---------------------------------------------------------------------------------------------
+-- Triggers: the PostgreSQL outbox (durable.triggers.PostgresOutbox; migration 0038)
+-- ---------------------------------------------------------------------------------------------
+
+-- outbox_write --
+-- An application's message, written on its own connection inside its transaction.
+INSERT INTO {schema}.trigger_outbox (topic, message_id, body, headers)
+VALUES (%(topic)s, %(message_id)s, %(body)s::jsonb, %(headers)s::jsonb)
+
+-- outbox_notify --
+-- Wake the consumers of a topic when the transaction that wrote to it commits.
+SELECT pg_notify(%(channel)s, %(topic)s)
+
+-- outbox_take --
+-- Take up to `limit` waiting messages of a topic, the oldest first: each hidden for
+-- `lease_seconds` (a consumer that dies leaves it to the next after that), its delivery counted.
+UPDATE {schema}.trigger_outbox AS o
+SET visible_at = {schema}.current_time() + make_interval(secs => %(lease_seconds)s::float8),
+    deliveries = o.deliveries + 1
+FROM (
+    SELECT message_id FROM {schema}.trigger_outbox
+    WHERE topic = %(topic)s AND rejected IS NULL AND visible_at <= {schema}.current_time()
+    ORDER BY created_at, message_id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+) AS due
+WHERE o.topic = %(topic)s AND o.message_id = due.message_id
+RETURNING o.message_id, o.body::text AS body, o.headers::text AS headers, o.deliveries
+
+-- outbox_ack --
+-- The message's workflow row is committed: the message is done.
+DELETE FROM {schema}.trigger_outbox WHERE topic = %(topic)s AND message_id = %(message_id)s
+
+-- outbox_retry --
+-- The start failed for now: the message is taken again after `delay_seconds`.
+UPDATE {schema}.trigger_outbox
+SET visible_at = {schema}.current_time() + make_interval(secs => %(delay_seconds)s::float8)
+WHERE topic = %(topic)s AND message_id = %(message_id)s
+
+-- outbox_reject --
+-- The message can never start a workflow: kept with why, never taken again.
+UPDATE {schema}.trigger_outbox SET rejected = %(reason)s
+WHERE topic = %(topic)s AND message_id = %(message_id)s
