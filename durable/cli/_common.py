@@ -55,10 +55,13 @@ def _handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
 
 
 @contextmanager
-def _client(url: str | None, schema: str, *, migrate: bool = False) -> Iterator[Client]:
-    """A Client for one command: a small pool, no threads, no executor row."""
+def _client(
+    url: str | None, schema: str, *, migrate: bool = False, via: str = "cli"
+) -> Iterator[Client]:
+    """A Client for one command: a small pool, no threads, no executor row. Its operator
+    actions are recorded as `user@host via <via>`."""
     resolved = _resolve_url(url, create=migrate)
-    actor = f"{whoami()} via cli"  # the audit log's record of who acted
+    actor = f"{whoami()} via {via}"  # the audit log's record of who acted
     with Client(
         resolved, schema=schema, migrate=migrate, connect_timeout=10, actor=actor
     ) as client:
