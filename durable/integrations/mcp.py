@@ -3,6 +3,7 @@ reads and, with the operator token, does (`pip install 'durable-pg[mcp]'`).
 
     durable mcp --database-url postgresql://...                # reads only
     DURABLE_UI_TOKEN=... durable mcp --database-url ...        # and the operator actions
+    durable mcp --http --token ...                             # streamable HTTP at /mcp
 
 The read tools list and search workflows (status, name, attributes, a text search), show
 one with its decoded inputs and output, its journal, its stored error and traceback, its
@@ -18,8 +19,9 @@ decoded with the client's serializer and every answer is plain JSON.
 
 from __future__ import annotations
 
+import hmac
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Annotated, Any
 
 from pydantic import Field
@@ -35,7 +37,7 @@ with extra("mcp"):
     from mcp.server.mcpserver import MCPServer
     from mcp.server.mcpserver.exceptions import ToolError
 
-__all__ = ["GUARDED_TOOLS", "READ_TOOLS", "create_server"]
+__all__ = ["GUARDED_TOOLS", "READ_TOOLS", "create_server", "http_app"]
 
 READ_TOOLS = (
     "list_workflows",
@@ -343,3 +345,52 @@ def create_server(
     for tool in READ_TOOLS + (GUARDED_TOOLS if guarded else ()):
         server.add_tool(_guard_errors(getattr(tools, tool)), name=tool)
     return server
+
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+def presented_token(scope: Scope) -> bytes | None:
+    """The token an HTTP request presents: `Authorization: Bearer T` or `X-Durable-Token: T`."""
+    headers = dict(scope.get("headers") or [])
+    token = headers.get(b"x-durable-token")
+    if token:
+        return bytes(token).strip()
+    scheme, _, value = bytes(headers.get(b"authorization", b"")).partition(b" ")
+    if scheme.lower() == b"bearer" and value.strip():
+        return value.strip()
+    return None
+
+
+def http_app(server: MCPServer, *, token: str | None, host: str = "127.0.0.1") -> ASGIApp:
+    """The server as a streamable-HTTP ASGI app (at /mcp). Given `token`, every request
+    must present it (`Authorization: Bearer T` or `X-Durable-Token: T`; else 401): over
+    HTTP, whoever reaches the port would otherwise have the operator actions."""
+    inner = server.streamable_http_app(host=host)
+    if not token:
+        return inner
+    expected = token.encode()
+
+    async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            given = presented_token(scope)
+            if given is None or not hmac.compare_digest(given, expected):
+                body = b"this MCP server needs its operator token: Authorization: Bearer T"
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"text/plain; charset=utf-8"),
+                            (b"www-authenticate", b'Bearer realm="durable mcp"'),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await inner(scope, receive, send)
+
+    return guarded

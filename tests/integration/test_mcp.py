@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import socket
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,10 @@ import durable
 
 mcp = pytest.importorskip("mcp")
 
+import httpx2  # noqa: E402
 from mcp import Client as MCPClient  # noqa: E402
 from mcp import StdioServerParameters  # noqa: E402
+from mcp.client.streamable_http import streamable_http_client  # noqa: E402
 
 from durable.integrations.mcp import GUARDED_TOOLS, READ_TOOLS, create_server  # noqa: E402
 
@@ -165,3 +170,56 @@ def test_the_documented_command_serves_over_stdio(
         rows = client.audit_log("mcp-stdio")
     assert [r["action"] for r in rows] == ["cancel"]
     assert rows[0]["actor"].endswith(" via mcp")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_over_http_every_request_needs_the_token(
+    database_url: str, subprocess_env: dict[str, str]
+) -> None:
+    """`durable mcp --http` given a token answers only requests that present it: without
+    it, 401 and nothing done; with it, the operator actions, audited as `via mcp`."""
+    with durable.Client(database_url) as client:
+        client.submit(idle, 1, workflow_id="mcp-http")
+    port = _free_port()
+    token = "http-operator-token"
+    command = [sys.executable, "-m", "durable.cli", "mcp", "--http", "--port", str(port)]
+    env = subprocess_env | {"DURABLE_UI_TOKEN": token, "DURABLE_DATABASE_URL": database_url}
+    proc = subprocess.Popen(command, env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+            assert time.monotonic() < deadline, "durable mcp --http never listened"
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", port)) == 0:
+                    break
+            time.sleep(0.1)
+        url = f"http://127.0.0.1:{port}/mcp"
+        anonymous = httpx2.post(url, json={"jsonrpc": "2.0", "id": 1, "method": "ping"})
+        assert anonymous.status_code == 401
+        wrong = httpx2.post(url, headers={"Authorization": "Bearer nope"}, json={})
+        assert wrong.status_code == 401
+
+        async def go() -> tuple[set[str], Any]:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with httpx2.AsyncClient(headers=headers) as http:
+                transport = streamable_http_client(url, http_client=http)
+                async with MCPClient(transport) as session:
+                    names = {t.name for t in (await session.list_tools()).tools}
+                    arguments = {"workflow_id": "mcp-http"}
+                    return names, await session.call_tool("cancel_workflow", arguments)
+
+        names, done = asyncio.run(go())
+        assert names == set(READ_TOOLS) | set(GUARDED_TOOLS)
+        assert _data(done)["status"] == "CANCELLED"
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=20)
+    with durable.Client(database_url) as client:
+        rows = client.audit_log("mcp-http")
+    assert [r["action"] for r in rows] == ["cancel"] and rows[0]["actor"].endswith(" via mcp")
