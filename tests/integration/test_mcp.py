@@ -223,3 +223,19 @@ def test_over_http_every_request_needs_the_token(
     with durable.Client(database_url) as client:
         rows = client.audit_log("mcp-http")
     assert [r["action"] for r in rows] == ["cancel"] and rows[0]["actor"].endswith(" via mcp")
+
+
+def test_beyond_loopback_http_needs_a_strong_token() -> None:
+    """`durable mcp --http --host 0.0.0.0` refuses to listen without a token (usage, exit
+    2) or with a weak one (WeakTokenError, exit 1): every request would reach the tools.
+    Refused before it connects (the database named here does not answer)."""
+    from click.testing import CliRunner
+
+    from durable.cli import main
+
+    nowhere = "postgresql://postgres@127.0.0.1:1/none"
+    base = ["mcp", "--http", "--host", "0.0.0.0", "--database-url", nowhere]
+    bare = CliRunner().invoke(main, base, env={"DURABLE_UI_TOKEN": ""})
+    assert bare.exit_code == 2 and "beyond loopback" in bare.output
+    weak = CliRunner().invoke(main, [*base, "--token", "short"])
+    assert weak.exit_code == 1 and "token_urlsafe" in weak.output
