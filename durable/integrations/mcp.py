@@ -48,6 +48,7 @@ READ_TOOLS = (
     "workflow_budget",
     "list_queues",
     "list_approvals",
+    "list_executors",
     "audit_log",
 )
 GUARDED_TOOLS = (
@@ -177,10 +178,14 @@ class _Tools:
 
     def show_workflow(self, workflow_id: WorkflowId) -> dict[str, Any]:
         """One workflow: status, decoded inputs and output, its error (type, message,
-        traceback), attributes, and how many steps its journal holds."""
+        traceback), attributes, how many steps its journal holds, and whether it waits for
+        a worker with its code (live_versions: the versions live workers have)."""
         info = self.client.get_workflow(workflow_id)
         steps = self.client.steps(workflow_id)
+        wait = self.client.worker_wait(workflow_id)
         return self._summary(info) | {
+            "waiting_for_worker": wait["waiting"],
+            "live_versions": wait["live_versions"],
             "durability": info.durability,
             "owner": info.owner,
             "epoch": info.epoch,
@@ -231,6 +236,14 @@ class _Tools:
         """Approval gates (the waiting ones unless waiting_only is false)."""
         rows = self.client.list_approvals(workflow_id or None, waiting_only=waiting_only)
         return {"approvals": _jsonable(rows)}
+
+    def list_executors(self) -> dict[str, Any]:
+        """The workers and engines with their last heartbeat, and the runnable workflows no
+        live one can run (their code, or its version, is registered nowhere)."""
+        return {
+            "executors": _jsonable(self.client.executors()),
+            "waiting_for_worker": _jsonable(self.client.waiting_for_worker()),
+        }
 
     def audit_log(
         self,

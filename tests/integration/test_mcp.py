@@ -129,6 +129,17 @@ def test_with_the_token_a_cancel_is_done_and_audited_as_the_server(database_url:
         assert [(r["action"], r["actor"]) for r in rows] == [("cancel", "ana@ops via mcp")]
         audited = _data(_call(server, "audit_log", workflow_id="mcp-cancel"))["audit"]
         assert audited[0]["action"] == "cancel"
+        # The other actions go through the Client's audited methods too.
+        _data(_call(server, "resume_workflow", workflow_id="mcp-cancel"))
+        forked = _data(_call(server, "fork_workflow", workflow_id="mcp-cancel", from_step=0))
+        assert client.get_workflow(forked["workflow_id"]).name == "mcp.idle"
+        actions = [(r["action"], r["actor"]) for r in reversed(client.audit_log("mcp-cancel"))]
+        assert [a for a, _ in actions] == ["cancel", "resume", "fork"]
+        assert {who for _, who in actions} == {"ana@ops via mcp"}
+        gate = _call(server, "decide_approval", workflow_id="mcp-cancel", name="ship", approve=True)
+        assert gate.is_error and "ship" in gate.content[0].text  # no such gate, by name
+        waiting = _data(_call(server, "show_workflow", workflow_id=forked["workflow_id"]))
+        assert waiting["waiting_for_worker"] is True  # no live worker has mcp.idle's code
 
 
 def _documented_server() -> dict[str, Any]:
