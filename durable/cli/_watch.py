@@ -14,7 +14,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
+from rich.table import Column, Table
 
 from durable._base.models import StepRecord, WorkflowStatus
 from durable._base.names import workflow_label
@@ -96,14 +96,20 @@ def _say(console: Console, said: dict[str, str], key: str, line: str) -> None:
         console.print(line)
 
 
-def workflow_table(infos: list[Any]) -> Table:
+def workflow_table(infos: list[Any], *, full_ids: bool = False) -> Table:
     """Workflows as rows; a "waits for worker" column (only when some row needs it) marks
-    those that wait for a worker with their name and version, which no live worker has."""
+    those that wait for a worker with their name and version, which no live worker has.
+    `full_ids`: the id column is as wide as the longest id, so no id is shortened or
+    broken over lines (print it with `widened`)."""
     waiting = any(i.waiting_for_worker for i in infos)
     attributed = any(i.attributes for i in infos)
-    columns = ["id", "name", "status", "epoch", "created", "finished"]
+    widest = max((len(i.workflow_id) for i in infos), default=2)
+    first = (
+        Column("id", no_wrap=True, min_width=widest) if full_ids else "id"
+    )
+    columns = ["name", "status", "epoch", "created", "finished"]
     extra = (["attributes"] if attributed else []) + (["waits for worker"] if waiting else [])
-    table = Table(*columns, *extra)
+    table = Table(first, *columns, *extra)
     for i in infos:
         label = workflow_label(i.name, i.version)
         table.add_row(
@@ -123,6 +129,14 @@ def workflow_table(infos: list[Any]) -> Table:
             "--version V` moves a workflow to one"
         )
     return table
+
+
+def widened(console: Console, table: Table) -> Console:
+    """The console, made wide enough for the whole table (lines longer than the terminal:
+    what `--full-ids` asks for)."""
+    natural = Console(width=100_000).measure(table).maximum
+    console.width = max(console.width, natural)
+    return console
 
 
 def refresh(
