@@ -22,7 +22,6 @@ from durable._core import decode_error
 from durable._run.attributes import shown as shown_attributes
 from durable._run.filter import RunFilter
 from durable.cli._audit import audit_table
-from durable.cli._tracebacks import fold, json_value
 from durable.cli._common import (
     _client,
     _console,
@@ -42,6 +41,7 @@ from durable.cli._options import (
     schema_option,
     url_option,
 )
+from durable.cli._tracebacks import fold, json_value
 from durable.errors import ExportFormatError, WorkflowNotFoundError
 
 
@@ -87,9 +87,7 @@ def _info_dict(info: WorkflowInfo) -> dict[str, Any]:
     default=None,
     help="Only workflows created at or after this time: ISO (2026-03-01T12:00Z) or ago (1h).",
 )
-@click.option(
-    "--until", type=MOMENT, default=None, help="Only workflows created before this time."
-)
+@click.option("--until", type=MOMENT, default=None, help="Only workflows created before this time.")
 @attr_option
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
 @click.option(
