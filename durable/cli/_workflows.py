@@ -346,7 +346,7 @@ def _print_trace(console: Any, trace: str, full: bool) -> None:
     lines = trace.rstrip("\n").split("\n") if full else fold(trace)
     for line in lines:
         console.print(line, soft_wrap=True)
-    if not full and any(" frames in durable …" in x or " frame in durable …" in x for x in lines):
+    if not full and any(x.endswith(" in durable …") for x in lines):
         console.print("(--full shows durable's frames too)")
 
 

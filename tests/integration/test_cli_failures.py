@@ -44,6 +44,20 @@ def order(order_id: str, *, rush: bool = False) -> dict[str, object]:
     return {"quoted": q["lines"], "rush": rush}
 
 
+@durable.workflow(registry=reg, name="fail.forgiving")
+def forgiving(cents: int) -> str:
+    try:
+        charge(cents)
+    except ValueError:
+        return "declined, and said so"
+    return "charged"
+
+
+@durable.workflow(registry=reg, name="fail.parent")
+def parent() -> dict[str, object]:
+    return order("o-child")
+
+
 def _ended(handle: durable.WorkflowHandle) -> None:
     try:
         handle.result(timeout=10)
@@ -59,6 +73,7 @@ def cli(*args: str, **env: str) -> Result:
 def test_show_prints_the_users_frames_before_durables_folded_ones(database_url: str) -> None:
     with durable.Engine(database_url, registry=reg) as engine:
         _ended(engine.start(pay, 300, workflow_id="pay-1"))
+        engine.start(forgiving, 5, workflow_id="forgiving-1").result(timeout=10)
     shown = cli("workflows", "show", "pay-1", "--database-url", database_url)
     assert shown.exit_code == 0, shown.stderr
     lines = shown.stdout.splitlines()
@@ -72,6 +87,10 @@ def test_show_prints_the_users_frames_before_durables_folded_ones(database_url: 
     assert at[0] < at[1] < folded, shown.output
     assert "ValueError: card declined for 300" in lines[folded + 1]
     assert "durable/_run" not in shown.output  # durable's own frames are folded
+    caught = cli("workflows", "show", "forgiving-1", "--database-url", database_url)
+    assert caught.exit_code == 0, caught.output
+    after = caught.stdout.split("step #0 fail.charge failed:", 1)[1]  # its error was caught
+    assert after.index(f"line {raising}") < after.index("… 1 frame in durable …")
     whole = cli("workflows", "show", "pay-1", "--full", "--database-url", database_url)
     assert re.search(r"durable[/\\]_run[/\\]", whole.output), whole.output
 
@@ -119,6 +138,11 @@ def test_list_by_id_prefix_and_time_with_whole_ids(database_url: str) -> None:
     later = (dt.datetime.now(dt.UTC) + dt.timedelta(hours=1)).isoformat()
     assert ids("--since", later) == [] and len(ids("--until", later)) == 3
     assert ids("--id-prefix", "refund", "--since", "2000-01-01") == ["refund-1"]
+    assert ids("--since", "2000-03-01T00:00:00Z", "--until", "2000-03-02T00:00:00Z") == []
+    with durable.Engine(database_url, registry=reg) as engine:
+        engine.start(parent, workflow_id="parent-1").result(timeout=10)
+    children = ids("--parent", "parent-1")
+    assert len(children) == 1 and children[0] != "parent-1"
     bad = cli("workflows", "list", "--since", "yesterday", "--database-url", database_url)
     assert bad.exit_code == 2 and "duration ago" in bad.stderr
 
