@@ -597,7 +597,8 @@ def send(
     database_url: str | None,
     schema: str,
 ) -> None:
-    """Send MESSAGE (JSON, or else a string) to a workflow waiting in durable.recv()."""
+    """Send MESSAGE (JSON, or else a string) to a workflow waiting in durable.recv(); one
+    that has finished receives nothing more, so that is an error (exit code 1)."""
     try:
         value: Any = json.loads(message)
     except json.JSONDecodeError:
