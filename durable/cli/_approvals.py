@@ -15,6 +15,7 @@ from rich.table import Table
 from durable._base.terminal import inert
 from durable.cli._common import _client, _console, _handle_errors, _short
 from durable.cli._options import json_option, schema_option, url_option
+from durable.cli._tracebacks import json_value
 
 
 @click.group()
@@ -40,7 +41,7 @@ def approvals_list(database_url: str | None, schema: str, show_all: bool, as_jso
                         "workflow_id": r["workflow_id"],
                         "name": r["name"],
                         "status": r["status"],
-                        "payload": r["payload"],
+                        "payload": json_value(r["payload"]),
                         "comment": r["comment"],
                         "decided_by": r["decided_by"],
                     }

@@ -121,3 +121,35 @@ attr_option = click.option(
     help="Only runs whose attributes match: key=value, or a range on a number or an ISO "
     "time: 'amount>=100', 'due<2026-02-01T00:00:00Z' (repeat: all must hold).",
 )
+
+
+class Moment(click.ParamType[dt.datetime, Any]):
+    """A point in time: an ISO 8601 time (2026-03-01, 2026-03-01T12:00:00+02:00; one
+    without a zone is UTC) or a duration ago (1h, 30m, 7d, as Duration reads them)."""
+
+    name = "time"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> dt.datetime:
+        if isinstance(value, dt.datetime):
+            return value
+        text = str(value).strip()
+        try:
+            moment = dt.datetime.fromisoformat(text)
+        except ValueError:
+            pass
+        else:
+            return moment if moment.tzinfo else moment.replace(tzinfo=dt.UTC)
+        if text[-1:].lower() not in _UNITS:
+            self.fail(
+                f"{value!r}: give an ISO time (2026-03-01T12:00:00Z) or a duration ago "
+                "such as 1h, 30m or 7d",
+                param,
+                ctx,
+            )
+        ago = DURATION.convert(text, param, ctx)
+        return dt.datetime.now(dt.UTC) - ago
+
+
+MOMENT = Moment()

@@ -9,14 +9,15 @@ seconds too, and a lost LISTEN connection only means polling.
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 from rich.live import Live
-from rich.table import Table
+from rich.table import Column, Table
 
-from durable._base.models import StepRecord, WorkflowStatus
+from durable._base.models import StepRecord, WorkflowInfo, WorkflowStatus
 from durable._base.names import workflow_label
 from durable._client.client import Client
 from durable._core import decode_error
@@ -69,6 +70,13 @@ def follow(
             if info.status.value != said["status"]:
                 said["status"] = info.status.value
                 console.print(f"  status: {info.status.value}")
+            if info.status is WorkflowStatus.RUNNING:
+                moment, line = running_line(info, steps)
+                if said.get("running") != moment:
+                    said["running"] = moment
+                    console.print(line)
+            else:
+                said.pop("running", None)
             if info.status is WorkflowStatus.SUSPENDED:
                 gates = client.list_approvals(workflow_id)
                 waits = ", ".join(
@@ -89,6 +97,43 @@ def follow(
     return info.status
 
 
+# When the running line is said again: as its time passes each of these (in seconds), then
+# every hour, so a long step shows it is still going without a line per look.
+_MILESTONES = (0, 1, 2, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+
+
+def _took(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    return f"{minutes // 60}h{minutes % 60:02d}m"
+
+
+def running_line(
+    info: WorkflowInfo, steps: list[StepRecord], now: dt.datetime | None = None
+) -> tuple[str, str]:
+    """What a running workflow is doing: the step at the position after its journal (its
+    name is journaled when it ends) and how long it has run, since the last journaled step
+    ended or the run began. With the line, a key that changes only with the step and as
+    its time passes a milestone (1s, 2s, 5s, 10s, ... then hourly): the line is said again
+    when the key changes, not at every look."""
+    now = now or dt.datetime.now(dt.UTC)
+    since = info.updated_at
+    for step in steps:
+        ended = step.finished_at or step.started_at
+        if ended is not None and ended > since:
+            since = ended
+    position = max((s.step_seq for s in steps), default=-1) + 1
+    elapsed = max(0.0, (now - since).total_seconds())
+    passed = (
+        max(m for m in _MILESTONES if m <= elapsed) if elapsed < 3600 else elapsed // 3600 * 3600
+    )
+    after = f" (after #{steps[-1].step_seq} {steps[-1].step_name})" if steps else ""
+    return f"{position}:{passed}", f"  running: step #{position}{after}, for {_took(elapsed)}"
+
+
 def _say(console: Console, said: dict[str, str], key: str, line: str) -> None:
     """Print a line only when it changed since it was last said."""
     if said.get(key) != line:
@@ -96,14 +141,18 @@ def _say(console: Console, said: dict[str, str], key: str, line: str) -> None:
         console.print(line)
 
 
-def workflow_table(infos: list[Any]) -> Table:
+def workflow_table(infos: list[Any], *, full_ids: bool = False) -> Table:
     """Workflows as rows; a "waits for worker" column (only when some row needs it) marks
-    those that wait for a worker with their name and version, which no live worker has."""
+    those that wait for a worker with their name and version, which no live worker has.
+    `full_ids`: the id column is as wide as the longest id, so no id is shortened or
+    broken over lines (print it with `widened`)."""
     waiting = any(i.waiting_for_worker for i in infos)
     attributed = any(i.attributes for i in infos)
-    columns = ["id", "name", "status", "epoch", "created", "finished"]
+    widest = max((len(i.workflow_id) for i in infos), default=2)
+    first = Column("id", no_wrap=True, min_width=widest) if full_ids else "id"
+    columns = ["name", "status", "epoch", "created", "finished"]
     extra = (["attributes"] if attributed else []) + (["waits for worker"] if waiting else [])
-    table = Table(*columns, *extra)
+    table = Table(first, *columns, *extra)
     for i in infos:
         label = workflow_label(i.name, i.version)
         table.add_row(
@@ -123,6 +172,14 @@ def workflow_table(infos: list[Any]) -> Table:
             "--version V` moves a workflow to one"
         )
     return table
+
+
+def widened(console: Console, table: Table) -> Console:
+    """The console, made wide enough for the whole table (lines longer than the terminal:
+    what `--full-ids` asks for)."""
+    natural = Console(width=100_000).measure(table).maximum
+    console.width = max(console.width, natural)
+    return console
 
 
 def refresh(

@@ -6,6 +6,7 @@ The commands an operator points at one workflow (or lists them to find it).
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import os
 import sys
@@ -33,13 +34,15 @@ from durable.cli._options import (
     _BIGINT,
     _HOUR,
     _INTEGER,
+    MOMENT,
     _FiniteRange,
     attr_option,
     json_option,
     schema_option,
     url_option,
 )
-from durable.errors import ExportFormatError
+from durable.cli._tracebacks import fold, json_value
+from durable.errors import ExportFormatError, WorkflowNotFoundError
 
 
 @click.group()
@@ -77,8 +80,19 @@ def _info_dict(info: WorkflowInfo) -> dict[str, Any]:
 @click.option("--name", default=None, help="Only workflows registered under this name.")
 @click.option("--version", default=None, help="Only runs of this version ('' for none).")
 @click.option("--parent", default=None, help="Only the runs this workflow started.")
+@click.option("--id-prefix", default=None, help="Only workflows whose id starts with this.")
+@click.option(
+    "--since",
+    type=MOMENT,
+    default=None,
+    help="Only workflows created at or after this time: ISO (2026-03-01T12:00Z) or ago (1h).",
+)
+@click.option("--until", type=MOMENT, default=None, help="Only workflows created before this time.")
 @attr_option
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
+@click.option(
+    "--full-ids", "--wide", "full_ids", is_flag=True, help="Show whole ids, never shortened."
+)
 @click.option("--watch", is_flag=True, help="Refresh the table until Ctrl-C.")
 @click.option("--interval", type=_FiniteRange(0.1, _HOUR), default=2.0, show_default=True)
 @json_option
@@ -90,29 +104,48 @@ def list_cmd(
     name: str | None,
     version: str | None,
     parent: str | None,
+    id_prefix: str | None,
+    since: dt.datetime | None,
+    until: dt.datetime | None,
     attrs: tuple[str, ...],
     limit: int,
+    full_ids: bool,
     watch: bool,
     interval: float,
     as_json: bool,
 ) -> None:
-    """List workflows, newest first (--attr: by their attributes)."""
-    from durable.cli._watch import refresh, workflow_table
+    """List workflows, newest first (--attr: by their attributes; --id-prefix, --parent,
+    --since and --until narrow it; --full-ids never shortens an id)."""
+    from durable.cli._watch import refresh, widened, workflow_table
 
     chosen = RunFilter.parse(attrs, version=version, parent_id=parent)
     with _client(database_url, schema) as client:
 
         def listed() -> list[WorkflowInfo]:
-            return client.list_workflows(status, name=name, limit=limit, filter=chosen)
+            return client.list_workflows(
+                status,
+                name=name,
+                limit=limit,
+                id_prefix=id_prefix,
+                created_from=since,
+                created_to=until,
+                filter=chosen,
+            )
 
         if watch:
             with _interruptible():
-                refresh(client, lambda: workflow_table(listed()), _console(), interval)
+                console = _console()
+                if full_ids:
+                    widened(console, workflow_table(listed(), full_ids=True))
+                refresh(
+                    client, lambda: workflow_table(listed(), full_ids=full_ids), console, interval
+                )
         infos = listed()
     if as_json:
         click.echo(json.dumps([_info_dict(i) for i in infos], indent=2))
         return
-    _console().print(workflow_table(infos))
+    table = workflow_table(infos, full_ids=full_ids)
+    (widened(_console(), table) if full_ids else _console()).print(table)
 
 
 @workflows.command("watch")
@@ -167,15 +200,15 @@ def show(
             "budget": None
             if budget is None
             else {k: budget[k] for k in ("budget_id", "limits", "spent")},
-            "inputs": info.inputs,
-            "output": info.output,
+            "inputs": json_value(info.inputs, info.serializer),
+            "output": json_value(info.output, info.serializer),
             "error": json.loads(info.error) if info.error else None,
             "steps": [
                 {
                     "step_seq": s.step_seq,
                     "step_name": s.step_name,
                     "kind": s.kind.value,
-                    "output": s.output,
+                    "output": json_value(s.output, info.serializer),
                     "error": json.loads(s.error) if s.error else None,
                     "attempts": s.attempts,
                     "child_workflow_id": s.child_workflow_id,
@@ -195,7 +228,7 @@ def show(
                     "idempotency_key": e["idempotency_key"],
                     "status": e["status"],
                     "params_fingerprint": e["params_fingerprint"],
-                    "result": e["result"],
+                    "result": json_value(e["result"], info.serializer),
                     "error": json.loads(e["error"]) if e["error"] else None,
                     "attempts": e["attempts"],
                     "reconciled": e["reconciled"],
@@ -229,8 +262,9 @@ def show(
     if info.output is not None:
         console.print(f"output: {_short(info.output, 200)}")
     if info.error is not None:
-        etype, message, _ = decode_error(info.error)
+        etype, message, trace = decode_error(info.error)
         console.print(f"error: {etype}: {message}")
+        _print_trace(console, trace, full)
     if state is not None:
         console.print(f"state: {_short(json.dumps(state), 400)}")
     if budget is not None:
@@ -259,6 +293,14 @@ def show(
             ms = f"{(s.finished_at - s.started_at).total_seconds() * 1000:.1f}"
         table.add_row(str(s.step_seq), s.step_name, s.kind.value, outcome, str(s.attempts), ms)
     console.print(table)
+    for s in steps:
+        if s.error is None:
+            continue
+        trace = decode_error(s.error)[2]
+        if info.error is not None and trace.partition("\n")[2] in decode_error(info.error)[2]:
+            continue  # the workflow's own traceback, above, ends with it
+        console.print(f"step #{s.step_seq} {s.step_name} failed:")
+        _print_trace(console, trace, full)
     if effects:
         ledger = Table(
             "#", "effect", "idempotency key", "status", "params", "result", title="effects"
@@ -294,6 +336,18 @@ def show(
         console.print(f"event {key}: {_short(json.dumps(value, default=str), 200)}")
     if audited:
         console.print(audit_table(audited, "operator actions (newest first)"))
+
+
+def _print_trace(console: Any, trace: str, full: bool) -> None:
+    """A stored traceback: the user's frames first and durable's folded (--full: as
+    stored)."""
+    if not trace:
+        return
+    lines = trace.rstrip("\n").split("\n") if full else fold(trace)
+    for line in lines:
+        console.print(line, soft_wrap=True)
+    if not full and any(x.endswith(" in durable …") for x in lines):
+        console.print("(--full shows durable's frames too)")
 
 
 @workflows.command("cancel")
@@ -543,12 +597,26 @@ def send(
     database_url: str | None,
     schema: str,
 ) -> None:
-    """Send MESSAGE (JSON, or else a string) to a workflow waiting in durable.recv()."""
+    """Send MESSAGE (JSON, or else a string) to a workflow waiting in durable.recv(); one
+    that has finished receives nothing more, so that is an error (exit code 1)."""
     try:
         value: Any = json.loads(message)
     except json.JSONDecodeError:
         value = message
     with _client(database_url, schema) as client:
+        try:
+            status = client.get_workflow(workflow_id).status
+        except WorkflowNotFoundError:
+            status = None  # send says so, unless --before-start keeps it for the workflow
+        if status is not None and status.is_terminal:
+            click.echo(
+                inert(
+                    f"error: workflow {workflow_id!r} has already finished ({status}): "
+                    "nothing will receive the message, so it was not sent"
+                ),
+                err=True,
+            )
+            sys.exit(1)
         client.send(
             workflow_id,
             value,

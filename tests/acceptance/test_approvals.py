@@ -43,7 +43,7 @@ def test_gate_survives_restart_and_first_decision_wins(
         assert [(g["workflow_id"], g["name"], g["status"]) for g in gates] == [
             ("gate-1", "refund-over-limit", "waiting")
         ]
-        assert json.loads(gates[0]["payload"]) == {"cents": 5000}
+        assert gates[0]["payload"] == {"cents": 5000}
         approved = cli(
             subprocess_env,
             database_url,

@@ -34,8 +34,8 @@ def test_workflows_list_and_show(database_url: str) -> None:
 
     shown = cli("workflows", "show", "d-1", "--database-url", database_url, "--json")
     data = json.loads(shown.stdout)
-    assert [s["output"] for s in data["steps"]] == ["6", "12"]
-    assert data["output"] == "12"
+    assert [s["output"] for s in data["steps"]] == [6, 12]  # JSON values, not their text
+    assert data["output"] == 12 and data["inputs"] == {"args": [3], "kwargs": {}}
 
     table = cli("workflows", "show", "d-1", "--database-url", database_url)
     assert "double" in table.stdout and "SUCCESS" in table.stdout
