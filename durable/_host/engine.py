@@ -372,7 +372,6 @@ class Engine(EngineCalls, AsyncEngineCalls):
     get_event = _client_call(Client.get_event)
     get_event_async = _client_call(Client.get_event_async)
     cancel = _client_call(Client.cancel)
-    terminate = _client_call(Client.terminate)
     decide = _client_call(Client.decide)
     list_approvals = _client_call(Client.list_approvals)
     read_stream = _client_call(Client.read_stream)
