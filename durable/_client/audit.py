@@ -117,20 +117,25 @@ def run_ops(tx: Tx, gen: protocol.Gen[T]) -> T:
             answer = tx.fetch_all(op.name, op.params)
 
 
-def cancel_tree(client: ClientBase, workflow_id: str, reason: str, error: str) -> list[Any]:
+def cancel_tree(
+    client: ClientBase, workflow_id: str, reason: str, error: str, terminate: bool = False
+) -> list[Any]:
     """protocol.cancel_tree in one transaction with its audit rows (one per workflow whose
-    row the cancel changed: the workflow, and its descendants as asked of it)."""
+    row the cancel changed: the workflow, and its descendants as asked of it). `terminate`:
+    terminate_workflows, audited as "terminate"."""
     actor = actor_of(client)
+    action = "terminate" if terminate else "cancel"
+    statement = f"{action}_workflows"
 
     def work(tx: Tx) -> list[Any]:
-        rows = run_ops(tx, protocol.cancel_tree(workflow_id, reason, error))
+        rows = run_ops(tx, protocol.cancel_tree(workflow_id, reason, error, statement))
         record(
             tx,
             actor,
             [
                 (
                     r["workflow_id"],
-                    "cancel",
+                    action,
                     None if r["workflow_id"] == workflow_id else f"with {workflow_id}",
                     reason,
                 )

@@ -269,6 +269,23 @@ class Client(ClientCalls, AsyncClientCalls):
             self.notify_work(workflow_id)
         return asked
 
+    def terminate(self, workflow_id: str, reason: str = "terminated") -> WorkflowStatus:
+        """End a workflow and its unfinished descendants CANCELLED now, without their
+        cooperation: unlike cancel, no compensation runs and pending effects are left as
+        they are (an effect in flight may have happened). A running owner is fenced (the
+        epoch is bumped): its step in flight is not stopped, but nothing it writes after is
+        kept. Audited as "terminate". Returns the workflow's status after (finished ones
+        unchanged). Resume can run it again from its journal, as any cancelled run."""
+        check_name("workflow_id", workflow_id)
+        check_text("reason", reason)
+        error = encode_error(WorkflowCancelledError(workflow_id, reason))
+        ended = audit.cancel_tree(self, workflow_id, reason, error, terminate=True)
+        info = self.get_workflow(workflow_id)  # WorkflowNotFoundError if none
+        if ended and info.parent_id is not None:  # a parent that waits for it sees its end
+            self.db.execute("wake_workflow", {"workflow_id": info.parent_id})
+            self.notify_work(info.parent_id)
+        return info.status
+
     def resume(self, workflow_id: str, *, version: str | None = None) -> WorkflowHandle:
         """Run a stopped workflow again from its journal: completed steps replay, the rest
         run. Resumes a CANCELLED, ERROR or MAX_RECOVERY_ATTEMPTS_EXCEEDED workflow; any

@@ -31,6 +31,10 @@ if TYPE_CHECKING:
     import concurrent.futures
 
 
+#: The orders list_workflows sorts by.
+SORTS = ("created", "updated", "status", "name")
+
+
 class Reading(ClientBase):
     """The reads of a Client (see Client)."""
 
@@ -81,6 +85,9 @@ class Reading(ClientBase):
         top_level: bool = False,
         search: str | None = None,
         filter: RunFilter | None = None,
+        sort: str = "created",
+        descending: bool = True,
+        offset: int = 0,
     ) -> list[WorkflowInfo]:
         """Stored workflows, newest first (at most `limit`, 1 to 100,000), optionally only
         those whose id starts with `id_prefix` or created in [created_from, created_to).
@@ -90,24 +97,55 @@ class Reading(ClientBase):
         this text (case-insensitive; a scan of the rows in list order until the page fills).
         `filter`: a durable.RunFilter (attributes, ranges, several statuses, version,
         parent), with the other arguments.
+
+        `sort` ("created", "updated", "status" or "name"; ties newest first) in
+        `descending` order, paged by `offset` rather than `after`: another order than the
+        default (created, descending) is read by a sort of every match, not a walk of an
+        index.
         """
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 100_000:
             raise ConfigurationError(f"limit={limit!r}: give a whole number from 1 to 100,000")
+        if sort not in SORTS:
+            raise ConfigurationError(f"sort={sort!r}: use one of {', '.join(SORTS)}")
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise ConfigurationError(f"offset={offset!r}: give a whole number, 0 or more")
+        default_order = sort == "created" and descending and not offset
+        if after is not None and not default_order:
+            raise ConfigurationError(
+                "after= pages the default order (created, newest first); page another sort "
+                "or an offset with offset="
+            )
         after_at, after_id = after if after is not None else (None, None)
         check_name("after", after_id, optional=True)
-        rows = self.db.fetch_all(
-            "list_workflows",
-            self._list_filters(
-                status, name, id_prefix, created_from, created_to, top_level, search, filter
-            )
-            | {
-                "after_at": after_at,
-                "after_id": after_id,
-                "limit": limit,
-                "stale_seconds": self.config.live_seconds,
-            },
-        )
+        params = self._list_filters(
+            status, name, id_prefix, created_from, created_to, top_level, search, filter
+        ) | {
+            "after_at": after_at,
+            "after_id": after_id,
+            "limit": limit,
+            "stale_seconds": self.config.live_seconds,
+        }
+        if default_order:
+            rows = self.db.fetch_all("list_workflows", params)
+        else:
+            order = {"sort": sort, "descending": descending, "offset": offset}
+            rows = self.db.fetch_all("list_workflows_sorted", params | order)
         return [WorkflowInfo.from_row(r) for r in rows]
+
+    def running_steps(self, workflow_ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Where each of these workflows that is RUNNING is: {id: {step_seq, previous_step,
+        since, heartbeat_at, attempt}}. step_seq is the position of the call under way (one
+        past the last journaled), previous_step the last journaled call's name (None before
+        the first), since when the run has been at it (that call's end, else the workflow's
+        creation); heartbeat_at and attempt are a watched step's (a heartbeat_timeout),
+        else None. A plain step records nothing before it is journaled, so the name of the
+        one under way is not known."""
+        for workflow_id in workflow_ids:
+            check_name("workflow_id", workflow_id)
+        if not workflow_ids:
+            return {}
+        rows = self.db.fetch_all("running_steps", {"workflow_ids": workflow_ids})
+        return {row.pop("workflow_id"): row for row in rows}
 
     def count_workflows(
         self,

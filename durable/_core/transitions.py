@@ -66,11 +66,13 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
         "cancel": _W.CANCELLED,  # cancel_workflows: nothing ran, nothing to undo
         "cancel_by_a_run": _W.PENDING,  # cancel_workflows: a run stops it (undo, children)
         "pause": _W.PAUSED,  # pause_workflow
+        "terminate": _W.CANCELLED,  # terminate_workflows: nothing is undone
     },
     _W.PENDING: {
         "claim": _W.RUNNING,  # claim_batch, claim_batch_cas
         "cancel": _W.CANCELLED,  # cancel_workflows
         "pause": _W.PAUSED,  # pause_workflow
+        "terminate": _W.CANCELLED,  # terminate_workflows
     },
     _W.RUNNING: {
         # finish_workflow, finish_workflows, finish_with_steps (fenced by epoch):
@@ -95,6 +97,8 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
         "cancel": _W.CANCELLED,
         # claim_batch, claim_batch_cas: the lease lapsed too often.
         "give_up": _W.MAX_RECOVERY_ATTEMPTS_EXCEEDED,
+        # terminate_workflows: an operator ends it now, its owner fenced by the epoch.
+        "terminate": _W.CANCELLED,
     },
     _W.SUSPENDED: {
         # wake_due, wake_if_message, wake_if_decided, wake_if_any, wake_workflow,
@@ -103,6 +107,7 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
         "wake": _W.PENDING,
         "cancel": _W.CANCELLED,  # cancel_workflows
         "pause": _W.PAUSED,  # pause_workflow: no wake-up moves it until it is unpaused
+        "terminate": _W.CANCELLED,  # terminate_workflows
     },
     # Held by an operator: unpause_workflow makes it runnable where it stopped (ENQUEUED
     # when it never left its queue; a suspended one replays and waits again if it must);
@@ -112,6 +117,7 @@ WORKFLOW_EVENTS: Mapping[WorkflowStatus | None, Mapping[str, WorkflowStatus]] = 
         "unpause_queued": _W.ENQUEUED,
         "cancel": _W.CANCELLED,
         "cancel_by_a_run": _W.PENDING,
+        "terminate": _W.CANCELLED,  # terminate_workflows
     },
     # Finished. A failed, cancelled or given-up workflow can be resumed by an operator
     # (resume_workflow): it starts over from its journal. A cancelled workflow whose

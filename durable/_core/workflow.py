@@ -150,11 +150,14 @@ def _stop(run: Run, defn: WorkflowDef, stop: WorkflowInterrupted) -> Gen[Workflo
 CANCEL_ROUNDS = 10
 
 
-def cancel_tree(workflow_id: str, reason: str, error: str) -> Gen[list[dict[str, Any]]]:
+def cancel_tree(
+    workflow_id: str, reason: str, error: str, statement: str = "cancel_workflows"
+) -> Gen[list[dict[str, Any]]]:
     """Cancel a workflow and its descendants; returns the rows written (id, status after,
     epoch). The tree is walked down a level per statement, as a schema sharded by workflow
     id cannot run a recursive query over parent_id; the cancel itself is a compare-and-set
-    per workflow (cancel_workflows), asked again for those whose row changed meanwhile."""
+    per workflow (cancel_workflows, or terminate_workflows: CANCELLED at once, nothing
+    undone), asked again for those whose row changed meanwhile."""
     tree, level = [workflow_id], [workflow_id]
     seen = {workflow_id}
     while level:
@@ -166,7 +169,7 @@ def cancel_tree(workflow_id: str, reason: str, error: str) -> Gen[list[dict[str,
     todo = tree
     for _ in range(CANCEL_ROUNDS):
         rows = yield Execute(
-            "cancel_workflows", {"workflow_ids": todo, "reason": reason, "error": error}, "all"
+            statement, {"workflow_ids": todo, "reason": reason, "error": error}, "all"
         )
         done += [r for r in rows if r["settled"]]
         todo = [r["workflow_id"] for r in rows if not r["settled"]]

@@ -4,7 +4,9 @@ operator. The form never names who acts."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
 from durable._base.models import WorkflowStatus
 from durable._base.names import workflow_label
@@ -43,6 +45,57 @@ def _cancel(client: Client, form: dict[str, str]) -> str:
     if status.is_terminal and status is not WorkflowStatus.CANCELLED:
         return f"{workflow_id} already finished ({status.value}): nothing to cancel"
     return f"cancel requested for {workflow_id} (now {status.value})"
+
+
+def _terminate(client: Client, form: dict[str, str]) -> str:
+    """Client.terminate: CANCELLED now, no compensation, pending effects as they are."""
+    workflow_id = form["workflow_id"]
+    if form.get("confirm") != workflow_id:
+        raise ValueError(
+            f"a terminate undoes nothing: type the workflow's id ({workflow_id}) to confirm"
+        )
+    before = client.get_workflow(workflow_id).status
+    if before.is_terminal:
+        return f"{workflow_id} already finished ({before.value}): nothing to terminate"
+    status = client.terminate(workflow_id, form.get("reason") or "terminated from the console")
+    if status is not WorkflowStatus.CANCELLED:  # it finished meanwhile
+        return f"{workflow_id} finished first ({status.value}): nothing to terminate"
+    return f"terminated {workflow_id}: CANCELLED, no compensation ran"
+
+
+def _send(client: Client, form: dict[str, str]) -> str:
+    """Client.send: a JSON body on a topic (none: the default topic), audited as a send."""
+    workflow_id, topic = form["workflow_id"], form.get("topic", "").strip() or None
+    try:
+        body = json.loads(form["body"], parse_constant=_no_constant)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f'the message body is not JSON ({exc}): quote a text, "like this"'
+        ) from None
+    with_key = form.get("key", "").strip() or None
+    client.send(workflow_id, body, topic, with_key)
+    return f"sent {workflow_id} a message" + (f" on {topic}" if topic else "")
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _raise_budget(client: Client, form: dict[str, str]) -> str:
+    """Client.raise_budget by the amounts given (blank: that limit unchanged)."""
+    amounts: dict[str, Any] = {}
+    for key, kind in (("dollars", float), ("tokens", int), ("steps", int), ("seconds", float)):
+        text = form.get(key, "").strip()
+        if text:
+            try:
+                amounts[key] = kind(text)
+            except ValueError:
+                raise ValueError(f"{key}={text!r}: give a number") from None
+    if not amounts:
+        raise ValueError("give an amount to add: dollars, tokens, steps or seconds")
+    client.raise_budget(form["workflow_id"], **amounts, decided_by="console")
+    added = ", ".join(f"{v} {k}" for k, v in amounts.items())
+    return f"raised the budget of {form['workflow_id']} by {added}"
 
 
 def _resume(client: Client, form: dict[str, str]) -> str:
@@ -96,6 +149,9 @@ def _delete_schedule(client: Client, form: dict[str, str]) -> str:
 _ACTIONS: dict[str, Callable[[Client, dict[str, str]], str]] = {
     "decide": _decide,
     "cancel": _cancel,
+    "terminate": _terminate,
+    "send": _send,
+    "raise-budget": _raise_budget,
     "resume": _resume,
     "pause": _pause,
     "unpause": _unpause,

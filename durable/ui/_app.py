@@ -8,17 +8,13 @@ from __future__ import annotations
 import datetime as dt
 import hmac
 import ipaddress
-import json
 import secrets
 import time
 import uuid
-import zoneinfo
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlencode
 
-from jinja2 import Environment, FileSystemLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
@@ -32,8 +28,6 @@ from durable._base.clock import SystemClock
 from durable._base.models import WorkflowStatus
 from durable._base.names import workflow_label
 from durable._client.client import Client
-from durable._client.schedules import next_tick
-from durable._core import decode_error
 from durable._host.engine import Engine
 from durable.errors import (
     ConfigurationError,
@@ -56,16 +50,23 @@ from durable.ui._auth import (
 from durable.ui._bulk import attribute_filter, bulk_page
 from durable.ui._bulk import time_field as _time_param
 from durable.ui._callbacks import callback_route, is_callback
+from durable.ui._list import (
+    database_name,
+    export_route,
+    offset_param,
+    parse_sort,
+    running,
+    sort_links,
+)
 from durable.ui._metrics import metrics_route
-from durable.ui._timeline import between, human_duration, timeline
+from durable.ui._render import HERE, _next_tick, _templates
+from durable.ui._timeline import timeline
 
 CSRF_COOKIE = "durable_csrf"
 PAGE_SIZE = 50
 COUNT_CAP = 10_000
 REFRESH_SECONDS = 5  # lists, and the page of a workflow that has not finished
-PREVIEW = 120
 MAX_FORM_BYTES = 64 * 1024  # an action's form is a few short fields
-HERE = Path(__file__).parent
 
 
 def create_app(
@@ -138,6 +139,7 @@ def create_app(
         Route("/signin", console.signin, methods=["GET", "POST"]),
         Route("/signout", console.signout, methods=["POST"]),
         Route("/actions/{action}", console.act, methods=["POST"]),
+        Route("/export", export_route(console), methods=["POST"]),
         *([] if read_only else [callback_route(client)]),  # before the guard: see _Guard
         Mount("/static", app=StaticFiles(directory=HERE / "static"), name="static"),
     ]
@@ -203,56 +205,6 @@ class _Guard:
             await refusal(scope, receive, send)
 
 
-def _short(value: Any, width: int = PREVIEW) -> str:
-    text = "" if value is None else value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= width else text[: width - 1] + "…"
-
-
-def _pretty(text: str | None) -> str:
-    """Stored JSON, indented (or the text as stored if it is not JSON)."""
-    if text is None:
-        return ""
-    try:
-        return json.dumps(json.loads(text), indent=2, ensure_ascii=False)
-    except ValueError:
-        return text
-
-
-def _error(text: str | None) -> str:
-    if not text:
-        return ""
-    try:
-        kind, message, trace = decode_error(text)
-    except (ValueError, AttributeError):
-        return text
-    return f"{kind}: {message}" + (f"\n\n{trace}" if trace else "")
-
-
-def _when(value: dt.datetime | None) -> str:
-    return "" if value is None else value.astimezone(dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def _next_tick(row: dict[str, Any]) -> str:
-    if row["paused"]:
-        return ""
-    try:
-        return _when(next_tick(row["cron"], row["timezone"], dt.datetime.now(dt.UTC)))
-    except (ValueError, KeyError, zoneinfo.ZoneInfoNotFoundError):
-        return ""
-
-
-def _templates() -> Environment:
-    env = Environment(
-        loader=FileSystemLoader(HERE / "templates"),
-        autoescape=select_autoescape(default=True, default_for_string=True),
-    )
-    env.filters.update(
-        short=_short, pretty=_pretty, error=_error, when=_when, seconds=human_duration
-    )
-    env.globals.update(duration=between)
-    return env
-
-
 class _Console:
     def __init__(
         self,
@@ -276,6 +228,7 @@ class _Console:
         self.reads_need_token = reads_need_token
         self.allowed_hosts = allowed_hosts
         self.env = _templates()
+        self.database = database_name(client)
 
     # -- the guard -------------------------------------------------------------------------
 
@@ -416,6 +369,7 @@ class _Console:
             base=base,
             csrf=csrf,
             read_only=self.read_only,
+            database=self.database,
             session=self.sessions is not None and self.signed_in(request),
             signed_in=not self.read_only and self.signed_in(request),
             request=request,
@@ -515,8 +469,11 @@ class _Console:
         q = request.query_params
         keys = ("status", "name", "id", "from", "to", "q", "children", "attr")
         filters = {k: q.get(k, "").strip() for k in keys}
-        nested = filters["children"] != "1"  # top-level rows, their children folded under
+        # Top-level rows, their children folded under; a search lists every run it finds.
+        nested = filters["children"] != "1" and not filters["q"]
         try:
+            sort, descending = parse_sort(q.get("sort"))
+            offset = offset_param(q.get("offset"))
             limit = min(500, max(1, int(q.get("limit") or PAGE_SIZE)))
             after_at = _time_param(q.get("after_at"))
             after_id = q.get("after_id", "")
@@ -532,8 +489,10 @@ class _Console:
                 "search": filters["q"] or None,
                 "filter": attribute_filter(filters["attr"]),
             }
+            if (sort, descending) != ("created", True) or offset:
+                chosen |= {"sort": sort, "descending": descending, "offset": offset}
             status = filters["status"].upper() or None
-            infos, count, children = await run_in_threadpool(
+            infos, count, children, steps = await run_in_threadpool(
                 self._list_data, status, chosen, after, limit, nested
             )
         except DatabaseUnavailableError:
@@ -543,8 +502,12 @@ class _Console:
         kept = {k: v for k, v in filters.items() if v}
         if q.get("limit"):
             kept["limit"] = str(limit)
+        links = sort_links(kept, sort, descending)
+        kept |= {"sort": q["sort"]} if q.get("sort") else {}
         older = None
-        if len(infos) == limit:
+        if len(infos) == limit and "offset" in chosen:  # another order: paged by offset
+            older = urlencode(kept | {"offset": str(offset + limit)})
+        elif len(infos) == limit:
             last = infos[-1]
             older = urlencode(
                 kept | {"after_at": last.created_at.isoformat(), "after_id": last.workflow_id}
@@ -561,8 +524,10 @@ class _Console:
             filters=filters,
             statuses=[s.value for s in WorkflowStatus],
             older=older,
-            paged=after is not None,
+            paged=after is not None or offset > 0,
             newest=urlencode(kept),
+            sorts=links,
+            steps=steps,
         )
 
     def _list_data(
@@ -572,18 +537,20 @@ class _Console:
         after: tuple[dt.datetime, str] | None,
         limit: int,
         nested: bool,
-    ) -> tuple[list[Any], int, dict[str, list[dict[str, Any]]]]:
+    ) -> tuple[list[Any], int, dict[str, list[dict[str, Any]]], dict[str, Any]]:
         """A page of the list, how many rows match (counted up to COUNT_CAP, unless the first
-        page holds them all), and, when the page lists top-level workflows, the children of
-        its rows."""
+        page holds them all), when the page lists top-level workflows the children of its
+        rows, and the running step of its running rows."""
         c = self.client
         infos = c.list_workflows(status, after=after, limit=limit, **chosen)
-        if after is None and len(infos) < limit:
+        if after is None and not chosen.get("offset") and len(infos) < limit:
             count = len(infos)  # the first page holds every match: no second scan
         else:
-            count = c.count_workflows(status, cap=COUNT_CAP + 1, **chosen)
+            order = ("sort", "descending", "offset")
+            counted = {k: v for k, v in chosen.items() if k not in order}
+            count = c.count_workflows(status, cap=COUNT_CAP + 1, **counted)
         children = c.list_children([i.workflow_id for i in infos]) if nested and infos else {}
-        return infos, count, children
+        return infos, count, children, running(c, infos, dt.datetime.now(dt.UTC))
 
     async def workflow(self, request: Request) -> Response:
         workflow_id = request.path_params["workflow_id"]
@@ -600,6 +567,7 @@ class _Console:
             refresh=None if status.is_terminal else REFRESH_SECONDS,
             can_cancel=status in _CANCELLABLE,
             can_resume=status in _RESUMABLE,
+            can_send=not status.is_terminal,
             **data,
         )
 
@@ -607,10 +575,12 @@ class _Console:
         c = self.client
         info = c.get_workflow(workflow_id)
         steps = c.steps(workflow_id)
+        now = dt.datetime.now(dt.UTC)
         wait = c.worker_wait(workflow_id)
         return {
             "info": info,
-            "timeline": timeline(info, steps, dt.datetime.now(dt.UTC)),
+            "timeline": timeline(info, steps, now),
+            "running": running(c, [info], now).get(workflow_id),
             "wait": {
                 "waiting": wait["waiting"],
                 "label": workflow_label(info.name, info.version),
@@ -704,29 +674,35 @@ class _Console:
 
     # -- actions ---------------------------------------------------------------------------
 
-    async def act(self, request: Request) -> Response:
+    async def permitted(self, request: Request) -> tuple[dict[str, str], Response | None]:
+        """An action's form, and the refusal of it (None: act): read-only, too big, a
+        browser's form not from our pages (CSRF), or no token."""
         if self.read_only:
-            return self.message(request, "this console is read-only: no actions", 403)
+            return {}, self.message(request, "this console is read-only: no actions", 403)
         body = await _body(request, MAX_FORM_BYTES)
         if body is None:
-            return self.message(
-                request, f"refused: an action's form is at most {MAX_FORM_BYTES} bytes", 413
-            )
+            too_big = f"refused: an action's form is at most {MAX_FORM_BYTES} bytes"
+            return {}, self.message(request, too_big, 413)
         form = _Form(_form(body))
         assert self.sessions is not None
         if request.headers.get(TOKEN_HEADER) is None:  # a browser's form: from our pages only
             refused = self._checked_form(request, form)
             if refused is not None:
-                return refused
+                return form, refused
         # The header, a Bearer token, Basic authentication, a signed-in session, or (for
         # scripts written against forms) a `token` field.
         allowed = self.authorized(request, form.get("token"))
         if isinstance(allowed, Response):
-            return allowed
+            return form, allowed
         if not allowed:
-            return self.message(
-                request, "refused: this action needs the console's token: sign in first", 403
-            )
+            no = "refused: this action needs the console's token: sign in first"
+            return form, self.message(request, no, 403)
+        return form, None
+
+    async def act(self, request: Request) -> Response:
+        form, refused = await self.permitted(request)
+        if refused is not None:
+            return refused
         action = _ACTIONS.get(request.path_params["action"])
         if action is None:
             return self.message(request, "no such action", 404)

@@ -310,7 +310,7 @@ def test_an_operator_signs_in_follows_a_workflow_and_approves_it(
             driver.set_window_size(1400, 500)
             driver.get(console + "/workflows/refund-o-43")
             buttons = [b.text for b in driver.find_elements(By.CSS_SELECTOR, "#actions button")]
-            assert buttons == ["Cancel", "Fork"]
+            assert buttons == ["Pause", "Cancel", "Terminate", "Fork", "Send", "Export JSON"]
             fork_label = driver.find_element(By.CSS_SELECTOR, 'label[for="fork-step"]').text
             assert fork_label == "Fork, running again from step"
             kinds = [
@@ -331,7 +331,7 @@ def test_an_operator_signs_in_follows_a_workflow_and_approves_it(
             assert _refreshed(driver) >= 1
             assert abs(int(driver.execute_script("return window.scrollY")) - scrolled) <= 2
             buttons = [b.text for b in driver.find_elements(By.CSS_SELECTOR, "#actions button")]
-            assert buttons == ["Fork"]  # no Cancel, no Resume on a SUCCESS workflow
+            assert buttons == ["Fork", "Export JSON"]  # no Cancel, no Resume on a SUCCESS one
             driver.set_window_size(1400, 900)
 
             # A finished workflow with a retried step, a sleep and two children.
@@ -395,6 +395,22 @@ def test_an_operator_signs_in_follows_a_workflow_and_approves_it(
                 for r in driver.find_elements(By.CSS_SELECTOR, "#workflows tr.workflow")
             ]
             assert ids == ["refund-o-42"]
+
+            # Sorted by name: a click on the column's header, another turns it round.
+            driver.get(console + "/workflows")
+            driver.find_element(By.CSS_SELECTOR, 'a.sort[data-sort="name"]').click()
+            wait_for(lambda: "sort=name" in driver.current_url, 30, "the sorted list")
+
+            def names() -> list[str]:
+                cells = driver.find_elements(
+                    By.CSS_SELECTOR, "#workflows tr.workflow td:nth-child(2)"
+                )
+                return [c.text for c in cells]
+
+            assert names() == sorted(names()) and len(set(names())) > 1
+            driver.find_element(By.CSS_SELECTOR, 'a.sort[data-sort="name"]').click()
+            wait_for(lambda: "sort=-name" in driver.current_url, 30, "the order turned round")
+            assert names() == sorted(names(), reverse=True)
 
             # Executors: the live ones; a dead one only when asked.
             with psycopg.connect(database_url, autocommit=True) as conn:

@@ -686,7 +686,16 @@ def params(name: str, w: str) -> dict[str, Any]:
         "outbox_ack": {"topic": f"t-{w}", "message_id": f"m-{w}"},
         "outbox_retry": {"topic": f"t-{w}", "message_id": f"m-{w}", "delay_seconds": 1.0},
         "outbox_reject": {"topic": f"t-{w}", "message_id": f"m-{w}", "reason": "bad"},
+        # The console's.
+        "terminate_workflows": {
+            "workflow_ids": [w, f"{w}-child", f"{w}-pending", f"{w}-asleep"],
+            "reason": "stop",
+            "error": '{"type": "x"}',
+        },
+        "running_steps": {"workflow_ids": [w, f"{w}-done"]},
     }
+    listed = {k: v for k, v in table["list_workflows"].items() if not k.startswith("after_")}
+    table["list_workflows_sorted"] = listed | {"sort": "name", "descending": False, "offset": 9}
     return table[name]
 
 

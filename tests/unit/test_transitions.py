@@ -58,6 +58,10 @@ WORKFLOW_STATEMENTS: Mapping[str, frozenset[Move]] = {
         [W.ENQUEUED, W.PENDING, W.SUSPENDED, W.PAUSED], [W.PENDING, W.CANCELLED]
     )
     | every([W.RUNNING], [W.RUNNING, W.PENDING, W.CANCELLED]),
+    # An operator's hard stop: CANCELLED at once, whatever it was doing.
+    "terminate_workflows": every(
+        [W.ENQUEUED, W.PENDING, W.RUNNING, W.SUSPENDED, W.PAUSED], [W.CANCELLED]
+    ),
     "resume_workflow": every([W.CANCELLED, W.ERROR, W.MAX_RECOVERY_ATTEMPTS_EXCEEDED], [W.PENDING]),
     # `CASE WHEN status = 'RUNNING' THEN 'PENDING' ELSE status END`: a pending, queued or
     # suspended workflow keeps its status (only its version changes).

@@ -2469,3 +2469,103 @@ WHERE topic = %(topic)s AND message_id = %(message_id)s
 -- The message can never start a workflow: kept with why, never taken again.
 UPDATE {schema}.trigger_outbox SET rejected = %(reason)s
 WHERE topic = %(topic)s AND message_id = %(message_id)s
+
+-- ---------------------------------------------------------------------------------------
+-- The console: a hard terminate, the list sorted by another column, running steps.
+
+-- terminate_workflows --
+-- End these workflows (one and its descendants, found by children_of) CANCELLED at once,
+-- whatever they were doing: no compensation runs, pending effects stay as they are, and the
+-- epoch is bumped, so a runner that still holds one has every later write refused (its step
+-- in flight is not stopped: its record is refused). Compare-and-set per row, as
+-- cancel_workflows; `settled` false: the row changed meanwhile, ask again.
+WITH targets AS (
+    SELECT w.workflow_id, w.epoch, w.status, {schema}.current_time() AS now
+    FROM {schema}.workflows AS w
+    WHERE w.workflow_id = ANY(%(workflow_ids)s::text[])
+      AND w.status IN ('ENQUEUED', 'PENDING', 'RUNNING', 'SUSPENDED', 'PAUSED')
+), terminated AS (
+    UPDATE {schema}.workflows AS w
+    SET status = 'CANCELLED',
+        cancel_requested_at = coalesce(w.cancel_requested_at, t.now),
+        cancel_reason = coalesce(w.cancel_reason, %(reason)s),
+        paused_at = NULL, owner = NULL, lease_expires_at = NULL, wake_at = NULL,
+        epoch = w.epoch + 1, error = %(error)s, finished_at = t.now, updated_at = t.now
+    FROM targets AS t
+    WHERE w.workflow_id = ANY(%(workflow_ids)s::text[])
+      AND w.workflow_id = t.workflow_id AND w.epoch = t.epoch AND w.status = t.status
+    RETURNING w.workflow_id, w.status, w.epoch
+)
+SELECT workflow_id, status, epoch, true AS settled FROM terminated
+UNION ALL
+SELECT workflow_id, status, epoch, false FROM targets
+WHERE workflow_id NOT IN (SELECT workflow_id FROM terminated)
+
+-- list_workflows_sorted --
+-- list_workflows' filters, sorted by `sort` (created, updated, status or name; then the
+-- newest first) in `descending` order, a page at `offset` rows: the console's column
+-- sorting. Sorted so, no index serves the order; the default order (list_workflows) walks one.
+WITH live AS MATERIALIZED (
+    SELECT DISTINCT c ->> 0 AS name, coalesce(c ->> 1, '') AS version
+    FROM {schema}.executors e, jsonb_array_elements(e.capabilities) AS c
+    WHERE e.heartbeat_at > {schema}.current_time() - make_interval(secs => %(stale_seconds)s)
+)
+SELECT workflow_id, name, version, status, inputs, output, error, serializer, durability,
+    parent_id, parent_step_seq, owner, epoch, lease_expires_at, recovery_attempts,
+    created_at, updated_at, finished_at, journal_version, attributes,
+    (w.status IN ('PENDING', 'ENQUEUED')
+     OR (w.status = 'RUNNING' AND w.lease_expires_at < {schema}.current_time()))
+    AND NOT EXISTS (
+        SELECT 1 FROM live
+        WHERE live.name = w.name AND live.version = coalesce(w.version, ''))
+    AS waiting_for_worker
+FROM {schema}.workflows AS w
+WHERE (%(status)s::text IS NULL OR status = %(status)s::text)
+  AND (%(name)s::text IS NULL OR name = %(name)s::text)
+  AND (%(id_from)s::text IS NULL OR (workflow_id COLLATE "C" >= %(id_from)s::text
+       AND workflow_id COLLATE "C" < %(id_to)s::text AND starts_with(workflow_id, %(id_from)s)))
+  AND (%(created_from)s::timestamptz IS NULL OR created_at >= %(created_from)s::timestamptz)
+  AND (%(created_to)s::timestamptz IS NULL OR created_at < %(created_to)s::timestamptz)
+  AND (%(top_level)s = false OR parent_id IS NULL)
+  AND (%(search)s::text IS NULL OR strpos(lower(inputs), %(search)s::text) > 0
+       OR strpos(lower(output), %(search)s::text) > 0)
+  AND (%(statuses)s::text[] IS NULL OR status = ANY(%(statuses)s::text[]))
+  AND (%(version)s::text IS NULL OR coalesce(version, '') = %(version)s::text)
+  AND (%(parent_id)s::text IS NULL OR parent_id = %(parent_id)s::text)
+  AND (%(attr_eq)s::jsonb IS NULL OR attributes @> %(attr_eq)s::jsonb)
+  AND (%(attr_path)s::jsonpath IS NULL OR coalesce(jsonb_path_match(attributes,
+       %(attr_path)s::jsonpath, %(attr_vars)s::jsonb, true), false))
+ORDER BY
+    CASE WHEN %(sort)s::text = 'updated' AND %(descending)s::boolean THEN updated_at END DESC,
+    CASE WHEN %(sort)s::text = 'updated' AND NOT %(descending)s::boolean THEN updated_at END ASC,
+    CASE WHEN %(sort)s::text = 'status' AND %(descending)s::boolean THEN status END DESC,
+    CASE WHEN %(sort)s::text = 'status' AND NOT %(descending)s::boolean THEN status END ASC,
+    CASE WHEN %(sort)s::text = 'name' AND %(descending)s::boolean THEN name END DESC,
+    CASE WHEN %(sort)s::text = 'name' AND NOT %(descending)s::boolean THEN name END ASC,
+    CASE WHEN %(sort)s::text = 'created' AND NOT %(descending)s::boolean THEN created_at END ASC,
+    created_at DESC, workflow_id DESC
+OFFSET %(offset)s
+LIMIT %(limit)s
+
+-- running_steps --
+-- Where each of these running workflows is: the position of the call under way (one past
+-- its last journaled call), that last call's name, and since when the run has been at it
+-- (the last call's end, else the workflow's creation). A watched attempt (0027, a step with
+-- a heartbeat_timeout) of the current run is that call, with its last heartbeat. A plain
+-- step writes nothing until it is journaled, so its own name is not known before then.
+SELECT w.workflow_id,
+    coalesce(a.step_seq, coalesce(s.step_seq + 1, 0)) AS step_seq,
+    s.step_name AS previous_step,
+    coalesce(s.finished_at, w.created_at) AS since,
+    a.heartbeat_at, a.attempt
+FROM {schema}.workflows AS w
+LEFT JOIN LATERAL (
+    SELECT step_seq, step_name, finished_at FROM {schema}.steps
+    WHERE workflow_id = w.workflow_id ORDER BY step_seq DESC LIMIT 1
+) AS s ON true
+LEFT JOIN LATERAL (
+    SELECT step_seq, heartbeat_at, attempt FROM {schema}.step_attempts
+    WHERE workflow_id = w.workflow_id AND epoch = w.epoch AND heartbeat_timeout IS NOT NULL
+    ORDER BY step_seq DESC LIMIT 1
+) AS a ON true
+WHERE w.workflow_id = ANY(%(workflow_ids)s::text[]) AND w.status = 'RUNNING'
