@@ -9,8 +9,9 @@ durable.with_options(fn, workflow_id="a"), *args, **kwargs)`, where `with_option
 `fn`'s own type, so the start's first overloads check the arguments against `fn` and type
 the handle's result() by what `fn` returns. The keyword form (`engine.start(fn, *args,
 workflow_id="a")`) still works, through overloads that check each option and take the
-arguments as given; type checkers mark it deprecated (`@deprecated`), at run time it is
-not (it is the form every existing program uses).
+arguments as given. It is deprecated in the types only (`@deprecated` on those overloads,
+which mypy does not report for these calls); at run time it warns nobody, being the form
+every existing program (and test) uses.
 
 So that an option never swallows an argument of the same name, a workflow may not have a
 parameter that can be passed by keyword under an option's name: `@workflow` refuses it.

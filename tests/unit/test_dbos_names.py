@@ -111,3 +111,12 @@ def test_workflow_id_used_as_a_value_says_to_call_it() -> None:
         durable.workflow_id()
     assert "workflow_id" in repr(durable.workflow_id)
     assert {durable.workflow_id: 1}[durable.workflow_id] == 1  # hashable by identity
+
+
+def test_the_guide_lists_every_name_of_the_table() -> None:
+    from tests.conftest import ROOT
+
+    guide = (ROOT / "docs" / "coming-from-dbos.md").read_text("utf-8")
+    for table in (WORKFLOW, STEP, TRANSACTION, START):
+        for name in table:
+            assert f"| `{name}=` |" in guide, name
