@@ -40,8 +40,8 @@ from durable._run import dbos_names as dbos
 from durable._run import driver as _driver
 from durable._run import driver_async as _driver_async
 from durable._run.methods import bound_entries, unwrap
-from durable._run.start_options import MAX_SECONDS, check_parameters
-from durable.errors import DefinitionError
+from durable._run.start_options import MAX_SECONDS, WithOptions, check_parameters
+from durable.errors import ConfigurationError, DefinitionError
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -291,6 +291,12 @@ def workflow(
 
 def workflow_def(fn: object) -> WorkflowDef:
     """The definition behind a decorated workflow function."""
+    if isinstance(fn, WithOptions):  # the options would be dropped here: refuse them
+        raise ConfigurationError(
+            f"{fn!r}: the options of durable.with_options are taken by a start (engine.start, "
+            "start_async, submit, an enqueue, durable.start_child); give the workflow "
+            "itself here"
+        )
     defn = getattr(fn, _WORKFLOW_ATTR, None)
     if not isinstance(defn, WorkflowDef):
         raise DefinitionError(

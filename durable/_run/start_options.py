@@ -141,7 +141,7 @@ class WithOptions:
     """A workflow and the options of its next start (what durable.with_options returns):
     each start, submit or enqueue takes it in place of the function."""
 
-    __slots__ = ("__durable_workflow__", "fn", "options")
+    __slots__ = ("fn", "options")
     fn: Callable[..., Any]
     options: dict[str, Any]
 
@@ -156,8 +156,6 @@ class WithOptions:
             fn = fn.fn
         self.fn = fn
         self.options = options
-        # (so that durable.start_child, which reads the definition first, takes it too)
-        self.__durable_workflow__ = getattr(fn, "__durable_workflow__", None)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         raise ConfigurationError(
@@ -206,6 +204,12 @@ def with_options(
     }
     options = {name: value for name, value in given.items() if value is not None}
     return cast("Callable[P, R]", WithOptions(fn, options))
+
+
+def options_target(fn: object) -> object:
+    """The workflow a `with_options(fn, ...)` carries (durable.start_child reads its
+    definition before the start takes the options); anything else as it is."""
+    return fn.fn if isinstance(fn, WithOptions) else fn
 
 
 def take_options(

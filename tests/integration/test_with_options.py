@@ -1,7 +1,8 @@
 """durable.with_options(fn, ...) carries a start's options with the workflow: each start,
 submit and enqueue (sync and awaited, and durable.start_child) runs the workflow under the
 id, timeout, attributes and queue options it gives, as the keyword form does; a start
-refuses an enqueue's option, an option given twice, and a call of the carrier itself."""
+refuses an enqueue's option, an option given twice, and a call of the carrier itself; a
+call that takes no options (start_or_send) refuses them rather than dropping them."""
 
 from __future__ import annotations
 
@@ -110,4 +111,9 @@ def test_a_start_refuses_an_enqueue_option_a_repeated_option_and_a_call(
         durable.with_options(durable.with_options(add, workflow_id="a"), workflow_id="b")
     with pytest.raises(ConfigurationError, match="is started, not called"):
         durable.with_options(add, workflow_id="a")(1, 2)
+    # A call that takes no options refuses them rather than dropping them.
+    with pytest.raises(ConfigurationError, match="taken by a start"):
+        engine.start_or_send(
+            durable.with_options(add, timeout=5), 1, 2, workflow_id="a", message="m"
+        )
     assert engine.client.list_workflows() == []
