@@ -42,6 +42,7 @@ from durable._run.heartbeats import heartbeat, last_heartbeat
 from durable._run.methods import Instance
 from durable._run.patches import deprecate_patch, patched
 from durable._run.patches_async import patched_async
+from durable._run.start_options import with_options
 from durable._run.state import append_turn
 from durable._run.state_async import append_turn_async, conversation, state
 from durable._run.streams import close_stream, write_stream
@@ -147,6 +148,7 @@ __all__ = [
     "transaction",
     "wait_first",
     "wait_first_async",
+    "with_options",
     "workflow",
     "workflow_attributes",
     "workflow_id",

@@ -23,6 +23,7 @@ The tree::
     │   │   ├── EngineNotRunningError
     │   │   ├── DuplicateNameError
     │   │   ├── DefinitionError
+    │   │   │   └── DBOSNameError (also a TypeError)
     │   │   ├── UnknownWorkflowError
     │   │   ├── UnknownInstanceError
     │   │   ├── InvalidNameError
@@ -49,6 +50,7 @@ The tree::
     │   ├── TransactionStepError
     │   ├── AsyncInSyncError (also a TypeError)
     │   ├── BlockingCallError (also a TypeError)
+    │   ├── WorkflowIdNotCalledError (also a TypeError)
     │   └── WeakTokenError
     ├── OutcomeError
     │   ├── ApprovalDeniedError
@@ -204,6 +206,20 @@ class DuplicateNameError(ConfigurationError):
 
 class DefinitionError(ConfigurationError):
     """A decorator was used with invalid options: fix the decorator arguments."""
+
+
+class DBOSNameError(DefinitionError, TypeError):
+    """An option was given under DBOS's name, which durable spells differently: give it
+    under durable's name (the message names it; docs/coming-from-dbos.md has the table).
+
+    Raised by the decorators and by the calls that start a workflow, in place of the bare
+    TypeError an unknown keyword would raise (it is also a TypeError)."""
+
+    def __init__(self, where: str, name: str, durable_name: str) -> None:
+        self.where = where
+        self.name = name
+        self.durable_name = durable_name
+        super().__init__(f"{where}: {name}= is DBOS's name; durable's is {durable_name}")
 
 
 class UnknownWorkflowError(ConfigurationError):
@@ -877,6 +893,11 @@ class TransactionStepError(UsageError):
 class AsyncInSyncError(UsageError, TypeError):
     """Sync code met an async step or workflow: a plain `def` cannot await it. Make the
     calling workflow `async def` and `await` the call."""
+
+
+class WorkflowIdNotCalledError(UsageError, TypeError):
+    """durable.workflow_id is a function: call it, `durable.workflow_id()`, for the id of
+    the running workflow (DBOS's `DBOS.workflow_id` is a property; durable's is not)."""
 
 
 class BlockingCallError(UsageError, TypeError):

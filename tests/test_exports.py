@@ -24,6 +24,7 @@ PUBLIC = {
     "workflow_timeout",
     "step_id",
     "workflow_id",
+    "with_options",
     "get_event",
     "get_event_async",
     "send",

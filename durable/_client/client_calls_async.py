@@ -24,7 +24,7 @@ from durable._io.listen import Subscription
 from durable._run.acompat import to_thread_async
 from durable._run.handles import AsyncWorkflowHandle
 from durable._run.host_async import AsyncLifeHost, drive_async
-from durable._run.start_options import enqueue_method
+from durable._run.start_options import enqueue_method_async
 from durable.errors import ConfigurationError, WorkflowNotFoundError
 
 
@@ -152,7 +152,7 @@ class AsyncClientCalls(Messages):
             if subscription is not None:
                 subscription.close()
 
-    @enqueue_method
+    @enqueue_method_async
     async def enqueue_async(
         self,
         queue: Queue,

@@ -36,6 +36,7 @@ from durable._run.child_handle import ChildHandle
 from durable._run.context import workflow_code_run
 from durable._run.decorators import workflow_call, workflow_def
 from durable._run.driver import drive
+from durable._run.start_options import options_target
 from durable._run.timeouts import call_timeout, pop_timeout
 from durable.errors import (
     AsyncInSyncError,
@@ -314,6 +315,6 @@ def start_child(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> ChildHa
     Only in workflow code (`await durable.start_child_async(...)` in an async one):
     elsewhere, start workflows with engine.start."""
     run = workflow_run("durable.start_child()")
-    defn = workflow_def(fn)
+    defn = workflow_def(options_target(fn))
     handle = run.host.active.start(fn, *args, **kwargs)
     return ChildHandle(handle.workflow_id, defn.name, defn.fn)

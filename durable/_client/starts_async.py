@@ -33,6 +33,7 @@ from durable._run.child_handle import ChildHandle
 from durable._run.context import workflow_code_run
 from durable._run.decorators import workflow_call, workflow_def
 from durable._run.driver_async import drive_async
+from durable._run.start_options import options_target
 from durable._run.timeouts import call_timeout, pop_timeout
 from durable.errors import (
     AsyncInSyncError,
@@ -314,6 +315,6 @@ async def start_child_async(fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     Only in workflow code (`await durable.start_child_async(...)` in an async one):
     elsewhere, start workflows with engine.start."""
     run = workflow_run_async("durable.start_child()")
-    defn = workflow_def(fn)
+    defn = workflow_def(options_target(fn))
     handle = await run.host.active.start_async(fn, *args, **kwargs)
     return ChildHandle(handle.workflow_id, defn.name, defn.fn)

@@ -39,6 +39,7 @@ from durable._run.context import current_engine, current_run
 from durable._run.handles import AsyncWorkflowHandle, WorkflowHandle
 from durable._run.start_options import (
     enqueue_method,
+    enqueue_method_async,
     start_method,
 )
 from durable.errors import ConfigurationError, EngineNotRunningError
@@ -358,7 +359,7 @@ class Engine(EngineCalls, AsyncEngineCalls):
         return self.client.submit(fn, *args, workflow_id=workflow_id, conn=conn, **kwargs)
 
     # (Through its typed view: Client.enqueue_async is typed as the call it makes.)
-    enqueue_async = enqueue_method(_client_call(cast(Any, Client.enqueue_async)))
+    enqueue_async = enqueue_method_async(_client_call(cast(Any, Client.enqueue_async)))
     """Client.enqueue_async, on the engine's client."""
 
     # Each is the Client's method, signature and docstring included (see _client_call).

@@ -24,7 +24,7 @@ from durable._run.context import refuse_in_workflow
 from durable._run.decorators import workflow_call
 from durable._run.handles import AsyncWorkflowHandle
 from durable._run.host_async import AsyncLifeHost, drive_async
-from durable._run.start_options import start_method
+from durable._run.start_options import start_method_async
 from durable._run.timeouts import call_timeout, pop_timeout
 
 if TYPE_CHECKING:
@@ -49,7 +49,7 @@ class AsyncEngineCalls:
 
         def _hosts(self) -> AsyncHosts: ...
 
-    @start_method
+    @start_method_async
     async def start_async(
         self,
         fn: Callable[..., Any],

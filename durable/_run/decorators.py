@@ -14,7 +14,17 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Never,
+    ParamSpec,
+    Protocol,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from durable._base.models import Budget, RetryPolicy, StepKind
 from durable._base.names import check_name
@@ -26,11 +36,12 @@ from durable._base.registry import (
     WorkflowDef,
     default_registry,
 )
+from durable._run import dbos_names as dbos
 from durable._run import driver as _driver
 from durable._run import driver_async as _driver_async
 from durable._run.methods import bound_entries, unwrap
-from durable._run.start_options import MAX_SECONDS, check_parameters
-from durable.errors import DefinitionError
+from durable._run.start_options import MAX_SECONDS, WithOptions, check_parameters
+from durable.errors import ConfigurationError, DefinitionError
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
@@ -217,6 +228,7 @@ def workflow(
     budget: Budget | None = None,
     max_recovery_attempts: int | None = None,
     registry: Registry | None = None,
+    **dbos_names: Any,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a durable workflow: its inputs, steps and outcome are journaled.
 
@@ -231,6 +243,8 @@ def workflow(
     (`durable workflows resume`); it wins over the Engine's `max_recovery_attempts` and is
     stored with each run when it starts, so any worker that recovers the run honours it.
     """
+    if dbos_names:
+        dbos.refuse("@durable.workflow", dbos.WORKFLOW, dbos_names)
     _check_name(name)
     if max_recovery_attempts is not None and (
         not isinstance(max_recovery_attempts, int)
@@ -277,6 +291,12 @@ def workflow(
 
 def workflow_def(fn: object) -> WorkflowDef:
     """The definition behind a decorated workflow function."""
+    if isinstance(fn, WithOptions):  # the options would be dropped here: refuse them
+        raise ConfigurationError(
+            f"{fn!r}: the options of durable.with_options are taken by a start (engine.start, "
+            "start_async, submit, an enqueue, durable.start_child); give the workflow "
+            "itself here"
+        )
     defn = getattr(fn, _WORKFLOW_ATTR, None)
     if not isinstance(defn, WorkflowDef):
         raise DefinitionError(
@@ -328,6 +348,7 @@ def step(
     timeout: float | dt.timedelta | None = None,
     heartbeat_timeout: float | dt.timedelta | None = None,
     registry: Registry | None = None,
+    **dbos_names: Any,
 ) -> Callable[P, R] | Callable[[Callable[P, R]], Callable[P, R]]:
     """Make a function a journaled step: inside a workflow its output is recorded once and
     replayed on resume. Outside a workflow it is an ordinary call.
@@ -345,6 +366,8 @@ def step(
     claims the workflow and runs the step again; durable.last_heartbeat() gives the next
     attempt the details of the last heartbeat.
     """
+    if dbos_names:
+        dbos.refuse("@durable.step", dbos.STEP, dbos_names)
     _check_name(name)
     policy = _retry_policy(retries, initial_delay, backoff, max_delay, jitter, retry_on)
     seconds = _timeout(timeout, "timeout")
@@ -432,6 +455,7 @@ def transaction(
     name: str | None = None,
     isolation_level: str | None = None,
     registry: Registry | None = None,
+    **dbos_names: Never,
 ) -> TransactionDecorator:
     """Make a function a transactional step: it receives a SQLAlchemy Connection as its
     first argument, and its writes commit in the same transaction as its journal row.
@@ -439,6 +463,8 @@ def transaction(
     So the application's write happens exactly once: a crash before the commit leaves
     neither the write nor the record (the step runs again); after it, both (it replays).
     """
+    if dbos_names:
+        dbos.refuse("@durable.transaction", dbos.TRANSACTION, dbos_names)
     _check_name(name)
     if isolation_level is not None and isolation_level.upper() not in _ISOLATION:
         raise DefinitionError(

@@ -9,7 +9,7 @@ protocol below), so it lives apart from the Client: the modules that return hand
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Generic, Protocol
 
 from durable._base.models import WorkflowInfo, WorkflowStatus
 from durable._core import lifecycle
@@ -21,7 +21,16 @@ from durable.errors import WorkflowNotFoundError
 if TYPE_CHECKING:
     import concurrent.futures
 
+    from typing_extensions import TypeVar
+
     from durable._io.systemdb import SystemDB
+
+    #: What the workflow returns; a handle written without it is a handle of Any.
+    R = TypeVar("R", covariant=True, default=Any)
+else:
+    from typing import TypeVar
+
+    R = TypeVar("R", covariant=True)
 
 
 class Reader(HostReader, Protocol):
@@ -33,8 +42,9 @@ class Reader(HostReader, Protocol):
     def get_workflow(self, workflow_id: str) -> WorkflowInfo: ...
 
 
-class WorkflowHandle:
-    """A reference to one workflow by id; valid in any process."""
+class WorkflowHandle(Generic[R]):
+    """A reference to one workflow by id; valid in any process. `WorkflowHandle[R]`: its
+    result() is what the workflow returns, an R (a start types it by the function)."""
 
     def __init__(
         self,
@@ -60,7 +70,7 @@ class WorkflowHandle:
     def info(self) -> WorkflowInfo:
         return self._client.get_workflow(self._workflow_id)
 
-    def result(self, timeout: float | None = None) -> Any:
+    def result(self, timeout: float | None = None) -> R:
         """Wait for the workflow to finish and return its value.
 
         Raises WorkflowFailedError if it failed, WorkflowCancelledError if it was cancelled
@@ -72,7 +82,8 @@ class WorkflowHandle:
         its code, and the run is given up for recovery.
         """
         life = lifecycle.result(self._workflow_id, timeout, self._future is not None)
-        return drive(life, LifeHost(self._client, waiter=self._future))
+        result: R = drive(life, LifeHost(self._client, waiter=self._future))
+        return result
 
     def __repr__(self) -> str:
         return f"WorkflowHandle({self._workflow_id!r})"
@@ -86,7 +97,7 @@ def _retrieved(waiter: asyncio.Future[Any]) -> None:
         waiter.exception()
 
 
-class AsyncWorkflowHandle:
+class AsyncWorkflowHandle(Generic[R]):
     """A WorkflowHandle for async code: `await handle.result()`, `await handle.status()`.
     Waiting holds no thread: each look at the database is a short call in a worker
     thread, and between looks the handle sleeps on the event loop."""
@@ -111,10 +122,11 @@ class AsyncWorkflowHandle:
     async def info(self) -> WorkflowInfo:
         return await asyncio.to_thread(self._client.get_workflow, self._workflow_id)
 
-    async def result(self, timeout: float | None = None) -> Any:
+    async def result(self, timeout: float | None = None) -> R:
         """As WorkflowHandle.result, awaited."""
         life = lifecycle.result(self._workflow_id, timeout, self._waiter is not None)
-        return await drive_async(life, AsyncLifeHost(self._client, waiter=self._waiter))
+        result: R = await drive_async(life, AsyncLifeHost(self._client, waiter=self._waiter))
+        return result
 
     def __repr__(self) -> str:
         return f"AsyncWorkflowHandle({self._workflow_id!r})"

@@ -1,15 +1,18 @@
-# mypy: disable-error-code="overload-cannot-match"
-# (mypy takes `*args: P.args, **kwargs: P.kwargs` as broader than any keyword option;
-# it is not: the first overload fails for a function without that parameter.)
 """The options of a start (`workflow_id=`, `timeout=`, `attributes=`, `conn=`, and for a
-queue `dedup_key=`, `priority=`, `delay=`, `partition_key=`): keyword-only, typed, and never
-confused with the workflow's own arguments.
+queue `dedup_key=`, `priority=`, `delay=`, `partition_key=`): typed, and never confused with
+the workflow's own arguments.
 
-A start takes the workflow's arguments and its own options in one call, as
-`engine.start(fn, *args, workflow_id="a", **kwargs)`. Python's typing cannot put keyword
-parameters after `*args: P.args` (PEP 612), so each start is typed by a Protocol with
-overloads: the first checks the workflow's arguments against `fn` when no option is given;
-the others, chosen when one is, check each option's type and take the arguments as given.
+Python's typing cannot put keyword parameters after `*args: P.args` (PEP 612), so a start
+typed as `start(fn, *args, workflow_id=..., **kwargs)` cannot check both the options and
+the arguments. The options therefore travel with the function: `engine.start(
+durable.with_options(fn, workflow_id="a"), *args, **kwargs)`, where `with_options` returns
+`fn`'s own type, so the start's first overloads check the arguments against `fn` and type
+the handle's result() by what `fn` returns. The keyword form (`engine.start(fn, *args,
+workflow_id="a")`) still works, through overloads that check each option and take the
+arguments as given. It is deprecated in the types only (`@deprecated` on those overloads,
+which mypy does not report for these calls); at run time it warns nobody, being the form
+every existing program (and test) uses.
+
 So that an option never swallows an argument of the same name, a workflow may not have a
 parameter that can be passed by keyword under an option's name: `@workflow` refuses it.
 """
@@ -17,17 +20,25 @@ parameter that can be passed by keyword under an option's name: `@workflow` refu
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import inspect
 import math
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar, cast, overload
+from typing import Any, ParamSpec, TypeVar, cast
 
+from durable._run.dbos_names import refuse_start_options
+from durable._run.start_typing import (
+    Enqueue,
+    EnqueueAsync,
+    QueueEnqueue,
+    Seconds,
+    Start,
+    StartAsync,
+)
 from durable.errors import ConfigurationError, DefinitionError, InvalidWaitError
 
-if TYPE_CHECKING:
-    from durable._run.handles import WorkflowHandle
-
 P = ParamSpec("P")
+R = TypeVar("R")
 
 #: The keywords a start (start, start_async, submit) takes for itself.
 START_OPTIONS = ("workflow_id", "attributes", "conn")
@@ -120,376 +131,163 @@ def check_parameters(fn: Callable[..., Any], name: str) -> None:
             )
 
 
-H = TypeVar("H", covariant=True)
+# -- options on the function: durable.with_options ------------------------------------------
 
-#: A per-call timeout (`timeout=`, popped by each start from its keyword arguments and
-#: checked there): seconds or a timedelta.
-Seconds = float | dt.timedelta
-
-
-class QueueLike(Protocol):
-    """What an enqueue's typing asks of its queue (a durable.Queue; checked when called)."""
-
-    @property
-    def name(self) -> str: ...
+#: Every option with_options takes (a start refuses an enqueue's).
+WITH_OPTIONS = frozenset((*START_OPTIONS, *ENQUEUE_OPTIONS, "timeout"))
 
 
-class Start(Protocol[H]):
-    """`start(fn, *args, workflow_id=None, **kwargs)`: Engine.start and Client.submit
-    (`Start[WorkflowHandle]`), Engine.start_async (`Start[Awaitable[AsyncWorkflowHandle]]`)."""
+class WithOptions:
+    """A workflow and the options of its next start (what durable.with_options returns):
+    each start, submit or enqueue takes it in place of the function."""
 
-    @overload
-    def __call__(self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs) -> H: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> H: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        timeout: Seconds | None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> H: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any],
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> H: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any,
-        **kwargs: Any,
-    ) -> H: ...
+    __slots__ = ("fn", "options")
+    fn: Callable[..., Any]
+    options: dict[str, Any]
+
+    def __init__(self, fn: Callable[..., Any], options: dict[str, Any]) -> None:
+        if isinstance(fn, WithOptions):  # with_options(with_options(fn, a=1), b=2)
+            twice = sorted(set(fn.options) & set(options))
+            if twice:
+                raise ConfigurationError(
+                    f"with_options: {', '.join(twice)} given twice: give each option once"
+                )
+            options = {**fn.options, **options}
+            fn = fn.fn
+        self.fn = fn
+        self.options = options
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        raise ConfigurationError(
+            "a workflow with options (durable.with_options) is started, not called: pass it "
+            "to engine.start, engine.submit or an enqueue, as engine.start(with_options(fn, "
+            "workflow_id=...), *args)"
+        )
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self.options.items())
+        return f"with_options({getattr(self.fn, '__qualname__', self.fn)}, {given})"
 
 
-class Enqueue(Protocol[H]):
-    """`enqueue(queue, fn, *args, workflow_id=, dedup_key=, priority=, delay=,
-    partition_key=, **kwargs)`: Engine.enqueue and Client.enqueue (`Enqueue[WorkflowHandle]`),
-    and their `_async` twins (`Enqueue[Awaitable[AsyncWorkflowHandle]]`)."""
+def with_options(
+    fn: Callable[P, R],
+    /,
+    *,
+    workflow_id: str | None = None,
+    timeout: Seconds | None = None,
+    attributes: Mapping[str, Any] | None = None,
+    conn: Any = None,
+    dedup_key: str | None = None,
+    priority: int | None = None,
+    delay: float | None = None,
+    partition_key: str | None = None,
+) -> Callable[P, R]:
+    """`fn` with the options of a start, for `engine.start(with_options(fn,
+    workflow_id="a"), *args, **kwargs)`: the type checker still checks the arguments
+    against `fn`'s signature, and the handle's result() is typed by its return type (the
+    options given as keywords of the start are checked one by one, the arguments not).
 
-    @overload
-    def __call__(
-        self, queue: QueueLike, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs
-    ) -> H: ...
-    @overload
-    def __call__(
-        self,
-        queue: QueueLike,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> H: ...
-    @overload
-    def __call__(
-        self,
-        queue: QueueLike,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> H: ...
-    @overload
-    def __call__(
-        self,
-        queue: QueueLike,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> H: ...
-    @overload
-    def __call__(
-        self,
-        queue: QueueLike,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> H: ...
-    @overload
-    def __call__(
-        self,
-        queue: QueueLike,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> H: ...
-    @overload
-    def __call__(
-        self,
-        queue: QueueLike,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> H: ...
-    @overload
-    def __call__(
-        self,
-        queue: QueueLike,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any],
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> H: ...
-    @overload
-    def __call__(
-        self,
-        queue: QueueLike,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any,
-        **kwargs: Any,
-    ) -> H: ...
+    The options are those of the start it goes to: `workflow_id=`, `timeout=`,
+    `attributes=` and `conn=` for start, start_async and submit; an enqueue's take also
+    `dedup_key=`, `priority=`, `delay=` and `partition_key=` (a start refuses them). An
+    option given None is not given. The value is only passed to a start (calling it raises
+    ConfigurationError); each start checks the options as it does its keywords."""
+    given = {
+        "workflow_id": workflow_id,
+        "timeout": timeout,
+        "attributes": attributes,
+        "conn": conn,
+        "dedup_key": dedup_key,
+        "priority": priority,
+        "delay": delay,
+        "partition_key": partition_key,
+    }
+    options = {name: value for name, value in given.items() if value is not None}
+    return cast("Callable[P, R]", WithOptions(fn, options))
 
 
-class QueueEnqueue(Protocol):
-    """`queue.enqueue(fn, *args, workflow_id=, dedup_key=, priority=, delay=, partition_key=,
-    **kwargs)`."""
-
-    @overload
-    def __call__(
-        self, fn: Callable[P, Any], /, *args: P.args, **kwargs: P.kwargs
-    ) -> WorkflowHandle: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> WorkflowHandle: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> WorkflowHandle: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> WorkflowHandle: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> WorkflowHandle: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> WorkflowHandle: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> WorkflowHandle: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any],
-        conn: Any = None,
-        **kwargs: Any,
-    ) -> WorkflowHandle: ...
-    @overload
-    def __call__(
-        self,
-        fn: Callable[..., Any],
-        /,
-        *args: Any,
-        workflow_id: str | None = None,
-        dedup_key: str | None = None,
-        priority: int | None = None,
-        delay: float | None = None,
-        partition_key: str | None = None,
-        timeout: Seconds | None = None,
-        attributes: Mapping[str, Any] | None = None,
-        conn: Any,
-        **kwargs: Any,
-    ) -> WorkflowHandle: ...
+def options_target(fn: object) -> object:
+    """The workflow a `with_options(fn, ...)` carries (durable.start_child reads its
+    definition before the start takes the options); anything else as it is."""
+    return fn.fn if isinstance(fn, WithOptions) else fn
 
 
-# The typed views of the methods that start: each decorates the method it types, which
-# keeps its own (runtime) signature, keyword-only options included, and its docstring. The
-# handle a view returns is the method's: `Start[WorkflowHandle]` for a plain one,
-# `Start[Awaitable[AsyncWorkflowHandle]]` for an awaited one (so one view serves both).
+def take_options(
+    where: str, fn: Callable[..., Any], kwargs: dict[str, Any], allowed: frozenset[str]
+) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The function a start runs and its keywords, the options of a `with_options(fn,
+    ...)` among them (ConfigurationError for one the start does not take or that is also
+    given as a keyword); DBOSNameError for a keyword named like DBOS's start options."""
+    if isinstance(fn, WithOptions):
+        for name in fn.options:
+            if name not in allowed:
+                raise ConfigurationError(
+                    f"{where}: {name}= is an option of an enqueue, not of a start: "
+                    f"durable.Queue(...).enqueue(with_options(fn, {name}=...), ...)"
+                )
+            if name in kwargs:
+                raise ConfigurationError(
+                    f"{where}: {name}= given both in with_options and as a keyword: give it once"
+                )
+        kwargs = {**kwargs, **fn.options}
+        fn = fn.fn
+    refuse_start_options(where, fn, kwargs)
+    return fn, kwargs
 
-T = TypeVar("T")
+
+_START = frozenset((*START_OPTIONS, "timeout"))
+_ENQUEUE = frozenset((*ENQUEUE_OPTIONS, "timeout"))
 
 
-def start_method(fn: Callable[..., T]) -> Start[T]:
-    return cast("Start[T]", fn)
+def _taking(method: Callable[..., Any], before: int, allowed: frozenset[str]) -> Any:
+    """`method` taking a WithOptions as its workflow (after `before` other positional
+    arguments), awaited if `method` is."""
+    where = f"{method.__name__}()"
+
+    def split(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+        if len(args) <= before + 1:  # (self, [queue,] fn): let the method say what is missing
+            return args, kwargs
+        fn, kwargs = take_options(where, args[before + 1], kwargs, allowed)
+        return (*args[: before + 1], fn, *args[before + 2 :]), kwargs
+
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def awaited(*args: Any, **kwargs: Any) -> Any:
+            args, kwargs = split(args, kwargs)
+            return await method(*args, **kwargs)
+
+        return awaited
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        args, kwargs = split(args, kwargs)
+        return method(*args, **kwargs)
+
+    return call
 
 
-def enqueue_method(fn: Callable[..., T]) -> Enqueue[T]:
-    return cast("Enqueue[T]", fn)
+# The typed views of the methods that start: each decorates the method it types (which
+# keeps its own runtime signature, keyword-only options included, and its docstring) and
+# makes it take a `with_options(fn, ...)` in place of `fn`. The `_async` ones type an
+# awaited method (the sync twins are generated from the async source: their names pair).
 
 
-def queue_enqueue_method(fn: Callable[..., WorkflowHandle]) -> QueueEnqueue:
-    return cast("QueueEnqueue", fn)
+def start_method(fn: Callable[..., Any]) -> Start:
+    return cast("Start", _taking(fn, 0, _START))
+
+
+def start_method_async(fn: Callable[..., Any]) -> StartAsync:
+    return cast("StartAsync", _taking(fn, 0, _START))
+
+
+def enqueue_method(fn: Callable[..., Any]) -> Enqueue:
+    return cast("Enqueue", _taking(fn, 1, _ENQUEUE))
+
+
+def enqueue_method_async(fn: Callable[..., Any]) -> EnqueueAsync:
+    return cast("EnqueueAsync", _taking(fn, 1, _ENQUEUE))
+
+
+def queue_enqueue_method(fn: Callable[..., Any]) -> QueueEnqueue:
+    return cast("QueueEnqueue", _taking(fn, 0, _ENQUEUE))

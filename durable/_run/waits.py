@@ -22,7 +22,7 @@ from __future__ import annotations
 import datetime as dt
 import secrets
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from durable import _core as protocol
 from durable._base.models import Decision
@@ -90,12 +90,33 @@ def sleep(seconds: float | dt.timedelta) -> None:
     drive(run, protocol.sleep(run, duration))
 
 
-def recv(topic: str | None = None, timeout: float | dt.timedelta | None = None) -> Any:
+T = TypeVar("T")
+
+
+@overload
+def recv(topic: str | None = None, timeout: float | dt.timedelta | None = None) -> Any: ...
+@overload
+def recv(topic: str | None = None, timeout: None = None, *, type: type[T]) -> T: ...
+@overload
+def recv(
+    topic: str | None = None, timeout: float | dt.timedelta | None = None, *, type: type[T]
+) -> T | None: ...
+def recv(
+    topic: str | None = None,
+    timeout: float | dt.timedelta | None = None,
+    *,
+    type: type[Any] | None = None,  # (the name callers write: type=Order)
+) -> Any:
     """Receive the oldest message sent to this workflow on `topic`, or None on timeout.
 
     The message is consumed in the same statement that journals this step, so it is
     consumed exactly once, across crashes. While nothing is there the workflow suspends.
-    (`await durable.recv_async(...)` in an async workflow.)"""
+    (`await durable.recv_async(...)` in an async workflow.)
+
+    `type=`: what the sender sends (`recv("orders", type=dict)`), for the type checker:
+    the call is typed as returning it (or None, with a `timeout`). It is not checked or
+    converted at run time: the message is what the serializer decoded (JSON values by
+    default), so build a dataclass or a model from it yourself."""
     check_name("topic", topic, optional=True)
     run = workflow_run("durable.recv()")
     seconds = None if timeout is None else _seconds(timeout, "timeout")
@@ -220,9 +241,22 @@ def send(
     drive(run, protocol.send(run, workflow_id, message, topic, idempotency_key))
 
 
-def get_event(workflow_id: str, key: str, timeout: float | dt.timedelta = 0.0) -> Any:
+@overload
+def get_event(workflow_id: str, key: str, timeout: float | dt.timedelta = 0.0) -> Any: ...
+@overload
+def get_event(
+    workflow_id: str, key: str, timeout: float | dt.timedelta = 0.0, *, type: type[T]
+) -> T | None: ...
+def get_event(
+    workflow_id: str,
+    key: str,
+    timeout: float | dt.timedelta = 0.0,
+    *,
+    type: type[Any] | None = None,  # (the name callers write: type=Order)
+) -> Any:
     """The latest value workflow `workflow_id` published under `key`, waiting up to
-    `timeout` for it to appear; None if it did not.
+    `timeout` for it to appear; None if it did not. `type=`: the value's type, for the
+    type checker only (as recv's: not checked or converted at run time).
 
     From workflow code the answer is journaled: a replay returns what the first run read
     (it does not read, or wait, again). Elsewhere it is the engine's `get_event`.

@@ -34,6 +34,7 @@ CONFIGURATION = {
     "EngineNotRunningError",
     "DuplicateNameError",
     "DefinitionError",
+    "DBOSNameError",
     "UnknownWorkflowError",
     "UnknownInstanceError",
     "InvalidNameError",
