@@ -19,6 +19,7 @@ import pytest
 import yaml
 from click.testing import CliRunner, Result
 
+import durable
 from durable.cli import main
 from durable.cli._init import durable_requirement, project_names, render, write
 from durable.testing import TemplateDatabases
@@ -220,3 +221,38 @@ def test_an_agent_projects_tests_pass(
     commands = [f"durable init shop --agent {agent}", "cd shop", "python -m pytest"]
     _, tests = _run_as_the_readme_says(commands, tmp_path, env)
     assert re.search(r"\b4 passed\b", tests.stdout), tests.stdout
+
+
+def test_the_worker_command_of_the_project_runs_its_workflows(
+    tmp_path: Path, subprocess_env: dict[str, str], database_url: str
+) -> None:
+    """`durable worker --app shop.workflows`, as docker-compose, the systemd unit and the
+    Deployment run it, runs the checkout and the agent's workflow (which the app module
+    registers by importing the agent)."""
+    assert durable_cli("init", "shop", "--agent", "pydantic-ai", cwd=tmp_path).exit_code == 0
+    project = tmp_path / "shop"
+    env = {**subprocess_env, "DURABLE_DATABASE_URL": database_url}
+    submit = (
+        "import durable\n"
+        "from shop import agent, workflows\n"
+        "with durable.Client(migrate=True) as client:\n"
+        "    client.submit(workflows.checkout, 'o-1', ['book'], workflow_id='o-1')\n"
+        "    client.submit(agent.ask, 'where is o-1?', workflow_id='ask-1')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", submit], cwd=project, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "durable.cli", "worker", "--app", "shop.workflows",
+         "--poll-interval", "0.1"],
+        cwd=project, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        with durable.Client(database_url) as client:
+            for workflow_id in ("o-1", "ask-1"):
+                client.retrieve(workflow_id).result(timeout=60)
+            assert client.retrieve("o-1").result()["status"] == "charged"
+    finally:
+        worker.terminate()
+        worker.wait(timeout=60)
