@@ -161,8 +161,10 @@ def init(
     files = render(name, package, durable_requirement(durable_spec, agent), agent)
     for path in write(directory, files, force=force):
         click.echo(f"wrote {path}")
-    click.echo(
-        f"\nnext: cd {directory} && python -m pytest   (the tests: a fresh database each)\n"
-        f"      python -m {package}                 (one checkout end to end)\n"
-        f"      durable worker --app {package}.workflows"
-    )
+    steps = [] if directory == Path(".") else [f"cd {directory}"]
+    steps += [
+        "python -m pytest  # the tests, each on a fresh database",
+        f"python -m {package}  # one checkout, end to end",
+        f"durable worker --app {package}.workflows  # runs and resumes workflows",
+    ]
+    click.echo("\nnext:\n" + "\n".join(f"  {step}" for step in steps))
