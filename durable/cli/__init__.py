@@ -5,9 +5,9 @@ embedded server. Tables are printed for people; --json prints data for scripts. 
 0 success, 1 a durable error (message on stderr), 2 bad usage.
 
 The commands live in modules by group (`_workflows` with `_bulk`, `_worker`, `_approvals`,
-`_schedules`, `_database`, `_ui`, `_audit`, `_callbacks`, `_outbox`, `_mcp`), with what they share
-in `_options` and `_common`; this module makes the `main` group (the `durable` console
-script) and attaches them.
+`_schedules`, `_database`, `_ui`, `_audit`, `_callbacks`, `_outbox`, `_mcp`, `_init`), with
+what they share in `_options` and `_common`; this module makes the `main` group (the
+`durable` console script) and attaches them.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from durable.cli._bulk import bulk
 from durable.cli._callbacks import callbacks
 from durable.cli._database import db, migrate, prune
 from durable.cli._mcp import mcp
+from durable.cli._init import init
 from durable.cli._outbox import outbox
 from durable.cli._schedules import queues, schedules
 from durable.cli._ui import ui
@@ -51,6 +52,7 @@ for _command in (
     callbacks,
     outbox,
     mcp,
+    init,
 ):
     main.add_command(_command)
 workflows.add_command(bulk)
