@@ -97,6 +97,15 @@ def test_the_first_hour_from_a_fresh_clone(
     picked = "tests/unit/test_labels.py tests/integration/test_embedded_security.py"
     tested = _sh(f"{test} -q -p no:cacheprovider {picked} -k 'labels or locked_down'", clone, env)
     assert " passed" in tested and "failed" not in tested, tested
+    # 2b. A project of one's own, as the README makes it ("A project of your own"), with
+    # the clone's virtualenv on the PATH: `durable init`, the project's tests, its example.
+    readme = (ROOT / "README.md").read_text("utf-8")
+    section = readme.split("\n## A project of your own\n", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)[0]
+    lines = [line.split("#", 1)[0].strip() for line in block.splitlines()]
+    venv_env = {**env, "PATH": f"{clone / '.venv' / 'bin'}:{env.get('PATH', '')}"}
+    made = _sh(" && ".join(line for line in lines if line), clone, venv_env)
+    assert " passed" in made and "failed" not in made, made
     # 3. A script killed inside a step, then run again: it resumes at once (its lease is
     # an hour), the journaled step replayed, the cut-off one run again.
     script = clone / "tests" / "apps" / "script"

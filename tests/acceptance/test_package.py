@@ -153,3 +153,17 @@ def test_the_wheel_runs_in_a_fresh_virtualenv(
     ran = _run([python, "hello.py"], user_dir, embedded)
     assert ran.count("  step ") == 3 and "result: HELLO, WORLD! -- durable" in ran, ran
     assert "stopped" in _run([command, "db", "stop"], user_dir, embedded)
+
+    # 3. A project of one's own, from the same virtualenv (README, "A project of your own"):
+    # `durable init`, then the project's tests (pytest installed as a user would) on the
+    # test server, and its example on the embedded server.
+    pip_install("pytest")
+    _run([command, "init", "shop"], user_dir, env)
+    shop = user_dir / "shop"
+    tests_env = {**env}
+    if "DURABLE_TEST_DATABASE_URL" in os.environ:
+        tests_env["DURABLE_TEST_DATABASE_URL"] = os.environ["DURABLE_TEST_DATABASE_URL"]
+    tested = _run([python, "-m", "pytest", "-q", "-p", "no:cacheprovider"], shop, tests_env)
+    assert " passed" in tested and "failed" not in tested, tested
+    _run([python, "-m", "shop"], shop, embedded)
+    _run([command, "db", "stop"], shop, embedded)
