@@ -22,6 +22,7 @@ from opentelemetry.trace import StatusCode
 from sqlalchemy import Connection, text
 
 import durable
+from tests.integration.test_client import wait_for
 
 
 class _Switch(Sampler):
@@ -173,6 +174,9 @@ def test_a_run_resumed_after_a_wait_replays_without_spans_in_the_same_trace(
     with durable.Engine(database_url, registry=reg) as engine:
         with tracer.start_as_current_span("request") as request:
             handle = engine.start(waiter, workflow_id="w-wait")
+        # The message after the run suspended in recv (sent sooner, it is there at the first
+        # look, and the run never suspends).
+        wait_for(lambda: engine.client.get_workflow("w-wait").status == "SUSPENDED", what="wait")
         engine.send("w-wait", "now", topic="go")
         assert handle.result(timeout=20) == ["before", "now", "after"]
         journaled = [r.step_seq for r in engine.steps("w-wait") if r.step_name == "note"]
