@@ -19,7 +19,7 @@ from rich.table import Table
 
 from durable._base.names import workflow_label
 from durable._base.terminal import inert
-from durable.cli._common import _client, _console, _handle_errors
+from durable.cli._common import _client, _console, _handle_errors, announce_database
 from durable.cli._options import (
     _DAY,
     _HOUR,
@@ -306,6 +306,9 @@ def worker(
     )
     if outbox_url is not None:
         engine._override(outbox_url=outbox_url)
+    if nth is None or nth == "0":  # once for `--processes N`, not once per process
+        url = engine.config.database_url
+        announce_database(url, project=None if url else engine.config.embedded_project())
     metrics = _metrics_server(metrics_host, metrics_port, nth)
     if nth is not None and executor_id is None and engine.config.explicit_id:
         # One of `--processes N`, on an engine given its executor id in code: one id each.
