@@ -294,8 +294,8 @@ def drop_project_database(project: Project, data_dir: Path | None = None) -> boo
     for url, known in list(_IN_USE.items()):
         if known.database == name:
             del _IN_USE[url]
-    logger.warning(
-        "durable: dropped database %s of project %s on the embedded PostgreSQL",
+    logger.info(
+        "dropped database %s of project %s on the embedded PostgreSQL",
         name,
         project.root,
         extra={"event": "embedded_database_dropped", "database": name},

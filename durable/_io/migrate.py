@@ -101,9 +101,10 @@ def check(conn: psycopg.Connection[object], schema: str, url: str | None = None)
             sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(sql.Identifier(schema))
         ).fetchone()
     except psycopg.errors.UndefinedTable as exc:
+        if advice.startswith("run "):
+            advice += " (or start the engine with migrate=True)"
         raise MigrationError(
-            f"schema {schema!r} has no durable tables in {where}: {advice} "
-            "(or start the engine with migrate=True)"
+            f"schema {schema!r} has no durable tables in {where}: {advice}"
         ) from exc
     current = cast(tuple[int | None], row)[0] if row else None
     expected = latest_version()
@@ -129,7 +130,9 @@ def _where(url: str | None) -> tuple[str, str]:
     where = describe_database(url)
     project = project_of(url)
     if project is None:
-        return where, "run `durable migrate` with --database-url (or DURABLE_DATABASE_URL) as here"
+        return where, (
+            "run `durable migrate` against that database (--database-url or DURABLE_DATABASE_URL)"
+        )
     if project.guessed:
         return where, (
             f"no pyproject.toml or .git was found in {project.root} or above it, so that "
