@@ -22,6 +22,7 @@ from pathlib import Path
 import psycopg
 from psycopg import sql
 
+from durable._base.urls import redact
 from durable._embedded.files import _read_password
 from durable._embedded.layout import _resolve, _url
 from durable._embedded.server import _ensure
@@ -179,6 +180,13 @@ def _key(url: str) -> tuple[str, str]:
 def project_of(url: str) -> Project | None:
     """The project whose embedded database `url` is, when this process made that URL."""
     return _IN_USE.get(_key(url))
+
+
+def describe_url(url: str) -> str:
+    """The database `url` names, for a person: "the embedded database of project <dir>"
+    when this process made it for a project, else the URL without its password."""
+    project = project_of(url)
+    return project.describe() if project is not None else f"the database at {redact(url)}"
 
 
 def _touch(port: int, data_dir: Path, name: str, project: Path) -> None:

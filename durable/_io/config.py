@@ -246,10 +246,9 @@ def describe_database(url: str | None = None, *, environ: Mapping[str, str] | No
     <dir>" when there is none, or when `url` is a project's embedded database this process
     opened. Connects to nothing."""
     if url:
-        from durable._embedded.projects import project_of
+        from durable._embedded.projects import describe_url
 
-        project = project_of(url)
-        return project.describe() if project is not None else f"the database at {redact(url)}"
+        return describe_url(url)
     return Config.resolve(environ=environ).describe_database()
 
 

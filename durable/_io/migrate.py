@@ -124,10 +124,9 @@ def _where(url: str | None) -> tuple[str, str]:
     """The database `url` names, for a message, and what to run to give it the schema."""
     if url is None:
         return "this database", "run `durable migrate`"
-    from durable._embedded.projects import project_of
-    from durable._io.config import describe_database
+    from durable._embedded.projects import describe_url, project_of
 
-    where = describe_database(url)
+    where = describe_url(url)
     project = project_of(url)
     if project is None:
         return where, (
