@@ -150,9 +150,8 @@ def project_url(
     port = _ensure(data_dir)
     if create:
         _create_database(port, data_dir, name, root)
-    elif not _database_exists(port, data_dir, name):
+    elif not _database_exists(port, data_dir, name, root):
         raise NoProjectDatabaseError(str(root), name, guessed=project.guessed)
-    _touch(port, data_dir, name, root)
     url = _url(port, data_dir, name)
     _IN_USE[_key(url)] = project
     logger.info(
@@ -189,33 +188,29 @@ def describe_url(url: str) -> str:
     return project.describe() if project is not None else f"the database at {redact(url)}"
 
 
-def _touch(port: int, data_dir: Path, name: str, project: Path) -> None:
-    """Record the project's directory and the time on its database's comment, when the
-    comment is missing, names another directory or is over a minute old. Best effort: a
-    failure (another process writing the same comment at once) loses only a timestamp."""
+def _touch(conn: psycopg.Connection[tuple[object, ...]], name: str, project: Path) -> None:
+    """Record the project's directory and the time on its database's comment (on `conn`,
+    in autocommit), when the comment is missing, names another directory or is over a
+    minute old. Best effort: a failure (another process writing the same comment at once)
+    loses only a timestamp."""
     now = dt.datetime.now(dt.UTC)
     try:
-        with psycopg.connect(
-            _url(port, data_dir), password=_read_password(data_dir), connect_timeout=10
-        ) as conn:
-            row = conn.execute(
-                "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
-                (name,),
-            ).fetchone()
-            if row is None:
-                return
-            known = _comment(row[0])
-            last = known.get("last_used")
-            if known.get("project") == str(project) and isinstance(last, str):
-                with contextlib.suppress(ValueError):
-                    if now - dt.datetime.fromisoformat(last) < _TOUCH_EVERY:
-                        return
-            text = json.dumps({"project": str(project), "last_used": now.isoformat()})
-            conn.execute(
-                sql.SQL("COMMENT ON DATABASE {} IS {}").format(
-                    sql.Identifier(name), sql.Literal(text)
-                )
-            )
+        row = conn.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = %s",
+            (name,),
+        ).fetchone()
+        if row is None:
+            return
+        known = _comment(row[0])
+        last = known.get("last_used")
+        if known.get("project") == str(project) and isinstance(last, str):
+            with contextlib.suppress(ValueError):
+                if now - dt.datetime.fromisoformat(last) < _TOUCH_EVERY:
+                    return
+        text = json.dumps({"project": str(project), "last_used": now.isoformat()})
+        conn.execute(
+            sql.SQL("COMMENT ON DATABASE {} IS {}").format(sql.Identifier(name), sql.Literal(text))
+        )
     except psycopg.Error as exc:
         logger.debug("could not record the use of database %s: %s", name, exc)
 
@@ -311,13 +306,19 @@ def drop_project_database(project: Project, data_dir: Path | None = None) -> boo
     return True
 
 
-def _database_exists(port: int, data_dir: Path, name: str) -> bool:
+def _database_exists(port: int, data_dir: Path, name: str, project: Path) -> bool:
     try:
         with psycopg.connect(
-            _url(port, data_dir), password=_read_password(data_dir), connect_timeout=10
+            _url(port, data_dir),
+            password=_read_password(data_dir),
+            connect_timeout=10,
+            autocommit=True,
         ) as conn:
             found = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,))
-            return found.fetchone() is not None
+            if found.fetchone() is None:
+                return False
+            _touch(conn, name, project)
+            return True
     except psycopg.Error as exc:
         raise EmbeddedServerError(f"could not read the embedded server's databases: {exc}") from exc
 
@@ -349,6 +350,7 @@ def _create_database(port: int, data_dir: Path, name: str, project: Path) -> Non
                         project,
                         extra={"event": "embedded_database_created", "database": name},
                     )
+            _touch(conn, name, project)
     except psycopg.Error as exc:
         raise EmbeddedServerError(
             f"could not create the database {name} on the embedded server: {exc}"
