@@ -21,8 +21,8 @@ from durable.cli._audit import audit
 from durable.cli._bulk import bulk
 from durable.cli._callbacks import callbacks
 from durable.cli._database import db, migrate, prune
-from durable.cli._mcp import mcp
 from durable.cli._init import init
+from durable.cli._mcp import mcp
 from durable.cli._outbox import outbox
 from durable.cli._schedules import queues, schedules
 from durable.cli._ui import ui
