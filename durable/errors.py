@@ -722,9 +722,21 @@ class NoProjectDatabaseError(StateError):
     """A command that only reads found no database for this project on the embedded server:
     nothing has run in this project yet (or it ran from another directory)."""
 
-    def __init__(self, project: str, database: str) -> None:
+    def __init__(self, project: str, database: str, *, guessed: bool = False) -> None:
         self.project = project
         self.database = database
+        self.guessed = guessed
+        if guessed:
+            # The directory is only where the command ran: creating a database there
+            # would hide the real project's workflows, so no `durable migrate` advice.
+            super().__init__(
+                f"project {project} has no database yet ({database} on the embedded "
+                f"PostgreSQL), and {project} is only a guess: no pyproject.toml or .git "
+                "was found in it or above it. Run the command from your project's top "
+                "directory, set DURABLE_PROJECT_DIR to it, or pass --database-url / "
+                "DURABLE_DATABASE_URL (`durable db list` shows the projects that have one)"
+            )
+            return
         super().__init__(
             f"project {project} has no database yet ({database} on the embedded PostgreSQL): "
             "nothing has run in this project. Run the application from this project's "

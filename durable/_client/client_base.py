@@ -94,7 +94,9 @@ class ClientBase:
             from durable import _embedded
 
             # This project's own database on the shared embedded server.
-            self._database_url = _embedded.project_url(data_dir=self.config.embedded_data_dir())
+            self._database_url = _embedded.project_url(
+                data_dir=self.config.embedded_data_dir(), project=self.config.embedded_project()
+            )
         return libpq_url(self._database_url)
 
     @property

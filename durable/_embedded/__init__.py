@@ -68,7 +68,8 @@ The package, one module per concern (each imports only those above it):
 * `cluster`: initdb, and locking a stopped cluster down (password, pg_hba.conf).
 * `liveness`: whether our server answers, checked by connecting.
 * `server`: `ensure_server` and `stop_server`, under the data directory's lock.
-* `projects`: a project's own database on the server, for `durable db url` and the Engine.
+* `projects`: a project's own database on the server, for `durable db url` and the Engine;
+  which project is in use and how it was chosen; `durable db list` and `durable db drop`.
 """
 
 from __future__ import annotations
@@ -86,15 +87,31 @@ from durable._embedded.files import _read_port as _read_port
 from durable._embedded.layout import _socket_dir as _socket_dir
 from durable._embedded.layout import default_data_dir
 from durable._embedded.liveness import server_url
-from durable._embedded.projects import project_database, project_root, project_url
+from durable._embedded.projects import (
+    Project,
+    ProjectDatabase,
+    drop_project_database,
+    find_project,
+    list_project_databases,
+    project_database,
+    project_of,
+    project_root,
+    project_url,
+)
 from durable._embedded.server import ensure_server, stop_server
 from durable.errors import EmbeddedServerError
 
 __all__ = [
     "EmbeddedServerError",
+    "Project",
+    "ProjectDatabase",
     "default_data_dir",
+    "drop_project_database",
     "ensure_server",
+    "find_project",
+    "list_project_databases",
     "project_database",
+    "project_of",
     "project_root",
     "project_url",
     "server_url",

@@ -21,6 +21,8 @@ The variables:
   DURABLE_QUEUES         "a,b": the queues an engine takes work from, when `queues=` is not
                          given (unset: every queue of its registry)
   DURABLE_DATA_DIR       the embedded server's data directory (else the user data dir)
+  DURABLE_PROJECT_DIR    the project whose embedded database is used (else the nearest
+                         directory up from the working one with a pyproject.toml or .git)
   DURABLE_CALLBACK_SECRET  the key callback URLs' tokens are derived with (the same on
                          every worker; 32 characters or more): durable.callback_url()
   DURABLE_CALLBACK_BASE_URL  where callback URLs point when the call names no base_url
@@ -42,10 +44,12 @@ from typing import TYPE_CHECKING, Literal, cast
 
 from durable._base.clock import Clock, FakeClock, SystemClock
 from durable._base.names import check_name
+from durable._base.urls import redact
 from durable.errors import ConfigurationError
 from durable.serialization import JSONSerializer, Serializer
 
 if TYPE_CHECKING:
+    from durable._embedded.projects import Project
     from durable._io.retention import RetentionPolicy
 
 Claims = Literal["auto", "cas", "skip-locked"]
@@ -91,6 +95,8 @@ class Config:
     crash_points: dict[str, int] = field(default_factory=_no_crash_points)
     # The embedded server's data directory (None: the user data directory).
     data_dir: str | None = None
+    # The project whose embedded database is used (None: found from the working directory).
+    project_dir: str | None = None
     # durable.callback_url(): the key its tokens are derived with, and where its URLs point.
     callback_secret: bytes | None = field(default=None, repr=False)
     callback_base_url: str | None = None
@@ -209,6 +215,7 @@ class Config:
             create_database=create_database,
             crash_points=crash_points(env.get("DURABLE_CRASH_POINTS", "")),
             data_dir=env.get("DURABLE_DATA_DIR") or None,
+            project_dir=env.get("DURABLE_PROJECT_DIR") or None,
             callback_secret=None if secret is None else secret.encode("utf-8"),
             callback_base_url=env.get("DURABLE_CALLBACK_BASE_URL") or None,
             queues=routed,
@@ -217,6 +224,32 @@ class Config:
     def embedded_data_dir(self) -> Path | None:
         """Where the embedded server keeps its data (None: its default, see _embedded)."""
         return None if self.data_dir is None else Path(self.data_dir)
+
+    def embedded_project(self) -> Project:
+        """The project whose embedded database is used, and how it was chosen (pinned by
+        DURABLE_PROJECT_DIR, found by its pyproject.toml or .git, or guessed)."""
+        from durable._embedded.projects import find_project
+
+        return find_project(pinned=self.project_dir)
+
+    def describe_database(self) -> str:
+        """The database these settings use, for a person: its URL without the password,
+        or "the embedded database of project <dir>". Connects to nothing."""
+        if self.database_url:
+            return f"the database at {redact(self.database_url)}"
+        return self.embedded_project().describe()
+
+
+def describe_database(url: str | None = None, *, environ: Mapping[str, str] | None = None) -> str:
+    """The database in use, for a person (a console's header, a notice on stderr): `url`
+    (else DURABLE_DATABASE_URL) without its password, or "the embedded database of project
+    <dir>" when there is none, or when `url` is a project's embedded database this process
+    opened. Connects to nothing."""
+    if url:
+        from durable._embedded.projects import describe_url
+
+        return describe_url(url)
+    return Config.resolve(environ=environ).describe_database()
 
 
 def _queues(given: Iterable[str] | None, env: str | None) -> tuple[str, ...] | None:

@@ -90,26 +90,52 @@ def migrate(
     return applied_now
 
 
-def check(conn: psycopg.Connection[object], schema: str) -> None:
-    """Raise MigrationError unless `schema` is exactly at the version this library ships."""
+def check(conn: psycopg.Connection[object], schema: str, url: str | None = None) -> None:
+    """Raise MigrationError unless `schema` is exactly at the version this library ships;
+    the message names the database (`url`, or the project whose embedded database it is)
+    and advises `durable migrate` only where that would not make a schema in the wrong
+    place (an embedded database of a project that was only guessed)."""
+    where, advice = _where(url)
     try:
         row = conn.execute(
             sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(sql.Identifier(schema))
         ).fetchone()
     except psycopg.errors.UndefinedTable as exc:
+        if advice.startswith("run "):
+            advice += " (or start the engine with migrate=True)"
         raise MigrationError(
-            f"schema {schema!r} has no durable tables: run `durable migrate` "
-            "(or start the engine with migrate=True)"
+            f"schema {schema!r} has no durable tables in {where}: {advice}"
         ) from exc
     current = cast(tuple[int | None], row)[0] if row else None
     expected = latest_version()
     if current is None or current < expected:
         raise MigrationError(
-            f"schema {schema!r} is at version {current}, this library needs {expected}: "
-            "run `durable migrate`"
+            f"schema {schema!r} in {where} is at version {current}, this library needs "
+            f"{expected}: {advice}"
         )
     if current > expected:
         raise MigrationError(
-            f"schema {schema!r} is at version {current}, newer than this library "
-            f"({expected}): upgrade durable-pg"
+            f"schema {schema!r} in {where} is at version {current}, newer than this "
+            f"library ({expected}): upgrade durable-pg"
         )
+
+
+def _where(url: str | None) -> tuple[str, str]:
+    """The database `url` names, for a message, and what to run to give it the schema."""
+    if url is None:
+        return "this database", "run `durable migrate`"
+    from durable._embedded.projects import describe_url, project_of
+
+    where = describe_url(url)
+    project = project_of(url)
+    if project is None:
+        return where, (
+            "run `durable migrate` against that database (--database-url or DURABLE_DATABASE_URL)"
+        )
+    if project.guessed:
+        return where, (
+            f"no pyproject.toml or .git was found in {project.root} or above it, so that "
+            "directory is only a guess at the project: run the command from your project's "
+            "top directory, set DURABLE_PROJECT_DIR to it, or pass --database-url"
+        )
+    return where, f"run `durable migrate` in {project.root}"

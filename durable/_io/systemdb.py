@@ -394,7 +394,7 @@ class SystemDB(RunIO, AsyncRunIO):
 
     def check_schema(self) -> None:
         with unbounded(), self._pool.connection() as conn:
-            _migrate.check(cast("psycopg.Connection[object]", conn), self.schema)
+            _migrate.check(cast("psycopg.Connection[object]", conn), self.schema, self.url)
 
     def statement(self, name: str) -> str:
         """The rendered text of a named statement (used inside the app's transaction)."""

@@ -1,7 +1,9 @@
 """The `durable` command: migrate the schema, inspect workflows, manage the embedded server.
 
-Every command takes --database-url (or DURABLE_DATABASE_URL); without either it uses the
-embedded server. Tables are printed for people; --json prints data for scripts. Exit codes:
+Every command takes --database-url (or DURABLE_DATABASE_URL); without either it uses this
+project's database on the embedded server (the project: DURABLE_PROJECT_DIR, else found up
+from the working directory). Each says on stderr which database it uses. Tables are
+printed for people; --json prints data for scripts. Exit codes:
 0 success, 1 a durable error (message on stderr), 2 bad usage.
 
 The commands live in modules by group (`_workflows` with `_bulk`, `_worker`, `_approvals`,

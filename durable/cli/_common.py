@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 import click
 from rich.console import Console
@@ -20,8 +20,11 @@ from rich.console import Console
 from durable._base.terminal import InertConsole, inert
 from durable._client.audit import whoami
 from durable._client.client import Client
-from durable._io.config import Config
+from durable._io.config import Config, describe_database
 from durable.errors import DurableError
+
+if TYPE_CHECKING:
+    from durable._embedded.projects import Project
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -29,12 +32,34 @@ R = TypeVar("R")
 
 def _resolve_url(url: str | None, *, create: bool = True) -> str:
     """The URL given, else this project's database on the embedded server; one that only
-    reads (`create=False`) says that a project with no database yet has none."""
+    reads (`create=False`) says that a project with no database yet has none. Which
+    database it is goes to stderr (see announce_database)."""
     if url:
+        announce_database(url)
         return url
     from durable import _embedded
 
-    return _embedded.project_url(data_dir=embedded_data_dir(), create=create)
+    config = Config.resolve()
+    project = config.embedded_project()
+    announce_database(None, project=project)
+    data_dir = config.embedded_data_dir()
+    return _embedded.project_url(data_dir=data_dir, create=create, project=project)
+
+
+def announce_database(url: str | None, *, project: Project | None = None) -> None:
+    """Say on stderr which database a command uses (stdout stays the command's output,
+    clean for --json), and how the project was chosen when it is only a guess."""
+    if url:
+        about = describe_database(url)
+    else:
+        project = project if project is not None else Config.resolve().embedded_project()
+        about = project.describe()
+        if project.pinned:
+            about += " (DURABLE_PROJECT_DIR)"
+    click.echo(inert(f"using {about}"), err=True)
+    guess = project.how_chosen() if project is not None and not url else None
+    if guess is not None:
+        click.echo(inert(f"note: {guess}"), err=True)
 
 
 def embedded_data_dir() -> Path | None:

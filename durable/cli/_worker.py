@@ -19,6 +19,7 @@ from rich.table import Table
 
 from durable._base.names import workflow_label
 from durable._base.terminal import inert
+from durable._io.config import Config, describe_database
 from durable.cli._common import _client, _console, _handle_errors
 from durable.cli._options import (
     _DAY,
@@ -157,6 +158,22 @@ def _load_app(
         poll_interval=poll or 1.0,
         queues=queues,
     )
+
+
+def _log_database(url: str | None, config: Config) -> None:
+    """Which database the worker uses, as a log line (one a log shipper can parse with
+    --log-format json), and a warning when its project is only a guess."""
+    log = logging.getLogger("durable.worker")
+    if url:
+        about = describe_database(url)
+        log.info("using %s", about, extra={"event": "database_in_use", "database": about})
+        return
+    project = config.embedded_project()
+    about = project.describe()
+    log.info("using %s", about, extra={"event": "database_in_use", "database": about})
+    guess = project.how_chosen()
+    if guess is not None:
+        log.warning("%s", guess, extra={"event": "project_guessed", "project": str(project.root)})
 
 
 @executors.command("prune")
@@ -306,6 +323,8 @@ def worker(
     )
     if outbox_url is not None:
         engine._override(outbox_url=outbox_url)
+    if nth is None or nth == "0":  # once for `--processes N`, not once per process
+        _log_database(engine.config.database_url, engine.config)
     metrics = _metrics_server(metrics_host, metrics_port, nth)
     if nth is not None and executor_id is None and engine.config.explicit_id:
         # One of `--processes N`, on an engine given its executor id in code: one id each.

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 
 import durable
+from durable._base.urls import redact
 from tests.apps import logs_app
 
 
@@ -96,6 +97,9 @@ def test_the_worker_logs_one_json_line_per_event(
     # A wake-up after a recovery is a claim, not another recovery.
     napper = [e["event"] for e in events if e.get("workflow_id") == "napper"]
     assert napper.count("recover") == 1 and "claim" in napper[napper.index("recover") :], napper
+    # Which database it works on, first, as a line a log shipper can parse.
+    assert events[0]["event"] == "database_in_use", events[0]
+    assert events[0]["database"] == f"the database at {redact(database_url)}"
     # Routine steps log nothing at INFO: no INFO line mentions the step.
     assert not any(e["level"] == "INFO" and "logs.a" in e["message"] for e in events)
 

@@ -217,8 +217,8 @@ def test_cli_lists_shows_and_acts_in_bulk_by_attributes(database_url: str) -> No
 
     listed = cli("workflows", "list", "--attr", "k=v", "--attr", "amount>=100", "--json")
     assert listed.exit_code == 0, listed.output
-    assert {r["workflow_id"] for r in json.loads(listed.output)} == {"c1", "c2"}
-    assert json.loads(listed.output)[0]["attributes"] == {"amount": 250, "k": "v"}
+    assert {r["workflow_id"] for r in json.loads(listed.stdout)} == {"c1", "c2"}
+    assert json.loads(listed.stdout)[0]["attributes"] == {"amount": 250, "k": "v"}
     table = cli("workflows", "list", "--attr", "amount<100")
     assert "c0" in table.output and "amount=50" in table.output and "c1" not in table.output
     assert cli("workflows", "list", "--attr", "amount").exit_code == 2

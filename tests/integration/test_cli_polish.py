@@ -94,7 +94,8 @@ def test_ids_and_values_are_shown_as_stored_and_whole_on_request(database_url: s
     said = _in_a_terminal(
         "workflows", "fork", odd_id, "--from-step", "0", "--new-id", "fork-2", *url
     )
-    assert said.strip().splitlines() == [
+    # (after the line on stderr that names the database it used)
+    assert said.strip().splitlines()[1:] == [
         f"forked {odd_id} from step 0 as fork-2: steps before it are reused, the rest run anew "
         "on a worker"
     ]

@@ -8,6 +8,7 @@ server a test starts is stopped, and its directory removed, by the fixtures.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shutil
 import signal
@@ -409,3 +410,103 @@ def test_a_project_run_through_a_link_keeps_its_database_across_releases(
     assert names[0] == names[1]
     monkeypatch.setenv("PWD", "/")  # a $PWD that is not the working directory: ignored
     assert _embedded.project_root() == (tmp_path / "r2").resolve()
+
+
+def _cli_env(data_dir: Path, **extra: str) -> dict[str, str]:
+    return {
+        **{k: v for k, v in os.environ.items() if not k.startswith("DURABLE_")},
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        "DURABLE_DATA_DIR": str(data_dir),
+        **extra,
+    }
+
+
+def _cli(cwd: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "durable.cli", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        timeout=120,
+    )
+
+
+def test_db_list_shows_each_project_and_db_drop_removes_one(data_dir: Path, tmp_path: Path) -> None:
+    shop, blog = tmp_path / "shop", tmp_path / "blog"
+    for project in (shop, blog):
+        (project / "src").mkdir(parents=True)
+        (project / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    env = _cli_env(data_dir)
+    empty = _cli(tmp_path, env, "db", "list", "--json")
+    assert empty.returncode == 0, empty.stderr
+    assert json.loads(empty.stdout) == []  # no server made yet: none, and none started
+    assert not data_dir.exists()
+    for project in (shop, blog):
+        made = _cli(project / "src", env, "migrate")
+        assert made.returncode == 0, made.stderr
+
+    listed = _cli(tmp_path, env, "db", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = {row["project"]: row for row in json.loads(listed.stdout)}
+    assert set(rows) == {str(shop), str(blog)}
+    assert rows[str(shop)]["database"] == _embedded.project_database(shop)
+    assert all(row["size_bytes"] > 0 and row["last_used"] for row in rows.values())
+    assert all(row["data_dir"] == str(data_dir) for row in rows.values())
+    table = _cli(tmp_path, {**env, "COLUMNS": "200"}, "db", "list")
+    assert table.returncode == 0, table.stderr
+    assert str(shop) in table.stdout and str(blog) in table.stdout
+
+    refused = _cli(tmp_path, env, "db", "drop", str(blog))  # no terminal, no --yes
+    assert refused.returncode != 0
+    assert "--yes" in refused.stderr
+    dropped = _cli(tmp_path, env, "db", "drop", str(blog), "--yes")
+    assert dropped.returncode == 0, dropped.stderr
+    assert f"dropped the embedded database of project {blog}" in dropped.stdout
+    left = json.loads(_cli(tmp_path, env, "db", "list", "--json").stdout)
+    assert [row["project"] for row in left] == [str(shop)]
+    with psycopg.connect(_embedded.ensure_server(data_dir)) as conn:
+        names = {r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()}
+    assert _embedded.project_database(blog) not in names
+    assert _embedded.project_database(shop) in names
+    again = _cli(blog, env, "db", "drop", "--yes")  # this directory's project: gone already
+    assert again.returncode == 0, again.stderr
+    assert "nothing to drop" in again.stdout
+
+
+def test_a_command_in_a_guessed_project_says_so_and_does_not_advise_migrate(
+    data_dir: Path, tmp_path: Path
+) -> None:
+    """No pyproject.toml or .git anywhere up: the directory a command runs in is taken as
+    the project, which a command says, with how to pin the project instead."""
+    loose = tmp_path / "loose"
+    (loose / "sub").mkdir(parents=True)
+    assert _embedded.find_project(loose / "sub").guessed, "a marker above tmp_path"
+    env = _cli_env(data_dir)
+    listed = _cli(loose / "sub", env, "workflows", "list", "--json")
+    assert listed.returncode == 1
+    assert listed.stdout == ""
+    assert f"using the embedded database of project {loose / 'sub'}" in listed.stderr
+    assert "no pyproject.toml or .git" in listed.stderr
+    assert "DURABLE_PROJECT_DIR" in listed.stderr
+    assert "durable migrate" not in listed.stderr  # that would make a schema in the wrong place
+
+    # A database that exists there (made by `db url`) but has no schema: the same.
+    assert _cli(loose / "sub", env, "db", "url").returncode == 0
+    empty = _cli(loose / "sub", env, "workflows", "list")
+    assert empty.returncode == 1
+    assert f"has no durable tables in the embedded database of project {loose / 'sub'}" in (
+        empty.stderr
+    )
+    assert "durable migrate" not in empty.stderr
+    assert "Traceback" not in empty.stderr
+
+    # Pinned, from the subdirectory: the project named, and no guess.
+    pinned = _cli(loose / "sub", {**env, "DURABLE_PROJECT_DIR": str(loose)}, "migrate")
+    assert pinned.returncode == 0, pinned.stderr
+    assert f"the embedded database of project {loose} (DURABLE_PROJECT_DIR)" in pinned.stderr
+    assert "no pyproject.toml" not in pinned.stderr
+    with psycopg.connect(_embedded.ensure_server(data_dir)) as conn:
+        names = {r[0] for r in conn.execute("SELECT datname FROM pg_database").fetchall()}
+    assert _embedded.project_database(loose) in names

@@ -246,3 +246,32 @@ def test_bad_queues_are_refused(
 ) -> None:
     with pytest.raises(ConfigurationError, match=named):
         Config.resolve(environ=environ, **arguments)  # type: ignore[arg-type]
+
+
+def test_the_database_in_use_is_described_for_a_person(tmp_path: Path) -> None:
+    from durable._io.config import describe_database
+
+    url = "postgresql://ana:hunter2@db.example:5432/app"
+    assert describe_database(url) == "the database at postgresql://ana:***@db.example:5432/app"
+    assert describe_database(environ={"DURABLE_DATABASE_URL": url}) == describe_database(url)
+    pinned = {"DURABLE_PROJECT_DIR": str(tmp_path / "shop")}
+    assert Config.resolve(environ=pinned).embedded_project().pinned
+    assert describe_database(environ=pinned) == (
+        f"the embedded database of project {tmp_path / 'shop'}"
+    )
+
+
+def test_a_project_is_found_by_its_marker_or_said_to_be_a_guess(tmp_path: Path) -> None:
+    from durable._embedded.projects import find_project
+
+    (tmp_path / "shop" / "src").mkdir(parents=True)
+    (tmp_path / "shop" / "pyproject.toml").write_text("")
+    (tmp_path / "loose" / "sub").mkdir(parents=True)
+    found = find_project(tmp_path / "shop" / "src")
+    assert found.root == tmp_path / "shop" and found.marker == "pyproject.toml"
+    assert not found.guessed and found.how_chosen() is None
+    guess = find_project(tmp_path / "loose" / "sub")
+    assert guess.root == tmp_path / "loose" / "sub" and guess.guessed
+    assert "DURABLE_PROJECT_DIR" in (guess.how_chosen() or "")
+    pinned = find_project(tmp_path / "loose" / "sub", pinned=tmp_path / "loose")
+    assert pinned.root == tmp_path / "loose" and not pinned.guessed
