@@ -417,7 +417,9 @@ def _assert_fails_without_secret(url: str, secret: str, *, expect: str, within: 
     out = cli("workflows", "list", "--database-url", url)
     elapsed = time.monotonic() - began
     assert out.returncode == 1, (out.stdout, out.stderr)
-    assert out.stderr.startswith("error: "), out.stderr
+    # The database it uses (redacted) is named first, then the error: nothing else.
+    lines = out.stderr.splitlines()
+    assert lines[0].startswith("using ") and lines[-1].startswith("error: "), out.stderr
     assert out.stdout == ""
     leaked = [p for p in _pieces(secret) if p in out.stderr + out.stdout]
     assert not leaked, out.stderr
