@@ -16,6 +16,7 @@ import subprocess
 import tempfile
 import time
 import uuid
+import zipfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -106,6 +107,14 @@ def test_the_first_hour_from_a_fresh_clone(
     venv_env = {**env, "PATH": f"{clone / '.venv' / 'bin'}:{env.get('PATH', '')}"}
     made = _sh(" && ".join(line for line in lines if line), clone, venv_env)
     assert " passed" in made and "failed" not in made, made
+    # 2c. A wheel of the clone, as the README's "Install" builds it (the wheel installed in
+    # a fresh virtualenv and run: tests/acceptance/test_package.py).
+    section = readme.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    build = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)[1].splitlines()[0]
+    _sh(build.split("#", 1)[0].strip(), clone, venv_env)
+    (wheel,) = (clone / "dist").glob("durable_pg-*-py3-none-any.whl")
+    with zipfile.ZipFile(wheel) as built:
+        assert "durable/_io/sql/queries.sql" in built.namelist()
     # 3. A script killed inside a step, then run again: it resumes at once (its lease is
     # an hour), the journaled step replayed, the cut-off one run again.
     script = clone / "tests" / "apps" / "script"
