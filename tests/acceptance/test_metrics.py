@@ -96,7 +96,19 @@ def test_worker_serves_metrics_and_health(
         try:
             wait_for(lambda: _up(port), what="the worker's /healthz")
             wait_for(lambda: len(world(database_url, "ms")) >= 1, what="the slow workflow's step")
-            # While it works: every family is served, and steps have been measured.
+            # While it works: every family is served, and steps have been measured (a step
+            # is measured once its record is written, a moment after its body ran).
+            wait_for(
+                lambda: (
+                    _value(
+                        _scrape(port)[1],
+                        "durable_step_duration_seconds_count",
+                        step="counter.slow_step",
+                    )
+                    >= 1
+                ),
+                what="a measured step",
+            )
             families, during = _scrape(port)
             assert FAMILIES <= families, FAMILIES - families
             steps_during = _value(
@@ -107,6 +119,20 @@ def test_worker_serves_metrics_and_health(
             for h in handles:
                 h.result(timeout=60)
             slow.result(timeout=60)
+            # An outcome is counted by the worker once it is written: a reader may see it
+            # first.
+            wait_for(
+                lambda: (
+                    _value(
+                        _scrape(port)[1],
+                        "durable_workflows_finished_total",
+                        status="SUCCESS",
+                        workflow="counter.slow",
+                    )
+                    == 1
+                ),
+                what="the slow workflow counted",
+            )
             _, after = _scrape(port)
         finally:
             assert stop_worker(worker) == 0
@@ -145,6 +171,18 @@ def test_recovery_after_a_kill_shows_on_the_worker_that_took_over(
             # Its lease (30 s) has not run out: the second worker, on the same host, sees
             # the first's process gone and takes its workflow back at once.
             assert handle.result(timeout=60) == [f"s{i}" for i in range(6)]
+            wait_for(
+                lambda: (
+                    _value(
+                        _scrape(second_port)[1],
+                        "durable_workflows_finished_total",
+                        status="SUCCESS",
+                        workflow="counter.slow",
+                    )
+                    == 1
+                ),
+                what="the recovered workflow counted",
+            )
             _, samples = _scrape(second_port)
         finally:
             assert stop_worker(second) == 0

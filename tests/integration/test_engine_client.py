@@ -50,7 +50,9 @@ def test_with_engine_client_leaves_the_engine_running(database_url: str) -> None
             assert client.get_workflow(engine.start(doubled, 1).workflow_id)
         assert engine.running and engine.client.running
         assert engine.start(doubled, 2, workflow_id="after").result(timeout=10) == 4
-        assert _connections(database_url) <= before + 1  # the pool was not opened again
+        # The pool was not opened again: the same pool, grown by at most the connection
+        # or two that concurrent checkouts (the run, its start, the result's read) may add.
+        assert _connections(database_url) <= before + 2
     assert not engine.client.running
 
 
