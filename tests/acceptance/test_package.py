@@ -1,4 +1,5 @@
-"""The package as it ships. `python -m build` makes an sdist and, from it, a wheel; `twine
+"""The package as it ships. The README's `python -m build`, in a fresh clone, makes an sdist
+and, from it, a wheel; `twine
 check` accepts both; the wheel holds the `durable` package whole (its SQL, the console's
 templates and static files, py.typed, the `durable` command) and nothing else of the
 repository. Installed into a fresh virtualenv, away from this checkout, the wheel runs
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -47,14 +49,29 @@ def _run(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> str:
     return done.stdout
 
 
+def _readme_build_command() -> str:
+    """The README's way to build the distributions ("Install": the second block's first
+    line, `python -m pip install build && python -m build`)."""
+    readme = (ROOT / "README.md").read_text("utf-8")
+    section = readme.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    block = re.findall(r"```bash\n(.*?)\n```", section, flags=re.S)[1]
+    return block.splitlines()[0].split("#", 1)[0].strip()
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """dist/ as `python -m build` makes it from this checkout: an sdist, and a wheel built
-    from that sdist."""
+    """dist/ as the README's "Install" makes it in a fresh clone of this checkout (`python
+    -m build`: an sdist, and a wheel built from that sdist), with this test run's Python
+    first on the PATH as a user's virtualenv would be."""
     _needs("build")
-    out = tmp_path_factory.mktemp("dist")
-    _run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], cwd=out)
-    return out
+    if shutil.which("git") is None:
+        pytest.skip("needs git, to clone the project as a user would")
+    clone = tmp_path_factory.mktemp("clone") / "durable"
+    _run(["git", "clone", "-q", str(ROOT), str(clone)], cwd=clone.parent)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DURABLE_", "PYTHON"))}
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    _run(["bash", "-c", _readme_build_command()], cwd=clone, env=env)
+    return clone / "dist"
 
 
 @pytest.fixture
