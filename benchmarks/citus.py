@@ -36,10 +36,27 @@ coordinator and the workers, two-phase commits.
 Throughput: N worker processes (`durable worker`, as benchmarks/throughput.py starts them)
 drain M enqueued 10-step workflows on each database; workflows/s over the window from the
 first dequeue to the last finish (the server's timestamps), commits per step on the
-coordinator and on the workers, two-phase commits per workflow.
+coordinator and on the workers, two-phase commits per workflow, and CPU per step: of the
+coordinator's server (its postgres processes, from /proc/<pid>/stat: the live ones, and the
+exited backends the postmaster reaped, by its cutime/cstime), of the worker nodes', and of
+the `durable worker` processes. On one server the coordinator's server is the one server.
+
+A grid: `--shards 8,32,64` makes a distributed database of each shard count on the one
+cluster, and `--processes 1,2,4` drains each with each number of processes (one server
+beside them, each combination once, their order alternating). Per shard count, the claim
+side alone: from one process, claim rounds on an idle database (what each worker pays
+every poll with nothing to do: the runnable workflows, then each queue) and claims with a
+backlog (a queue of enqueued workflows dequeued a batch at a time, not run), per second,
+with the coordinator's CPU per round.
+
+The step cost and the `@transaction` layouts are measured on the first shard count's
+database (`--no-steps` and `--no-transactions` skip them). Nothing is written unless
+`--out` is given.
 
     python -m benchmarks.citus [--steps 100] [--rounds 5] [--workflows 300] [--no-transactions]
-                               [--workers 1 2] [--shards 32] [--json PATH] [--plot PATH]
+                               [--no-steps] [--processes 1,2] [--shards 32] [--out PATH]
+                               [--plot PATH]
+    python -m benchmarks.citus --shards 8,32,64 --processes 1,2,4 --no-steps --no-transactions
 """
 
 from __future__ import annotations
@@ -67,7 +84,6 @@ from benchmarks import step_overhead, throughput, throughput_app
 from tests import citus
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_JSON = ROOT / "benchmarks" / "results" / "citus.json"
 APP = "durable_bench_citus"
 WARM = 10  # runs of each kind before a round is timed, on its fresh connections
 BASE = 10  # operations of the baseline session that counts subtract
@@ -83,6 +99,8 @@ class Side:
     dbname: str
     nodes: list[str]  # admin URLs (database `postgres`) of the nodes holding it
     distributed: bool
+    pgdata: list[Path]  # data directories of those nodes, the coordinator's first
+    shards: int | None = None  # per distributed table; None on one server
 
     @property
     def app_url(self) -> str:
@@ -98,10 +116,11 @@ class Side:
 
 
 @contextlib.contextmanager
-def sides(shards: int) -> Iterator[tuple[citus.CitusCluster, Side, Side]]:
-    """A fresh cluster, a plain database on its coordinator and a distributed one."""
+def sides(shard_counts: list[int]) -> Iterator[tuple[citus.CitusCluster, Side, list[Side]]]:
+    """A fresh cluster, a plain database on its coordinator and a distributed one per shard
+    count."""
     citus.ensure_installed()
-    with citus.citus_cluster(shard_count=shards) as cluster:
+    with citus.citus_cluster(shard_count=shard_counts[0]) as cluster:
         assert cluster.coordinator is not None
         # Keep pg_dist_transaction's rows (the two-phase commits) for the count, and keep
         # the maintenance daemon's deadlock polls out of the workers' commit counts.
@@ -113,8 +132,12 @@ def sides(shards: int) -> Iterator[tuple[citus.CitusCluster, Side, Side]]:
         with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
         single_url = cluster.coordinator.url(name)
-        cluster_url = cluster.create_database("durable_bench_citus")
-        for url, distribute in ((single_url, False), (cluster_url, True)):
+        targets: list[tuple[str, int | None]] = [(single_url, None)]
+        for k in shard_counts:
+            cluster.shard_count = k
+            targets.append((cluster.create_database(f"durable_bench_citus{k}"), k))
+        for url, shards in targets:
+            distribute = shards is not None
             with durable.Client(url, migrate=True) as client:
                 if distribute:
                     client.distribute_citus()
@@ -125,15 +148,22 @@ def sides(shards: int) -> Iterator[tuple[citus.CitusCluster, Side, Side]]:
                 )
                 if distribute:
                     conn.execute("SELECT create_distributed_table('floor_steps', 'workflow_id')")
-        single = Side("single", single_url, name, [cluster.admin_url], False)
-        cluster_side = Side(
-            "citus",
-            cluster_url,
-            step_overhead.dbname_of(cluster_url),
-            [n.url() for n in cluster.nodes],
-            True,
+        single = Side(
+            "single", single_url, name, [cluster.admin_url], False, [cluster.coordinator.pgdata]
         )
-        yield cluster, single, cluster_side
+        clusters = [
+            Side(
+                "citus",
+                url,
+                step_overhead.dbname_of(url),
+                [n.url() for n in cluster.nodes],
+                True,
+                [n.pgdata for n in cluster.nodes],
+                shards,
+            )
+            for url, shards in targets[1:]
+        ]
+        yield cluster, single, clusters
 
 
 # -- counting -----------------------------------------------------------------------------
@@ -174,6 +204,41 @@ def counters(side: Side) -> dict[str, int]:
             row = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
         prepared = int(row[0]) if row is not None else 0
     return {"coordinator": commits[0], "workers": sum(commits[1:]), "prepared": prepared}
+
+
+def _stat_cpu(pid: int) -> tuple[int, float, float]:
+    """(parent pid, own CPU seconds, reaped children's CPU seconds) of a process."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    fields = text[text.rindex(")") + 2 :].split()  # after "pid (comm) "
+    tick = os.sysconf("SC_CLK_TCK")
+    # fields[0] is field 3 (state): ppid 4, utime 14, stime 15, cutime 16, cstime 17.
+    return (
+        int(fields[1]),
+        (int(fields[11]) + int(fields[12])) / tick,
+        (int(fields[13]) + int(fields[14])) / tick,
+    )
+
+
+def server_cpu(pgdata: Path) -> float:
+    """CPU seconds used so far by the PostgreSQL server of `pgdata`: its postmaster and live
+    children, and the children that have exited (the postmaster reaps them, so their CPU is
+    in its cutime/cstime). A difference of two readings is the server's CPU in between."""
+    postmaster = int((pgdata / "postmaster.pid").read_text().split()[0])
+    _, own, reaped = _stat_cpu(postmaster)
+    total = own + reaped
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            ppid, cpu, _ = _stat_cpu(int(entry.name))
+            if ppid == postmaster:
+                total += cpu
+    return total
+
+
+def nodes_cpu(side: Side) -> list[float]:
+    """server_cpu of each node that holds `side`, the coordinator first."""
+    return [server_cpu(p) for p in side.pgdata]
 
 
 def delta(side: Side, session: Callable[[], None]) -> dict[str, int]:
@@ -378,12 +443,14 @@ def _wait_for(side: Side, prefix: str, n: int, timeout: float) -> None:
 
 
 def measure_throughput(
-    single: Side, cluster: Side, n: int, workers: list[int], concurrency: int
+    single: Side, clusters: list[Side], n: int, workers: list[int], concurrency: int
 ) -> list[dict[str, Any]]:
+    """Each process count on one server and on each distributed database, in an order that
+    alternates from one process count to the next."""
     rows: list[dict[str, Any]] = []
     for k, w in enumerate(workers):
-        order = (single, cluster) if k % 2 == 0 else (cluster, single)
-        for side in order:
+        targets = [single, *clusters]
+        for side in targets if k % 2 == 0 else list(reversed(targets)):
             prefix = f"tp{w}-"
             with durable.Client(side.url) as client:
                 for i in range(n):
@@ -394,11 +461,13 @@ def measure_throughput(
                         **{"workflow_id": f"{prefix}{i}"},
                     )
             before = counters(side)
+            cpu_before = nodes_cpu(side)
             procs = throughput.start_workers(side.app_url, w, concurrency)
             try:
                 _wait_for(side, prefix, n, max(180.0, n / 2))
+                cpu_after = nodes_cpu(side)
             finally:
-                throughput.stop_workers(procs)
+                process_cpu = throughput.stop_workers(procs)
             after = counters(side)
             with psycopg.connect(side.url, autocommit=True) as conn:
                 row = conn.execute(
@@ -409,9 +478,11 @@ def measure_throughput(
             assert row is not None and row[0] is not None
             window = max(float(row[0]), 1e-6)
             steps = n * throughput_app.STEPS
+            used = [a - b for a, b in zip(cpu_after, cpu_before, strict=True)]
             rows.append(
                 {
                     "target": side.name,
+                    "shards": side.shards,
                     "workers": w,
                     "concurrency": concurrency,
                     "workflows": n,
@@ -422,9 +493,14 @@ def measure_throughput(
                     / steps,
                     "worker_commits_per_step": (after["workers"] - before["workers"]) / steps,
                     "prepared_per_workflow": (after["prepared"] - before["prepared"]) / n,
+                    # From the workers' start to the last finish (a little before and after
+                    # the window above: the processes' start, the benchmark's polls).
+                    "coordinator_cpu_ms_per_step": used[0] * 1000 / steps,
+                    "worker_nodes_cpu_ms_per_step": sum(used[1:]) * 1000 / steps,
+                    "process_cpu_ms_per_step": process_cpu * 1000 / steps,
                 }
             )
-    by = {(r["target"], r["workers"]): r for r in rows}
+    by = {(r["target"], r["workers"]): r for r in rows if r["target"] == "single"}
     for r in rows:
         if r["target"] == "citus":
             r["ratio_to_single"] = (
@@ -433,10 +509,66 @@ def measure_throughput(
     return rows
 
 
+def measure_claims(side: Side, batch: int, backlog: int, seconds: float) -> dict[str, Any]:
+    """The claim side alone, from one engine that claims and runs nothing: idle rounds (the
+    runnable workflows, then each queue, with nothing to claim) for `seconds`, then a queue
+    of `backlog` enqueued workflows dequeued `batch` at a time for at most `seconds`; per
+    second, with the coordinator's CPU per round. The backlog is deleted after."""
+    prefix = "claims-"
+    out: dict[str, Any] = {"target": side.name, "shards": side.shards, "batch": batch}
+    engine = durable.Engine(
+        side.app_url, registry=throughput_app.registry, max_workers=batch, listen=False
+    )
+    with engine:
+        claims = engine._services.claims  # the worker loop's own claim calls
+
+        def idle_round() -> None:  # as the worker loop's, on a database with nothing to run
+            claims.round(None, batch, 0)
+            claims.dequeue(batch, asynchronous=False)
+
+        for _ in range(3):
+            idle_round()
+        rounds, cpu0, start = 0, nodes_cpu(side)[0], time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            idle_round()
+            rounds += 1
+        elapsed, cpu = time.perf_counter() - start, nodes_cpu(side)[0] - cpu0
+        out["idle_rounds_per_s"] = rounds / elapsed
+        out["idle_round_ms"] = elapsed * 1000 / rounds
+        out["idle_coordinator_cpu_ms_per_round"] = cpu * 1000 / rounds
+        with durable.Client(side.url) as client:
+            for i in range(backlog):
+                client.enqueue(
+                    throughput_app.jobs,
+                    throughput_app.WORKFLOWS["sync"],
+                    throughput_app.STEPS,
+                    **{"workflow_id": f"{prefix}{i}"},
+                )
+        claimed, rounds, cpu0, start = 0, 0, nodes_cpu(side)[0], time.perf_counter()
+        while claimed < backlog and time.perf_counter() - start < seconds:
+            claimed += len(claims.dequeue(batch, asynchronous=False))
+            rounds += 1
+        elapsed, cpu = time.perf_counter() - start, nodes_cpu(side)[0] - cpu0
+        out["claims_per_s"] = claimed / elapsed
+        out["claim_rounds_per_s"] = rounds / elapsed
+        out["claim_round_ms"] = elapsed * 1000 / max(rounds, 1)
+        out["claim_coordinator_cpu_ms_per_round"] = cpu * 1000 / max(rounds, 1)
+        # Gone before the engine lets go of them: nothing left for the next measurement.
+        with psycopg.connect(side.url, autocommit=True) as conn:
+            conn.execute("DELETE FROM durable.workflows WHERE workflow_id LIKE %s", [prefix + "%"])
+    return out
+
+
 # -- output -------------------------------------------------------------------------------
 
 
 def print_report(results: dict[str, Any], console: Console) -> None:
+    if results.get("steps"):
+        print_steps(results, console)
+    print_throughput(results, console)
+
+
+def print_steps(results: dict[str, Any], console: Console) -> None:
     st = results["steps"]
     table = Table(title=f"one server vs Citus ({results['config']['shards']} shards/table)")
     for col in ("what", "single µs", "citus µs", "citus / single"):
@@ -488,28 +620,64 @@ def print_report(results: dict[str, Any], console: Console) -> None:
                 f"{c['prepared']:.2f}",
             )
         console.print(tx)
+
+
+def print_throughput(results: dict[str, Any], console: Console) -> None:
     tp = Table(title=f"throughput: {results['config']['workflows']} workflows of 10 steps")
     for col in (
         "target",
-        "workers",
+        "shards",
+        "processes",
         "workflows/s",
         "citus / single",
         "coord. commits/step",
         "worker commits/step",
         "2PC/workflow",
+        "coord. CPU ms/step",
+        "nodes CPU ms/step",
+        "processes CPU ms/step",
     ):
         tp.add_column(col, justify="right")
-    for r in results["throughput"]:
+    for r in sorted(results["throughput"], key=lambda r: (r["workers"], r["shards"] or 0)):
         tp.add_row(
             r["target"],
+            str(r.get("shards") or ""),
             str(r["workers"]),
             f"{r['workflows_per_s']:.1f}",
             f"{r['ratio_to_single']:.2f}" if "ratio_to_single" in r else "",
             f"{r['coordinator_commits_per_step']:.2f}",
             f"{r['worker_commits_per_step']:.2f}",
             f"{r['prepared_per_workflow']:.2f}",
+            f"{r['coordinator_cpu_ms_per_step']:.2f}",
+            f"{r['worker_nodes_cpu_ms_per_step']:.2f}",
+            f"{r['process_cpu_ms_per_step']:.2f}",
         )
     console.print(tp)
+    if results.get("claims"):
+        cl = Table(title="the claim side from one process (batch of the worker's concurrency)")
+        for col in (
+            "target",
+            "shards",
+            "idle rounds/s",
+            "idle round ms",
+            "coord. CPU ms/idle round",
+            "claims/s (backlog)",
+            "claim round ms",
+            "coord. CPU ms/claim round",
+        ):
+            cl.add_column(col, justify="right")
+        for c in results["claims"]:
+            cl.add_row(
+                c["target"],
+                str(c.get("shards") or ""),
+                f"{c['idle_rounds_per_s']:.1f}",
+                f"{c['idle_round_ms']:.1f}",
+                f"{c['idle_coordinator_cpu_ms_per_round']:.2f}",
+                f"{c['claims_per_s']:.1f}",
+                f"{c['claim_round_ms']:.1f}",
+                f"{c['claim_coordinator_cpu_ms_per_round']:.2f}",
+            )
+        console.print(cl)
 
 
 def write_plot(results: dict[str, Any], path: Path) -> None:
@@ -525,7 +693,11 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
     for k, (side, color) in enumerate((("single", "#4c72b0"), ("citus", "#dd8452"))):
         xs = [i + (k - 0.5) * width for i in range(len(keys))]
         left.bar(xs, [st[side][key]["median"] for _, key in keys], width, label=side, color=color)
-        rows = [r for r in results["throughput"] if r["target"] == side]
+        rows = [
+            r
+            for r in results["throughput"]
+            if r["target"] == side and r.get("shards") in (None, results["config"]["shards"])
+        ]
         xs = [i + (k - 0.5) * width for i in range(len(rows))]
         right.bar(xs, [r["workflows_per_s"] for r in rows], width, label=side, color=color)
     left.set_xticks(range(len(keys)), [label for label, _ in keys])
@@ -545,39 +717,76 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.replace(",", " ").split()]
+
+
 def main(argv: list[str] | None = None, console: Console | None = None) -> dict[str, Any]:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.citus", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.citus",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--steps", type=int, default=100, help="steps per workflow (100)")
     parser.add_argument("--rounds", type=int, default=5, help="measured rounds (5)")
     parser.add_argument("--warmup", type=int, default=1, help="unrecorded rounds first (1)")
     parser.add_argument("--workflows", type=int, default=300, help="per throughput run (300)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument(
+        "--processes",
+        "--workers",
+        dest="processes",
+        type=_ints,
+        default=[1, 2],
+        help="worker process counts, e.g. 1,2,4 (1,2)",
+    )
     parser.add_argument("--concurrency", type=int, default=8, help="workflows per worker")
-    parser.add_argument("--shards", type=int, default=32, help="shards per table (32)")
+    parser.add_argument(
+        "--shards", type=_ints, default=[32], help="shards per table, e.g. 8,32,64 (32)"
+    )
+    parser.add_argument(
+        "--claim-backlog", type=int, default=400, help="queued workflows the claims take (400)"
+    )
+    parser.add_argument(
+        "--claim-seconds", type=float, default=3.0, help="each claim measurement's time (3)"
+    )
+    parser.add_argument(
+        "--no-steps", dest="steps_cost", action="store_false", help="skip the step cost"
+    )
     parser.add_argument(
         "--no-transactions",
         dest="transactions",
         action="store_false",
         help="skip the @transaction layouts",
     )
-    parser.add_argument("--json", type=Path, default=DEFAULT_JSON)
+    parser.add_argument(
+        "--out", "--json", dest="out", type=Path, default=None, help="write the results here"
+    )
     parser.add_argument("--plot", type=Path, default=None)
     args = parser.parse_args(argv)
     console = console or Console()
-    with sides(args.shards) as (_, single, cluster):
-        with psycopg.connect(cluster.url) as conn:
+    with sides(args.shards) as (_, single, clusters):
+        first = clusters[0]
+        with psycopg.connect(first.url) as conn:
             row = conn.execute(
                 "SELECT version(), extversion, current_setting('fsync')"
                 " FROM pg_extension WHERE extname = 'citus'"
             ).fetchone()
         assert row is not None
-        steps = measure_steps(single, cluster, args.steps, args.rounds, args.warmup)
+        steps = (
+            measure_steps(single, first, args.steps, args.rounds, args.warmup)
+            if args.steps_cost
+            else {}
+        )
         transactions = (
-            measure_transactions(single, cluster, max(10, args.steps // 2), args.rounds)
+            measure_transactions(single, first, max(10, args.steps // 2), args.rounds)
             if args.transactions
             else {}
         )
-        tp = measure_throughput(single, cluster, args.workflows, args.workers, args.concurrency)
+        tp = measure_throughput(single, clusters, args.workflows, args.processes, args.concurrency)
+        claims = [
+            measure_claims(side, args.concurrency, args.claim_backlog, args.claim_seconds)
+            for side in (single, *clusters)
+        ]
     results = {
         "benchmark": "citus",
         "config": {
@@ -585,23 +794,26 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
             "rounds": args.rounds,
             "warmup": args.warmup,
             "workflows": args.workflows,
-            "workers": args.workers,
+            "workers": args.processes,
             "concurrency": args.concurrency,
-            "shards": args.shards,
+            "shards": args.shards[0],
+            "shard_counts": args.shards,
             "nodes": "a coordinator and 2 workers on one machine",
         },
         "server": {"version": row[0].split(" on ")[0], "citus": row[1], "fsync": row[2]},
         "steps": steps,
         "transactions": transactions,
         "throughput": tp,
+        "claims": claims,
         "median_throughput_ratio": statistics.median(
             r["ratio_to_single"] for r in tp if "ratio_to_single" in r
         ),
     }
     print_report(results, console)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n", "utf-8")
-    if args.plot is not None:
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(results, indent=2) + "\n", "utf-8")
+    if args.plot is not None and steps:
         write_plot(results, args.plot)
     return results
 

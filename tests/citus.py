@@ -58,6 +58,10 @@ SETTINGS = {
 }
 
 
+# What only a Citus node needs: a plain server (`plain_coordinator`) starts without them.
+CITUS_ONLY = ("shared_preload_libraries", "max_prepared_transactions", "max_worker_processes")
+
+
 class Unavailable(Exception):
     """Citus is not installed for the local PostgreSQL."""
 
@@ -126,6 +130,10 @@ class CitusCluster:
     # Shards per distributed table in the databases this cluster makes (Citus's default
     # is 32). Fewer make a database quicker to distribute; statements route the same way.
     shard_count: int = 4
+    # The coordinator starts as a plain PostgreSQL server (no Citus loaded, joined to no
+    # one): the one server a deployment outgrows, made the coordinator later, as
+    # docs/scaling.md's runbook says (`restart_node` after setting the preload).
+    plain_coordinator: bool = False
     coordinator: Node | None = None
     workers: list[Node] = field(default_factory=list)
     _user: str | None = None
@@ -185,11 +193,14 @@ class CitusCluster:
                 "-E", "UTF8", "--locale=C.UTF-8", "--no-sync",
             )  # fmt: skip
             settings = {**SETTINGS, "port": str(node.port), "unix_socket_directories": "''"}
+            if self.plain_coordinator and node is self.coordinator:
+                settings = {k: v for k, v in settings.items() if k not in CITUS_ONLY}
             with open(node.pgdata / "postgresql.auto.conf", "a") as conf:
                 for name, value in settings.items():
                     conf.write(f"{name} = {value}\n")
             self._start_node(node)
-        self._join("postgres")
+        if not self.plain_coordinator:
+            self._join("postgres")
 
     def _join(self, dbname: str) -> None:
         """Create the extension on every node's `dbname` and add the workers to it."""
@@ -203,6 +214,14 @@ class CitusCluster:
             )
             for worker in self.workers:
                 conn.execute("SELECT citus_add_node('127.0.0.1', %s)", [worker.port])
+
+    def restart_node(self, node: Node) -> None:
+        """Restart `node` (a fast shutdown: its sessions are cut), e.g. to load a changed
+        `shared_preload_libraries`."""
+        self._run(
+            "pg_ctl", "restart", "-w", "-t", "60", "-m", "fast", "-D", str(node.pgdata),
+            "-l", str(self.base / f"{node.name}.log"),
+        )  # fmt: skip
 
     def kill_worker(self, index: int) -> Node:
         """SIGKILL worker `index`'s postmaster (its backends die with it)."""

@@ -26,6 +26,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -110,6 +111,9 @@ class HACluster:
 
     base: Path
     dbname: str = "durable"
+    # Settings of both nodes (e.g. Citus's preload): the first node's data directory is
+    # made with them before pg_autoctl takes it over, and the standby copies it.
+    settings: dict[str, str] = field(default_factory=dict)
     monitor_port: int = 0
     nodes: list[Node] = field(default_factory=list)
     _monitor: subprocess.Popen[bytes] | None = None
@@ -199,6 +203,8 @@ class HACluster:
         )
         for name, port in (("node1", p1), ("node2", p2)):
             node = Node(name, port, self.base / name)
+            if name == "node1" and self.settings:
+                self._initdb(node.pgdata)
             node.proc = self._spawn(
                 [
                     "create", "postgres", "--pgdata", str(node.pgdata),
@@ -214,6 +220,18 @@ class HACluster:
         # The standby's base backup waits for a checkpoint on the primary: ask for one.
         self._wait(self._settled, deadline, "a primary and a synchronous secondary")
         self._wait(self._sync_on, deadline, "synchronous replication")
+
+    def _initdb(self, pgdata: Path) -> None:
+        cmd = [
+            "initdb", "-D", str(pgdata), "-U", "postgres", "--auth=trust", "-E", "UTF8",
+            "--locale=C.UTF-8", "--no-sync",
+        ]  # fmt: skip
+        if self._user is not None:
+            cmd = ["runuser", "-u", self._user, "--", *cmd]
+        subprocess.run(cmd, env=self._env(), capture_output=True, cwd=self.base, check=True)
+        with open(pgdata / "postgresql.auto.conf", "a") as conf:
+            for name, value in self.settings.items():
+                conf.write(f"{name} = {value}\n")
 
     def _wait(self, ready: object, deadline: float, what: str) -> None:
         assert callable(ready)
@@ -329,9 +347,9 @@ class HACluster:
 
 
 @contextlib.contextmanager
-def ha_cluster() -> Iterator[HACluster]:
+def ha_cluster(**options: Any) -> Iterator[HACluster]:
     base = Path(tempfile.mkdtemp(prefix="durable-ha-"))
-    cluster = HACluster(base)
+    cluster = HACluster(base, **options)
     try:
         cluster.start()
         yield cluster

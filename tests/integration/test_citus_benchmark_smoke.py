@@ -44,7 +44,11 @@ def test_cluster_benchmark_runs(tmp_path: Path) -> None:
             "2",
             "--shards",
             "4",
-            "--json",
+            "--claim-backlog",
+            "10",
+            "--claim-seconds",
+            "0.3",
+            "--out",
             str(out),
             *(["--plot", str(tmp_path / "c.png")] if plot else []),
         ],
@@ -70,7 +74,18 @@ def test_cluster_benchmark_runs(tmp_path: Path) -> None:
     assert {(r["target"], r["workers"]) for r in rows} == {("single", 1), ("citus", 1)}
     for r in rows:
         assert r["workflows"] == 6 and r["workflows_per_s"] > 0
+        # CPU per step of the coordinator's server (the one server's, on one server) and of
+        # the worker processes, from /proc and wait4: work was done, so some was used.
+        assert r["coordinator_cpu_ms_per_step"] > 0 and r["process_cpu_ms_per_step"] > 0
     cluster_row = next(r for r in rows if r["target"] == "citus")
+    assert cluster_row["shards"] == 4 and cluster_row["worker_nodes_cpu_ms_per_step"] > 0
+    # The claim side alone: idle rounds, and claims from a backlog, on each database.
+    assert [(c["target"], c["shards"]) for c in results["claims"]] == [
+        ("single", None),
+        ("citus", 4),
+    ]
+    for c in results["claims"]:
+        assert c["idle_rounds_per_s"] > 0 and c["claims_per_s"] > 0
     assert cluster_row["ratio_to_single"] > 0
     # The claim loop and the heartbeat write over every shard or every node: 2PC.
     assert cluster_row["prepared_per_workflow"] > 0
