@@ -95,8 +95,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test on the Citus cluster is marked `citus` (`pytest -m citus` runs them all).
     Under xdist (`--dist loadgroup`) they share one worker, and so one cluster, unless every
     test runs on Citus (DURABLE_TEST_ON_CITUS=1): then each worker starts a cluster of its
-    own. The slow tests (SLOW) are marked `slow`."""
+    own. The slow tests (SLOW) are marked `slow`. A test marked `long` runs only in the long
+    lane (DURABLE_TEST_LONG=1; CONTRIBUTING.md)."""
+    long_lane = os.environ.get("DURABLE_TEST_LONG") == "1"
     for item in items:
+        if item.get_closest_marker("long") is not None and not long_lane:
+            item.add_marker(pytest.mark.skip(reason="the long lane: set DURABLE_TEST_LONG=1"))
         if "citus_cluster" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.citus)
             if not ON_CITUS:

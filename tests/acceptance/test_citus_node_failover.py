@@ -26,7 +26,8 @@ from tests import citus, ha
 from tests.acceptance.workers import client, start_worker, stop_worker, wait_for
 from tests.apps import counter_app
 
-pytestmark = pytest.mark.citus
+# About a minute and a half: the long lane (DURABLE_TEST_LONG=1, CONTRIBUTING.md).
+pytestmark = [pytest.mark.citus, pytest.mark.long]
 
 N_WORKFLOWS = 120
 N_STEPS = 6  # 3 marks (transactions) and 3 pure steps each
