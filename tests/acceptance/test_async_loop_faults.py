@@ -64,11 +64,15 @@ def pids(url: str, workflow_id: str, what: str) -> list[int]:
     return [pid for _, w, pid in world(url, workflow_id) if w == what]
 
 
-def say_go(url: str, workflow_id: str) -> None:
+def say(url: str, workflow_id: str, what: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         conn.execute(
-            "INSERT INTO world (workflow_id, what, pid) VALUES (%s, 'go', 0)", [workflow_id]
+            "INSERT INTO world (workflow_id, what, pid) VALUES (%s, %s, 0)", [workflow_id, what]
         )
+
+
+def say_go(url: str, workflow_id: str) -> None:
+    say(url, workflow_id, "go")
 
 
 # SystemExit as well, in one process: tests/integration/test_twins_inprocess.py.
@@ -136,7 +140,11 @@ def test_a_worker_whose_event_loop_dies_exits_and_another_takes_its_runs_over(
     a = b = None
     try:
         with client(url) as c:
-            harmless = [c.submit(loop_faults_app.napping, w, 3.0, workflow_id=w) for w in HARMLESS]
+            # The naps last until the test wakes them (at most 120 s): still under way on A
+            # when its loop dies, however long B takes to start.
+            harmless = [
+                c.submit(loop_faults_app.napping, w, 120.0, True, workflow_id=w) for w in HARMLESS
+            ]
             breaking = c.submit(loop_faults_app.breaking, "k1", workflow_id="k1")
             a = worker(subprocess_env, url, "worker-a")
             wait_for(
@@ -165,6 +173,8 @@ def test_a_worker_whose_event_loop_dies_exits_and_another_takes_its_runs_over(
                 what="worker B to take the harmless workflows over",
             )
             taken = time.monotonic() - began
+            for w in HARMLESS:
+                say(url, w, "wake")
             for h in harmless:
                 assert h.result(timeout=60) == "rested"
             assert breaking.result(timeout=60) == "intact"

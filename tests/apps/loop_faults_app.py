@@ -98,16 +98,26 @@ async def exiting(workflow_id: str, /, kind: str, fail_times: int, gathered: boo
 
 
 @durable.step(registry=registry, name="loop_faults.nap_step")
-async def nap_step(workflow_id: str, seconds: float) -> str:
+async def nap_step(workflow_id: str, seconds: float, until_woken: bool = False) -> str:
+    """Sleeps `seconds`; with `until_woken`, at most that long, until the test records
+    "wake" for the workflow (so that the nap lasts as long as the test needs it to,
+    however slowly the machine starts the processes around it)."""
     await record(workflow_id, "nap-start")
-    await asyncio.sleep(seconds)
+    if until_woken:
+        deadline = asyncio.get_running_loop().time() + seconds
+        while asyncio.get_running_loop().time() < deadline:
+            if await asyncio.to_thread(_recorded, workflow_id, "wake"):
+                break
+            await asyncio.sleep(0.05)
+    else:
+        await asyncio.sleep(seconds)
     await record(workflow_id, "nap-end")
     return "rested"
 
 
 @durable.workflow(registry=registry, name="loop_faults.napping")
-async def napping(workflow_id: str, /, seconds: float) -> str:
-    rested = await nap_step(workflow_id, seconds)
+async def napping(workflow_id: str, /, seconds: float, until_woken: bool = False) -> str:
+    rested = await nap_step(workflow_id, seconds, until_woken)
     await note(workflow_id, "after-nap")
     return rested
 
