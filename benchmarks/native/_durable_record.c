@@ -150,6 +150,9 @@ static inline Py_ssize_t escape_unit(char *out, Py_UCS4 c) {
 }
 
 static int put_str(Buf *b, PyObject *s) {
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0) return -1; /* a legacy string made by the old API */
+#endif
     Py_ssize_t n = PyUnicode_GET_LENGTH(s);
     if (PyUnicode_IS_ASCII(s)) {
         const unsigned char *p = PyUnicode_1BYTE_DATA(s);
@@ -190,6 +193,9 @@ static const char TAG[] = "__durable__";
 #define TAG_LEN ((Py_ssize_t)(sizeof TAG - 1))
 
 static int starts_with_tag(PyObject *s) {
+#if PY_VERSION_HEX < 0x030C0000
+    if (PyUnicode_READY(s) < 0) return -1;
+#endif
     if (PyUnicode_GET_LENGTH(s) < TAG_LEN) return 0;
     int kind = PyUnicode_KIND(s);
     const void *data = PyUnicode_DATA(s);
@@ -243,7 +249,9 @@ static int enc(Buf *b, PyObject *o, int depth) {
         Py_ssize_t pos = 0, i = 0;
         PyObject *key, *value;
         while (PyDict_Next(o, &pos, &key, &value)) {
-            if (Py_TYPE(key) != &PyUnicode_Type || starts_with_tag(key)) return 1;
+            if (Py_TYPE(key) != &PyUnicode_Type) return 1;
+            int tag = starts_with_tag(key);
+            if (tag != 0) return tag < 0 ? -1 : 1;
             if (i++ > 0) {
                 RESERVE(b, 1);
                 b->data[b->len++] = ',';
