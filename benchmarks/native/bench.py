@@ -14,7 +14,9 @@ record in), in one process, in blocks of `--block` operations, the variants alte
   psycopg       a bare psycopg `conn.execute` of the same statement with the output already
                 encoded (psycopg's share of `record`);
   libpq         the extension's `execute` of the same prepared statement with the output
-                already encoded (the floor of a native path: libpq and the kernel).
+                already encoded (the floor of a native path: libpq and the kernel);
+  keep          `run.keep` alone, no I/O: durable's encode, size check and exactness walk;
+  encode        the extension's `encode` alone, no I/O: the same work in C.
 
 `record`, `native`, `psycopg` and `libpq` write real journal rows of the running workflow
 (positions from 1,000,000 on) through a second autocommit connection; each is one INSERT,
@@ -50,7 +52,8 @@ from durable._run.context import workflow_code_run
 from durable.serialization import JSONSerializer, _plain, return_type
 
 STEP_NAME = "bench.native.step"
-VARIANTS = ("step", "step+native", "record", "native", "psycopg", "libpq")
+VARIANTS = ("step", "step+native", "record", "native", "psycopg", "libpq", "keep", "encode")
+WRITING = ("record", "native", "psycopg", "libpq")
 DEFAULT_JSON = Path(__file__).resolve().parent.parent / "results" / "native_record.json"
 _PAD = "x" * 64
 
@@ -163,6 +166,14 @@ def measure(native: ModuleType, url: str, schema: str, rounds: int, block: int) 
                     values = statement.values(params(next(seqs), payload))
                     written += native.execute(address, statement.name, values)
 
+            def keep_only(n: int) -> None:
+                for i in range(n):
+                    run.keep(produce(i), what, produce)
+
+            def encode_only(n: int) -> None:
+                for i in range(n):
+                    native.encode(produce(i), limit)
+
             blocks: dict[str, Callable[[int], None]] = {
                 "step": steps,
                 "step+native": native_steps,
@@ -170,6 +181,8 @@ def measure(native: ModuleType, url: str, schema: str, rounds: int, block: int) 
                 "native": native_record,
                 "psycopg": bare_psycopg,
                 "libpq": bare_libpq,
+                "keep": keep_only,
+                "encode": encode_only,
             }
             for name in VARIANTS:  # warm-up: statements prepared, caches filled
                 blocks[name](20)
@@ -180,7 +193,7 @@ def measure(native: ModuleType, url: str, schema: str, rounds: int, block: int) 
                     start = time.thread_time_ns()
                     blocks[name](block)
                     samples[name].append((time.thread_time_ns() - start) / 1000.0 / block)
-            expected = (len(VARIANTS) - 2) * (20 + rounds * block)
+            expected = len(WRITING) * (20 + rounds * block)
             if written != expected:
                 raise RuntimeError(f"{written} records written of {expected}: a fence refused")
         return rounds
@@ -227,12 +240,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     native = load()
     if native is None:
         sys.exit("the extension is not built: sh benchmarks/native/build.sh")
+    load_before = os.getloadavg()[0]
     with prepared_target(args.database_url, scratch=True) as target:
         samples = measure(native, target.url, target.schema, args.rounds, args.block)
+    load_after = os.getloadavg()[0]
     summ = summary(samples)
     print(
         f"client CPU per operation (time.thread_time), medians of {args.rounds} rounds of "
-        f"{args.block}, variants alternating"
+        f"{args.block}, variants alternating; load average {load_before:.1f} before, "
+        f"{load_after:.1f} after, {os.cpu_count()} CPUs"
     )
     print(table(summ))
     result = {
@@ -242,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "psycopg_impl": psycopg.pq.__impl__,
         "libpq": psycopg.pq.version(),
         "python": sys.version.split()[0],
+        "load_average": [load_before, load_after],
+        "cpus": os.cpu_count(),
         "summary": summ,
         "samples": samples,
     }
