@@ -459,6 +459,61 @@ on the 2-core machine of the tables above.
 """
 
 
+_NATIVE_ROWS = [
+    ("step", "a sync `@step` in place, today"),
+    ("step+native", "the same step with the native record path"),
+    ("record", "the record path today: `run.keep` and psycopg's INSERT"),
+    ("native", "the native record path: encode, exactness walk, libpq send"),
+    ("psycopg", "a bare psycopg INSERT of the same statement, output encoded"),
+    ("libpq", "raw libpq through the extension, output encoded"),
+    ("keep", "`run.keep` alone, no I/O"),
+    ("encode", "the extension's encode and walk alone, no I/O"),
+]
+
+
+def _native(data: dict[str, Any]) -> str:
+    """The native record path experiment (benchmarks/native/, not part of the package)."""
+    m = {name: row["median"] for name, row in data["summary"].items()}
+
+    def ratio(x: float) -> str:
+        return _f(x, 3 if x < 0.1 else 2)
+
+    rows = [
+        [what, _f(m[name], 1), ratio(m[name] / m["record"]), ratio(m[name] / m["step"])]
+        for name, what in _NATIVE_ROWS
+    ]
+    load = data["load_average"]
+    return (
+        "## A native record path: an experiment\n\n"
+        "`benchmarks/native/` (not part of the package; its README says how to build it) is "
+        "a C extension that journals a sync step's output in one call: the JSON text, byte "
+        "for byte what `JSONSerializer` writes, found in the same walk that checks the value "
+        "reads back exactly (the rules of `faithful`), and the fenced `record_step` INSERT "
+        "sent with libpq on the connection psycopg already holds. Client CPU per operation "
+        "(`time.thread_time`), in one process inside one running workflow, the variants "
+        f"alternated in blocks of {data['block']}, medians of {data['rounds']} rounds "
+        f"(`python -m benchmarks.native.bench`; load average {load[0]:.0f}-{load[1]:.0f} on "
+        f"{data['cpus']} CPUs while it ran: every number is inflated against an idle "
+        "machine, the ratios much less):\n\n"
+        + _table(["µs per operation", "µs", "x record path", "x step"], rows)
+        + "\n\n"
+        f"The native record path costs what raw libpq does ({_f(m['native'], 0)} against "
+        f"{_f(m['libpq'], 0)} µs, {_f(m['native'] / m['record'])}x today's record path): in "
+        f"C, encoding and checking cost {_f(m['encode'], 1)} µs against "
+        f"{_f(m['keep'], 1)} µs in Python, and psycopg's Python layer is gone. What is left "
+        "is the round trip itself in libpq and the kernel, which on a busy machine is most "
+        "of it (a thread that sleeps through a commit wakes with cold caches). A whole step "
+        f"with it costs {_f(m['step+native'] / m['step'])}x what it costs today "
+        f"({_f(m['step+native'], 0)} against {_f(m['step'], 0)} µs): the rest is durable's "
+        f"own protocol for a step (about {_f(m['step+native'] - m['native'], 0)} µs here), "
+        "which this experiment leaves in Python. Adopting it would mean a wheel per "
+        "platform and Python (cibuildwheel), today's pure-Python path kept as the fallback "
+        "for everything else (no wheel, another serializer, an annotation to rebuild, group "
+        "commits, the async driver), and sending on psycopg's connection behind its back; "
+        "the README weighs it."
+    )
+
+
 def render() -> str:
     so = _load("step_overhead")
     parts = [
@@ -540,6 +595,9 @@ def render() -> str:
             "",
         ]
     parts += [REMAINING.rstrip(), ""]
+    native = _load("native_record")
+    if native:
+        parts += [_native(native), ""]
     cluster = _load("citus")
     if cluster:
         parts += [
