@@ -268,7 +268,7 @@ def show(result: dict[str, Any]) -> None:
             f"synchronous_commit={result['synchronous_commit']})"
         )
     )
-    for col in ("case", "median", "q1", "q3", "× floor"):
+    for col in ("case", "median", "q1", "q3", "x floor"):
         table.add_column(col, justify="left" if col == "case" else "right")
     for name, c in result["cases"].items():
         table.add_row(
@@ -277,7 +277,7 @@ def show(result: dict[str, Any]) -> None:
     Console().print(table)
     ratio = result["cases"]["record_step"]["ratio"]
     verdict = "meets" if ratio <= result["target_ratio"] else "misses"
-    print(f"record_step: {ratio:.2f}× the floor, {verdict} the target of {TARGET_RATIO}×")
+    print(f"record_step: {ratio:.2f}x the floor, {verdict} the target of {TARGET_RATIO}x")
 
 
 def main(argv: list[str] | None = None) -> int:

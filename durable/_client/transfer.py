@@ -255,10 +255,10 @@ def _check_journal_row(row: Mapping[str, Any]) -> None:
     kind = row.get("kind")
     if kind not in _KINDS:
         raise ExportFormatError(f"{where} has kind {kind!r}, not one of {sorted(_KINDS)}")
-    seq = row.get("step_seq")
+    seq: Any = row.get("step_seq")
     if not _is_int(seq) or seq < 0:
         raise ExportFormatError(f"{where} has a position that is not a number from 0")
-    attempts = row.get("attempts", 1)
+    attempts: Any = row.get("attempts", 1)
     if not _is_int(attempts) or attempts < 1:
         raise ExportFormatError(f"{where} has attempts {attempts!r}, not a number from 1")
     if row.get("output") is not None and row.get("error") is not None:
