@@ -15,15 +15,19 @@ prepared after its default threshold; --no-prepare sends every statement unprepa
                      (workflow_id, seq)): one row, no constraint, no default, no fence;
   record_step        durable's record_step (queries.sql) into a schema migrated to this
                      release, under the fence of a RUNNING workflow row;
+  unfenced           the same INSERT with its values and no fence (INSERT ... VALUES),
+                     for reference: what the fence (the workflow row read and locked
+                     FOR SHARE) costs;
   record_step@REF    with --before REF (a git revision): the same statement as of REF, into
                      a schema built by REF's migrations (before/after in one sitting).
 
 Blocks of --block statements alternate between the cases, in an order reversed every
 round (drift cancels); a first round warms up and is not recorded. The table shows per
-statement the median over the rounds with the quartiles, and the ratio of medians to the
-floor's. The measuring sessions run with synchronous_commit off unless
---synchronous-commit on: the commit's wait for the disk is the same for every case and
-is not CPU the statement costs.
+statement the median over the rounds with the quartiles, the ratio of medians to the
+floor's, and the median of each round's ratio to the floor's block of that round (paired:
+steadier when the machine's load drifts). The measuring sessions run with
+synchronous_commit off unless --synchronous-commit on: the commit's wait for the disk is
+the same for every case and is not CPU the statement costs.
 
 The benchmark creates a scratch database (`durable_cpu_<pid>_<hex>`) from the admin URL and
 drops it at the end. Results are written only with --out PATH (JSON).
@@ -77,6 +81,15 @@ def backend_cpu_s(pid: int) -> float:
 
 def with_params(url: str, **params: str) -> str:
     return psycopg.conninfo.make_conninfo(url, **params)
+
+
+# record_step without its fence, for reference (durable never sends it: the fence is what
+# keeps a run that lost its workflow from writing).
+UNFENCED = """INSERT INTO {schema}.steps (workflow_id, step_seq, step_name, kind, output, error,
+    attempts, child_workflow_id, started_at)
+VALUES (%(workflow_id)s, %(step_seq)s, %(step_name)s, %(kind)s, %(output)s, %(error)s,
+    %(attempts)s, %(child_workflow_id)s, %(started_at)s)
+RETURNING workflow_id"""
 
 
 def migrations_at(ref: str) -> list[tuple[int, str, str]]:
@@ -160,10 +173,10 @@ class Case:
         self.conn.close()
 
 
-def record_params(now: dt.datetime) -> Callable[[int], dict[str, Any]]:
+def record_params(now: dt.datetime, workflow_id: str) -> Callable[[int], dict[str, Any]]:
     def params(seq: int) -> dict[str, Any]:
         return {
-            "workflow_id": WORKFLOW_ID,
+            "workflow_id": workflow_id,
             "epoch": 1,
             "step_seq": seq,
             "step_name": "bench.step",
@@ -213,12 +226,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             )
         )
 
-        def record_case(name: str, schema: str, text: str) -> Case:
+        def record_case(name: str, schema: str, text: str, workflow_id: str = WORKFLOW_ID) -> Case:
             with psycopg.connect(url) as conn:
                 statement = sql.SQL(text).format(schema=sql.Identifier(schema)).as_bytes(conn)
-            return Case(name, session, statement, record_params(now), not args.no_prepare)
+            params = record_params(now, workflow_id)
+            return Case(name, session, statement, params, not args.no_prepare)
 
         cases.append(record_case("record_step", "durable", load_queries()["record_step"]))
+        cases.append(record_case("unfenced", "durable", UNFENCED, "unfenced"))
         if args.before:
             cases.append(
                 record_case(
@@ -254,7 +269,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "synchronous_commit": args.synchronous_commit,
         "target_ratio": TARGET_RATIO,
         "cases": {
-            c.name: {**summarize(c.samples), "ratio": statistics.median(c.samples) / floor}
+            c.name: {
+                **summarize(c.samples),
+                "ratio": statistics.median(c.samples) / floor,
+                # each round's block over the floor's of the same round, the median of those:
+                # what drift of the machine's load between rounds does not move
+                "paired_ratio": statistics.median(
+                    a / b for a, b in zip(c.samples, cases[0].samples, strict=True)
+                ),
+            }
             for c in cases
         },
     }
@@ -268,11 +291,16 @@ def show(result: dict[str, Any]) -> None:
             f"synchronous_commit={result['synchronous_commit']})"
         )
     )
-    for col in ("case", "median", "q1", "q3", "x floor"):
+    for col in ("case", "median", "q1", "q3", "x floor", "x floor, paired"):
         table.add_column(col, justify="left" if col == "case" else "right")
     for name, c in result["cases"].items():
         table.add_row(
-            name, f"{c['median']:.1f}", f"{c['q1']:.1f}", f"{c['q3']:.1f}", f"{c['ratio']:.2f}"
+            name,
+            f"{c['median']:.1f}",
+            f"{c['q1']:.1f}",
+            f"{c['q3']:.1f}",
+            f"{c['ratio']:.2f}",
+            f"{c['paired_ratio']:.2f}",
         )
     Console().print(table)
     ratio = result["cases"]["record_step"]["ratio"]
