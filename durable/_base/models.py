@@ -51,7 +51,8 @@ _TERMINAL = frozenset(
 
 
 class StepKind(StrEnum):
-    """Mirror of the CHECK constraint on steps.kind."""
+    """What a journal row is (steps.kind). The table has no CHECK on it (0041): every kind
+    durable writes is one of these, and an import refuses any other."""
 
     STEP = "step"
     TRANSACTION = "transaction"

@@ -24,7 +24,8 @@ amounts of money and time (`numeric` columns) as text, which JSON's floating poi
 round. An import refuses, in one transaction that then leaves nothing behind, an export of
 a newer format, journal or schema (`schema_version` above this release's last migration),
 rows that name a workflow the export does not list, a column a table here lacks (it would
-be dropped), rows PostgreSQL refuses (two with the same key, a value of the wrong type),
+be dropped), rows PostgreSQL refuses (two with the same key, a value of the wrong type), a
+journal row no run writes (a kind that is not a StepKind, a negative position),
 and ids this database already has. A run's attributes (durable.set_attributes) are a
 column of its workflows row and go with it. A run that was unfinished is imported
 runnable by no one in particular: its claim (owner, lease) belonged to an executor of the
@@ -47,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable._base import labels
-from durable._base.models import WorkflowStatus
+from durable._base.models import StepKind, WorkflowStatus
 from durable._base.names import check_name
 from durable._io import migrate as _migrate
 from durable._io.bounded import unbounded
@@ -238,7 +239,30 @@ def check(data: object) -> Checked:
                 str(row["workflow_id"]),
             )
         _release(row)
+    for row in tables["steps"]:
+        _check_journal_row(row)
     return Checked(list(ids), tables)
+
+
+_KINDS = frozenset(k.value for k in StepKind)
+
+
+def _check_journal_row(row: Mapping[str, Any]) -> None:
+    """ExportFormatError for a journal row no run of durable writes. The table has no CHECK
+    for these (0041: durable's own statements cannot get them wrong, and a CHECK cost every
+    record), so an import, whose rows come from a file, is where they are refused."""
+    where = f"its journal row {row.get('workflow_id')!r} #{row.get('step_seq')!r}"
+    kind = row.get("kind")
+    if kind not in _KINDS:
+        raise ExportFormatError(f"{where} has kind {kind!r}, not one of {sorted(_KINDS)}")
+    seq: Any = row.get("step_seq")
+    if not _is_int(seq) or seq < 0:
+        raise ExportFormatError(f"{where} has a position that is not a number from 0")
+    attempts: Any = row.get("attempts", 1)
+    if not _is_int(attempts) or attempts < 1:
+        raise ExportFormatError(f"{where} has attempts {attempts!r}, not a number from 1")
+    if row.get("output") is not None and row.get("error") is not None:
+        raise ExportFormatError(f"{where} has both an output and an error")
 
 
 def _release(row: dict[str, Any]) -> None:

@@ -146,3 +146,20 @@ def test_recovery_benchmark_recovers_every_workflow(
     assert [r["workflows"] for r in rows] == [30]
     assert rows[0]["median_seconds"] > 0
     assert json.loads(out.read_text("utf-8")) == rows
+
+
+def test_server_cpu_benchmark_measures_each_case_and_writes_only_when_asked(
+    pg_databases: TemplateDatabases, tmp_path: Path
+) -> None:
+    from benchmarks import server_cpu
+
+    out = tmp_path / "server_cpu.json"
+    tiny = ["--url", pg_databases.admin_url, "--block", "10", "--rounds", "2"]
+    assert server_cpu.main([*tiny, "--before", "HEAD", "--out", str(out)]) == 0
+    result = json.loads(out.read_text("utf-8"))
+    assert list(result["cases"]) == ["floor", "record_step", "unfenced", "record_step@HEAD"]
+    for case in result["cases"].values():
+        assert case["n"] == 2 and case["median"] > 0 and math.isfinite(case["paired_ratio"])
+    before = set(tmp_path.iterdir())
+    assert server_cpu.main([*tiny, "--no-prepare"]) == 0
+    assert set(tmp_path.iterdir()) == before

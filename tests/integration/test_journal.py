@@ -334,3 +334,56 @@ def test_stale_owner_transaction_rolls_back_its_app_write(database_url: str) -> 
     with psycopg.connect(database_url) as conn:
         # The zombie's app write rolled back with its journal row.
         assert conn.execute("SELECT count(*) FROM ledger").fetchone() == (0,)
+
+
+def test_every_kind_is_journaled_by_its_owner_and_a_stale_epoch_writes_nothing(
+    database_url: str,
+) -> None:
+    """The journal has no CHECK on its rows (0041): every value durable writes goes in, by
+    the single and the batched record statements, and the fence still keeps a run whose
+    epoch is gone from writing anything."""
+    from durable._base.models import StepKind
+    from durable._io.runio_base import steps_params
+
+    kinds = [k.value for k in StepKind]
+    with durable.Client(database_url) as client:
+        record_step = client.db.statement("record_step")
+        record_steps = client.db.statement("record_steps")
+        record_run_steps = client.db.statement("record_run_steps")
+    now = dt.datetime.now(dt.UTC)
+
+    def row(epoch: int, seq: int, kind: str) -> dict[str, Any]:
+        return {
+            "workflow_id": "owned",
+            "epoch": epoch,
+            "step_seq": seq,
+            "step_name": f"s{seq}",
+            "kind": kind,
+            "output": None if seq % 2 else "1",
+            "error": "{}" if seq % 2 else None,
+            "attempts": 1 + seq % 3,
+            "child_workflow_id": None,
+            "started_at": now,
+        }
+
+    journal = "SELECT step_seq, kind FROM durable.steps WHERE workflow_id = 'owned' ORDER BY 1"
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO durable.workflows (workflow_id, name, inputs, status, owner, epoch)"
+            " VALUES ('owned', 'wf', '[]', 'RUNNING', 'me', 2)"
+        )
+        n = len(kinds)
+        for seq, kind in enumerate(kinds):
+            # A zombie (epoch 1) writes nothing, in either form; the owner (epoch 2) writes.
+            assert conn.execute(record_step, row(1, seq, kind)).fetchall() == []
+            assert conn.execute(record_steps, steps_params([row(1, seq, kind)])).fetchall() == []
+            assert conn.execute(record_step, row(2, seq, kind)).fetchall() == [("owned",)]
+        batch = [row(2, n + seq, kind) for seq, kind in enumerate(kinds)]
+        assert len(conn.execute(record_steps, steps_params(batch)).fetchall()) == n
+        per_run = steps_params([row(2, 2 * n + seq, kind) for seq, kind in enumerate(kinds)])
+        del per_run["workflow_ids"], per_run["epochs"]
+        stale = {**per_run, "workflow_id": "owned", "epoch": 1}
+        assert conn.execute(record_run_steps, stale).fetchall() == []
+        written = conn.execute(record_run_steps, {**stale, "epoch": 2}).fetchall()
+        assert len(written) == n
+        assert conn.execute(journal).fetchall() == list(enumerate(kinds * 3))

@@ -93,3 +93,59 @@ def test_migrations_apply_on_a_sql_ascii_database(bare_database_url: str) -> Non
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute("DROP DATABASE durable_ascii_db WITH (FORCE)")
+
+
+def test_a_journal_of_the_previous_release_upgrades_to_checkless_steps(
+    bare_database_url: str, database_url: str
+) -> None:
+    """0041 drops the CHECKs of steps (each cost every record statement): a schema of the
+    release before, with a journal row of every kind, upgrades with its rows unchanged to
+    the schema a fresh database gets."""
+    from durable._base.models import StepKind
+
+    before = [m for m in _migrate.available() if m[0] < 41]
+    with psycopg.connect(bare_database_url, autocommit=True) as conn:
+        with conn.transaction():
+            conn.execute("CREATE SCHEMA durable")
+            conn.execute(
+                "CREATE TABLE durable.schema_migrations (version integer PRIMARY KEY,"
+                " name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT clock_timestamp())"
+            )
+            for version, name, text in before:
+                conn.execute(_migrate.render(text, "durable"))
+                conn.execute(
+                    "INSERT INTO durable.schema_migrations (version, name) VALUES (%s, %s)",
+                    [version, name],
+                )
+        conn.execute(
+            "INSERT INTO durable.workflows (workflow_id, name, inputs, status, owner, epoch)"
+            " VALUES ('old', 'wf', '[]', 'RUNNING', 'me', 1)"
+        )
+        for seq, kind in enumerate(StepKind):
+            conn.execute(
+                "INSERT INTO durable.steps (workflow_id, step_seq, step_name, kind, output,"
+                " error, attempts) VALUES ('old', %s, %s, %s, %s, %s, %s)",
+                [
+                    seq,
+                    f"s{seq}",
+                    kind.value,
+                    None if seq % 2 else "1",
+                    "e" if seq % 2 else None,
+                    1 + seq % 3,
+                ],
+            )
+        journal = "SELECT * FROM durable.steps ORDER BY step_seq"
+        rows = conn.execute(journal).fetchall()
+        assert conn.execute(
+            "SELECT count(*) FROM pg_constraint WHERE conrelid = 'durable.steps'::regclass"
+            " AND contype = 'c'"
+        ).fetchone() == (4,)
+        assert [v for v, _, _ in _migrate.available() if v >= 41] == _migrate.migrate(
+            conn, "durable"
+        )
+        _migrate.check(conn, "durable")
+        assert conn.execute(journal).fetchall() == rows
+    assert schema_shape(bare_database_url) == schema_shape(database_url)
+    assert not [
+        c for c in schema_shape(database_url) if c[0] == "durable.steps" and "CHECK" in c[1]
+    ]
