@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
@@ -172,6 +172,13 @@ class StepRecord:
             finished_at=row.get("finished_at"),
             applied_in=row.get("applied_in"),
         )
+
+    @classmethod
+    def from_journal_row(cls, row: Sequence[Any]) -> StepRecord:
+        """A record from a row of load_journals as a tuple: the workflow id, then the
+        fields in their order (no dict per row: a recovery reads thousands at once)."""
+        _, seq, name, kind, output, error, attempts, *rest = row
+        return cls(int(seq), name, StepKind(kind), output, error, int(attempts), *rest)
 
 
 class EffectStatus(StrEnum):

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from durable._base import labels
 from durable._base.models import StepRecord, WorkflowStatus
 from durable._core import Journal, encode_error
+from durable._host.journals import load_journals
 from durable._io.local import Claimed
 from durable._run.context import current_run
 from durable.errors import (
@@ -291,13 +292,7 @@ class Claims:
         runnable = [row for row in rows if self._runnable(row)]
         if not runnable:
             return
-        journals: dict[str, list[StepRecord]] = {r["workflow_id"]: [] for r in runnable}
-        broken: dict[str, Exception] = {}
-        for step_row in self.db.fetch_all("load_journals", {"workflow_ids": list(journals)}):
-            try:
-                journals[step_row["workflow_id"]].append(StepRecord.from_row(step_row))
-            except Exception as exc:
-                broken[step_row["workflow_id"]] = exc
+        journals, broken = load_journals(self.db, [r["workflow_id"] for r in runnable])
         for row in runnable:
             try:
                 if row["workflow_id"] in broken:
@@ -383,7 +378,7 @@ class Claims:
         except Exception:
             logger.exception("could not mark workflow %s as failed", workflow_id)
 
-    def _claimed(self, row: dict[str, Any], records: list[StepRecord]) -> Claimed:
+    def _claimed(self, row: dict[str, Any], records: list[StepRecord] | Journal) -> Claimed:
         defn = self.registry.get_workflow(row["name"], row["version"])
         if defn is None:
             raise UnknownWorkflowError(row["name"], row["version"])
@@ -394,7 +389,9 @@ class Claims:
             int(row["epoch"]),
             args,
             kwargs,
-            Journal.from_records(row["workflow_id"], records),
+            records
+            if isinstance(records, Journal)
+            else Journal.from_records(row["workflow_id"], records),
             row["deadline_at"],
             row["cancel_reason"],
             row["budget_id"],
