@@ -178,7 +178,11 @@ class StepRecord:
         """A record from a row of load_journals as a tuple: the workflow id, then the
         fields in their order (no dict per row: a recovery reads thousands at once)."""
         _, seq, name, kind, output, error, attempts, *rest = row
-        return cls(int(seq), name, StepKind(kind), output, error, int(attempts), *rest)
+        return cls(int(seq), name, _KINDS[kind], output, error, int(attempts), *rest)
+
+
+# A stored kind's member (StepKind(kind), without the call; KeyError for no kind).
+_KINDS = {kind.value: kind for kind in StepKind}
 
 
 class EffectStatus(StrEnum):

@@ -58,7 +58,13 @@ class JournalRows(Mapping[int, StepRecord]):
         return record
 
     def get(self, seq: int, default: Any = None) -> Any:  # (Mapping.get, without a raise)
-        return self[seq] if seq in self._rows else default
+        found = self._rows.get(seq)
+        if found is None:
+            return default
+        if isinstance(found, StepRecord):
+            return found
+        record = self._rows[seq] = StepRecord.from_journal_row(found)
+        return record
 
     def __contains__(self, seq: object) -> bool:  # (Mapping's builds the record)
         return seq in self._rows

@@ -45,6 +45,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("durable.runner")
 
+# While every claim round comes back full, how often one wakes the due sleepers.
+_WAKE_EVERY = 0.05
+
 
 class Slots:
     """The futures of the runs this process launched and has not seen end: sync ones hold
@@ -55,8 +58,9 @@ class Slots:
         self._lock = threading.Lock()
         self._sync: set[concurrent.futures.Future[Any]] = set()
         self._async: set[concurrent.futures.Future[Any]] = set()
-        # Set whenever a run ends.
+        # Set whenever a run ends (once wait_for_room was called: when one leaves room).
         self.freed = threading.Event()
+        self._room_at = -1
         # Set too when a run ends, while the worker loop waits with queue entries left.
         self.wake_on_free: threading.Event | None = None
 
@@ -69,10 +73,22 @@ class Slots:
         with self._lock:
             self._sync.discard(future)
             self._async.discard(future)
-        self.freed.set()
+            room = len(self._sync) <= self._room_at or self._room_at < 0
+        if room:
+            self.freed.set()
         wake = self.wake_on_free
         if wake is not None:
             wake.set()
+
+    def wait_for_room(self, most: int, timeout: float) -> None:
+        """Until at most `most` runs hold threads, or `timeout` seconds: woken once, when
+        the run that makes room ends (not by each run that ends before it)."""
+        with self._lock:
+            self._room_at = most
+            if len(self._sync) <= most:
+                return
+            self.freed.clear()
+        self.freed.wait(timeout)
 
     def threads_running(self) -> int:
         """Runs on this executor's threads (what max_workers bounds)."""
@@ -126,6 +142,7 @@ class Claims:
         self.inputs = inputs
         self.ownership = ownership
         self._db = db
+        self._wake_after = 0.0  # (see _rows)
 
     @property
     def db(self) -> SystemDB:
@@ -260,7 +277,9 @@ class Claims:
         async def ones, or only the others, when `asynchronous` says so)."""
         config = self.config
         # Sleepers whose time has come become claimable here, by whoever claims next.
-        self.db.wake_due()
+        every = workflow_ids is None
+        if not every or time.monotonic() >= self._wake_after:
+            self.db.wake_due()
         doubts, claimed_at = self.db.outage.doubts, time.monotonic()  # before the claim
         defs = [
             d
@@ -284,6 +303,10 @@ class Claims:
         )
         for row in rows:
             row["doubts"], row["claimed_at"] = doubts, claimed_at
+        if every:
+            # A full batch: a backlog is being worked through (a recovery), its rounds a
+            # few milliseconds apart; sleepers are woken once per _WAKE_EVERY meanwhile.
+            self._wake_after = claimed_at + _WAKE_EVERY if len(rows) >= limit else 0.0
         return rows
 
     def _load(self, rows: list[dict[str, Any]], claimed: list[Claimed]) -> None:

@@ -24,7 +24,7 @@ def test_records_are_made_as_calls_reach_them() -> None:
     assert (seq, found) == (0, StepRecord(0, "s", StepKind.STEP, "1", None, 1))
     assert journal.records.get(1) == StepRecord(1, "s", StepKind.STEP, '"x"', None, 1)
     assert journal.replay_next("s") is journal.records[1]
-    with pytest.raises(ValueError):
+    with pytest.raises(KeyError):
         journal.next_call("s")
     assert journal.replay_next("s") is None and journal.next_seq == 3  # nothing taken
 
