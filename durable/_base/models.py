@@ -6,7 +6,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from enum import StrEnum
@@ -173,6 +173,17 @@ class StepRecord:
             finished_at=row.get("finished_at"),
             applied_in=row.get("applied_in"),
         )
+
+    @classmethod
+    def from_journal_row(cls, row: Sequence[Any]) -> StepRecord:
+        """A record from a row of load_journals as a tuple: the workflow id, then the
+        fields in their order (no dict per row: a recovery reads thousands at once)."""
+        _, seq, name, kind, output, error, attempts, *rest = row
+        return cls(int(seq), name, _KINDS[kind], output, error, int(attempts), *rest)
+
+
+# A stored kind's member (StepKind(kind), without the call; KeyError for no kind).
+_KINDS = {kind.value: kind for kind in StepKind}
 
 
 class EffectStatus(StrEnum):

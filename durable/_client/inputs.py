@@ -10,6 +10,7 @@ and a child started inside a workflow takes the next position of its parent's jo
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
@@ -147,6 +148,16 @@ class Inputs:
         signature, hints = parameter_types(defn.fn)
         if signature is None or not hints:
             return args, kwargs
+        positional = _positional(defn.fn)
+        if not kwargs and positional is not None and positional[1] <= len(args):
+            names = positional[0]
+            if len(args) <= len(names):
+                # Stored by position, as a call binds them: each is its parameter's, so
+                # no binding is needed to know which annotation rebuilds it.
+                for i, value in enumerate(args):
+                    if names[i] in hints:
+                        args[i] = rebuild(value, hints[names[i]])
+                return args, kwargs
         try:
             bound = signature.bind(*args, **kwargs)
         except TypeError:
@@ -208,3 +219,24 @@ def _on(name: str, receiver: Any) -> str:
     if "instance" in receiver:
         return f"{name} on instance {receiver['instance']!r} of {receiver.get('class')}"
     return f"{name} on class {receiver.get('class')}"
+
+
+@functools.lru_cache(maxsize=4096)
+def _positional(fn: Any) -> tuple[tuple[str, ...], int] | None:
+    """The names of `fn`'s positional parameters and how many are required, when arguments
+    given by position alone bind to them one for one (no keyword-only parameter is
+    required); None otherwise (Inputs.decode binds them)."""
+    signature, _ = parameter_types(fn)
+    if signature is None:
+        return None
+    names: list[str] = []
+    required = 0
+    empty = inspect.Parameter.empty
+    for name, param in signature.parameters.items():
+        if param.kind in (param.POSITIONAL_ONLY, param.POSITIONAL_OR_KEYWORD):
+            names.append(name)
+            if param.default is empty:
+                required = len(names)
+        elif param.kind is param.KEYWORD_ONLY and param.default is empty:
+            return None
+    return tuple(names), required

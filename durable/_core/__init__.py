@@ -144,6 +144,8 @@ from durable._core.run import (
     stop_reason,
 )
 from durable._core.steps import (
+    NOT_JOURNALED,
+    replayed_step,
     step,
     transaction,
 )
@@ -190,6 +192,7 @@ __all__ = [
     "EFFECT_NEVER_WRITTEN",
     "EFFECT_TRANSITIONS",
     "FINISHED_BY_A_RUN",
+    "NOT_JOURNALED",
     "SLEEP_IN_PLACE",
     "SWEEP_SLACK",
     "TIMEOUT_REASON",
@@ -279,6 +282,7 @@ __all__ = [
     "register_compensation",
     "release",
     "replay",
+    "replayed_step",
     "reserve",
     "reserve_call",
     "restore",

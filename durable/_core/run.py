@@ -15,7 +15,7 @@ renews its claim before running code when its lease may have lapsed (`reclaim`, 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -38,12 +38,50 @@ if TYPE_CHECKING:
     from durable._base.clock import Clock
 
 
+class JournalRows(Mapping[int, StepRecord]):
+    """A journal as loaded: its rows (load_journals' columns, as tuples), each made a
+    StepRecord only when a call reaches its position. A recovery loads thousands of
+    journals at once; what their runs never reach is never built, and what they reach is
+    built on the run's own thread. (A record's stored value is decoded later still, when
+    the call replays it.)"""
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, rows: dict[int, Sequence[Any]]) -> None:
+        self._rows: dict[int, Sequence[Any] | StepRecord] = dict(rows)
+
+    def __getitem__(self, seq: int) -> StepRecord:
+        found = self._rows[seq]
+        if isinstance(found, StepRecord):
+            return found
+        record = self._rows[seq] = StepRecord.from_journal_row(found)
+        return record
+
+    def get(self, seq: int, default: Any = None) -> Any:  # (Mapping.get, without a raise)
+        found = self._rows.get(seq)
+        if found is None:
+            return default
+        if isinstance(found, StepRecord):
+            return found
+        record = self._rows[seq] = StepRecord.from_journal_row(found)
+        return record
+
+    def __contains__(self, seq: object) -> bool:  # (Mapping's builds the record)
+        return seq in self._rows
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._rows)
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+
 @dataclass
 class Journal:
     """The recorded steps of one workflow run and the position of the next call."""
 
     workflow_id: str
-    records: dict[int, StepRecord] = field(default_factory=dict)
+    records: Mapping[int, StepRecord] = field(default_factory=dict)
     next_seq: int = 0
     # The first call that did not match the journal (or broke a branch's order): from then
     # on no new call is made, in any branch of the run, only replays. A sibling branch whose
@@ -54,6 +92,11 @@ class Journal:
     @classmethod
     def from_records(cls, workflow_id: str, records: Iterable[StepRecord]) -> Journal:
         return cls(workflow_id, {r.step_seq: r for r in records})
+
+    @classmethod
+    def from_rows(cls, workflow_id: str, rows: dict[int, Sequence[Any]]) -> Journal:
+        """A journal from load_journals' rows (tuples) by position, built as reached."""
+        return cls(workflow_id, JournalRows(rows) if rows else {})
 
     @property
     def is_fresh(self) -> bool:
@@ -103,6 +146,13 @@ class Journal:
         """Before a new call (one beyond the journal): none is made once the run diverged."""
         if self.diverged is not None:
             raise self.diverged
+
+    def replay_next(self, step_name: str) -> StepRecord | None:
+        """The record at the next position, taken as next_call takes it, when there is one;
+        None, and the position left untaken, when there is none (the call is new)."""
+        if self.next_seq in self.records:
+            return self.next_call(step_name)[1]
+        return None
 
     def next_call_of(self, step_names: Sequence[str]) -> tuple[int, StepRecord | None]:
         """next_call for a call journaled under one of `step_names`: a wait whose name

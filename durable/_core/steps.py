@@ -60,11 +60,27 @@ if TYPE_CHECKING:
 logger = logging.getLogger("durable.protocol")
 
 
+# What replayed_step returns for a call the journal has no record of.
+NOT_JOURNALED: Any = object()
+
+
+def replayed_step(run: Run, defn: StepDef) -> Any:
+    """A step's call as its replay: what its record says it returned (or raises what it
+    raised); NOT_JOURNALED, with nothing taken, when the call is new. What `step` does
+    first, with no generator to drive: a recovery replays thousands of steps."""
+    found = run.journal.replay_next(defn.name)
+    if found is None:
+        return NOT_JOURNALED
+    return replay(run, found, defn.fn)
+
+
 def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Gen[Any]:
     """A step: replay its record, or run it (retrying as its policy says) and journal it."""
+    replayed = replayed_step(run, defn)
+    if replayed is not NOT_JOURNALED:
+        return replayed
     seq, found = run.journal.next_call(defn.name)
-    if found is not None:
-        return replay(run, found, defn.fn)
+    assert found is None  # (replayed_step took it otherwise)
     check_interrupt(run)
     settings = run.settings
     scope = StepScope(

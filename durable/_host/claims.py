@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 from durable._base import labels
 from durable._base.models import StepRecord, WorkflowStatus
 from durable._core import Journal, encode_error
+from durable._host.journals import load_journals
 from durable._io.local import Claimed
 from durable._run.context import current_run
 from durable.errors import (
@@ -44,6 +45,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("durable.runner")
 
+# While every claim round comes back full, how often one wakes the due sleepers.
+_WAKE_EVERY = 0.05
+
 
 class Slots:
     """The futures of the runs this process launched and has not seen end: sync ones hold
@@ -54,8 +58,9 @@ class Slots:
         self._lock = threading.Lock()
         self._sync: set[concurrent.futures.Future[Any]] = set()
         self._async: set[concurrent.futures.Future[Any]] = set()
-        # Set whenever a run ends.
+        # Set whenever a run ends (once wait_for_room was called: when one leaves room).
         self.freed = threading.Event()
+        self._room_at = -1
         # Set too when a run ends, while the worker loop waits with queue entries left.
         self.wake_on_free: threading.Event | None = None
 
@@ -68,10 +73,22 @@ class Slots:
         with self._lock:
             self._sync.discard(future)
             self._async.discard(future)
-        self.freed.set()
+            room = len(self._sync) <= self._room_at or self._room_at < 0
+        if room:
+            self.freed.set()
         wake = self.wake_on_free
         if wake is not None:
             wake.set()
+
+    def wait_for_room(self, most: int, timeout: float) -> None:
+        """Until at most `most` runs hold threads, or `timeout` seconds: woken once, when
+        the run that makes room ends (not by each run that ends before it)."""
+        with self._lock:
+            self._room_at = most
+            if len(self._sync) <= most:
+                return
+            self.freed.clear()
+        self.freed.wait(timeout)
 
     def threads_running(self) -> int:
         """Runs on this executor's threads (what max_workers bounds)."""
@@ -125,6 +142,7 @@ class Claims:
         self.inputs = inputs
         self.ownership = ownership
         self._db = db
+        self._wake_after = 0.0  # (see _rows)
 
     @property
     def db(self) -> SystemDB:
@@ -259,7 +277,9 @@ class Claims:
         async def ones, or only the others, when `asynchronous` says so)."""
         config = self.config
         # Sleepers whose time has come become claimable here, by whoever claims next.
-        self.db.wake_due()
+        every = workflow_ids is None
+        if not every or time.monotonic() >= self._wake_after:
+            self.db.wake_due()
         doubts, claimed_at = self.db.outage.doubts, time.monotonic()  # before the claim
         defs = [
             d
@@ -283,6 +303,10 @@ class Claims:
         )
         for row in rows:
             row["doubts"], row["claimed_at"] = doubts, claimed_at
+        if every:
+            # A full batch: a backlog is being worked through (a recovery), its rounds a
+            # few milliseconds apart; sleepers are woken once per _WAKE_EVERY meanwhile.
+            self._wake_after = claimed_at + _WAKE_EVERY if len(rows) >= limit else 0.0
         return rows
 
     def _load(self, rows: list[dict[str, Any]], claimed: list[Claimed]) -> None:
@@ -291,13 +315,7 @@ class Claims:
         runnable = [row for row in rows if self._runnable(row)]
         if not runnable:
             return
-        journals: dict[str, list[StepRecord]] = {r["workflow_id"]: [] for r in runnable}
-        broken: dict[str, Exception] = {}
-        for step_row in self.db.fetch_all("load_journals", {"workflow_ids": list(journals)}):
-            try:
-                journals[step_row["workflow_id"]].append(StepRecord.from_row(step_row))
-            except Exception as exc:
-                broken[step_row["workflow_id"]] = exc
+        journals, broken = load_journals(self.db, [r["workflow_id"] for r in runnable])
         for row in runnable:
             try:
                 if row["workflow_id"] in broken:
@@ -383,7 +401,7 @@ class Claims:
         except Exception:
             logger.exception("could not mark workflow %s as failed", workflow_id)
 
-    def _claimed(self, row: dict[str, Any], records: list[StepRecord]) -> Claimed:
+    def _claimed(self, row: dict[str, Any], records: list[StepRecord] | Journal) -> Claimed:
         defn = self.registry.get_workflow(row["name"], row["version"])
         if defn is None:
             raise UnknownWorkflowError(row["name"], row["version"])
@@ -394,7 +412,9 @@ class Claims:
             int(row["epoch"]),
             args,
             kwargs,
-            Journal.from_records(row["workflow_id"], records),
+            records
+            if isinstance(records, Journal)
+            else Journal.from_records(row["workflow_id"], records),
             row["deadline_at"],
             row["cancel_reason"],
             row["budget_id"],

@@ -199,10 +199,7 @@ class Worker:
                 # each time one slot frees made batches of one or two workflows, each
                 # costing a claim, a journal read and a wake-up check.
                 while not self._stopping(stop) and slots.threads_running() > config.max_workers:
-                    slots.freed.clear()
-                    if slots.threads_running() <= config.max_workers:
-                        break
-                    slots.freed.wait(self.poll_interval)
+                    slots.wait_for_room(config.max_workers, self.poll_interval)
                 continue
             if claimed and not backlog:
                 continue  # there may be more

@@ -519,6 +519,14 @@ class SystemDB(RunIO, AsyncRunIO):
         rows: list[Row] = self.atomically(lambda tx: tx.fetch_all(name, params), name, single=True)
         return rows
 
+    def fetch_rows(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """Every row of a statement as a tuple, in its columns' order: for reads of many
+        rows (a batch of journals), where a dict per row costs more than the read."""
+        rows: list[tuple[Any, ...]] = self.atomically(
+            lambda tx: tx.fetch_rows(name, params), name, single=True
+        )
+        return rows
+
     def fork(self, params: dict[str, Any], then: Callable[[Tx], None] | None = None) -> bool:
         """Create a fork and copy what lies before its fork point, in one transaction; False
         when the original does not exist. Each copy reads the original's shard and writes
@@ -725,6 +733,12 @@ class Tx:
 
     def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]:
         rows: list[Row] = self._run(self._conn, name, params, "all")
+        return rows
+
+    def fetch_rows(self, name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+        """The rows as tuples (see SystemDB.fetch_rows)."""
+        rows = self._conn.execute(self._db._queries[name], params).fetchall()
+        self._db.counters.statements += 1
         return rows
 
 

@@ -326,6 +326,9 @@ def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> 
     run = sync_run(f"step {defn.name!r}")
     if run is None:
         return defn.fn(*args, **kwargs)
+    replayed = protocol.replayed_step(run, defn)
+    if replayed is not protocol.NOT_JOURNALED:
+        return replayed
     return drive(run, protocol.step(run, defn, args, kwargs))
 
 

@@ -513,6 +513,9 @@ async def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any
     run = async_run(f"step {defn.name!r}")
     if run is None:
         return await defn.fn(*args, **kwargs)
+    replayed = protocol.replayed_step(run, defn)
+    if replayed is not protocol.NOT_JOURNALED:
+        return replayed
     return await drive_async(run, protocol.step(run, defn, args, kwargs))
 
 

@@ -145,7 +145,8 @@ SELECT step_seq, step_name, kind, output, error, attempts, child_workflow_id,
 FROM {schema}.steps WHERE workflow_id = %(workflow_id)s ORDER BY step_seq
 
 -- load_journals --
--- The journals of a batch of claimed workflows, in one query.
+-- The journals of a batch of claimed workflows, in one query (read as tuples, in this
+-- order of columns: StepRecord.from_journal_row).
 SELECT workflow_id, step_seq, step_name, kind, output, error, attempts, child_workflow_id,
     started_at, finished_at, applied_in
 FROM {schema}.steps WHERE workflow_id = ANY(%(workflow_ids)s::text[])
