@@ -102,6 +102,11 @@ class BoundedConnection(psycopg.Connection[Any]):
     seconds at most, that of its `source` (its SystemDB, set by the pool's `configure`)."""
 
     source: Any = None
+    # Set by the pool's `configure`: the statements prepared on it by durable's lean path
+    # (see runio_base.LEAN), and its idle cursors (plain, dict rows), used again.
+    prepared: set[bytes] | None = None
+    cursors: list[psycopg.Cursor[Any]] | None = None
+    dict_cursors: list[psycopg.Cursor[Any]] | None = None
 
     def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
         seconds = _bound(self, timeout)
@@ -133,6 +138,9 @@ class AsyncBoundedConnection(psycopg.AsyncConnection[Any]):
     """BoundedConnection's twin, for the event loops' pools."""
 
     source: Any = None
+    prepared: set[bytes] | None = None
+    cursors: list[psycopg.AsyncCursor[Any]] | None = None
+    dict_cursors: list[psycopg.AsyncCursor[Any]] | None = None
 
     async def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
         seconds = _bound(self, timeout)
