@@ -36,7 +36,13 @@ from typing import Any
 import psycopg
 
 import durable
-from benchmarks.step_overhead import DEFAULT_URL, Target, floor_payload, prepared_target, step_output
+from benchmarks.step_overhead import (
+    DEFAULT_URL,
+    Target,
+    floor_payload,
+    prepared_target,
+    step_output,
+)
 
 # Per-block CPU samples, in µs per operation, appended by the workflows' bodies.
 _samples: dict[str, list[float]] = {}

@@ -605,7 +605,7 @@ def _exact_json(value: Any, budget: int = 10_000) -> bool:
     return _exactness(value, budget) is not _INEXACT
 
 
-_INEXACT, _EXACT_NO_FLOAT, _EXACT = 0, 1, 2
+_INEXACT, _EXACT_NO_FLOAT, _EXACT_FLOAT = 0, 1, 2
 _INFINITIES = (float("inf"), float("-inf"))
 
 
@@ -635,7 +635,7 @@ def _exactness(value: Any, budget: int = 10_000) -> int:
             floats = True
         elif kind not in _SCALARS:
             return _INEXACT
-    return _EXACT if floats else _EXACT_NO_FLOAT
+    return _EXACT_FLOAT if floats else _EXACT_NO_FLOAT
 
 
 def _key_clash(value: Any) -> str | None:

@@ -113,7 +113,7 @@ class BoundedConnection(psycopg.Connection[Any]):
         if seconds is None:
             return super().wait(gen, interval, timeout)
         sent_at = time.monotonic()
-        after = _suspect_after(self, seconds)
+        after = _suspect_after(self, seconds) if getattr(self.source, "distributed", True) else None
         if after is not None:
             # On Citus: past `after`, the nodes are probed while the statement waits on
             # (a generator that timed out resumes where it was: psycopg's own Ctrl-C

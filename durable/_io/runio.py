@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, ExitStack, contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -71,25 +71,33 @@ class RunIO(RunIOBase):
     def _checkout(self, pool: ConnectionPool) -> Iterator[psycopg.Connection[Any]]:
         """A connection of `pool`, with the fake clock handed to SQL when there is one. A
         failed checkout is an outage (the run is interrupted, not failed), and a connection
-        an outage came through is closed rather than put back into the pool."""
-        with ExitStack() as stack:
-            try:
-                conn = stack.enter_context(pool.connection())  # checkout
-                if self._fake_clock is not None:
+        an outage came through is closed rather than put back into the pool.
+
+        The pool's getconn and putconn, without its `connection()` block: that block also
+        ends the connection's transaction, which an autocommit connection has none of (the
+        pool rolls back one left open when it is put back)."""
+        try:
+            conn = pool.getconn()  # checkout
+        except (psycopg.Error, PoolTimeout) as exc:
+            # No connection to be had (an outage, or a pool exhausted for its whole
+            # timeout): the run is interrupted, not failed.
+            raise self.error("checkout", exc) from exc
+        try:
+            if self._fake_clock is not None:
+                try:
                     conn.execute(
                         "SELECT set_config('durable.fake_now', %s, false)",
                         [self._fake_clock.now().isoformat()],
                     )
-            except (psycopg.Error, PoolTimeout) as exc:
-                # No connection to be had (an outage, or a pool exhausted for its whole
-                # timeout), or one lost at once: the run is interrupted, not failed.
-                raise self.error("checkout", exc) from exc
-            try:
-                yield conn
-            except (DatabaseUnavailableError, psycopg.Error) as exc:
-                if _spoils(exc):
-                    conn.close()
-                raise
+                except psycopg.Error as exc:  # a connection lost at once: as above
+                    raise self.error("checkout", exc) from exc
+            yield conn
+        except (DatabaseUnavailableError, psycopg.Error) as exc:
+            if _spoils(exc):
+                conn.close()
+            raise
+        finally:
+            pool.putconn(conn)
 
     def run_on(
         self, conn: psycopg.Connection[Any], name: str, params: dict[str, Any], fetch: str

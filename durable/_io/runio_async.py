@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -23,9 +23,9 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from durable._core import ABORTED, conflict_backoff
 from durable._io.bounded import AsyncBoundedConnection
 from durable._io.runio_base import (
-    LEAN,
     _ENDED,
     EXECUTED,
+    LEAN,
     RunIOBase,
     _as_sqlalchemy,
     _batch_statements,
@@ -70,25 +70,33 @@ class AsyncRunIO(RunIOBase):
     ) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         """A connection of `pool`, with the fake clock handed to SQL when there is one. A
         failed checkout is an outage (the run is interrupted, not failed), and a connection
-        an outage came through is closed rather than put back into the pool."""
-        async with AsyncExitStack() as stack:
-            try:
-                conn = await stack.enter_async_context(pool.connection())  # checkout
-                if self._fake_clock is not None:
+        an outage came through is closed rather than put back into the pool.
+
+        The pool's getconn and putconn, without its `connection()` block: that block also
+        ends the connection's transaction, which an autocommit connection has none of (the
+        pool rolls back one left open when it is put back)."""
+        try:
+            conn = await pool.getconn()  # checkout
+        except (psycopg.Error, PoolTimeout) as exc:
+            # No connection to be had (an outage, or a pool exhausted for its whole
+            # timeout): the run is interrupted, not failed.
+            raise self.error("checkout", exc) from exc
+        try:
+            if self._fake_clock is not None:
+                try:
                     await conn.execute(
                         "SELECT set_config('durable.fake_now', %s, false)",
                         [self._fake_clock.now().isoformat()],
                     )
-            except (psycopg.Error, PoolTimeout) as exc:
-                # No connection to be had (an outage, or a pool exhausted for its whole
-                # timeout), or one lost at once: the run is interrupted, not failed.
-                raise self.error("checkout", exc) from exc
-            try:
-                yield conn
-            except (DatabaseUnavailableError, psycopg.Error) as exc:
-                if _spoils(exc):
-                    await conn.close()
-                raise
+                except psycopg.Error as exc:  # a connection lost at once: as above
+                    raise self.error("checkout", exc) from exc
+            yield conn
+        except (DatabaseUnavailableError, psycopg.Error) as exc:
+            if _spoils(exc):
+                await conn.close()
+            raise
+        finally:
+            await pool.putconn(conn)
 
     async def run_on_async(
         self, conn: psycopg.AsyncConnection[Any], name: str, params: dict[str, Any], fetch: str

@@ -34,7 +34,7 @@ VALUES: list[Any] = [
     -0.0,
     "",
     "été ünïcødé 日本語 🎉",
-    "\x01\x1f\x7f\"\\/\n\t",
+    '\x01\x1f\x7f"\\/\n\t',
     "x\ud800y",
     "__durable__",
     {"__durable__": 1},
@@ -110,7 +110,7 @@ def test_both_ways_write_the_same_records(
         if not orjson:
             monkeypatch.setattr(serialization, "_orjson", None)
         kwargs = {} if serializer is None else {"serializer": serializer}
-        with durable.Engine(database_url, registry=REG, **kwargs) as engine:
+        with durable.Engine(database_url, registry=REG, **kwargs):
             runs[tag] = every_value(tag)  # on the caller's thread: the run's own connection
         monkeypatch.undo()
     short = _stored(database_url, _workflow_id(database_url, "short"))
@@ -131,7 +131,7 @@ def _workflow_id(url: str, tag: str) -> str:
     with psycopg.connect(url) as conn:
         row = conn.execute(
             "SELECT workflow_id FROM durable.workflows WHERE inputs LIKE %s",
-            [f"%{tag}\"%"],
+            [f'%{tag}"%'],
         ).fetchone()
     assert row is not None
     return str(row[0])

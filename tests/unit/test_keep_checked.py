@@ -53,7 +53,7 @@ VALUES: list[Any] = [
     "",
     "plain",
     "été ünïcødé 日本語 🎉",
-    "\x00\x01\x1f\x7f\"\\/\n\t\b\f\r",
+    '\x00\x01\x1f\x7f"\\/\n\t\b\f\r',
     "x\ud800y",  # a lone surrogate, escaped
     "__durable__",
     {"__durable__": 1},  # a tag key: escaped
@@ -76,6 +76,7 @@ VALUES: list[Any] = [
     uuid.UUID(int=5),
     dt.datetime(2026, 12, 7, 11, 0, tzinfo=dt.UTC),
     dt.timedelta(days=3, microseconds=1),
+    dt.timedelta(days=100_000, microseconds=1),  # past a float: an exact decimal string
     b"\x00bytes",
     cyclic,  # refused
     [[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[0]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]],
