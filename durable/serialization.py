@@ -20,11 +20,15 @@ import types
 import typing
 import uuid
 import zoneinfo
-from json.encoder import c_make_encoder, encode_basestring_ascii
+from json.encoder import (
+    c_make_encoder,  # type: ignore[attr-defined]
+    encode_basestring_ascii,
+)
 from typing import Any, Protocol, runtime_checkable
 
 from durable.errors import SerializationError
 
+_orjson: Any
 try:  # the optional extra durable-pg[fast]
     import orjson as _orjson
 except ImportError:  # pragma: no cover - depends on the environment
@@ -308,7 +312,7 @@ def _exact_text(value: Any) -> str | None:
         # orjson writes floats, non-ASCII text and DEL its own way: used only where its
         # bytes are json's (no float; ASCII without DEL, which json escapes as \u007f).
         try:
-            raw = _orjson.dumps(value)
+            raw: bytes = _orjson.dumps(value)
         except Exception:  # an int past 64 bits, nesting past its limit: json's way
             pass
         else:

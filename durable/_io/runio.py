@@ -160,7 +160,7 @@ class RunIO(RunIOBase):
             return None
         pgconn = conn.pgconn
         with conn.lock:
-            if plan.statement not in conn.prepared:
+            if plan.statement not in conn.prepared:  # type: ignore[attr-defined]
                 pgconn.send_prepare(plan.statement, plan.query)
                 if not lean_prepared(conn, plan, conn.wait(generators.execute(pgconn))):
                     self._lean_plans[name] = None

@@ -161,7 +161,7 @@ class AsyncRunIO(RunIOBase):
             return None
         pgconn = conn.pgconn
         async with conn.lock:
-            if plan.statement not in conn.prepared:
+            if plan.statement not in conn.prepared:  # type: ignore[attr-defined]
                 pgconn.send_prepare(plan.statement, plan.query)
                 if not lean_prepared(conn, plan, await conn.wait(generators.execute(pgconn))):
                     self._lean_plans[name] = None

@@ -17,7 +17,8 @@ from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import errors as pg_errors
-from psycopg.pq import ConnStatus, ExecStatus, PGresult, TransactionStatus
+from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
+from psycopg.pq.abc import PGresult
 from psycopg_pool import PoolTimeout
 
 from durable._core import ABORTED, CONFLICT_ATTEMPTS
