@@ -20,10 +20,6 @@ import types
 import typing
 import uuid
 import zoneinfo
-from json.encoder import (
-    c_make_encoder,  # type: ignore[attr-defined]
-    encode_basestring_ascii,
-)
 from typing import Any, Protocol, runtime_checkable
 
 from durable.errors import SerializationError
@@ -296,9 +292,12 @@ def _no_default(value: Any) -> Any:
 # json.dumps(value, separators=(",", ":"), allow_nan=False) for a value _exact_json
 # accepts (no cycle, so no markers; nothing for `default`), without building a
 # JSONEncoder per call. None where json has no C speedups.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
 _C_ENCODE = (
-    c_make_encoder(None, _no_default, encode_basestring_ascii, None, ":", ",", False, False, False)
-    if c_make_encoder is not None
+    _c_make_encoder(
+        None, _no_default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False
+    )
+    if _c_make_encoder is not None
     else None
 )
 
