@@ -24,6 +24,12 @@ from typing import Any, Protocol, runtime_checkable
 
 from durable.errors import SerializationError
 
+_orjson: Any
+try:  # the optional extra durable-pg[fast]
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - depends on the environment
+    _orjson = None
+
 __all__ = ["JSONSerializer", "PickleSerializer", "Serializer"]
 
 _TAG = "__durable__"
@@ -255,6 +261,68 @@ def dumps_checked(serializer: Serializer, value: Any, what: str, limit: int) -> 
     if size > limit:
         raise PayloadTooLargeError(what, size, limit)
     return text
+
+
+def keep_checked(
+    serializer: Serializer, value: Any, what: str, limit: int, annotation: Any
+) -> tuple[str, Any]:
+    """dumps_checked and faithful in one: `value` as stored, and as a replay will see it.
+
+    For the default JSON serializer, a value JSON keeps exactly (see _exact_json) goes a
+    short way that writes the very same text: the one walk that proves it exact, then one
+    encoding in C (orjson when installed, for what it writes byte for byte as json does;
+    else json's own C encoder, built once), with no search for the tag, no decode, no
+    second walk. Anything else, and every other serializer, goes the general way."""
+    if type(serializer) is JSONSerializer and _plain(annotation):
+        text = _exact_text(value)
+        if text is not None:
+            if len(text) > limit:  # ASCII: characters are bytes
+                from durable.errors import PayloadTooLargeError
+
+                raise PayloadTooLargeError(what, len(text), limit)
+            return text, value
+    text = dumps_checked(serializer, value, what, limit)
+    return text, faithful(serializer, value, text, annotation, what)
+
+
+def _no_default(value: Any) -> Any:
+    raise TypeError(f"Object of type {type(value).__qualname__} is not JSON serializable")
+
+
+# json.dumps(value, separators=(",", ":"), allow_nan=False) for a value _exact_json
+# accepts (no cycle, so no markers; nothing for `default`), without building a
+# JSONEncoder per call. None where json has no C speedups.
+_c_make_encoder = getattr(json.encoder, "c_make_encoder", None)
+_C_ENCODE = (
+    _c_make_encoder(
+        None, _no_default, json.encoder.encode_basestring_ascii, None, ":", ",", False, False, False
+    )
+    if _c_make_encoder is not None
+    else None
+)
+
+
+def _exact_text(value: Any) -> str | None:
+    """JSONSerializer().dumps(value) when JSON keeps `value` exactly; else None."""
+    kind = _exactness(value)
+    if kind is _INEXACT:
+        return None
+    if _orjson is not None and kind is _EXACT_NO_FLOAT:
+        # orjson writes floats, non-ASCII text and DEL its own way: used only where its
+        # bytes are json's (no float; ASCII without DEL, which json escapes as \u007f).
+        try:
+            raw: bytes = _orjson.dumps(value)
+        except Exception:  # an int past 64 bits, nesting past its limit: json's way
+            pass
+        else:
+            if raw.isascii() and b"\x7f" not in raw:
+                return raw.decode()
+    try:
+        if _C_ENCODE is None:
+            return json.dumps(value, separators=(",", ":"), allow_nan=False)
+        return "".join(_C_ENCODE(value, 0))
+    except Exception:  # an int too long for text, nesting too deep: the general way says
+        return None
 
 
 def _check_storable(text: str, what: str, type_name: str) -> None:
@@ -536,27 +604,41 @@ def _exact_json(value: Any, budget: int = 10_000) -> bool:
     that do not start with the tag, lists, and scalars, exactly those types (no subclass),
     no float that JSON cannot hold. A walk over the nodes, not the bytes: a step's output
     of a few large strings costs a few checks, not a decode. Gives up (False: the caller
-    decodes) past `budget` nodes."""
+    decodes) past `budget` nodes (so a value that contains itself is never exact)."""
+    return _exactness(value, budget) is not _INEXACT
+
+
+_INEXACT, _EXACT_NO_FLOAT, _EXACT_FLOAT = 0, 1, 2
+_INFINITIES = (float("inf"), float("-inf"))
+
+
+def _exactness(value: Any, budget: int = 10_000) -> int:
+    """_exact_json's walk, telling too whether the value holds a float."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:
+        return _EXACT_NO_FLOAT
+    floats = False
     stack = [value]
     while stack:
         budget -= 1
         if budget < 0:
-            return False
+            return _INEXACT
         item = stack.pop()
         kind = type(item)
         if kind is dict:
             for key in item:
                 if type(key) is not str or key.startswith(_TAG):
-                    return False
+                    return _INEXACT
             stack.extend(item.values())
         elif kind is list:
             stack.extend(item)
         elif kind is float:
-            if item != item or item in (float("inf"), float("-inf")):
-                return False
+            if item != item or item in _INFINITIES:
+                return _INEXACT
+            floats = True
         elif kind not in _SCALARS:
-            return False
-    return True
+            return _INEXACT
+    return _EXACT_FLOAT if floats else _EXACT_NO_FLOAT
 
 
 def _key_clash(value: Any) -> str | None:

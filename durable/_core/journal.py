@@ -173,7 +173,7 @@ def record(
         "epoch": run.epoch,
         "step_seq": seq,
         "step_name": name,
-        "kind": kind.value,
+        "kind": kind._value_,
         "output": output,
         "error": error,
         "attempts": attempts,

@@ -32,7 +32,7 @@ from durable.errors import (
     WorkflowInterrupted,
     WorkflowPaused,
 )
-from durable.serialization import Serializer, dumps_checked, faithful, return_type
+from durable.serialization import Serializer, dumps_checked, keep_checked, return_type
 
 if TYPE_CHECKING:
     from durable._base.clock import Clock
@@ -344,8 +344,7 @@ class Run:
         too, so a first run and a replay never differ). Raises before anything is written
         if it cannot be stored, or would not read back the same."""
         s = self.settings
-        text = dumps_checked(s.serializer, value, what, s.max_payload_bytes)
-        return text, faithful(s.serializer, value, text, return_type(fn), what)
+        return keep_checked(s.serializer, value, what, s.max_payload_bytes, return_type(fn))
 
 
 TIMEOUT_REASON = "timeout"

@@ -87,7 +87,7 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
         defn.name,
         charging=True,
         seq=seq,
-        kind=defn.kind.value,
+        kind=defn.kind._value_,  # (not .value: a descriptor call per step)
         heartbeat_timeout=defn.heartbeat_timeout,
     )
     if run.ledger is not None:
@@ -161,7 +161,11 @@ def step(run: Run, defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]
             run, seq, defn, scope, output, None, attempt, started, arguments, elapsed
         )
     finally:
-        run.inflight = [s for s in run.inflight if s is not scope]
+        inflight = run.inflight
+        if inflight and inflight[-1] is scope:
+            inflight.pop()  # the common case: the last one in (not remove(): __eq__)
+        else:
+            run.inflight = [s for s in inflight if s is not scope]
     settings.crash_point("after_step_record")
     return value
 

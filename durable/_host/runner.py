@@ -182,7 +182,7 @@ class Runner:
             app_separate=not self.app_is_system_db,
             compensation_of=self.registry.compensation,
             crash_point=self.crash_point,
-            cancel_request=self._cancel_request,
+            cancel_request=self.ownership.cancel_request,
             pause_request=self.ownership.pause_requested,
             handing_over=self.ownership.handing_over,
             classify_app_error=app_error_fault,
@@ -225,9 +225,6 @@ class Runner:
             self._app_engine.dispose()
             self._app_engine = None
         self._db = None
-
-    def _cancel_request(self, workflow_id: str, epoch: int) -> str | None:
-        return self.ownership.cancel_request(workflow_id, epoch)
 
     def crash_point(self, name: str) -> None:
         """SIGKILL this process the n-th time `name` is reached, if DURABLE_CRASH_POINTS arms it.

@@ -102,13 +102,18 @@ class BoundedConnection(psycopg.Connection[Any]):
     seconds at most, that of its `source` (its SystemDB, set by the pool's `configure`)."""
 
     source: Any = None
+    # Set by the pool's `configure`: the statements prepared on it by durable's lean path
+    # (see runio_base.LEAN), and its idle cursors (plain, dict rows), used again.
+    prepared: set[bytes] | None = None
+    cursors: list[psycopg.Cursor[Any]] | None = None
+    dict_cursors: list[psycopg.Cursor[Any]] | None = None
 
     def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
         seconds = _bound(self, timeout)
         if seconds is None:
             return super().wait(gen, interval, timeout)
         sent_at = time.monotonic()
-        after = _suspect_after(self, seconds)
+        after = _suspect_after(self, seconds) if getattr(self.source, "distributed", True) else None
         if after is not None:
             # On Citus: past `after`, the nodes are probed while the statement waits on
             # (a generator that timed out resumes where it was: psycopg's own Ctrl-C
@@ -133,6 +138,9 @@ class AsyncBoundedConnection(psycopg.AsyncConnection[Any]):
     """BoundedConnection's twin, for the event loops' pools."""
 
     source: Any = None
+    prepared: set[bytes] | None = None
+    cursors: list[psycopg.AsyncCursor[Any]] | None = None
+    dict_cursors: list[psycopg.AsyncCursor[Any]] | None = None
 
     async def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
         seconds = _bound(self, timeout)

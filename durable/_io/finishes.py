@@ -89,6 +89,10 @@ class _Group:
             # Its connection may be what failed: the next writer leads, on its own.
             self._hand_on()
             raise
+        with self._lock:
+            if not self._queue:  # nobody wrote meanwhile (a lone writer): the lead lapses
+                self._writing = False
+                return count
         self._lead(conn)
         return count
 

@@ -8,13 +8,17 @@ neither generated nor duplicated.
 
 from __future__ import annotations
 
+import datetime as dt
+import re
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.pq import TransactionStatus
+from psycopg import errors as pg_errors
+from psycopg.pq import ConnStatus, ExecStatus, TransactionStatus
+from psycopg.pq.abc import PGresult
 from psycopg_pool import PoolTimeout
 
 from durable._core import ABORTED, CONFLICT_ATTEMPTS
@@ -151,6 +155,118 @@ def steps_params(rows: Sequence[dict[str, Any]]) -> dict[str, list[Any]]:
     }
 
 
+# -- the lean path of the hottest statements ------------------------------------------------
+#
+# A step's record and a run's outcome are one autocommit statement each, sent once per step
+# or run: through psycopg's cursor layers their client-side cost is about that of the rest
+# of the step. They go instead as a statement prepared once per connection (server-side,
+# its parameter types inferred by the server from the statement, as for psycopg's own
+# untyped strings) and executed with the raw libpq connection: the same statement and the
+# same values (as text), so the same rows; waited for through the connection's own `wait`
+# (BoundedConnection's response_timeout) under the connection's lock. Any value this path
+# does not convert, any connection not in a plain state, and a statement not prepared (a
+# DEALLOCATE, a pool reset) go the ordinary way instead.
+
+# The named statements sent this way (each a row count).
+LEAN = frozenset({"record_step", "finish_workflow"})
+
+_PLACEHOLDER = re.compile(rb"%\((\w+)\)([sbt])|%%")
+
+
+@dataclass(frozen=True)
+class LeanPlan:
+    """A named statement as the server prepares it: `$n` placeholders, in `names` order."""
+
+    statement: bytes  # the prepared statement's name on each connection
+    query: bytes
+    names: tuple[str, ...]
+
+
+def lean_plan(name: str, query: bytes) -> LeanPlan | None:
+    """`query` (psycopg's `%(name)s` placeholders) with `$n` ones; None when it holds a
+    placeholder of another format (binary arrays go the ordinary way)."""
+    names: list[str] = []
+    refused = False
+
+    def number(m: re.Match[bytes]) -> bytes:
+        nonlocal refused
+        if m.group(0) == b"%%":
+            return b"%"
+        if m.group(2) != b"s":
+            refused = True
+        key = m.group(1).decode()
+        if key not in names:
+            names.append(key)
+        return b"$%d" % (names.index(key) + 1)
+
+    converted = _PLACEHOLDER.sub(number, query)
+    if refused:
+        return None
+    return LeanPlan(b"durable_" + name.encode(), converted, tuple(names))
+
+
+def lean_values(plan: LeanPlan, params: dict[str, Any]) -> list[bytes | None] | None:
+    """The parameters as text, as PostgreSQL reads them; None when one is of a type this
+    path does not convert, or a string holds a NUL (psycopg refuses it with its error)."""
+    out: list[bytes | None] = []
+    for key in plan.names:
+        v = params[key]
+        kind = type(v)
+        if kind is str:
+            if "\x00" in v:
+                return None
+            out.append(v.encode())
+        elif v is None:
+            out.append(None)
+        elif kind is int:
+            out.append(b"%d" % v)
+        elif kind is dt.datetime:
+            out.append(v.isoformat().encode())
+        else:
+            return None
+    return out
+
+
+def lean_ready(conn: Any) -> bool:
+    """Whether `conn` can take the lean path now: one of durable's pool (which keeps the
+    statements it prepared), open, and in no pipeline."""
+    return (
+        getattr(conn, "prepared", None) is not None
+        and conn.pgconn.status == ConnStatus.OK
+        and conn._pipeline is None
+    )
+
+
+# The statement was never prepared on this connection (or no longer is: a DEALLOCATE).
+_NOT_PREPARED = "26000"
+
+
+def lean_count(conn: Any, plan: LeanPlan, results: list[PGresult]) -> int | None:
+    """The row count of the lean path's answer; raises its error. None: the statement is
+    not prepared on this connection after all (forgotten, so it is prepared again)."""
+    res = results[-1]
+    status = res.status
+    if status == ExecStatus.COMMAND_OK or status == ExecStatus.TUPLES_OK:
+        return res.command_tuples or 0
+    error = pg_errors.error_from_result(res, encoding=conn.pgconn._encoding)
+    if error.sqlstate == _NOT_PREPARED:
+        conn.prepared.discard(plan.statement)
+        return None
+    raise error
+
+
+def lean_prepared(conn: Any, plan: LeanPlan, results: list[PGresult]) -> bool:
+    """After preparing `plan` on `conn`: whether it is prepared (else the ordinary way)."""
+    res = results[-1]
+    if res.status == ExecStatus.COMMAND_OK:
+        conn.prepared.add(plan.statement)
+        return True
+    error = pg_errors.error_from_result(res, encoding=conn.pgconn._encoding)
+    if error.sqlstate is not None and error.sqlstate.startswith("42"):
+        return False  # a statement the server cannot prepare untyped: never mind
+    raise error
+
+
 # What the application connection's own state says before a step's record is sent (read
 # locally, no round trip): no transaction open (None: the step's code sent COMMIT or
 # ROLLBACK itself), or one in error (ABORTED: it caught a database error and went on).
@@ -207,6 +323,8 @@ class RunIOBase:
     both sides and SystemDB.atomically share."""
 
     _queries: dict[str, bytes]
+    # The lean path's plan of each LEAN statement (None: it goes the ordinary way).
+    _lean_plans: dict[str, LeanPlan | None]
     _fake_clock: Clock | None
     counters: Counters
     distributed: bool

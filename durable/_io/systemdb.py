@@ -41,7 +41,7 @@ from durable._io.hung import SUSPECT_AFTER, HungNodes
 from durable._io.outage import Outage
 from durable._io.runio import RunIO
 from durable._io.runio_async import AsyncRunIO
-from durable._io.runio_base import _READ_ONLY, Counters
+from durable._io.runio_base import _READ_ONLY, Counters, LeanPlan
 from durable._io.runio_base import is_conflict as is_conflict
 
 # Re-exported (as X as X): the rest of durable imports these from here.
@@ -148,6 +148,7 @@ class SystemDB(RunIO, AsyncRunIO):
         )
         self._raw = load_queries()
         self._queries: dict[str, bytes] = {}
+        self._lean_plans: dict[str, LeanPlan | None] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 

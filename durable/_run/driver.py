@@ -73,24 +73,43 @@ def _call(
     run: Run,
     timeout: float | None = None,
 ) -> Outcome:
+    if run.traced:
+        with tracing.step_span(run, scope) as traced:
+            return _attempt(fn, args, kwargs, scope, timeout, traced)
+    return _attempt(fn, args, kwargs, scope, timeout, None)
+
+
+# What a step returns most often, which no awaitable is (inspect.isawaitable asks an ABC).
+_NEVER_AWAITABLE = frozenset({dict, list, str, int, float, bool, type(None), tuple, bytes})
+
+
+def _attempt(
+    fn: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    scope: StepScope | None,
+    timeout: float | None,
+    traced: Callable[[BaseException | None], None] | None,
+) -> Outcome:
     began = time.perf_counter()
     token = current_step.set(scope) if scope is not None else None
-    with tracing.step_span(run, scope) as traced:
-        try:
-            if scope is not None and (timeout is not None or scope.heartbeat_timeout):
-                value = _watched(fn, args, kwargs, scope, timeout)
-            else:
-                value = fn(*args, **kwargs)
-        except Exception as exc:
+    try:
+        if scope is not None and (timeout is not None or scope.heartbeat_timeout):
+            value = _watched(fn, args, kwargs, scope, timeout)
+        else:
+            value = fn(*args, **kwargs)
+    except Exception as exc:
+        if traced is not None:
             traced(exc)
-            return Outcome(None, exc, time.perf_counter() - began)
-        finally:
-            if token is not None:
-                current_step.reset(token)
-        if inspect.isawaitable(value):
-            error = _awaitable_in_sync_code(fn, value)
+        return Outcome(None, exc, time.perf_counter() - began)
+    finally:
+        if token is not None:
+            current_step.reset(token)
+    if type(value) not in _NEVER_AWAITABLE and inspect.isawaitable(value):
+        error = _awaitable_in_sync_code(fn, value)
+        if traced is not None:
             traced(error)
-            return Outcome(None, error, time.perf_counter() - began)
+        return Outcome(None, error, time.perf_counter() - began)
     return Outcome(value, None, time.perf_counter() - began)
 
 
@@ -207,15 +226,15 @@ def drive(run: Run, gen: Gen[T]) -> T:
                         # Records (and outcomes) of runs writing together share a commit;
                         # each returns once its own is committed.
                         value = db.records.record(conn, op.params)
-                    case Finish():
-                        value = db.finishes.finish(conn, op.params)
-                    case Execute():
-                        value = db.run_on(conn, op.name, op.params, op.fetch)
                     case Call():
                         _prove_claim(run, db, conn)
                         value = _call(op.fn, op.args, op.kwargs, op.scope, run, op.timeout)
                         if run.settings.observe_step is not None:
                             run.settings.observe_step(op.scope, value)
+                    case Finish():
+                        value = db.finishes.finish(conn, op.params)
+                    case Execute():
+                        value = db.run_on(conn, op.name, op.params, op.fetch)
                     case WriteSteps(rows=rows, finish=finish):
                         value = db.write_steps(conn, rows, finish)
                     case Enqueue(row=row):
@@ -323,7 +342,9 @@ def call_workflow(defn: WorkflowDef, args: Sequence[Any], kwargs: Mapping[str, A
 
 
 def call_step(defn: StepDef, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-    run = sync_run(f"step {defn.name!r}")
+    run = current_run.get()
+    if run is None or run.is_async or current_step.get() is not None:
+        run = sync_run(f"step {defn.name!r}")  # (its words only when it raises)
     if run is None:
         return defn.fn(*args, **kwargs)
     replayed = protocol.replayed_step(run, defn)

@@ -163,3 +163,18 @@ def test_server_cpu_benchmark_measures_each_case_and_writes_only_when_asked(
     before = set(tmp_path.iterdir())
     assert server_cpu.main([*tiny, "--no-prepare"]) == 0
     assert set(tmp_path.iterdir()) == before
+
+
+def test_step_cpu_benchmark_runs_at_tiny_sizes(
+    pg_databases: TemplateDatabases, tmp_path: Path
+) -> None:
+    """The in-place client CPU benchmark: every measure there, its JSON as printed."""
+    from benchmarks import step_cpu
+
+    out = tmp_path / "cpu.json"
+    argv = ["--url", pg_databases.admin_url, "--blocks", "2", "--per-block", "3"]
+    results = step_cpu.main([*argv, "--starts", "20", "--json", str(out)])
+    assert json.loads(out.read_text("utf-8")) == results
+    for key in ("floor", "sync_step", "async_step", "start_result"):
+        assert results[key] > 0, key
+    assert results["sync_over_floor"] == results["sync_step"] / results["floor"]
