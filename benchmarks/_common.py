@@ -201,3 +201,36 @@ def _at(series: list[tuple[float, float]], t: float) -> float:
         if ta <= t <= tb:
             return ca + (cb - ca) * ((t - ta) / (tb - ta) if tb > ta else 1.0)
     return series[-1][1]
+
+
+class ServerCPU:
+    """The CPU of the server's backends serving one database, or one application_name (the
+    sessions of the measured code), read from /proc: `read()` now, `spent(before, after)`
+    between two reads (a backend that connected in between counts from zero)."""
+
+    def __init__(
+        self,
+        observer: psycopg.Connection[Any],
+        dbname: str | None = None,
+        application_name: str | None = None,
+    ) -> None:
+        self._observer = observer
+        self._dbname = dbname
+        self._app = application_name
+
+    def read(self) -> dict[int, float]:
+        rows = self._observer.execute(
+            "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid()"
+            " AND (%(db)s::text IS NULL OR datname = %(db)s)"
+            " AND (%(app)s::text IS NULL OR application_name = %(app)s)",
+            {"db": self._dbname, "app": self._app},
+        ).fetchall()
+        now = {int(r[0]): pid_cpu(int(r[0])) for r in rows}
+        return {pid: cpu for pid, cpu in now.items() if cpu is not None}
+
+    @staticmethod
+    def spent(before: dict[int, float], after: dict[int, float]) -> float | None:
+        """CPU seconds between two reads; None if no backend was readable (not local)."""
+        if not after:
+            return None
+        return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
