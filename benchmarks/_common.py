@@ -234,3 +234,17 @@ class ServerCPU:
         if not after:
             return None
         return sum(cpu - before.get(pid, 0.0) for pid, cpu in after.items())
+
+
+def database_commits(admin: psycopg.Connection[Any], dbname: str, timeout: float = 15.0) -> int:
+    """pg_stat_database.xact_commit of `dbname`, read once its backends have exited (a
+    backend flushes its statistics as it exits): call it after closing its connections."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and database_backends(admin, dbname):
+        time.sleep(0.05)
+    time.sleep(0.2)
+    admin.execute("SELECT pg_stat_clear_snapshot()")
+    row = admin.execute(
+        "SELECT xact_commit FROM pg_stat_database WHERE datname = %s", [dbname]
+    ).fetchone()
+    return int(row[0]) if row is not None else 0
