@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import threading
@@ -197,7 +198,7 @@ def _at(series: list[tuple[float, float]], t: float) -> float:
     """A process's CPU seconds at time t, interpolated (0 before it was first seen)."""
     if t < series[0][0]:
         return 0.0
-    for (ta, ca), (tb, cb) in zip(series, series[1:], strict=False):
+    for (ta, ca), (tb, cb) in itertools.pairwise(series):
         if ta <= t <= tb:
             return ca + (cb - ca) * ((t - ta) / (tb - ta) if tb > ta else 1.0)
     return series[-1][1]

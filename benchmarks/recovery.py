@@ -29,8 +29,9 @@ import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from collections.abc import Sequence
+from functools import partial
+from pathlib import Path
 from typing import Any, cast
 
 import psycopg
@@ -183,7 +184,7 @@ def run(
                     own = [backend_pid(mine)]
                     commits0 = database_commits(watcher, name)
                     # The server's CPU: its backends for this database, sampled as they run.
-                    with CPUSampler(lambda: database_backends(watcher, name, own)) as server:
+                    with CPUSampler(partial(database_backends, watcher, name, own)) as server:
                         t0 = time.time()
                         if procs:
                             took = recover_with_processes(url, n, concurrency, procs, timeout)

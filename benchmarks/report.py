@@ -341,7 +341,7 @@ def _throughput(data: dict[str, Any]) -> str:
         f"{_f(float(rate), 0)}/s from {n} connection{'s' if n != '1' else ''}"
         for n, rate in data["insert_rate"].items()
     )
-    table = _table(
+    _table(
         [
             "mode",
             "group commit",

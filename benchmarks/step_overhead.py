@@ -58,7 +58,6 @@ import argparse
 import asyncio
 import contextlib
 import gc
-import json
 import os
 import platform
 import statistics

@@ -54,7 +54,9 @@ def test_throughput_runs(pg_databases: TemplateDatabases, tmp_path: Path) -> Non
         assert r["wal_syncs_per_step"] >= 0
         # What a step costs whatever a commit costs: CPU (the workers' and their backends'
         # over the run's window; the server is local here) and statements.
-        assert r["statements_per_step"] >= 1 if r["mode"] == "sync" else r["statements_per_step"] > 0
+        assert (
+            r["statements_per_step"] >= 1 if r["mode"] == "sync" else r["statements_per_step"] > 0
+        )
         assert r["worker_cpu_us_per_step"] > 0
         assert r["server_cpu_us_per_step"] > 0
 
