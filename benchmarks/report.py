@@ -5,7 +5,8 @@
     python -m benchmarks.report --render   # only rewrite the page from the stored results
 
 Each benchmark keeps its own JSON under benchmarks/results/ (the page is made from those
-files, so it always shows one run of each) and draws its PNG into docs/benchmarks/. The
+files, so it always shows one run of each; run on its own, a benchmark writes there only
+with --save) and draws its PNG into docs/benchmarks/. The
 page states the server, its settings and the versions measured, since every number here
 depends on them: compare ratios measured in one run, not microseconds across machines.
 """
@@ -47,7 +48,7 @@ def _run_all(url: str, quick: bool) -> None:
         [
             "--database-url",
             url,
-            "--json",
+            "--out",
             str(RESULTS / "step_overhead.json"),
             "--plot",
             str(CHARTS / "step_overhead.png"),
@@ -60,7 +61,7 @@ def _run_all(url: str, quick: bool) -> None:
             url,
             "--rounds",
             "2" if quick else "3",
-            "--json",
+            "--out",
             str(RESULTS / "checkpoint_overhead.json"),
             "--plot",
             str(CHARTS / "checkpoint_overhead.png"),
@@ -76,13 +77,13 @@ def _run_all(url: str, quick: bool) -> None:
             "--rounds",
             "1",
             *(["--n", "50"] if quick else ["--n", "1000", "--n", "10000"]),
-            "--json",
+            "--out",
             str(RESULTS / "recovery.json"),
         ]
     )
     if importlib.util.find_spec("benchmarks.throughput") is not None:
         throughput: Any = importlib.import_module("benchmarks.throughput")
-        args = ["--database-url", url, "--json", str(RESULTS / "throughput.json")]
+        args = ["--database-url", url, "--out", str(RESULTS / "throughput.json")]
         args += ["--plot", str(CHARTS / "throughput.png")]
         if quick:
             args += ["--workflows", "20", "--workers", "1", "--modes", "sync"]
