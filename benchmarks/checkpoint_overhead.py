@@ -17,9 +17,14 @@ to the floor of the same round: a disk whose flush time wanders moves both alike
 
 Commits per step are counted server-side (pg_stat_database.xact_commit of the database
 each system writes to, read after its backends went idle so their stats are flushed).
+Beside each wall ratio, per step, for the floor and durable: statements sent, this
+process's CPU and its measuring thread's, and the server's (the utime + stime of the
+database's backends from /proc, when the server is on this machine): what durable costs
+whatever a commit costs on this disk.
 
     python -m benchmarks.checkpoint_overhead            # full run
     python -m benchmarks.checkpoint_overhead --quick    # small sizes
+    ... --out PATH | --save                             # write the results (else nothing)
 """
 
 from __future__ import annotations
@@ -27,21 +32,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import statistics
 import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
+import psycopg.conninfo
 from psycopg import sql
 from rich.console import Console
 from rich.table import Table
 
 import durable
+from benchmarks._common import ServerCPU, add_output_args, cpu_per, cpu_snapshot, write_results
 
 ADMIN_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 ASYNC_TARGET = 1.2  # an async def step costs at most this many plain-def steps
@@ -129,15 +135,36 @@ def measure_peer(
     return per_step, samples, floor_samples
 
 
-def cpu_per_step(run: Callable[[], Any], steps: int, runs: int = 3) -> float:
-    """This process's CPU µs per step (all its threads: the engine's included), the median
-    of `runs` runs: steadier than wall time when other processes compete for the CPU."""
-    out = []
-    for _ in range(runs):
-        start = time.process_time()
-        run()
-        out.append((time.process_time() - start) / steps * 1e6)
-    return statistics.median(out)
+def cpu_per_step(
+    run: Callable[[], Any], steps: int, admin: str, url: str, runs: int = 3
+) -> dict[str, float | None]:
+    """CPU µs per step, medians of `runs` runs: this process's (all its threads: the
+    engine's included), the measuring thread's, and the server's (the utime + stime of
+    the backends of the database `url` names; None when the server is not on this
+    machine). Steadier than wall time when other processes compete for the CPU, and
+    independent of what a commit costs on this disk."""
+    dbname = str(psycopg.conninfo.conninfo_to_dict(url)["dbname"])
+    out: list[dict[str, float | None]] = []
+    with psycopg.connect(admin, autocommit=True) as observer:
+        server = ServerCPU(observer, dbname=dbname)
+        for _ in range(runs):
+            s0, c0 = server.read(), cpu_snapshot()
+            run()
+            c1, s1 = cpu_snapshot(), server.read()
+            per = cpu_per(c0, c1, steps)
+            spent = ServerCPU.spent(s0, s1)
+            per["server_cpu_us"] = None if spent is None else spent / steps * 1e6
+            out.append(per)
+    return {
+        key: None
+        if any(o[key] is None for o in out)
+        else statistics.median(cast(float, o[key]) for o in out)
+        for key in out[0]
+    }
+
+
+def _num(value: float | None, digits: int) -> str:
+    return "" if value is None else f"{value:.{digits}f}"
 
 
 def round_ratios(samples: list[float], floor: list[float]) -> list[float]:
@@ -312,8 +339,8 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--no-peers", action="store_true")
-    parser.add_argument("--json", default="benchmarks/results/checkpoint_overhead.json")
-    parser.add_argument("--plot", default="benchmarks/results/checkpoint_overhead.png")
+    add_output_args(parser, "checkpoint_overhead")
+    parser.add_argument("--plot", default=None, help="PNG of the results (matplotlib)")
     args = parser.parse_args(argv)
     admin = args.database_url
     if args.quick:
@@ -333,7 +360,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         per_step_commits: float | None,
         statements: float | None = None,
         floor_ratios: list[float] | None = None,
-        cpu_us: float | None = None,
+        cpu: dict[str, float | None] | None = None,
     ) -> None:
         q = statistics.quantiles(samples, n=4) if len(samples) > 1 else [samples[0]] * 3
         rows.append(
@@ -349,7 +376,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "statements_per_step": statements,
                 # The median of per-round ratios to the floor timed in the same rounds.
                 "ratio_to_floor": statistics.median(floor_ratios) if floor_ratios else None,
-                "client_cpu_us_per_step": cpu_us,
+                # CPU µs per step (see cpu_per_step): this process's, its measuring
+                # thread's, the server's.
+                "client_cpu_us_per_step": cpu and cpu["process_cpu_us"],
+                "client_thread_cpu_us_per_step": cpu and cpu["thread_cpu_us"],
+                "server_cpu_us_per_step": cpu and cpu["server_cpu_us"],
             }
         )
 
@@ -362,7 +393,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             before = commits(admin, furl)
             floor_run()
             floor_commits = (commits(admin, furl) - before) / steps
-            floor_cpu = cpu_per_step(floor_run, steps)
+            floor_cpu = cpu_per_step(floor_run, steps, admin, furl)
             add(
                 "floor",
                 "plain call",
@@ -386,14 +417,14 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                             ),
                         }
                         counts = {}
-                        cpus: dict[str, float] = {}
+                        cpus: dict[str, dict[str, float | None]] = {}
                         for name, run in pair.items():
                             s0 = engine.client.db.counters.statements
                             before = commits(admin, url)
                             run()
                             c = (commits(admin, url) - before) / steps
                             counts[name] = (c, (engine.client.db.counters.statements - s0) / steps)
-                            cpus[name] = cpu_per_step(run, steps)
+                            cpus[name] = cpu_per_step(run, steps, admin, url)
                         fl, (sync_samples, async_samples) = timed_with_floor(
                             floor_run, list(pair.values()), steps, args.rounds
                         )
@@ -484,7 +515,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
                 "commits_per_step": floor_commits,
                 "statements_per_step": 1.0,
                 "ratio_to_floor": 1.0,
-                "client_cpu_us_per_step": floor_cpu,
+                "client_cpu_us_per_step": floor_cpu["process_cpu_us"],
+                "client_thread_cpu_us_per_step": floor_cpu["thread_cpu_us"],
+                "server_cpu_us_per_step": floor_cpu["server_cpu_us"],
             },
         )
 
@@ -556,7 +589,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "x floor",
         "DBOS x",
         "async/sync",
+        "statements/step",
         "commits/step",
+        "thread CPU µs",
+        "process CPU µs",
+        "server CPU µs",
     ):
         table.add_column(col, justify="right")
     for r in rows:
@@ -578,7 +615,11 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             f"{r['ratio_to_floor']:.2f}" if r["ratio_to_floor"] else "",
             f"{r['dbos_ratio']:.1f}" if r["dbos_ratio"] else "",
             f"{r['ratio_to_sync_driver']:.2f}" if r["ratio_to_sync_driver"] else "",
-            "" if r["commits_per_step"] is None else f"{r['commits_per_step']:.3f}",
+            _num(r["statements_per_step"], 2),
+            _num(r["commits_per_step"], 3),
+            _num(r["client_thread_cpu_us_per_step"], 0),
+            _num(r["client_cpu_us_per_step"], 0),
+            _num(r["server_cpu_us_per_step"], 0),
         )
     Console(width=150).print(table)
     for r in rows:
@@ -592,9 +633,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     for label, cost in sync_cost.items():
         if label in dbos_cost:
             print(f"{label}: DBOS per-step cost is {dbos_cost[label] / cost:.1f}x durable sync")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(rows, indent=2))
+    write_results(args.out, rows)
     if args.plot:
         try:
             import matplotlib

@@ -10,7 +10,11 @@ With `--processes P` (repeatable) the worker is the command users run, `durable 
 --processes P` (P processes sharing the claims), timed from its start, start-up included;
 without it, an engine's worker loop in this process.
 
+Beside the times, per workflow: the worker's CPU, the server's (the utime + stime of the
+database's backends from /proc, sampled as they run), statements and commits.
+
     python -m benchmarks.recovery --n 1000 --n 10000 [--processes 1 --processes 2]
+                                  [--out PATH | --save]   (no results file unless asked)
 """
 
 from __future__ import annotations
@@ -25,8 +29,10 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from psycopg import sql
@@ -34,7 +40,15 @@ from rich.console import Console
 from rich.table import Table
 
 import durable
-from benchmarks._common import wait_for_success
+from benchmarks._common import (
+    CPUSampler,
+    add_output_args,
+    backend_pid,
+    database_backends,
+    database_commits,
+    wait_for_success,
+    write_results,
+)
 
 ADMIN_DEFAULT = "postgresql://postgres@127.0.0.1:5432/postgres"
 ROOT = Path(__file__).resolve().parent.parent
@@ -84,12 +98,17 @@ def make_interrupted(url: str, n: int) -> None:
         conn.execute("VACUUM ANALYZE durable.steps")
 
 
-def recover_all(url: str, n: int, concurrency: int, timeout: float = 600.0) -> float:
-    """Seconds until one worker has finished all N; checks every workflow's output (the
-    sum its 10 replayed steps return), so a recovery that skips or garbles work fails."""
+def recover_all(
+    url: str, n: int, concurrency: int, timeout: float = 600.0
+) -> tuple[float, float, int]:
+    """(seconds until one worker has finished all N, this process's CPU seconds over them,
+    the statements its engine sent); checks every workflow's output (the sum its 10
+    replayed steps return), so a recovery that skips or garbles work fails."""
     engine = durable.Engine(url, registry=registry, max_workers=concurrency, poll_interval=0.05)
     with engine:
         stop = threading.Event()
+        statements = engine.client.db.counters.statements
+        cpu = time.process_time()
         start = time.perf_counter()
         thread = threading.Thread(target=engine.run_worker, args=(stop,), daemon=True)
         thread.start()
@@ -97,6 +116,8 @@ def recover_all(url: str, n: int, concurrency: int, timeout: float = 600.0) -> f
             with psycopg.connect(url, autocommit=True) as conn:
                 wait_for_success(conn, n, timeout, "recovery")
                 elapsed = time.perf_counter() - start
+                cpu = time.process_time() - cpu
+                statements = engine.client.db.counters.statements - statements
                 right = conn.execute(
                     "SELECT count(*) FROM durable.workflows WHERE output = %s",
                     [json.dumps(sum(range(STEPS)))],
@@ -106,13 +127,15 @@ def recover_all(url: str, n: int, concurrency: int, timeout: float = 600.0) -> f
         finally:
             stop.set()
             thread.join()
-    return elapsed
+    return elapsed, cpu, statements
 
 
 def recover_with_processes(
     url: str, n: int, concurrency: int, processes: int, timeout: float = 600.0
-) -> float:
-    """recover_all through `durable worker --processes P` (subprocesses, start-up timed)."""
+) -> tuple[float, float, None]:
+    """recover_all through `durable worker --processes P` (subprocesses, start-up timed);
+    the CPU is the command's and its processes' (start-up included); statements are not
+    counted."""
     env = {**os.environ, "DURABLE_DATABASE_URL": url, "DURABLE_LOG_LEVEL": "WARNING"}
     command = [sys.executable, "-m", "durable.cli", "worker", "--app", "benchmarks.recovery"]
     command += ["--concurrency", str(concurrency), "--poll-interval", "0.05"]
@@ -122,10 +145,12 @@ def recover_with_processes(
     try:
         with psycopg.connect(url, autocommit=True) as conn:
             wait_for_success(conn, n, timeout, "recovery")
-            return time.perf_counter() - start
+            elapsed = time.perf_counter() - start
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
+        _, _, usage = os.wait4(proc.pid, 0)  # its processes' CPU counted in, once reaped
+        proc.returncode = 0
+    return elapsed, usage.ru_utime + usage.ru_stime, None
 
 
 def run(
@@ -138,7 +163,11 @@ def run(
 ) -> list[dict[str, Any]]:
     results = []
     for n, procs in [(n, p) for n in sizes for p in (processes or [0])]:
-        times = []
+        times: list[float] = []
+        client_cpu: list[float] = []
+        server_cpu: list[float | None] = []
+        statements: list[int | None] = []
+        commits: list[int] = []
         for _ in range(rounds):
             name = f"durable_bench_recovery_{os.getpid()}_{uuid.uuid4().hex[:6]}"
             with psycopg.connect(admin_url, autocommit=True) as conn:
@@ -148,10 +177,26 @@ def run(
                 with durable.Engine(url, registry=registry):
                     pass  # migrate
                 make_interrupted(url, n)
-                if procs:
-                    times.append(recover_with_processes(url, n, concurrency, procs, timeout))
-                else:
-                    times.append(recover_all(url, n, concurrency, timeout))
+                with (
+                    psycopg.connect(admin_url, autocommit=True) as watcher,
+                    psycopg.connect(url, autocommit=True) as mine,
+                ):
+                    own = [backend_pid(mine)]
+                    commits0 = database_commits(watcher, name)
+                    # The server's CPU: its backends for this database, sampled as they run.
+                    with CPUSampler(partial(database_backends, watcher, name, own)) as server:
+                        t0 = time.time()
+                        if procs:
+                            took = recover_with_processes(url, n, concurrency, procs, timeout)
+                        else:
+                            took = recover_all(url, n, concurrency, timeout)
+                        t1 = time.time()
+                    mine.close()
+                    commits.append(database_commits(watcher, name) - commits0)
+                times.append(took[0])
+                client_cpu.append(took[1])
+                statements.append(took[2])
+                server_cpu.append(server.used(t0, t1))
             finally:
                 with psycopg.connect(admin_url, autocommit=True) as conn:
                     conn.execute(
@@ -171,9 +216,23 @@ def run(
                 "max_seconds": max(times),
                 "per_workflow_ms": median / n * 1000,
                 "workflows_per_second": n / median,
+                # Per workflow, medians of the rounds: the worker's CPU (this process, or
+                # the command's processes, start-up included), the server's (its backends'
+                # utime + stime; None when it is not on this machine), statements the
+                # worker sent (None: not counted in another process), server-side commits.
+                "client_cpu_ms_per_workflow": statistics.median(client_cpu) / n * 1000,
+                "server_cpu_ms_per_workflow": _median_per(server_cpu, n, 1000),
+                "statements_per_workflow": _median_per(statements, n),
+                "commits_per_workflow": statistics.median(commits) / n,
             }
         )
     return results
+
+
+def _median_per(values: Sequence[float | None], n: int, scale: float = 1.0) -> float | None:
+    if any(v is None for v in values):
+        return None
+    return statistics.median(cast(float, v) for v in values) / n * scale
 
 
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
@@ -186,7 +245,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     parser.add_argument("--n", type=int, action="append", help="workflows (repeatable)")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument("--json", default="benchmarks/results/recovery.json")
+    add_output_args(parser, "recovery")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds per round")
     parser.add_argument(
         "--processes",
@@ -208,6 +267,10 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         "max s",
         "ms / workflow",
         "workflows / s",
+        "statements / wf",
+        "commits / wf",
+        "client CPU ms / wf",
+        "server CPU ms / wf",
     ):
         table.add_column(col, justify="right")
     for r in results:
@@ -219,13 +282,18 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             f"{r['max_seconds']:.2f}",
             f"{r['per_workflow_ms']:.3f}",
             f"{r['workflows_per_second']:.0f}",
+            _f(r["statements_per_workflow"], 1),
+            _f(r["commits_per_workflow"], 2),
+            _f(r["client_cpu_ms_per_workflow"], 3),
+            _f(r["server_cpu_ms_per_workflow"], 3),
         )
     Console().print(table)
-    if args.json:
-        path = Path(args.json)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(results, indent=2))
+    write_results(args.out, results)
     return results
+
+
+def _f(value: float | None, digits: int) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
     python -m benchmarks.report --render   # only rewrite the page from the stored results
 
 Each benchmark keeps its own JSON under benchmarks/results/ (the page is made from those
-files, so it always shows one run of each) and draws its PNG into docs/benchmarks/. The
+files, so it always shows one run of each; run on its own, a benchmark writes there only
+with --save) and draws its PNG into docs/benchmarks/. The
 page states the server, its settings and the versions measured, since every number here
 depends on them: compare ratios measured in one run, not microseconds across machines.
 """
@@ -47,7 +48,7 @@ def _run_all(url: str, quick: bool) -> None:
         [
             "--database-url",
             url,
-            "--json",
+            "--out",
             str(RESULTS / "step_overhead.json"),
             "--plot",
             str(CHARTS / "step_overhead.png"),
@@ -60,7 +61,7 @@ def _run_all(url: str, quick: bool) -> None:
             url,
             "--rounds",
             "2" if quick else "3",
-            "--json",
+            "--out",
             str(RESULTS / "checkpoint_overhead.json"),
             "--plot",
             str(CHARTS / "checkpoint_overhead.png"),
@@ -76,13 +77,13 @@ def _run_all(url: str, quick: bool) -> None:
             "--rounds",
             "1",
             *(["--n", "50"] if quick else ["--n", "1000", "--n", "10000"]),
-            "--json",
+            "--out",
             str(RESULTS / "recovery.json"),
         ]
     )
     if importlib.util.find_spec("benchmarks.throughput") is not None:
         throughput: Any = importlib.import_module("benchmarks.throughput")
-        args = ["--database-url", url, "--json", str(RESULTS / "throughput.json")]
+        args = ["--database-url", url, "--out", str(RESULTS / "throughput.json")]
         args += ["--plot", str(CHARTS / "throughput.png")]
         if quick:
             args += ["--workflows", "20", "--workers", "1", "--modes", "sync"]
@@ -202,6 +203,9 @@ def _units(so: dict[str, Any]) -> str:
             f"- Client CPU per step: sync {_f(cpu, 0)} µs, `async def` {_f(acpu, 0)} µs "
             "(this process, all threads; steadier than wall time on a busy machine)."
         )
+    cpu_table = _cpu_per_op(so)
+    if cpu_table:
+        notes += ["", cpu_table]
     commits = so.get("commits", {})
     if commits.get("reliable"):
         notes.append(
@@ -216,6 +220,52 @@ def _units(so: dict[str, Any]) -> str:
     return head + "\n\n" + table + "\n\n" + "\n".join(notes)
 
 
+def _cpu_per_op(so: dict[str, Any]) -> str:
+    """The floor's and a step's CPU and counts: what they cost whatever a commit costs."""
+    cpu = so.get("cpu_per_op")
+    if not cpu:
+        return ""
+    commits = so.get("commits", {})
+    rows = []
+    for label, key, statements, committed in (
+        ("bare `INSERT` + commit (the floor)", "floor", 1.0, commits.get("floor_per_insert")),
+        (
+            "`@step`, sync mode",
+            "durable_step",
+            so["statements_per_step"],
+            commits.get("durable_per_step"),
+        ),
+    ):
+        c = cpu[key]
+        rows.append(
+            [
+                label,
+                _f(c["thread_cpu_us"], 0),
+                _f(c["process_cpu_us"], 0),
+                _f(c["server_cpu_us"], 0),
+                _f(float(statements)),
+                _f(committed),
+            ]
+        )
+    return (
+        "CPU per operation (medians of "
+        f"{cpu['rounds']} rounds): the measuring thread's, the client process's, and the "
+        "server's (the backends' utime + stime from /proc): unlike wall time, these do not "
+        "depend on how long the disk takes to flush a commit.\n\n"
+        + _table(
+            [
+                "what",
+                "client thread CPU µs",
+                "client process CPU µs",
+                "server CPU µs",
+                "statements",
+                "commits",
+            ],
+            rows,
+        )
+    )
+
+
 def _modes(rows: list[dict[str, Any]]) -> str:
     body = []
     for r in rows:
@@ -227,8 +277,11 @@ def _modes(rows: list[dict[str, Any]]) -> str:
                 str(r["steps"]),
                 _f(r["median_us"], 1),
                 _f(r.get("ratio_to_floor")),
+                _f(r.get("statements_per_step")),
                 _f(r.get("commits_per_step")),
-                _f(r.get("client_cpu_us_per_step"), 1),
+                _f(r.get("client_thread_cpu_us_per_step"), 0),
+                _f(r.get("client_cpu_us_per_step"), 0),
+                _f(r.get("server_cpu_us_per_step"), 0),
             ]
         )
     return _table(
@@ -239,8 +292,11 @@ def _modes(rows: list[dict[str, Any]]) -> str:
             "steps",
             "median µs / step",
             "x floor",
+            "statements / step",
             "commits / step",
-            "client CPU µs / step",
+            "client thread CPU µs / step",
+            "client process CPU µs / step",
+            "server CPU µs / step",
         ],
         body,
     )
@@ -248,7 +304,17 @@ def _modes(rows: list[dict[str, Any]]) -> str:
 
 def _recovery(rows: list[dict[str, Any]]) -> str:
     return _table(
-        ["workflows", "steps each", "worker", "median s", "workflows / s"],
+        [
+            "workflows",
+            "steps each",
+            "worker",
+            "median s",
+            "workflows / s",
+            "statements / wf",
+            "commits / wf",
+            "worker CPU ms / wf",
+            "server CPU ms / wf",
+        ],
         [
             [
                 str(r["workflows"]),
@@ -260,6 +326,10 @@ def _recovery(rows: list[dict[str, Any]]) -> str:
                 ),
                 _f(r["median_seconds"]),
                 _f(r["workflows_per_second"], 0),
+                _f(r.get("statements_per_workflow"), 1),
+                _f(r.get("commits_per_workflow")),
+                _f(r.get("client_cpu_ms_per_workflow"), 3),
+                _f(r.get("server_cpu_ms_per_workflow"), 3),
             ]
             for r in rows
         ],
@@ -272,7 +342,7 @@ def _throughput(data: dict[str, Any]) -> str:
         f"{_f(float(rate), 0)}/s from {n} connection{'s' if n != '1' else ''}"
         for n, rate in data["insert_rate"].items()
     )
-    table = _table(
+    _table(
         [
             "mode",
             "group commit",
@@ -280,10 +350,11 @@ def _throughput(data: dict[str, Any]) -> str:
             "workflows / s",
             "steps / s",
             "x insert rate",
+            "statements / step",
             "commits / step",
             "WAL flushes / step",
-            "server CPU s / 1k steps",
-            "worker CPU s / 1k steps",
+            "worker CPU µs / step",
+            "server CPU µs / step",
         ],
         [
             [
@@ -293,17 +364,21 @@ def _throughput(data: dict[str, Any]) -> str:
                 _f(r["workflows_per_s"], 0),
                 _f(r["steps_per_s"], 0),
                 _f(r["ratio_to_insert_rate"]),
+                _f(r.get("statements_per_step")),
                 _f(r["commits_per_step"]),
                 _f(r["wal_syncs_per_step"]),
-                _f(r["server_cpu_s_per_1k_steps"]),
-                _f(r["worker_cpu_s_per_1k_steps"]),
+                _f(r.get("worker_cpu_us_per_step"), 0),
+                _f(r.get("server_cpu_us_per_step"), 0),
             ]
             for r in data["durable"]
         ],
     )
     return (
         f'Plain autocommit `INSERT`s on the same server: {rates}. "x insert rate" is '
-        f"steps/s over the {data['insert_rate_connections']}-connection rate.\n\n{table}"
+        f"steps/s over the {data['insert_rate_connections']}-connection rate. Worker and "
+        "server CPU per step are measured over the same window as steps/s (the worker "
+        "processes' CPU, and the utime + stime of their backends, sampled from /proc as they "
+        "run): they do not depend on what a commit costs on this disk.\n\n{table}"
     )
 
 

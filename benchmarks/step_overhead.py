@@ -43,15 +43,21 @@ The benchmark creates a scratch database (`durable_bench_<pid>_<hex>`) from the 
 and drops it at the end. With --no-scratch it works in the given database instead, inside
 a schema of its own (`durable_bench_<pid>_<hex>`) that it drops at the end.
 
-Run: python -m benchmarks.step_overhead [--steps 200] [--rounds 7] [--json PATH]
+It also gives, for the floor and a sync step, the CPU each costs (the measuring thread's,
+the whole process's, and the server's: the utime + stime of the backends of the measured
+sessions from /proc, when the server is on this machine): wall ratios move with the disk's
+flush time, CPU and counts do not.
+
+Run: python -m benchmarks.step_overhead [--steps 200] [--rounds 7] [--out PATH | --save]
+(no results file is written unless asked: --save overwrites benchmarks/results/).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
-import json
 import os
 import platform
 import statistics
@@ -61,7 +67,7 @@ import uuid
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 import psycopg.conninfo
@@ -71,9 +77,9 @@ from rich.console import Console
 from rich.table import Table
 
 import durable
+from benchmarks._common import ServerCPU, add_output_args, cpu_per, cpu_snapshot, write_results
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
-DEFAULT_JSON = Path(__file__).resolve().parent / "results" / "step_overhead.json"
 TARGET_RATIO = 1.25
 ASYNC_TARGET = 1.2  # an async step costs at most this many sync steps
 STEP_NAME = "bench.step"
@@ -590,6 +596,7 @@ def measure(
             started_async.append(sra)
             started_ratios.append(sr / f)
             started_async_ratios.append(sra / f)
+        cpu_of_round = measure_cpu(target, engine, wf, conn, insert, steps, rounds, payload)
         # As asyncio.run ends a loop: what is left is cancelled (the engine's host of this
         # loop then gives back its connections).
         left = asyncio.all_tasks(loop)
@@ -630,7 +637,74 @@ def measure(
         "statements_per_empty_workflow": stmt_per_empty,
         "payload_bytes": len(payload.encode()),
         "commits": count_commits(target, registry, wf, steps, payload),
+        "cpu_per_op": cpu_of_round,
     }
+
+
+def measure_cpu(
+    target: Target,
+    engine: durable.Engine,
+    wf: Workflow,
+    conn: psycopg.Connection[Any],
+    insert: bytes,
+    steps: int,
+    rounds: int,
+    payload: str,
+) -> dict[str, Any]:
+    """CPU per operation, beside the wall ratios (a wall ratio moves with the disk's flush
+    time, these do not): for the floor's INSERT + commit and for a sync-mode step (an
+    N-step workflow less an empty one, per step), the measuring thread's CPU, the whole
+    process's and the server's (the utime + stime of the backends of the measured code's
+    sessions, by their application_name; None when the server is not on this machine).
+    Medians over `rounds`, alternating the two."""
+    observer_url = target.observer_url()
+    floor: list[dict[str, float | None]] = []
+    step: list[dict[str, float | None]] = []
+    with contextlib.ExitStack() as stack:
+        server = None
+        if observer_url is not None:
+            observer = stack.enter_context(connect(observer_url))
+            server = ServerCPU(observer, application_name=target.app_name)
+
+        def costs(run: Callable[[], object], n: int) -> dict[str, float | None]:
+            s0 = server.read() if server is not None else {}
+            c0 = cpu_snapshot()
+            run()
+            c1 = cpu_snapshot()
+            s1 = server.read() if server is not None else {}
+            per = cpu_per(c0, c1, n)
+            spent = ServerCPU.spent(s0, s1)
+            per["server_cpu_us"] = None if spent is None else spent / n * 1e6
+            return per
+
+        def floor_inserts() -> None:  # time_floor's loop, without its gc.collect()
+            workflow_id = str(uuid.uuid4())
+            for i in range(steps):
+                conn.execute(insert, (workflow_id, i, STEP_NAME, payload))
+
+        gc.collect()
+        for r in range(rounds):
+            if r % 2:
+                floor.append(costs(floor_inserts, steps))
+            full = costs(lambda: wf(steps), steps)
+            empty = costs(lambda: wf(0), steps)  # per step of the full run: subtracted
+            step.append(
+                {
+                    k: None if v is None or empty[k] is None else v - cast(float, empty[k])
+                    for k, v in full.items()
+                }
+            )
+            if not r % 2:
+                floor.append(costs(floor_inserts, steps))
+
+    def medians(rows: list[dict[str, float | None]]) -> dict[str, float | None]:
+        out: dict[str, float | None] = {}
+        for key in rows[0]:
+            values = [v for v in (row[key] for row in rows) if v is not None]
+            out[key] = statistics.median(values) if len(values) == len(rows) else None
+        return out
+
+    return {"floor": medians(floor), "durable_step": medians(step), "rounds": rounds}
 
 
 def time_app_transactions(engine: durable.Engine, schema: str, n: int) -> float:
@@ -792,9 +866,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--empty-runs", type=int, default=5, help="empty workflows timed per round (5)"
     )
-    parser.add_argument(
-        "--json", type=Path, default=DEFAULT_JSON, help="results file (default: %(default)s)"
-    )
+    add_output_args(parser, "step_overhead")
     parser.add_argument("--plot", type=Path, default=None, help="PNG of the rounds (matplotlib)")
     parser.add_argument(
         "--citus",
@@ -809,6 +881,40 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if args.warmup < 0:
         parser.error("--warmup must be >= 0")
     return args
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def print_cpu(results: dict[str, Any], console: Console) -> None:
+    """What an operation costs whatever a commit costs on this disk: CPU and counts."""
+    cpu = results.get("cpu_per_op")
+    if not cpu:
+        return
+    commits = results["commits"]
+    table = Table(title=f"CPU µs per op (medians of {cpu['rounds']} rounds)")
+    for col in ("what", "client thread", "client process", "server", "statements", "commits"):
+        table.add_column(col, justify="right" if col != "what" else "left")
+    for label, key, statements, committed in (
+        ("floor: INSERT + commit", "floor", 1.0, commits.get("floor_per_insert")),
+        (
+            "durable @step (sync)",
+            "durable_step",
+            results["statements_per_step"],
+            commits.get("durable_per_step"),
+        ),
+    ):
+        row = cpu[key]
+        table.add_row(
+            label,
+            _us(row["thread_cpu_us"]),
+            _us(row["process_cpu_us"]),
+            _us(row["server_cpu_us"]),
+            f"{statements:.2f}",
+            "-" if committed is None else f"{committed:.2f}",
+        )
+    console.print(table)
 
 
 def print_report(results: dict[str, Any], console: Console) -> None:
@@ -857,6 +963,7 @@ def print_report(results: dict[str, Any], console: Console) -> None:
             ratio_to_sync.get(key, ""),
         )
     console.print(table)
+    print_cpu(results, console)
     ratio = results["ratio"]
     paired = ratio["paired"]
     verdict = "meets" if ratio["of_medians"] <= TARGET_RATIO else "misses"
@@ -994,9 +1101,9 @@ def main(argv: Sequence[str] | None = None, console: Console | None = None) -> d
         "meets_target": results["ratio"]["of_medians"] <= TARGET_RATIO,
     }
     print_report(results, console)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n", "utf-8")
-    console.print(f"results written to {args.json}")
+    write_results(args.out, results)
+    if args.out is not None:
+        console.print(f"results written to {args.out}")
     if args.plot is not None:
         write_plot(results, args.plot, console)
     return results

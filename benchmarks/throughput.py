@@ -14,23 +14,30 @@ Measured in one run, on one server:
   ratio to the 16-connection INSERT rate; commits per step (pg_stat_database.xact_commit of
   the scratch database, read after its backends exited; polls and heartbeats count too) and
   WAL flushes per step (pg_stat_wal.wal_sync, the physical cost that group commit shares);
-  the server's CPU seconds per 1,000 steps (the machine's busy time from /proc/stat less
-  the workers' and this process's own CPU time).
+  statements per step (what the workers sent the system database, counted by each as it
+  exits); the workers' CPU per step (all their threads, sampled from /proc as they run and
+  read back over the window) and the server's (the utime + stime of the database's
+  backends over the same window, summed), which tell what a step costs whatever a commit
+  costs on this disk; and, over the whole run, start-up included, the workers' CPU and the
+  rest of the machine's busy time (from /proc/stat) per 1,000 steps.
 
     python -m benchmarks.throughput [--workflows 2000] [--workers 1 2 4] [--modes sync async]
-                                    [--json PATH] [--plot PATH]
+                                    [--out PATH | --save] [--plot PATH]
+
+A run writes no results file unless given --out PATH, or --save (which overwrites the
+committed benchmarks/results/throughput.json).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import os
 import signal
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -46,7 +53,14 @@ from rich.table import Table
 
 import durable
 from benchmarks import throughput_app
-from benchmarks._common import wait_for_success
+from benchmarks._common import (
+    CPUSampler,
+    add_output_args,
+    backend_pid,
+    database_backends,
+    wait_for_success,
+    write_results,
+)
 
 DEFAULT_URL = "postgresql://postgres@127.0.0.1:5432/postgres"
 ROOT = Path(__file__).resolve().parent.parent
@@ -135,13 +149,20 @@ def _server_counters(admin: str, dbname: str) -> tuple[int, int, int]:
     return int(commits[0]), int(wal[0]), int(wal[1])
 
 
-def start_workers(url: str, workers: int, concurrency: int) -> list[subprocess.Popen[bytes]]:
-    """`workers` processes of `durable worker` on the benchmark's app, polling every 50 ms."""
+def start_workers(
+    url: str, workers: int, concurrency: int, counts: Path | None = None
+) -> list[subprocess.Popen[bytes]]:
+    """`workers` processes of `durable worker` on the benchmark's app, polling every 50 ms;
+    with `counts`, worker k writes the statements it sent to `counts`/k as it exits."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
     env["DURABLE_LOG_LEVEL"] = "WARNING"
+
+    def env_of(k: int) -> dict[str, str]:
+        return env if counts is None else {**env, "DURABLE_BENCH_COUNTS": str(counts / str(k))}
+
     return [
         subprocess.Popen(
             [
@@ -160,11 +181,11 @@ def start_workers(url: str, workers: int, concurrency: int) -> list[subprocess.P
                 "--grace-seconds",
                 "5",
             ],
-            env=env,
+            env=env_of(k),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        for _ in range(workers)
+        for k in range(workers)
     ]
 
 
@@ -184,7 +205,7 @@ def run_config(
     admin: str, mode: str, workers: int, group: bool, n: int, concurrency: int
 ) -> dict[str, Any]:
     label = f"{mode}_{workers}_{int(group)}"
-    with scratch(admin, label) as url:
+    with scratch(admin, label) as url, tempfile.TemporaryDirectory() as tmp:
         dbname = str(psycopg.conninfo.conninfo_to_dict(url)["dbname"])
         with durable.Client(url, migrate=True) as client:
             for k in range(n):
@@ -200,27 +221,42 @@ def run_config(
         assert shown is not None and shown[0] == ("200" if group else "0"), shown
         commits0, syncs0, records0 = _server_counters(admin, dbname)
         busy0, own0 = _busy_seconds(), time.process_time()
-        procs = start_workers(worker_url, workers, concurrency)
+        procs = start_workers(worker_url, workers, concurrency, Path(tmp))
         worker_cpu = 0.0
         try:
-            with psycopg.connect(url, autocommit=True) as conn:
-                wait_for_success(conn, n, max(120.0, n / 20), label, poll=0.1)
+            with (
+                psycopg.connect(url, autocommit=True) as conn,
+                psycopg.connect(admin, autocommit=True) as watcher,
+            ):
+                mine = [backend_pid(conn)]
+                # The CPU of the workers and of their backends, sampled as they run: read
+                # back over the window of the server's timestamps (start-up, polling before
+                # the first dequeue and after the last finish, and shutdown excluded).
+                with (
+                    CPUSampler(lambda: [p.pid for p in procs]) as client_cpu,
+                    CPUSampler(lambda: database_backends(watcher, dbname, mine)) as server_cpu,
+                ):
+                    wait_for_success(conn, n, max(120.0, n / 20), label, poll=0.1)
             busy1, own1 = _busy_seconds(), time.process_time()
         finally:
             worker_cpu = stop_workers(procs)
+        statements = sum(int(f.read_text()) for f in Path(tmp).iterdir())
         with psycopg.connect(url, autocommit=True) as conn:
             row = conn.execute(
-                "SELECT extract(epoch FROM max(finished_at) - min(dequeued_at))::float8"
-                " FROM durable.workflows"
+                "SELECT extract(epoch FROM min(dequeued_at))::float8,"
+                " extract(epoch FROM max(finished_at))::float8 FROM durable.workflows"
             ).fetchone()
-        assert row is not None and row[0] is not None
-        window = max(float(row[0]), 1e-6)
+        assert row is not None and row[0] is not None and row[1] is not None
+        t0, t1 = float(row[0]), float(row[1])
+        window = max(t1 - t0, 1e-6)
         commits1, syncs1, records1 = _server_counters(admin, dbname)
     steps = n * throughput_app.STEPS
     # Busy time of the machine over the run, less what the workers and this process used:
     # the server's (and the rest of the machine's) share. The workers' CPU counts their
     # start-up and shutdown too, so this leans low.
-    server_cpu = max(0.0, (busy1 - busy0) - worker_cpu - (own1 - own0))
+    rest = max(0.0, (busy1 - busy0) - worker_cpu - (own1 - own0))
+    in_window = client_cpu.used(t0, t1)
+    backends = server_cpu.used(t0, t1)
     return {
         "mode": mode,
         "group_commit": group,
@@ -231,9 +267,15 @@ def run_config(
         "workflows_per_s": n / window,
         "steps_per_s": steps / window,
         "commits_per_step": (commits1 - commits0) / steps,
+        "statements_per_step": statements / steps,
         "wal_syncs_per_step": (syncs1 - syncs0) / steps,
         "wal_records_per_step": (records1 - records0) / steps,
-        "server_cpu_s_per_1k_steps": server_cpu / steps * 1000,
+        # Per step, over the window: the worker processes' CPU (all their threads), and
+        # their backends' (utime + stime of each, summed). None: the server is remote.
+        "worker_cpu_us_per_step": None if in_window is None else in_window / steps * 1e6,
+        "server_cpu_us_per_step": None if backends is None else backends / steps * 1e6,
+        # Over the whole run, start-up and shutdown included (as measured before).
+        "server_cpu_s_per_1k_steps": rest / steps * 1000,
         "worker_cpu_s_per_1k_steps": worker_cpu / steps * 1000,
     }
 
@@ -261,6 +303,10 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
 def main(argv: list[str] | None = None, console: Console | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.throughput", description=__doc__)
     parser.add_argument(
@@ -273,7 +319,7 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
     parser.add_argument("--concurrency", type=int, default=8, help="workflows per worker")
     parser.add_argument("--insert-seconds", type=float, default=3.0)
     parser.add_argument("--connections", type=int, nargs="+", default=[1, 4, 16])
-    parser.add_argument("--json", type=Path, default=ROOT / "benchmarks/results/throughput.json")
+    add_output_args(parser, "throughput")
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument(
         "--citus",
@@ -331,10 +377,11 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
         "workflows/s",
         "steps/s",
         f"x INSERTs/s ({max(rates)} conn)",
+        "statements/step",
         "commits/step",
         "WAL flushes/step",
-        "server CPU s/1k steps",
-        "worker CPU s/1k steps",
+        "worker CPU µs/step",
+        "server CPU µs/step",
     ):
         table.add_column(col, justify="right")
     for r in rows:
@@ -345,14 +392,14 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
             f"{r['workflows_per_s']:,.0f}",
             f"{r['steps_per_s']:,.0f}",
             f"{r['ratio_to_insert_rate']:.2f}",
+            f"{r['statements_per_step']:.2f}",
             f"{r['commits_per_step']:.2f}",
             f"{r['wal_syncs_per_step']:.3f}",
-            f"{r['server_cpu_s_per_1k_steps']:.3f}",
-            f"{r['worker_cpu_s_per_1k_steps']:.3f}",
+            _us(r["worker_cpu_us_per_step"]),
+            _us(r["server_cpu_us_per_step"]),
         )
     console.print(table)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(results, indent=2) + "\n", "utf-8")
+    write_results(args.out, results)
     if args.plot is not None:
         write_plot(results, args.plot)
     return results

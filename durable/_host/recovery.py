@@ -96,6 +96,8 @@ class Worker:
         self.poll_interval = poll_interval
         self.grace_seconds = grace_seconds
         self._wake = threading.Event()
+        # A notification came on the work channel (not a run's end): claim at once.
+        self._notified = False
         self._warned: set[str] = set()
         self._next_prune = 0.0
 
@@ -104,11 +106,15 @@ class Worker:
         # LISTEN connection (shared with its stream readers and watchers). Without one (off,
         # lost, refused) every wake-up is a poll; when it comes back the listener wakes us,
         # since work submitted meanwhile notified nobody.
-        subscription = self.parts.subscribe(self._wake.set)
+        subscription = self.parts.subscribe(self._on_notification)
         try:
             self._run(stop)
         finally:
             subscription.close()
+
+    def _on_notification(self) -> None:
+        self._notified = True
+        self._wake.set()
 
     def _run(self, stop: threading.Event) -> None:
         parts = self.parts
@@ -123,6 +129,13 @@ class Worker:
         outage_logged = False
         next_executor_prune = 0.0
         next_housekeeping = 0.0
+        # When the next claim round is due. While a queue's backlog drains, every run that
+        # ends wakes this loop to dequeue the next entry; a claim round then (its wake_due
+        # and claim_batch statements, and their Python) almost always finds nothing: it
+        # runs once per poll interval, at once on a notification, and again at once after
+        # a round that claimed (there may be more), as when the loop polls.
+        next_round = 0.0
+        more = True
         while not self._stopping(stop):
             try:
                 # While a Citus worker node hangs, what would wait for it is not sent: the
@@ -156,7 +169,13 @@ class Worker:
                 # waiting for the next claim; queued claims are covered by the heartbeat.
                 # Async workflows are claimed against their own limit (max_async).
                 free = 2 * config.max_workers - slots.threads_running()
-                claimed = self._launch(parts.claims.round(None, max(0, free), parts.async_room()))
+                claimed: list[Claimed] = []
+                if more or self._notified or time.monotonic() >= next_round:
+                    self._notified = False
+                    next_round = time.monotonic() + self.poll_interval
+                    claimed = parts.claims.round(None, max(0, free), parts.async_room())
+                    more = bool(claimed)
+                    self._launch(claimed)
                 # Queue entries hold their queue's slot from the moment they are dequeued,
                 # so take only what can start now, never a backlog.
                 room = config.max_workers - slots.threads_running()

@@ -223,12 +223,40 @@ def _never(point: str) -> None:
     return None
 
 
+class _Signal:
+    """A one-waiter event on a bare lock (held until set): what threading.Event does for a
+    writer waiting on its group's commit, at a fraction of its cost (no Condition, no
+    waiter list, no notify): a worker hands off one of these per step."""
+
+    __slots__ = ("_lock", "_set")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._lock.release()
+
+    def wait(self) -> None:
+        """Until set; only its one waiter calls it (then clear() before it waits again)."""
+        self._lock.acquire()
+
+    def clear(self) -> None:
+        self._set = False  # the lock is held again: the waiter took it
+
+    def is_set(self) -> bool:
+        return self._set
+
+
 class _Write:
     __slots__ = ("count", "done", "error", "lead", "params")
 
     def __init__(self, params: dict[str, Any]) -> None:
         self.params = params
-        self.done = threading.Event()
+        self.done = _Signal()
         self.count = 0
         self.error: Exception | None = None
         self.lead = False  # handed the lead (woken to send a batch itself)

@@ -21,8 +21,9 @@ def run(argv: list[str]) -> dict[str, Any]:
     return step_overhead.main(argv, console=Console(quiet=True))
 
 
-def check_results(results: dict[str, Any], path: Path) -> None:
-    assert json.loads(path.read_text("utf-8")) == json.loads(json.dumps(results))
+def check_results(results: dict[str, Any], path: Path | None) -> None:
+    if path is not None:
+        assert json.loads(path.read_text("utf-8")) == json.loads(json.dumps(results))
     # Measured times are positive; the per-step cost is a difference of two of them, so at
     # this size noise may make it any sign: check it is that difference, not its value.
     for key in ("floor_us", "empty_workflow_us", "full_workflow_us", "round_trip_us"):
@@ -55,6 +56,12 @@ def check_results(results: dict[str, Any], path: Path) -> None:
     for mode in ("sync", "async", "exit"):
         assert len(inter[mode]["ratio"]["samples"]) == inter["blocks"]
         assert all(r > 0 for r in inter[mode]["ratio"]["samples"])
+    # Beside the wall ratios: the floor's and a step's CPU, client and server (local here).
+    for what in ("floor", "durable_step"):
+        cpu = results["cpu_per_op"][what]
+        assert set(cpu) == {"thread_cpu_us", "process_cpu_us", "server_cpu_us"}, what
+        assert all(isinstance(v, float) and math.isfinite(v) for v in cpu.values()), what
+    assert results["cpu_per_op"]["floor"]["server_cpu_us"] > 0
     commits = results["commits"]
     if commits["reliable"]:
         assert commits["floor_per_insert"] == 1
@@ -62,6 +69,14 @@ def check_results(results: dict[str, Any], path: Path) -> None:
     else:
         assert commits["durable_per_step"] is None
         assert commits["note"]
+
+
+def stored_results() -> dict[str, tuple[int, int]]:
+    """The committed results' files: name -> (size, mtime in ns)."""
+    return {
+        p.name: (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in (Path(step_overhead.__file__).parent / "results").iterdir()
+    }
 
 
 def database_exists(admin_url: str, name: str) -> bool:
@@ -91,11 +106,13 @@ def test_scratch_database(pg_databases: TemplateDatabases, tmp_path: Path) -> No
     assert not database_exists(pg_databases.admin_url, name)
 
 
-def test_no_scratch(database_url: str, tmp_path: Path) -> None:
-    """--no-scratch works inside a schema of its own in the given database and drops it."""
-    out = tmp_path / "results.json"
-    results = run([*TINY, "--database-url", database_url, "--no-scratch", "--json", str(out)])
-    check_results(results, out)
+def test_no_scratch(database_url: str) -> None:
+    """--no-scratch works inside a schema of its own in the given database and drops it;
+    without --out (or --save) the run writes no results file."""
+    before = stored_results()
+    results = run([*TINY, "--database-url", database_url, "--no-scratch"])
+    assert stored_results() == before
+    check_results(results, None)
     assert results["config"]["scratch"] is False
     with psycopg.connect(database_url, autocommit=True) as conn:
         left = conn.execute(

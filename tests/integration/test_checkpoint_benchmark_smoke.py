@@ -44,3 +44,11 @@ def test_checkpoint_overhead_runs(pg_databases: TemplateDatabases, tmp_path: Pat
             assert r["ratio_to_floor"] is not None
     assert floor["ratio_to_floor"] == 1.0
     assert json.loads(out.read_text()) == rows
+    # Beside each ratio, for the floor and durable: statements and CPU per step, the client's
+    # (process, measuring thread) and the server's (its backends; local here).
+    for r in rows:
+        if (r["system"] == "durable" and "length" not in r["mode"]) or r["mode"] == "INSERT+COMMIT":
+            assert r["statements_per_step"] is not None, r
+            assert r["client_cpu_us_per_step"] > 0, r
+            assert r["client_thread_cpu_us_per_step"] > 0, r
+            assert r["server_cpu_us_per_step"] > 0, r

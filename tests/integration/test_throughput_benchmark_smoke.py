@@ -52,6 +52,32 @@ def test_throughput_runs(pg_databases: TemplateDatabases, tmp_path: Path) -> Non
         if r["mode"] == "sync":
             assert r["commits_per_step"] >= 1  # every step commits, and polls commit too
         assert r["wal_syncs_per_step"] >= 0
+        # What a step costs whatever a commit costs: CPU (the workers' and their backends'
+        # over the run's window; the server is local here) and statements.
+        assert (
+            r["statements_per_step"] >= 1 if r["mode"] == "sync" else r["statements_per_step"] > 0
+        )
+        assert r["worker_cpu_us_per_step"] > 0
+        assert r["server_cpu_us_per_step"] > 0
+
+
+def test_a_run_without_out_writes_no_results(pg_databases: TemplateDatabases) -> None:
+    results_dir = Path(throughput.__file__).parent / "results"
+
+    def stored() -> dict[str, tuple[int, int]]:
+        return {p.name: (p.stat().st_size, p.stat().st_mtime_ns) for p in results_dir.iterdir()}
+
+    before = stored()
+    results = throughput.main(
+        [
+            *("--database-url", pg_databases.admin_url, "--workflows", "4", "--workers", "1"),
+            *("--modes", "async", "--group-commit", "off", "--concurrency", "2"),
+            *("--insert-seconds", "0.2", "--connections", "1"),
+        ],
+        console=Console(quiet=True),
+    )
+    assert stored() == before
+    assert results["durable"][0]["worker_cpu_us_per_step"] > 0
 
 
 def test_the_benchmarks_page_renders_from_stored_results() -> None:

@@ -233,6 +233,45 @@ def test_a_freed_slot_takes_the_next_queue_entry_without_waiting_for_a_poll(
     assert results == list(range(6))
 
 
+def test_a_queue_backlog_drains_without_a_claim_round_per_entry(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a queue's backlog drains, each ended entry dequeues the next one; a round of
+    claims of other work (interrupted runs, woken sleepers: two statements and their
+    Python, finding nothing here) runs once per poll interval, not once per entry."""
+    from durable._host.claims import Claims
+
+    rounds: list[int] = []
+    claim_round = Claims.round
+
+    def counted(self: Claims, *args: Any, **kwargs: Any) -> Any:
+        rounds.append(1)
+        return claim_round(self, *args, **kwargs)
+
+    monkeypatch.setattr(Claims, "round", counted)
+    reg = durable.Registry()
+    backlog = durable.Queue("backlog", registry=reg)
+
+    @durable.step(registry=reg, name="nap")
+    def nap(i: int) -> int:
+        time.sleep(0.02)
+        return i
+
+    @durable.workflow(registry=reg, name="napper")
+    def napper(i: int) -> int:
+        return nap(i)
+
+    with durable.Client(database_url, migrate=True) as client:
+        for i in range(12):
+            client.enqueue(backlog, napper, i, workflow_id=f"entry-{i}")
+    with durable.Engine(
+        database_url, registry=reg, worker=True, max_workers=2, poll_interval=30.0
+    ) as engine:
+        results = [engine.retrieve(f"entry-{i}").result(timeout=20) for i in range(12)]
+    assert results == list(range(12))
+    assert len(rounds) <= 3, len(rounds)  # (12 entries, 2 at a time: 6 or more without)
+
+
 def test_a_claim_the_worker_never_heard_back_about_expires_and_runs(database_url: str) -> None:
     # A claim that committed on the server while the answer was lost (the connection died
     # with it, as in a failover) leaves a row owned by this worker that no thread runs.
