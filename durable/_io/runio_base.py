@@ -229,12 +229,18 @@ def lean_values(plan: LeanPlan, params: dict[str, Any]) -> list[bytes | None] | 
 
 def lean_ready(conn: Any) -> bool:
     """Whether `conn` can take the lean path now: one of durable's pool (which keeps the
-    statements it prepared), open, and in no pipeline."""
+    statements it prepared), open, in no pipeline, and with psycopg's own cursors (a
+    cursor factory of another's, such as OpenTelemetry's psycopg instrumentation, sees
+    only what goes through a cursor: its spans would lose durable's journal writes)."""
     return (
         getattr(conn, "prepared", None) is not None
         and conn.pgconn.status == ConnStatus.OK
         and conn._pipeline is None
+        and conn.cursor_factory in _PLAIN_CURSORS
     )
+
+
+_PLAIN_CURSORS = (psycopg.Cursor, psycopg.AsyncCursor)
 
 
 # The statement was never prepared on this connection (or no longer is: a DEALLOCATE).

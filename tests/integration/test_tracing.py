@@ -242,12 +242,18 @@ def test_psycopg_instrumentation_puts_statements_under_the_steps(
     def querier() -> int:
         return query()
 
+    # OpenTelemetry's uninstrument puts back `connect` bound to psycopg's own classes, so
+    # that a subclass's (durable's pools' BoundedConnection) would make a plain connection
+    # afterwards in this process: the originals are put back as they were.
+    saved = {cls: cls.__dict__["connect"] for cls in (psycopg.Connection, psycopg.AsyncConnection)}
     durable.instrument_psycopg()
     try:
         with durable.Engine(database_url, registry=reg) as engine:
             assert engine.start(querier, workflow_id="w-sql").result(timeout=10) == 42
     finally:
         PsycopgInstrumentor().uninstrument()
+        for cls, connect in saved.items():
+            cls.connect = connect
 
     found = spans.get_finished_spans()
     (step,) = _named(found, "durable.step query")
