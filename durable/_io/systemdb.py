@@ -47,6 +47,7 @@ from durable._io.runio_base import is_conflict as is_conflict
 # Re-exported (as X as X): the rest of durable imports these from here.
 from durable._io.runio_base import is_outage as is_outage
 from durable._io.runio_base import node_down as node_down
+from durable._io.shards import ShardRing
 from durable.errors import ConfigurationError, DatabaseUnavailableError, StatementError
 
 if TYPE_CHECKING:
@@ -125,6 +126,8 @@ class SystemDB(RunIO, AsyncRunIO):
         self.cas_claims = False
         # Citus worker nodes found hanging (see _io/hung.py).
         self.hung = HungNodes(self)
+        # On Citus, the shards the claim rounds read in turn (see _io/shards.py).
+        self.shards = ShardRing(lambda: self.fetch_all("shard_keys", {}))
         # Outcomes, and sync-mode step records, of runs writing at the same moment share
         # one statement and one commit (see _finishes).
         self.finishes = FinishGroup(self)
@@ -227,11 +230,15 @@ class SystemDB(RunIO, AsyncRunIO):
         return rows
 
     def _claim_batch(self, params: dict[str, Any]) -> list[Row]:
-        """On Citus, while a worker node is down, a claim over every shard is refused; the
-        workflows on the nodes that answer are then claimed by their ids, so that the
-        work of one node's outage waits for it and the rest goes on."""
+        """On Citus, a round reads a few shards (_claim_on_shards). Claims of given ids
+        and claims forced to be compare-and-set over a whole table go as one statement;
+        there, while a worker node is down, a claim over every shard is refused, and the
+        workflows on the nodes that answer are claimed by their ids, so that the work of
+        one node's outage waits for it and the rest goes on."""
         name = "claim_batch_cas" if self.cas_claims else "claim_batch"
         every = params.get("workflow_ids") is None
+        if every and self.distributed and self.cas_claims:
+            return self._claim_on_shards(params)
         if not (every and self.nodes_hung()):
             try:
                 return self.fetch_all(name, params)
@@ -268,6 +275,46 @@ class SystemDB(RunIO, AsyncRunIO):
             self.hung.stuck.update(ids)  # claimed once the node answers; others next round
             return []
 
+    def _at_time(self) -> Any:
+        """The time a read on a worker node goes by: the fake clock's, or None (the node's)."""
+        return None if self._fake_clock is None else self._fake_clock.now()
+
+    def _on_shards(self, name: str, params: dict[str, Any], limit: int) -> Iterator[list[Row]]:
+        """`name` (runnable_on_shard, enqueued_on_shard) on the next shards of the ring,
+        one statement each, each routed to the node that holds its shard: what each
+        found, until the caller has enough (it stops iterating). A shard whose node is
+        down, or hangs, is passed over: its work waits for it, the rest goes on."""
+        skip = list(self.hung.groups) if self.nodes_hung() else []
+        kind = f"{name}:{params.get('queue_name')}:{params.get('names')}"
+        for key in self.shards.take(kind, skip=skip):
+            try:
+                yield self.fetch_all(
+                    name,
+                    {**params, "shard_key": key, "at_time": self._at_time(), "limit": limit},
+                )
+            except DatabaseUnavailableError as exc:
+                if not (node_down(exc) or getattr(exc, "node_hung", False)):
+                    raise
+
+    def _claim_on_shards(self, params: dict[str, Any]) -> list[Row]:
+        """claim_batch_cas, one shard at a time: each shard's sleepers that are due are
+        woken and its runnable workflows read (one statement, on the shard's node), then
+        claimed by their ids (compare-and-set, routed to that shard), until `limit` are
+        claimed or a round's shards are read."""
+        limit = int(params["limit"])
+        rows: list[Row] = []
+        for found in self._on_shards("runnable_on_shard", params, limit):
+            due = [r["workflow_id"] for r in found if r["due"]]
+            if due:
+                self.execute("wake_due", {"workflow_ids": due})
+            if found:
+                ids = [r["workflow_id"] for r in found]
+                more = {**params, "workflow_ids": ids, "limit": limit - len(rows)}
+                rows += self.fetch_all("claim_batch_cas", more)
+            if len(rows) >= limit:
+                break
+        return rows
+
     def nodes_hung(self) -> bool:
         """Whether a Citus worker node was found hanging (asked again in the background once
         its time is up): the statements over every shard would wait for it, so they are not
@@ -301,9 +348,15 @@ class SystemDB(RunIO, AsyncRunIO):
             rows = conn.execute(self._queries["citus_probe_nodes"]).fetchall()
         return {int(group): (str(node), bool(answers)) for group, node, answers in rows}
 
-    def wake_due(self) -> int:
-        """Make the sleepers whose time has come runnable; on Citus with a worker node
-        down, those on the nodes that answer (as claim_batch)."""
+    def wake_due(self, workflow_ids: list[str] | None = None) -> int:
+        """Make the sleepers whose time has come runnable (only among `workflow_ids` when
+        given); on Citus with a worker node down, those on the nodes that answer (as
+        claim_batch). On Citus, a claim round wakes the sleepers of the shards it reads
+        (_claim_on_shards), so this wakes only given ids there (one server: every one)."""
+        if self.distributed and self.cas_claims:
+            if workflow_ids is None:
+                return 0
+            return self.execute("wake_due", {"workflow_ids": workflow_ids})
         if self.nodes_hung():
             return 0  # a node hangs: the sleepers wait for it (due_on_shards would too)
         try:
@@ -492,7 +545,26 @@ class SystemDB(RunIO, AsyncRunIO):
             or params["partition_rate_count"] is not None
         )
 
+        # Compare-and-set: a queue without limits is taken with no lock and no count (its
+        # entries are taken once each all the same).
+        unlimited = self.cas_claims and all(
+            params.get(k) is None for k in ("concurrency", "worker_concurrency", "rate_count")
+        )
+        if self.distributed and self.cas_claims and not partitioned:
+            if params.get("workflow_ids") is None:
+                # On Citus, the entries of a few shards (one statement each), taken by id.
+                ids: list[str] = []
+                for found in self._on_shards("enqueued_on_shard", params, params["limit"]):
+                    ids += [r["workflow_id"] for r in found]
+                    if len(ids) >= params["limit"]:
+                        break
+                if not ids:
+                    return []
+                params = {**params, "workflow_ids": ids}
+
         def take(tx: Tx) -> list[Row]:
+            if unlimited and not partitioned:
+                return tx.fetch_all("dequeue_cas", {**params, "allowed": params["limit"]})
             locked = tx.fetch_one("lock_queue", params)
             if locked is None or not locked["locked"]:
                 return []
