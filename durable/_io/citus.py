@@ -52,6 +52,8 @@ BY_OWN_KEY: dict[str, str] = {
     "audit_log": "workflow_id",
     "callbacks": "token_hash",
     "trigger_outbox": "topic",
+    # A queue's lock (one row per queue), taken by its dequeues from any node.
+    "queue_locks": "queue_name",
 }
 
 # Small tables every worker reads: one copy on every node.

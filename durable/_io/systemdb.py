@@ -565,9 +565,14 @@ class SystemDB(RunIO, AsyncRunIO):
         def take(tx: Tx) -> list[Row]:
             if unlimited and not partitioned:
                 return tx.fetch_all("dequeue_cas", {**params, "allowed": params["limit"]})
-            locked = tx.fetch_one("lock_queue", params)
-            if locked is None or not locked["locked"]:
-                return []
+            if self.distributed:
+                tx.execute("make_queue_lock", params)
+                if tx.fetch_one("lock_queue_row", params) is None:
+                    return []
+            else:
+                locked = tx.fetch_one("lock_queue", params)
+                if locked is None or not locked["locked"]:
+                    return []
             if not self.cas_claims and not partitioned:
                 return tx.fetch_all("dequeue", params)
             allowance = tx.fetch_one("queue_allowance", params)

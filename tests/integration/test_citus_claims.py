@@ -10,7 +10,10 @@ round: every shard's work is taken in the end.
 
 from __future__ import annotations
 
+import contextlib
 import re
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -20,7 +23,7 @@ import pytest
 import durable
 from durable._io import shards
 from durable._io.systemdb import SystemDB
-from tests.citus import CitusCluster
+from tests.citus import CitusCluster, with_dbname
 
 pytestmark = pytest.mark.citus
 
@@ -169,3 +172,41 @@ def test_the_rounds_take_the_work_of_every_shard(db: SystemDB, sharded: str) -> 
             " 'PENDING', 'SUSPENDED') GROUP BY status"
         ).fetchall()
     assert rest == []
+
+
+def test_workers_connected_to_worker_nodes_hold_a_queues_limit(
+    citus_cluster: CitusCluster, sharded: str
+) -> None:
+    """A worker may connect to any node of the cluster: two engines, each on a worker node
+    (not the coordinator), run a queue's entries, and its concurrency holds across them
+    (its lock is a row on one shard, the same from either node)."""
+    dbname = psycopg.conninfo.conninfo_to_dict(sharded)["dbname"]
+    urls = [with_dbname(node.url(), str(dbname)) for node in citus_cluster.workers]
+    reg = durable.Registry()
+    queue = durable.Queue("spread", concurrency=2, registry=reg)
+    lock = threading.Lock()
+    running = [0]
+    most = [0]
+
+    @durable.step(registry=reg)
+    def work(i: int) -> int:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+        time.sleep(0.05)
+        with lock:
+            running[0] -= 1
+        return i
+
+    @durable.workflow(registry=reg)
+    def job(i: int) -> int:
+        return work(i)
+
+    with contextlib.ExitStack() as stack:
+        engines = [
+            stack.enter_context(durable.Engine(url, registry=reg, worker=True, poll_interval=0.05))
+            for url in urls
+        ]
+        handles = [engines[i % 2].enqueue(queue, job, i) for i in range(12)]
+        assert sorted(h.result(timeout=60) for h in handles) == list(range(12))
+    assert 1 <= most[0] <= 2

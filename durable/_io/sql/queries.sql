@@ -2597,3 +2597,16 @@ SELECT workflow_id, due FROM {schema}.runnable_on_shard(%(shard_key)s::text,
 SELECT workflow_id FROM {schema}.enqueued_on_shard(%(shard_key)s::text,
     %(at_time)s::timestamptz, %(queue_name)s::text, %(names)s::text[], %(versions)s::text[],
     %(journal_version)s::int, %(by_priority)s::boolean, %(limit)s::int)
+
+-- make_queue_lock --
+-- The queue's row of queue_locks (lock_queue_row), made on a queue's first dequeue.
+INSERT INTO {schema}.queue_locks (queue_name) VALUES (%(queue_name)s)
+ON CONFLICT (queue_name) DO NOTHING
+
+-- lock_queue_row --
+-- lock_queue on Citus (inside the dequeue's transaction, after make_queue_lock): the
+-- queue's row of queue_locks, on one shard, the same from every node (an advisory lock is
+-- one node's, and workers may connect to different nodes). No row: another worker is
+-- dequeuing the queue right now, so this one skips it this round.
+SELECT queue_name FROM {schema}.queue_locks WHERE queue_name = %(queue_name)s
+FOR UPDATE SKIP LOCKED

@@ -61,8 +61,16 @@ BEGIN
 END
 $fn$;
 
+-- A queue's lock on Citus: a row per queue, locked by the dequeues of a queue with limits
+-- (lock_queue_row), so that they count and take one after the other. An advisory lock is
+-- the node's own, and workers may connect to different nodes (docs/scaling.md); the row
+-- is on one shard (distributed by queue name), the same whichever node is asked.
+CREATE TABLE {schema}.queue_locks (
+    queue_name text PRIMARY KEY
+);
+
 -- On a schema distributed already (a deployment on Citus migrating to this version), the
--- functions are distributed here; on a fresh one, `durable migrate --citus` does it.
+-- table and functions are distributed here; on a fresh one, `durable migrate --citus`.
 DO $$
 DECLARE
     distributed boolean := false;
@@ -73,6 +81,8 @@ BEGIN
             INTO distributed USING '{schema}.workflows';
     END IF;
     IF distributed THEN
+        PERFORM create_distributed_table('{schema}.queue_locks', 'queue_name',
+            colocate_with => 'none');
         PERFORM create_distributed_function(
             '{schema}.runnable_on_shard(text, timestamptz, text[], text[], int, text[], int)',
             'shard_key', colocate_with => '{schema}.workflows');
