@@ -123,7 +123,7 @@ def _citus_non_coordinator(conn: psycopg.Connection[object]) -> bool:
         "SELECT to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL"
         " AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
     ).fetchone()
-    if not row or not row[0]:
+    if not row or not cast(tuple[bool], row)[0]:
         return False
     # The coordinator's group is 0, a worker node's its own (set when it was added).
     found = conn.execute("SELECT groupid <> 0 FROM pg_catalog.pg_dist_local_group").fetchone()
