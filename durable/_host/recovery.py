@@ -81,6 +81,11 @@ _BACKOFF_MAX = 10.0
 # Executor rows of workers whose heartbeat stopped this long ago (and 10 leases) are removed.
 _EXECUTOR_STALE_MIN = 600.0
 _EXECUTOR_PRUNE_INTERVAL = 60.0
+# On Citus the housekeeping sweeps (approvals and stuck steps expired, schedules fired, the
+# dead's claims taken back) each read or write every shard: at most this often there,
+# rather than every poll interval (a short poll then costs claims, which read a few shards,
+# not sweeps of every shard).
+_CITUS_HOUSEKEEPING = 1.0
 # How often an engine that is not a worker looks for its own waiting workflows (keep).
 _KEEP_MIN = 0.05
 _KEEP_MAX = 1.0
@@ -135,7 +140,8 @@ class Worker:
                     # Once per poll interval, not once per claim round: while a backlog is
                     # being worked through (a recovery), rounds come every few
                     # milliseconds and these statements were a third of the loop's time.
-                    next_housekeeping = time.monotonic() + self.poll_interval
+                    every = max(self.poll_interval, _CITUS_HOUSEKEEPING if db.distributed else 0)
+                    next_housekeeping = time.monotonic() + every
                     # Each reads or writes every Citus node: while one is down they wait
                     # for it, and the claims below go on.
                     for chore in parts.chores:
