@@ -167,9 +167,10 @@ class Worker:
                 # so take only what can start now, never a backlog.
                 room = config.max_workers - slots.threads_running()
                 backlog = False
-                if room > 0 and not hung:
+                if room > 0:
                     # A queue's limits count its entries on every node: while a Citus node
-                    # is down, queues wait for it (claims of other work go on).
+                    # is down or hangs, queues with limits wait for it (claims of other
+                    # work, and queues without limits, go on: see SystemDB.dequeue).
                     asynchronous = parts.loop_failure() is None
                     dequeued = (
                         _unless_node_down(parts.claims.dequeue, room, None, asynchronous) or []

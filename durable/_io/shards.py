@@ -17,7 +17,15 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from durable._io.runio_base import node_down
+from durable.errors import DatabaseUnavailableError
+
+if TYPE_CHECKING:
+    from durable._io.systemdb import SystemDB
+
+Row = dict[str, Any]
 
 # Shard groups one round reads at most (fewer when the first ones fill it): an idle
 # worker's poll costs this many single-shard reads, whatever the shard count.
@@ -56,3 +64,53 @@ class ShardRing:
                 self._at[kind] = at + 1
             if group not in skip:
                 yield key
+
+
+def on_shards(db: SystemDB, name: str, params: dict[str, Any], limit: int) -> Iterator[list[Row]]:
+    """`name` (runnable_on_shard, enqueued_on_shard) on the next shards of the ring, one
+    statement each, each routed to the node that holds its shard: what each found, until
+    the caller has enough (it stops iterating). A shard whose node is down, or hangs, is
+    passed over: its work waits for it, the rest goes on."""
+    skip = list(db.hung.groups) if db.nodes_hung() else []
+    kind = f"{name}:{params.get('queue_name')}:{params.get('names')}"
+    for key in db.shards.take(kind, skip=skip):
+        # The time a read on a worker node goes by: the fake clock's, or None (the node's).
+        at_time = None if db.fake_clock is None else db.fake_clock.now()
+        try:
+            yield db.fetch_all(
+                name, {**params, "shard_key": key, "at_time": at_time, "limit": limit}
+            )
+        except DatabaseUnavailableError as exc:
+            if not (node_down(exc) or getattr(exc, "node_hung", False)):
+                raise
+
+
+def claim_on_shards(db: SystemDB, params: dict[str, Any]) -> list[Row]:
+    """claim_batch_cas, one shard at a time: each shard's sleepers that are due are woken
+    and its runnable workflows read (one statement, on the shard's node), then claimed by
+    their ids (compare-and-set, routed to that shard), until `limit` are claimed or a
+    round's shards are read."""
+    limit = int(params["limit"])
+    rows: list[Row] = []
+    for found in on_shards(db, "runnable_on_shard", params, limit):
+        due = [r["workflow_id"] for r in found if r["due"]]
+        if due:
+            db.execute("wake_due", {"workflow_ids": due})
+        if found:
+            ids = [r["workflow_id"] for r in found]
+            more = {**params, "workflow_ids": ids, "limit": limit - len(rows)}
+            rows += db.fetch_all("claim_batch_cas", more)
+        if len(rows) >= limit:
+            break
+    return rows
+
+
+def enqueued_on_shards(db: SystemDB, params: dict[str, Any]) -> list[str]:
+    """The ids of a queue's ready entries in the next shards of the ring, up to `limit`."""
+    limit = int(params["limit"])
+    ids: list[str] = []
+    for found in on_shards(db, "enqueued_on_shard", params, limit):
+        ids += [r["workflow_id"] for r in found]
+        if len(ids) >= limit:
+            break
+    return ids

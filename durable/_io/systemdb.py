@@ -28,6 +28,7 @@ from durable._base.urls import _password, _scrub, check_url, redact
 from durable._core import AppFault, Fault, conflict_backoff
 from durable._io import citus as _citus
 from durable._io import migrate as _migrate
+from durable._io import shards as _shards
 from durable._io.bounded import (
     DEFAULT_RESPONSE_TIMEOUT,
     AsyncBoundedConnection,
@@ -47,7 +48,6 @@ from durable._io.runio_base import is_conflict as is_conflict
 # Re-exported (as X as X): the rest of durable imports these from here.
 from durable._io.runio_base import is_outage as is_outage
 from durable._io.runio_base import node_down as node_down
-from durable._io.shards import ShardRing
 from durable.errors import ConfigurationError, DatabaseUnavailableError, StatementError
 
 if TYPE_CHECKING:
@@ -127,7 +127,7 @@ class SystemDB(RunIO, AsyncRunIO):
         # Citus worker nodes found hanging (see _io/hung.py).
         self.hung = HungNodes(self)
         # On Citus, the shards the claim rounds read in turn (see _io/shards.py).
-        self.shards = ShardRing(lambda: self.fetch_all("shard_keys", {}))
+        self.shards = _shards.ShardRing(lambda: self.fetch_all("shard_keys", {}))
         # Outcomes, and sync-mode step records, of runs writing at the same moment share
         # one statement and one commit (see _finishes).
         self.finishes = FinishGroup(self)
@@ -230,90 +230,17 @@ class SystemDB(RunIO, AsyncRunIO):
         return rows
 
     def _claim_batch(self, params: dict[str, Any]) -> list[Row]:
-        """On Citus, a round reads a few shards (_claim_on_shards). Claims of given ids
-        and claims forced to be compare-and-set over a whole table go as one statement;
-        there, while a worker node is down, a claim over every shard is refused, and the
-        workflows on the nodes that answer are claimed by their ids, so that the work of
-        one node's outage waits for it and the rest goes on."""
-        name = "claim_batch_cas" if self.cas_claims else "claim_batch"
-        every = params.get("workflow_ids") is None
-        if every and self.distributed and self.cas_claims:
-            return self._claim_on_shards(params)
-        if not (every and self.nodes_hung()):
-            try:
-                return self.fetch_all(name, params)
-            except DatabaseUnavailableError as exc:
-                if not (self.distributed and every and node_down(exc)):
-                    raise
-        if not self.hung.groups:
-            found = self.fetch_all("claim_candidates_on_shards", params)
-            ids = [r["workflow_id"] for r in found]
-            return self.fetch_all(name, {**params, "workflow_ids": ids}) if ids else []
-        # A node hangs: the candidates of the others, but for the rows a statement left
-        # waiting on the hung node still locks (a claim of them waits as long: see below).
-        more = {
-            **params,
-            "hung": list(self.hung.groups),
-            "limit": params["limit"] + len(self.hung.stuck),
-        }
-        found = self.fetch_all("claim_candidates_on_nodes", more)
-        ids = [r["workflow_id"] for r in found if r["workflow_id"] not in self.hung.stuck]
-        ids = ids[: params["limit"]]
-        if not ids:
-            return []
+        """On Citus, a round reads a few shards, one statement each (shards.claim_on_shards):
+        a worker node that is down, or hangs, holds up the work of its own shards only.
+        Claims of given ids go as one statement (to the shards of those ids)."""
+        if params.get("workflow_ids") is None and self.distributed and self.cas_claims:
+            return _shards.claim_on_shards(self, params)
+        return self.fetch_all("claim_batch_cas" if self.cas_claims else "claim_batch", params)
 
-        def claim(tx: Tx) -> list[Row]:
-            tx.execute("citus_set_local", {})
-            tx.execute("claim_lock_wait", {})
-            return tx.fetch_all(name, {**params, "workflow_ids": ids})
-
-        try:
-            return self.atomically(claim, name)
-        except (DatabaseUnavailableError, StatementError) as exc:
-            if not (node_down(exc) or getattr(exc, "sqlstate", None) == _LOCK_NOT_AVAILABLE):
-                raise
-            self.hung.stuck.update(ids)  # claimed once the node answers; others next round
-            return []
-
-    def _at_time(self) -> Any:
-        """The time a read on a worker node goes by: the fake clock's, or None (the node's)."""
-        return None if self._fake_clock is None else self._fake_clock.now()
-
-    def _on_shards(self, name: str, params: dict[str, Any], limit: int) -> Iterator[list[Row]]:
-        """`name` (runnable_on_shard, enqueued_on_shard) on the next shards of the ring,
-        one statement each, each routed to the node that holds its shard: what each
-        found, until the caller has enough (it stops iterating). A shard whose node is
-        down, or hangs, is passed over: its work waits for it, the rest goes on."""
-        skip = list(self.hung.groups) if self.nodes_hung() else []
-        kind = f"{name}:{params.get('queue_name')}:{params.get('names')}"
-        for key in self.shards.take(kind, skip=skip):
-            try:
-                yield self.fetch_all(
-                    name,
-                    {**params, "shard_key": key, "at_time": self._at_time(), "limit": limit},
-                )
-            except DatabaseUnavailableError as exc:
-                if not (node_down(exc) or getattr(exc, "node_hung", False)):
-                    raise
-
-    def _claim_on_shards(self, params: dict[str, Any]) -> list[Row]:
-        """claim_batch_cas, one shard at a time: each shard's sleepers that are due are
-        woken and its runnable workflows read (one statement, on the shard's node), then
-        claimed by their ids (compare-and-set, routed to that shard), until `limit` are
-        claimed or a round's shards are read."""
-        limit = int(params["limit"])
-        rows: list[Row] = []
-        for found in self._on_shards("runnable_on_shard", params, limit):
-            due = [r["workflow_id"] for r in found if r["due"]]
-            if due:
-                self.execute("wake_due", {"workflow_ids": due})
-            if found:
-                ids = [r["workflow_id"] for r in found]
-                more = {**params, "workflow_ids": ids, "limit": limit - len(rows)}
-                rows += self.fetch_all("claim_batch_cas", more)
-            if len(rows) >= limit:
-                break
-        return rows
+    @property
+    def fake_clock(self) -> Clock | None:
+        """The fake clock handed to SQL, if any (reads on a worker node go by it too)."""
+        return self._fake_clock
 
     def nodes_hung(self) -> bool:
         """Whether a Citus worker node was found hanging (asked again in the background once
@@ -350,22 +277,13 @@ class SystemDB(RunIO, AsyncRunIO):
 
     def wake_due(self, workflow_ids: list[str] | None = None) -> int:
         """Make the sleepers whose time has come runnable (only among `workflow_ids` when
-        given); on Citus with a worker node down, those on the nodes that answer (as
-        claim_batch). On Citus, a claim round wakes the sleepers of the shards it reads
-        (_claim_on_shards), so this wakes only given ids there (one server: every one)."""
+        given, on Citus). On Citus, a claim round wakes the sleepers of the shards it reads
+        (shards.claim_on_shards), so this wakes only given ids there."""
         if self.distributed and self.cas_claims:
             if workflow_ids is None:
                 return 0
             return self.execute("wake_due", {"workflow_ids": workflow_ids})
-        if self.nodes_hung():
-            return 0  # a node hangs: the sleepers wait for it (due_on_shards would too)
-        try:
-            return self.execute("wake_due", {"workflow_ids": None})
-        except DatabaseUnavailableError as exc:
-            if not (self.distributed and node_down(exc)):
-                raise
-        ids = [r["workflow_id"] for r in self.fetch_all("due_on_shards", {})]
-        return self.execute("wake_due", {"workflow_ids": ids}) if ids else 0
+        return self.execute("wake_due", {"workflow_ids": None})
 
     def on_held(self, name: str, params: dict[str, Any], fetch: str = "all") -> tuple[Any, bool]:
         """A statement on the claims `params["held"]` (with their `epochs`): its rows
@@ -550,14 +468,12 @@ class SystemDB(RunIO, AsyncRunIO):
         unlimited = self.cas_claims and all(
             params.get(k) is None for k in ("concurrency", "worker_concurrency", "rate_count")
         )
+        if self.distributed and (partitioned or not unlimited) and self.nodes_hung():
+            return []  # its limits count over every node: it waits for the hung one
         if self.distributed and self.cas_claims and not partitioned:
             if params.get("workflow_ids") is None:
                 # On Citus, the entries of a few shards (one statement each), taken by id.
-                ids: list[str] = []
-                for found in self._on_shards("enqueued_on_shard", params, params["limit"]):
-                    ids += [r["workflow_id"] for r in found]
-                    if len(ids) >= params["limit"]:
-                        break
+                ids = _shards.enqueued_on_shards(self, params)
                 if not ids:
                     return []
                 params = {**params, "workflow_ids": ids}
@@ -582,7 +498,12 @@ class SystemDB(RunIO, AsyncRunIO):
             name = "dequeue_partitioned" if partitioned else "dequeue_cas"
             return tx.fetch_all(name, {**params, "allowed": allowed})
 
-        return self.atomically(take, "dequeue")
+        try:
+            return self.atomically(take, "dequeue")
+        except DatabaseUnavailableError as exc:
+            if not (self.distributed and node_down(exc)):
+                raise
+            return []  # a node is down: this queue waits for it, the next ones go on
 
     def execute(self, name: str, params: dict[str, Any]) -> int:
         """Run a statement, return its row count (0 means a fence refused the write)."""
@@ -690,10 +611,6 @@ class SystemDB(RunIO, AsyncRunIO):
             raise
         self.outage.seen(conn)
         return conn
-
-
-# A lock not granted within lock_timeout (claim_lock_wait).
-_LOCK_NOT_AVAILABLE = "55P03"
 
 
 class _Bound:
