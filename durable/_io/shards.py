@@ -13,19 +13,39 @@ that a shard moved or split is followed.
 
 from __future__ import annotations
 
+import datetime as dt
 import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
+from durable._io.hung import HungNodes
 from durable._io.runio_base import node_down
 from durable.errors import DatabaseUnavailableError
 
-if TYPE_CHECKING:
-    from durable._io.systemdb import SystemDB
-
 Row = dict[str, Any]
+
+
+class _Clock(Protocol):
+    def now(self) -> dt.datetime: ...
+
+
+class SystemDB(Protocol):
+    """What the rounds need of the system database (durable._io.systemdb.SystemDB)."""
+
+    shards: ShardRing
+    hung: HungNodes
+
+    @property
+    def fake_clock(self) -> _Clock | None: ...
+
+    def nodes_hung(self) -> bool: ...
+
+    def fetch_all(self, name: str, params: dict[str, Any]) -> list[Row]: ...
+
+    def execute(self, name: str, params: dict[str, Any]) -> int: ...
+
 
 # Shard groups one round reads at most (fewer when the first ones fill it): an idle
 # worker's poll costs this many single-shard reads, whatever the shard count.

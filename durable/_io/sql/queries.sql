@@ -1855,6 +1855,8 @@ SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
     deadline_at = {schema}.plus_seconds({schema}.current_time(), w.timeout_seconds)
 FROM picked
 WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'
+  -- (Given ids, on Citus: the shards of those ids only.)
+  AND (%(workflow_ids)s::text[] IS NULL OR w.workflow_id = ANY(%(workflow_ids)s::text[]))
   -- ...and still of a version this worker has (an operator may have moved it meanwhile).
   AND (w.name, coalesce(w.version, '')) IN (
       SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
