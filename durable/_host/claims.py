@@ -276,10 +276,11 @@ class Claims:
         """Claim up to `limit` runnable workflows this registry has the code of (only the
         async def ones, or only the others, when `asynchronous` says so)."""
         config = self.config
-        # Sleepers whose time has come become claimable here, by whoever claims next.
+        # Sleepers whose time has come become claimable here, by whoever claims next (on
+        # Citus, a round over a few shards wakes theirs).
         every = workflow_ids is None
         if not every or time.monotonic() >= self._wake_after:
-            self.db.wake_due()
+            self.db.wake_due(workflow_ids)
         doubts, claimed_at = self.db.outage.doubts, time.monotonic()  # before the claim
         defs = [
             d

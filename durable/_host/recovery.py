@@ -81,6 +81,11 @@ _BACKOFF_MAX = 10.0
 # Executor rows of workers whose heartbeat stopped this long ago (and 10 leases) are removed.
 _EXECUTOR_STALE_MIN = 600.0
 _EXECUTOR_PRUNE_INTERVAL = 60.0
+# On Citus the housekeeping sweeps (approvals and stuck steps expired, schedules fired, the
+# dead's claims taken back) each read or write every shard: at most this often there,
+# rather than every poll interval (a short poll then costs claims, which read a few shards,
+# not sweeps of every shard).
+_CITUS_HOUSEKEEPING = 1.0
 # How often an engine that is not a worker looks for its own waiting workflows (keep).
 _KEEP_MIN = 0.05
 _KEEP_MAX = 1.0
@@ -148,7 +153,8 @@ class Worker:
                     # Once per poll interval, not once per claim round: while a backlog is
                     # being worked through (a recovery), rounds come every few
                     # milliseconds and these statements were a third of the loop's time.
-                    next_housekeeping = time.monotonic() + self.poll_interval
+                    every = max(self.poll_interval, _CITUS_HOUSEKEEPING if db.distributed else 0)
+                    next_housekeeping = time.monotonic() + every
                     # Each reads or writes every Citus node: while one is down they wait
                     # for it, and the claims below go on.
                     for chore in parts.chores:
@@ -180,9 +186,10 @@ class Worker:
                 # so take only what can start now, never a backlog.
                 room = config.max_workers - slots.threads_running()
                 backlog = False
-                if room > 0 and not hung:
+                if room > 0:
                     # A queue's limits count its entries on every node: while a Citus node
-                    # is down, queues wait for it (claims of other work go on).
+                    # is down or hangs, queues with limits wait for it (claims of other
+                    # work, and queues without limits, go on: see SystemDB.dequeue).
                     asynchronous = parts.loop_failure() is None
                     dequeued = (
                         _unless_node_down(parts.claims.dequeue, room, None, asynchronous) or []

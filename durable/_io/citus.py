@@ -52,6 +52,8 @@ BY_OWN_KEY: dict[str, str] = {
     "audit_log": "workflow_id",
     "callbacks": "token_hash",
     "trigger_outbox": "topic",
+    # A queue's lock (one row per queue), taken by its dequeues from any node.
+    "queue_locks": "queue_name",
 }
 
 # Small tables every worker reads: one copy on every node.
@@ -71,10 +73,22 @@ FUNCTIONS: dict[str, str] = {
 }
 
 
+# durable's functions that read one shard of `workflows` on the node that holds it (claims
+# without reading every shard: migration 0040, _io/shards.py): distributed by their first
+# argument, a workflow id of that shard, and colocated with `workflows`, so that a call is
+# sent whole to that node. Distributed after the tables.
+DELEGATED: dict[str, str] = {
+    "runnable_on_shard": "text, timestamp with time zone, text[], text[], integer, text[], integer",
+    "enqueued_on_shard": (
+        "text, timestamp with time zone, text, text[], text[], integer, boolean, integer"
+    ),
+}
+
+
 def plan(schema: str = "durable") -> list[tuple[str | None, str]]:
     """(table it distributes or None, statement), in the order they must run: functions,
     reference tables (a distributed table may refer to them), then the anchor, then the tables
-    colocated with it."""
+    colocated with it, then the functions colocated with them."""
 
     def table(name: str) -> str:
         return sql.Identifier(schema, name).as_string(None)
@@ -111,6 +125,15 @@ def plan(schema: str = "durable") -> list[tuple[str | None, str]]:
                 table(name),
                 f"SELECT create_distributed_table({literal(table(name))}, {literal(column)}, "
                 "colocate_with => 'none')",
+            )
+        )
+    for name, args in DELEGATED.items():
+        signature = f"{sql.Identifier(schema, name).as_string(None)}({args})"
+        out.append(
+            (
+                None,
+                f"SELECT create_distributed_function({literal(signature)}, 'shard_key', "
+                f"colocate_with => {literal(anchor)})",
             )
         )
     return out

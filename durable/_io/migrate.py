@@ -56,7 +56,12 @@ MigrationProgress = Callable[[int, str, int, int, float | None], None]
 def migrate(
     conn: psycopg.Connection[object], schema: str, progress: MigrationProgress | None = None
 ) -> list[int]:
-    """Bring `schema` up to date; returns the versions applied by this call."""
+    """Bring `schema` up to date; returns the versions applied by this call. On a Citus node
+    other than the coordinator (a worker may connect to any node), migrations are the
+    coordinator's: the schema is only checked."""
+    if _citus_non_coordinator(conn):
+        check(conn, schema)
+        return []
     applied_now: list[int] = []
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", [lock_key(schema)])
@@ -101,12 +106,51 @@ def check(conn: psycopg.Connection[object], schema: str, url: str | None = None)
             sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(sql.Identifier(schema))
         ).fetchone()
     except psycopg.errors.UndefinedTable as exc:
+        row = _on_coordinator(conn, schema)
+        if row is not None:
+            return _compare(row[0], schema, where, advice)
         if advice.startswith("run "):
             advice += " (or start the engine with migrate=True)"
         raise MigrationError(
             f"schema {schema!r} has no durable tables in {where}: {advice}"
         ) from exc
-    current = cast(tuple[int | None], row)[0] if row else None
+    _compare(cast(tuple[int | None], row)[0] if row else None, schema, where, advice)
+
+
+def _citus_non_coordinator(conn: psycopg.Connection[object]) -> bool:
+    """Whether `conn` is to a node of a Citus cluster that is not its coordinator."""
+    row = conn.execute(
+        "SELECT to_regclass('pg_catalog.pg_dist_local_group') IS NOT NULL"
+        " AND EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+    ).fetchone()
+    if not row or not cast(tuple[bool], row)[0]:
+        return False
+    # The coordinator's group is 0, a worker node's its own (set when it was added).
+    found = conn.execute("SELECT groupid <> 0 FROM pg_catalog.pg_dist_local_group").fetchone()
+    return bool(found) and bool(cast(tuple[bool], found)[0])
+
+
+def _on_coordinator(conn: psycopg.Connection[object], schema: str) -> tuple[int | None] | None:
+    """The schema's version read on the Citus coordinator, when `conn` is to another node of
+    the cluster (a worker may connect to any node: docs/scaling.md): schema_migrations is
+    kept on the coordinator only. None: not a Citus node, or no answer."""
+    command = sql.SQL("SELECT max(version) FROM {}.schema_migrations").format(
+        sql.Identifier(schema)
+    )
+    try:
+        row = conn.execute(
+            "SELECT success, result FROM run_command_on_coordinator(%s)",
+            [command.as_string(conn)],
+        ).fetchone()
+    except psycopg.Error:
+        return None
+    found = cast(tuple[bool, str | None] | None, row)
+    if not found or not found[0]:
+        return None
+    return (int(found[1]) if found[1] and found[1].isdigit() else None,)
+
+
+def _compare(current: int | None, schema: str, where: str, advice: str) -> None:
     expected = latest_version()
     if current is None or current < expected:
         raise MigrationError(

@@ -28,6 +28,7 @@ from durable._base.urls import _password, _scrub, check_url, redact
 from durable._core import AppFault, Fault, conflict_backoff
 from durable._io import citus as _citus
 from durable._io import migrate as _migrate
+from durable._io import shards as _shards
 from durable._io.bounded import (
     DEFAULT_RESPONSE_TIMEOUT,
     AsyncBoundedConnection,
@@ -125,6 +126,8 @@ class SystemDB(RunIO, AsyncRunIO):
         self.cas_claims = False
         # Citus worker nodes found hanging (see _io/hung.py).
         self.hung = HungNodes(self)
+        # On Citus, the shards the claim rounds read in turn (see _io/shards.py).
+        self.shards = _shards.ShardRing(lambda: self.fetch_all("shard_keys", {}))
         # Outcomes, and sync-mode step records, of runs writing at the same moment share
         # one statement and one commit (see _finishes).
         self.finishes = FinishGroup(self)
@@ -228,46 +231,17 @@ class SystemDB(RunIO, AsyncRunIO):
         return rows
 
     def _claim_batch(self, params: dict[str, Any]) -> list[Row]:
-        """On Citus, while a worker node is down, a claim over every shard is refused; the
-        workflows on the nodes that answer are then claimed by their ids, so that the
-        work of one node's outage waits for it and the rest goes on."""
-        name = "claim_batch_cas" if self.cas_claims else "claim_batch"
-        every = params.get("workflow_ids") is None
-        if not (every and self.nodes_hung()):
-            try:
-                return self.fetch_all(name, params)
-            except DatabaseUnavailableError as exc:
-                if not (self.distributed and every and node_down(exc)):
-                    raise
-        if not self.hung.groups:
-            found = self.fetch_all("claim_candidates_on_shards", params)
-            ids = [r["workflow_id"] for r in found]
-            return self.fetch_all(name, {**params, "workflow_ids": ids}) if ids else []
-        # A node hangs: the candidates of the others, but for the rows a statement left
-        # waiting on the hung node still locks (a claim of them waits as long: see below).
-        more = {
-            **params,
-            "hung": list(self.hung.groups),
-            "limit": params["limit"] + len(self.hung.stuck),
-        }
-        found = self.fetch_all("claim_candidates_on_nodes", more)
-        ids = [r["workflow_id"] for r in found if r["workflow_id"] not in self.hung.stuck]
-        ids = ids[: params["limit"]]
-        if not ids:
-            return []
+        """On Citus, a round reads a few shards, one statement each (shards.claim_on_shards):
+        a worker node that is down, or hangs, holds up the work of its own shards only.
+        Claims of given ids go as one statement (to the shards of those ids)."""
+        if params.get("workflow_ids") is None and self.distributed and self.cas_claims:
+            return _shards.claim_on_shards(self, params)
+        return self.fetch_all("claim_batch_cas" if self.cas_claims else "claim_batch", params)
 
-        def claim(tx: Tx) -> list[Row]:
-            tx.execute("citus_set_local", {})
-            tx.execute("claim_lock_wait", {})
-            return tx.fetch_all(name, {**params, "workflow_ids": ids})
-
-        try:
-            return self.atomically(claim, name)
-        except (DatabaseUnavailableError, StatementError) as exc:
-            if not (node_down(exc) or getattr(exc, "sqlstate", None) == _LOCK_NOT_AVAILABLE):
-                raise
-            self.hung.stuck.update(ids)  # claimed once the node answers; others next round
-            return []
+    @property
+    def fake_clock(self) -> Clock | None:
+        """The fake clock handed to SQL, if any (reads on a worker node go by it too)."""
+        return self._fake_clock
 
     def nodes_hung(self) -> bool:
         """Whether a Citus worker node was found hanging (asked again in the background once
@@ -302,18 +276,15 @@ class SystemDB(RunIO, AsyncRunIO):
             rows = conn.execute(self._queries["citus_probe_nodes"]).fetchall()
         return {int(group): (str(node), bool(answers)) for group, node, answers in rows}
 
-    def wake_due(self) -> int:
-        """Make the sleepers whose time has come runnable; on Citus with a worker node
-        down, those on the nodes that answer (as claim_batch)."""
-        if self.nodes_hung():
-            return 0  # a node hangs: the sleepers wait for it (due_on_shards would too)
-        try:
-            return self.execute("wake_due", {"workflow_ids": None})
-        except DatabaseUnavailableError as exc:
-            if not (self.distributed and node_down(exc)):
-                raise
-        ids = [r["workflow_id"] for r in self.fetch_all("due_on_shards", {})]
-        return self.execute("wake_due", {"workflow_ids": ids}) if ids else 0
+    def wake_due(self, workflow_ids: list[str] | None = None) -> int:
+        """Make the sleepers whose time has come runnable (only among `workflow_ids` when
+        given, on Citus). On Citus, a claim round wakes the sleepers of the shards it reads
+        (shards.claim_on_shards), so this wakes only given ids there."""
+        if self.distributed and self.cas_claims:
+            if workflow_ids is None:
+                return 0
+            return self.execute("wake_due", {"workflow_ids": workflow_ids})
+        return self.execute("wake_due", {"workflow_ids": None})
 
     def on_held(self, name: str, params: dict[str, Any], fetch: str = "all") -> tuple[Any, bool]:
         """A statement on the claims `params["held"]` (with their `epochs`): its rows
@@ -493,10 +464,32 @@ class SystemDB(RunIO, AsyncRunIO):
             or params["partition_rate_count"] is not None
         )
 
+        # Compare-and-set: a queue without limits is taken with no lock and no count (its
+        # entries are taken once each all the same).
+        unlimited = self.cas_claims and all(
+            params.get(k) is None for k in ("concurrency", "worker_concurrency", "rate_count")
+        )
+        if self.distributed and (partitioned or not unlimited) and self.nodes_hung():
+            return []  # its limits count over every node: it waits for the hung one
+        if self.distributed and self.cas_claims and not partitioned:
+            if params.get("workflow_ids") is None:
+                # On Citus, the entries of a few shards (one statement each), taken by id.
+                ids = _shards.enqueued_on_shards(self, params)
+                if not ids:
+                    return []
+                params = {**params, "workflow_ids": ids}
+
         def take(tx: Tx) -> list[Row]:
-            locked = tx.fetch_one("lock_queue", params)
-            if locked is None or not locked["locked"]:
-                return []
+            if unlimited and not partitioned:
+                return tx.fetch_all("dequeue_cas", {**params, "allowed": params["limit"]})
+            if self.distributed:
+                tx.execute("make_queue_lock", params)
+                if tx.fetch_one("lock_queue_row", params) is None:
+                    return []
+            else:
+                locked = tx.fetch_one("lock_queue", params)
+                if locked is None or not locked["locked"]:
+                    return []
             if not self.cas_claims and not partitioned:
                 return tx.fetch_all("dequeue", params)
             allowance = tx.fetch_one("queue_allowance", params)
@@ -506,7 +499,12 @@ class SystemDB(RunIO, AsyncRunIO):
             name = "dequeue_partitioned" if partitioned else "dequeue_cas"
             return tx.fetch_all(name, {**params, "allowed": allowed})
 
-        return self.atomically(take, "dequeue")
+        try:
+            return self.atomically(take, "dequeue")
+        except DatabaseUnavailableError as exc:
+            if not (self.distributed and node_down(exc)):
+                raise
+            return []  # a node is down: this queue waits for it, the next ones go on
 
     def execute(self, name: str, params: dict[str, Any]) -> int:
         """Run a statement, return its row count (0 means a fence refused the write)."""
@@ -622,10 +620,6 @@ class SystemDB(RunIO, AsyncRunIO):
             raise
         self.outage.seen(conn)
         return conn
-
-
-# A lock not granted within lock_timeout (claim_lock_wait).
-_LOCK_NOT_AVAILABLE = "55P03"
 
 
 class _Bound:

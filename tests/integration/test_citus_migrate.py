@@ -105,7 +105,7 @@ def test_the_latest_migration_applies_to_a_schema_distributed_before_it(
                 found = conn.execute("SELECT to_regclass(%s)", [table]).fetchone()
                 if found is None or found[0] is None:
                     continue  # made by a later migration
-            name = re.search(r"create_distributed_function\('(.*)'\)", statement)
+            name = re.search(r"create_distributed_function\('(.*?)'[,)]", statement)
             if name is not None:
                 found = conn.execute("SELECT to_regprocedure(%s)", [name.group(1)]).fetchone()
                 if found is None or found[0] is None:

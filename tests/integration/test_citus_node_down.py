@@ -72,10 +72,12 @@ def _placed(url: str, ids: list[str], port: int) -> tuple[list[str], list[str]]:
 def test_with_a_node_down_the_other_nodes_work_is_woken_claimed_and_renewed(
     citus_cluster: citus.CitusCluster, citus_url: str
 ) -> None:
-    """A claim, a wake-up of due sleepers and a lease renewal each touch every shard, so
-    one node down refused them whole and the other node's work stopped with it. Now each
-    is narrowed to the shards that answer: the other node's workflows are claimed, woken
-    and renewed, the dead node's wait for it."""
+    """A claim, a wake-up of due sleepers and a lease renewal each touched every shard, so
+    one node down refused them whole and the other node's work stopped with it. Now a
+    claim round (which wakes the sleepers of the shards it reads) reads one shard at a time
+    and passes over those of the dead node, and a renewal is narrowed to the nodes that
+    answer: the other node's workflows are claimed, woken and renewed, the dead node's
+    wait for it."""
     killed = 0
     port = citus_cluster.workers[killed].port
     with psycopg.connect(citus_url, autocommit=True) as conn:
@@ -111,7 +113,6 @@ def test_with_a_node_down_the_other_nodes_work_is_woken_claimed_and_renewed(
         db = client.db
         citus_cluster.kill_worker(killed)
         try:
-            assert db.wake_due() == len(asleep_live)
             claimed = {r["workflow_id"]: r["epoch"] for r in db.claim_batch(claim)}
             assert set(claimed) == set(pending_live) | set(asleep_live)
             # A limit is the oldest first, over the shards that answered.
@@ -152,6 +153,60 @@ def test_with_a_node_down_the_other_nodes_work_is_woken_claimed_and_renewed(
             **dict.fromkeys(asleep_dead, "SUSPENDED"),
         }
         assert leases is not None and leases[0].total_seconds() > 60
-        db.wake_due()
         rest = {r["workflow_id"] for r in db.claim_batch(claim)}
         assert rest == set(pending_dead) | set(asleep_dead)
+
+
+def test_with_a_node_down_a_queue_without_limits_goes_on_and_one_with_limits_waits(
+    citus_cluster: citus.CitusCluster, citus_url: str
+) -> None:
+    """A dequeue reads one shard at a time, so the entries on the nodes that answer are
+    taken while one node is down; a queue with a concurrency limit counts its entries on
+    every node, so it waits for the node (its limit holds), and the next queue goes on."""
+    killed = 0
+    port = citus_cluster.workers[killed].port
+    with psycopg.connect(citus_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO durable.executors (executor_id, hostname, pid, started_at,"
+            " heartbeat_at, capabilities, incarnation)"
+            " VALUES ('me', 'h', 1, now(), now(), '{}', 'i1')"
+        )
+        for queue in ("capped", "free"):
+            conn.execute(
+                "INSERT INTO durable.workflows (workflow_id, name, status, inputs, queue_name)"
+                " SELECT %s || g, 'job', 'ENQUEUED', '[]', %s FROM generate_series(0, 23) g",
+                [f"{queue}-", queue],
+            )
+    free_dead, free_live = _placed(citus_url, [f"free-{i}" for i in range(24)], port)
+    assert free_dead and free_live
+    queue = {
+        "workflow_ids": None,
+        "owner": "me",
+        "incarnation": "i1",
+        "lease_seconds": 30.0,
+        "names": ["job"],
+        "versions": [""],
+        "journal_version": 1,
+        "limit": 100,
+        "lock_key": "durable.queue:capped",
+        "worker_concurrency": None,
+        "rate_count": None,
+        "rate_period": 0.0,
+        "by_priority": False,
+        "partition_concurrency": None,
+    }
+    capped = {**queue, "queue_name": "capped", "concurrency": 50}
+    free = {**queue, "queue_name": "free", "concurrency": None}
+    with durable.Client(citus_url) as client:
+        db = client.db
+        citus_cluster.kill_worker(killed)
+        try:
+            assert db.dequeue(capped) == []
+            taken = {r["workflow_id"] for r in db.dequeue(free)}
+            assert taken == set(free_live)
+            assert db.outage.down_since is None
+        finally:
+            with contextlib.suppress(Exception):
+                citus_cluster.start_worker(killed)
+        assert {r["workflow_id"] for r in db.dequeue(free)} == set(free_dead)
+        assert len(db.dequeue(capped)) > 0

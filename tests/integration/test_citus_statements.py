@@ -526,6 +526,11 @@ def params(name: str, w: str) -> dict[str, Any]:
         "wake_workflow": {"workflow_id": f"{w}-asleep"},
         "wake_due": {"workflow_ids": None},
         "due_on_shards": {},
+        "shard_keys": {},
+        "make_queue_lock": {"queue_name": f"q-{w}"},
+        "lock_queue_row": {"queue_name": f"q-{w}"},
+        "runnable_on_shard": {**claim, "shard_key": w, "at_time": None},
+        "enqueued_on_shard": {**queue, "shard_key": w, "at_time": NOW},
         "insert_callback": {
             "token_hash": f"h-{w}-new",
             "workflow_id": w,

@@ -105,9 +105,11 @@ def test_citus_statements_distribute_every_sharded_table_colocated() -> None:
         assert f'SELECT create_reference_table(\'"durable"."{name}"\')' in stmts
     assert 'SELECT create_distributed_function(\'"durable"."fence_lost"(text, bigint)\')' in stmts
     # Functions, then reference tables (a distributed table may point at them), the anchor
-    # before the tables colocated with it.
+    # before the tables colocated with it; last, the functions colocated with `workflows`.
+    delegated = len(_citus.DELEGATED)
+    assert all("'shard_key', colocate_with" in s for s in stmts[-delegated:])
     order = ["SELECT create_distributed_function", "SELECT create_reference_table"]
-    kinds = [s.split("(")[0] for s in stmts[1:]]
+    kinds = [s.split("(")[0] for s in stmts[1:-delegated]]
     assert kinds == sorted(kinds, key=lambda k: order.index(k) if k in order else len(order))
 
 
@@ -121,4 +123,4 @@ def test_every_function_of_the_schema_is_created_on_every_node(database_url: str
             " WHERE pronamespace = 'durable'::regnamespace",
         )
     }
-    assert found == set(_citus.FUNCTIONS.items())
+    assert found == set(_citus.FUNCTIONS.items()) | set(_citus.DELEGATED.items())

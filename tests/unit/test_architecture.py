@@ -41,6 +41,7 @@ MODULES = {
 # Files and packages.
 SQL_ADMIN = {
     "_io/systemdb.py",
+    "_io/shards.py",  # the systemdb's reads of one shard at a time
     "_io/runio_async.py",
     "_io/runio.py",
     "_io/migrate.py",

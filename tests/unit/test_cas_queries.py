@@ -47,6 +47,9 @@ def test_dequeue_cas_is_dequeue_without_the_lock() -> None:
         # Without the lock, the row may have changed since it was picked: the update checks
         # again that it is still queued and of a version this worker has.
         "WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'"
+        # Given ids (on Citus, read from a few shards), the update names them again, so
+        # that Citus sends it to their shards only.
+        " AND (%(workflow_ids)s::text[] IS NULL OR w.workflow_id = ANY(%(workflow_ids)s::text[]))"
         " AND (w.name, coalesce(w.version, '')) IN ("
         " SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))",
     )

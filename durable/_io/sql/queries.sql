@@ -1791,6 +1791,8 @@ SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
     deadline_at = {schema}.plus_seconds({schema}.current_time(), w.timeout_seconds)
 FROM picked
 WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'
+  -- (Given ids, on Citus: the shards of those ids only.)
+  AND (%(workflow_ids)s::text[] IS NULL OR w.workflow_id = ANY(%(workflow_ids)s::text[]))
   -- ...and still of a version this worker has (an operator may have moved it meanwhile).
   AND (w.name, coalesce(w.version, '')) IN (
       SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
@@ -1854,6 +1856,8 @@ SET status = 'RUNNING', owner = %(owner)s, epoch = w.epoch + 1,
     deadline_at = {schema}.plus_seconds({schema}.current_time(), w.timeout_seconds)
 FROM picked
 WHERE w.workflow_id = picked.workflow_id AND w.status = 'ENQUEUED'
+  -- (Given ids, on Citus: the shards of those ids only.)
+  AND (%(workflow_ids)s::text[] IS NULL OR w.workflow_id = ANY(%(workflow_ids)s::text[]))
   -- ...and still of a version this worker has (an operator may have moved it meanwhile).
   AND (w.name, coalesce(w.version, '')) IN (
       SELECT n, v FROM unnest(%(names)s::text[], %(versions)s::text[]) AS t (n, v))
@@ -2570,3 +2574,42 @@ LEFT JOIN LATERAL (
     ORDER BY step_seq DESC LIMIT 1
 ) AS a ON true
 WHERE w.workflow_id = ANY(%(workflow_ids)s::text[]) AND w.status = 'RUNNING'
+
+-- shard_keys --
+-- One workflow id for each shard of `workflows` (any id that would live there: the key a
+-- call of runnable_on_shard or enqueued_on_shard names its shard by), with the node group
+-- that holds it, in the order of the shards' hash ranges.
+SELECT s.shardid, p.groupid,
+    (SELECT 's' || g FROM generate_series(1, 1000000) AS g
+     WHERE worker_hash('s' || g) BETWEEN s.shardminvalue::int AND s.shardmaxvalue::int
+     LIMIT 1) AS shard_key
+FROM pg_dist_shard AS s
+JOIN pg_dist_placement AS p ON p.shardid = s.shardid
+WHERE s.logicalrelid = '{schema}.workflows'::regclass
+ORDER BY s.shardminvalue::int
+
+-- runnable_on_shard --
+-- claim_batch_cas's candidates and wake_due's sleepers in ONE shard (see 0040): a call
+-- routed to the node that holds it. The claims are then taken by their ids.
+SELECT workflow_id, due FROM {schema}.runnable_on_shard(%(shard_key)s::text,
+    %(at_time)s::timestamptz, %(names)s::text[], %(versions)s::text[],
+    %(journal_version)s::int, %(queues)s::text[], %(limit)s::int)
+
+-- enqueued_on_shard --
+-- dequeue_cas's candidates in ONE shard (see 0040), in the queue's order there.
+SELECT workflow_id FROM {schema}.enqueued_on_shard(%(shard_key)s::text,
+    %(at_time)s::timestamptz, %(queue_name)s::text, %(names)s::text[], %(versions)s::text[],
+    %(journal_version)s::int, %(by_priority)s::boolean, %(limit)s::int)
+
+-- make_queue_lock --
+-- The queue's row of queue_locks (lock_queue_row), made on a queue's first dequeue.
+INSERT INTO {schema}.queue_locks (queue_name) VALUES (%(queue_name)s)
+ON CONFLICT (queue_name) DO NOTHING
+
+-- lock_queue_row --
+-- lock_queue on Citus (inside the dequeue's transaction, after make_queue_lock): the
+-- queue's row of queue_locks, on one shard, the same from every node (an advisory lock is
+-- one node's, and workers may connect to different nodes). No row: another worker is
+-- dequeuing the queue right now, so this one skips it this round.
+SELECT queue_name FROM {schema}.queue_locks WHERE queue_name = %(queue_name)s
+FOR UPDATE SKIP LOCKED
