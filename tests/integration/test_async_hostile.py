@@ -620,8 +620,6 @@ def test_no_free_connection_for_a_sync_child_interrupts_its_parent_not_fails_it(
     """A sync child run (reached with durable.to_thread) whose connection checkout times
     out (the pool is busy for a moment) meets an outage, not a failure of its code: the
     parent must not journal the child as failed and end ERROR for good."""
-    from contextlib import contextmanager
-
     from psycopg_pool import PoolTimeout
 
     reg = durable.Registry()
@@ -637,11 +635,10 @@ def test_no_free_connection_for_a_sync_child_interrupts_its_parent_not_fails_it(
     async def main() -> None:
         async with durable.Engine(database_url, registry=reg) as engine:
             pool = engine.client.db._pool  # the checkout itself times out, once, for the child
-            real = pool.connection
+            real = pool.getconn
             busy = {"once": True}
 
-            @contextmanager
-            def connection(*args: Any, **kwargs: Any) -> Any:
+            def getconn(*args: Any, **kwargs: Any) -> Any:
                 import sys
 
                 frame, names = sys._getframe(), set()
@@ -651,10 +648,9 @@ def test_no_free_connection_for_a_sync_child_interrupts_its_parent_not_fails_it(
                 if busy["once"] and "execute_run" in names:
                     busy["once"] = False
                     raise PoolTimeout("couldn't get a connection after 30.00 sec")
-                with real(*args, **kwargs) as conn:
-                    yield conn
+                return real(*args, **kwargs)
 
-            monkeypatch.setattr(pool, "connection", connection)
+            monkeypatch.setattr(pool, "getconn", getconn)
             h = await engine.start_async(parent, workflow_id="pt")
             try:
                 await h.result(timeout=5)
