@@ -3,8 +3,8 @@
 `test_regressions` replays scenarios that once broke an invariant on main, each kept
 with the defect it found. `test_seeds` runs a fixed range of seeds (DURABLE_SIM_SEEDS,
 default 6), one test each, and `test_random_seeds` two random ones (printed, so a failure
-there is replayed with `python -m tests.sim --seed N`). `test_sweeps` crashes workloads at
-every round trip for DURABLE_SIM_SWEEP_BUDGET seconds.
+there is replayed with `python -m tests.sim --seed N`). `test_sweeps` crashes a kept
+workload at every round trip.
 """
 
 from __future__ import annotations
@@ -198,8 +198,14 @@ def test_a_move_never_imports_an_export_a_run_made_stale(sim_databases: Database
         sim.close()
 
 
-def test_sweeps(sim_databases: Databases) -> None:
-    """Workloads crashed at every round trip in turn (before and after each exchange),
-    seeds 0.. within DURABLE_SIM_SWEEP_BUDGET seconds (default 30)."""
-    budget = float(os.environ.get("DURABLE_SIM_SWEEP_BUDGET", "30"))
-    assert sweep_seeds(sim_databases, list(range(100)), budget) > 0
+# Sweeps of kept workloads: seed 44's holds a child started with `Client.submit`, and its
+# sweep caught the orphan child of docs/guarantees.md (defect 7) at once. Sweeps of seeds
+# 0.. for a while are the long run's (`python -m tests.sim --sweep`).
+SWEPT_SEEDS = [44]
+
+
+@pytest.mark.parametrize("n", SWEPT_SEEDS)
+def test_sweeps(sim_databases: Databases, n: int) -> None:
+    """A kept workload crashed at every round trip in turn (before and after each
+    exchange)."""
+    assert sweep_seeds(sim_databases, [n], budget=float("inf")) > 0
