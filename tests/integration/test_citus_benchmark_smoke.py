@@ -76,8 +76,10 @@ def test_cluster_benchmark_runs(tmp_path: Path) -> None:
     for r in rows:
         assert r["workflows"] == 6 and r["workflows_per_s"] > 0
         # CPU per step of the coordinator's server (the one server's, on one server) and of
-        # the worker processes, from /proc and wait4: work was done, so some was used.
-        assert r["coordinator_cpu_ms_per_step"] > 0 and r["process_cpu_ms_per_step"] > 0
+        # the worker processes, from /proc and wait4: work was done, so some was used (on
+        # the coordinator, unless the process was on a worker node: little, maybe no tick).
+        assert r["process_cpu_ms_per_step"] > 0
+        assert r["placement"] == "spread" or r["coordinator_cpu_ms_per_step"] > 0
     cluster_row = next(
         r for r in rows if r["target"] == "citus" and r["placement"] == "coordinator"
     )
