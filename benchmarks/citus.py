@@ -41,6 +41,12 @@ coordinator's server (its postgres processes, from /proc/<pid>/stat: the live on
 exited backends the postmaster reaped, by its cutime/cstime), of the worker nodes', and of
 the `durable worker` processes. On one server the coordinator's server is the one server.
 
+With `--spread`, each distributed database is drained a second time, next to the first,
+by the same number of processes connected to the worker nodes instead of the coordinator
+(process i to worker node i mod N: every node routes queries, docs/scaling.md's "Workers
+on any node"; they poll, LISTEN being one node's), and a table sets the two placements
+side by side: workflows/s, the coordinator's and the worker nodes' CPU per step.
+
 A grid: `--shards 8,32,64` makes a distributed database of each shard count on the one
 cluster, and `--processes 1,2,4` drains each with each number of processes (one server
 beside them, each combination once, their order alternating). Per shard count, the claim
@@ -55,8 +61,9 @@ database (`--no-steps` and `--no-transactions` skip them). Nothing is written un
 
     python -m benchmarks.citus [--steps 100] [--rounds 5] [--workflows 300] [--no-transactions]
                                [--no-steps] [--processes 1,2] [--shards 32] [--out PATH]
-                               [--plot PATH]
+                               [--plot PATH] [--spread]
     python -m benchmarks.citus --shards 8,32,64 --processes 1,2,4 --no-steps --no-transactions
+    python -m benchmarks.citus --shards 32 --processes 2,4 --spread --no-steps --no-transactions
 """
 
 from __future__ import annotations
@@ -106,6 +113,19 @@ class Side:
     def app_url(self) -> str:
         return step_overhead.with_params(self.url, application_name=APP)
 
+    def node_url(self, index: int) -> str:
+        """The URL of this database on node `index` (0: the coordinator)."""
+        return citus.with_dbname(self.nodes[index], self.dbname)
+
+    @property
+    def worker_node_app_urls(self) -> list[str]:
+        """The benchmark's URLs of this database on each worker node (not the coordinator):
+        where the worker processes connect with `--spread`."""
+        return [
+            step_overhead.with_params(self.node_url(i), application_name=APP)
+            for i in range(1, len(self.nodes))
+        ]
+
     def floor_insert(self, conn: psycopg.Connection[Any]) -> bytes:
         return sql.SQL(
             "INSERT INTO floor_steps (workflow_id, seq, name, output) VALUES (%s, %s, %s, %s)"
@@ -123,11 +143,14 @@ def sides(shard_counts: list[int]) -> Iterator[tuple[citus.CitusCluster, Side, l
     with citus.citus_cluster(shard_count=shard_counts[0]) as cluster:
         assert cluster.coordinator is not None
         # Keep pg_dist_transaction's rows (the two-phase commits) for the count, and keep
-        # the maintenance daemon's deadlock polls out of the workers' commit counts.
-        with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
-            conn.execute("ALTER SYSTEM SET citus.recover_2pc_interval = -1")
-            conn.execute("ALTER SYSTEM SET citus.distributed_deadlock_detection_factor = -1")
-            conn.execute("SELECT pg_reload_conf()")
+        # the maintenance daemon's deadlock polls out of the workers' commit counts. On
+        # every node: a process connected to a worker node (`--spread`) makes its two-phase
+        # commits from there, and that node records them.
+        for node in cluster.nodes:
+            with psycopg.connect(node.url(), autocommit=True) as conn:
+                conn.execute("ALTER SYSTEM SET citus.recover_2pc_interval = -1")
+                conn.execute("ALTER SYSTEM SET citus.distributed_deadlock_detection_factor = -1")
+                conn.execute("SELECT pg_reload_conf()")
         name = f"durable_bench_single_{os.getpid()}_{uuid.uuid4().hex[:6]}"
         with psycopg.connect(cluster.admin_url, autocommit=True) as conn:
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
@@ -170,20 +193,22 @@ def sides(shard_counts: list[int]) -> Iterator[tuple[citus.CitusCluster, Side, l
 
 
 def _quiet(side: Side, timeout: float = 15.0) -> None:
-    """Wait until the benchmark's sessions have left the coordinator (a backend flushes its
-    statistics as it exits); the connections Citus opened for them on the workers close as
-    they do, a moment later."""
+    """Wait until the benchmark's sessions have left every node (a backend flushes its
+    statistics as it exits; they are on the coordinator, or on the worker nodes with
+    `--spread`); the connections Citus opened for them on the others close as they do, a
+    moment later."""
     deadline = time.monotonic() + timeout
-    with psycopg.connect(side.nodes[0], autocommit=True) as conn:
-        while time.monotonic() < deadline:
-            row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
-                " AND application_name = %s AND pid <> pg_backend_pid()",
-                [side.dbname, APP],
-            ).fetchone()
-            if row is not None and row[0] == 0:
-                break
-            time.sleep(0.02)
+    for admin in side.nodes:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            while time.monotonic() < deadline:
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE datname = %s"
+                    " AND application_name = %s AND pid <> pg_backend_pid()",
+                    [side.dbname, APP],
+                ).fetchone()
+                if row is not None and row[0] == 0:
+                    break
+                time.sleep(0.02)
     time.sleep(0.3 if side.distributed else 0.1)
 
 
@@ -200,9 +225,12 @@ def counters(side: Side) -> dict[str, int]:
         commits.append(int(row[0]) if row is not None else 0)
     prepared = 0
     if side.distributed:
-        with psycopg.connect(side.url, autocommit=True) as conn:
-            row = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
-        prepared = int(row[0]) if row is not None else 0
+        # Each node records the two-phase commits it coordinated: the coordinator those of
+        # the sessions on it, a worker node those of the sessions on it.
+        for i in range(len(side.nodes)):
+            with psycopg.connect(side.node_url(i), autocommit=True) as conn:
+                row = conn.execute("SELECT count(*) FROM pg_dist_transaction").fetchone()
+            prepared += int(row[0]) if row is not None else 0
     return {"coordinator": commits[0], "workers": sum(commits[1:]), "prepared": prepared}
 
 
@@ -442,16 +470,32 @@ def _wait_for(side: Side, prefix: str, n: int, timeout: float) -> None:
             time.sleep(0.1)
 
 
+# Where a distributed database's worker processes connect: all to the coordinator, or
+# process i to worker node i mod N (`--spread`).
+COORDINATOR, SPREAD = "coordinator", "spread"
+
+
 def measure_throughput(
-    single: Side, clusters: list[Side], n: int, workers: list[int], concurrency: int
+    single: Side,
+    clusters: list[Side],
+    n: int,
+    workers: list[int],
+    concurrency: int,
+    spread: bool = False,
 ) -> list[dict[str, Any]]:
     """Each process count on one server and on each distributed database, in an order that
-    alternates from one process count to the next."""
+    alternates from one process count to the next; with `spread`, on each distributed
+    database the processes connected to the coordinator, and next to that run the same
+    number connected to the worker nodes (process i to worker node i mod N)."""
     rows: list[dict[str, Any]] = []
     for k, w in enumerate(workers):
-        targets = [single, *clusters]
-        for side in targets if k % 2 == 0 else list(reversed(targets)):
-            prefix = f"tp{w}-"
+        targets = [(single, COORDINATOR)]
+        for cluster in clusters:
+            targets.append((cluster, COORDINATOR))
+            if spread:
+                targets.append((cluster, SPREAD))
+        for side, placement in targets if k % 2 == 0 else list(reversed(targets)):
+            prefix = f"tp{w}-{placement}-"
             with durable.Client(side.url) as client:
                 for i in range(n):
                     client.enqueue(
@@ -462,7 +506,16 @@ def measure_throughput(
                     )
             before = counters(side)
             cpu_before = nodes_cpu(side)
-            procs = throughput.start_workers(side.app_url, w, concurrency)
+            if placement == SPREAD:
+                # Migrations are the coordinator's (done above, through it); a process on a
+                # worker node only checks the schema's version. LISTEN/NOTIFY is one node's:
+                # these poll (the backlog is enqueued before they start, so nothing would
+                # be heard anyway).
+                procs = throughput.start_workers(
+                    side.worker_node_app_urls, w, concurrency, env={"DURABLE_LISTEN": "0"}
+                )
+            else:
+                procs = throughput.start_workers(side.app_url, w, concurrency)
             try:
                 _wait_for(side, prefix, n, max(180.0, n / 2))
                 cpu_after = nodes_cpu(side)
@@ -483,6 +536,7 @@ def measure_throughput(
                 {
                     "target": side.name,
                     "shards": side.shards,
+                    "placement": placement,
                     "workers": w,
                     "concurrency": concurrency,
                     "workflows": n,
@@ -497,14 +551,25 @@ def measure_throughput(
                     # the window above: the processes' start, the benchmark's polls).
                     "coordinator_cpu_ms_per_step": used[0] * 1000 / steps,
                     "worker_nodes_cpu_ms_per_step": sum(used[1:]) * 1000 / steps,
+                    "nodes_cpu_ms_per_step": [u * 1000 / steps for u in used],
                     "process_cpu_ms_per_step": process_cpu * 1000 / steps,
                 }
             )
     by = {(r["target"], r["workers"]): r for r in rows if r["target"] == "single"}
+    on_coordinator = {
+        (r["shards"], r["workers"]): r
+        for r in rows
+        if r["target"] == "citus" and r["placement"] == COORDINATOR
+    }
     for r in rows:
         if r["target"] == "citus":
             r["ratio_to_single"] = (
                 r["workflows_per_s"] / by[("single", r["workers"])]["workflows_per_s"]
+            )
+        if r["placement"] == SPREAD:
+            r["ratio_to_coordinator"] = (
+                r["workflows_per_s"]
+                / on_coordinator[(r["shards"], r["workers"])]["workflows_per_s"]
             )
     return rows
 
@@ -638,9 +703,12 @@ def print_throughput(results: dict[str, Any], console: Console) -> None:
         "processes CPU ms/step",
     ):
         tp.add_column(col, justify="right")
-    for r in sorted(results["throughput"], key=lambda r: (r["workers"], r["shards"] or 0)):
+    for r in sorted(
+        results["throughput"],
+        key=lambda r: (r["workers"], r["shards"] or 0, r.get("placement") == SPREAD),
+    ):
         tp.add_row(
-            r["target"],
+            r["target"] + (" (spread)" if r.get("placement") == SPREAD else ""),
             str(r.get("shards") or ""),
             str(r["workers"]),
             f"{r['workflows_per_s']:.1f}",
@@ -653,6 +721,9 @@ def print_throughput(results: dict[str, Any], console: Console) -> None:
             f"{r['process_cpu_ms_per_step']:.2f}",
         )
     console.print(tp)
+    spread = [r for r in results["throughput"] if r.get("placement") == SPREAD]
+    if spread:
+        print_placements(results, spread, console)
     if results.get("claims"):
         cl = Table(title="the claim side from one process (batch of the worker's concurrency)")
         for col in (
@@ -680,6 +751,40 @@ def print_throughput(results: dict[str, Any], console: Console) -> None:
         console.print(cl)
 
 
+def print_placements(
+    results: dict[str, Any], spread: list[dict[str, Any]], console: Console
+) -> None:
+    """The processes on the coordinator beside the same processes on the worker nodes."""
+    same = {
+        (r["shards"], r["workers"]): r
+        for r in results["throughput"]
+        if r["target"] == "citus" and r.get("placement") == COORDINATOR
+    }
+    table = Table(
+        title="worker processes on the coordinator (coord.) vs on the worker nodes (spread)"
+    )
+    for col in (
+        "shards",
+        "processes",
+        "workflows/s coord. | spread",
+        "spread / coord.",
+        "coord. CPU ms/step coord. | spread",
+        "nodes CPU ms/step coord. | spread",
+    ):
+        table.add_column(col, justify="right")
+    for r in sorted(spread, key=lambda r: (r["workers"], r["shards"])):
+        c = same[(r["shards"], r["workers"])]
+        table.add_row(
+            str(r["shards"]),
+            str(r["workers"]),
+            f"{c['workflows_per_s']:.1f} | {r['workflows_per_s']:.1f}",
+            f"{r['ratio_to_coordinator']:.2f}",
+            f"{c['coordinator_cpu_ms_per_step']:.2f} | {r['coordinator_cpu_ms_per_step']:.2f}",
+            f"{c['worker_nodes_cpu_ms_per_step']:.2f} | {r['worker_nodes_cpu_ms_per_step']:.2f}",
+        )
+    console.print(table)
+
+
 def write_plot(results: dict[str, Any], path: Path) -> None:
     import matplotlib  # type: ignore[import-not-found,unused-ignore]
 
@@ -696,7 +801,9 @@ def write_plot(results: dict[str, Any], path: Path) -> None:
         rows = [
             r
             for r in results["throughput"]
-            if r["target"] == side and r.get("shards") in (None, results["config"]["shards"])
+            if r["target"] == side
+            and r.get("shards") in (None, results["config"]["shards"])
+            and r.get("placement", COORDINATOR) == COORDINATOR
         ]
         xs = [i + (k - 0.5) * width for i in range(len(rows))]
         right.bar(xs, [r["workflows_per_s"] for r in rows], width, label=side, color=color)
@@ -750,6 +857,12 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
         "--claim-seconds", type=float, default=3.0, help="each claim measurement's time (3)"
     )
     parser.add_argument(
+        "--spread",
+        action="store_true",
+        help="also run each distributed case with the processes on the worker nodes "
+        "(process i on worker node i mod N) instead of the coordinator, beside it",
+    )
+    parser.add_argument(
         "--no-steps", dest="steps_cost", action="store_false", help="skip the step cost"
     )
     parser.add_argument(
@@ -782,7 +895,9 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
             if args.transactions
             else {}
         )
-        tp = measure_throughput(single, clusters, args.workflows, args.processes, args.concurrency)
+        tp = measure_throughput(
+            single, clusters, args.workflows, args.processes, args.concurrency, args.spread
+        )
         claims = [
             measure_claims(side, args.concurrency, args.claim_backlog, args.claim_seconds)
             for side in (single, *clusters)
@@ -798,6 +913,7 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
             "concurrency": args.concurrency,
             "shards": args.shards[0],
             "shard_counts": args.shards,
+            "spread": args.spread,
             "nodes": "a coordinator and 2 workers on one machine",
         },
         "server": {"version": row[0].split(" on ")[0], "citus": row[1], "fsync": row[2]},
@@ -806,7 +922,9 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict[
         "throughput": tp,
         "claims": claims,
         "median_throughput_ratio": statistics.median(
-            r["ratio_to_single"] for r in tp if "ratio_to_single" in r
+            r["ratio_to_single"]
+            for r in tp
+            if r["placement"] == COORDINATOR and "ratio_to_single" in r
         ),
     }
     print_report(results, console)

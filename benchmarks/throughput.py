@@ -150,13 +150,20 @@ def _server_counters(admin: str, dbname: str) -> tuple[int, int, int]:
 
 
 def start_workers(
-    url: str, workers: int, concurrency: int, counts: Path | None = None
+    url: str | list[str],
+    workers: int,
+    concurrency: int,
+    counts: Path | None = None,
+    env: dict[str, str] | None = None,
 ) -> list[subprocess.Popen[bytes]]:
     """`workers` processes of `durable worker` on the benchmark's app, polling every 50 ms;
-    with `counts`, worker k writes the statements it sent to `counts`/k as it exits."""
+    with `counts`, worker k writes the statements it sent to `counts`/k as it exits. Given
+    several URLs, worker k connects to `url[k % len(url)]`; `env` is added to theirs."""
+    urls = [url] if isinstance(url, str) else url
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+        **(env or {}),
     }
     env["DURABLE_LOG_LEVEL"] = "WARNING"
 
@@ -173,7 +180,7 @@ def start_workers(
                 "--app",
                 "benchmarks.throughput_app",
                 "--database-url",
-                url,
+                urls[k % len(urls)],
                 "--concurrency",
                 str(concurrency),
                 "--poll-interval",

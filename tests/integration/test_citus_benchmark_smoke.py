@@ -48,6 +48,7 @@ def test_cluster_benchmark_runs(tmp_path: Path) -> None:
             "10",
             "--claim-seconds",
             "0.3",
+            "--spread",
             "--out",
             str(out),
             *(["--plot", str(tmp_path / "c.png")] if plot else []),
@@ -75,10 +76,20 @@ def test_cluster_benchmark_runs(tmp_path: Path) -> None:
     for r in rows:
         assert r["workflows"] == 6 and r["workflows_per_s"] > 0
         # CPU per step of the coordinator's server (the one server's, on one server) and of
-        # the worker processes, from /proc and wait4: work was done, so some was used.
-        assert r["coordinator_cpu_ms_per_step"] > 0 and r["process_cpu_ms_per_step"] > 0
-    cluster_row = next(r for r in rows if r["target"] == "citus")
+        # the worker processes, from /proc and wait4: work was done, so some was used (on
+        # the coordinator, unless the process was on a worker node: little, maybe no tick).
+        assert r["process_cpu_ms_per_step"] > 0
+        assert r["placement"] == "spread" or r["coordinator_cpu_ms_per_step"] > 0
+    cluster_row = next(
+        r for r in rows if r["target"] == "citus" and r["placement"] == "coordinator"
+    )
     assert cluster_row["shards"] == 4 and cluster_row["worker_nodes_cpu_ms_per_step"] > 0
+    # --spread: the same drain by a process connected to a worker node (which only checks
+    # the schema the coordinator migrated, and polls), set beside the one above.
+    spread = next(r for r in rows if r["placement"] == "spread")
+    assert (spread["target"], spread["shards"], spread["workers"]) == ("citus", 4, 1)
+    assert spread["workflows"] == 6 and spread["ratio_to_coordinator"] > 0
+    assert spread["worker_nodes_cpu_ms_per_step"] > 0
     # The claim side alone: idle rounds, and claims from a backlog, on each database.
     assert [(c["target"], c["shards"]) for c in results["claims"]] == [
         ("single", None),
