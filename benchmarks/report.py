@@ -465,6 +465,91 @@ def _generic(data: Any) -> str:
     return _table(keys, [[_f(r.get(k)) for k in keys] for r in rows])
 
 
+# What each target of the third performance round (the CPU a step costs) came to, and where
+# the CPU left goes: measured A/B in one sitting, the code before and after.
+THIRD_ROUND = """## The CPU a step costs, third round: targets, and where the CPU left goes
+
+Wall ratios depend on the floor (a bare INSERT's commit: 0.10 ms on one disk, 0.3 ms on
+another), so every benchmark now also reports, beside its wall ratios, the client's CPU
+per step (the measuring thread's, `time.thread_time`, and the process's), the server's
+(the backend's utime + stime from `/proc/<pid>/stat`, or `schedstat`), and statements and
+commits per step (`benchmarks/_common.py`). A run writes no results file unless given
+`--out PATH` (or `--save`, which overwrites `benchmarks/results/`). Measured A/B: the code
+before this round (4471d76) and after, with the same benchmark programs, alternated in one
+sitting on an idle 2-core machine, medians; this machine's floor INSERT costs 55-110 µs of
+client CPU, so read the ratios.
+
+- **Client CPU per sync step** (target: at most 1.6x the floor INSERT's CPU in the same
+  run, about 45 µs). `benchmarks/step_cpu.py` (thread CPU in place: blocks of 50 steps
+  inside one running workflow, each after 50 bare psycopg INSERTs in the same thread; 4
+  runs each): **1.90x -> 1.34x** the floor (146 -> 107 µs; the floor 77-80 µs here).
+  `benchmarks/step_overhead.py` (2 runs each): process CPU per step 127-161 -> **87-94 µs**,
+  1.83-1.86x -> **1.47-1.54x** the floor's; wall, steps interleaved with the floor inside
+  one workflow, **1.46x -> 1.22x** (the second round's target of 1.25x, met); `async` and
+  `exit` modes 0.088x -> 0.056-0.064x. `benchmarks/checkpoint_overhead.py` (one run each,
+  no peers), sync mode: 100 B 1.50x -> **1.23x** the floor (client CPU 226 -> 113 µs), 10
+  KB 1.48x -> **1.14x** (192 -> 104 µs), 1 MB 1.85x -> **1.32x** (6.4 -> 1.2 ms of client
+  CPU). What changed: the step's record and the run's outcome are prepared once per
+  connection and sent on the raw libpq connection with their values as text (the server
+  infers the types from the statement, so the rows are the same; a connection with another
+  cursor factory, such as OpenTelemetry's instrumentation, goes the ordinary way so that
+  its spans keep durable's statements); other statements reuse the connection's cursors; a
+  value JSON keeps exactly is walked once (the proof that it reads back the same) and
+  encoded once in C (orjson with `durable-pg[fast]`, where its bytes are json's; json's own
+  C encoder otherwise); a lone group-commit writer lets the lead lapse under one lock; the
+  plain step makes fewer calls (107 per step, from 155). What is left: psycopg's wait and
+  libpq (the floor's own), the protocol generator's sends, the clock, the cancel and pause
+  checks. A native record path would take the rest of the record's share (below).
+- **`async def` step CPU** (target: at most 1.3x the sync step's). 211-270 -> 172-232 µs
+  (0.79-0.86x), but **1.98-2.2x** a sync step now that the sync step is cheaper: not met.
+  What is left: each record checks a connection out of the loop's pool and back (no
+  connection is held while step code may await), and each wait registers the socket with
+  the event loop and sets a timer; holding the run's connection across a step whose code
+  does not await would remove the first.
+- **`start(wf).result()`** (target: client CPU -30%). Wall 1,381-1,720 -> **1,091-1,133 µs**
+  (-28%), 4.6-5.0x -> 4.0-4.8x the floor; its client CPU in `step_cpu.py` 755 -> 734 µs
+  (-3%): not met. What is left: two pool checkouts (the create, the run), the create's
+  INSERT through psycopg's cursor, the lifecycle generator, and the future and its locks.
+- **Server CPU of a record statement** (target: at most 1.3x the floor INSERT's).
+  `benchmarks/server_cpu.py` reads each backend's CPU over blocks of 2,000 statements, the
+  floor INSERT, `record_step` and the same INSERT without its fence alternated, and with
+  `--before REF` the statement and schema of an earlier revision in the same sitting
+  (prepared, as durable sends it; 10 rounds): `record_step` **1.98x -> 1.49x** the floor
+  (paired per round 1.81x -> 1.41x; 121 -> 91 µs, the floor 61 µs). The journal's four
+  CHECK constraints are gone (migration 0041): PostgreSQL builds each CHECK expression anew
+  for every statement that writes the table (the list of 14 kinds most of all), and none
+  guarded against anything durable's statements can get wrong; an import, whose rows come
+  from a file, checks them itself. Not met: the rest is the fence (the workflow's row read
+  and locked FOR SHARE; the same INSERT without it is 1.20x), which is what keeps a run
+  that lost its workflow from writing. Passing the finish time from the client instead of
+  the column's default gained nothing measurable on the prepared path.
+- **Throughput** (targets: worker CPU per step at most 80 µs; sync-mode steps/s with 4
+  workers at least 0.5x the 16-connection INSERT rate). `benchmarks/throughput.py` now
+  measures CPU over the window the steps/s are counted in (start-up and shutdown left out:
+  the whole run's figure, 350 µs per step, is mostly start-up). 4 workers, sync, group
+  commit, 2,000 workflows, 2 runs each: worker CPU per step **66 -> 49-67 µs** (met);
+  3,627-3,698 -> **3,702-3,749 steps/s**, 0.36-0.39x -> **0.38-0.46x** the INSERT rate
+  (8,200-9,900/s): not met. What is left is the server: **225 µs of server CPU per step**
+  against 49-67 µs of the workers', on the same two cores (the record statement with its
+  fence, the queue's claim and dequeue statements, the commits). A worker no longer runs a
+  claim round each time a run ends while a backlog drains (rounds once per poll interval,
+  at once on a notification, or right after a round that claimed something), and a step
+  waiting on a shared commit waits on a bare lock.
+- **Recovery** (target: 10,000 interrupted 10-step workflows in 1.5 s). `benchmarks/
+  recovery.py --n 10000 --processes 0` (a worker loop in the benchmark's process; 3 runs
+  each): **8.2 -> 7.1 s** (0.86x), client CPU per workflow 0.47 -> 0.40 ms, server 0.36 ->
+  0.33 ms, statements per workflow 0.40 -> 0.33. Journals are read as tuples and a record
+  is built only when the replay reaches it, a replayed step returns its journaled value
+  without driving a generator, inputs stored by position are rebuilt without
+  `signature.bind`, and a backlog's full claim rounds wake sleepers once per 50 ms. Not
+  met: about 850 Python calls per workflow remain (claim, journal load, one connection
+  checkout per run, the pool's future, replay, outcome), spread thin; reaching 1.5 s on
+  this machine needs about 4.7x less CPU per workflow: overlapping the next claim with
+  the current batch's load, a lighter run than a pool future, or more processes on more
+  cores.
+"""
+
+
 # What each target of the second performance round came to, and where the time left goes.
 # Measured A/B (the code before and after, alternated in one sitting) on the 2-core machine
 # the tables above come from; the tables are the latest full run.
@@ -629,6 +714,7 @@ def render() -> str:
             "![step overhead](benchmarks/step_overhead.png)",
             "",
         ]
+    parts += [THIRD_ROUND.rstrip(), ""]
     modes = _load("checkpoint_overhead")
     if modes:
         parts += [
