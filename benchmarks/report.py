@@ -766,7 +766,10 @@ def render() -> str:
             "",
             "Step cost and throughput on a Citus coordinator with two workers beside one "
             "server, measured in one run (`benchmarks/citus.py`; it starts its own cluster). "
-            "What it means for sizing a cluster: [Outgrowing one server](scaling.md).",
+            "What it means for sizing a cluster: [Outgrowing one server](scaling.md), which "
+            "also has the grid by shard count and worker processes (1, 2 and 4 processes at "
+            "8, 32 and 64 shards, on the coordinator and spread over the worker nodes; "
+            "`benchmarks/results/citus_grid.json`).",
             "",
             _citus(cluster),
             "",
