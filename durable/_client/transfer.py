@@ -253,7 +253,7 @@ def _check_journal_row(row: Mapping[str, Any]) -> None:
     record), so an import, whose rows come from a file, is where they are refused."""
     where = f"its journal row {row.get('workflow_id')!r} #{row.get('step_seq')!r}"
     kind = row.get("kind")
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         raise ExportFormatError(f"{where} has kind {kind!r}, not one of {sorted(_KINDS)}")
     seq: Any = row.get("step_seq")
     if not _is_int(seq) or seq < 0:

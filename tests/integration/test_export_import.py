@@ -373,6 +373,7 @@ def test_an_export_of_a_newer_schema_or_with_rows_this_database_cannot_take_is_r
         (with_rows(data, "steps", [{**steps[0], "step_name": None}]), "step_name"),
         # Journal rows no run writes (the table has no CHECK for them: the import looks).
         (with_rows(data, "steps", [{**steps[0], "kind": "stepp"}]), "kind 'stepp'"),
+        (with_rows(data, "steps", [{**steps[0], "kind": ["step"]}]), r"kind \['step'\]"),
         (with_rows(data, "steps", [{**steps[0], "step_seq": -1}]), "not a number from 0"),
         (with_rows(data, "steps", [{**steps[0], "attempts": 0}]), "attempts 0"),
         (
