@@ -7,7 +7,9 @@ Kept apart from the commands so that they all behave alike on errors and output.
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import wraps
@@ -28,6 +30,7 @@ if TYPE_CHECKING:
 
 P = ParamSpec("P")
 R = TypeVar("R")
+_T = TypeVar("_T")
 
 
 def _resolve_url(url: str | None, *, create: bool = True) -> str:
@@ -158,13 +161,53 @@ class _Progress:
             click.echo(f"{what}: {done}/{total}{note}", err=True)
 
 
+class _CtrlC:
+    """Ctrl-C for a watch, taken only where the watch waits between looks.
+
+    Python raises KeyboardInterrupt wherever the main thread happens to be: inside a
+    database call, a connection pool's bookkeeping or a lock's release in threading's own
+    code, which can leave a lock held and hang the way out (a watch that ignored Ctrl-C).
+    Here the signal only sets a flag; the wait between looks waits in short slices and
+    ends the watch when it sees the flag, so a Ctrl-C ends it within a slice of the look
+    it lands in. A second Ctrl-C interrupts wherever it lands, for a look that hangs."""
+
+    SLICE = 0.1
+
+    def __init__(self) -> None:
+        self.pending = False
+
+    def on_signal(self, _signum: int, _frame: object) -> None:
+        if self.pending:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def guard(self, wait: Callable[[float], list[_T]]) -> Callable[[float], list[_T]]:
+        """`wait`, made the one place a Ctrl-C ends the watch."""
+
+        def guarded(seconds: float) -> list[_T]:
+            deadline = time.monotonic() + seconds
+            while not self.pending:
+                left = deadline - time.monotonic()
+                got = wait(max(0.0, min(self.SLICE, left)))
+                if got or left <= self.SLICE:
+                    return got
+            raise KeyboardInterrupt
+
+        return guarded
+
+
 @contextmanager
-def _interruptible() -> Iterator[None]:
-    """Ctrl-C ends a watch quietly, with exit code 0."""
+def _interruptible() -> Iterator[_CtrlC]:
+    """Ctrl-C ends a watch quietly, with exit code 0, at its next wait (see _CtrlC): pass
+    the watch's wait through the yielded object's `guard`."""
+    ctrl_c = _CtrlC()
+    previous = signal.signal(signal.SIGINT, ctrl_c.on_signal)
     try:
-        yield
+        yield ctrl_c
     except KeyboardInterrupt:
         sys.exit(0)
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 _FULL = False  # `workflows show --full`: set for the one command that runs

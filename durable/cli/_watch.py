@@ -23,6 +23,9 @@ from durable._client.client import Client
 from durable._core import decode_error
 from durable._run.attributes import shown as shown_attributes
 
+# A watch's wait between looks: seconds -> the payloads notified meanwhile.
+Wait = Callable[[float], list[str]]
+
 
 def _preview(text: str | None, width: int = 60) -> str:
     if text is None:
@@ -52,15 +55,21 @@ def _budget_line(budget: dict[str, Any]) -> str:
 
 
 def follow(
-    client: Client, workflow_id: str, console: Console, interval: float = 0.5
+    client: Client,
+    workflow_id: str,
+    console: Console,
+    interval: float = 0.5,
+    guard: Callable[[Wait], Wait] = lambda wait: wait,
 ) -> WorkflowStatus:
     """Print a workflow's steps as they are journaled, its waits and budget, until it
-    finishes; returns its final status."""
+    finishes; returns its final status. `guard` wraps the wait between looks (the CLI's
+    Ctrl-C is taken there)."""
     info = client.get_workflow(workflow_id)  # WorkflowNotFoundError before anything prints
     console.print(f"{info.workflow_id}  {info.name}  {info.status.value}", style="bold")
     shown = 0
     said: dict[str, str] = {"status": info.status.value}
-    with client._notifications() as wait:
+    with client._notifications() as notified:
+        wait = guard(notified)
         while True:
             info = client.get_workflow(workflow_id)
             steps = client.steps(workflow_id)
@@ -183,11 +192,17 @@ def widened(console: Console, table: Table) -> Console:
 
 
 def refresh(
-    client: Client, read: Callable[[], Table], console: Console, interval: float = 2.0
+    client: Client,
+    read: Callable[[], Table],
+    console: Console,
+    interval: float = 2.0,
+    guard: Callable[[Wait], Wait] = lambda wait: wait,
 ) -> None:
     """Redraw a table every `interval` seconds (and on wake-ups) until interrupted; on a
-    terminal in place, elsewhere (a pipe, a log) one table after another."""
-    with client._notifications() as wait:
+    terminal in place, elsewhere (a pipe, a log) one table after another. `guard` wraps
+    the wait between looks (the CLI's Ctrl-C is taken there)."""
+    with client._notifications() as notified:
+        wait = guard(notified)
         if not console.is_terminal:
             while True:
                 console.print(read())

@@ -133,12 +133,16 @@ def list_cmd(
             )
 
         if watch:
-            with _interruptible():
+            with _interruptible() as ctrl_c:
                 console = _console()
                 if full_ids:
                     widened(console, workflow_table(listed(), full_ids=True))
                 refresh(
-                    client, lambda: workflow_table(listed(), full_ids=full_ids), console, interval
+                    client,
+                    lambda: workflow_table(listed(), full_ids=full_ids),
+                    console,
+                    interval,
+                    ctrl_c.guard,
                 )
         infos = listed()
     if as_json:
@@ -159,8 +163,8 @@ def watch(workflow_id: str, database_url: str | None, schema: str, interval: flo
     it finishes (exit 0 on SUCCESS, 1 otherwise)."""
     from durable.cli._watch import follow
 
-    with _client(database_url, schema) as client, _interruptible():
-        status = follow(client, workflow_id, _console(), interval)
+    with _client(database_url, schema) as client, _interruptible() as ctrl_c:
+        status = follow(client, workflow_id, _console(), interval, ctrl_c.guard)
     sys.exit(0 if status is WorkflowStatus.SUCCESS else 1)
 
 

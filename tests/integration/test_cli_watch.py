@@ -11,6 +11,9 @@ import sys
 import threading
 import time
 
+import psycopg
+import psycopg.conninfo
+
 import durable
 
 reg = durable.Registry()
@@ -112,5 +115,49 @@ def test_list_watch_redraws_until_interrupted(database_url: str) -> None:
             out.until("listed-2")
             out.proc.send_signal(signal.SIGINT)
             assert out.finish() == 0
+        finally:
+            out.close()
+
+
+def _blocked_on_a_lock(database_url: str, conn: psycopg.Connection[tuple[object, ...]]) -> bool:
+    dbname = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
+    row = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND wait_event_type = 'Lock'",
+        [dbname],
+    ).fetchone()
+    return row is not None and row[0] > 0
+
+
+def test_ctrl_c_during_a_look_ends_the_watch_after_that_look(database_url: str) -> None:
+    """A Ctrl-C that lands while the watch reads (here: its query waits on a lock) does not
+    tear that read apart (a KeyboardInterrupt inside the database or pool code is how a
+    watch could hang on its way out): the watch ends, with 0, once the read is done. A
+    second Ctrl-C ends it at once, read or not."""
+    with durable.Client(database_url) as client:
+        client.submit(gated, "o-1", workflow_id="listed-1")
+    for second_ctrl_c in (False, True):
+        out = Lines(
+            "workflows", "list", "--watch", "--interval", "0.2", "--database-url", database_url
+        )
+        try:
+            out.until("listed-1", count=2)
+            with psycopg.connect(database_url, autocommit=True) as locker:
+                locker.execute("BEGIN")
+                locker.execute("LOCK TABLE durable.workflows IN ACCESS EXCLUSIVE MODE")
+                with psycopg.connect(database_url, autocommit=True) as probe:
+                    deadline = time.monotonic() + 30
+                    while not _blocked_on_a_lock(database_url, probe):
+                        assert time.monotonic() < deadline, "the watch never read again"
+                        time.sleep(0.05)
+                out.proc.send_signal(signal.SIGINT)
+                if second_ctrl_c:
+                    time.sleep(0.3)
+                    out.proc.send_signal(signal.SIGINT)
+                    assert out.finish(timeout=15) == 0
+                else:
+                    time.sleep(1.0)
+                    assert out.proc.poll() is None, "the read in flight was torn apart"
+                locker.execute("ROLLBACK")
+            assert out.finish(timeout=15) == 0
         finally:
             out.close()
