@@ -276,11 +276,21 @@ def delta(side: Side, session: Callable[[], None]) -> dict[str, int]:
     return {k: after[k] - before[k] for k in before}
 
 
-def count_per_op(side: Side, session: Callable[[int], None], n: int) -> dict[str, float]:
-    """What a session of BASE + n operations adds to one of BASE, per operation."""
-    full = delta(side, lambda: session(BASE + n))
-    base = delta(side, lambda: session(BASE))
-    return {k: (full[k] - base[k]) / n for k in full}
+def count_per_op(
+    side: Side, session: Callable[[int], None], n: int, tries: int = 2
+) -> dict[str, float]:
+    """What a session of BASE + n operations adds to one of BASE, per operation.
+
+    Each session is counted `tries` times, alternating, and the fewest of each counter is
+    kept: the engine's background loops and Citus' maintenance daemon commit now and then
+    on any node, which can only add to a window, so a single pair of windows can come out
+    a commit short (0.9 per step) or over."""
+    fulls: list[dict[str, int]] = []
+    bases: list[dict[str, int]] = []
+    for _ in range(tries):
+        fulls.append(delta(side, lambda: session(BASE + n)))
+        bases.append(delta(side, lambda: session(BASE)))
+    return {k: (min(f[k] for f in fulls) - min(b[k] for b in bases)) / n for k in fulls[0]}
 
 
 # -- step cost ----------------------------------------------------------------------------

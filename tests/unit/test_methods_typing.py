@@ -4,9 +4,9 @@ method's connection leaves its signature after `self` (not `self` in its place).
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
+import pytest
+
+from tests.unit.strict_mypy import GROUP, checked
 
 SNIPPET = """
 from sqlalchemy import Connection
@@ -61,22 +61,9 @@ async def main(engine: durable.Engine, client: durable.Client, a: Account) -> No
 """
 
 
-def test_methods_under_durable_decorators_pass_strict_mypy(tmp_path: Path) -> None:
-    path = tmp_path / "methods.py"
-    path.write_text(SNIPPET, "utf-8")
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--no-incremental",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+@GROUP
+def test_methods_under_durable_decorators_pass_strict_mypy(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    done = checked("methods", tmp_path_factory)
+    assert done.errors == [], "\n".join(done.rows)

@@ -5,14 +5,11 @@ take as an option."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 
 import durable
 from durable.errors import DefinitionError
+from tests.unit.strict_mypy import GROUP, checked
 
 HEADER = """
 import datetime
@@ -83,40 +80,20 @@ async def main(engine: durable.Engine, client: durable.Client) -> None:
 )
 
 
-def _mypy(tmp_path: Path, code: str) -> subprocess.CompletedProcess[str]:
-    path = tmp_path / "uses_options.py"
-    path.write_text(code, "utf-8")
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mypy",
-            "--strict",
-            "--no-incremental",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            str(path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+@GROUP
+def test_options_pass_strict_mypy(tmp_path_factory: pytest.TempPathFactory) -> None:
+    done = checked("options_accepted", tmp_path_factory)
+    assert done.errors == [], "\n".join(done.rows)
 
 
-def test_options_pass_strict_mypy(tmp_path: Path) -> None:
-    done = _mypy(tmp_path, ACCEPTED)
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
-def test_wrong_arguments_and_wrong_options_fail_strict_mypy(tmp_path: Path) -> None:
-    done = _mypy(tmp_path, REFUSED)
+@GROUP
+def test_wrong_arguments_and_wrong_options_fail_strict_mypy(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    done = checked("options_refused", tmp_path_factory)
     lines = REFUSED.splitlines()
-    flagged = {
-        lines[int(row.split(":")[1]) - 1].split("# ")[-1]
-        for row in done.stdout.splitlines()
-        if row.startswith(str(tmp_path)) and ": error:" in row
-    }
-    assert flagged == {f"E{i}" for i in range(1, 9)}, done.stdout
+    flagged = {lines[done.line_of(row) - 1].split("# ")[-1] for row in done.errors}
+    assert flagged == {f"E{i}" for i in range(1, 9)}, "\n".join(done.rows)
 
 
 @pytest.mark.parametrize(

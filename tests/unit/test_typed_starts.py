@@ -1,16 +1,17 @@
 """A start keeps mypy's check of the workflow's arguments when it is given options through
 durable.with_options, and its handle's result() is typed by the workflow's return type
 (an async def workflow's: what its coroutine returns); recv and get_event are typed by the
-`type=` they are given. One run of mypy (its API, in this process) over one snippet: each
+`type=` they are given. One strict mypy run (tests/unit/strict_mypy.py) over one snippet: each
 line marked `# E<n>` must be an error, and no other line; each `# R<n>` must reveal the type
 written after it."""
 
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
-from mypy import api
+import pytest
+
+from tests.unit.strict_mypy import GROUP, checked
 
 SNIPPET = """
 from typing import Any
@@ -70,19 +71,16 @@ async def awaited(engine: durable.Engine, client: durable.Client) -> None:
 """
 
 
+@GROUP
 def test_options_through_with_options_keep_the_argument_check_and_handles_are_typed(
-    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
-    path = tmp_path / "typed_starts.py"
-    path.write_text(SNIPPET, "utf-8")
-    out, err, _ = api.run(
-        ["--strict", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(path)]
-    )
+    done = checked("typed_starts", tmp_path_factory)
     lines = SNIPPET.splitlines()
     errors: set[str] = set()
     revealed: dict[str, str] = {}
-    for row in out.splitlines():
-        found = re.match(rf"{re.escape(str(path))}:(\d+): (error|note): (.*)", row)
+    for row in done.rows:
+        found = re.match(rf"{re.escape(str(done.path))}:(\d+): (error|note): (.*)", row)
         if found is None:
             continue
         line = lines[int(found[1]) - 1]
@@ -91,6 +89,7 @@ def test_options_through_with_options_keep_the_argument_check_and_handles_are_ty
             errors.add(mark[1] if mark else f"unexpected: {row}")
         elif found[3].startswith("Revealed type is") and mark:
             revealed[mark[1]] = found[3].removeprefix("Revealed type is ").strip('"')
-    assert errors == {f"E{i}" for i in range(1, 12)}, out + err
+    out = "\n".join(done.rows)
+    assert errors == {f"E{i}" for i in range(1, 12)}, out
     expected = {m[1]: m[2] for line in lines if (m := re.search(r"# (R\d+) (.*)$", line))}
-    assert revealed == expected, out + err
+    assert revealed == expected, out
