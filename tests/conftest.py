@@ -9,7 +9,7 @@ import pytest
 
 import durable
 from durable.testing import NoPostgresError, TemplateDatabases, find_postgres
-from tests import citus
+from tests import citus, reads
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,11 +44,20 @@ def database_url(request: pytest.FixtureRequest, pg_databases: TemplateDatabases
         with durable.Client(url, migrate=True) as client:
             client.distribute_citus()
         yield url
+        reads.close(url)
         cluster.drop_database(url)
         return
     url = pg_databases.create()
     yield url
+    reads.close(url)  # no session of the test's may be left for the recycling's check
     pg_databases.recycle(url)
+
+
+@pytest.fixture(autouse=True)
+def _close_kept_reads() -> Iterator[None]:
+    """The test's kept read connections (tests/reads.py) end with it."""
+    yield
+    reads.close()
 
 
 @pytest.fixture

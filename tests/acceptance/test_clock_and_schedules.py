@@ -15,6 +15,7 @@ import pytest
 
 import durable
 from durable import errors
+from tests import reads
 from tests.acceptance.workers import client, scalar, start_worker, stop_worker, wait_for
 from tests.apps import counter_app
 
@@ -72,11 +73,8 @@ def test_three_workers_run_each_tick_exactly_once(
         try:
 
             def ticks() -> list[str]:
-                with psycopg.connect(database_url) as conn:
-                    rows = conn.execute(
-                        "SELECT what FROM world WHERE workflow_id = 'ticker' ORDER BY what"
-                    ).fetchall()
-                return [r[0] for r in rows]
+                query = "SELECT what FROM world WHERE workflow_id = 'ticker' ORDER BY what"
+                return [r[0] for r in reads.rows(database_url, query)]
 
             wait_for(lambda: len(ticks()) >= 7, what="seven ticks")
             cli(subprocess_env, database_url, "schedules", "pause", "every-second")

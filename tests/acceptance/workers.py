@@ -9,9 +9,8 @@ import sys
 import time
 from collections.abc import Iterator
 
-import psycopg
-
 import durable
+from tests import reads
 from tests.apps import counter_app
 
 APP = "tests.apps.counter_app"
@@ -102,18 +101,15 @@ def wait_for(predicate: object, timeout: float = 60, what: str = "condition") ->
 
 
 def world(url: str, workflow_id: str | None = None) -> list[tuple[str, str, int]]:
-    with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT workflow_id, what, pid FROM world"
-            " WHERE %(w)s::text IS NULL OR workflow_id = %(w)s::text ORDER BY id",
-            {"w": workflow_id},
-        ).fetchall()
-    return [(r[0], r[1], r[2]) for r in rows]
+    found = reads.rows(
+        url,
+        "SELECT workflow_id, what, pid FROM world"
+        " WHERE %(w)s::text IS NULL OR workflow_id = %(w)s::text ORDER BY id",
+        {"w": workflow_id},
+    )
+    return [(r[0], r[1], r[2]) for r in found]
 
 
 def scalar(url: str, query: str, *params: object) -> object:
-    # The test's own reads, at READ COMMITTED whatever the database's default is (under
-    # DURABLE_TEST_ISOLATION=serializable even a read can be refused with 40001).
-    with psycopg.connect(url, options="-c default_transaction_isolation=read\\ committed") as c:
-        row = c.execute(query, list(params)).fetchone()
-    return None if row is None else row[0]
+    # The test's own reads (tests/reads.py: one kept connection, at READ COMMITTED).
+    return reads.scalar(url, query, list(params))
