@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -201,13 +202,17 @@ def _interruptible() -> Iterator[_CtrlC]:
     """Ctrl-C ends a watch quietly, with exit code 0, at its next wait (see _CtrlC): pass
     the watch's wait through the yielded object's `guard`."""
     ctrl_c = _CtrlC()
-    previous = signal.signal(signal.SIGINT, ctrl_c.on_signal)
+    # Only the main thread may set a handler (a command run from another thread, as a
+    # test harness may, keeps Python's own: a KeyboardInterrupt, still ended here).
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, ctrl_c.on_signal) if main else None
     try:
         yield ctrl_c
     except KeyboardInterrupt:
         sys.exit(0)
     finally:
-        signal.signal(signal.SIGINT, previous)
+        if main:
+            signal.signal(signal.SIGINT, previous)
 
 
 _FULL = False  # `workflows show --full`: set for the one command that runs
