@@ -121,9 +121,9 @@ def test_a_recovered_run_sees_every_journaled_value_as_the_first_run_did(
         )
         first = {label: list(saw) for label, saw in seen.items()}
         made = len(ran)
+        seen.clear()
         expire(database_url, "by-position")
         expire(database_url, "by-name")
-        seen.clear()
         handles = engine.recover()
         assert sorted(h.workflow_id for h in handles) == ["by-name", "by-position"]
         for handle in handles:
@@ -156,9 +156,9 @@ def test_a_journaled_value_no_call_reaches_is_never_decoded(database_url: str) -
         assert engine.start(stops_early, workflow_id="w").result(timeout=30) == [
             f"output-{i}" for i in range(6)
         ]
-        expire(database_url, "w")
         reach["calls"] = 2
         serializer.decoded.clear()
+        expire(database_url, "w")
         (handle,) = engine.recover()
         assert handle.result(timeout=30) == ["output-0", "output-1"]
     outputs = [text for text in serializer.decoded if text.startswith('"output-')]
