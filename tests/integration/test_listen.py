@@ -280,6 +280,9 @@ def test_readers_keep_following_after_their_listen_connection_is_cut(database_ur
                 "every reader to wait",
             )
             [before] = held(database_url, role)[1]
+            # One more subscriber, kept to the end: once the readers are done, nobody else
+            # waits and the listener lets its connection go before the look below.
+            kept = client._listener.subscribe(client._notify_channel)
             with psycopg.connect(database_url, autocommit=True) as admin:
                 # Wait (up to 5 s) until the backend is gone: the NOTIFY of the values
                 # below may reach nobody, and only the reconnect can wake the readers.
@@ -288,6 +291,7 @@ def test_readers_keep_following_after_their_listen_connection_is_cut(database_ur
             engine.send("t", "go", topic="go")
             readers.join()
             _, after = held(database_url, role)
+            kept.close()
     assert readers.errors == []
     assert readers.got == [list(range(VALUES))] * READERS
     assert len(after) == 1 and after != [before]
