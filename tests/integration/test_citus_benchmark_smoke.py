@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import os
 from pathlib import Path
 
@@ -60,7 +61,9 @@ def test_cluster_benchmark_runs(tmp_path: Path) -> None:
         assert (tmp_path / "c.png").stat().st_size > 0
     steps = results["steps"]
     for side in ("single", "citus"):
-        assert steps[side]["step_us"]["median"] > 0
+        # A step's cost is a workflow's time less an empty one's: at this tiny size, noise
+        # may make it any sign (the step-overhead smoke test says the same).
+        assert math.isfinite(steps[side]["step_us"]["median"])
         # One round trip per step; at this tiny size a statement at the window's edge may
         # fall outside it (0.9 seen), so the figure is read to the nearest whole.
         assert round(steps[side]["statements_per_step"]) == 1

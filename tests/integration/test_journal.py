@@ -81,13 +81,19 @@ def test_replay_issues_constant_statements(database_url: str) -> None:
     with durable.Engine(database_url, registry=reg) as engine:
         for n in (10, 100):
             engine.start(loop, n, workflow_id=f"r{n}").result(timeout=30)
-            expire(database_url, f"r{n}")
-            runs.clear()
-            before = engine.client.db.counters.statements
-            (handle,) = engine.recover()
-            assert handle.result(timeout=30) == sum(range(1, n + 1))
-            used[n] = engine.client.db.counters.statements - before
-            assert runs == []  # nothing re-ran
+            # The engine's heartbeat may add a statement to any window (it reads cancel
+            # requests while a run is in flight), never take one away: the fewest of three
+            # replays is the replay's own.
+            costs = []
+            for _ in range(3):
+                expire(database_url, f"r{n}")
+                runs.clear()
+                before = engine.client.db.counters.statements
+                (handle,) = engine.recover()
+                assert handle.result(timeout=30) == sum(range(1, n + 1))
+                costs.append(engine.client.db.counters.statements - before)
+                assert runs == []  # nothing re-ran
+            used[n] = min(costs)
     # claim + journal read + finish, plus the result poll: the same for 10 and 100 steps
     assert used[10] == used[100] <= 5
 
