@@ -15,7 +15,18 @@ case "$(uname)" in
     Darwin) shared="-bundle -undefined dynamic_lookup" ;;
     *) shared="-shared" ;;
 esac
+target="_durable_record$suffix"
+if [ -f "$target" ] && [ "$target" -nt _durable_record.c ] && [ "$target" -nt build.sh ]; then
+    echo "benchmarks/native/$target is up to date"
+    exit 0
+fi
+# Several processes may build at once (each pytest-xdist worker collects the test that
+# builds it): each compiles to a file of its own and renames it into place, so a reader
+# loads a whole library, never one half written.
+tmp="$target.$$.tmp"
+trap 'rm -f "$tmp"' EXIT
 ${CC:-cc} -O2 -fPIC -Wall -Wextra -Wno-unused-parameter $shared \
     -I"$include" -I"$pq_include" \
-    _durable_record.c -o "_durable_record$suffix" -ldl
-echo "built benchmarks/native/_durable_record$suffix"
+    _durable_record.c -o "$tmp" -ldl
+mv -f "$tmp" "$target"
+echo "built benchmarks/native/$target"
