@@ -20,7 +20,7 @@ from durable._base.clock import Clock
 from durable._client import audit as _audit
 from durable._client.inputs import Inputs
 from durable._io.config import Config
-from durable._io.listen import Listener
+from durable._io.listen import Listener, Subscription
 from durable._io.migrate import MigrationProgress
 from durable._io.systemdb import SystemDB
 from durable.errors import DatabaseUnavailableError, EngineNotRunningError
@@ -199,15 +199,16 @@ class ClientBase:
         return f"{self.schema}_work"
 
     @contextmanager
-    def _notifications(self) -> Iterator[Callable[[float], list[str]]]:
+    def _notifications(self) -> Iterator[Subscription]:
         """For watchers: LISTEN on the work channel (the client's shared listener), yielding
-        `wait(seconds)`, which returns the payloads (mostly workflow ids: woken, decided,
-        sent to, cancelled, resumed) notified since the last call, waiting up to `seconds`
-        for one; [] when none came. Journal writes send no notification (a step costs one
-        round trip), so watchers poll too; without a LISTEN connection `wait` only sleeps."""
+        the subscription: its `wait(seconds)` returns the payloads (mostly workflow ids:
+        woken, decided, sent to, cancelled, resumed) notified since the last call, waiting
+        up to `seconds` for one, [] when none came; `woken(seconds)` says whether one came.
+        Journal writes send no notification (a step costs one round trip), so watchers poll
+        too; without a LISTEN connection they only sleep."""
         subscription = self._listener.subscribe(self._notify_channel)
         try:
-            yield subscription.wait
+            yield subscription
         finally:
             subscription.close()
 

@@ -100,6 +100,14 @@ class Subscription:
         self._event.clear()
         return self._take()
 
+    def woken(self, timeout: float) -> bool:
+        """wait(), for a watcher that looks again whatever came: whether a notification
+        came, with a payload or without (the listener wakes everyone with none after it
+        reconnects, so that they look again at what was written meanwhile)."""
+        woken = self._event.wait(timeout)
+        self._event.clear()
+        return bool(self._take()) or woken
+
     async def wait_async(self, timeout: float) -> list[str]:
         """wait(), awaited on the event loop the subscription was made on."""
         assert self._async_event is not None, "subscribe with subscribe_async()"

@@ -170,28 +170,37 @@ class _CtrlC:
     code, which can leave a lock held and hang the way out (a watch that ignored Ctrl-C).
     Here the signal only sets a flag; the wait between looks waits in short slices and
     ends the watch when it sees the flag, so a Ctrl-C ends it within a slice of the look
-    it lands in. A second Ctrl-C interrupts wherever it lands, for a look that hangs."""
+    it lands in. A second Ctrl-C interrupts wherever it lands, for a look (or a connect)
+    that hangs. Once the watch is ending, further Ctrl-Cs are let go: the way out closes
+    the client, which is bounded, and one torn apart could hang."""
 
     SLICE = 0.1
 
     def __init__(self) -> None:
         self.pending = False
+        self.ending = False
 
     def on_signal(self, _signum: int, _frame: object) -> None:
+        if self.ending:
+            return
         if self.pending:
+            self.ending = True
             raise KeyboardInterrupt
         self.pending = True
 
-    def guard(self, wait: Callable[[float], list[_T]]) -> Callable[[float], list[_T]]:
-        """`wait`, made the one place a Ctrl-C ends the watch."""
+    def guard(self, wait: Callable[[float], bool]) -> Callable[[float], bool]:
+        """`wait` (seconds -> whether a notification woke it), made the one place a Ctrl-C
+        ends the watch."""
 
-        def guarded(seconds: float) -> list[_T]:
+        def guarded(seconds: float) -> bool:
             deadline = time.monotonic() + seconds
             while not self.pending:
                 left = deadline - time.monotonic()
-                got = wait(max(0.0, min(self.SLICE, left)))
-                if got or left <= self.SLICE:
-                    return got
+                if wait(max(0.0, min(self.SLICE, left))):
+                    return True
+                if left <= self.SLICE:
+                    return False
+            self.ending = True
             raise KeyboardInterrupt
 
         return guarded
@@ -200,7 +209,8 @@ class _CtrlC:
 @contextmanager
 def _interruptible() -> Iterator[_CtrlC]:
     """Ctrl-C ends a watch quietly, with exit code 0, at its next wait (see _CtrlC): pass
-    the watch's wait through the yielded object's `guard`."""
+    the watch's wait through the yielded object's `guard`. Enter it before the client is
+    opened, so that the handler covers the connect and the close as well."""
     ctrl_c = _CtrlC()
     # Only the main thread may set a handler (a command run from another thread, as a
     # test harness may, keeps Python's own: a KeyboardInterrupt, still ended here).

@@ -23,8 +23,9 @@ from durable._client.client import Client
 from durable._core import decode_error
 from durable._run.attributes import shown as shown_attributes
 
-# A watch's wait between looks: seconds -> the payloads notified meanwhile.
-Wait = Callable[[float], list[str]]
+# A watch's wait between looks: seconds -> whether a notification came (a watcher looks
+# again either way; it only needs to know that the wait is over).
+Wait = Callable[[float], bool]
 
 
 def _preview(text: str | None, width: int = 60) -> str:
@@ -69,7 +70,7 @@ def follow(
     shown = 0
     said: dict[str, str] = {"status": info.status.value}
     with client._notifications() as notified:
-        wait = guard(notified)
+        wait = guard(notified.woken)
         while True:
             info = client.get_workflow(workflow_id)
             steps = client.steps(workflow_id)
@@ -202,7 +203,7 @@ def refresh(
     terminal in place, elsewhere (a pipe, a log) one table after another. `guard` wraps
     the wait between looks (the CLI's Ctrl-C is taken there)."""
     with client._notifications() as notified:
-        wait = guard(notified)
+        wait = guard(notified.woken)
         if not console.is_terminal:
             while True:
                 console.print(read())

@@ -10,7 +10,7 @@ import datetime as dt
 import json
 import os
 import sys
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import click
 from rich.table import Table
@@ -43,6 +43,9 @@ from durable.cli._options import (
 )
 from durable.cli._tracebacks import fold, json_value
 from durable.errors import ExportFormatError, WorkflowNotFoundError
+
+if TYPE_CHECKING:
+    from durable._client.client import Client
 
 
 @click.group()
@@ -119,32 +122,32 @@ def list_cmd(
     from durable.cli._watch import refresh, widened, workflow_table
 
     chosen = RunFilter.parse(attrs, version=version, parent_id=parent)
-    with _client(database_url, schema) as client:
 
-        def listed() -> list[WorkflowInfo]:
-            return client.list_workflows(
-                status,
-                name=name,
-                limit=limit,
-                id_prefix=id_prefix,
-                created_from=since,
-                created_to=until,
-                filter=chosen,
+    def listed(client: Client) -> list[WorkflowInfo]:
+        return client.list_workflows(
+            status,
+            name=name,
+            limit=limit,
+            id_prefix=id_prefix,
+            created_from=since,
+            created_to=until,
+            filter=chosen,
+        )
+
+    if watch:  # until Ctrl-C, which ends the command
+        with _interruptible() as ctrl_c, _client(database_url, schema) as client:
+            console = _console()
+            if full_ids:
+                widened(console, workflow_table(listed(client), full_ids=True))
+            refresh(
+                client,
+                lambda: workflow_table(listed(client), full_ids=full_ids),
+                console,
+                interval,
+                ctrl_c.guard,
             )
-
-        if watch:
-            with _interruptible() as ctrl_c:
-                console = _console()
-                if full_ids:
-                    widened(console, workflow_table(listed(), full_ids=True))
-                refresh(
-                    client,
-                    lambda: workflow_table(listed(), full_ids=full_ids),
-                    console,
-                    interval,
-                    ctrl_c.guard,
-                )
-        infos = listed()
+    with _client(database_url, schema) as client:
+        infos = listed(client)
     if as_json:
         click.echo(json.dumps([_info_dict(i) for i in infos], indent=2))
         return
@@ -163,7 +166,7 @@ def watch(workflow_id: str, database_url: str | None, schema: str, interval: flo
     it finishes (exit 0 on SUCCESS, 1 otherwise)."""
     from durable.cli._watch import follow
 
-    with _client(database_url, schema) as client, _interruptible() as ctrl_c:
+    with _interruptible() as ctrl_c, _client(database_url, schema) as client:
         status = follow(client, workflow_id, _console(), interval, ctrl_c.guard)
     sys.exit(0 if status is WorkflowStatus.SUCCESS else 1)
 

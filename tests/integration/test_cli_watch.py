@@ -3,9 +3,11 @@ wait to its end; `durable workflows list --watch` redraws until Ctrl-C."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -161,3 +163,34 @@ def test_ctrl_c_during_a_look_ends_the_watch_after_that_look(database_url: str) 
             assert out.finish(timeout=15) == 0
         finally:
             out.close()
+
+
+def test_ctrl_c_while_the_watch_connects_ends_it_with_0() -> None:
+    """The handler is in place before the client connects (and until it is closed): a
+    server that takes the connection and never answers holds the connect; the first Ctrl-C
+    is taken at the watch's first wait, the second ends it at once, quietly, with 0."""
+    accepted: queue.Queue[socket.socket] = queue.Queue()
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+
+        def take() -> None:
+            with contextlib.suppress(OSError):  # the server closed: the test is done
+                while True:
+                    accepted.put(server.accept()[0])
+
+        threading.Thread(target=take, daemon=True).start()
+        for args in (["watch", "wf-1"], ["list", "--watch"]):
+            url = f"postgresql://u@127.0.0.1:{port}/db"
+            out = Lines("workflows", *args, "--database-url", url)
+            try:
+                conn = accepted.get(timeout=30)  # the watch is connecting
+                time.sleep(0.3)  # python's own handler would end it here, with 1 ("Aborted!")
+                out.proc.send_signal(signal.SIGINT)
+                time.sleep(0.3)
+                assert out.proc.poll() is None, "the first Ctrl-C did not wait for the watch"
+                out.proc.send_signal(signal.SIGINT)
+                assert out.finish(timeout=15) == 0, "".join(out.seen)
+                assert "Traceback" not in "".join(out.seen)
+                conn.close()
+            finally:
+                out.close()

@@ -320,9 +320,9 @@ def test_an_engines_worker_watcher_and_readers_share_one_listen_connection(
     ) as engine:
 
         def watch() -> None:
-            with engine.client._notifications() as wait:
+            with engine.client._notifications() as notified:
                 while not stop.is_set() and "t" not in payloads:
-                    payloads.extend(wait(600))
+                    payloads.extend(notified.wait(600))
 
         started(engine, "t")
         watcher = threading.Thread(target=watch, daemon=True)
