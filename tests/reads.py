@@ -38,7 +38,11 @@ def rows(url: str, query: str, params: Any = None) -> list[tuple[Any, ...]]:
             try:
                 return conn.execute(query, params).fetchall()
             except psycopg.OperationalError:
-                conn.close()
+                # A query cancelled, timed out or deadlocked leaves the connection good:
+                # that error is the test's. Only a connection psycopg found broken is
+                # replaced.
+                if not conn.closed:
+                    raise
         conn = _kept[url] = _connect(url)
         return conn.execute(query, params).fetchall()
 
