@@ -284,11 +284,16 @@ def test_an_async_runs_connection_refusing_writes_is_not_used_again(database_url
             assert await handle.result(timeout=30) == 1
             # Each refusing connection interrupted one run at most (none, when the refusal
             # met the step's record: that write is sent again on another connection at the
-            # same epoch), and is gone.
+            # same epoch), and is gone: closed by the client, its backend exits a moment
+            # later (under load, after the run's result is in); one put back into the pool
+            # would stay.
             stored = workflow_row(database_url, "after")
             assert (stored["status"], stored["recovery_attempts"]) == ("SUCCESS", 0)
             assert 1 <= stored["epoch"] <= 1 + len(refusing)
-            assert await asyncio.to_thread(connected, refusing) == []
+            deadline = time.monotonic() + 15
+            while left := await asyncio.to_thread(connected, refusing):
+                assert time.monotonic() < deadline, f"refusing connections kept: {left}"
+                await asyncio.sleep(0.05)
 
     asyncio.run(main())
     assert sorted(calls[:3]) == [-3, -2, -1] and set(calls[3:]) == {1}
