@@ -47,6 +47,15 @@ class Facts:
             app_url or url, row_factory=dict_row, application_name="sim_admin"
         ) as conn:
             self.app_rows = list(conn.execute("SELECT workflow_id, tag FROM sim_app"))
+            # A separate application database keeps a @transaction step's record beside its
+            # rows (durable.transaction_outputs, committed with them); the system journal
+            # adopts it when the run replays that step, which a run cancelled first never
+            # does.
+            self.app_records = (
+                list(conn.execute("SELECT * FROM durable.transaction_outputs"))
+                if app_url is not None and app_url != url
+                else []
+            )
 
 
 def effects_once(vendor: Vendor, facts: Facts) -> list[str]:
@@ -108,13 +117,15 @@ def compensated_net_zero(vendor: Vendor, facts: Facts) -> list[str]:
 
 def transactions_exactly_once(vendor: Vendor, facts: Facts) -> list[str]:
     """Each journaled @transaction output names one application row, and each application
-    row is named by a journaled output (it never committed without its journal row)."""
+    row is named by a journaled output (it never committed without its journal row): in
+    the system journal, or, with a separate application database, in the record committed
+    beside it there (a run cancelled before it replayed the step never adopted it)."""
     out = []
     rows = Counter(f"{r['workflow_id']}/{r['tag']}" for r in facts.app_rows)
     out += [f"application row {k} written {n} times" for k, n in rows.items() if n > 1]
     journaled = {
         s["output"].strip('"')
-        for s in facts.steps
+        for s in [*facts.steps, *facts.app_records]
         if s["step_name"] == "book" and s["output"] is not None
     }
     out += [f"application row {k} has no journal row" for k in rows if k not in journaled]

@@ -16,6 +16,7 @@ def facts(**tables: Any) -> invariants.Facts:
     f = invariants.Facts.__new__(invariants.Facts)
     f.workflows = {}
     f.steps, f.effects, f.messages, f.app_rows, f.approvals = [], [], [], [], []
+    f.app_records = []
     f.budgets = {}
     for name, value in tables.items():
         setattr(f, name, value)
@@ -92,6 +93,10 @@ def test_an_application_row_without_its_journal_row_and_twice_are_flagged() -> N
     assert orphan == ["application row w0/w0.1 has no journal row"]
     missing = invariants.transactions_exactly_once(Vendor(), facts(steps=steps))
     assert missing == ["journal names application row w0/w0.1, which is missing"]
+    # A separate application database's record, committed with the row, of a run cancelled
+    # before it replayed the step (so the system journal never adopted it).
+    beside = invariants.transactions_exactly_once(Vendor(), facts(app_rows=rows, app_records=steps))
+    assert beside == []
 
 
 def test_an_orphan_child_and_two_children_at_one_position_are_flagged() -> None:

@@ -54,6 +54,17 @@ REGRESSIONS = {
         "durability": "exit",
         "app": "separate",
     },
+    # Not a defect of durable, one of the invariant: with a separate application database
+    # a @transaction step's record commits beside its row (durable.transaction_outputs),
+    # and the system journal adopts it when the run replays the step; a run crashed before
+    # that and then cancelled never replays it.
+    "transaction-record-of-a-run-cancelled-before-its-replay": {
+        "workflows": [["prog", [["txn"]]], ["prog", [["step"]]]],
+        "phases": [[["crash_before", 2], [["cancel", 0]]]],
+        "durability": "sync",
+        "app": "separate",
+        "budget": [2.0, 12],
+    },
     # A connection lost right after its checkout (while the fake clock was set on it) failed
     # an async run with a raw OperationalError instead of interrupting it as an outage.
     "lost-at-async-checkout": {
