@@ -308,14 +308,19 @@ EXPECTED_ERRORS = (
 
 def expected_outcomes(vendor: Vendor, facts: Facts) -> list[str]:
     """The programs are deterministic and well-formed: a run that ends in error ends with
-    its own failure (or a child's, a cancel, a denial), never with an error durable raised
-    about itself (a NondeterminismError, a lost record, a refused key)."""
+    its own failure (or a child's, a cancel, a denial: of an approval, or of its budget
+    gate), never with an error durable raised about itself (a NondeterminismError, a lost
+    record, a refused key)."""
     out = []
+    denied = {a["workflow_id"] for a in facts.approvals if a["status"] == "denied"}
     for wid, w in facts.workflows.items():
         if w["error"] is None:
             continue
         kind = json.loads(w["error"]).get("type", "")
-        if not kind.startswith(EXPECTED_ERRORS):
+        # Its budget used up and the gate that asked for more denied (a "deny" decides
+        # every gate a run waits at, the budget's too).
+        gate_denied = kind == "durable.errors.BudgetExceededError" and wid in denied
+        if not kind.startswith(EXPECTED_ERRORS) and not gate_denied:
             message = json.loads(w["error"]).get("message", "")[:200]
             out.append(f"{wid} ended {w['status']} with {kind}: {message}")
     return out

@@ -155,6 +155,13 @@ def test_an_error_durable_raised_about_itself_is_flagged() -> None:
     assert invariants.expected_outcomes(Vendor(), f) == [
         "b ended ERROR with durable.errors.NondeterminismError: diverged"
     ]
+    # A budget used up is the run's outcome only when its gate was denied.
+    spent = json.dumps({"type": "durable.errors.BudgetExceededError", "message": "used up"})
+    gate = {"workflow_id": "c", "name": "budget", "status": "denied"}
+    f = facts(workflows={"c": wf("c", "ERROR", error=spent)}, approvals=[gate])
+    assert invariants.expected_outcomes(Vendor(), f) == []
+    f = facts(workflows={"c": wf("c", "ERROR", error=spent)})
+    assert invariants.expected_outcomes(Vendor(), f) != []
 
 
 def test_an_unfinished_run_after_the_drain_is_flagged() -> None:

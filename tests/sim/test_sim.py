@@ -65,6 +65,16 @@ REGRESSIONS = {
         "app": "separate",
         "budget": [2.0, 12],
     },
+    # Not a defect of durable, one of the invariant: a "deny" decides every gate a run
+    # waits at, its budget's too, and a run whose budget gate was denied ends with
+    # BudgetExceededError, as it should.
+    "budget-gate-denied-under-parallel-model-calls": {
+        "workflows": [["aprog", [["par", [["model", 0.35], ["model", 0.35]]]]]],
+        "phases": [[None, [["deny", 0]]]],
+        "durability": "sync",
+        "app": "same",
+        "budget": [0.6, 3],
+    },
     # A connection lost right after its checkout (while the fake clock was set on it) failed
     # an async run with a raw OperationalError instead of interrupting it as an outage.
     "lost-at-async-checkout": {
