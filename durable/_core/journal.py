@@ -145,7 +145,13 @@ def barrier(run: Run) -> Gen[None]:
         if not run.pending:
             return
         rows, run.pending = run.pending, []
-        written = yield WriteSteps(rows)
+        op = WriteSteps(rows)
+        try:
+            written = yield op
+        except DatabaseUnavailableError as exc:
+            # The held records are of calls that ran: sent again while the lease may hold,
+            # as one record is (a resend that meets the first send's rows finds them).
+            written = yield from outlast(run, op, exc, [run.workflow_id] * len(rows))
         if len(written) < len(rows):
             raise StaleOwnerError(run.workflow_id, run.epoch)
     elif run.mode == "async":
@@ -212,7 +218,9 @@ def _already_written(run: Run, exc: BaseException) -> bool:
     )
 
 
-def outlast(run: Run, op: Execute, cut: DatabaseUnavailableError, written: Any) -> Gen[Any]:
+def outlast(
+    run: Run, op: Execute | WriteSteps, cut: DatabaseUnavailableError, written: Any
+) -> Gen[Any]:
     """Send a fenced journal write again, the same statement at the same epoch, after an
     outage cut it off (`cut`), for as long as the run's lease may still hold; return its
     answer, or `written` when the record turns out to be there already.

@@ -8,12 +8,13 @@ import pytest
 
 from durable import _core as protocol
 from durable._base.models import StepKind, WorkflowStatus
-from durable._core import AwaitWriter, Enqueue, RecordStep, WriteSteps
-from durable.errors import StaleOwnerError, WorkflowSuspended
+from durable._core import AppFault, AwaitWriter, Enqueue, Fault, RecordStep, WriteSteps
+from durable.errors import DatabaseUnavailableError, StaleOwnerError, WorkflowSuspended
 from tests.unit.scripted import (
     DEFAULT,
     EPOCH,
     WORKFLOW_ID,
+    Raise,
     Script,
     done,
     effect_def,
@@ -123,6 +124,85 @@ def test_held_records_refused_for_a_stale_run_raise_stale_owner() -> None:
         script.run(protocol.finish(run, WorkflowStatus.SUCCESS, None, None))
     assert script.executed("finish_workflow") == []
     assert run.pending == []
+
+
+# -- held records cut off by an outage ----------------------------------------------------------
+
+
+def _cut_then(*answers: Any) -> Any:
+    """WriteSteps' answers in turn: an outage first, then each of `answers` (a list of
+    ids written, or an exception to raise)."""
+    left = [DatabaseUnavailableError("lost the system database in 'record_steps'"), *answers]
+
+    def answer(op: Any) -> Any:
+        if not isinstance(op, WriteSteps):
+            return DEFAULT
+        got = left.pop(0)
+        return Raise(got) if isinstance(got, BaseException) else got
+
+    return answer
+
+
+def test_held_records_cut_off_by_an_outage_are_sent_again_at_a_barrier() -> None:
+    """An exit-mode run's held records are of calls that ran: an outage that cuts their
+    write off at a barrier has them sent again, the same rows at the same epoch, while the
+    lease may hold, not dropped (the run would be interrupted and run those calls again)."""
+    run = make_run(mode="exit")
+    script = Script(_cut_then([WORKFLOW_ID, WORKFLOW_ID]))
+    run_steps(run, script, 2)
+    script.run(protocol.barrier(run))
+    writes = script.of_type(WriteSteps)
+    assert len(writes) == 2 and writes[0].rows == writes[1].rows
+    assert all(row["epoch"] == EPOCH for row in writes[1].rows)
+    assert script.labels[2:5] == ["WriteSteps 2", "LeaseClock", script.labels[4]]
+
+
+def test_held_records_found_written_by_the_first_send_are_not_refused() -> None:
+    """The first send committed and only its answer was lost: the resend meets the rows at
+    their positions (the journal's key), so they are written, as the first send wrote them."""
+
+    class Taken(Exception):
+        pass
+
+    def classify(exc: BaseException) -> AppFault | None:
+        return AppFault(Fault.UNIQUE, "steps_pkey") if isinstance(exc, Taken) else None
+
+    run = make_run(mode="exit", classify_app_error=classify)
+    script = Script(_cut_then(Taken()))
+    run_steps(run, script, 2)
+    script.run(protocol.barrier(run))
+    assert len(script.of_type(WriteSteps)) == 2
+
+
+def test_held_records_and_the_outcome_cut_off_are_sent_again_with_it() -> None:
+    run = make_run(mode="exit")
+    script = Script(_cut_then([WORKFLOW_ID]))
+    run_steps(run, script, 1)
+    script.run(protocol.finish(run, WorkflowStatus.SUCCESS, '"ok"', None))
+    writes = script.of_type(WriteSteps)
+    assert len(writes) == 2 and writes[0] == writes[1]
+    assert script.executed("get_workflow") == []
+
+
+def test_an_outcome_committed_before_its_answer_was_lost_is_found_written() -> None:
+    """The resend of the records with the outcome writes nothing (the first send committed
+    them, and the workflow is no longer this run's to finish): the row, read, is this run's
+    outcome at its epoch, so the run ends as finished, not as a stale owner."""
+    finished = {"epoch": EPOCH, "status": "SUCCESS", "owner": None}
+    run = make_run(mode="exit")
+    script = Script(_cut_then([]), statements={"get_workflow": finished})
+    run_steps(run, script, 1)
+    script.run(protocol.finish(run, WorkflowStatus.SUCCESS, '"ok"', None))
+    assert len(script.executed("get_workflow")) == 1
+
+
+def test_an_outcome_resent_after_another_owner_took_over_is_a_stale_owner() -> None:
+    claimed = {"epoch": EPOCH + 1, "status": "RUNNING", "owner": "another"}
+    run = make_run(mode="exit")
+    script = Script(_cut_then([]), statements={"get_workflow": claimed})
+    run_steps(run, script, 1)
+    with pytest.raises(StaleOwnerError):
+        script.run(protocol.finish(run, WorkflowStatus.SUCCESS, '"ok"', None))
 
 
 def test_exit_mode_writes_a_non_lazy_record_after_the_held_ones() -> None:
