@@ -217,7 +217,11 @@ def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | No
 def _finished_here(run: Run, status: WorkflowStatus) -> Gen[bool]:
     """Whether this run's outcome is written: the workflow at this run's epoch (a claim by
     another would have raised it) with `status` and no owner."""
-    row = yield Execute("get_workflow", {"workflow_id": run.workflow_id}, "one")
+    op = Execute("get_workflow", {"workflow_id": run.workflow_id}, "one")
+    try:
+        row = yield op
+    except DatabaseUnavailableError as exc:  # read again while the lease may hold
+        row = yield from outlast(run, op, exc, None)
     return (
         row is not None
         and row["epoch"] == run.epoch

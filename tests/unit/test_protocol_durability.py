@@ -16,6 +16,7 @@ from tests.unit.scripted import (
     WORKFLOW_ID,
     Raise,
     Script,
+    Then,
     done,
     effect_def,
     make_run,
@@ -194,6 +195,16 @@ def test_an_outcome_committed_before_its_answer_was_lost_is_found_written() -> N
     run_steps(run, script, 1)
     script.run(protocol.finish(run, WorkflowStatus.SUCCESS, '"ok"', None))
     assert len(script.executed("get_workflow")) == 1
+
+
+def test_the_read_after_a_resend_that_wrote_nothing_outlasts_an_outage_too() -> None:
+    finished = {"epoch": EPOCH, "status": "SUCCESS", "owner": None}
+    cut = DatabaseUnavailableError("lost the system database in 'get_workflow'")
+    run = make_run(mode="exit")
+    script = Script(_cut_then([]), statements={"get_workflow": Then(Raise(cut), finished)})
+    run_steps(run, script, 1)
+    script.run(protocol.finish(run, WorkflowStatus.SUCCESS, '"ok"', None))
+    assert len(script.executed("get_workflow")) == 2
 
 
 def test_an_outcome_resent_after_another_owner_took_over_is_a_stale_owner() -> None:
