@@ -104,6 +104,18 @@ def describe(op: Any) -> str:
     return kind
 
 
+# Operations that a race between a run and its engine's own rounds decides, with the same
+# world either way: a gate whose timeout has passed is decided by its default by the
+# engine's round (expire_approvals, which then wakes the run) or, when the resumed run
+# reads it first, by the run itself (expire_approval). Which comes first is timing.
+RACED = frozenset({"Execute expire_approval"})
+
+
+def unraced(ops: list[str]) -> list[str]:
+    """`ops` without the operations a race decides (RACED)."""
+    return [op for op in ops if op not in RACED]
+
+
 def recorded(gen: Generator[Any, Any, Any], log: list[str]) -> Generator[Any, Any, Any]:
     """`gen`, passing every operation on unchanged and noting it in `log`."""
     label = getattr(gen, "__name__", "?")
@@ -244,10 +256,11 @@ def test_both_drivers_ask_the_same_operations_and_leave_the_same_world(
     expected.update(conformance_app.CHILDREN)
     assert outcomes == expected
     assert async_outcomes == expected
-    # The same operations, in the same order, for every run (children included).
+    # The same operations, in the same order, for every run (children included), but for
+    # the ones a race decides (RACED).
     assert sorted(sync_ops) == sorted(async_ops)
     for workflow_id in sync_ops:
-        assert async_ops[workflow_id] == sync_ops[workflow_id], workflow_id
+        assert unraced(async_ops[workflow_id]) == unraced(sync_ops[workflow_id]), workflow_id
     # The same rows: journal, ledgers, waits, streams, budgets, the application's own.
     sync_world, async_world = world(database_url), world(second_database)
     for table in sync_world:
