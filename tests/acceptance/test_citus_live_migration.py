@@ -39,6 +39,10 @@ pytestmark = pytest.mark.citus
 DB = "shop"
 SLOW = [f"slow{i}" for i in range(3)]
 NAPS = [f"nap{i}" for i in range(2)]
+# Long enough that the naps are still asleep when the worker is stopped, however slow the
+# setup of the worker nodes beside it (a nap that woke before would never be seen
+# suspended); they end after the move.
+NAP_SECONDS = 30.0
 WAITS = [f"wait{i}" for i in range(2)]
 LOADS = [f"load{i}" for i in range(4)]  # started during the stop: @transaction into `marks`
 LOAD_STEPS = 6  # every other one a @transaction (counter_app.load)
@@ -96,7 +100,7 @@ def test_runbook_moves_one_server_with_running_and_waiting_workflows_onto_citus(
         for w in SLOW:
             engine.submit(counter_app.slow, w, STEPS, 0.2, workflow_id=w)
         for w in NAPS:
-            engine.submit(counter_app.napper, w, 3.0, workflow_id=w)
+            engine.submit(counter_app.napper, w, NAP_SECONDS, workflow_id=w)
         for w in WAITS:
             engine.submit(counter_app.booked_wait, w, workflow_id=w)
         engine.submit(counter_app.big_refund, 5000, None, workflow_id=GATE)

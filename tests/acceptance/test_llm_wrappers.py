@@ -18,7 +18,6 @@ import pytest
 import durable
 from durable._base.labels import LLM_OPENAI_CHAT as LLM_CHAT
 from tests.acceptance.workers import scalar, stop_worker, wait_for
-from tests.apps import llm_app
 from tests.apps.model_stub import ModelStub, usage_of
 
 APP = "tests.apps.llm_app"
@@ -136,6 +135,10 @@ def test_a_call_the_cap_refuses_reaches_the_vendor_only_after_the_raise_and_once
     workflow again; raised once more, the workflow finishes. The stub saw each call once,
     exactly the calls journaled, and every request it answered is charged what its usage
     says."""
+    # The app is imported here, not with the module: every test process collects the
+    # module, and the SDKs the app imports (openai, anthropic) cost seconds of CPU.
+    from tests.apps import llm_app
+
     env = {**subprocess_env, "DURABLE_DATABASE_URL": database_url, "LLM_STUB_URL": stub.url}
     workflow_id = "capped"
     one = usage_of("q0")  # every prompt is two characters long: all cost the same

@@ -17,7 +17,6 @@ import pytest
 
 import durable
 from tests.acceptance.workers import scalar, stop_worker, wait_for
-from tests.apps import oa_app
 from tests.apps.model_stub import ModelStub, usage_of
 
 APP = "tests.apps.oa_app"
@@ -39,6 +38,10 @@ def world(url: str) -> list[str]:
 def test_a_killed_agent_resumes_without_a_second_model_request_or_tool_call(
     database_url: str, subprocess_env: dict[str, str], crash: str, before: list[str]
 ) -> None:
+    # The app is imported here, not with the module: every test process collects the
+    # module, and the Agents SDK costs seconds of CPU to import.
+    from tests.apps import oa_app
+
     def model(body: dict[str, Any]) -> list[dict[str, Any]]:
         with psycopg.connect(database_url, autocommit=True) as conn:
             conn.execute(

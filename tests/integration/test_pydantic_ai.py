@@ -4,21 +4,29 @@ responses and tool results, and the budget's hard cap stops an agent at the gate
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
-from pydantic_ai.models.function import FunctionModel
-from pydantic_ai.usage import RequestUsage
 
 import durable
 from durable import errors
-from durable.integrations.pydantic_ai import DurableAgent
 from durable.llm import Price
+
+if TYPE_CHECKING:
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse
 
 
 def make(calls: dict[str, int], rounds: int) -> Agent[None, str]:
+    # pydantic-ai is imported here, not with the module: every test process collects the
+    # module, and the import costs a second and a half of CPU.
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.models.function import FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    from durable.integrations.pydantic_ai import DurableAgent
+
     def model(messages: list[Any], info: Any) -> ModelResponse:
         calls["model"] += 1
         done = sum(1 for m in messages for p in m.parts if p.part_kind == "tool-return")
