@@ -99,6 +99,7 @@ from durable._core.journal import (
     record,
     replay,
     restore,
+    sent,
 )
 from durable._core.messages import get_event, send
 from durable._core.ops import (
@@ -287,6 +288,7 @@ __all__ = [
     "reserve_call",
     "restore",
     "send",
+    "sent",
     "set_attributes",
     "set_event",
     "set_event_in_step",

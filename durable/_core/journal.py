@@ -145,13 +145,9 @@ def barrier(run: Run) -> Gen[None]:
         if not run.pending:
             return
         rows, run.pending = run.pending, []
-        op = WriteSteps(rows)
-        try:
-            written = yield op
-        except DatabaseUnavailableError as exc:
-            # The held records are of calls that ran: sent again while the lease may hold,
-            # as one record is (a resend that meets the first send's rows finds them).
-            written = yield from outlast(run, op, exc, [run.workflow_id] * len(rows))
+        # The held records are of calls that ran: sent again while the lease may hold, as
+        # one record is (a resend that meets the first send's rows finds them).
+        written = yield from sent(run, WriteSteps(rows), [run.workflow_id] * len(rows))
         if len(written) < len(rows):
             raise StaleOwnerError(run.workflow_id, run.epoch)
     elif run.mode == "async":
@@ -194,11 +190,7 @@ def record(
                 yield Enqueue(params)
             return
         yield from barrier(run)
-    op = RecordStep(params)
-    try:
-        written = yield op
-    except DatabaseUnavailableError as exc:
-        written = yield from outlast(run, op, exc, 1)
+    written = yield from sent(run, RecordStep(params), 1)
     _fenced(written, run)
 
 
@@ -216,6 +208,21 @@ def _already_written(run: Run, exc: BaseException) -> bool:
     return name == _JOURNAL_KEY or (
         name.startswith(_JOURNAL_KEY + "_") and name[len(_JOURNAL_KEY) + 1 :].isdigit()
     )
+
+
+# What `sent` answers for a write that a resend finds already there, when the caller must
+# tell that apart from every answer the statement itself can give.
+ALREADY_WRITTEN: Any = object()
+
+
+def sent(run: Run, op: Execute | WriteSteps, written: Any) -> Gen[Any]:
+    """Send a fenced journal write and return its answer; when an outage cuts it off, send
+    it again while the lease may hold (`outlast`), and answer `written` when the record
+    turns out to be there already (the first send committed and only its answer was lost)."""
+    try:
+        return (yield op)
+    except DatabaseUnavailableError as exc:
+        return (yield from outlast(run, op, exc, written))
 
 
 def outlast(

@@ -28,7 +28,15 @@ from durable._core.budget import (
 )
 from durable._core.faults import TRANSACTION_OUTPUTS_TAKEN, Fault
 from durable._core.heartbeats import begin, begin_attempt, end_attempt
-from durable._core.journal import barrier, encode_error, outlast, record, replay, restore
+from durable._core.journal import (
+    ALREADY_WRITTEN,
+    barrier,
+    encode_error,
+    record,
+    replay,
+    restore,
+    sent,
+)
 from durable._core.ops import (
     ABORTED,
     CONFLICT_ATTEMPTS,
@@ -217,16 +225,13 @@ def _record_call(
         "one",
         serial=True,
     )
-    try:
-        row = yield op
-    except DatabaseUnavailableError as exc:
-        # Sent again while the lease may hold (see outlast). Found written by the first
-        # send, whose answer was lost: the charge is in the budget's ledger once, and the
-        # run's copy is read back instead of the totals that answer carried.
-        row = yield from outlast(run, op, exc, None)
-        if row is None:
-            yield from refresh_ledger(run)
-            row = {"written": 1, "budget_id": None}
+    # Sent again while the lease may hold (see outlast). Found written by the first send,
+    # whose answer was lost: the charge is in the budget's ledger once, and the run's copy
+    # is read back instead of the totals that answer carried.
+    row = yield from sent(run, op, ALREADY_WRITTEN)
+    if row is ALREADY_WRITTEN:
+        yield from refresh_ledger(run)
+        row = {"written": 1, "budget_id": None}
     if row is None or not row["written"]:
         scope.dollars, scope.tokens = Decimal(0), 0
         raise StaleOwnerError(run.workflow_id, run.epoch)

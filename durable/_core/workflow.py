@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from durable._base.models import WorkflowStatus
 from durable._core.budget import open_ledger
 from durable._core.first import wake_parent
-from durable._core.journal import barrier, encode_error, outlast
+from durable._core.journal import barrier, encode_error, sent
 from durable._core.ops import Call, Execute, Finish, Gen, Join, Outcome, WriteSteps
 from durable._core.run import TIMEOUT_REASON, Compensation, Run
 from durable._core.transitions import WORKFLOW_TRANSITIONS, assert_transition
@@ -193,16 +193,14 @@ def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | No
     }
     if run.mode == "exit" and run.pending:
         rows, run.pending = run.pending, []
-        op = WriteSteps(rows, params)
-        try:
-            written = yield op
-        except DatabaseUnavailableError as exc:
-            # The held records are of calls that ran: the records and the outcome are sent
-            # again while the lease may hold. A resend after a first send that committed
-            # (its answer lost) writes nothing, as one refused does: the row, read, tells.
-            written = yield from outlast(run, op, exc, [])
-            if len(written) < len(rows) and (yield from _finished_here(run, status)):
-                written = [run.workflow_id] * len(rows)
+        # The held records are of calls that ran: the records and the outcome are sent
+        # again while the lease may hold. A resend after a first send that committed (its
+        # answer lost) writes nothing, as a refused send does: the row, read, tells. (After
+        # a refusal the row never shows this run's outcome, so reading it then changes
+        # nothing; it happens only when the run lost the workflow or a cancel stands.)
+        written = yield from sent(run, WriteSteps(rows, params), [])
+        if len(written) < len(rows) and (yield from _finished_here(run, status)):
+            written = [run.workflow_id] * len(rows)
         if len(written) < len(rows):
             yield from _refused(run, status, rows)
     else:
@@ -217,11 +215,10 @@ def finish(run: Run, status: WorkflowStatus, output: str | None, error: str | No
 def _finished_here(run: Run, status: WorkflowStatus) -> Gen[bool]:
     """Whether this run's outcome is written: the workflow at this run's epoch (a claim by
     another would have raised it) with `status` and no owner."""
-    op = Execute("get_workflow", {"workflow_id": run.workflow_id}, "one")
-    try:
-        row = yield op
-    except DatabaseUnavailableError as exc:  # read again while the lease may hold
-        row = yield from outlast(run, op, exc, None)
+    # Read again while the lease may hold, when an outage cuts the read off.
+    row = yield from sent(
+        run, Execute("get_workflow", {"workflow_id": run.workflow_id}, "one"), None
+    )
     return (
         row is not None
         and row["epoch"] == run.epoch

@@ -16,6 +16,7 @@ tests/apps/loop_faults_app.py.
 from __future__ import annotations
 
 import subprocess
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -41,17 +42,32 @@ def client(url: str) -> Iterator[durable.Client]:
 
 def worker(env: dict[str, str], url: str, name: str) -> subprocess.Popen[bytes]:
     """A `durable worker` under executor id `name`, once it has registered (its signal
-    handlers are set by then: a SIGTERM during a slow start would kill it outright)."""
-    proc = start_worker(env, url, app=APP, extra=["--executor-id", name])
+    handlers are set by then: a SIGTERM during a slow start would kill it outright). Its
+    output goes to a log file that `alive` shows when it has exited."""
+    log = tempfile.NamedTemporaryFile(prefix=f"durable-{name}-", suffix=".log", delete=False)
+    log.close()
+    proc = start_worker(env, url, app=APP, extra=["--executor-id", name], log=log.name)
+    _logs[proc.pid] = log.name
     wait_for(
         lambda: (
-            proc.poll() is not None
+            not alive(proc)
             or scalar(url, "SELECT count(*) FROM durable.executors WHERE executor_id = %s", name)
         ),
         timeout=120,
         what=f"worker {name} to register",
     )
     return proc
+
+
+_logs: dict[int, str] = {}
+
+
+def alive(proc: subprocess.Popen[bytes]) -> bool:
+    """True while `proc` runs; once it has exited, an assertion error with its output."""
+    if proc.poll() is None:
+        return True
+    with open(_logs[proc.pid], encoding="utf-8", errors="replace") as f:
+        raise AssertionError(f"the worker exited with {proc.returncode}:\n{f.read()[-4000:]}")
 
 
 def statuses(url: str) -> dict[str, tuple[str, str | None]]:
@@ -88,7 +104,7 @@ def test_exit_in_an_async_step_gives_up_its_run_and_the_worker_lives_on(
             a = worker(subprocess_env, url, "worker-a")
             # A holds the harmless ones (their steps are running) before any poison comes.
             wait_for(
-                lambda: all(pids(url, w, "nap-start") for w in HARMLESS),
+                lambda: alive(a) and all(pids(url, w, "nap-start") for w in HARMLESS),
                 timeout=60,
                 what="worker A to run the harmless workflows",
             )

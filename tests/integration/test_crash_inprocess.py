@@ -13,15 +13,13 @@ from collections.abc import Iterator
 from decimal import Decimal
 from typing import Any
 
-import anthropic
-import openai
 import psycopg
 import pytest
 
 import durable
 from durable import errors, llm
 from tests.acceptance.workers import wait_for
-from tests.apps import children_app, counter_app, llm_app, methods_app, vendor, waits_app
+from tests.apps import children_app, counter_app, methods_app, vendor, waits_app
 from tests.apps.model_stub import ModelStub, usage_of
 from tests.integration.inprocess import T0, crash_then_recover, process
 
@@ -362,6 +360,13 @@ LLM_PRICES = {"openai": (0.15, 0.60), "anthropic": (3.00, 15.00)}
 @pytest.fixture
 def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelStub]:
     """The model stub, and llm_app's wrapped clients pointed at it."""
+    # The SDKs are imported here, not with the module: every test process collects the
+    # module, and importing them costs seconds of CPU.
+    import anthropic
+    import openai
+
+    from tests.apps import llm_app
+
     server = ModelStub().start()
     site = server.url.removesuffix("/v1")
     clients = {
@@ -382,6 +387,8 @@ def stub(monkeypatch: pytest.MonkeyPatch) -> Iterator[ModelStub]:
 def test_a_crash_after_two_of_four_model_calls_costs_no_request_and_no_charge_twice(
     url: str, stub: ModelStub, kind: str
 ) -> None:
+    from tests.apps import llm_app
+
     agent = llm_app.AGENTS[kind]
     client, clock = crash_then_recover(
         url,
