@@ -64,14 +64,17 @@ def app() -> tuple[durable.Registry, Any, Any, list[int]]:
 def test_fresh_run_issues_one_statement_per_step(database_url: str, n: int) -> None:
     reg, _inc, loop, _runs = app()
     with durable.Engine(database_url, registry=reg) as engine:
+        # The heartbeat reads cancel requests every half second while a run is in flight: on
+        # a loaded machine one landed in every round. Slowed down, at most one more lands
+        # (the wait under way), in one round.
+        engine._services.heartbeat.cancel_poll_interval = 60.0
         loop(3)  # warm the pool and prepared statements
         costs = []
         for _ in range(3):
             before = engine.client.db.counters.statements
             assert loop(n) == sum(range(1, n + 1))
             costs.append(engine.client.db.counters.statements - before)
-    # insert workflow + one per step + finish. (The engine's heartbeat reads cancel requests
-    # while a run is in flight: on a loaded machine one may land inside a round.)
+    # insert workflow + one per step + finish.
     assert min(costs) <= n + 2, costs
 
 
@@ -191,7 +194,8 @@ def test_step_error_of_custom_type_replays_as_step_error(database_url: str) -> N
     with durable.Engine(database_url, registry=reg) as engine:
         assert engine.start(catches, workflow_id="ce").result(timeout=10) == "VendorError"
         expire(database_url, "ce")
-        (handle,) = engine.recover()
+        # Recovered here, or, on a loaded machine, by the engine's own keeper first.
+        handle = next(iter(engine.recover()), None) or engine.retrieve("ce")
         assert handle.result(timeout=10) == "StepError"
         err = seen[-1]
         assert isinstance(err, errors.StepError)
