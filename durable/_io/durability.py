@@ -16,6 +16,7 @@ barrier, and those steps simply run again on resume; never an effect. (The decis
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import queue
 import threading
@@ -47,6 +48,9 @@ class AsyncWriter:
         # Records the database refused for a reason other than the fence (a statement
         # error): their run's next barrier raises it instead of waiting forever.
         self._failed: dict[_Key, Exception] = {}
+        # Set once the thread has ended (stopped, or gone down with the process): a record
+        # not written by then never will be, and nobody waits for it.
+        self._gone = False
         self._thread = threading.Thread(target=self._loop, name="durable-writer", daemon=True)
         self._thread.start()
 
@@ -54,15 +58,25 @@ class AsyncWriter:
         """Queue a record; blocks while the queue is full (back-pressure)."""
         key = (record["workflow_id"], record["epoch"])
         with self._cond:
+            if self._gone:
+                raise self._stopped()
             self._enqueued[key] += 1
         self._queue.put(record)
 
     def wait(self, workflow_id: str, epoch: int) -> None:
         """Block until every record this run queued is written; StaleOwnerError if the
-        database refused them (the run lost ownership)."""
+        database refused them (the run lost ownership); DatabaseUnavailableError if the
+        writer stopped before writing them (the run is interrupted, as by an outage, and
+        recovered: its plain steps since the last barrier run again)."""
         key = (workflow_id, epoch)
         with self._cond:
             while self._written[key] < self._enqueued[key]:
+                if self._gone:
+                    self._enqueued.pop(key, None)
+                    self._written.pop(key, None)
+                    self._refused.discard(key)
+                    self._failed.pop(key, None)
+                    raise self._stopped()
                 self._cond.wait(0.5)
             refused = key in self._refused
             failed = self._failed.pop(key, None)
@@ -75,19 +89,39 @@ class AsyncWriter:
             raise StaleOwnerError(workflow_id, epoch)
 
     def flush(self) -> None:
-        """Block until everything queued so far is written."""
+        """Block until everything queued so far is written; DatabaseUnavailableError if
+        the writer stopped before writing it all."""
         with self._cond:
             while any(self._written[k] < n for k, n in self._enqueued.items()):
+                if self._gone:
+                    raise self._stopped()
                 self._cond.wait(0.5)
 
     def stop(self, flush: bool = True) -> None:
         """Stop the writer thread; with `flush`, after writing everything queued."""
         if flush:
-            self.flush()
-        self._queue.put(None)
+            with contextlib.suppress(DatabaseUnavailableError):  # it stopped on its own
+                self.flush()
+        if not self._gone:  # (nobody takes from the queue of a writer gone: it may be full)
+            self._queue.put(None)
         self._thread.join(timeout=30 if flush else 5)
 
+    @staticmethod
+    def _stopped() -> DatabaseUnavailableError:
+        return DatabaseUnavailableError("the async writer stopped before writing the records")
+
     def _loop(self) -> None:
+        """Write batches until stopped. However the thread ends (stopped, or a BaseException
+        such as SystemExit going through it), the runs waiting on it are told, not left
+        waiting for records nothing will write."""
+        try:
+            self._serve()
+        finally:
+            with self._cond:
+                self._gone = True
+                self._cond.notify_all()
+
+    def _serve(self) -> None:
         failing = False
         while True:
             first = self._queue.get()

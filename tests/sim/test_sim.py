@@ -101,6 +101,15 @@ REGRESSIONS = {
         "durability": "sync",
         "app": "same",
     },
+    # The async writer's thread went down with its process (the emulated SIGKILL ends a
+    # thread at its next round trip) while another run of it, which made no round trip
+    # more, waited at a barrier for its queued record: the run waited forever (seed 2080).
+    "async-writer-gone-under-a-waiting-run": {
+        "workflows": [["aprog", [["fail"]]], ["fprog", [["step"], ["sleep", 1]]]],
+        "phases": [[["crash_before", 2], []]],
+        "durability": "async",
+        "app": "same",
+    },
     # Gathered effects' undos ran in the order the effects finished, which a resume in the
     # middle of the undo did not repeat: one payment was refunded twice, the other never.
     "gathered-undo-order": {
